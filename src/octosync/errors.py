@@ -1,0 +1,202 @@
+"""One error tree for every layer.
+
+Each concrete error has a stable ``name`` (what wire faces put in their ``code``/``name`` field)
+and a stable numeric ``code`` (for faces that want a number, such as WVP's ``u32``). Faces map
+errors to frames; cores only raise them. Names and codes never change once published.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class OctosyncError(Exception):
+    """Root of every error octosync raises on purpose."""
+
+    name: ClassVar[str] = "OctosyncError"
+    code: ClassVar[int] = 1
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.message = message
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class ProtocolError(OctosyncError):
+    """A peer or this side broke a protocol rule."""
+
+    name = "ProtocolError"
+    code = 2
+
+
+class LocalProtocolError(ProtocolError):
+    """This side was asked to do something the protocol forbids (a bug in the caller)."""
+
+    name = "LocalProtocolError"
+    code = 3
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the protocol forbids."""
+
+    name = "RemoteProtocolError"
+    code = 4
+
+
+class DecodeError(RemoteProtocolError):
+    """Bytes that do not decode to a valid message; ``path`` names the failing field."""
+
+    name = "DecodeError"
+    code = 5
+
+
+class Oversize(RemoteProtocolError):
+    """A frame or payload above the negotiated or hard limit; refused before it is buffered."""
+
+    name = "Oversize"
+    code = 6
+
+
+class HandshakeFailed(RemoteProtocolError):
+    """Capability negotiation failed closed; ``path`` names the incompatible field."""
+
+    name = "HandshakeFailed"
+    code = 7
+
+
+class EpochGap(RemoteProtocolError):
+    """A delta/diff whose base epoch is not the receiver's current epoch."""
+
+    name = "EpochGap"
+    code = 8
+
+
+class SnapshotRequired(RemoteProtocolError):
+    """A delta/diff arrived before any snapshot for that stream."""
+
+    name = "SnapshotRequired"
+    code = 9
+
+
+class ForbiddenPublish(RemoteProtocolError):
+    """A publish on a stream by a connection that is not its producer."""
+
+    name = "ForbiddenPublish"
+    code = 10
+
+
+class Desync(RemoteProtocolError):
+    """A state hash that does not match the receiver's mirror."""
+
+    name = "Desync"
+    code = 11
+
+
+class UnknownHandle(LocalProtocolError):
+    """A handle (assertion, observer, lock, subscription) never issued or already freed."""
+
+    name = "UnknownHandle"
+    code = 12
+
+
+class GraphError(LocalProtocolError):
+    """Misuse of the reactive graph (write to a derived node, use after dispose)."""
+
+    name = "GraphError"
+    code = 13
+
+
+class CycleError(GraphError):
+    """A node's computation depends on itself."""
+
+    name = "CycleError"
+    code = 14
+
+
+class ComputeError(GraphError):
+    """A memo/signal computation raised; ``__cause__`` is the original exception."""
+
+    name = "ComputeError"
+    code = 15
+
+
+class TypeTagError(LocalProtocolError):
+    """A type tag that is unknown, collides with a registered one, or cannot encode a value."""
+
+    name = "TypeTagError"
+    code = 16
+
+
+class ClockDrift(RemoteProtocolError):
+    """A remote HLC timestamp further ahead than the allowed drift."""
+
+    name = "ClockDrift"
+    code = 17
+
+
+class SyncResetRequired(RemoteProtocolError):
+    """A sync requester is older than the tombstone GC horizon and must reload fully."""
+
+    name = "SyncResetRequired"
+    code = 18
+
+
+class AuthError(OctosyncError):
+    """Authentication or authorisation failed."""
+
+    name = "AuthError"
+    code = 20
+
+
+class Unauthorized(AuthError):
+    """No valid credentials were presented."""
+
+    name = "Unauthorized"
+    code = 21
+
+
+class Forbidden(AuthError):
+    """Valid credentials, but the operation is not granted (read, write, publish, trigger)."""
+
+    name = "Forbidden"
+    code = 22
+
+
+class StorageError(OctosyncError):
+    """The journal or a snapshot file could not be read or written."""
+
+    name = "StorageError"
+    code = 30
+
+
+class ReplicationError(OctosyncError):
+    """Chain replication broke an invariant (ordering, bootstrap, trim)."""
+
+    name = "ReplicationError"
+    code = 40
+
+
+class PipelineError(OctosyncError):
+    """A pipeline job failed; the message names the input and the stage."""
+
+    name = "PipelineError"
+    code = 50
+
+
+def all_errors() -> list[type[OctosyncError]]:
+    """Every class in the tree, root first; used to check names and codes stay unique."""
+    seen: list[type[OctosyncError]] = []
+    stack: list[type[OctosyncError]] = [OctosyncError]
+    while stack:
+        cls = stack.pop(0)
+        seen.append(cls)
+        stack.extend(cls.__subclasses__())
+    return seen
+
+
+def by_name(name: str) -> type[OctosyncError]:
+    """The error class with this stable name (for clients turning a wire error back into one)."""
+    for cls in all_errors():
+        if cls.name == name:
+            return cls
+    raise KeyError(name)

@@ -1,0 +1,1 @@
+"""State plane: snapshots, deltas, handshake, permissions, mirrors."""

@@ -1,0 +1,1 @@
+"""asyncio I/O: the aiohttp application and its wire faces."""
