@@ -1,0 +1,307 @@
+"""The lazily-spec externally tagged form, shared by its JSON and MsgPack codecs.
+
+Wire shape (lazily-spec ``schemas/``): ``{"Snapshot": {...}}``, ``{"Delta": {...}}``,
+``{"ResyncRequest": {"from_epoch"}}``, ``{"OutboxAck": {"through_epoch"}}``,
+``{"CrdtSync": {...}}``; nodes are named ``node``; value bytes are arrays of u8
+(``{"Payload": [...]}`` in node states, ``{"Inline": [...]}`` in ops) or ``{"SharedBlob": {...}}``;
+the unit state ``"Opaque"`` is a bare string; a node's optional ``key`` is omitted when absent
+and read as absent when null; a ``CrdtOp`` always carries ``key``.
+
+octosync extensions, each omitted or unused by a spec-only producer: unit states ``"Dirty"`` and
+``"Unset"`` (the spec has no way to say either; mapping them to ``Opaque`` would lose them), and
+an optional ``state_hash`` (u8 array) on Snapshot and Delta. Not supported (a ``DecodeError``):
+multi-epoch-span deltas (``epoch > base_epoch + 1``) and the QueueCell ops.
+
+Every enum is a Struct whose fields are its variants (absent = ``UNSET``; an explicit null is a
+type error); decoding checks exactly one is present,
+so the path of a failure is the wire path (``$.Delta.ops[2].CellSet.node``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from octosync.errors import DecodeError, LocalProtocolError
+from octosync.ipc.messages import (
+    BlobRef,
+    CellSet,
+    CrdtOp,
+    CrdtSync,
+    Delta,
+    DeltaOp,
+    Edge,
+    EdgeAdd,
+    EdgeRemove,
+    Epoch,
+    Invalidate,
+    IpcMessage,
+    NodeAdd,
+    NodeId,
+    NodeKey,
+    NodeRemove,
+    NodeSnapshot,
+    NodeState,
+    OutboxAck,
+    Payload,
+    PeerId,
+    ResyncRequest,
+    SlotValue,
+    Snapshot,
+    WireStamp,
+)
+
+B = TypeVar("B")
+"""How byte strings appear on the wire: u8 arrays in JSON; u8 arrays or bin in MsgPack."""
+
+
+class _W(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+UnitState = Literal["Opaque", "Dirty", "Unset"]
+
+
+class WState(_W, Generic[B], frozen=True):
+    Payload: B | UnsetType = UNSET
+    SharedBlob: BlobRef | UnsetType = UNSET
+
+
+class WValue(_W, Generic[B], frozen=True):
+    Inline: B | UnsetType = UNSET
+    SharedBlob: BlobRef | UnsetType = UNSET
+
+
+class WNode(_W, Generic[B], frozen=True):
+    node: NodeId
+    type_tag: str
+    state: UnitState | WState[B]
+    key: NodeKey | None = None
+
+
+class WSnapshot(_W, Generic[B], frozen=True):
+    epoch: Epoch
+    nodes: tuple[WNode[B], ...]
+    edges: tuple[Edge, ...]
+    roots: tuple[NodeId, ...]
+    state_hash: B | None = None
+
+
+class WNodeRef(_W, frozen=True):
+    node: NodeId
+
+
+class WValueOp(_W, Generic[B], frozen=True):
+    node: NodeId
+    payload: WValue[B]
+
+
+class WOp(_W, Generic[B], frozen=True):
+    CellSet: WValueOp[B] | UnsetType = UNSET
+    SlotValue: WValueOp[B] | UnsetType = UNSET
+    Invalidate: WNodeRef | UnsetType = UNSET
+    NodeAdd: WNode[B] | UnsetType = UNSET
+    NodeRemove: WNodeRef | UnsetType = UNSET
+    EdgeAdd: Edge | UnsetType = UNSET
+    EdgeRemove: Edge | UnsetType = UNSET
+
+
+class WDelta(_W, Generic[B], frozen=True):
+    base_epoch: Epoch
+    epoch: Epoch
+    ops: tuple[WOp[B], ...]
+    state_hash: B | None = None
+
+
+class WResync(_W, frozen=True):
+    from_epoch: Epoch
+
+
+class WAck(_W, frozen=True):
+    through_epoch: Epoch
+
+
+class WCrdtOp(
+    msgspec.Struct, Generic[B], frozen=True, forbid_unknown_fields=True, omit_defaults=False
+):
+    """Written with ``key`` always present (null when unset), as the spec requires."""
+
+    node: NodeId
+    stamp: WireStamp
+    state: WValue[B]
+    key: NodeKey | None = None
+
+
+class WCrdtSync(_W, Generic[B], frozen=True):
+    ops: tuple[WCrdtOp[B], ...]
+    frontier: tuple[tuple[PeerId, WireStamp], ...] | None = None
+
+
+class WEnvelope(_W, Generic[B], frozen=True):
+    Snapshot: WSnapshot[B] | UnsetType = UNSET
+    Delta: WDelta[B] | UnsetType = UNSET
+    ResyncRequest: WResync | UnsetType = UNSET
+    OutboxAck: WAck | UnsetType = UNSET
+    CrdtSync: WCrdtSync[B] | UnsetType = UNSET
+
+
+_ENVELOPE_FIELDS = WEnvelope.__struct_fields__
+_OP_FIELDS = WOp.__struct_fields__
+
+# --- wire -> messages ------------------------------------------------------------------------
+
+
+def _only_variant(obj: msgspec.Struct, fields: tuple[str, ...], path: str, dialect: str) -> str:
+    present = [f for f in fields if getattr(obj, f) is not UNSET]
+    if len(present) != 1:
+        found = ", ".join(present) or "none"
+        raise DecodeError(
+            f"{dialect}: expected exactly one of {', '.join(fields)}; found {found}", path=path
+        )
+    return present[0]
+
+
+def _state(state: Any, path: str, dialect: str) -> tuple[NodeState, Payload | None]:
+    if isinstance(state, str):
+        return _UNIT_TO_STATE[state], None
+    _only_variant(state, ("Payload", "SharedBlob"), path, dialect)
+    blob = state.SharedBlob
+    return "resolved", blob if isinstance(blob, BlobRef) else bytes(state.Payload)
+
+
+def _value(value: WValue[Any], path: str, dialect: str) -> Payload:
+    _only_variant(value, ("Inline", "SharedBlob"), path, dialect)
+    blob = value.SharedBlob
+    if isinstance(blob, BlobRef):
+        return blob
+    inline: Any = value.Inline
+    return bytes(inline)
+
+
+_UNIT_TO_STATE: dict[str, NodeState] = {"Opaque": "opaque", "Dirty": "dirty", "Unset": "unset"}
+_STATE_TO_UNIT: dict[str, UnitState] = {v: k for k, v in _UNIT_TO_STATE.items()}  # type: ignore[misc]
+
+
+def _op(op: WOp[Any], path: str, dialect: str) -> DeltaOp:
+    name = _only_variant(op, _OP_FIELDS, path, dialect)
+    body = getattr(op, name)
+    here = f"{path}.{name}"
+    if name == "CellSet":
+        return CellSet(body.node, _value(body.payload, f"{here}.payload", dialect))
+    if name == "SlotValue":
+        return SlotValue(body.node, _value(body.payload, f"{here}.payload", dialect))
+    if name == "Invalidate":
+        return Invalidate(body.node)
+    if name == "NodeAdd":
+        state, payload = _state(body.state, f"{here}.state", dialect)
+        # Resolved and unset are implied by the payload (the seed's form); others are spelled.
+        explicit = None if state in ("resolved", "unset") else state
+        return NodeAdd(body.node, body.type_tag, payload, body.key, explicit)
+    if name == "NodeRemove":
+        return NodeRemove(body.node)
+    if name == "EdgeAdd":
+        return EdgeAdd(body.dependent, body.dependency)
+    return EdgeRemove(body.dependent, body.dependency)
+
+
+def _hash(raw: Any) -> bytes | None:
+    return None if raw is None else bytes(raw)
+
+
+def from_wire(env: WEnvelope[Any], dialect: str) -> IpcMessage:
+    """The message an envelope carries; ``DecodeError`` naming the wire path if it is invalid."""
+    kind = _only_variant(env, _ENVELOPE_FIELDS, "$", dialect)
+    body = getattr(env, kind)
+    if kind == "Delta":
+        if body.epoch != body.base_epoch + 1:
+            raise DecodeError(
+                f"{dialect}: epoch {body.epoch} is not base_epoch {body.base_epoch} + 1",
+                path="$.Delta.epoch",
+            )
+        ops = tuple(_op(op, f"$.Delta.ops[{i}]", dialect) for i, op in enumerate(body.ops))
+        return Delta(body.base_epoch, body.epoch, ops, _hash(body.state_hash))
+    if kind == "Snapshot":
+        nodes = []
+        for i, n in enumerate(body.nodes):
+            state, payload = _state(n.state, f"$.Snapshot.nodes[{i}].state", dialect)
+            nodes.append(NodeSnapshot(n.node, n.type_tag, state, payload, n.key))
+        return Snapshot(body.epoch, tuple(nodes), body.edges, body.roots, _hash(body.state_hash))
+    if kind == "ResyncRequest":
+        return ResyncRequest(last_epoch=body.from_epoch)
+    if kind == "OutboxAck":
+        return OutboxAck(body.through_epoch)
+    ops_ = tuple(
+        CrdtOp(o.node, o.stamp, _value(o.state, f"$.CrdtSync.ops[{i}].state", dialect), o.key)
+        for i, o in enumerate(body.ops)
+    )
+    return CrdtSync(body.frontier, ops_)
+
+
+# --- messages -> wire ------------------------------------------------------------------------
+
+
+def _wire_state(state: NodeState, payload: Payload | None) -> UnitState | WState[list[int]]:
+    if payload is None:
+        if state == "resolved":
+            raise LocalProtocolError("a resolved node needs a payload")
+        return _STATE_TO_UNIT[state]
+    if isinstance(payload, BlobRef):
+        return WState(SharedBlob=payload)
+    return WState(Payload=list(payload))
+
+
+def _wire_value(payload: Payload) -> WValue[list[int]]:
+    if isinstance(payload, BlobRef):
+        return WValue(SharedBlob=payload)
+    return WValue(Inline=list(payload))
+
+
+def _wire_op(op: DeltaOp) -> WOp[list[int]]:
+    if isinstance(op, CellSet):
+        return WOp(CellSet=WValueOp(op.slot_id, _wire_value(op.payload)))
+    if isinstance(op, SlotValue):
+        return WOp(SlotValue=WValueOp(op.slot_id, _wire_value(op.payload)))
+    if isinstance(op, Invalidate):
+        return WOp(Invalidate=WNodeRef(op.slot_id))
+    if isinstance(op, NodeAdd):
+        state = _wire_state(op.effective_state, op.payload)
+        return WOp(NodeAdd=WNode(op.slot_id, op.type_tag, state, op.key))
+    if isinstance(op, NodeRemove):
+        return WOp(NodeRemove=WNodeRef(op.slot_id))
+    if isinstance(op, EdgeAdd):
+        return WOp(EdgeAdd=Edge(op.dependent, op.dependency))
+    return WOp(EdgeRemove=Edge(op.dependent, op.dependency))
+
+
+def _wire_hash(h: bytes | None) -> list[int] | None:
+    return None if h is None else list(h)
+
+
+def to_wire(message: IpcMessage) -> WEnvelope[list[int]]:
+    """The envelope for a message. A ResyncRequest's ``reason`` has no place here and is dropped;
+    a missing ``last_epoch`` goes out as ``from_epoch`` 0."""
+    if isinstance(message, Delta):
+        ops = [_wire_op(op) for op in message.ops]
+        return WEnvelope(
+            Delta=WDelta(
+                message.base_epoch, message.epoch, tuple(ops), _wire_hash(message.state_hash)
+            )
+        )
+    if isinstance(message, Snapshot):
+        nodes = tuple(
+            WNode(n.slot_id, n.type_tag, _wire_state(n.state, n.payload), n.key)
+            for n in message.nodes
+        )
+        return WEnvelope(
+            Snapshot=WSnapshot(
+                message.epoch, nodes, message.edges, message.roots, _wire_hash(message.state_hash)
+            )
+        )
+    if isinstance(message, ResyncRequest):
+        return WEnvelope(ResyncRequest=WResync(message.last_epoch or 0))
+    if isinstance(message, OutboxAck):
+        return WEnvelope(OutboxAck=WAck(message.through_epoch))
+    ops_ = tuple(WCrdtOp(o.slot_id, o.stamp, _wire_value(o.state), o.key) for o in message.ops)
+    return WEnvelope(CrdtSync=WCrdtSync(ops_, message.frontier))
