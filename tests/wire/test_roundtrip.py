@@ -56,3 +56,15 @@ def test_tagged_node_add_state_spelling(written: NodeAdd, read: NodeAdd) -> None
     for mod in TAGGED:
         got = mod.decode(mod.encode(Delta(0, 1, (written,))))
         assert got == Delta(0, 1, (read,))
+
+
+def test_dialects_by_name() -> None:
+    from octosync.errors import LocalProtocolError
+    from octosync.wire import dialect
+
+    assert dialect("json") is seed_json
+    assert dialect("json_tagged") is json_tagged
+    assert dialect("msgpack") is msgpack
+    with pytest.raises(LocalProtocolError) as info:
+        dialect("bincode")
+    assert info.value.path == "codec"

@@ -19,6 +19,7 @@ so the path of a failure is the wire path (``$.Delta.ops[2].CellSet.node``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
@@ -153,55 +154,82 @@ _OP_FIELDS = WOp.__struct_fields__
 # --- wire -> messages ------------------------------------------------------------------------
 
 
-def _only_variant(obj: msgspec.Struct, fields: tuple[str, ...], path: str, dialect: str) -> str:
-    present = [f for f in fields if getattr(obj, f) is not UNSET]
-    if len(present) != 1:
-        found = ", ".join(present) or "none"
-        raise DecodeError(
-            f"{dialect}: expected exactly one of {', '.join(fields)}; found {found}", path=path
-        )
-    return present[0]
+def _lazy_path(template: str, index: int) -> Callable[[], str]:
+    """Error paths are only formatted when there is an error."""
+    return lambda: template.format(index)
 
 
-def _state(state: Any, path: str, dialect: str) -> tuple[NodeState, Payload | None]:
-    if isinstance(state, str):
-        return _UNIT_TO_STATE[state], None
-    _only_variant(state, ("Payload", "SharedBlob"), path, dialect)
-    blob = state.SharedBlob
-    return "resolved", blob if isinstance(blob, BlobRef) else bytes(state.Payload)
+def _variant_error(obj: msgspec.Struct, path: str, dialect: str) -> DecodeError:
+    fields = obj.__struct_fields__
+    found = ", ".join(f for f in fields if getattr(obj, f) is not UNSET) or "none"
+    return DecodeError(
+        f"{dialect}: expected exactly one of {', '.join(fields)}; found {found}", path=path
+    )
 
 
-def _value(value: WValue[Any], path: str, dialect: str) -> Payload:
-    _only_variant(value, ("Inline", "SharedBlob"), path, dialect)
-    blob = value.SharedBlob
-    if isinstance(blob, BlobRef):
-        return blob
-    inline: Any = value.Inline
-    return bytes(inline)
+def _only_variant(obj: msgspec.Struct, path: str, dialect: str) -> int:
+    """Index of the one variant present in an externally tagged enum."""
+    values = msgspec.structs.astuple(obj)
+    if values.count(UNSET) != len(values) - 1:
+        raise _variant_error(obj, path, dialect)
+    for index, value in enumerate(values):  # noqa: B007 - the index is the result
+        if value is not UNSET:
+            break
+    return index
+
+
+def _two_way(first: Any, blob: Any) -> Payload | None:
+    """The payload of a {bytes-variant | SharedBlob} enum; None unless exactly one is present."""
+    if blob is UNSET:
+        return None if first is UNSET else bytes(first)
+    return blob if first is UNSET else None
 
 
 _UNIT_TO_STATE: dict[str, NodeState] = {"Opaque": "opaque", "Dirty": "dirty", "Unset": "unset"}
 _STATE_TO_UNIT: dict[str, UnitState] = {v: k for k, v in _UNIT_TO_STATE.items()}  # type: ignore[misc]
 
 
-def _op(op: WOp[Any], path: str, dialect: str) -> DeltaOp:
-    name = _only_variant(op, _OP_FIELDS, path, dialect)
-    body = getattr(op, name)
-    here = f"{path}.{name}"
-    if name == "CellSet":
-        return CellSet(body.node, _value(body.payload, f"{here}.payload", dialect))
-    if name == "SlotValue":
-        return SlotValue(body.node, _value(body.payload, f"{here}.payload", dialect))
-    if name == "Invalidate":
+def _state(state: Any, path: Callable[[], str], dialect: str) -> tuple[NodeState, Payload | None]:
+    if isinstance(state, str):
+        return _UNIT_TO_STATE[state], None
+    payload = _two_way(state.Payload, state.SharedBlob)
+    if payload is None:
+        raise _variant_error(state, path(), dialect)
+    return "resolved", payload
+
+
+def _value(value: WValue[Any], path: Callable[[], str], dialect: str) -> Payload:
+    payload = _two_way(value.Inline, value.SharedBlob)
+    if payload is None:
+        raise _variant_error(value, path(), dialect)
+    return payload
+
+
+def _op(op: WOp[Any], index: int, dialect: str) -> DeltaOp:
+    def here(suffix: str = "") -> str:
+        return f"$.Delta.ops[{index}]{suffix}"
+
+    kind = _only_variant(op, here(), dialect) if op.CellSet is UNSET else 0
+    if kind == 0:
+        if msgspec.structs.astuple(op).count(UNSET) != 6:
+            raise _variant_error(op, here(), dialect)
+        body: Any = op.CellSet
+        return CellSet(body.node, _value(body.payload, lambda: here(".CellSet.payload"), dialect))
+    body = getattr(op, _OP_FIELDS[kind])
+    if kind == 1:
+        return SlotValue(
+            body.node, _value(body.payload, lambda: here(".SlotValue.payload"), dialect)
+        )
+    if kind == 2:
         return Invalidate(body.node)
-    if name == "NodeAdd":
-        state, payload = _state(body.state, f"{here}.state", dialect)
+    if kind == 3:
+        state, payload = _state(body.state, lambda: here(".NodeAdd.state"), dialect)
         # Resolved and unset are implied by the payload (the seed's form); others are spelled.
         explicit = None if state in ("resolved", "unset") else state
         return NodeAdd(body.node, body.type_tag, payload, body.key, explicit)
-    if name == "NodeRemove":
+    if kind == 4:
         return NodeRemove(body.node)
-    if name == "EdgeAdd":
+    if kind == 5:
         return EdgeAdd(body.dependent, body.dependency)
     return EdgeRemove(body.dependent, body.dependency)
 
@@ -212,7 +240,7 @@ def _hash(raw: Any) -> bytes | None:
 
 def from_wire(env: WEnvelope[Any], dialect: str) -> IpcMessage:
     """The message an envelope carries; ``DecodeError`` naming the wire path if it is invalid."""
-    kind = _only_variant(env, _ENVELOPE_FIELDS, "$", dialect)
+    kind = _ENVELOPE_FIELDS[_only_variant(env, "$", dialect)]
     body = getattr(env, kind)
     if kind == "Delta":
         if body.epoch != body.base_epoch + 1:
@@ -220,12 +248,12 @@ def from_wire(env: WEnvelope[Any], dialect: str) -> IpcMessage:
                 f"{dialect}: epoch {body.epoch} is not base_epoch {body.base_epoch} + 1",
                 path="$.Delta.epoch",
             )
-        ops = tuple(_op(op, f"$.Delta.ops[{i}]", dialect) for i, op in enumerate(body.ops))
+        ops = tuple([_op(op, i, dialect) for i, op in enumerate(body.ops)])
         return Delta(body.base_epoch, body.epoch, ops, _hash(body.state_hash))
     if kind == "Snapshot":
         nodes = []
         for i, n in enumerate(body.nodes):
-            state, payload = _state(n.state, f"$.Snapshot.nodes[{i}].state", dialect)
+            state, payload = _state(n.state, _lazy_path("$.Snapshot.nodes[{}].state", i), dialect)
             nodes.append(NodeSnapshot(n.node, n.type_tag, state, payload, n.key))
         return Snapshot(body.epoch, tuple(nodes), body.edges, body.roots, _hash(body.state_hash))
     if kind == "ResyncRequest":
@@ -233,7 +261,12 @@ def from_wire(env: WEnvelope[Any], dialect: str) -> IpcMessage:
     if kind == "OutboxAck":
         return OutboxAck(body.through_epoch)
     ops_ = tuple(
-        CrdtOp(o.node, o.stamp, _value(o.state, f"$.CrdtSync.ops[{i}].state", dialect), o.key)
+        CrdtOp(
+            o.node,
+            o.stamp,
+            _value(o.state, _lazy_path("$.CrdtSync.ops[{}].state", i), dialect),
+            o.key,
+        )
         for i, o in enumerate(body.ops)
     )
     return CrdtSync(body.frontier, ops_)
