@@ -149,7 +149,6 @@ class WEnvelope(_W, Generic[B], frozen=True):
 
 
 _ENVELOPE_FIELDS = WEnvelope.__struct_fields__
-_OP_FIELDS = WOp.__struct_fields__
 
 # --- wire -> messages ------------------------------------------------------------------------
 
@@ -167,15 +166,14 @@ def _variant_error(obj: msgspec.Struct, path: str, dialect: str) -> DecodeError:
     )
 
 
-def _only_variant(obj: msgspec.Struct, path: str, dialect: str) -> int:
-    """Index of the one variant present in an externally tagged enum."""
+def _variant(obj: msgspec.Struct) -> tuple[int, Any]:
+    """``(index, body)`` of the one variant present in an externally tagged enum, else (-1, _)."""
     values = msgspec.structs.astuple(obj)
-    if values.count(UNSET) != len(values) - 1:
-        raise _variant_error(obj, path, dialect)
-    for index, value in enumerate(values):  # noqa: B007 - the index is the result
-        if value is not UNSET:
-            break
-    return index
+    if values.count(UNSET) == len(values) - 1:
+        for index, value in enumerate(values):
+            if value is not UNSET:
+                return index, value
+    return -1, None
 
 
 def _two_way(first: Any, blob: Any) -> Payload | None:
@@ -206,32 +204,33 @@ def _value(value: WValue[Any], path: Callable[[], str], dialect: str) -> Payload
 
 
 def _op(op: WOp[Any], index: int, dialect: str) -> DeltaOp:
-    def here(suffix: str = "") -> str:
-        return f"$.Delta.ops[{index}]{suffix}"
-
-    kind = _only_variant(op, here(), dialect) if op.CellSet is UNSET else 0
+    kind, body = _variant(op)
     if kind == 0:
-        if msgspec.structs.astuple(op).count(UNSET) != 6:
-            raise _variant_error(op, here(), dialect)
-        body: Any = op.CellSet
-        return CellSet(body.node, _value(body.payload, lambda: here(".CellSet.payload"), dialect))
-    body = getattr(op, _OP_FIELDS[kind])
-    if kind == 1:
-        return SlotValue(
-            body.node, _value(body.payload, lambda: here(".SlotValue.payload"), dialect)
+        payload = _value(
+            body.payload, _lazy_path("$.Delta.ops[{}].CellSet.payload", index), dialect
         )
+        return CellSet(body.node, payload)
+    if kind == 1:
+        payload = _value(
+            body.payload, _lazy_path("$.Delta.ops[{}].SlotValue.payload", index), dialect
+        )
+        return SlotValue(body.node, payload)
     if kind == 2:
         return Invalidate(body.node)
     if kind == 3:
-        state, payload = _state(body.state, lambda: here(".NodeAdd.state"), dialect)
+        state, node_payload = _state(
+            body.state, _lazy_path("$.Delta.ops[{}].NodeAdd.state", index), dialect
+        )
         # Resolved and unset are implied by the payload (the seed's form); others are spelled.
         explicit = None if state in ("resolved", "unset") else state
-        return NodeAdd(body.node, body.type_tag, payload, body.key, explicit)
+        return NodeAdd(body.node, body.type_tag, node_payload, body.key, explicit)
     if kind == 4:
         return NodeRemove(body.node)
     if kind == 5:
         return EdgeAdd(body.dependent, body.dependency)
-    return EdgeRemove(body.dependent, body.dependency)
+    if kind == 6:
+        return EdgeRemove(body.dependent, body.dependency)
+    raise _variant_error(op, f"$.Delta.ops[{index}]", dialect)
 
 
 def _hash(raw: Any) -> bytes | None:
@@ -240,8 +239,10 @@ def _hash(raw: Any) -> bytes | None:
 
 def from_wire(env: WEnvelope[Any], dialect: str) -> IpcMessage:
     """The message an envelope carries; ``DecodeError`` naming the wire path if it is invalid."""
-    kind = _ENVELOPE_FIELDS[_only_variant(env, "$", dialect)]
-    body = getattr(env, kind)
+    index, body = _variant(env)
+    if index < 0:
+        raise _variant_error(env, "$", dialect)
+    kind = _ENVELOPE_FIELDS[index]
     if kind == "Delta":
         if body.epoch != body.base_epoch + 1:
             raise DecodeError(
