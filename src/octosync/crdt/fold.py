@@ -92,8 +92,11 @@ class _CounterEntry:
         return sum(amount for _, amount in self.incs.values())
 
 
-def _newer(a: Timestamp | None, b: Timestamp) -> Timestamp:
-    return b if a is None or b > a else a
+def _account(entry: _OrEntry | _CounterEntry, rec: OpRecord) -> None:
+    """A new record for an OR or counter key: bump its newest ts and its record-set hash."""
+    if entry.top is None or rec.ts > entry.top:
+        entry.top = rec.ts
+    entry.set_hash = (entry.set_hash + fmix32(fnv1a32(f"{rec.key}:{rec.op_id}"))) & MASK32
 
 
 class MapStore:
@@ -167,8 +170,7 @@ class MapStore:
             entry.removed_tags.update(tags)
         else:
             entry.adds[rec.op_id] = rec
-        entry.top = _newer(entry.top, rec.ts)
-        entry.set_hash = (entry.set_hash + fmix32(fnv1a32(f"{rec.key}:{rec.op_id}"))) & MASK32
+        _account(entry, rec)
         return True
 
     def _apply_inc(self, rec: OpRecord) -> bool:
@@ -185,8 +187,7 @@ class MapStore:
         if rec.op_id in entry.incs:
             return False
         entry.incs[rec.op_id] = (rec, amount)
-        entry.top = _newer(entry.top, rec.ts)
-        entry.set_hash = (entry.set_hash + fmix32(fnv1a32(f"{rec.key}:{rec.op_id}"))) & MASK32
+        _account(entry, rec)
         return True
 
     # -- reading state --------------------------------------------------------------------
