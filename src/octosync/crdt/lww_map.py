@@ -14,6 +14,7 @@ import msgspec
 
 from octosync.crdt.hlc import HLC
 from octosync.crdt.merkle import MerkleTree
+from octosync.crdt.registers import value_order
 from octosync.crdt.timestamp import Timestamp
 
 
@@ -26,6 +27,12 @@ class LWWRecord(msgspec.Struct, frozen=True):
 
     def expired(self, now_ms: int) -> bool:
         return self.ttl_ms is not None and self.timestamp.millis + self.ttl_ms <= now_ms
+
+
+def _wins(new: LWWRecord, cur: LWWRecord) -> bool:
+    if new.timestamp != cur.timestamp:
+        return new.timestamp > cur.timestamp
+    return value_order(new.value) > value_order(cur.value)
 
 
 class LWWMap:
@@ -50,7 +57,7 @@ class LWWMap:
         """Accept a remote record if newer; ``True`` only when the visible value changed."""
         self.hlc.update(rec.timestamp)
         cur = self._records.get(key)
-        if cur is not None and rec.timestamp <= cur.timestamp:
+        if cur is not None and not _wins(rec, cur):
             return False
         self._store(key, rec)
         return cur is None or cur.value != rec.value or cur.ttl_ms != rec.ttl_ms

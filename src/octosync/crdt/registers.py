@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Generic, TypeVar
 
+import msgspec
+
 from octosync.crdt.timestamp import Timestamp
 
 T = TypeVar("T")
@@ -30,7 +32,12 @@ class LWWRegister(Generic[T]):
         return self.merge(LWWRegister(value, ts))
 
     def merge(self, other: LWWRegister[T]) -> bool:
-        if other.ts is None or (self.ts is not None and other.ts <= self.ts):
+        if other.ts is None:
+            return False
+        if self.ts is not None and (other.ts, value_order(other.value)) <= (
+            self.ts,
+            value_order(self.value),
+        ):
             return False
         changed = other.value != self.value or self.ts is None
         self.value, self.ts = other.value, other.ts
@@ -38,6 +45,14 @@ class LWWRegister(Generic[T]):
 
     def state(self) -> tuple[T | None, Timestamp | None]:
         return self.value, self.ts
+
+
+def value_order(value: object) -> bytes:
+    """Tie-break for two writes with one timestamp (a clock misuse): larger MsgPack bytes win."""
+    try:
+        return msgspec.msgpack.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return repr(value).encode()
 
 
 def _dominates(a: VersionVector, b: VersionVector) -> bool:

@@ -28,12 +28,16 @@ class TopGunStruct(
     def __post_init__(self) -> None:
         for name in self.integral:
             value = getattr(self, name)
+            if value is None:
+                continue
+            if value < 0 or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(f"{self._wire_name(name)}: expected a non-negative integer")
             if isinstance(value, float):
-                if not value.is_integer():
-                    raise ValueError(f"{name}: expected an integer, got {value!r}")
                 msgspec.structs.force_setattr(self, name, int(value))
-            if isinstance(value, int | float) and value < 0:
-                raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
+
+    @classmethod
+    def _wire_name(cls, name: str) -> str:
+        return cls.__struct_encode_fields__[cls.__struct_fields__.index(name)]
 
 
 class WireTimestamp(TopGunStruct, frozen=True):
