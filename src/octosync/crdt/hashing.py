@@ -18,14 +18,18 @@ FNV_PRIME = 0x01000193
 _UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 
 
-def fnv1a32(text: str) -> int:
-    """FNV-1a-32 of ``text`` taken as UTF-16 code units (ASCII takes the byte fast path)."""
-    h = FNV_OFFSET
+def fnv1a32(text: str, h: int = FNV_OFFSET) -> int:
+    """FNV-1a-32 of ``text`` taken as UTF-16 code units (ASCII takes the byte fast path).
+
+    ``h`` continues from an earlier state: ``fnv1a32(b, fnv1a32(a)) == fnv1a32(a + b)``, so a
+    key's route hash is reused for its ``key:millis:counter:nodeId`` entry hash.
+    """
     units: Iterable[int] = (
         text.encode("ascii") if text.isascii() else memoryview(text.encode(_UTF16)).cast("H")
     )
+    prime, mask = FNV_PRIME, MASK32  # locals: this loop is the hot path of every Merkle write
     for unit in units:
-        h = ((h ^ unit) * FNV_PRIME) & MASK32
+        h = ((h ^ unit) * prime) & mask
     return h
 
 
@@ -47,6 +51,13 @@ def combine(hashes: Iterable[int]) -> int:
     return total & MASK32
 
 
-def lww_item_hash(key: str, millis: int, counter: int, node_id: str) -> int:
-    """The LWW leaf entry hash TopGun uses: FNV-1a of ``key:millis:counter:nodeId``."""
-    return fnv1a32(f"{key}:{millis}:{counter}:{node_id}")
+def lww_item_hash(
+    key: str, millis: int, counter: int, node_id: str, key_hash: int | None = None
+) -> int:
+    """The LWW leaf entry hash TopGun uses: FNV-1a of ``key:millis:counter:nodeId``.
+
+    Pass ``key_hash = fnv1a32(key)`` when it is already known to skip re-hashing the key.
+    """
+    if key_hash is None:
+        key_hash = fnv1a32(key)
+    return fnv1a32(f":{millis}:{counter}:{node_id}", key_hash)

@@ -62,6 +62,13 @@ class LWWMap:
         self._store(key, rec)
         return cur is None or cur.value != rec.value or cur.ttl_ms != rec.ttl_ms
 
+    def copy(self, hlc: HLC) -> LWWMap:
+        """A replica with the same records and tree, stamping its own writes with ``hlc``."""
+        twin = LWWMap(hlc, self.merkle.depth)
+        twin._records = dict(self._records)
+        twin.merkle = self.merkle.copy()
+        return twin
+
     def merge_map(self, other: LWWMap) -> int:
         """Merge every record of ``other``; returns how many keys changed value."""
         return sum(1 for key, rec in other.records() if self.merge(key, rec))

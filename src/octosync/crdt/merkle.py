@@ -56,11 +56,15 @@ class MerkleTree:
 
     def update(self, key: str, ts: Timestamp) -> None:
         """Record ``key`` at ``ts`` with TopGun's LWW entry hash ``key:millis:counter:nodeId``."""
-        self.set_item(key, lww_item_hash(key, ts.millis, ts.counter, ts.node_id))
+        route = fnv1a32(key)
+        self._set(key, route, lww_item_hash(key, ts.millis, ts.counter, ts.node_id, route))
 
     def set_item(self, key: str, item_hash: int) -> None:
         """Record ``key`` with a precomputed 32-bit entry hash (OR-Map leaves, counters)."""
-        leaf_idx = fnv1a32(key) >> self._shift
+        self._set(key, fnv1a32(key), item_hash)
+
+    def _set(self, key: str, route: int, item_hash: int) -> None:
+        leaf_idx = route >> self._shift
         entries = self._leaves.get(leaf_idx)
         if entries is None:
             entries = self._leaves[leaf_idx] = {}
@@ -81,15 +85,17 @@ class MerkleTree:
         self._propagate(leaf_idx, -fmix32(old))
 
     def _propagate(self, idx: int, delta: int) -> None:
+        """Add ``delta`` to a leaf and carry each node's fmix32 change up to the root."""
+        levels = self._levels
         level = self._depth
         while delta:
-            nodes = self._levels[level]
+            nodes = levels[level]
             old = nodes.get(idx, 0)
             new = (old + delta) & MASK32
             if new:
                 nodes[idx] = new
             else:
-                nodes.pop(idx, None)
+                del nodes[idx]
             if level == 0:
                 return
             delta = fmix32(new) - fmix32(old)
