@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from octosync.crdt.hashing import MASK32, fmix32, fnv1a32, lww_item_hash
+from octosync.crdt.lww_map import LWWRecord
 from octosync.crdt.merkle import MerkleTree
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.timestamp import Timestamp
@@ -201,6 +202,10 @@ class MapStore:
         rec = self._lww.get((map_name, key))
         return rec.value if rec is not None and rec.op is OpKind.PUT else None
 
+    def lww_winner(self, map_name: str, key: str) -> OpRecord | None:
+        """The winning ``PUT``/``REMOVE`` record of an LWW key."""
+        return self._lww.get((map_name, key))
+
     def or_values(self, map_name: str, key: str) -> list[tuple[str, bytes]]:
         """Live ``(tag, value bytes)`` of an OR key, ordered by tag."""
         entry = self._or.get((map_name, key))
@@ -319,3 +324,38 @@ def fold(records: Iterable[OpRecord], merkle_depth: int = 3) -> MapStore:
     store = MapStore(merkle_depth)
     store.apply_all(records)
     return store
+
+
+class StoreSyncView:
+    """One LWW map of a :class:`MapStore` as a sync source and target (TopGun Merkle walk).
+
+    Leaf records carry each key's LWW winner (value decoded from its MsgPack bytes, ``None``
+    for a tombstone); a record received is folded back as a ``PUT``/``REMOVE`` op record whose
+    origin is the timestamp's node and whose op id is the timestamp's string form.
+    """
+
+    def __init__(self, store: MapStore, map_name: str) -> None:
+        self.store = store
+        self.map_name = map_name
+
+    @property
+    def merkle(self) -> MerkleTree:
+        return self.store.merkle(self.map_name)
+
+    def leaf_records(self, path: str) -> list[tuple[str, LWWRecord]]:
+        out: list[tuple[str, LWWRecord]] = []
+        for key in sorted(self.merkle.leaf(path)):
+            win = self.store.lww_winner(self.map_name, key)
+            if win is not None:
+                value = None if win.op is OpKind.REMOVE else _ANY.decode(win.value)
+                out.append((key, LWWRecord(value, win.ts)))
+        return out
+
+    def merge(self, key: str, rec: LWWRecord) -> bool:
+        ts = rec.timestamp
+        if rec.value is None:
+            op = OpRecord(self.map_name, key, OpKind.REMOVE, b"", ts, ts.node_id, str(ts))
+        else:
+            value = _ENC.encode(rec.value)
+            op = OpRecord(self.map_name, key, OpKind.PUT, value, ts, ts.node_id, str(ts))
+        return self.store.apply(op)

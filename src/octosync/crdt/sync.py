@@ -121,6 +121,7 @@ class SyncRequester:
         self.reset_required = False
         self.pending: set[str] = set()
         self.records_received = 0
+        self.received_keys: list[str] = []
         self.changed = 0
 
     @property
@@ -152,6 +153,7 @@ class SyncRequester:
             for item in msg.payload.records:
                 key, rec = from_wire(item)
                 self.records_received += 1
+                self.received_keys.append(key)
                 if self.target.merge(key, rec):
                     self.changed += 1
             return []
