@@ -135,8 +135,31 @@ class MapStore:
         return changed
 
     def apply_all(self, records: Iterable[OpRecord]) -> int:
-        """Fold many records; returns how many changed their key's state."""
-        return sum(1 for rec in records if self.apply(rec))
+        """Fold many records; returns how many changed their key's state.
+
+        The LWW case (the bulk of any journal) is inlined here; it is :meth:`apply` exactly.
+        """
+        lww, dirty = self._lww, self._dirty
+        put, remove = OpKind.PUT, OpKind.REMOVE
+        changed = 0
+        for rec in records:
+            op = rec.op
+            if op is not put and op is not remove:
+                changed += self.apply(rec)
+                continue
+            slot = (rec.map, rec.key)
+            cur = lww.get(slot)
+            if cur is not None:
+                ts, cur_ts = rec.ts, cur.ts
+                if ts < cur_ts or (ts == cur_ts and rec.op_id <= cur.op_id):
+                    continue
+            lww[slot] = rec
+            keys = dirty.get(rec.map)
+            if keys is None:
+                keys = dirty[rec.map] = set()
+            keys.add(rec.key)
+            changed += 1
+        return changed
 
     def _apply_lww(self, rec: OpRecord) -> bool:
         slot = (rec.map, rec.key)
@@ -304,7 +327,13 @@ class MapStore:
         if tree is None:
             tree = self._trees[map_name] = MerkleTree(self._depth)
         dirty = self._dirty.pop(map_name, None)
+        lww, orm, ctr = self._lww, self._or, self._ctr
         for key in dirty or ():
+            slot = (map_name, key)
+            win = lww.get(slot)
+            if win is not None and slot not in orm and slot not in ctr:
+                tree.update(key, win.ts)  # the common case: reuses the key's route hash
+                continue
             h = self.entry_hash(map_name, key)
             if h is None:
                 tree.remove(key)

@@ -24,7 +24,7 @@ _HEX = "0123456789abcdef"
 class MerkleTree:
     """Incremental hex prefix trie of ``depth`` levels (``root()`` is level 0)."""
 
-    __slots__ = ("_depth", "_leaves", "_levels", "_shift")
+    __slots__ = ("_depth", "_leaves", "_levels", "_mixed", "_shift")
 
     def __init__(self, depth: int = 3) -> None:
         if not 1 <= depth <= MAX_DEPTH:
@@ -33,6 +33,7 @@ class MerkleTree:
         self._shift = 32 - 4 * depth
         # _levels[level][prefix index] = node hash (non-zero only)
         self._levels: list[dict[int, int]] = [{} for _ in range(depth + 1)]
+        self._mixed: list[dict[int, int]] = [{} for _ in range(depth + 1)]
         self._leaves: dict[int, dict[str, int]] = {}
 
     @property
@@ -49,6 +50,7 @@ class MerkleTree:
     def copy(self) -> MerkleTree:
         twin = MerkleTree(self._depth)
         twin._levels = [dict(level) for level in self._levels]
+        twin._mixed = [dict(level) for level in self._mixed]
         twin._leaves = {idx: dict(entries) for idx, entries in self._leaves.items()}
         return twin
 
@@ -85,20 +87,32 @@ class MerkleTree:
         self._propagate(leaf_idx, -fmix32(old))
 
     def _propagate(self, idx: int, delta: int) -> None:
-        """Add ``delta`` to a leaf and carry each node's fmix32 change up to the root."""
-        levels = self._levels
+        """Add ``delta`` to a leaf and carry each node's fmix32 change up to the root.
+
+        ``_mixed`` caches ``fmix32`` of every stored node, so each level mixes only its new
+        hash: one fmix32 per level per write.
+        """
+        levels, mixed = self._levels, self._mixed
         level = self._depth
         while delta:
             nodes = levels[level]
             old = nodes.get(idx, 0)
             new = (old + delta) & MASK32
+            if level == 0:
+                if new:
+                    nodes[idx] = new
+                else:
+                    del nodes[idx]
+                return
+            mixes = mixed[level]
             if new:
+                new_mix = fmix32(new)
                 nodes[idx] = new
+                delta = new_mix - mixes.get(idx, 0)
+                mixes[idx] = new_mix
             else:
                 del nodes[idx]
-            if level == 0:
-                return
-            delta = fmix32(new) - fmix32(old)
+                delta = -mixes.pop(idx)
             idx >>= 4
             level -= 1
 
