@@ -178,6 +178,11 @@ def test_batch_count_mismatch_and_truncation() -> None:
         ({"type": "PING", "timestamp": "1"}, "timestamp"),
         ({"type": "PING", "timestamp": 1, "extra": 1}, None),
         ({"type": "NOPE"}, "type"),
+        ({"type": "SYNC_INIT", "mapName": "m", "rootHash": 2**32}, "rootHash"),
+        (
+            {"type": "SYNC_RESP_BUCKETS", "payload": {"mapName": "m", "buckets": {"a": -1}}},
+            "payload.buckets",
+        ),
         ({"type": "AUTH_FAIL", "code": "x"}, "code"),
         ({"type": "LOCK_GRANTED", "payload": {"requestId": "r"}}, "payload"),
         (
