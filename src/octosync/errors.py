@@ -141,6 +141,20 @@ class SyncResetRequired(RemoteProtocolError):
     code = 18
 
 
+class InvalidBucketPath(RemoteProtocolError):
+    """A Merkle bucket path that is not a hex prefix shorter than (or equal to) the tree depth."""
+
+    name = "InvalidBucketPath"
+    code = 70
+
+
+class CrdtValueError(RemoteProtocolError):
+    """An op record whose value bytes do not hold what its op kind requires."""
+
+    name = "CrdtValueError"
+    code = 71
+
+
 class AuthError(OctosyncError):
     """Authentication or authorisation failed."""
 

@@ -1,0 +1,171 @@
+"""Merkle prefix trie over a map's keys, hash-compatible with TopGun.
+
+A key is routed by the hex digits of ``fnv1a32(key)`` (``depth`` digits, 3 by default); a leaf
+bucket holds ``key -> item hash`` and hashes to the fmix32 sum of its items; an inner node hashes
+to the fmix32 sum of its children. Because the combine is a sum, a write changes every ancestor
+by a difference: an update costs O(depth), never a walk over siblings or entries.
+
+Nodes whose hash is 0 are not stored (and not listed by :meth:`MerkleTree.buckets`): fmix32(0) is
+0, so an empty child and a missing child contribute the same to their parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from octosync.crdt.hashing import MASK32, fmix32, fnv1a32, lww_item_hash
+from octosync.crdt.timestamp import Timestamp
+from octosync.errors import InvalidBucketPath, LocalProtocolError
+
+MAX_DEPTH = 8
+_HEX = "0123456789abcdef"
+
+
+class MerkleTree:
+    """Incremental hex prefix trie of ``depth`` levels (``root()`` is level 0)."""
+
+    __slots__ = ("_depth", "_leaves", "_levels", "_mixed", "_shift")
+
+    def __init__(self, depth: int = 3) -> None:
+        if not 1 <= depth <= MAX_DEPTH:
+            raise LocalProtocolError(f"depth must be 1..{MAX_DEPTH}, got {depth}", path="depth")
+        self._depth = depth
+        self._shift = 32 - 4 * depth
+        # _levels[level][prefix index] = node hash (non-zero only)
+        self._levels: list[dict[int, int]] = [{} for _ in range(depth + 1)]
+        self._mixed: list[dict[int, int]] = [{} for _ in range(depth + 1)]
+        self._leaves: dict[int, dict[str, int]] = {}
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @classmethod
+    def from_items(cls, items: Iterable[tuple[str, int]], depth: int = 3) -> MerkleTree:
+        tree = cls(depth)
+        for key, item_hash in items:
+            tree.set_item(key, item_hash)
+        return tree
+
+    def copy(self) -> MerkleTree:
+        twin = MerkleTree(self._depth)
+        twin._levels = [dict(level) for level in self._levels]
+        twin._mixed = [dict(level) for level in self._mixed]
+        twin._leaves = {idx: dict(entries) for idx, entries in self._leaves.items()}
+        return twin
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def update(self, key: str, ts: Timestamp) -> None:
+        """Record ``key`` at ``ts`` with TopGun's LWW entry hash ``key:millis:counter:nodeId``."""
+        route = fnv1a32(key)
+        self._set(key, route, lww_item_hash(key, ts.millis, ts.counter, ts.node_id, route))
+
+    def set_item(self, key: str, item_hash: int) -> None:
+        """Record ``key`` with a precomputed 32-bit entry hash (OR-Map leaves, counters)."""
+        self._set(key, fnv1a32(key), item_hash)
+
+    def _set(self, key: str, route: int, item_hash: int) -> None:
+        leaf_idx = route >> self._shift
+        entries = self._leaves.get(leaf_idx)
+        if entries is None:
+            entries = self._leaves[leaf_idx] = {}
+        old = entries.get(key)
+        item_hash &= MASK32
+        entries[key] = item_hash
+        self._propagate(leaf_idx, fmix32(item_hash) - (0 if old is None else fmix32(old)))
+
+    def remove(self, key: str) -> None:
+        """Drop ``key`` (tombstone GC); absent keys are ignored."""
+        leaf_idx = fnv1a32(key) >> self._shift
+        entries = self._leaves.get(leaf_idx)
+        if entries is None or key not in entries:
+            return
+        old = entries.pop(key)
+        if not entries:
+            del self._leaves[leaf_idx]
+        self._propagate(leaf_idx, -fmix32(old))
+
+    def _propagate(self, idx: int, delta: int) -> None:
+        """Add ``delta`` to a leaf and carry each node's fmix32 change up to the root.
+
+        ``_mixed`` caches ``fmix32`` of every stored node, so each level mixes only its new
+        hash: one fmix32 per level per write.
+        """
+        levels, mixed = self._levels, self._mixed
+        level = self._depth
+        while delta:
+            nodes = levels[level]
+            old = nodes.get(idx, 0)
+            new = (old + delta) & MASK32
+            if level == 0:
+                if new:
+                    nodes[idx] = new
+                else:
+                    del nodes[idx]
+                return
+            mixes = mixed[level]
+            if new:
+                new_mix = fmix32(new)
+                nodes[idx] = new
+                delta = new_mix - mixes.get(idx, 0)
+                mixes[idx] = new_mix
+            else:
+                del nodes[idx]
+                delta = -mixes.pop(idx)
+            idx >>= 4
+            level -= 1
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def root(self) -> int:
+        return self._levels[0].get(0, 0)
+
+    def leaf_path(self, key: str) -> str:
+        """The ``depth`` hex digits that route ``key`` to its leaf bucket."""
+        return format(fnv1a32(key) >> self._shift, f"0{self._depth}x")
+
+    def node_hash(self, path: str) -> int:
+        level, idx = self._parse(path, allow_leaf=True)
+        return self._levels[level].get(idx, 0)
+
+    def buckets(self, path: str = "") -> dict[str, int]:
+        """Non-zero child hashes of the inner node at ``path``, keyed by their hex digit."""
+        level, idx = self._parse(path, allow_leaf=False)
+        children = self._levels[level + 1]
+        base = idx << 4
+        out: dict[str, int] = {}
+        for digit in range(16):
+            h = children.get(base + digit)
+            if h:
+                out[_HEX[digit]] = h
+        return out
+
+    def leaf(self, path: str) -> dict[str, int]:
+        """``key -> item hash`` of the leaf bucket at ``path`` (``depth`` hex digits)."""
+        level, idx = self._parse(path, allow_leaf=True)
+        if level != self._depth:
+            raise InvalidBucketPath(
+                f"a leaf path has {self._depth} hex digits, got {path!r}", path="path"
+            )
+        return dict(self._leaves.get(idx, {}))
+
+    def items(self) -> Mapping[str, int]:
+        out: dict[str, int] = {}
+        for entries in self._leaves.values():
+            out.update(entries)
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(entries) for entries in self._leaves.values())
+
+    def _parse(self, path: str, *, allow_leaf: bool) -> tuple[int, int]:
+        """``(level, prefix index)`` of a bucket path; TopGun's ``"0/1/2"`` form is accepted."""
+        digits = path.replace("/", "").lower()
+        limit = self._depth if allow_leaf else self._depth - 1
+        if len(digits) > limit or any(c not in _HEX for c in digits):
+            raise InvalidBucketPath(
+                f"expected at most {limit} hex digits for a depth-{self._depth} tree, got {path!r}",
+                path="path",
+            )
+        return len(digits), int(digits, 16) if digits else 0

@@ -1,0 +1,284 @@
+"""TopGun dialect against the reference fixtures, plus strictness and BATCH framing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from octosync.crdt import OpKind
+from octosync.crdt.sync_messages import SyncInit, SyncRespRoot
+from octosync.errors import DecodeError, Oversize
+from octosync.wire import topgun
+from octosync.wire.topgun import (
+    AuthFail,
+    Batch,
+    ClientOpMessage,
+    CounterSync,
+    OpBatch,
+    Ping,
+    client_op_to_record,
+    decode,
+    encode,
+    pack_batch,
+    split_batch,
+    unpack_batch,
+)
+
+REQUIRED = [
+    "AUTH",
+    "AUTH_REQUIRED",
+    "AUTH_ACK",
+    "AUTH_FAIL",
+    "CLIENT_OP",
+    "OP_BATCH",
+    "OP_ACK",
+    "OP_REJECTED",
+    "SYNC_INIT",
+    "SYNC_RESP_ROOT",
+    "MERKLE_REQ_BUCKET",
+    "SYNC_RESP_BUCKETS",
+    "SYNC_RESP_LEAF",
+    "SYNC_RESET_REQUIRED",
+    "QUERY_SUB",
+    "QUERY_UNSUB",
+    "QUERY_RESP",
+    "QUERY_UPDATE",
+    "TOPIC_SUB",
+    "TOPIC_UNSUB",
+    "TOPIC_PUB",
+    "TOPIC_MESSAGE",
+    "LOCK_REQUEST",
+    "LOCK_GRANTED",
+    "LOCK_RELEASE",
+    "LOCK_RELEASED",
+    "COUNTER_REQUEST",
+    "COUNTER_SYNC",
+    "COUNTER_RESPONSE",
+    "COUNTER_UPDATE",
+    "PING",
+    "PONG",
+    "SERVER_EVENT",
+    "SERVER_BATCH_EVENT",
+    "ERROR",
+    "BATCH",
+]
+
+
+def fixtures(conformance: Path) -> list[Path]:
+    return sorted((conformance / "topgun").glob("*.msgpack"))
+
+
+def normalise(value: Any) -> Any:
+    """Generic value with integral floats as ints and JSON Buffers as bytes."""
+    if isinstance(value, dict):
+        if value.get("type") == "Buffer" and set(value) == {"type", "data"}:
+            return bytes(value["data"])
+        return {k: normalise(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [normalise(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def test_every_required_type_is_in_the_union() -> None:
+    tags = {cls.__struct_config__.tag for cls in topgun.Message.__args__}  # type: ignore[attr-defined]
+    assert set(REQUIRED) <= tags
+
+
+def test_fixture_set_is_present(conformance_dir: Path) -> None:
+    assert len(fixtures(conformance_dir)) >= 30
+
+
+def test_every_fixture_decodes_and_reencodes_to_an_equal_value(conformance_dir: Path) -> None:
+    for path in fixtures(conformance_dir):
+        raw = path.read_bytes()
+        msg = decode(raw)
+        assert msg.__struct_config__.tag == path.stem, path.name
+        again = encode(msg)
+        generic_fixture = normalise(msgspec.msgpack.decode(raw))
+        assert normalise(msgspec.msgpack.decode(again)) == generic_fixture, path.name
+        assert decode(again) == msg, path.name
+        as_json = json.loads(path.with_suffix(".json").read_text())
+        assert normalise(as_json) == generic_fixture, path.name
+
+
+def test_fixture_details(conformance_dir: Path) -> None:
+    topgun_dir = conformance_dir / "topgun"
+    op = decode((topgun_dir / "CLIENT_OP.msgpack").read_bytes())
+    assert isinstance(op, ClientOpMessage)
+    record = op.payload.record
+    assert record is not None
+    assert record.timestamp.millis == 1700000000000
+    assert type(record.timestamp.millis) is int  # sent as float64, held as int
+    assert record.ttl_ms == 60000
+    assert msgspec.msgpack.decode(record.value) == {"name": "Alice", "age": 30}
+    rec = client_op_to_record(op.payload)
+    assert (rec.op, rec.op_id, rec.origin) == (OpKind.PUT, "op-1", "node-1")
+    assert rec.value == bytes(record.value)
+
+    batch = decode((topgun_dir / "OP_BATCH.msgpack").read_bytes())
+    assert isinstance(batch, OpBatch)
+    assert [o.key for o in batch.payload.ops] == ["user-1", "user-2"]
+    counter = decode((topgun_dir / "COUNTER_SYNC.msgpack").read_bytes())
+    assert isinstance(counter, CounterSync)
+    assert counter.payload.state.p == {"node-1": 10}
+    root = decode((topgun_dir / "SYNC_RESP_ROOT.msgpack").read_bytes())
+    assert isinstance(root, SyncRespRoot)
+    assert root.payload.root_hash == 12345
+    init = decode((topgun_dir / "SYNC_INIT.msgpack").read_bytes())
+    assert isinstance(init, SyncInit)
+    assert init.bucket_hashes == {"0": 111, "1": 222, "2": 333}
+
+
+def test_reference_batch_fixture_is_opaque_and_its_frames_do_not_tile(
+    conformance_dir: Path,
+) -> None:
+    batch = decode((conformance_dir / "topgun" / "BATCH.msgpack").read_bytes())
+    assert isinstance(batch, Batch)
+    assert (batch.count, batch.data) == (3, bytes.fromhex("deadbeef"))
+    with pytest.raises(DecodeError):
+        split_batch(batch)
+
+
+frames = st.lists(st.builds(Ping, st.integers(0, 2**53)), max_size=5)
+
+
+@given(frames)
+def test_batch_round_trip(pings: list[Ping]) -> None:
+    encoded = [encode(p) for p in pings]
+    batch = pack_batch(encoded)
+    assert batch.data[:4] == (len(encoded[0]).to_bytes(4, "big") if encoded else b"")
+    again = decode(encode(batch))
+    assert isinstance(again, Batch)
+    assert split_batch(again) == encoded
+    assert unpack_batch(again) == pings
+
+
+def test_batch_count_mismatch_and_truncation() -> None:
+    frame = encode(Ping(1))
+    with pytest.raises(DecodeError) as info:
+        split_batch(Batch(2, len(frame).to_bytes(4, "big") + frame))
+    assert info.value.path == "count"
+    with pytest.raises(DecodeError):
+        split_batch(Batch(1, b"\x00\x00"))
+
+
+@pytest.mark.parametrize(
+    ("doc", "path"),
+    [
+        ({"type": "PING", "timestamp": 1.5}, "timestamp"),
+        ({"type": "PING", "timestamp": -3}, "timestamp"),
+        ({"type": "PING", "timestamp": "1"}, "timestamp"),
+        ({"type": "PING", "timestamp": 1, "extra": 1}, None),
+        ({"type": "NOPE"}, "type"),
+        ({"type": "SYNC_INIT", "mapName": "m", "rootHash": 2**32}, "rootHash"),
+        (
+            {"type": "SYNC_RESP_BUCKETS", "payload": {"mapName": "m", "buckets": {"a": -1}}},
+            "payload.buckets",
+        ),
+        ({"type": "AUTH_FAIL", "code": "x"}, "code"),
+        ({"type": "LOCK_GRANTED", "payload": {"requestId": "r"}}, "payload"),
+        (
+            {
+                "type": "COUNTER_SYNC",
+                "payload": {"name": "c", "state": {"p": {"a": 1.25}, "n": {}}},
+            },
+            "payload.state",
+        ),
+    ],
+)
+def test_strict_decode_names_the_field(doc: dict[str, Any], path: str | None) -> None:
+    with pytest.raises(DecodeError) as info:
+        decode(msgspec.msgpack.encode(doc))
+    if path is not None:
+        assert info.value.path is not None
+        assert info.value.path.startswith(path)
+
+
+def test_integral_floats_are_accepted_as_ints() -> None:
+    msg = decode(msgspec.msgpack.encode({"type": "AUTH_FAIL", "code": 401.0}))
+    assert msg == AuthFail(code=401)
+    assert type(msg.code) is int
+
+
+def test_oversize_and_garbage() -> None:
+    with pytest.raises(Oversize):
+        decode(b"\x80" * 20, max_size=10)
+    with pytest.raises(DecodeError):
+        decode(b"\xc1")
+
+
+@given(st.binary(max_size=64))
+def test_fuzz_decodes_or_raises_decode_error(data: bytes) -> None:
+    try:
+        msg = decode(data)
+    except DecodeError:
+        return
+    assert decode(encode(msg)) == msg
+
+
+def test_sync_session_over_encoded_frames() -> None:
+    """The sync messages survive the wire: every frame goes through encode and decode."""
+    from octosync.crdt import HLC, LWWMap, SyncRequester, SyncResponder
+
+    now = [1_000]
+    a, b = LWWMap(HLC("a", lambda: now[0])), LWWMap(HLC("b", lambda: now[0]))
+    for i in range(40):
+        now[0] += 1
+        b.set(f"k{i}", {"i": i, "s": "é😀"} if i % 5 else None)
+    b.remove("k3")
+    b.set("ttl", "x", ttl_ms=10)
+    requester, responder = SyncRequester("m", a), SyncResponder("m", b)
+    wave: list[Any] = [requester.start()]
+    frames = 0
+    while wave:
+        replies = [decode(encode(r)) for m in wave for r in responder.handle(decode(encode(m)))]
+        frames += len(wave) + len(replies)
+        wave = [m for r in replies for m in requester.receive(r)]  # type: ignore[arg-type]
+    assert requester.done
+    assert frames > 2
+    assert a.state() == b.state()
+    assert a.merkle.root() == b.merkle.root()
+
+
+def test_types_without_fixtures_round_trip() -> None:
+    from octosync.crdt.sync_messages import WireLWWRecord, WireTimestamp
+    from octosync.wire.topgun import (
+        CounterResponse,
+        CounterState,
+        CounterStatePayload,
+        CounterUpdate,
+        LockGranted,
+        LockGrantedPayload,
+        QueryUpdate,
+        QueryUpdatePayload,
+        ServerBatchEvent,
+        ServerBatchEventPayload,
+        ServerEventPayload,
+    )
+
+    value = msgspec.Raw(msgspec.msgpack.encode({"name": "Ada"}))
+    stamp = WireTimestamp(1700000000000, 2, "node-1")
+    state = CounterState({"a": 3}, {"b": 1})
+    messages = [
+        QueryUpdate(QueryUpdatePayload("q1", "u1", value, "ENTER")),
+        LockGranted(LockGrantedPayload("r1", 42, "res")),
+        CounterResponse(CounterStatePayload("views", state)),
+        CounterUpdate(CounterStatePayload("views", state)),
+        ServerBatchEvent(
+            ServerBatchEventPayload(
+                [ServerEventPayload("users", "PUT", "u1", WireLWWRecord(value, stamp))]
+            )
+        ),
+    ]
+    for msg in messages:
+        frame = encode(msg)
+        assert msgspec.msgpack.decode(frame)["type"] == msg.__struct_config__.tag
+        assert decode(frame) == msg
