@@ -41,6 +41,10 @@ MAX_EFFECT_ROUNDS = 100
 """Effects that keep writing are stopped after this many consecutive flushes."""
 
 
+def _everything(_: Node) -> bool:
+    return True
+
+
 class _Batch:
     __slots__ = ("_ctx",)
 
@@ -75,6 +79,7 @@ class Context:
         self._eager: list[Node] = []
         self._listeners: list[Listener] = []
         self._resolvers: list[Resolver] = []
+        self._resolve_all = False
         self._batch = _Batch(self)
 
     # --- creating nodes ----------------------------------------------------------------------
@@ -137,10 +142,20 @@ class Context:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def add_resolver(self, wants: Resolver) -> Callable[[], None]:
-        """Resolve, at every flush, the dirty derived nodes ``wants`` selects (value mirrors)."""
-        self._resolvers.append(wants)
-        return lambda: self._resolvers.remove(wants)
+    def add_resolver(self, wants: Resolver | None = None) -> Callable[[], None]:
+        """Resolve, at every flush, the dirty derived nodes ``wants`` selects (value mirrors).
+
+        ``None`` selects every node.
+        """
+        resolver: Resolver = wants if wants is not None else _everything
+        self._resolvers.append(resolver)
+        self._resolve_all = any(r is _everything for r in self._resolvers)
+
+        def remove() -> None:
+            self._resolvers.remove(resolver)
+            self._resolve_all = any(r is _everything for r in self._resolvers)
+
+        return remove
 
     def resolve(self, nodes: list[Node]) -> None:
         """Bring dirty derived nodes up to date as one flush; compute errors stay on the nodes."""
@@ -279,6 +294,15 @@ class Context:
     def _run_resolvers(self) -> None:
         touched = self._touched
         resolvers = self._resolvers
+        if self._resolve_all:
+            i = 0
+            while i < len(touched):
+                node = touched[i]
+                i += 1
+                if node._derived and node._state != CLEAN and not node._disposed:
+                    with suppress(GraphError):
+                        node._update()
+            return
         i = 0
         while i < len(touched):  # resolving may touch more nodes; they are visited too
             node = touched[i]

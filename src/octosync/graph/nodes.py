@@ -199,8 +199,11 @@ class Cell(Node, Generic[T]):
             )
         assert self._encode is not None
         payload = self._encode(value)  # a value the tag cannot carry is refused before any change
-        if self._gen != ctx._gen:
-            self._record()
+        if self._gen != ctx._gen:  # _record(), inlined: this is the hottest path
+            self._gen = ctx._gen
+            self._start = RESOLVED
+            self._start_value = old
+            ctx._touched.append(self)
         self._value = value
         self._payload = payload
         if self._observers:
@@ -262,7 +265,8 @@ class Computed(Node):
             if derived:
                 ctx._computing -= 1
             self._set_sources(sources)
-        self._state = CLEAN
+        # An effect that wrote its own input while running was queued again: run it again.
+        self._state = DIRTY if self._queued and not derived else CLEAN
         old = self._value
         if not (old is value or (type(old) is type(value) and old == value)):
             self._value = value
@@ -314,6 +318,12 @@ class Derived(Computed, Generic[T]):
                 self._update()
         value: T = self._value
         return value
+
+    def set(self, value: object) -> None:
+        """Derived nodes are computed, never written: always a GraphError."""
+        raise GraphError(
+            f"{self.kind} {self.id} is derived and cannot be written", path=f"node/{self.id}"
+        )
 
 
 class Memo(Derived[T]):

@@ -82,7 +82,7 @@ class Publisher:
         if mode == "value":
             perms = self.permissions
             self._closers.append(
-                ctx.add_resolver(_everything if perms.is_all else lambda n: perms.can_read(n.id))
+                ctx.add_resolver(None if perms.is_all else lambda n: perms.can_read(n.id))
             )
 
     @property
@@ -156,7 +156,9 @@ class Publisher:
     def _on_changes(self, changes: ChangeSet) -> None:
         built = changes.cache.get(self._cache_key)
         if built is None:
-            built = changes.cache[self._cache_key] = _build_ops(changes, self._payload)
+            built = changes.cache[self._cache_key] = _build_ops(
+                changes, self._payload, self.registry is self.ctx.registry
+            )
         ops: tuple[DeltaOp, ...] = built  # type: ignore[assignment]
         if not self.permissions.is_all:
             can_read = self.permissions.can_read
@@ -169,10 +171,6 @@ class Publisher:
             self._pending.clear()
             self.lagged = True
         self._pending.append(Delta(base_epoch=epoch, epoch=epoch + 1, ops=ops))
-
-
-def _everything(_: Node) -> bool:
-    return True
 
 
 def node_state(node: Node) -> NodeState:
@@ -188,7 +186,9 @@ def _visible(op: DeltaOp, can_read: Callable[[int], bool]) -> bool:
     return can_read(op.slot_id)  # type: ignore[union-attr]
 
 
-def _build_ops(changes: ChangeSet, payload: Callable[[Node], bytes]) -> tuple[DeltaOp, ...]:
+def _build_ops(
+    changes: ChangeSet, payload: Callable[[Node], bytes], shared: bool
+) -> tuple[DeltaOp, ...]:
     """All ops of a change set in the order a receiver applies them.
 
     Removals before additions, so a reused id reads as remove-then-add; edges after the nodes
@@ -203,7 +203,11 @@ def _build_ops(changes: ChangeSet, payload: Callable[[Node], bytes]) -> tuple[De
         else:
             ops.append(NodeAdd(node.id, node._type_tag or "", None, None, state))
     ops.extend([EdgeAdd(a.id, b.id) for a, b in changes.edges_added])
-    ops.extend([CellSet(c.id, payload(c)) for c in changes.cells])
-    ops.extend([SlotValue(n.id, payload(n)) for n in changes.values])
+    if shared:  # the context's own encoding: read the cached payloads directly
+        ops.extend([CellSet(c.id, c._payload) for c in changes.cells])  # type: ignore[arg-type]
+        ops.extend([SlotValue(n.id, n._payload) for n in changes.values])  # type: ignore[arg-type]
+    else:
+        ops.extend([CellSet(c.id, payload(c)) for c in changes.cells])
+        ops.extend([SlotValue(n.id, payload(n)) for n in changes.values])
     ops.extend([Invalidate(n.id) for n in changes.invalidated])
     return tuple(ops)
