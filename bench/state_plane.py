@@ -10,6 +10,7 @@ encoder. Run ``python bench/state_plane.py`` (full) or ``--quick`` (small, for c
 from __future__ import annotations
 
 import argparse
+import importlib
 import random
 import struct
 import time
@@ -17,23 +18,28 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from octosync.ipc.mirror import Mirror
 
 from octosync import Context
 from octosync.graph import Cell
 from octosync.ipc.messages import CellSet, Delta
+from octosync.ipc.mirror import Mirror
 from octosync.ipc.permissions import PeerPermissions
 from octosync.ipc.publisher import Publisher
 from octosync.wire import json as wire_json
-from octosync.wire import json_tagged as wire_json_tagged
-from octosync.wire import msgpack as wire_msgpack
 
 _I64 = struct.Struct(">q")
-DIALECTS: dict[str, Callable[[Any], bytes]] = {
-    "json": wire_json.encode,
-    "json_tagged": wire_json_tagged.encode,
-    "msgpack": wire_msgpack.encode,
-}
+
+
+def _dialects() -> dict[str, Callable[[Any], bytes]]:
+    """The wire dialects present in this checkout (each module has ``encode``)."""
+    found: dict[str, Callable[[Any], bytes]] = {}
+    for name in ("json", "json_tagged", "msgpack"):
+        try:
+            module = importlib.import_module(f"octosync.wire.{name}")
+        except ImportError:
+            continue
+        found[name] = module.encode
+    return found
 
 
 class Graph:
@@ -169,7 +175,7 @@ def main() -> None:
     ops = count_ops(batch100)
     cell_sets = sum(isinstance(op, CellSet) for d in batch100 for op in d.ops)
     print(f"  (batch 100: {len(batch100)} deltas, {ops} ops of which {cell_sets} cell_set)")
-    for name, encode in DIALECTS.items():
+    for name, encode in _dialects().items():
         size = sum(len(encode(d)) for d in batch100)
         base_size = sum(
             len(msgspec.json.encode({str(op.slot_id): op.payload for op in d.ops}))  # type: ignore[union-attr]

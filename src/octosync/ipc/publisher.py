@@ -46,6 +46,7 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.ipc.permissions import PeerPermissions, apply_remote_writes
+from octosync.ipc.state_hash import state_hash
 from octosync.ipc.type_tags import TypeRegistry
 
 Mode = Literal["value", "lazy"]
@@ -65,6 +66,7 @@ class Publisher:
         mode: Mode = "value",
         registry: TypeRegistry | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
+        hash_state: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -73,6 +75,8 @@ class Publisher:
         self.mode: Mode = mode
         self.registry = registry or ctx.registry
         self.max_pending = max_pending
+        self.hash_state = hash_state
+        """Put the BLAKE3 state hash of the view on every snapshot and delta (costs O(view))."""
         self.lagged = False
         """Set when undrained deltas overflowed and were dropped: send ``snapshot()`` next."""
         self._epoch = ctx.epoch
@@ -101,15 +105,28 @@ class Publisher:
     def snapshot(self) -> Snapshot:
         """Everything the peer may read, at this publisher's current epoch."""
         ctx = self.ctx
-        can_read = self.permissions.can_read
         if self.mode == "value":
+            can_read = self.permissions.can_read
             stale = [n for n in ctx.nodes() if n._derived and n._state != CLEAN and can_read(n.id)]
             if stale:
                 ctx.resolve(stale)  # a flush of its own: it may advance our epoch first
+        nodes, edges, roots = self.view()
+        self.lagged = False
+        return Snapshot(
+            epoch=self._epoch,
+            nodes=nodes,
+            edges=edges,
+            roots=roots,
+            state_hash=state_hash(nodes, edges) if self.hash_state else None,
+        )
+
+    def view(self) -> tuple[tuple[NodeSnapshot, ...], tuple[Edge, ...], tuple[int, ...]]:
+        """The peer's view as it stands (nodes, edges, roots), resolving nothing."""
+        can_read = self.permissions.can_read
         nodes: list[NodeSnapshot] = []
         edges: list[Edge] = []
         roots: list[int] = []
-        for node in ctx.nodes():
+        for node in self.ctx.nodes():
             if not node._wire or not can_read(node.id):
                 continue
             state = node_state(node)
@@ -126,10 +143,7 @@ class Publisher:
             for source in node._sources:
                 if can_read(source.id):
                     edges.append(Edge(dependent=node.id, dependency=source.id))
-        self.lagged = False
-        return Snapshot(
-            epoch=self._epoch, nodes=tuple(nodes), edges=tuple(edges), roots=tuple(roots)
-        )
+        return tuple(nodes), tuple(edges), tuple(roots)
 
     def drain(self) -> list[Delta]:
         """The deltas of the flushes since the last drain, oldest first."""
@@ -170,7 +184,8 @@ class Publisher:
         if len(self._pending) >= self.max_pending:
             self._pending.clear()
             self.lagged = True
-        self._pending.append(Delta(base_epoch=epoch, epoch=epoch + 1, ops=ops))
+        digest = state_hash(*self.view()[:2]) if self.hash_state else None
+        self._pending.append(Delta(base_epoch=epoch, epoch=epoch + 1, ops=ops, state_hash=digest))
 
 
 def node_state(node: Node) -> NodeState:
