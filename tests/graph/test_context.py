@@ -214,6 +214,9 @@ def test_lazy_flushes_and_eager_values_match_the_model(
     ctx = Context()
     nodes = _build(ctx, cells, derived)
     seen = _record(ctx)
+    observed: list[list[int]] = []
+    signals = [n for n in nodes if n.kind == "signal"]
+    ctx.effect(lambda: observed.append([s.get() for s in signals]))  # type: ignore[attr-defined]
     state = list(cells)
     flushes = 0
     for batch in batches:
@@ -232,3 +235,5 @@ def test_lazy_flushes_and_eager_values_match_the_model(
             if node.kind == "signal":
                 assert node.resolved
                 assert node.get() == expected[i]  # type: ignore[attr-defined]
+        # glitch-free: the effect saw exactly the model's values, never a mix
+        assert observed[-1] == [expected[n.id] for n in signals]

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from octosync.errors import GraphError
 from octosync.graph import ChangeSet, Context, Node
 from octosync.graph.nodes import CLEAN, NO_VALUE
 from octosync.ipc.messages import (
@@ -105,6 +106,9 @@ class Publisher:
     def snapshot(self) -> Snapshot:
         """Everything the peer may read, at this publisher's current epoch."""
         ctx = self.ctx
+        if ctx.in_batch:
+            # Unflushed changes would be in the snapshot and again in the next delta.
+            raise GraphError("snapshot() inside a batch or flush: take it after the flush")
         if self.mode == "value":
             can_read = self.permissions.can_read
             stale = [n for n in ctx.nodes() if n._derived and n._state != CLEAN and can_read(n.id)]
