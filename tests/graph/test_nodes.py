@@ -318,3 +318,16 @@ def test_dispose_drops_edges_both_ways() -> None:
     assert m.get() == 1
     m.dispose()
     assert a.dependents == ()
+
+
+def test_long_chains_do_not_hit_the_recursion_limit() -> None:
+    ctx = Context()
+    a = ctx.cell(0)
+    node: object = a
+    for _ in range(3000):
+        node = ctx.memo(lambda p=node: p.get() + 1)  # type: ignore[attr-defined]
+        node.get()  # type: ignore[attr-defined]
+    end = ctx.signal(lambda: node.get() * 2)  # type: ignore[attr-defined]
+    a.set(1)
+    assert end.get() == 6002
+    assert node.get() == 3001  # type: ignore[attr-defined]
