@@ -331,3 +331,12 @@ def test_long_chains_do_not_hit_the_recursion_limit() -> None:
     a.set(1)
     assert end.get() == 6002
     assert node.get() == 3001  # type: ignore[attr-defined]
+
+
+def test_disposing_inside_a_computation_is_a_graph_error() -> None:
+    ctx = Context()
+    a = ctx.cell(1)
+    m = ctx.memo(lambda: a.dispose())
+    with pytest.raises(GraphError, match="while a memo"):
+        m.get()
+    assert a.get() == 1

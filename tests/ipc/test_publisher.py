@@ -317,3 +317,17 @@ def test_snapshot_inside_a_batch_is_refused() -> None:
         with pytest.raises(GraphError, match="inside a batch"):
             pub.snapshot()
     assert pub.snapshot().epoch == ctx.epoch
+
+
+def test_closing_a_value_publisher_stops_resolving_memos() -> None:
+    ctx = Context()
+    a = ctx.cell(1, type_tag="i64")
+    m = ctx.memo(lambda: a.get() + 1, type_tag="i64")
+    pub = Publisher(ctx, permissions=PeerPermissions.allow_all())
+    pub.snapshot()
+    a.set(2)
+    assert m.resolved
+    pub.close()
+    a.set(3)
+    assert not m.resolved
+    assert m.get() == 4

@@ -292,27 +292,16 @@ class Context:
         return effects
 
     def _run_resolvers(self) -> None:
-        touched = self._touched
+        # A for loop over a list sees items appended while it runs: nodes touched by
+        # resolving (sources recomputed on the way) are visited too.
+        resolve_all = self._resolve_all
         resolvers = self._resolvers
-        if self._resolve_all:
-            i = 0
-            while i < len(touched):
-                node = touched[i]
-                i += 1
-                if node._derived and node._state != CLEAN and not node._disposed:
-                    with suppress(GraphError):
-                        node._update()
-            return
-        i = 0
-        while i < len(touched):  # resolving may touch more nodes; they are visited too
-            node = touched[i]
-            i += 1
-            if node._derived and not node._disposed and node._state != CLEAN:
-                for wants in resolvers:
-                    if wants(node):
-                        with suppress(GraphError):  # held on the node: its readers get the error
-                            node._update()
-                        break
+        for node in self._touched:
+            if not node._derived or node._state == CLEAN or node._disposed:
+                continue
+            if resolve_all or any(wants(node) for wants in resolvers):
+                with suppress(GraphError):
+                    node._update()
 
     def _build_changes(self) -> ChangeSet:
         touched = self._touched
@@ -334,7 +323,9 @@ class Context:
                 changes.removed.append(node)
                 continue
             if not node._derived:
-                if not same_value(node._start_value, node._value):
+                old = node._start_value
+                new = node._value
+                if not (old is new or (type(old) is type(new) and old == new)):
                     cells.append(node)  # type: ignore[arg-type]
                 continue
             if node._sources is not node._start_sources:

@@ -157,8 +157,8 @@ class Node:
         """Remove the node; dependents become dirty and fail if they read it again."""
         self._check_alive()
         ctx = self._ctx
-        if self._computing:
-            raise GraphError(f"node {self.id} cannot be disposed while it computes")
+        if ctx._computing:
+            raise GraphError(f"node {self.id} cannot be disposed while a memo or signal computes")
         ctx._dispose(self)
 
     def __repr__(self) -> str:
