@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from hypothesis import given
-from hypothesis import strategies as st
 
 from octosync import Context
-from octosync.graph import ChangeSet, Node
+from octosync.graph import ChangeSet
+from tests.graph.models import build, graphs, model, writes
 
 
 def _record(ctx: Context) -> list[ChangeSet]:
@@ -129,65 +127,26 @@ def test_node_ids_fit_the_wire() -> None:
 # --- property: the graph agrees with a from-scratch model --------------------------------------
 
 
-@st.composite
-def graphs(draw: st.DrawFn) -> tuple[list[int], list[tuple[bool, list[int], int]]]:
-    """Cells' initial values, then derived nodes as (eager, sources, modulus)."""
-    cells = draw(st.lists(st.integers(-5, 5), min_size=1, max_size=6))
-    derived: list[tuple[bool, list[int], int]] = []
-    for i in range(draw(st.integers(1, 8))):
-        upstream = len(cells) + i
-        sources = draw(st.lists(st.integers(0, upstream - 1), min_size=1, max_size=3, unique=True))
-        derived.append((draw(st.booleans()), sources, draw(st.integers(2, 4))))
-    return cells, derived
-
-
-def _build(
-    ctx: Context, cells: list[int], derived: list[tuple[bool, list[int], int]]
-) -> list[Node]:
-    nodes: list[Node] = [ctx.cell(v, type_tag="i64") for v in cells]
-    for eager, sources, modulus in derived:
-        deps = [nodes[s] for s in sources]
-
-        def fn(deps: list[Node] = deps, modulus: int = modulus) -> int:
-            return sum(d.get() for d in deps) % modulus  # type: ignore[attr-defined]
-
-        make: Callable[..., Node] = ctx.signal if eager else ctx.memo
-        nodes.append(make(fn, type_tag="i64"))
-    return nodes
-
-
-def _model(cells: list[int], derived: list[tuple[bool, list[int], int]]) -> list[int]:
-    values = list(cells)
-    for _, sources, modulus in derived:
-        values.append(sum(values[s] for s in sources) % modulus)
-    return values
-
-
-writes = st.lists(
-    st.lists(st.tuples(st.integers(0, 5), st.integers(-5, 5)), max_size=6), max_size=6
-)
-
-
 @given(graph=graphs(), batches=writes)
-def test_value_mode_change_sets_match_the_model(
+def test_value_mode_change_sets_match_themodel(
     graph: tuple[list[int], list[tuple[bool, list[int], int]]],
     batches: list[list[tuple[int, int]]],
 ) -> None:
     cells, derived = graph
     ctx = Context()
     ctx.add_resolver(lambda node: True)
-    nodes = _build(ctx, cells, derived)
+    nodes = build(ctx, cells, derived)
     seen = _record(ctx)
     state = list(cells)
     flushes = 0
     for batch in batches:
-        before = _model(state, derived)
+        before = model(state, derived)
         with ctx.batch():
             for index, value in batch:
                 if index < len(cells):
                     nodes[index].set(value)  # type: ignore[attr-defined]
                     state[index] = value
-        after = _model(state, derived)
+        after = model(state, derived)
         changed = {i for i in range(len(after)) if after[i] != before[i]}
         if not changed:
             assert len(seen) == flushes
@@ -206,13 +165,13 @@ def test_value_mode_change_sets_match_the_model(
 
 
 @given(graph=graphs(), batches=writes)
-def test_lazy_flushes_and_eager_values_match_the_model(
+def test_lazy_flushes_and_eager_values_match_themodel(
     graph: tuple[list[int], list[tuple[bool, list[int], int]]],
     batches: list[list[tuple[int, int]]],
 ) -> None:
     cells, derived = graph
     ctx = Context()
-    nodes = _build(ctx, cells, derived)
+    nodes = build(ctx, cells, derived)
     seen = _record(ctx)
     observed: list[list[int]] = []
     signals = [n for n in nodes if n.kind == "signal"]
@@ -228,7 +187,7 @@ def test_lazy_flushes_and_eager_values_match_the_model(
                     state[index] = value
         flushes += state != before
         assert len(seen) == flushes
-        expected = _model(state, derived)
+        expected = model(state, derived)
         for changes in seen:
             assert all(n.kind == "memo" for n in changes.invalidated)
         for i, node in enumerate(nodes):
