@@ -11,6 +11,7 @@ has caught up equals the producer's view for its peer; a gap is recovered throug
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ from hypothesis.stateful import (
 )
 
 from octosync import Context
-from octosync.errors import Desync
+from octosync.errors import ComputeError, Desync
 from octosync.graph import Node
 from octosync.ipc.messages import (
     CellSet,
@@ -80,6 +81,8 @@ class StatePlane(RuleBasedStateMachine):
     ) -> None:
         self.ctx = Context()
         self.refs: dict[Node, set[Node]] = {}
+        self.tainted: set[Node] = set()
+        """fragile nodes and nodes that read them: the only ones that may fail to compute"""
         """node -> the nodes whose functions may read it"""
         self.peers = [
             Peer(
@@ -100,9 +103,10 @@ class StatePlane(RuleBasedStateMachine):
                 data.draw(st.booleans()),
                 data.draw(st.booleans()),
                 data.draw(st.integers(2, 5)),
+                data.draw(st.booleans()),
             )
         for memo in self.live(("memo",)):
-            memo.get()  # type: ignore[attr-defined]
+            self._read(memo)
         self._pump()
 
     # --- helpers -----------------------------------------------------------------------------
@@ -135,8 +139,12 @@ class StatePlane(RuleBasedStateMachine):
                 shadow[op.slot_id] = ("resolved", op.payload)
                 reached.append(op.slot_id)
             elif isinstance(op, Invalidate):
-                # eager signals are concrete: never a bare invalidate
-                assert self.ctx.node(op.slot_id).kind == "memo", (peer.name, op)
+                # eager signals are concrete: a bare invalidate only for a lazy peer's memo, or
+                # for a node whose compute failed (it has no value to send)
+                node = self.ctx.node(op.slot_id)
+                if peer.pub.mode == "value" or node.kind == "signal":
+                    assert node in self.tainted, (peer.name, op)
+                    assert not node.resolved, (peer.name, op)
                 assert shadow[op.slot_id][0] == "resolved"
                 shadow[op.slot_id] = ("dirty", None)
                 reached.append(op.slot_id)
@@ -150,8 +158,6 @@ class StatePlane(RuleBasedStateMachine):
                 assert op.dependent in shadow or isinstance(op, EdgeRemove)
         # coalesced frontier: each node reached at most once per delta
         assert len(reached) == len(set(reached)), (peer.name, delta)
-        if peer.pub.mode == "value":
-            assert not any(isinstance(op, Invalidate) for op in delta.ops)
 
     def _expected(self, peer: Peer) -> tuple[dict[int, Any], set[tuple[int, int]]]:
         """The producer's view for this peer, read from the graph through its public API."""
@@ -165,6 +171,14 @@ class StatePlane(RuleBasedStateMachine):
                 vals[node.id] = node.get()  # type: ignore[attr-defined]
             edges.update((node.id, d.id) for d in node.dependencies if can_read(d.id))
         return vals, edges
+
+    def _read(self, node: Node) -> None:
+        """Read a memo; only a tainted one may fail, and then with its own ValueError."""
+        if node not in self.tainted:
+            node.get()  # type: ignore[attr-defined]
+            return
+        with contextlib.suppress(ComputeError):
+            node.get()  # type: ignore[attr-defined]
 
     def _deliver(self, peer: Peer, index: int, keep: bool = False) -> None:
         data = peer.wire[index] if keep else peer.wire.pop(index)
@@ -183,28 +197,43 @@ class StatePlane(RuleBasedStateMachine):
         self._pump()
 
     @precondition(lambda self: self.live() and len(self.live()) < MAX_NODES)
-    @rule(data=st.data(), eager=st.booleans(), conditional=st.booleans(), modulus=st.integers(2, 5))
+    @rule(
+        data=st.data(),
+        eager=st.booleans(),
+        conditional=st.booleans(),
+        modulus=st.integers(2, 5),
+        fragile=st.sampled_from([False, False, False, True]),
+    )
     def add_derived(
-        self, data: st.DataObject, eager: bool, conditional: bool, modulus: int
+        self, data: st.DataObject, eager: bool, conditional: bool, modulus: int, fragile: bool
     ) -> None:
+        """A derived node; a fragile one raises whenever its result would be 0."""
         pool = self.live()
         sources = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3))
         fn: Callable[[], int]
         if conditional and len(sources) == 3:
             test, yes, no = sources
 
-            def fn() -> int:
+            def compute() -> int:
                 return (yes if test.get() > 0 else no).get() % modulus  # type: ignore[attr-defined, no-any-return]
         else:
 
-            def fn() -> int:
+            def compute() -> int:
                 return sum(s.get() for s in sources) % modulus  # type: ignore[attr-defined, no-any-return]
+
+        def fn() -> int:
+            result = compute()
+            if fragile and result == 0:
+                raise ValueError("zero")
+            return result
 
         make = self.ctx.signal if eager else self.ctx.memo
         node = make(fn, type_tag="i64")
         self.refs[node] = set()
         for source in sources:
             self.refs[source].add(node)
+        if fragile or any(s in self.tainted for s in sources):
+            self.tainted.add(node)
         self._pump()
 
     @precondition(lambda self: self.live(("cell",)))
@@ -223,7 +252,7 @@ class StatePlane(RuleBasedStateMachine):
     @rule(data=st.data())
     def read_memo(self, data: st.DataObject) -> None:
         memo = data.draw(st.sampled_from(self.live(("memo",))))
-        memo.get()  # type: ignore[attr-defined]
+        self._read(memo)
         self._pump()
 
     @precondition(lambda self: any(not self.refs[n] for n in self.live()))
@@ -233,6 +262,7 @@ class StatePlane(RuleBasedStateMachine):
         node = data.draw(st.sampled_from([n for n in self.live() if not self.refs[n]]))
         node.dispose()
         del self.refs[node]
+        self.tainted.discard(node)
         for readers in self.refs.values():
             readers.discard(node)
         self._pump()
@@ -298,8 +328,11 @@ class StatePlane(RuleBasedStateMachine):
             assert {n.slot_id: n.payload for n in mirror.nodes} == {
                 k: v[1] for k, v in peer.shadow.items()
             }
-            if peer.pub.mode == "value":
-                assert all(n.state == "resolved" for n in mirror.nodes), peer.name
+            if peer.pub.mode == "value":  # the sender resolved all it could
+                assert all(
+                    n.state == "resolved" or self.ctx.node(n.slot_id) in self.tainted
+                    for n in mirror.nodes
+                ), peer.name
 
     @invariant()
     def epochs_are_context_wide_for_full_views(self) -> None:
