@@ -7,7 +7,7 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 
 from octosync import Context
-from octosync.graph import Node
+from octosync.graph import ChangeSet, Node
 
 Shape = tuple[list[int], list[tuple[bool, list[int], int]]]
 """Cells' initial values, then derived nodes as (eager, source indexes, modulus)."""
@@ -47,3 +47,10 @@ def model(cells: list[int], derived: list[tuple[bool, list[int], int]]) -> list[
 writes = st.lists(
     st.lists(st.tuples(st.integers(0, 5), st.integers(-5, 5)), max_size=6), max_size=6
 )
+
+
+def record_changes(ctx: Context) -> list[ChangeSet]:
+    """Every change set the context hands to listeners from now on."""
+    seen: list[ChangeSet] = []
+    ctx.subscribe(seen.append)
+    return seen
