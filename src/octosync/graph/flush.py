@@ -32,7 +32,7 @@ def run_flush(ctx: Context) -> None:
             rounds += 1
             if rounds > MAX_EFFECT_ROUNDS:
                 raise GraphError(f"effects kept writing for {MAX_EFFECT_ROUNDS} flushes")
-            effects = _run_signals(ctx)
+            effects = _run_signals(ctx) if ctx._eager else ()
             if ctx._resolvers:
                 _run_resolvers(ctx)
             changes = collect(ctx._touched)

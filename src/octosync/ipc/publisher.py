@@ -213,20 +213,24 @@ def _build_ops(
     Removals before additions, so a reused id reads as remove-then-add; edges after the nodes
     they join exist and before those nodes go; values last.
     """
-    ops: list[DeltaOp] = [EdgeRemove(a.id, b.id) for a, b in changes.edges_removed]
-    ops.extend([NodeRemove(n.id) for n in changes.removed])
-    for node in changes.added:
-        state = node_state(node)
-        if state == "resolved":
-            ops.append(NodeAdd(node.id, node._type_tag or "", payload(node)))
-        else:
-            ops.append(NodeAdd(node.id, node._type_tag or "", None, None, state))
-    ops.extend([EdgeAdd(a.id, b.id) for a, b in changes.edges_added])
+    ops: list[DeltaOp] = []
+    if changes.removed or changes.added or changes.edges_removed or changes.edges_added:
+        ops.extend([EdgeRemove(a.id, b.id) for a, b in changes.edges_removed])
+        ops.extend([NodeRemove(n.id) for n in changes.removed])
+        for node in changes.added:
+            state = node_state(node)
+            if state == "resolved":
+                ops.append(NodeAdd(node.id, node._type_tag or "", payload(node)))
+            else:
+                ops.append(NodeAdd(node.id, node._type_tag or "", None, None, state))
+        ops.extend([EdgeAdd(a.id, b.id) for a, b in changes.edges_added])
     if shared:  # the context's own encoding: read the cached payloads directly
         ops.extend([CellSet(c.id, c._payload) for c in changes.cells])  # type: ignore[arg-type]
-        ops.extend([SlotValue(n.id, n._payload) for n in changes.values])  # type: ignore[arg-type]
+        if changes.values:
+            ops.extend([SlotValue(n.id, n._payload) for n in changes.values])  # type: ignore[arg-type]
     else:
         ops.extend([CellSet(c.id, payload(c)) for c in changes.cells])
         ops.extend([SlotValue(n.id, payload(n)) for n in changes.values])
-    ops.extend([Invalidate(n.id) for n in changes.invalidated])
+    if changes.invalidated:
+        ops.extend([Invalidate(n.id) for n in changes.invalidated])
     return tuple(ops)
