@@ -3,8 +3,9 @@
 Random graphs of cells, memos and signals (some reading their inputs conditionally, so edges
 move); random batched writes, disposals and reads; every message goes through the seed JSON
 codec and then through a channel that may drop, duplicate or reorder it. Three peers with
-different views: everything in mirror-lazy mode with state hashes, a restricted view in value
-mode (the sender resolves what that peer reads), another restricted view in mirror-lazy mode.
+different views: everything in mirror-lazy mode, a restricted view in value mode (the sender
+resolves what that peer reads), both with state hashes, and a restricted mirror-lazy view.
+Some computations fail for some inputs, so errors travel too.
 After every step: the seed's four invariants hold in every delta produced, and a mirror that
 has caught up equals the producer's view for its peer; a gap is recovered through resync.
 """
@@ -89,7 +90,7 @@ class StatePlane(RuleBasedStateMachine):
                 "all",
                 Publisher(self.ctx, PeerPermissions.allow_all(), mode="lazy", hash_state=True),
             ),
-            Peer("some", Publisher(self.ctx, PeerPermissions(read=readable))),
+            Peer("some", Publisher(self.ctx, PeerPermissions(read=readable), hash_state=True)),
             Peer(
                 "few",
                 Publisher(self.ctx, PeerPermissions(read=readable_lazy), mode="lazy"),
