@@ -256,3 +256,28 @@ def test_disposing_inside_a_computation_is_a_graph_error() -> None:
     with pytest.raises(GraphError, match="while a memo"):
         m.get()
     assert a.get() == 1
+
+
+def test_cycle_left_behind_by_a_swallowed_cycle_error_is_still_reported() -> None:
+    """a and b end up reading each other (each swallowed the CycleError); pulling a change
+    through them must report the cycle, not loop forever."""
+    ctx = Context()
+    trigger = ctx.cell(0)
+    zero = ctx.memo(lambda: trigger.get() * 0)  # always equal: the walk goes on to b
+    nodes: dict[str, object] = {}
+
+    def swallowing(name: str, extra: int) -> int:
+        try:
+            return nodes[name].get() + extra  # type: ignore[attr-defined, no-any-return]
+        except CycleError:
+            return -1
+
+    a = ctx.memo(lambda: zero.get() + swallowing("b", 0))
+    b = ctx.memo(lambda: swallowing("a", 1))
+    nodes.update(a=a, b=b)
+    assert (a.get(), b.get()) == (-1, -1)  # b met the cycle and swallowed it
+    assert set(a.dependencies) == {zero, b}
+    assert set(b.dependencies) == {a}
+    trigger.set(1)
+    with pytest.raises(CycleError):
+        a.get()

@@ -234,6 +234,8 @@ class Computed(Node):
                 self._recompute()
             return
         stack: list[tuple[Node, Iterator[Node]]] = [(self, iter(self._sources))]
+        walking: set[Node] = {self}  # a source cycle (left by a compute that swallowed a
+        # CycleError) must not loop forever
         while stack:
             node, sources = stack[-1]
             if node._state == CHECK:
@@ -246,6 +248,12 @@ class Computed(Node):
                     if child._wire and child._gen != gen:
                         child._record()
                     if child._state == CHECK:
+                        if child in walking:
+                            raise CycleError(
+                                f"{child.kind} {child.id} depends on itself",
+                                path=f"node/{child.id}",
+                            )
+                        walking.add(child)
                         stack.append((child, iter(child._sources)))
                         continue
                     try:
@@ -254,6 +262,7 @@ class Computed(Node):
                         node._state = DIRTY  # node recomputes, reads it, reports the error
                     continue
             stack.pop()
+            walking.discard(node)
             if node._state == DIRTY:
                 try:
                     node._recompute()
