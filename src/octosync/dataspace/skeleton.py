@@ -6,7 +6,7 @@ asserted values that fit its shape and maps constant paths -> constant values ->
 ``Leaf`` caches the values that also carry those constants and maps capture paths ->
 ``Handler``; a ``Handler`` keeps a bag of capture vectors and the observers to call.
 
-Adding, removing and sending all go through :meth:`Index.modify`, one traversal
+Adding, removing and sending all go through :func:`modify`, one traversal
 parameterised by three update procedures (continuation, leaf, handler), as in the seed. The
 cost of an event is the length of the trie path it follows plus one hash lookup per constant
 map on it, not the number of observers.
@@ -190,7 +190,7 @@ class Index:
         n = bag.get(k, 0)
         bag[k] = n + 1
         if n == 0:
-            self.modify(ADD, v, k, _add_cont, _add_leaf, _add_handler)
+            modify(self.root, ([v], None), ADD, v, k, _add_cont, _add_leaf, _add_handler)
 
     def remove_assertion(self, k: Key) -> None:
         """Count one copy fewer; observers hear ``-`` only when the last copy goes."""
@@ -201,31 +201,15 @@ class Index:
             return
         del bag[k]
         v = self.root.cont.cache[k]
-        self.modify(REMOVE, v, k, _del_cont, _del_leaf, _del_handler)
+        modify(self.root, ([v], None), REMOVE, v, k, _del_cont, _del_leaf, _del_handler)
 
     def send_message(self, v: Value, k: Key) -> None:
         """Deliver ``v`` as ``!`` to matching handlers; the caches are not touched."""
-        self.modify(MESSAGE, v, k, _send_nothing, _send_nothing, _send_handler)
+        modify(self.root, ([v], None), MESSAGE, v, k, _send_nothing, _send_nothing, _send_handler)
 
     def count(self, k: Key) -> int:
         """How many copies of the value with key ``k`` are asserted."""
         return self.bag.get(k, 0)
-
-    def modify(
-        self,
-        op: int,
-        v: Value,
-        k: Key,
-        m_cont: ContUpdate,
-        m_leaf: LeafUpdate,
-        m_handler: HandlerUpdate,
-    ) -> None:
-        """Follow ``v`` down the trie, applying the update procedures (seed: ``modify``).
-
-        The stack of enclosing values is a cons list ``(top, rest)``; it starts with an
-        outermost wrapper ``[v]`` so the first move (selector ``(0, 0)``) lands on ``v``.
-        """
-        _walk_node(self.root, ([v], None), op, v, k, m_cont, m_leaf, m_handler)
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -321,7 +305,7 @@ def _extend_node(h: Path, node: Node, n_pop: int, index: Value, shape: Shape) ->
     return pop + 1, nxt
 
 
-def _walk_node(
+def modify(
     node: Node,
     stack: tuple[Value, object],
     op: int,
@@ -331,8 +315,14 @@ def _walk_node(
     m_leaf: LeafUpdate,
     m_handler: HandlerUpdate,
 ) -> None:
-    """Seed's ``walk-node`` and ``walk-cont``: update this continuation, its leaves and
-    handlers, then follow every edge whose class the value has at that selector."""
+    """The one traversal (seed: ``modify``, ``walk-node``, ``walk-cont``), parameterised by
+    the update procedures for continuations, leaves and handlers.
+
+    Updates this node's continuation, its leaves and handlers, then follows every edge whose
+    class the value has at that selector. ``stack`` is a cons list ``(top, rest)`` of
+    enclosing values; from the root it is ``([v], None)``: the outermost wrapper makes the
+    first move (selector ``(0, 0)``) land on ``v`` itself.
+    """
     cont = node.cont
     m_cont(cont, k, v)
     if cont.table:
@@ -371,4 +361,4 @@ def _walk_node(
         else:
             continue
         if nxt is not None:
-            _walk_node(nxt, (child, s), op, v, k, m_cont, m_leaf, m_handler)
+            modify(nxt, (child, s), op, v, k, m_cont, m_leaf, m_handler)
