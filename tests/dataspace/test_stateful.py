@@ -129,7 +129,7 @@ class IndexMatchesOracle(RuleBasedStateMachine):
         for h in sorted(self.observers) + sorted(self.assertions):
             self.index.retract(h)
         index = self.index._index
-        assert index.bag == {}
+        assert index.extra == {}
         stack = [index.root]
         while stack:
             node = stack.pop()

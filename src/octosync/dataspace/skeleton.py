@@ -174,42 +174,54 @@ def _send_handler(handler: Handler, caps: Captures, ck: tuple[Key, ...]) -> None
 
 
 class Index:
-    """Every asserted value (as a bag) and every installed handler, in one trie."""
+    """Every asserted value (as a bag) and every installed handler, in one trie.
 
-    __slots__ = ("bag", "root")
+    The seed's root ``Bag(V)`` is split in two: presence is the root continuation's cache
+    (which holds every asserted value anyway) and ``extra`` counts only values asserted more
+    than once, so the usual single copy costs no second hash table entry.
+    """
+
+    __slots__ = ("extra", "root")
 
     def __init__(self) -> None:
-        self.bag: dict[Key, int] = {}
+        self.extra: dict[Key, int] = {}
         self.root = Node(Continuation({}))
 
     # -- assertions and messages -------------------------------------------------------------
 
     def add_assertion(self, k: Key, v: Value) -> None:
         """Count one more copy of ``v``; observers hear ``+`` only when it first appears."""
-        bag = self.bag
-        n = bag.get(k, 0)
-        bag[k] = n + 1
-        if n == 0:
-            modify(self.root, ([v], None), ADD, v, k, _add_cont, _add_leaf, _add_handler)
+        root = self.root
+        if k in root.cont.cache:
+            bag = self.extra
+            bag[k] = bag.get(k, 1) + 1
+            return
+        modify(root, ((v,), None), ADD, v, k, _add_cont, _add_leaf, _add_handler)
 
     def remove_assertion(self, k: Key) -> None:
         """Count one copy fewer; observers hear ``-`` only when the last copy goes."""
-        bag = self.bag
-        n = bag[k] - 1
-        if n:
-            bag[k] = n
-            return
-        del bag[k]
-        v = self.root.cont.cache[k]
-        modify(self.root, ([v], None), REMOVE, v, k, _del_cont, _del_leaf, _del_handler)
+        bag = self.extra
+        if bag:
+            n = bag.get(k)
+            if n is not None:
+                if n == 2:
+                    del bag[k]
+                else:
+                    bag[k] = n - 1
+                return
+        root = self.root
+        v = root.cont.cache[k]
+        modify(root, ((v,), None), REMOVE, v, k, _del_cont, _del_leaf, _del_handler)
 
     def send_message(self, v: Value, k: Key) -> None:
         """Deliver ``v`` as ``!`` to matching handlers; the caches are not touched."""
-        modify(self.root, ([v], None), MESSAGE, v, k, _send_nothing, _send_nothing, _send_handler)
+        modify(self.root, ((v,), None), MESSAGE, v, k, _send_nothing, _send_nothing, _send_handler)
 
     def count(self, k: Key) -> int:
         """How many copies of the value with key ``k`` are asserted."""
-        return self.bag.get(k, 0)
+        if k not in self.root.cont.cache:
+            return 0
+        return self.extra.get(k, 1)
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -320,7 +332,7 @@ def modify(
 
     Updates this node's continuation, its leaves and handlers, then follows every edge whose
     class the value has at that selector. ``stack`` is a cons list ``(top, rest)`` of
-    enclosing values; from the root it is ``([v], None)``: the outermost wrapper makes the
+    enclosing values; from the root it is ``((v,), None)``: the outermost wrapper makes the
     first move (selector ``(0, 0)``) land on ``v`` itself.
     """
     cont = node.cont
