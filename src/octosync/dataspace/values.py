@@ -149,7 +149,13 @@ def key(v: Value) -> Key:
         return v
     if t is Record:
         k = v._key
-        return k if k is not None else v.compute_key()
+        if k is None:  # first use: the common all-plain case is built inline (hot path)
+            fields = v.fields
+            if PLAIN.issuperset(map(type, fields)):
+                k = v._key = (_RECORD, v._class[0], *fields)
+            else:
+                k = v.compute_key()
+        return k
     return _wrapped_key(v, t)
 
 
