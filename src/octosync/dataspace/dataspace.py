@@ -4,7 +4,8 @@ Observers are told ``+`` when a capture vector starts matching, ``-`` when it st
 for each matching message. Interest is public: ``observe`` asserts ``Observe(pattern)``, so
 other observers can see who is listening. Operations started from inside a callback are queued
 and run after the current one (run to completion), so the index is never changed while it is
-being walked.
+being walked. Callbacks must not raise: an exception escapes to the caller with the event
+half-delivered (queued operations are dropped).
 """
 
 from __future__ import annotations
