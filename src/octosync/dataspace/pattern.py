@@ -126,6 +126,13 @@ def project(v: Value, path: Path) -> Value:
     return v
 
 
+# Projections are compiled to straight-line code. Only integers (through ``int()``) and
+# generated names are written into the source; dict keys travel in the namespace, so no
+# user data is ever parsed as code. The caches may hand a pattern keyed by ``True`` the code
+# compiled for ``1``: harmless, because a value reaches a projection only after its dict's
+# exact (type-respecting) key set has been checked, and such a dict holds just one of them.
+
+
 def _expression(path: Path, consts: dict[str, Value]) -> str:
     code = "v"
     for kind, index in path:
