@@ -221,6 +221,12 @@ def test_retracting_an_unknown_handle_is_typed_and_changes_nothing(space: Space)
         space.retract(999)
     assert err.value.name == "UnknownHandle"
     assert err.value.path == "handle"
+    for bad in (True, 1.0, "1", [1], None):
+        with pytest.raises(UnknownHandle):
+            space.retract(bad)  # type: ignore[arg-type]
+    with pytest.raises(UnknownHandle):
+        space.patch(retracts=[[h]])  # type: ignore[list-item]
+    assert rec.take() == []
     space.retract(h)
     with pytest.raises(UnknownHandle):
         space.retract(h)

@@ -75,7 +75,7 @@ class Dataspace:
     def retract(self, handle: int) -> None:
         """Retract the copy (or the observer) behind ``handle``; unknown handles raise
         :class:`UnknownHandle` and change nothing."""
-        k = self._handles.pop(handle, _MISSING)
+        k = self._handles.pop(handle, _MISSING) if type(handle) is int else _MISSING
         if k is _MISSING:
             raise UnknownHandle(
                 f"no live assertion or observer has handle {handle!r}", path="handle"
@@ -132,7 +132,7 @@ class Dataspace:
         keys = [checked_key(v, f"asserts[{i}]") for i, v in enumerate(values)]
         seen: set[int] = set()
         for i, h in enumerate(handles):
-            if h not in self._handles or h in seen:
+            if type(h) is not int or h not in self._handles or h in seen:
                 raise UnknownHandle(
                     f"handle {h!r} is not live (or is retracted twice in this patch)",
                     path=f"retracts[{i}]",

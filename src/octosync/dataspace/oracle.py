@@ -119,7 +119,7 @@ class BruteForceDataspace:
         return h
 
     def retract(self, handle: int) -> None:
-        if handle not in self._handles:
+        if type(handle) is not int or handle not in self._handles:
             raise UnknownHandle(
                 f"no live assertion or observer has handle {handle!r}", path="handle"
             )
@@ -162,7 +162,7 @@ class BruteForceDataspace:
         handles = list(retracts)
         keys = [self._text(v, f"asserts[{i}]") for i, v in enumerate(values)]
         for i, h in enumerate(handles):
-            if h not in self._handles or h in handles[:i]:
+            if type(h) is not int or h not in self._handles or h in handles[:i]:
                 raise UnknownHandle(
                     f"handle {h!r} is not live (or is retracted twice in this patch)",
                     path=f"retracts[{i}]",
