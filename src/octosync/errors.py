@@ -197,6 +197,20 @@ class PipelineError(OctosyncError):
     code = 50
 
 
+class InvalidValue(LocalProtocolError):
+    """A dataspace value of an unsupported type (``path`` names where it sits in the value)."""
+
+    name = "InvalidValue"
+    code = 70
+
+
+class InvalidPattern(LocalProtocolError):
+    """A dataspace pattern with an operator where only a constant may stand (label, dict key)."""
+
+    name = "InvalidPattern"
+    code = 71
+
+
 def all_errors() -> list[type[OctosyncError]]:
     """Every class in the tree, root first; used to check names and codes stay unique."""
     seen: list[type[OctosyncError]] = []
