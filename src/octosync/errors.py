@@ -201,14 +201,14 @@ class InvalidValue(LocalProtocolError):
     """A dataspace value of an unsupported type (``path`` names where it sits in the value)."""
 
     name = "InvalidValue"
-    code = 70
+    code = 80
 
 
 class InvalidPattern(LocalProtocolError):
     """A dataspace pattern with an operator where only a constant may stand (label, dict key)."""
 
     name = "InvalidPattern"
-    code = 71
+    code = 81
 
 
 def all_errors() -> list[type[OctosyncError]]:

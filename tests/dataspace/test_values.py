@@ -77,4 +77,4 @@ def test_unsupported_values_name_their_path() -> None:
         Record(object())
     assert err2.value.path == "label"
     assert err2.value.name == "InvalidValue"
-    assert err2.value.code == 70
+    assert err2.value.code == 80
