@@ -58,7 +58,7 @@ class LWWMapMachine(ReplicaMachine[LWWMap]):
             if key not in newest or ts > newest[key][0]:
                 newest[key] = (ts, value)
         assert {k: (r.timestamp, r.value) for k, r in final.state().items()} == newest
-        fresh = MerkleTree()
+        fresh = MerkleTree(final.merkle.depth)
         for key, (ts, _) in newest.items():
             fresh.update(key, ts)
         assert fresh.root() == final.merkle.root()

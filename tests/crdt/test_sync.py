@@ -22,6 +22,7 @@ from octosync.crdt.sync_messages import (
     SyncRespRootPayload,
 )
 from octosync.errors import RemoteProtocolError
+from tests.crdt.test_maps import LWWMapMachine, small
 
 
 class Clock:
@@ -351,3 +352,48 @@ def test_leaf_digest_packs_and_unpacks(entries: list[tuple[bytes, int, int, str]
     assert isinstance(back, MerkleReqBucket)
     assert back.payload.have is not None
     assert sorted(back.payload.have.entries()) == sorted(pairs)
+
+
+class SyncMachine(LWWMapMachine):
+    """LWW replicas that merge only through the Merkle sync session (depth 1: 16 leaves, so a
+    differing leaf mixes changed and unchanged keys); every pull moves exactly the expected
+    records, within depth + 2 round trips."""
+
+    digests = True
+
+    def new_replica(self, index: int) -> LWWMap:
+        return LWWMap(HLC(f"n{index}", self.clock), 1)
+
+    def local_update(self, replica: LWWMap, index: int, data: st.DataObject) -> None:
+        self.clock.now += data.draw(st.integers(0, 2))
+        key = data.draw(st.sampled_from(SYNC_KEYS))
+        if data.draw(st.booleans()):
+            rec = replica.set(key, data.draw(st.integers(0, 3)))
+        else:
+            rec = replica.remove(key)
+        self.writes.append((key, rec.value, rec.timestamp))
+
+    def merge_into(self, target: LWWMap, source: LWWMap) -> None:
+        expected = expected_transfer(target, source, digests=self.digests)
+        pull = SyncRequester("m", target, leaf_digests=self.digests)
+        stats = run_sync(pull, SyncResponder("m", source), encode=msgspec.msgpack.encode)
+        assert pull.done
+        assert stats.round_trips <= 1 + 2
+        assert sorted(pull.received_keys) == sorted(expected)
+        for key, rec in source.records():
+            mine = target.record(key)
+            assert mine is not None
+            assert mine.timestamp >= rec.timestamp
+
+
+SYNC_KEYS = [f"k{i}" for i in range(24)]
+
+
+class PlainSyncMachine(SyncMachine):
+    digests = False
+
+
+TestSyncMachine = SyncMachine.TestCase
+TestSyncMachine.settings = small
+TestPlainSyncMachine = PlainSyncMachine.TestCase
+TestPlainSyncMachine.settings = settings(max_examples=15, stateful_step_count=30)
