@@ -360,18 +360,8 @@ class SyncMachine(LWWMapMachine):
     records, within depth + 2 round trips."""
 
     digests = True
-
-    def new_replica(self, index: int) -> LWWMap:
-        return LWWMap(HLC(f"n{index}", self.clock), 1)
-
-    def local_update(self, replica: LWWMap, index: int, data: st.DataObject) -> None:
-        self.clock.now += data.draw(st.integers(0, 2))
-        key = data.draw(st.sampled_from(SYNC_KEYS))
-        if data.draw(st.booleans()):
-            rec = replica.set(key, data.draw(st.integers(0, 3)))
-        else:
-            rec = replica.remove(key)
-        self.writes.append((key, rec.value, rec.timestamp))
+    depth = 1
+    keys = st.sampled_from([f"k{i}" for i in range(24)])
 
     def merge_into(self, target: LWWMap, source: LWWMap) -> None:
         expected = expected_transfer(target, source, digests=self.digests)
@@ -384,9 +374,6 @@ class SyncMachine(LWWMapMachine):
             mine = target.record(key)
             assert mine is not None
             assert mine.timestamp >= rec.timestamp
-
-
-SYNC_KEYS = [f"k{i}" for i in range(24)]
 
 
 class PlainSyncMachine(SyncMachine):
