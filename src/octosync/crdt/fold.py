@@ -366,6 +366,7 @@ class MapStore:
         dirty = self._dirty.pop(map_name, None)
         lww, orm, ctr = self._lww, self._or, self._ctr
         plain: list[tuple[str, Timestamp]] = []
+        mixed: list[tuple[str, int]] = []  # OR / counter entries, or several kinds on one key
         for key in dirty or ():
             slot = (map_name, key)
             win = lww.get(slot)
@@ -376,8 +377,9 @@ class MapStore:
             if h is None:
                 tree.remove(key)
             else:
-                tree.set_item(key, h)
+                mixed.append((key, h))
         tree.update_many(plain)
+        tree.set_items(mixed)
         return tree
 
     def merkle_root(self, map_name: str) -> int:

@@ -17,6 +17,7 @@ import numpy as np
 
 from octosync.crdt.hashing import (
     MASK32,
+    U32Array,
     fmix32,
     fmix32_many,
     fnv1a32,
@@ -52,8 +53,7 @@ class MerkleTree:
     @classmethod
     def from_items(cls, items: Iterable[tuple[str, int]], depth: int = 3) -> MerkleTree:
         tree = cls(depth)
-        for key, item_hash in items:
-            tree.set_item(key, item_hash)
+        tree.set_items(list(items))
         return tree
 
     def copy(self) -> MerkleTree:
@@ -73,17 +73,27 @@ class MerkleTree:
     def update_many(self, items: Sequence[tuple[str, Timestamp]]) -> None:
         """``update`` for many keys at once, equal to calling it in order (a flush, a load).
 
-        Hashes are computed vectorised (:func:`fnv1a32_many`) and each touched leaf propagates
-        its summed change once, instead of once per key.
+        Hashes are computed vectorised (:func:`fnv1a32_many`) and each touched node is rehashed
+        once per batch instead of once per key.
         """
         if not items:
             return
         keys = [key for key, _ in items]
         routes = fnv1a32_many(keys)
         suffixes = [f":{ts.millis}:{ts.counter}:{ts.node_id}" for _, ts in items]
-        item_hashes = fnv1a32_many(suffixes, routes)
-        shift, leaves = self._shift, self._leaves
-        leaf_ids = (routes >> np.uint32(shift)).tolist()
+        self._set_many(keys, routes, fnv1a32_many(suffixes, routes))
+
+    def set_items(self, items: Sequence[tuple[str, int]]) -> None:
+        """``set_item`` for many keys at once, equal to calling it in order."""
+        if not items:
+            return
+        keys = [key for key, _ in items]
+        hashes = np.array([h & MASK32 for _, h in items], np.uint32)
+        self._set_many(keys, fnv1a32_many(keys), hashes)
+
+    def _set_many(self, keys: list[str], routes: U32Array, item_hashes: U32Array) -> None:
+        leaves = self._leaves
+        leaf_ids = (routes >> np.uint32(self._shift)).tolist()
         olds: list[int] = []
         for key, idx, h in zip(keys, leaf_ids, item_hashes.tolist(), strict=True):
             entries = leaves.get(idx)
