@@ -110,6 +110,11 @@ def test_full_depth_walk_takes_depth_plus_two_round_trips() -> None:
     assert isinstance(root, SyncRespRoot)
     assert root.payload.timestamp is not None
     assert root.payload.timestamp.node_id == "b"  # stamped by the source's HLC
+    # a plain TopGun SYNC_INIT gets a plain reply: no extension field on the wire
+    assert "leafDigests" not in msgspec.msgpack.decode(msgspec.msgpack.encode(root))["payload"]
+    (offered,) = SyncResponder("m", b).handle(SyncInit("m", leaf_digests=True))
+    assert isinstance(offered, SyncRespRoot)
+    assert offered.payload.leaf_digests is True
     stats = run_sync(SyncRequester("m", a), SyncResponder("m", b))
     assert stats.round_trips == 5
     assert stats.records == 1
