@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octosync.crdt.hashing import combine, fmix32, fnv1a32, lww_item_hash
+from octosync.crdt.hashing import (
+    combine,
+    fmix32,
+    fmix32_many,
+    fnv1a32,
+    fnv1a32_many,
+    lww_item_hash,
+)
 
 # (key, millis, counter, nodeId, expected): TopGun core-rust/tests/fixtures/merkle_vectors.json
 LWW_LEAF_VECTORS = [
@@ -31,9 +39,8 @@ def test_fnv_known_values() -> None:
     assert fnv1a32("foobar") == 0xBF9CF968
 
 
-def utf16_reference(text: str) -> int:
+def utf16_reference(text: str, h: int = 0x811C9DC5) -> int:
     """Straight from the definition: code units via explicit surrogate splitting."""
-    h = 0x811C9DC5
     for ch in text:
         cp = ord(ch)
         units = [cp] if cp < 0x10000 else [0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + (cp & 0x3FF)]
@@ -42,9 +49,26 @@ def utf16_reference(text: str) -> int:
     return h
 
 
-@given(st.text(max_size=20))
+# Text with lone surrogates too: JavaScript strings may hold them and charCodeAt yields them.
+any_text = st.text(st.characters(min_codepoint=0), max_size=20) | st.lists(
+    st.sampled_from(["a", "é", "😀", "\ud800", "\udfff", "鍵"]), max_size=8
+).map("".join)
+
+
+@given(any_text)
 def test_fnv_iterates_utf16_code_units(text: str) -> None:
     assert fnv1a32(text) == utf16_reference(text)
+
+
+@given(st.lists(st.tuples(any_text, st.integers(0, 2**32 - 1)), max_size=12), st.booleans())
+def test_fnv_many_equals_the_definition_per_text(
+    texts_and_seeds: list[tuple[str, int]], seeded: bool
+) -> None:
+    texts = [t for t, _ in texts_and_seeds]
+    seeds = [s for _, s in texts_and_seeds] if seeded else [0x811C9DC5] * len(texts)
+    got = fnv1a32_many(texts, np.array(seeds, np.uint32) if seeded else None)
+    assert got.tolist() == [utf16_reference(t, s) for t, s in zip(texts, seeds, strict=True)]
+    assert fmix32_many(got).tolist() == [fmix32(h) for h in got.tolist()]
 
 
 def test_fmix_zero_is_neutral_and_combine_is_order_free() -> None:

@@ -22,17 +22,20 @@ class Clock:
 
 
 class LWWMapMachine(ReplicaMachine[LWWMap]):
+    keys = KEYS
+    depth = 3
+
     def __init__(self) -> None:
         self.clock = Clock()
         self.writes: list[tuple[str, Any, Timestamp]] = []
         super().__init__()
 
     def new_replica(self, index: int) -> LWWMap:
-        return LWWMap(HLC(f"n{index}", self.clock))
+        return LWWMap(HLC(f"n{index}", self.clock), self.depth)
 
     def local_update(self, replica: LWWMap, index: int, data: st.DataObject) -> None:
         self.clock.now += data.draw(st.integers(0, 2))
-        key = data.draw(KEYS)
+        key = data.draw(self.keys)
         if data.draw(st.booleans()):
             rec = replica.set(key, data.draw(st.integers(0, 3)))
         else:
@@ -58,7 +61,7 @@ class LWWMapMachine(ReplicaMachine[LWWMap]):
             if key not in newest or ts > newest[key][0]:
                 newest[key] = (ts, value)
         assert {k: (r.timestamp, r.value) for k, r in final.state().items()} == newest
-        fresh = MerkleTree()
+        fresh = MerkleTree(final.merkle.depth)
         for key, (ts, _) in newest.items():
             fresh.update(key, ts)
         assert fresh.root() == final.merkle.root()

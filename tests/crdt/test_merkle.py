@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.crdt import MerkleTree, Timestamp
@@ -143,3 +143,44 @@ def test_copy_is_independent() -> None:
     twin.set_item("z", 7)
     assert tree.root() == FLAT_ROOT
     assert twin.root() != FLAT_ROOT
+
+
+stamps = st.builds(
+    Timestamp,
+    st.integers(0, 2**53),
+    st.integers(0, 2**31 - 1),
+    st.text(st.characters(exclude_characters=":"), min_size=1, max_size=4),
+)
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(st.tuples(keys, stamps), max_size=30),
+    st.lists(st.tuples(keys, stamps), max_size=30),
+    st.integers(1, 4),
+)
+def test_update_many_equals_updates_in_order(
+    before: list[tuple[str, Timestamp]], batch: list[tuple[str, Timestamp]], depth: int
+) -> None:
+    """Batch and one-by-one agree, including keys repeated in the batch and overwrites."""
+    one, many = MerkleTree(depth), MerkleTree(depth)
+    for key, ts in before:
+        one.update(key, ts)
+        many.update(key, ts)
+    for key, ts in batch:
+        one.update(key, ts)
+    many.update_many(batch)
+    for key, ts in before[::2]:  # single writes after the batch see consistent node caches
+        one.update(key, ts)
+        many.update(key, ts)
+    for key, _ in batch[::3]:
+        one.remove(key)
+        many.remove(key)
+    assert dict(many.items()) == dict(one.items())
+    assert many.root() == one.root()
+    for level in range(depth):
+        for idx in range(16**level):
+            path = format(idx, f"0{level}x") if level else ""
+            assert many.buckets(path) == one.buckets(path)
+    # and both equal a tree built from scratch on the final items
+    assert MerkleTree.from_items(one.items().items(), depth).root() == many.root()

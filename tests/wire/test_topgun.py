@@ -170,6 +170,41 @@ def test_batch_count_mismatch_and_truncation() -> None:
         split_batch(Batch(1, b"\x00\x00"))
 
 
+def have(**over: Any) -> dict[str, Any]:
+    """A MERKLE_REQ_BUCKET with a leaf digest (octosync extension), fields overridden."""
+    digest = {
+        "keys": b"\x01" * 16,
+        "baseMillis": 1_700_000_000_000.0,  # JS float64 millis are accepted
+        "millis": [0, 5],
+        "counters": [0, 1],
+        "nodeIds": ["n1"],
+        "nodes": [0, 0],
+    }
+    digest.update(over)
+    return {"type": "MERKLE_REQ_BUCKET", "payload": {"mapName": "m", "path": "abc", "have": digest}}
+
+
+LEAF_DIGEST_ERRORS = [
+    (have(keys=b"\x01" * 15), "payload.have.keys"),
+    (have(millis=[0]), "payload.have.millis"),
+    (have(counters=[0, 1, 2]), "payload.have.counters"),
+    (have(nodes=[0, 1]), "payload.have.nodes"),
+    (have(nodes=[0, -1]), "payload.have.nodes"),
+    (have(nodeIds=["a:b"]), "payload.have.nodeIds"),
+    (have(millis=[0, 2**53]), "payload.have.millis"),
+    (have(extra=1), "payload.have"),
+]
+
+
+@pytest.mark.parametrize(("doc", "path"), LEAF_DIGEST_ERRORS)
+def test_leaf_digest_decodes_strictly(doc: dict[str, Any], path: str) -> None:
+    assert isinstance(decode(msgspec.msgpack.encode(have())), topgun.MerkleReqBucket)
+    with pytest.raises(DecodeError) as info:
+        decode(msgspec.msgpack.encode(doc))
+    assert info.value.path is not None
+    assert info.value.path.startswith(path)
+
+
 @pytest.mark.parametrize(
     ("doc", "path"),
     [
@@ -224,18 +259,27 @@ def test_fuzz_decodes_or_raises_decode_error(data: bytes) -> None:
     assert decode(encode(msg)) == msg
 
 
-def test_sync_session_over_encoded_frames() -> None:
+@pytest.mark.parametrize("digests", [True, False])
+def test_sync_session_over_encoded_frames(digests: bool) -> None:
     """The sync messages survive the wire: every frame goes through encode and decode."""
     from octosync.crdt import HLC, LWWMap, SyncRequester, SyncResponder
 
     now = [1_000]
-    a, b = LWWMap(HLC("a", lambda: now[0])), LWWMap(HLC("b", lambda: now[0]))
+    # depth 1: 16 leaves, so most leaves mix keys a holds with keys it lacks
+    a, b = LWWMap(HLC("a", lambda: now[0]), 1), LWWMap(HLC("b", lambda: now[0]), 1)
+    for i in range(0, 60, 2):
+        now[0] += 1
+        a.set(f"k{i}", i)  # older than b's writes below, or absent there
     for i in range(40):
         now[0] += 1
         b.set(f"k{i}", {"i": i, "s": "é😀"} if i % 5 else None)
     b.remove("k3")
     b.set("ttl", "x", ttl_ms=10)
-    requester, responder = SyncRequester("m", a), SyncResponder("m", b)
+    shared = [(k, r) for k, r in b.records() if k < "k2"]  # a already holds these versions
+    for key, rec in shared:
+        a.merge(key, rec)
+    requester = SyncRequester("m", a, leaf_digests=digests)
+    responder = SyncResponder("m", b)
     wave: list[Any] = [requester.start()]
     frames = 0
     while wave:
@@ -244,8 +288,13 @@ def test_sync_session_over_encoded_frames() -> None:
         wave = [m for r in replies for m in requester.receive(r)]  # type: ignore[arg-type]
     assert requester.done
     assert frames > 2
-    assert a.state() == b.state()
-    assert a.merkle.root() == b.merkle.root()
+    if digests:
+        assert requester.records_received == len(b) - len(shared)
+    else:
+        assert requester.records_received > len(b) - len(shared)
+    for key, rec in b.records():
+        assert a.record(key) == rec
+    assert len(a) == len(b) + 10  # k40..k58 live only in a
 
 
 def test_types_without_fixtures_round_trip() -> None:

@@ -365,17 +365,21 @@ class MapStore:
             tree = self._trees[map_name] = MerkleTree(self._depth)
         dirty = self._dirty.pop(map_name, None)
         lww, orm, ctr = self._lww, self._or, self._ctr
+        plain: list[tuple[str, Timestamp]] = []
+        mixed: list[tuple[str, int]] = []  # OR / counter entries, or several kinds on one key
         for key in dirty or ():
             slot = (map_name, key)
             win = lww.get(slot)
             if win is not None and slot not in orm and slot not in ctr:
-                tree.update(key, win.ts)  # the common case: reuses the key's route hash
+                plain.append((key, win.ts))  # the common case, hashed in one batch below
                 continue
             h = self.entry_hash(map_name, key)
             if h is None:
                 tree.remove(key)
             else:
-                tree.set_item(key, h)
+                mixed.append((key, h))
+        tree.update_many(plain)
+        tree.set_items(mixed)
         return tree
 
     def merkle_root(self, map_name: str) -> int:

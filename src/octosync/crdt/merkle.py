@@ -11,9 +11,19 @@ Nodes whose hash is 0 are not stored (and not listed by :meth:`MerkleTree.bucket
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from octosync.crdt.hashing import MASK32, fmix32, fnv1a32, lww_item_hash
+import numpy as np
+
+from octosync.crdt.hashing import (
+    MASK32,
+    U32Array,
+    fmix32,
+    fmix32_many,
+    fnv1a32,
+    fnv1a32_many,
+    lww_item_hash,
+)
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import InvalidBucketPath, LocalProtocolError
 
@@ -43,8 +53,7 @@ class MerkleTree:
     @classmethod
     def from_items(cls, items: Iterable[tuple[str, int]], depth: int = 3) -> MerkleTree:
         tree = cls(depth)
-        for key, item_hash in items:
-            tree.set_item(key, item_hash)
+        tree.set_items(list(items))
         return tree
 
     def copy(self) -> MerkleTree:
@@ -60,6 +69,74 @@ class MerkleTree:
         """Record ``key`` at ``ts`` with TopGun's LWW entry hash ``key:millis:counter:nodeId``."""
         route = fnv1a32(key)
         self._set(key, route, lww_item_hash(key, ts.millis, ts.counter, ts.node_id, route))
+
+    def update_many(self, items: Sequence[tuple[str, Timestamp]]) -> None:
+        """``update`` for many keys at once, equal to calling it in order (a flush, a load).
+
+        Hashes are computed vectorised (:func:`fnv1a32_many`) and each touched node is rehashed
+        once per batch instead of once per key.
+        """
+        if not items:
+            return
+        keys = [key for key, _ in items]
+        routes = fnv1a32_many(keys)
+        suffixes = [f":{ts.millis}:{ts.counter}:{ts.node_id}" for _, ts in items]
+        self._set_many(keys, routes, fnv1a32_many(suffixes, routes))
+
+    def set_items(self, items: Sequence[tuple[str, int]]) -> None:
+        """``set_item`` for many keys at once, equal to calling it in order."""
+        if not items:
+            return
+        keys = [key for key, _ in items]
+        hashes = np.array([h & MASK32 for _, h in items], np.uint32)
+        self._set_many(keys, fnv1a32_many(keys), hashes)
+
+    def _set_many(self, keys: list[str], routes: U32Array, item_hashes: U32Array) -> None:
+        leaves = self._leaves
+        leaf_ids = (routes >> np.uint32(self._shift)).tolist()
+        olds: list[int] = []
+        for key, idx, h in zip(keys, leaf_ids, item_hashes.tolist(), strict=True):
+            entries = leaves.get(idx)
+            if entries is None:
+                entries = leaves[idx] = {}
+            olds.append(entries.get(key, 0))  # fmix32(0) == 0: an absent key adds nothing
+            entries[key] = h
+        change = fmix32_many(item_hashes).astype(np.int64) - fmix32_many(
+            np.array(olds, np.uint32)
+        ).astype(np.int64)
+        touched, where = np.unique(np.array(leaf_ids, np.int64), return_inverse=True)
+        deltas = np.zeros(len(touched), np.int64)
+        np.add.at(deltas, where, change)
+        self._propagate_many(dict(zip(touched.tolist(), deltas.tolist(), strict=True)))
+
+    def _propagate_many(self, deltas: dict[int, int]) -> None:
+        """:meth:`_propagate` for many leaves, one level at a time: a parent shared by several
+        changed children is rehashed once, not once per child."""
+        levels, mixed = self._levels, self._mixed
+        for level in range(self._depth, 0, -1):
+            nodes, mixes = levels[level], mixed[level]
+            up: dict[int, int] = {}
+            for idx, delta in deltas.items():
+                delta &= MASK32
+                if not delta:
+                    continue
+                new = (nodes.get(idx, 0) + delta) & MASK32
+                if new:
+                    nodes[idx] = new
+                    new_mix = fmix32(new)
+                    change = new_mix - mixes.get(idx, 0)
+                    mixes[idx] = new_mix
+                else:
+                    del nodes[idx]
+                    change = -mixes.pop(idx)
+                up[idx >> 4] = up.get(idx >> 4, 0) + change
+            deltas = up
+        root = levels[0]
+        new_root = (root.get(0, 0) + deltas.get(0, 0)) & MASK32
+        if new_root:
+            root[0] = new_root
+        else:
+            root.pop(0, None)
 
     def set_item(self, key: str, item_hash: int) -> None:
         """Record ``key`` with a precomputed 32-bit entry hash (OR-Map leaves, counters)."""

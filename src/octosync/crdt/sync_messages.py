@@ -4,6 +4,15 @@ They live beside the sync session that produces them, as the state-plane Structs
 ``ipc/``; :mod:`octosync.wire.topgun` includes them in its tagged union. Field names are
 camelCase on the wire. Whole numbers that a JavaScript peer sends as float64 (every millis
 value above 2^32 is) are accepted when integral and stored as ``int``.
+
+octosync extension (leaf digests), all optional fields, so plain TopGun frames are unchanged:
+
+* ``SYNC_INIT.leafDigests: true`` offers the extension; a responder that supports it echoes
+  ``SYNC_RESP_ROOT.payload.leafDigests: true``. Without the echo the requester stays plain.
+* ``MERKLE_REQ_BUCKET.payload.have`` (a :class:`LeafDigest`, only on a leaf path) lists what
+  the requester already holds in that leaf: per key an 8-byte key digest and its HLC. The
+  ``SYNC_RESP_LEAF`` then carries only the records the requester lacks or holds older, instead
+  of the whole leaf; a request without ``have`` gets the whole leaf, as in TopGun.
 """
 
 from __future__ import annotations
@@ -12,12 +21,14 @@ from typing import Annotated, Any, ClassVar
 
 import msgspec
 
-from octosync.crdt.timestamp import Timestamp
+from octosync.crdt.timestamp import Counter, Millis, NodeName, Timestamp
 
 JsInt = int | float
 """An integer field that also accepts an integral float64; normalised to ``int`` on decode."""
 
 Hash32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+KEY_DIGEST_SIZE = 8
+"""Bytes per key digest in :class:`LeafDigest` (64 bits: see ``sync.py`` on collisions)."""
 
 
 class TopGunStruct(
@@ -80,6 +91,7 @@ class SyncInit(TopGunStruct, frozen=True, tag_field="type", tag="SYNC_INIT"):
     last_sync_timestamp: JsInt | None = None
     root_hash: JsInt | None = None
     bucket_hashes: dict[str, Hash32] | None = None
+    leaf_digests: bool | None = None  # octosync extension: offer leaf digests
 
     integral = ("last_sync_timestamp", "root_hash")
     hash32 = ("root_hash",)
@@ -89,6 +101,7 @@ class SyncRespRootPayload(TopGunStruct, frozen=True):
     map_name: str
     root_hash: JsInt
     timestamp: WireTimestamp | None = None
+    leaf_digests: bool | None = None  # octosync extension: leaf digests accepted
 
     integral = ("root_hash",)
     hash32 = ("root_hash",)
@@ -98,9 +111,74 @@ class SyncRespRoot(TopGunStruct, frozen=True, tag_field="type", tag="SYNC_RESP_R
     payload: SyncRespRootPayload
 
 
+class LeafDigest(TopGunStruct, frozen=True):
+    """octosync extension: the ``(key digest, HLC)`` of every record a requester holds in a leaf.
+
+    Columnar so that MsgPack spends few bytes per entry: ``keys`` packs one
+    ``KEY_DIGEST_SIZE``-byte digest per entry; entries are sorted by millis and ``millis[i]``
+    is the gap to the previous entry's millis (to ``baseMillis`` for the first); ``nodes[i]``
+    indexes ``nodeIds``. Every column has one item per digest, or the frame is rejected.
+    """
+
+    keys: bytes
+    base_millis: JsInt
+    millis: list[Millis]
+    counters: list[Counter]
+    node_ids: list[NodeName]
+    nodes: list[Annotated[int, msgspec.Meta(ge=0)]]
+
+    integral = ("base_millis",)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        n, rest = divmod(len(self.keys), KEY_DIGEST_SIZE)
+        if rest:
+            raise ValueError(f"keys: {len(self.keys)} bytes is not a whole number of digests")
+        for name in ("millis", "counters", "nodes"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{self._wire_name(name)}: expected {n} items, one per key")
+        if self.nodes and max(self.nodes) >= len(self.node_ids):
+            raise ValueError(f"nodes: index past the {len(self.node_ids)} nodeIds")
+        if self.base_millis + sum(self.millis) > 2**53:
+            raise ValueError("millis: a timestamp beyond 2^53")
+
+    @classmethod
+    def of(cls, entries: list[tuple[bytes, Timestamp]]) -> LeafDigest:
+        """Pack ``(key digest, HLC)`` pairs (each digest ``KEY_DIGEST_SIZE`` bytes)."""
+        entries = sorted(entries, key=lambda e: e[1].millis)
+        node_index: dict[str, int] = {}
+        base = prev = entries[0][1].millis if entries else 0
+        gaps: list[int] = []
+        for _, ts in entries:
+            gaps.append(ts.millis - prev)
+            prev = ts.millis
+        nodes = [node_index.setdefault(ts.node_id, len(node_index)) for _, ts in entries]
+        return cls(
+            b"".join(d for d, _ in entries),
+            base,
+            gaps,
+            [ts.counter for _, ts in entries],
+            list(node_index),
+            nodes,
+        )
+
+    def entries(self) -> list[tuple[bytes, Timestamp]]:
+        """The ``(key digest, HLC)`` pairs, in wire order."""
+        out: list[tuple[bytes, Timestamp]] = []
+        keys, size, ids = self.keys, KEY_DIGEST_SIZE, self.node_ids
+        millis = int(self.base_millis)
+        for i, (gap, counter, node) in enumerate(
+            zip(self.millis, self.counters, self.nodes, strict=True)
+        ):
+            millis += gap
+            out.append((keys[i * size : (i + 1) * size], Timestamp(millis, counter, ids[node])))
+        return out
+
+
 class BucketPath(TopGunStruct, frozen=True):
     map_name: str
     path: str
+    have: LeafDigest | None = None  # octosync extension, leaf paths only
 
 
 class MerkleReqBucket(TopGunStruct, frozen=True, tag_field="type", tag="MERKLE_REQ_BUCKET"):

@@ -14,6 +14,12 @@ and become ``int``.
 
 ``BATCH`` carries ``count`` inner frames in ``data``, each prefixed by a 4-byte big-endian
 length (the seed's layout); :func:`split_batch` / :func:`pack_batch` convert.
+
+octosync's one extension, leaf digests for Merkle sync, adds optional fields only
+(``SYNC_INIT.leafDigests``, ``SYNC_RESP_ROOT.payload.leafDigests``,
+``MERKLE_REQ_BUCKET.payload.have``; see :mod:`octosync.crdt.sync_messages`). They are decoded
+as strictly as the rest (column lengths, node indexes and ranges checked, with field paths)
+and left out when absent, so a peer that does not offer the extension sees TopGun's bytes.
 """
 
 from __future__ import annotations
