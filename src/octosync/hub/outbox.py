@@ -1,0 +1,83 @@
+"""Per-connection outbox: bounded in bytes and frames, drained whole in one write.
+
+Data frames (snapshots, deltas) are shared ``bytes`` objects encoded once per view; the outbox
+only holds references. When a push would exceed a bound the queued data is dropped and the
+outbox reports an overflow, so the hub can replace the lost deltas with one fresh snapshot.
+Control frames (errors, acks, forwarded writes) queue separately with their own small bound:
+they are never the reason a subscriber is reset.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxLimits:
+    max_bytes: int = 4 * 1024 * 1024
+    max_frames: int = 4096
+    max_control_frames: int = 256
+
+    def __post_init__(self) -> None:
+        if self.max_bytes <= 0 or self.max_frames <= 0 or self.max_control_frames <= 0:
+            raise ValueError("outbox limits must be positive")
+
+
+class Outbox:
+    """A bounded queue of encoded frames for one connection."""
+
+    __slots__ = ("_control", "_data", "_data_bytes", "dropped_control", "dropped_frames", "limits")
+
+    def __init__(self, limits: OutboxLimits) -> None:
+        self.limits = limits
+        self._data: deque[bytes] = deque()
+        self._data_bytes = 0
+        self._control: deque[bytes] = deque()
+        self.dropped_frames = 0
+        self.dropped_control = 0
+
+    @property
+    def depth_frames(self) -> int:
+        return len(self._data) + len(self._control)
+
+    @property
+    def depth_bytes(self) -> int:
+        return self._data_bytes + sum(len(b) for b in self._control)
+
+    def __bool__(self) -> bool:
+        return bool(self._data) or bool(self._control)
+
+    def push(self, frame: bytes) -> bool:
+        """Queue a data frame; False (and the queue emptied) when the bounds would be exceeded.
+
+        A frame into an empty queue is always accepted, so one snapshot larger than the byte
+        bound still goes out instead of resetting forever.
+        """
+        if self._data and (
+            len(self._data) >= self.limits.max_frames
+            or self._data_bytes + len(frame) > self.limits.max_bytes
+        ):
+            self.dropped_frames += len(self._data) + 1
+            self._data.clear()
+            self._data_bytes = 0
+            return False
+        self._data.append(frame)
+        self._data_bytes += len(frame)
+        return True
+
+    def push_control(self, frame: bytes) -> None:
+        """Queue a control frame; past its bound the oldest control frame is dropped."""
+        if len(self._control) >= self.limits.max_control_frames:
+            self._control.popleft()
+            self.dropped_control += 1
+        self._control.append(frame)
+
+    def take(self) -> list[bytes]:
+        """Everything queued, control first: the caller writes it as one batch."""
+        out = list(self._control)
+        out.extend(self._data)
+        self._control.clear()
+        self._data.clear()
+        self._data_bytes = 0
+        return out
