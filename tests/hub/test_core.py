@@ -258,10 +258,11 @@ def test_writes_go_to_the_producer_only_when_granted() -> None:
     hub.connect(3, JSON, grants=ReadOnly(), wake=woken.append)
     hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
     hub.take(1)
-    assert hub.write(2, "s", b"write-bytes") == 1
-    assert hub.take(1) == [b"write-bytes"]
+    write = cell_set(0, 1, b"w")
+    assert hub.write(2, "s", write) == 1
+    assert [decode(b) for b in hub.take(1)] == [write]
     with pytest.raises(Forbidden):
-        hub.write(3, "s", b"nope")
+        hub.write(3, "s", write)
     with pytest.raises(Forbidden):
         hub.publish(3, "t", lazily_frame(snap(0, {})))
     assert hub.take(1) == []

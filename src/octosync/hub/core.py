@@ -44,7 +44,7 @@ class OutFrame:
     """One frame as handed to an encoder: the stream, the (view-filtered) body, its kind."""
 
     stream: StreamId
-    kind: Literal["snapshot", "diff"]
+    kind: Literal["snapshot", "diff", "write"]
     epoch: int
     body: object
     ts: int
@@ -286,21 +286,22 @@ class Hub:
             raise Forbidden(f"resync on stream {stream_id!r} without a subscription")
         self._request_snapshot(c, stream_id)
 
-    def write(self, conn: ConnId, stream_id: StreamId, encoded_for_producer: bytes) -> ConnId:
+    def write(self, conn: ConnId, stream_id: StreamId, body: object) -> ConnId:
         """Forward a subscriber's write to the stream's producer; returns the producer id.
 
-        The face decodes and checks the write's shape (cell_set only) before calling; the hub
-        decides who may write and where it goes.
+        The face checks the write's shape (cell_set only) first; the hub decides who may write
+        and encodes it in the producer's own dialect.
         """
-        self._conn(conn)
-        c = self._conns[conn]
+        c = self._conn(conn)
         if not c.grants.allows(stream_id, "write"):
             raise Forbidden(f"not granted write on stream {stream_id!r}")
         stream = self._streams.get(stream_id)
         if stream is None or stream.producer is None:
             raise Forbidden(f"stream {stream_id!r} has no producer to take writes")
         producer = self._conns[stream.producer]
-        producer.outbox.push_control(encoded_for_producer)
+        epoch = 0 if stream.model is None or stream.model.epoch is None else stream.model.epoch
+        out = OutFrame(stream_id, "write", epoch, body, self.next_ts())
+        producer.outbox.push_control(self._encoders[producer.view.dialect](out))
         producer.wake(producer.id)
         return producer.id
 
@@ -332,6 +333,13 @@ class Hub:
         self.stats.frames_out += len(batch)
         self.stats.bytes_out += sum(map(len, batch))
         return batch
+
+    def subscribers_of(self, stream: StreamId) -> list[ConnId]:
+        s = self._streams.get(stream)
+        return [] if s is None else list(s.subscribers)
+
+    def connections_with_dialect(self, dialect: str) -> list[ConnId]:
+        return [c.id for c in self._conns.values() if c.view.dialect == dialect]
 
     def outbox_depth(self) -> int:
         return sum(c.outbox.depth_frames for c in self._conns.values())

@@ -1,0 +1,196 @@
+"""One lazily connection, whatever carries it (WebSocket messages or u32 TCP frames).
+
+Handshake first and fail closed; the handshake's ``session_id`` names the stream; ``publish``
+in its features makes the connection the producer; everyone else subscribes. Faces feed
+``handle(bytes)`` and close the connection when it returns False.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Literal
+
+from octosync.errors import (
+    DecodeError,
+    Forbidden,
+    ForbiddenPublish,
+    HandshakeFailed,
+    OctosyncError,
+    Unauthorized,
+)
+from octosync.hub import Grants, ViewKey, closes_connection, lazily_frame
+from octosync.ipc.messages import CellSet, Delta, Handshake, ResyncRequest, Snapshot
+from octosync.server.auth import authenticate
+from octosync.server.lazily_dialect import Dialect, pick_dialect
+from octosync.server.runtime import Runtime, lazily_dialect_key
+
+PROTOCOL_ID = "lazily-ipc"
+PROTOCOL_MAJOR = 1
+SERVER_FEATURES = ("publish", "resync_request", "cell_set_write")
+TOKEN_FEATURE = "auth:"
+"""A client that cannot send headers (plain TCP) may carry its JWT as feature ``auth:<jwt>``."""
+
+Transport = Literal["ws", "tcp"]
+
+
+def negotiate(remote: Handshake, *, codec: str, max_frame_size: int) -> int:
+    """Fail closed on any incompatibility, naming the field; returns the frame limit."""
+    if remote.protocol_id != PROTOCOL_ID:
+        raise HandshakeFailed(f"expected {PROTOCOL_ID!r}", path="protocol_id")
+    if remote.protocol_major_version != PROTOCOL_MAJOR:
+        raise HandshakeFailed(
+            f"major version {remote.protocol_major_version} is not {PROTOCOL_MAJOR}",
+            path="protocol_major_version",
+        )
+    if remote.codec != codec:
+        raise HandshakeFailed(f"codec {remote.codec!r} is not {codec!r}", path="codec")
+    if not remote.ordered_reliable:
+        raise HandshakeFailed("this server needs ordered delivery", path="ordered_reliable")
+    if remote.max_frame_size == 0:
+        raise HandshakeFailed("max_frame_size must be positive", path="max_frame_size")
+    missing = [f for f in remote.required_features if f not in SERVER_FEATURES]
+    if missing:
+        raise HandshakeFailed(f"unsupported features {missing}", path="required_features")
+    if not remote.session_id:
+        raise HandshakeFailed("session_id names the stream; empty", path="session_id")
+    return min(remote.max_frame_size, max_frame_size)
+
+
+class LazilySession:
+    def __init__(
+        self,
+        runtime: Runtime,
+        conn: int,
+        transport: asyncio.BaseTransport,
+        kind: Transport,
+        frame: Callable[[bytes], bytes],
+        header_token: str | None,
+    ) -> None:
+        self.rt = runtime
+        self.conn = conn
+        self.transport = transport
+        self.kind = kind
+        self.frame = frame
+        self.header_token = header_token
+        self.dialect: Dialect | None = None
+        self.stream: str | None = None
+        self.producer = False
+        self.grants: Grants | None = None
+        self.max_frame = runtime.config.max_frame_size
+        self.face = "tcp" if kind == "tcp" else "lazily"
+
+    # --- entry points ---------------------------------------------------------------------
+
+    def handle(self, data: bytes) -> bool:
+        counters = self.rt.counters.faces[self.face]
+        counters.frames_in += 1
+        counters.bytes_in += len(data)
+        try:
+            if self.dialect is None:
+                self._handshake(data)
+            else:
+                self._message(self.dialect.decode(data))
+        except OctosyncError as err:
+            return self.fail(err)
+        return True
+
+    def fail(self, err: OctosyncError) -> bool:
+        """Send ``err`` to this connection only; False when the policy says close."""
+        self.rt.counters.faces[self.face].errors += 1
+        dialect = self.dialect or pick_dialect(b"")
+        data = self.frame(dialect.encode_error(err))
+        if self.stream is not None:
+            self.rt.hub.send_control(self.conn, data)
+        else:
+            self._write_direct(data)
+        close = closes_connection(err, byte_stream=self.kind == "tcp")
+        if close:
+            self.rt.flusher.flush_now(self.conn)
+        return not close
+
+    def close(self) -> None:
+        self.rt.hub.disconnect(self.conn)
+        self.rt.flusher.detach(self.conn)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _write_direct(self, data: bytes) -> None:
+        t = self.transport
+        if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+            t.write(data)
+
+    def _handshake(self, data: bytes) -> None:
+        dialect = pick_dialect(data)
+        try:
+            remote = dialect.decode_handshake(data)
+        except DecodeError as exc:
+            raise HandshakeFailed(
+                f"first message must be a handshake: {exc}", path=exc.path
+            ) from exc
+        self.max_frame = negotiate(remote, codec="json", max_frame_size=self.max_frame)
+        token = self.header_token
+        for feature in remote.features:
+            if feature.startswith(TOKEN_FEATURE):
+                token = feature[len(TOKEN_FEATURE) :]
+        self.grants = authenticate(token, self.rt.config.auth)
+        self.dialect = dialect
+        self.stream = remote.session_id
+        self.producer = "publish" in remote.features
+        hub = self.rt.hub
+        hub.connect(
+            self.conn,
+            ViewKey(lazily_dialect_key(dialect, self.kind)),
+            grants=self.grants,
+            wake=self.rt.flusher.wake,
+        )
+        reply = Handshake(
+            protocol_id=PROTOCOL_ID,
+            protocol_major_version=PROTOCOL_MAJOR,
+            codec="json",
+            max_frame_size=self.max_frame,
+            fragmentation_supported=False,
+            ordered_reliable=True,
+            peer_id=0,
+            session_id=remote.session_id,
+            features=SERVER_FEATURES,
+        )
+        hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
+        if not self.producer:
+            hub.subscribe(self.conn, self.stream)
+
+    def _message(self, msg: Snapshot | Delta | ResyncRequest) -> None:
+        assert self.stream is not None
+        hub = self.rt.hub
+        if self.producer:
+            if isinstance(msg, ResyncRequest):
+                raise Forbidden("the producer has nothing to resync from", path="type")
+            hub.publish(self.conn, self.stream, lazily_frame(msg))
+            return
+        match msg:
+            case ResyncRequest():
+                hub.resync(self.conn, self.stream)
+            case Snapshot():
+                raise ForbiddenPublish(
+                    "this connection subscribed; only a 'publish' connection may publish",
+                    path="type",
+                )
+            case Delta(ops=ops):
+                bad = [i for i, op in enumerate(ops) if not isinstance(op, CellSet)]
+                if bad or not ops:
+                    raise Forbidden(
+                        "a subscriber may only send cell_set writes",
+                        path=f"ops[{bad[0]}]" if bad else "ops",
+                    )
+                hub.write(self.conn, self.stream, msg)
+
+
+def header_token(authorization: str | None, query_token: str | None) -> str | None:
+    if query_token:
+        return query_token
+    if authorization and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return None
+
+
+__all__ = ["LazilySession", "Unauthorized", "header_token", "negotiate"]
