@@ -167,13 +167,13 @@ class TcpLazily:
         self.writer = writer
 
     @classmethod
-    async def open(cls, port: int, *, rcvbuf: int | None = None) -> TcpLazily:
+    async def open(cls, port: int, *, rcvbuf: int | None = None, limit: int = 1 << 24) -> TcpLazily:
         sock = socket.socket()
         if rcvbuf is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 24)
+        reader, writer = await asyncio.open_connection(sock=sock, limit=limit)
         return cls(reader, writer)
 
     def send(self, data: bytes) -> None:
