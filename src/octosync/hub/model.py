@@ -16,9 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-import blake3
-import msgspec
-
 from octosync.errors import DecodeError, Desync, EpochGap, SnapshotRequired
 from octosync.ipc.messages import (
     CellSet,
@@ -33,6 +30,7 @@ from octosync.ipc.messages import (
     SlotValue,
     Snapshot,
 )
+from octosync.ipc.state_hash import snapshot_hash
 
 P = TypeVar("P")
 
@@ -61,23 +59,8 @@ Frame = SnapshotFrame[P] | DiffFrame[P]
 StateHasher = Callable[[Snapshot], bytes]
 
 
-def _canonical_state(snap: Snapshot) -> Snapshot:
-    return Snapshot(
-        epoch=snap.epoch,
-        nodes=tuple(sorted(snap.nodes, key=lambda n: n.slot_id)),
-        edges=tuple(sorted(snap.edges, key=lambda e: (e.dependent, e.dependency))),
-        roots=tuple(sorted(snap.roots)),
-    )
-
-
-_hash_encoder = msgspec.json.Encoder(order="deterministic")
-
-
-def default_state_hash(snap: Snapshot) -> bytes:
-    """BLAKE3-256 over the sorted JSON encoding of nodes, edges and roots (not the epoch)."""
-    canon = _canonical_state(snap)
-    body = _hash_encoder.encode([canon.nodes, canon.edges, canon.roots])
-    return blake3.blake3(body).digest()
+default_state_hash: StateHasher = snapshot_hash
+"""The state plane's own hash (BLAKE3 over nodes and edges), so producers and hub agree."""
 
 
 def check_contiguous(last_epoch: int | None, frame: DiffFrame[P]) -> None:

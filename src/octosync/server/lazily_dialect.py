@@ -12,8 +12,9 @@ from typing import Protocol
 
 import msgspec
 
-from octosync.errors import DecodeError, OctosyncError
-from octosync.ipc.messages import Handshake, IpcMessage
+from octosync.errors import OctosyncError
+from octosync.ipc.messages import Delta, Handshake, IpcMessage, ResyncRequest, Snapshot
+from octosync.wire import json as wire_json
 
 
 class Dialect(Protocol):
@@ -36,47 +37,31 @@ class ErrorFrame(msgspec.Struct, frozen=True, tag_field="type", tag="error"):
     message: str
 
 
-def located(exc: msgspec.DecodeError | msgspec.ValidationError) -> DecodeError:
-    """msgspec reports ``... - at `$.ops[0].slot_id```; keep that path as the error's path."""
-    text = str(exc)
-    msg, sep, where = text.rpartition(" - at `")
-    if sep:
-        return DecodeError(msg, path=where.rstrip("`"))
-    return DecodeError(text, path="$")
-
-
-_json_encoder = msgspec.json.Encoder()
+_error_encoder = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True)
 class SeedJson:
-    name: str = "json"
+    """The seed's JSON dialect, as implemented by ``octosync.wire.json``."""
+
+    name: str = wire_json.DIALECT
 
     def decode_handshake(self, data: bytes) -> Handshake:
-        try:
-            return _hs_decoder.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise located(exc) from exc
+        return wire_json.decode_handshake(data)
 
     def encode_handshake(self, hs: Handshake) -> bytes:
-        return _json_encoder.encode(hs)
+        return wire_json.encode_handshake(hs)
 
     def decode(self, data: bytes) -> IpcMessage:
-        try:
-            msg: IpcMessage = _ipc_decoder.decode(data)
-            return msg
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise located(exc) from exc
+        return wire_json.decode(data)
 
     def encode(self, msg: object) -> bytes:
-        return _json_encoder.encode(msg)
+        assert isinstance(msg, Snapshot | Delta | ResyncRequest)
+        return wire_json.encode(msg)
 
     def encode_error(self, err: OctosyncError) -> bytes:
-        return _json_encoder.encode(ErrorFrame(code=err.name, message=str(err)))
+        return _error_encoder.encode(ErrorFrame(code=err.name, message=str(err)))
 
-
-_hs_decoder = msgspec.json.Decoder(Handshake)
-_ipc_decoder = msgspec.json.Decoder(IpcMessage)
 
 SEED_JSON = SeedJson()
 

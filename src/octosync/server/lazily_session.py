@@ -20,13 +20,13 @@ from octosync.errors import (
     Unauthorized,
 )
 from octosync.hub import Grants, ViewKey, closes_connection, lazily_frame
+from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION, negotiate
 from octosync.ipc.messages import CellSet, Delta, Handshake, ResyncRequest, Snapshot
 from octosync.server.auth import authenticate
 from octosync.server.lazily_dialect import Dialect, pick_dialect
 from octosync.server.runtime import Runtime, lazily_dialect_key
 
-PROTOCOL_ID = "lazily-ipc"
-PROTOCOL_MAJOR = 1
+PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
 SERVER_FEATURES = ("publish", "resync_request", "cell_set_write")
 TOKEN_FEATURE = "auth:"
 """A client that cannot send headers (plain TCP) may carry its JWT as feature ``auth:<jwt>``."""
@@ -34,27 +34,19 @@ TOKEN_FEATURE = "auth:"
 Transport = Literal["ws", "tcp"]
 
 
-def negotiate(remote: Handshake, *, codec: str, max_frame_size: int) -> int:
-    """Fail closed on any incompatibility, naming the field; returns the frame limit."""
-    if remote.protocol_id != PROTOCOL_ID:
-        raise HandshakeFailed(f"expected {PROTOCOL_ID!r}", path="protocol_id")
-    if remote.protocol_major_version != PROTOCOL_MAJOR:
-        raise HandshakeFailed(
-            f"major version {remote.protocol_major_version} is not {PROTOCOL_MAJOR}",
-            path="protocol_major_version",
-        )
-    if remote.codec != codec:
-        raise HandshakeFailed(f"codec {remote.codec!r} is not {codec!r}", path="codec")
-    if not remote.ordered_reliable:
-        raise HandshakeFailed("this server needs ordered delivery", path="ordered_reliable")
-    if remote.max_frame_size == 0:
-        raise HandshakeFailed("max_frame_size must be positive", path="max_frame_size")
-    missing = [f for f in remote.required_features if f not in SERVER_FEATURES]
-    if missing:
-        raise HandshakeFailed(f"unsupported features {missing}", path="required_features")
-    if not remote.session_id:
-        raise HandshakeFailed("session_id names the stream; empty", path="session_id")
-    return min(remote.max_frame_size, max_frame_size)
+def server_handshake(session_id: str, max_frame_size: int) -> Handshake:
+    """The server's side of the handshake; it hosts whatever session the peer names."""
+    return Handshake(
+        protocol_id=PROTOCOL_ID,
+        protocol_major_version=PROTOCOL_MAJOR,
+        codec="json",
+        max_frame_size=max_frame_size,
+        fragmentation_supported=False,
+        ordered_reliable=True,
+        peer_id=0,
+        session_id=session_id,
+        features=SERVER_FEATURES,
+    )
 
 
 class LazilySession:
@@ -128,7 +120,8 @@ class LazilySession:
             raise HandshakeFailed(
                 f"first message must be a handshake: {exc}", path=exc.path
             ) from exc
-        self.max_frame = negotiate(remote, codec="json", max_frame_size=self.max_frame)
+        local = server_handshake(remote.session_id, self.max_frame)
+        self.max_frame = negotiate(local, remote).max_frame_size
         token = self.header_token
         for feature in remote.features:
             if feature.startswith(TOKEN_FEATURE):
@@ -144,17 +137,7 @@ class LazilySession:
             grants=self.grants,
             wake=self.rt.flusher.wake,
         )
-        reply = Handshake(
-            protocol_id=PROTOCOL_ID,
-            protocol_major_version=PROTOCOL_MAJOR,
-            codec="json",
-            max_frame_size=self.max_frame,
-            fragmentation_supported=False,
-            ordered_reliable=True,
-            peer_id=0,
-            session_id=remote.session_id,
-            features=SERVER_FEATURES,
-        )
+        reply = server_handshake(remote.session_id, self.max_frame)
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
         if not self.producer:
             hub.subscribe(self.conn, self.stream)
@@ -193,4 +176,4 @@ def header_token(authorization: str | None, query_token: str | None) -> str | No
     return None
 
 
-__all__ = ["LazilySession", "Unauthorized", "header_token", "negotiate"]
+__all__ = ["LazilySession", "Unauthorized", "header_token", "server_handshake"]
