@@ -1,0 +1,354 @@
+"""The Context: node table, batching, and the flush that yields one change set per batch.
+
+A flush runs when the outermost batch exits (a write outside a batch is its own batch):
+eager signals are brought up to date, value-mirror publishers get their dirty memos
+resolved, the net change set is built and handed to every listener, and then effects run.
+Writes made by effects form the next flush. The context epoch counts flushes whose change
+set was not empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from types import TracebackType
+from typing import TypeVar
+
+from octosync.errors import ComputeError, GraphError
+from octosync.graph.changes import ChangeSet
+from octosync.graph.nodes import (
+    ADDED,
+    CHECK,
+    CLEAN,
+    DIRTY,
+    NO_VALUE,
+    RESOLVED,
+    Cell,
+    Effect,
+    Memo,
+    Node,
+    Signal,
+    same_value,
+)
+from octosync.ipc.messages import MAX_SAFE_ID
+from octosync.ipc.type_tags import TypeRegistry, default_registry
+
+T = TypeVar("T")
+Listener = Callable[[ChangeSet], None]
+Resolver = Callable[[Node], bool]
+
+MAX_EFFECT_ROUNDS = 100
+"""Effects that keep writing are stopped after this many consecutive flushes."""
+
+
+def _everything(_: Node) -> bool:
+    return True
+
+
+class _Batch:
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    def __enter__(self) -> None:
+        self._ctx._depth += 1
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._ctx._exit()
+
+
+class Context:
+    """One reactive graph. Not thread-safe: drive it from one thread or event loop."""
+
+    def __init__(self, registry: TypeRegistry | None = None) -> None:
+        self.registry = registry or default_registry
+        self.epoch = 0
+        self._nodes: list[Node | None] = []
+        self._free: list[int] = []
+        self._depth = 0
+        self._computing = 0
+        self._tracking: dict[Node, None] | None = None
+        self._gen = 0
+        self._touched: list[Node] = []
+        self._eager: list[Node] = []
+        self._listeners: list[Listener] = []
+        self._resolvers: list[Resolver] = []
+        self._resolve_all = False
+        self._batch = _Batch(self)
+
+    # --- creating nodes ----------------------------------------------------------------------
+
+    def cell(self, value: T, type_tag: str = "json") -> Cell[T]:
+        node: Cell[T] = Cell()
+        node._init(self, self._next_id(), type_tag)
+        assert node._encode is not None
+        node._payload = node._encode(value)
+        node._value = value
+        node._state = CLEAN
+        self._add(node)
+        return node
+
+    def memo(self, fn: Callable[[], T], type_tag: str = "json") -> Memo[T]:
+        node: Memo[T] = Memo()
+        node._init(self, self._next_id(), type_tag)
+        node._fn = fn
+        self._add(node)
+        return node
+
+    def signal(self, fn: Callable[[], T], type_tag: str = "json") -> Signal[T]:
+        node: Signal[T] = Signal()
+        node._init(self, self._next_id(), type_tag)
+        node._fn = fn
+        self._add(node)
+        return node
+
+    def effect(self, fn: Callable[[], object]) -> Effect:
+        node = Effect()
+        node._init(self, self._next_id(), None)
+        node._fn = fn
+        self._add(node)
+        return node
+
+    def batch(self) -> _Batch:
+        """Group writes; nested batches flush once, when the outermost one exits."""
+        return self._batch
+
+    # --- reading the graph -------------------------------------------------------------------
+
+    def node(self, node_id: int) -> Node:
+        """The live node with this id; GraphError if there is none."""
+        if 0 <= node_id < len(self._nodes):
+            node = self._nodes[node_id]
+            if node is not None:
+                return node
+        raise GraphError(f"no live node {node_id}", path=f"node/{node_id}")
+
+    def nodes(self) -> Iterator[Node]:
+        """Live nodes in id order."""
+        return (n for n in self._nodes if n is not None)
+
+    @property
+    def in_batch(self) -> bool:
+        return self._depth > 0
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` with each non-empty change set; returns the unsubscribe function."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def add_resolver(self, wants: Resolver | None = None) -> Callable[[], None]:
+        """Resolve, at every flush, the dirty derived nodes ``wants`` selects (value mirrors).
+
+        ``None`` selects every node.
+        """
+        resolver: Resolver = wants if wants is not None else _everything
+        self._resolvers.append(resolver)
+        self._resolve_all = any(r is _everything for r in self._resolvers)
+
+        def remove() -> None:
+            self._resolvers.remove(resolver)
+            self._resolve_all = any(r is _everything for r in self._resolvers)
+
+        return remove
+
+    def resolve(self, nodes: list[Node]) -> None:
+        """Bring dirty derived nodes up to date as one flush; compute errors stay on the nodes."""
+        with self._batch:
+            for node in nodes:
+                if node._derived and not node._disposed and node._state != CLEAN:
+                    with suppress(GraphError):  # held on the node: its readers get the error
+                        node._update()
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _next_id(self) -> int:
+        if self._free:
+            return self._free.pop()
+        node_id = len(self._nodes)
+        if node_id > MAX_SAFE_ID:
+            raise GraphError("node ids exhausted (limit 2**53)")
+        self._nodes.append(None)
+        return node_id
+
+    def _add(self, node: Node) -> None:
+        if self._computing:
+            self._free.append(node.id)
+            raise GraphError("nodes cannot be created while a memo or signal computes")
+        self._nodes[node.id] = node
+        if node._wire:
+            node._gen = self._gen
+            node._start = ADDED
+            self._touched.append(node)
+        if node._eager:
+            node._queued = True
+            self._eager.append(node)
+        if self._depth == 0:
+            self._flush()
+
+    def _mark(self, observers: dict[Node, None]) -> None:
+        """Direct dependents of a changed node become DIRTY, everything further CHECK."""
+        gen = self._gen
+        stack: list[Node] = []
+        for node in observers:
+            state = node._state
+            if state == CLEAN:
+                if node._wire and node._gen != gen:
+                    node._record()
+                node._state = DIRTY
+                if node._observers:
+                    stack.append(node)
+            elif state == CHECK:
+                node._state = DIRTY
+            if node._eager and not node._queued:
+                node._queued = True
+                self._eager.append(node)
+        while stack:
+            for node in stack.pop()._observers:
+                if node._state == CLEAN:
+                    if node._wire and node._gen != gen:
+                        node._record()
+                    node._state = CHECK
+                    if node._observers:
+                        stack.append(node)
+                if node._eager and not node._queued:
+                    node._queued = True
+                    self._eager.append(node)
+
+    def _dispose(self, node: Node) -> None:
+        if node._wire and node._gen != self._gen:
+            node._record()
+        node._disposed = True
+        self._nodes[node.id] = None
+        self._free.append(node.id)
+        for source in node._sources:
+            source._observers.pop(node, None)
+        observers = node._observers
+        if observers:
+            for dependent in observers:
+                if dependent._wire and dependent._gen != self._gen:
+                    dependent._record()
+                dependent._sources = {s: None for s in dependent._sources if s is not node}
+            self._mark(observers)
+            node._observers = {}
+        if self._depth == 0:
+            self._flush()
+
+    def _exit(self) -> None:
+        self._depth -= 1
+        if self._depth == 0 and (self._touched or self._eager):
+            self._flush()
+
+    def _flush(self) -> None:
+        errors: list[BaseException] = []
+        rounds = 0
+        self._depth = 1
+        try:
+            while self._touched or self._eager:
+                rounds += 1
+                if rounds > MAX_EFFECT_ROUNDS:
+                    raise GraphError(f"effects kept writing for {MAX_EFFECT_ROUNDS} flushes")
+                effects = self._run_signals()
+                if self._resolvers:
+                    self._run_resolvers()
+                changes = self._build_changes()
+                if changes:
+                    self.epoch += 1
+                    changes.epoch = self.epoch
+                    for listener in tuple(self._listeners):
+                        listener(changes)
+                for effect in effects:
+                    if not effect._disposed and effect._state != CLEAN:
+                        try:
+                            effect._update()
+                        except Exception as exc:
+                            errors.append(exc)
+        finally:
+            self._depth = 0
+        if errors:
+            first = errors[0]
+            if isinstance(first, ComputeError) and len(errors) == 1:
+                raise first
+            raise ComputeError(f"{len(errors)} effect(s) raised; the first is the cause") from first
+
+    def _run_signals(self) -> list[Node]:
+        queue = self._eager
+        self._eager = []
+        effects: list[Node] = []
+        for node in queue:
+            node._queued = False
+            if node._disposed:
+                continue
+            if not node._wire:
+                effects.append(node)
+            elif node._state != CLEAN:
+                with suppress(GraphError):  # held on the node: its readers get the error
+                    node._update()
+        return effects
+
+    def _run_resolvers(self) -> None:
+        touched = self._touched
+        resolvers = self._resolvers
+        if self._resolve_all:
+            i = 0
+            while i < len(touched):
+                node = touched[i]
+                i += 1
+                if node._derived and node._state != CLEAN and not node._disposed:
+                    with suppress(GraphError):
+                        node._update()
+            return
+        i = 0
+        while i < len(touched):  # resolving may touch more nodes; they are visited too
+            node = touched[i]
+            i += 1
+            if node._derived and not node._disposed and node._state != CLEAN:
+                for wants in resolvers:
+                    if wants(node):
+                        with suppress(GraphError):  # held on the node: its readers get the error
+                            node._update()
+                        break
+
+    def _build_changes(self) -> ChangeSet:
+        touched = self._touched
+        self._touched = []
+        self._gen += 1
+        changes = ChangeSet()
+        cells = changes.cells
+        for node in touched:
+            start = node._start
+            if start == ADDED:
+                if not node._disposed:
+                    changes.added.append(node)
+                    for source in node._sources:
+                        changes.edges_added.append((node, source))
+                continue
+            if node._disposed:
+                for source in node._start_sources:
+                    changes.edges_removed.append((node, source))
+                changes.removed.append(node)
+                continue
+            if not node._derived:
+                if not same_value(node._start_value, node._value):
+                    cells.append(node)  # type: ignore[arg-type]
+                continue
+            if node._sources is not node._start_sources:
+                before = node._start_sources
+                after = node._sources
+                for source in before:
+                    if source not in after:
+                        changes.edges_removed.append((node, source))
+                for source in after:
+                    if source not in before:
+                        changes.edges_added.append((node, source))
+            if node._state == CLEAN and node._value is not NO_VALUE:
+                if start != RESOLVED or not same_value(node._start_value, node._value):
+                    changes.values.append(node)  # type: ignore[arg-type]
+            elif start == RESOLVED:
+                changes.invalidated.append(node)  # type: ignore[arg-type]
+        return changes
