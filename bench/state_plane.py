@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from octosync.ipc.mirror import Mirror
 
 from octosync import Context
 from octosync.graph import Cell
 from octosync.ipc.messages import CellSet, Delta
+from octosync.ipc.mirror import Mirror
 from octosync.ipc.permissions import PeerPermissions
 from octosync.ipc.publisher import Publisher
 from octosync.wire import json as wire_json
