@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -53,6 +54,41 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from octosync.client.tools import watch
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(watch(args.url, args.stream, token=args.token, limit=args.limit))
+    return 0
+
+
+def _publish_demo(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from octosync.client.tools import publish_demo
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            publish_demo(
+                args.url, args.stream, token=args.token, ticks=args.ticks, interval=args.interval
+            )
+        )
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from octosync.server.auth import issue_token
+
+    streams = {}
+    for grant in args.grant:
+        name, _, actions = grant.partition("=")
+        streams[name] = [a for a in actions.split(",") if a]
+    print(issue_token(args.secret, args.sub, streams))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="octosync")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -64,6 +100,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=None, help="TOML file: [server] [auth] [hub] ...")
     serve.add_argument("--insecure-dev", action="store_true", help="allow anonymous use")
     serve.set_defaults(func=_serve)
+    default_url = "ws://127.0.0.1:8765/lazily"
+    watch = sub.add_parser("watch", help="print a stream's mirrored state as JSON lines")
+    watch.add_argument("stream")
+    watch.add_argument("--url", default=default_url)
+    watch.add_argument("--token", default=None)
+    watch.add_argument("--limit", type=int, default=None, help="stop after N states")
+    watch.set_defaults(func=_watch)
+    demo = sub.add_parser("publish-demo", help="publish a demo scoreboard that keeps scoring")
+    demo.add_argument("stream")
+    demo.add_argument("--url", default=default_url)
+    demo.add_argument("--token", default=None)
+    demo.add_argument("--ticks", type=int, default=None, help="stop after N points")
+    demo.add_argument("--interval", type=float, default=1.0)
+    demo.set_defaults(func=_publish_demo)
+    token = sub.add_parser("token", help="issue an HS256 JWT granting stream actions")
+    token.add_argument("--secret", required=True)
+    token.add_argument("--sub", default="dev")
+    token.add_argument(
+        "--grant", action="append", default=[], help="STREAM=read,publish,write (repeatable)"
+    )
+    token.set_defaults(func=_token)
     return parser
 
 
