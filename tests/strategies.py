@@ -3,7 +3,8 @@
 Every strategy produces values that satisfy the message invariants (payload present exactly
 when resolved, ``epoch == base_epoch + 1``, ids within 2**53), so anything they generate must
 round-trip through every dialect. ``tagged=True`` restricts to what the lazily-spec tagged
-dialect can express (its ResyncRequest carries only ``from_epoch``).
+dialect can express: its ResyncRequest carries only ``from_epoch``, and a NodeAdd decodes to one
+spelling of its state.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from octosync.ipc.messages import (
     MAX_SAFE_ID,
     BlobRef,
     CellSet,
+    CrdtOp,
+    CrdtSync,
     Delta,
     DeltaOp,
     Edge,
@@ -28,10 +31,12 @@ from octosync.ipc.messages import (
     NodeRemove,
     NodeSnapshot,
     NodeState,
+    OutboxAck,
     Payload,
     ResyncRequest,
     SlotValue,
     Snapshot,
+    WireStamp,
 )
 
 U64_MAX = 2**64 - 1
@@ -75,24 +80,28 @@ edges = st.builds(Edge, node_ids, node_ids)
 
 
 @st.composite
-def node_adds(draw: Any, ids: st.SearchStrategy[int] = node_ids) -> NodeAdd:
+def node_adds(draw: Any, ids: st.SearchStrategy[int] = node_ids, tagged: bool = False) -> NodeAdd:
+    """``tagged``: the one spelling the tagged dialect decodes to (state only when not implied
+    by the payload); otherwise both the implied and the spelled-out forms."""
     sid = draw(ids)
     tag = draw(type_tags)
     key = draw(optional_keys)
     if draw(st.booleans()):
-        # Resolved, with the state implied (seed form) or spelled out.
-        state: NodeState | None = draw(st.sampled_from([None, "resolved"]))
+        state: NodeState | None = draw(st.sampled_from([None] if tagged else [None, "resolved"]))
         return NodeAdd(sid, tag, draw(payloads), key, state)
-    state = draw(st.sampled_from([None, "dirty", "unset", "opaque"]))
+    unresolved: list[NodeState | None] = ["dirty", "opaque", None]
+    state = draw(st.sampled_from(unresolved if tagged else [*unresolved, "unset"]))
     return NodeAdd(sid, tag, None, key, state)
 
 
-def delta_ops(ids: st.SearchStrategy[int] = node_ids) -> st.SearchStrategy[DeltaOp]:
+def delta_ops(
+    ids: st.SearchStrategy[int] = node_ids, tagged: bool = False
+) -> st.SearchStrategy[DeltaOp]:
     return st.one_of(
         st.builds(CellSet, ids, payloads),
         st.builds(SlotValue, ids, payloads),
         st.builds(Invalidate, ids),
-        node_adds(ids),
+        node_adds(ids, tagged),
         st.builds(NodeRemove, ids),
         st.builds(EdgeAdd, ids, ids),
         st.builds(EdgeRemove, ids, ids),
@@ -111,9 +120,9 @@ def snapshots(draw: Any, max_nodes: int = 8) -> Snapshot:
 
 
 @st.composite
-def deltas(draw: Any, max_ops: int = 10) -> Delta:
+def deltas(draw: Any, max_ops: int = 10, tagged: bool = False) -> Delta:
     base = draw(base_epochs)
-    ops = tuple(draw(st.lists(delta_ops(), max_size=max_ops)))
+    ops = tuple(draw(st.lists(delta_ops(tagged=tagged), max_size=max_ops)))
     return Delta(base_epoch=base, epoch=base + 1, ops=ops, state_hash=draw(state_hashes))
 
 
@@ -127,8 +136,22 @@ def resync_requests(tagged: bool = False) -> st.SearchStrategy[ResyncRequest]:
     )
 
 
+outbox_acks = st.builds(OutboxAck, epochs)
+wire_stamps = st.builds(
+    WireStamp, st.integers(0, U64_MAX), st.integers(0, U64_MAX), st.integers(0, MAX_SAFE_ID)
+)
+crdt_ops = st.builds(CrdtOp, node_ids, wire_stamps, payloads, optional_keys)
+crdt_syncs = st.builds(
+    CrdtSync,
+    st.one_of(st.none(), st.lists(st.tuples(node_ids, wire_stamps), max_size=3).map(tuple)),
+    st.lists(crdt_ops, max_size=4).map(tuple),
+)
+
+
 def ipc_messages(tagged: bool = False) -> st.SearchStrategy[IpcMessage]:
-    return st.one_of(snapshots(), deltas(), resync_requests(tagged))
+    return st.one_of(
+        snapshots(), deltas(tagged=tagged), resync_requests(tagged), outbox_acks, crdt_syncs
+    )
 
 
 feature_names = st.sampled_from(["shared-blob", "signaling-relay", "publish", "state-hash"])

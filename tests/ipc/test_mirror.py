@@ -411,3 +411,12 @@ class LossyDelivery(RuleBasedStateMachine):
 
 LossyDelivery.TestCase.settings = settings(max_examples=40, stateful_step_count=30)
 TestLossyDelivery = LossyDelivery.TestCase
+
+
+def test_a_snapshot_from_a_restarted_sender_may_go_back_in_epochs() -> None:
+    m = synced(5)
+    assert m.apply(Delta(5, 6, (CellSet(1, i64(11)),))) == Applied(6)
+    assert m.apply(base_snapshot(0)) == Applied(0)
+    assert m.values() == {1: 10, 2: 20}
+    assert m.apply(Delta(0, 1, (CellSet(2, i64(3)),))) == Applied(1)
+    assert m.values() == {1: 10, 2: 3}

@@ -170,6 +170,7 @@ def test_handshake_is_a_bare_object() -> None:
         (b'{"type":"resync_request"', "$"),
         (b"", "$"),
         (b"\xff\xfe", "$"),
+        (b'{"type":"resync_request","reason":"\xc0"}', "$"),
     ],
 )
 def test_strict_decode_names_the_failing_field(raw: bytes, path: str) -> None:

@@ -167,7 +167,41 @@ class ResyncRequest(_Msg, frozen=True, tag="resync_request"):
     reason: str | None = None
 
 
-IpcMessage = Snapshot | Delta | ResyncRequest
+class OutboxAck(_Msg, frozen=True, tag="outbox_ack"):
+    """Receiver has applied everything through ``through_epoch``; the sender may prune its
+    outbox up to there, and replays what follows on reconnect (lazily-spec reliable sync)."""
+
+    through_epoch: Epoch
+
+
+class WireStamp(_Frozen, frozen=True):
+    """HLC stamp of a CRDT op: total order by (wall_time, logical, peer)."""
+
+    wall_time: U64
+    logical: U64
+    peer: PeerId
+
+
+class CrdtOp(_Frozen, frozen=True):
+    """One replicated cell write in anti-entropy sync; ``key`` is part of its merge identity."""
+
+    slot_id: NodeId
+    stamp: WireStamp
+    state: Payload
+    key: NodeKey | None = None
+
+
+class CrdtSync(_Msg, frozen=True, tag="crdt_sync"):
+    """Anti-entropy frame (lazily-spec distributed plane): per-peer frontier and an op batch.
+
+    ``frontier`` None means omitted: unchanged since the last accepted frame.
+    """
+
+    frontier: tuple[tuple[PeerId, WireStamp], ...] | None = None
+    ops: tuple[CrdtOp, ...] = ()
+
+
+IpcMessage = Snapshot | Delta | ResyncRequest | OutboxAck | CrdtSync
 
 
 class Handshake(_Frozen, frozen=True):

@@ -217,13 +217,15 @@ class Mirror:
         payloads = self._payloads
         push = undo.append
         for index, op in enumerate(delta.ops):
-            if isinstance(op, CellSet | SlotValue):
-                sid = op.slot_id
+            # Exact type checks (decoders build exactly these classes): this is the hot loop.
+            cls = type(op)
+            if cls is CellSet or cls is SlotValue:
+                sid = op.slot_id  # type: ignore[union-attr]
                 if sid not in tags:
                     raise _BadOp(index, f"{_op_name(op)} on unknown node {sid}")
                 push((_VALUE, sid, states[sid], payloads[sid]))
                 states[sid] = "resolved"
-                payloads[sid] = op.payload
+                payloads[sid] = op.payload  # type: ignore[union-attr]
             elif isinstance(op, Invalidate):
                 sid = op.slot_id
                 if sid not in tags:
@@ -239,8 +241,8 @@ class Mirror:
                 self._node_add(index, op, push)
             elif isinstance(op, NodeRemove):
                 self._node_remove(index, op.slot_id, push)
-            else:  # pragma: no cover - the DeltaOp union is closed
-                raise _BadOp(index, f"unknown op {type(op).__name__}")
+            else:
+                raise _BadOp(index, f"unknown op {cls.__name__}")
 
     def _node_add(self, index: int, op: NodeAdd, push: Any) -> None:
         sid = op.slot_id

@@ -10,15 +10,13 @@ import msgspec
 
 from octosync.errors import DecodeError
 from octosync.ipc.messages import Handshake, IpcMessage
-from octosync.wire.strict import decode_error
+from octosync.wire.strict import Buffer, decode_error, strict
 
 DIALECT = "json"
 
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[IpcMessage] = msgspec.json.Decoder(IpcMessage)
 _handshake_decoder = msgspec.json.Decoder(Handshake)
-
-Buffer = bytes | bytearray | memoryview
 
 
 def encode(message: IpcMessage) -> bytes:
@@ -29,7 +27,7 @@ def decode(data: Buffer) -> IpcMessage:
     """Strict decode: unknown fields, wrong types, ids above 2**53, trailing bytes refused."""
     try:
         return _decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise _located(exc) from None
 
 
@@ -38,13 +36,10 @@ def encode_handshake(handshake: Handshake) -> bytes:
 
 
 def decode_handshake(data: Buffer) -> Handshake:
-    try:
-        return _handshake_decoder.decode(data)
-    except msgspec.DecodeError as exc:
-        raise decode_error(exc, dialect=DIALECT) from None
+    return strict(_handshake_decoder.decode, data, dialect=DIALECT)
 
 
-def _located(exc: msgspec.DecodeError) -> DecodeError:
+def _located(exc: msgspec.DecodeError | UnicodeDecodeError) -> DecodeError:
     err = decode_error(exc, dialect=DIALECT)
     # The only message-level check msgspec cannot place is Delta's epoch rule (a root
     # __post_init__); name the field it is about.

@@ -7,17 +7,25 @@ message; callers want it as data, so faces can put it in their error frames.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 
 from octosync.errors import DecodeError
 
+T = TypeVar("T")
+Buffer = bytes | bytearray | memoryview
+
 _AT = re.compile(r" - at `(\$[^`]*)`$")
 _NAMED_FIELD = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]*)`")
 
 
-def decode_error(exc: msgspec.DecodeError, *, dialect: str) -> DecodeError:
+def decode_error(exc: msgspec.DecodeError | UnicodeDecodeError, *, dialect: str) -> DecodeError:
     """A ``DecodeError`` for ``exc``; ``path`` is a ``$``-rooted JSONPath-like field path."""
+    if isinstance(exc, UnicodeDecodeError):
+        # msgspec lets a bad UTF-8 sequence in a string escape as this, with no location.
+        return DecodeError(f"{dialect}: a string is not valid UTF-8 ({exc.reason})", path="$")
     text = str(exc)
     found = _AT.search(text)
     path = found.group(1) if found else "$"
@@ -26,3 +34,11 @@ def decode_error(exc: msgspec.DecodeError, *, dialect: str) -> DecodeError:
     if named:
         path = f"{path}.{named.group(1)}"
     return DecodeError(f"{dialect}: {message}", path=path)
+
+
+def strict(decode: Callable[[Buffer], T], data: Buffer, *, dialect: str) -> T:
+    """``decode(data)``, with msgspec's failures turned into ``DecodeError``."""
+    try:
+        return decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise decode_error(exc, dialect=dialect) from None
