@@ -61,11 +61,11 @@ async def serve(tmp_path: Path, **overrides: Any) -> AsyncIterator[Running]:
         await runner.cleanup()
 
 
-def handshake(session: str, *, publish: bool = False, **overrides: Any) -> bytes:
-    hs = Handshake(
+def handshake_struct(session: str, *, publish: bool = False, codec: str = "json") -> Handshake:
+    return Handshake(
         protocol_id="lazily-ipc",
         protocol_major_version=1,
-        codec="json",
+        codec=codec,
         max_frame_size=1 << 20,
         fragmentation_supported=False,
         ordered_reliable=True,
@@ -73,7 +73,10 @@ def handshake(session: str, *, publish: bool = False, **overrides: Any) -> bytes
         session_id=session,
         features=("publish",) if publish else (),
     )
-    raw = msgspec.to_builtins(hs)
+
+
+def handshake(session: str, *, publish: bool = False, **overrides: Any) -> bytes:
+    raw = msgspec.to_builtins(handshake_struct(session, publish=publish))
     raw.update(overrides)
     return json.dumps(raw).encode()
 

@@ -167,6 +167,13 @@ class Hub:
             conn, view, grants or AllowAll(), wake or (lambda _c: None), Outbox(self.config.outbox)
         )
 
+    def change_view(self, conn: ConnId, view: ViewKey) -> None:
+        """Switch a connection's dialect/view (a peer whose dialect shows only in use)."""
+        c = self._conn(conn)
+        if view.dialect not in self._encoders:
+            raise ValueError(f"no encoder registered for dialect {view.dialect!r}")
+        c.view = view
+
     def disconnect(self, conn: ConnId) -> None:
         """Forget a connection; streams it produced are released (state kept per config)."""
         c = self._conns.pop(conn, None)

@@ -29,7 +29,7 @@ from octosync.hub.signaling import (
     SignalError,
 )
 from octosync.server.auth import authenticate
-from octosync.server.framing import u32_frame, ws_frame
+from octosync.server.framing import ws_frame
 from octosync.server.lazily_session import LazilySession, header_token
 from octosync.server.runtime import Runtime, warp_stream_id
 from octosync.wire import jsabi, wvp
@@ -40,10 +40,6 @@ SERVER_VERSION = 1
 
 def _token(request: web.Request) -> str | None:
     return header_token(request.headers.get("Authorization"), request.query.get("token"))
-
-
-def _text_frame(data: bytes) -> bytes:
-    return ws_frame(data, text=True)
 
 
 async def _open_ws(request: web.Request, max_msg: int) -> web.WebSocketResponse:
@@ -64,7 +60,7 @@ async def lazily_handler(request: web.Request) -> web.WebSocketResponse:
     conn = rt.new_conn_id()
     counters = rt.counters.faces["lazily"]
     counters.connections += 1
-    session = LazilySession(rt, conn, transport, "ws", _text_frame, _token(request))
+    session = LazilySession(rt, conn, transport, "ws", _token(request))
     rt.flusher.attach(conn, transport)
     rt.closers[conn] = lambda: ws.close(code=1001, message=b"server shutting down")
     try:
@@ -100,7 +96,7 @@ async def tcp_handler(
     counters = rt.counters.faces["tcp"]
     counters.connections += 1
     transport = writer.transport
-    session = LazilySession(rt, conn, transport, "tcp", u32_frame, None)
+    session = LazilySession(rt, conn, transport, "tcp", None)
     rt.flusher.attach(conn, transport)
 
     async def closer() -> None:

@@ -8,7 +8,6 @@ in its features makes the connection the producer; everyone else subscribes. Fac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Literal
 
 from octosync.errors import (
@@ -21,9 +20,22 @@ from octosync.errors import (
 )
 from octosync.hub import Grants, ViewKey, closes_connection, lazily_frame
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION, negotiate
-from octosync.ipc.messages import CellSet, Delta, Handshake, ResyncRequest, Snapshot
+from octosync.ipc.messages import (
+    CellSet,
+    Delta,
+    Handshake,
+    IpcMessage,
+    ResyncRequest,
+    Snapshot,
+)
 from octosync.server.auth import authenticate
-from octosync.server.lazily_dialect import Dialect, pick_dialect
+from octosync.server.framing import u32_frame, ws_frame
+from octosync.server.lazily_dialect import (
+    SEED_JSON,
+    Dialect,
+    handshake_dialect,
+    sniff_producer_dialect,
+)
 from octosync.server.runtime import Runtime, lazily_dialect_key
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
@@ -34,12 +46,12 @@ TOKEN_FEATURE = "auth:"
 Transport = Literal["ws", "tcp"]
 
 
-def server_handshake(session_id: str, max_frame_size: int) -> Handshake:
+def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") -> Handshake:
     """The server's side of the handshake; it hosts whatever session the peer names."""
     return Handshake(
         protocol_id=PROTOCOL_ID,
         protocol_major_version=PROTOCOL_MAJOR,
-        codec="json",
+        codec=codec,
         max_frame_size=max_frame_size,
         fragmentation_supported=False,
         ordered_reliable=True,
@@ -56,16 +68,15 @@ class LazilySession:
         conn: int,
         transport: asyncio.BaseTransport,
         kind: Transport,
-        frame: Callable[[bytes], bytes],
         header_token: str | None,
     ) -> None:
         self.rt = runtime
         self.conn = conn
         self.transport = transport
         self.kind = kind
-        self.frame = frame
         self.header_token = header_token
         self.dialect: Dialect | None = None
+        self.sniffed = False
         self.stream: str | None = None
         self.producer = False
         self.grants: Grants | None = None
@@ -81,8 +92,16 @@ class LazilySession:
         try:
             if self.dialect is None:
                 self._handshake(data)
-            else:
-                self._message(self.dialect.decode(data))
+                return True
+            if self.producer and not self.sniffed:
+                self.sniffed = True
+                sniffed = sniff_producer_dialect(self.dialect, data)
+                if sniffed is not self.dialect:
+                    self.dialect = sniffed
+                    self.rt.hub.change_view(
+                        self.conn, ViewKey(lazily_dialect_key(sniffed, self.kind))
+                    )
+            self._message(self.dialect.decode(data))
         except OctosyncError as err:
             return self.fail(err)
         return True
@@ -90,8 +109,8 @@ class LazilySession:
     def fail(self, err: OctosyncError) -> bool:
         """Send ``err`` to this connection only; False when the policy says close."""
         self.rt.counters.faces[self.face].errors += 1
-        dialect = self.dialect or pick_dialect(b"")
-        data = self.frame(dialect.encode_error(err))
+        dialect = self.dialect or SEED_JSON
+        data = self.frame(dialect.encode_error(err), dialect)
         if self.stream is not None:
             self.rt.hub.send_control(self.conn, data)
         else:
@@ -107,20 +126,24 @@ class LazilySession:
 
     # --- internals ------------------------------------------------------------------------
 
+    def frame(self, data: bytes, dialect: Dialect) -> bytes:
+        if self.kind == "tcp":
+            return u32_frame(data)
+        return ws_frame(data, text=dialect.text)
+
     def _write_direct(self, data: bytes) -> None:
         t = self.transport
         if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
             t.write(data)
 
     def _handshake(self, data: bytes) -> None:
-        dialect = pick_dialect(data)
         try:
-            remote = dialect.decode_handshake(data)
+            dialect, remote = handshake_dialect(data)
         except DecodeError as exc:
             raise HandshakeFailed(
                 f"first message must be a handshake: {exc}", path=exc.path
             ) from exc
-        local = server_handshake(remote.session_id, self.max_frame)
+        local = server_handshake(remote.session_id, self.max_frame, dialect.name)
         self.max_frame = negotiate(local, remote).max_frame_size
         token = self.header_token
         for feature in remote.features:
@@ -137,14 +160,16 @@ class LazilySession:
             grants=self.grants,
             wake=self.rt.flusher.wake,
         )
-        reply = server_handshake(remote.session_id, self.max_frame)
-        hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
+        reply = server_handshake(remote.session_id, self.max_frame, dialect.name)
+        hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply), dialect))
         if not self.producer:
             hub.subscribe(self.conn, self.stream)
 
-    def _message(self, msg: Snapshot | Delta | ResyncRequest) -> None:
+    def _message(self, msg: IpcMessage) -> None:
         assert self.stream is not None
         hub = self.rt.hub
+        if not isinstance(msg, Snapshot | Delta | ResyncRequest):
+            raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
         if self.producer:
             if isinstance(msg, ResyncRequest):
                 raise Forbidden("the producer has nothing to resync from", path="type")

@@ -14,7 +14,7 @@ from octosync.hub.signaling import SignalingHub
 from octosync.server.config import ServerConfig
 from octosync.server.flusher import Flusher
 from octosync.server.framing import u32_frame, ws_frame
-from octosync.server.lazily_dialect import SEED_JSON, Dialect
+from octosync.server.lazily_dialect import DIALECT_SET, Dialect
 from octosync.wire import wvp
 
 
@@ -71,7 +71,8 @@ class Runtime:
         self.closing = False
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
-        self.register_lazily_dialect(SEED_JSON)
+        for dialect in DIALECT_SET.values():
+            self.register_lazily_dialect(dialect)
         self.hub.register_encoder("wvp/ws", self._encode_wvp)
 
     def new_conn_id(self) -> int:
@@ -79,7 +80,7 @@ class Runtime:
 
     def register_lazily_dialect(self, dialect: Dialect) -> None:
         def for_ws(frame: OutFrame) -> bytes:
-            return ws_frame(dialect.encode(frame.body), text=True)
+            return ws_frame(dialect.encode(frame.body), text=dialect.text)
 
         def for_tcp(frame: OutFrame) -> bytes:
             return u32_frame(dialect.encode(frame.body))
