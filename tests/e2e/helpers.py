@@ -16,6 +16,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from octosync.hub.core import AcceptHook
 from octosync.ipc.messages import CellSet, Delta, Handshake, NodeSnapshot, Snapshot
 from octosync.server.app import RUNTIME, ServerConfig, build_app
 from octosync.server.runtime import Runtime
@@ -40,11 +41,13 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def serve(tmp_path: Path, **overrides: Any) -> AsyncIterator[Running]:
+async def serve(
+    tmp_path: Path, *, on_accept: AcceptHook | None = None, **overrides: Any
+) -> AsyncIterator[Running]:
     port = free_port()
     base = ServerConfig(port=port, data_dir=tmp_path, insecure_dev=True)
     config = replace(base, **overrides)
-    app = build_app(config)
+    app = build_app(config, on_accept=on_accept)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)

@@ -194,11 +194,23 @@ class _WvpSession:
                     self.conn, warp_stream_id(wid), SnapshotFrame(snap.epoch, snap, snap.state_hash)
                 )
             case wvp.WarpStream(warp_id=wid, frame=wvp.WarpDiff() as diff):
+                stream = warp_stream_id(wid)
+                wanted = hub.needs_snapshot(stream)
                 hub.publish(
                     self.conn,
-                    warp_stream_id(wid),
+                    stream,
                     DiffFrame(diff.from_epoch, diff.to_epoch, diff, diff.state_hash),
                 )
+                if hub.needs_snapshot(stream) and not wanted:
+                    # The replay log is full: late joiners wait until the producer re-snapshots.
+                    self._send(
+                        wvp.Notification(
+                            kind="Warn",
+                            scope={"Warp": wid},
+                            title="snapshot requested",
+                            body="the hub's replay log is full; send a Snapshot",
+                        )
+                    )
             case wvp.Notification(scope=scope):
                 self._notify(msg, scope)
             case _:
