@@ -13,8 +13,8 @@ from octosync.server.lazily_dialect import (
     handshake_dialect,
     sniff_producer_dialect,
 )
-from octosync.wire import json_tagged, msgpack
 from octosync.wire import json as seed_json
+from octosync.wire import json_tagged, msgpack
 from tests.e2e.helpers import handshake_struct
 
 
@@ -53,6 +53,8 @@ def test_tagged_producer_is_sniffed_and_errors_keep_the_connection_encoding() ->
     assert sniff_producer_dialect(SEED_JSON, tagged).name == "json_tagged"
     assert sniff_producer_dialect(SEED_JSON, b'{"type":"snapshot","epoch":0}') is SEED_JSON
     err = Forbidden("no", path="ops[0]")
-    assert SEED_JSON.encode_error(err) == b'{"type":"error","code":"Forbidden","message":"ops[0]: no"}'
+    assert (
+        SEED_JSON.encode_error(err) == b'{"type":"error","code":"Forbidden","message":"ops[0]: no"}'
+    )
     packed = DIALECT_SET["msgpack"].encode_error(HandshakeFailed("x"))
     assert packed[:1] != b"{"
