@@ -119,3 +119,57 @@ async def test_signaling_client(tmp_path: Path) -> None:
                 with pytest.raises(SignalingRefused) as refused:
                     await c.join(2)
                 assert refused.value.code == "duplicate_peer"
+
+
+async def test_subscription_resyncs_after_a_gap_from_a_faulty_upstream(tmp_path: Path) -> None:
+    """A server that skips epochs: the client must ask for a snapshot and carry on."""
+    from aiohttp import web
+
+    from octosync.ipc.messages import CellSet, Delta, NodeSnapshot, ResyncRequest, Snapshot
+    from octosync.server.lazily_session import server_handshake
+    from octosync.wire import json as wire_json
+    from tests.e2e.helpers import free_port
+
+    requests: list[ResyncRequest] = []
+
+    def state(epoch: int, value: int) -> Snapshot:
+        payload = value.to_bytes(8, "big", signed=True)
+        return Snapshot(epoch, (NodeSnapshot(0, "i64", "resolved", payload),), roots=(0,))
+
+    def cell(base: int, value: int) -> Delta:
+        return Delta(base, base + 1, (CellSet(0, value.to_bytes(8, "big", signed=True)),))
+
+    async def faulty(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        hs = wire_json.decode_handshake((await ws.receive()).data)
+        await ws.send_bytes(wire_json.encode_handshake(server_handshake(hs.session_id, 1 << 20)))
+        for msg in (state(0, 10), cell(0, 11), cell(5, 99)):  # the last one skips epochs
+            await ws.send_bytes(wire_json.encode(msg))
+        req = wire_json.decode((await ws.receive()).data)
+        assert isinstance(req, ResyncRequest)
+        requests.append(req)
+        await ws.send_bytes(wire_json.encode(state(6, 12)))
+        await ws.receive()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/lazily", faulty)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with octosync.connect(f"ws://127.0.0.1:{port}/lazily") as c:
+            sub = await c.subscribe("x")
+            epochs = []
+            async for s in sub:
+                epochs.append((s.epoch, s.values[0]))
+                if s.epoch == 6:
+                    break
+        assert epochs == [(0, 10), (1, 11), (6, 12)]
+        assert sub.resyncs == 1
+        assert requests[0].last_epoch == 1
+        assert requests[0].reason == "EpochGap"
+    finally:
+        await runner.cleanup()
