@@ -173,3 +173,29 @@ async def test_subscription_resyncs_after_a_gap_from_a_faulty_upstream(tmp_path:
         assert requests[0].reason == "EpochGap"
     finally:
         await runner.cleanup()
+
+
+async def test_publication_reconnects_and_republishes_a_snapshot(tmp_path: Path) -> None:
+    async with serve(tmp_path) as srv:
+        url = f"{srv.ws_url}/lazily"
+        ctx = Context()
+        c = ctx.cell(1, type_tag="i64")
+        fast = Backoff(base=0.01, cap=0.05)
+        async with (
+            octosync.connect(url, backoff=fast, seed=2) as producer,
+            octosync.connect(url, backoff=fast, seed=3) as viewer,
+        ):
+            pub = await producer.publish("p", ctx)
+            sub = await viewer.subscribe("p")
+            await asyncio.wait_for(sub.wait_for(lambda s: s.values.get(c.id) == 1), 5)
+            owner = srv.runtime.hub.producer_of("p")
+            assert owner is not None
+            await srv.runtime.closers[owner]()
+            for _ in range(200):
+                if pub.reconnects and srv.runtime.hub.producer_of("p") not in (None, owner):
+                    break
+                await asyncio.sleep(0.01)
+            assert pub.reconnects == 1
+            c.set(2)
+            state = await asyncio.wait_for(sub.wait_for(lambda s: s.values.get(c.id) == 2), 5)
+            assert state.values[c.id] == 2

@@ -239,6 +239,8 @@ class Client:
             attempt = 0
             try:
                 await self._stream_context(pub, current)
+            except (aiohttp.ClientError, ConnectionError):
+                pass  # dropped mid-send: reconnect and start again from a snapshot
             finally:
                 await current.close()
                 current = None
