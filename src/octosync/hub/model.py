@@ -105,8 +105,8 @@ class GraphModel:
         # Overlay first, commit after every check passed: a rejected delta changes nothing and
         # an accepted one costs O(ops), not O(graph).
         changed: dict[int, NodeSnapshot | None] = {}
-        edge_ops: list[tuple[bool, tuple[int, int]]] = []
-        removed: list[int] = []
+        edge_changes: dict[tuple[int, int], bool] = {}  # in op order: True added, False gone
+        removed: set[int] = set()
 
         def current(sid: int) -> NodeSnapshot | None:
             return changed[sid] if sid in changed else self.nodes.get(sid)
@@ -132,25 +132,27 @@ class GraphModel:
                     if current(sid) is None:
                         raise DecodeError(f"node_remove of unknown node {sid}", path=path)
                     changed[sid] = None
-                    removed.append(sid)
+                    removed.add(sid)
+                    # A removed node takes its edges with it (rare: a scan is fine here).
+                    for edge in [*self.edges, *edge_changes]:
+                        if sid in edge:
+                            edge_changes[edge] = False
                 case EdgeAdd(dependent=a, dependency=b):
-                    edge_ops.append((True, (a, b)))
+                    edge_changes[(a, b)] = True
                 case EdgeRemove(dependent=a, dependency=b):
-                    edge_ops.append((False, (a, b)))
+                    edge_changes[(a, b)] = False
         nodes, edges, roots = self.nodes, self.edges, self.roots
         if frame.state_hash is not None:
             nodes, edges, roots = dict(nodes), set(edges), list(roots)
         if removed:
-            gone = set(removed)
-            edges = {e for e in edges if e[0] not in gone and e[1] not in gone}
-            roots = [r for r in roots if r not in gone]
+            roots = [r for r in roots if r not in removed]
         for sid, node in changed.items():
             if node is None:
                 nodes.pop(sid, None)
             else:
                 nodes[sid] = node
-        for add, edge in edge_ops:
-            if add:
+        for edge, present in edge_changes.items():
+            if present:
                 edges.add(edge)
             else:
                 edges.discard(edge)
