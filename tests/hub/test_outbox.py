@@ -5,6 +5,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octosync.hub import Outbox, OutboxLimits
+from octosync.hub.outbox import OVERFLOW, QUEUED, WAS_EMPTY
+
+
+def test_push_says_whether_the_connection_needs_waking() -> None:
+    box = Outbox(OutboxLimits(max_frames=2))
+    assert box.push(b"a") == WAS_EMPTY
+    assert box.push(b"b") == QUEUED
+    assert box.push(b"c") == OVERFLOW
+    assert box.last_dropped == 3
+    box.push_control(b"err")
+    assert box.push(b"d") == QUEUED  # the control frame already woke it
 
 
 def test_bounds_by_frames_drop_everything_and_report() -> None:

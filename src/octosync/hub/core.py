@@ -23,7 +23,7 @@ from octosync.hub.model import (
     StateHasher,
     default_state_hash,
 )
-from octosync.hub.outbox import Outbox, OutboxLimits
+from octosync.hub.outbox import OVERFLOW, WAS_EMPTY, Outbox, OutboxLimits
 from octosync.ipc.messages import Snapshot
 
 StreamId = Hashable
@@ -97,6 +97,8 @@ class _Stream:
     producer: ConnId | None = None
     producer_has_snapshot: bool = False
     subscribers: dict[ConnId, _Connection] = field(default_factory=dict)
+    by_view: dict[ViewKey, dict[ConnId, _Connection]] = field(default_factory=dict)
+    """Subscribers grouped by view, so fan-out encodes once per view and loops without lookups."""
     expires_at: float | None = None
     replay_cache: dict[ViewKey, list[bytes]] = field(default_factory=dict)
 
@@ -172,6 +174,11 @@ class Hub:
         c = self._conn(conn)
         if view.dialect not in self._encoders:
             raise ValueError(f"no encoder registered for dialect {view.dialect!r}")
+        for sid in c.subscriptions:
+            stream = self._streams[sid]
+            self._drop_subscriber(stream, c)
+            stream.subscribers[conn] = c
+            stream.by_view.setdefault(view, {})[conn] = c
         c.view = view
 
     def disconnect(self, conn: ConnId) -> None:
@@ -182,7 +189,7 @@ class Hub:
         for sid in c.subscriptions:
             stream = self._streams.get(sid)
             if stream is not None:
-                stream.subscribers.pop(conn, None)
+                self._drop_subscriber(stream, c)
                 self._maybe_forget(stream)
         for sid in c.produces:
             stream = self._streams.get(sid)
@@ -274,6 +281,7 @@ class Hub:
         if stream is None:
             stream = self._streams[stream_id] = _Stream(stream_id)
         stream.subscribers[conn] = c
+        stream.by_view.setdefault(c.view, {})[conn] = c
         c.subscriptions.add(stream_id)
         self._request_snapshot(c, stream_id)
 
@@ -283,7 +291,7 @@ class Hub:
         c.pending_snapshot.discard(stream_id)
         stream = self._streams.get(stream_id)
         if stream is not None:
-            stream.subscribers.pop(conn, None)
+            self._drop_subscriber(stream, c)
             self._maybe_forget(stream)
 
     def resync(self, conn: ConnId, stream_id: StreamId) -> None:
@@ -398,30 +406,33 @@ class Hub:
         if not stream.subscribers:
             return
         ts = self.next_ts()
-        encoded: dict[ViewKey, bytes | None] = {}
+        sid = stream.id
         is_snapshot = isinstance(frame, SnapshotFrame)
-        for c in stream.subscribers.values():
-            if stream.id in c.pending_snapshot:
-                if not is_snapshot:
-                    continue  # it will get a snapshot covering this frame
-                c.pending_snapshot.discard(stream.id)
-            view = c.view
-            if view in encoded:
-                data = encoded[view]
-            else:
-                data = encoded[view] = self._encode(view, stream.id, frame, ts)
-            if data is None:
-                continue
-            before = c.outbox.dropped_frames
-            if c.outbox.push(data):
-                c.wake(c.id)
-            else:
-                self.stats.drops += c.outbox.dropped_frames - before
-                self.stats.resets += 1
-                # Everything queued is gone: each stream this connection follows restarts
-                # from a snapshot taken when the connection can next write.
-                c.pending_snapshot.update(c.subscriptions)
-                c.wake(c.id)
+        stats = self.stats
+        for view, group in stream.by_view.items():
+            data: bytes | None = None
+            encoded = False
+            for c in group.values():
+                if c.pending_snapshot and sid in c.pending_snapshot:
+                    if not is_snapshot:
+                        continue  # it will get a snapshot covering this frame
+                    c.pending_snapshot.discard(sid)
+                if not encoded:
+                    data = self._encode(view, sid, frame, ts)
+                    encoded = True
+                if data is None:
+                    break  # nothing of this frame is visible in this view
+                outbox = c.outbox
+                result = outbox.push(data)
+                if result == WAS_EMPTY:
+                    c.wake(c.id)
+                elif result == OVERFLOW:
+                    stats.drops += outbox.last_dropped
+                    stats.resets += 1
+                    # Everything queued is gone: each stream this connection follows restarts
+                    # from a snapshot taken when the connection can next write.
+                    c.pending_snapshot.update(c.subscriptions)
+                    c.wake(c.id)
 
     def _replay_bytes(self, stream: _Stream, view: ViewKey) -> list[bytes]:
         cached = stream.replay_cache.get(view)
@@ -442,6 +453,15 @@ class Hub:
         stream.model = None
         stream.expires_at = None
         stream.replay_cache.clear()
+
+    @staticmethod
+    def _drop_subscriber(stream: _Stream, c: _Connection) -> None:
+        stream.subscribers.pop(c.id, None)
+        group = stream.by_view.get(c.view)
+        if group is not None:
+            group.pop(c.id, None)
+            if not group:
+                del stream.by_view[c.view]
 
     def _maybe_forget(self, stream: _Stream) -> None:
         if stream.producer is None and not stream.subscribers and not stream.has_state():

@@ -24,17 +24,39 @@ class OutboxLimits:
             raise ValueError("outbox limits must be positive")
 
 
+OVERFLOW = 0
+"""``push`` result: the bound was hit, the queue was emptied (reset the subscriber)."""
+WAS_EMPTY = 1
+"""``push`` result: queued into an empty outbox (the connection needs waking)."""
+QUEUED = 2
+"""``push`` result: queued behind other frames (the connection is already awake)."""
+
+
 class Outbox:
     """A bounded queue of encoded frames for one connection."""
 
-    __slots__ = ("_control", "_data", "_data_bytes", "dropped_control", "dropped_frames", "limits")
+    __slots__ = (
+        "_control",
+        "_data",
+        "_data_bytes",
+        "_max_bytes",
+        "_max_frames",
+        "dropped_control",
+        "dropped_frames",
+        "last_dropped",
+        "limits",
+    )
 
     def __init__(self, limits: OutboxLimits) -> None:
         self.limits = limits
+        self._max_bytes = limits.max_bytes
+        self._max_frames = limits.max_frames
         self._data: deque[bytes] = deque()
         self._data_bytes = 0
         self._control: deque[bytes] = deque()
         self.dropped_frames = 0
+        self.last_dropped = 0
+        """Frames the most recent overflow dropped (the queued ones plus the one refused)."""
         self.dropped_control = 0
 
     @property
@@ -48,23 +70,27 @@ class Outbox:
     def __bool__(self) -> bool:
         return bool(self._data) or bool(self._control)
 
-    def push(self, frame: bytes) -> bool:
-        """Queue a data frame; False (and the queue emptied) when the bounds would be exceeded.
+    def push(self, frame: bytes) -> int:
+        """Queue a data frame: ``WAS_EMPTY``, ``QUEUED``, or ``OVERFLOW`` (queue emptied).
 
         A frame into an empty queue is always accepted, so one snapshot larger than the byte
-        bound still goes out instead of resetting forever.
+        bound still goes out instead of resetting forever. This is the per-subscriber hot path.
         """
-        if self._data and (
-            len(self._data) >= self.limits.max_frames
-            or self._data_bytes + len(frame) > self.limits.max_bytes
-        ):
-            self.dropped_frames += len(self._data) + 1
-            self._data.clear()
-            self._data_bytes = 0
-            return False
-        self._data.append(frame)
-        self._data_bytes += len(frame)
-        return True
+        data = self._data
+        size = len(frame)
+        if data:
+            if len(data) >= self._max_frames or self._data_bytes + size > self._max_bytes:
+                self.last_dropped = len(data) + 1
+                self.dropped_frames += self.last_dropped
+                data.clear()
+                self._data_bytes = 0
+                return OVERFLOW
+            data.append(frame)
+            self._data_bytes += size
+            return QUEUED
+        data.append(frame)
+        self._data_bytes = size
+        return QUEUED if self._control else WAS_EMPTY
 
     def push_control(self, frame: bytes) -> None:
         """Queue a control frame; past its bound the oldest control frame is dropped."""
