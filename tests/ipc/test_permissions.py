@@ -8,7 +8,15 @@ from hypothesis import strategies as st
 
 from octosync import Context
 from octosync.errors import DecodeError, Forbidden
-from octosync.ipc.messages import CellSet, EdgeAdd, Invalidate, NodeAdd, NodeRemove, SlotValue
+from octosync.ipc.messages import (
+    CellSet,
+    EdgeAdd,
+    EdgeRemove,
+    Invalidate,
+    NodeAdd,
+    NodeRemove,
+    SlotValue,
+)
 from octosync.ipc.permissions import (
     KINDS,
     PeerPermissions,
@@ -18,6 +26,7 @@ from octosync.ipc.permissions import (
 )
 from octosync.ipc.publisher import Publisher
 from octosync.ipc.type_tags import default_registry
+from tests.graph.models import build, graphs, writes
 
 
 def _i64(value: int) -> bytes:
@@ -140,3 +149,42 @@ def test_trigger_effect_needs_its_own_grant() -> None:
     a = ctx.cell(0)
     with pytest.raises(Forbidden, match="not an effect"):
         trigger_remote_effect(ctx, PeerPermissions.allow_all(), a.id)
+
+
+@given(
+    graph=graphs(),
+    batches=writes,
+    readable=st.sets(st.integers(0, 14), max_size=10),
+)
+def test_restricted_view_is_the_full_view_filtered(
+    graph: tuple[list[int], list[tuple[bool, list[int], int]]],
+    batches: list[list[tuple[int, int]]],
+    readable: set[int],
+) -> None:
+    """Every op a restricted peer gets is the full view's op, kept iff all its ids are readable."""
+    cells, derived = graph
+    ctx = Context()
+    full = Publisher(ctx, permissions=PeerPermissions.allow_all(), mode="lazy")
+    part = Publisher(ctx, permissions=PeerPermissions(read=readable), mode="lazy")
+    nodes = build(ctx, cells, derived)
+    for batch in batches:
+        with ctx.batch():
+            for index, value in batch:
+                if index < len(cells):
+                    nodes[index].set(value)  # type: ignore[attr-defined]
+    expected = []
+    for delta in full.drain():
+        kept = tuple(op for op in delta.ops if set(_ids(op)) <= readable)
+        if kept:
+            expected.append(kept)
+    got = part.drain()
+    assert [d.ops for d in got] == expected
+    snap = part.snapshot()
+    assert {n.slot_id for n in snap.nodes} == readable & {n.id for n in nodes}
+    assert all({e.dependent, e.dependency} <= readable for e in snap.edges)
+
+
+def _ids(op: object) -> tuple[int, ...]:
+    if isinstance(op, EdgeAdd | EdgeRemove):
+        return (op.dependent, op.dependency)
+    return (op.slot_id,)  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from octosync import Context
+from octosync.errors import GraphError
 from octosync.ipc.messages import (
     CellSet,
     Delta,
@@ -305,3 +306,28 @@ def test_default_permissions_deny_everything() -> None:
     a.set(2)
     assert pub.snapshot().nodes == ()
     assert pub.drain() == []
+
+
+def test_snapshot_inside_a_batch_is_refused() -> None:
+    ctx = Context()
+    a = ctx.cell(1)
+    pub = Publisher(ctx, permissions=PeerPermissions.allow_all())
+    with ctx.batch():
+        a.set(2)
+        with pytest.raises(GraphError, match="inside a batch"):
+            pub.snapshot()
+    assert pub.snapshot().epoch == ctx.epoch
+
+
+def test_closing_a_value_publisher_stops_resolving_memos() -> None:
+    ctx = Context()
+    a = ctx.cell(1, type_tag="i64")
+    m = ctx.memo(lambda: a.get() + 1, type_tag="i64")
+    pub = Publisher(ctx, permissions=PeerPermissions.allow_all())
+    pub.snapshot()
+    a.set(2)
+    assert m.resolved
+    pub.close()
+    a.set(3)
+    assert not m.resolved
+    assert m.get() == 4

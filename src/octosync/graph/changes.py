@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from octosync.graph.nodes import ADDED, CLEAN, NO_VALUE, RESOLVED, Node, same_value
+
 if TYPE_CHECKING:
-    from octosync.graph.nodes import Cell, Derived, Node
+    from octosync.graph.nodes import Cell, Derived
 
 
 class ChangeSet:
@@ -64,3 +66,43 @@ class ChangeSet:
             f"removed={len(self.removed)}, edges=+{len(self.edges_added)}"
             f"/-{len(self.edges_removed)})"
         )
+
+
+def collect(touched: list[Node]) -> ChangeSet:
+    """Compare each touched node's recorded pre-flush state with its state now."""
+    changes = ChangeSet()
+    cells = changes.cells
+    for node in touched:
+        start = node._start
+        if start == ADDED:
+            if not node._disposed:
+                changes.added.append(node)
+                for source in node._sources:
+                    changes.edges_added.append((node, source))
+            continue
+        if node._disposed:
+            for source in node._start_sources:
+                changes.edges_removed.append((node, source))
+            changes.removed.append(node)
+            continue
+        if not node._derived:
+            old = node._start_value
+            new = node._value
+            if not (old is new or (type(old) is type(new) and old == new)):
+                cells.append(node)  # type: ignore[arg-type]
+            continue
+        if node._sources is not node._start_sources:
+            before = node._start_sources
+            after = node._sources
+            for source in before:
+                if source not in after:
+                    changes.edges_removed.append((node, source))
+            for source in after:
+                if source not in before:
+                    changes.edges_added.append((node, source))
+        if node._state == CLEAN and node._value is not NO_VALUE:
+            if start != RESOLVED or not same_value(node._start_value, node._value):
+                changes.values.append(node)  # type: ignore[arg-type]
+        elif start == RESOLVED:
+            changes.invalidated.append(node)  # type: ignore[arg-type]
+    return changes

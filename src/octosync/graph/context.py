@@ -1,10 +1,7 @@
-"""The Context: node table, batching, and the flush that yields one change set per batch.
+"""The Context: node table, batching, marking, and the entry points publishers use.
 
-A flush runs when the outermost batch exits (a write outside a batch is its own batch):
-eager signals are brought up to date, value-mirror publishers get their dirty memos
-resolved, the net change set is built and handed to every listener, and then effects run.
-Writes made by effects form the next flush. The context epoch counts flushes whose change
-set was not empty.
+A flush (``graph/flush.py``) runs when the outermost batch exits; a write outside a batch is
+its own batch. The context epoch counts flushes whose change set was not empty.
 """
 
 from __future__ import annotations
@@ -14,21 +11,19 @@ from contextlib import suppress
 from types import TracebackType
 from typing import TypeVar
 
-from octosync.errors import ComputeError, GraphError
+from octosync.errors import GraphError
 from octosync.graph.changes import ChangeSet
+from octosync.graph.flush import run_flush
 from octosync.graph.nodes import (
     ADDED,
     CHECK,
     CLEAN,
     DIRTY,
-    NO_VALUE,
-    RESOLVED,
     Cell,
     Effect,
     Memo,
     Node,
     Signal,
-    same_value,
 )
 from octosync.ipc.messages import MAX_SAFE_ID
 from octosync.ipc.type_tags import TypeRegistry, default_registry
@@ -36,9 +31,6 @@ from octosync.ipc.type_tags import TypeRegistry, default_registry
 T = TypeVar("T")
 Listener = Callable[[ChangeSet], None]
 Resolver = Callable[[Node], bool]
-
-MAX_EFFECT_ROUNDS = 100
-"""Effects that keep writing are stopped after this many consecutive flushes."""
 
 
 def _everything(_: Node) -> bool:
@@ -245,110 +237,4 @@ class Context:
             self._flush()
 
     def _flush(self) -> None:
-        errors: list[BaseException] = []
-        rounds = 0
-        self._depth = 1
-        try:
-            while self._touched or self._eager:
-                rounds += 1
-                if rounds > MAX_EFFECT_ROUNDS:
-                    raise GraphError(f"effects kept writing for {MAX_EFFECT_ROUNDS} flushes")
-                effects = self._run_signals()
-                if self._resolvers:
-                    self._run_resolvers()
-                changes = self._build_changes()
-                if changes:
-                    self.epoch += 1
-                    changes.epoch = self.epoch
-                    for listener in tuple(self._listeners):
-                        listener(changes)
-                for effect in effects:
-                    if not effect._disposed and effect._state != CLEAN:
-                        try:
-                            effect._update()
-                        except Exception as exc:
-                            errors.append(exc)
-        finally:
-            self._depth = 0
-        if errors:
-            first = errors[0]
-            if isinstance(first, ComputeError) and len(errors) == 1:
-                raise first
-            raise ComputeError(f"{len(errors)} effect(s) raised; the first is the cause") from first
-
-    def _run_signals(self) -> list[Node]:
-        queue = self._eager
-        self._eager = []
-        effects: list[Node] = []
-        for node in queue:
-            node._queued = False
-            if node._disposed:
-                continue
-            if not node._wire:
-                effects.append(node)
-            elif node._state != CLEAN:
-                with suppress(GraphError):  # held on the node: its readers get the error
-                    node._update()
-        return effects
-
-    def _run_resolvers(self) -> None:
-        touched = self._touched
-        resolvers = self._resolvers
-        if self._resolve_all:
-            i = 0
-            while i < len(touched):
-                node = touched[i]
-                i += 1
-                if node._derived and node._state != CLEAN and not node._disposed:
-                    with suppress(GraphError):
-                        node._update()
-            return
-        i = 0
-        while i < len(touched):  # resolving may touch more nodes; they are visited too
-            node = touched[i]
-            i += 1
-            if node._derived and not node._disposed and node._state != CLEAN:
-                for wants in resolvers:
-                    if wants(node):
-                        with suppress(GraphError):  # held on the node: its readers get the error
-                            node._update()
-                        break
-
-    def _build_changes(self) -> ChangeSet:
-        touched = self._touched
-        self._touched = []
-        self._gen += 1
-        changes = ChangeSet()
-        cells = changes.cells
-        for node in touched:
-            start = node._start
-            if start == ADDED:
-                if not node._disposed:
-                    changes.added.append(node)
-                    for source in node._sources:
-                        changes.edges_added.append((node, source))
-                continue
-            if node._disposed:
-                for source in node._start_sources:
-                    changes.edges_removed.append((node, source))
-                changes.removed.append(node)
-                continue
-            if not node._derived:
-                if not same_value(node._start_value, node._value):
-                    cells.append(node)  # type: ignore[arg-type]
-                continue
-            if node._sources is not node._start_sources:
-                before = node._start_sources
-                after = node._sources
-                for source in before:
-                    if source not in after:
-                        changes.edges_removed.append((node, source))
-                for source in after:
-                    if source not in before:
-                        changes.edges_added.append((node, source))
-            if node._state == CLEAN and node._value is not NO_VALUE:
-                if start != RESOLVED or not same_value(node._start_value, node._value):
-                    changes.values.append(node)  # type: ignore[arg-type]
-            elif start == RESOLVED:
-                changes.invalidated.append(node)  # type: ignore[arg-type]
-        return changes
+        run_flush(self)

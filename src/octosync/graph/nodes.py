@@ -13,7 +13,7 @@ after, which is what gives the equality guard and memo suppression at the set le
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from octosync.errors import ComputeError, CycleError, GraphError
@@ -88,6 +88,9 @@ class Node:
     def _update(self) -> None:
         """Bring the node up to date (cells always are)."""
 
+    def _recompute(self) -> None:
+        """Run the node's function (cells have none)."""
+
     def _init(self, ctx: Context, node_id: int, type_tag: str | None) -> None:
         self._ctx = ctx
         self.id = node_id
@@ -154,8 +157,8 @@ class Node:
         """Remove the node; dependents become dirty and fail if they read it again."""
         self._check_alive()
         ctx = self._ctx
-        if self._computing:
-            raise GraphError(f"node {self.id} cannot be disposed while it computes")
+        if ctx._computing:
+            raise GraphError(f"node {self.id} cannot be disposed while a memo or signal computes")
         ctx._dispose(self)
 
     def __repr__(self) -> str:
@@ -218,22 +221,57 @@ class Computed(Node):
     __slots__ = ()
 
     def _update(self) -> None:
-        """Bring this node up to date: check sources in read order, recompute if one changed."""
-        if self._wire and self._gen != self._ctx._gen:
+        """Bring this node up to date: check sources in read order, recompute if one changed.
+
+        The walk down through "maybe dirty" sources uses an explicit stack, so a long chain
+        does not hit Python's recursion limit when a change at its root is pulled through.
+        """
+        gen = self._ctx._gen
+        if self._wire and self._gen != gen:
             self._record()
-        if self._state == CHECK:
-            for source in self._sources:
-                if source._derived and source._state != CLEAN:
-                    try:
-                        source._update()
-                    except GraphError:
-                        self._state = DIRTY  # recompute, which reads it and reports the error
-                    if self._state == DIRTY:
+        if self._state != CHECK:
+            if self._state == DIRTY:
+                self._recompute()
+            return
+        stack: list[tuple[Node, Iterator[Node]]] = [(self, iter(self._sources))]
+        walking: set[Node] = {self}  # a source cycle (left by a compute that swallowed a
+        # CycleError) must not loop forever
+        while stack:
+            node, sources = stack[-1]
+            if node._state == CHECK:
+                child = None
+                for source in sources:
+                    if source._derived and source._state != CLEAN:
+                        child = source
                         break
-        if self._state == DIRTY:
-            self._recompute()
-        else:
-            self._state = CLEAN
+                if child is not None:
+                    if child._wire and child._gen != gen:
+                        child._record()
+                    if child._state == CHECK:
+                        if child in walking:
+                            raise CycleError(
+                                f"{child.kind} {child.id} depends on itself",
+                                path=f"node/{child.id}",
+                            )
+                        walking.add(child)
+                        stack.append((child, iter(child._sources)))
+                        continue
+                    try:
+                        child._recompute()  # if its value changed, node is DIRTY now
+                    except GraphError:
+                        node._state = DIRTY  # node recomputes, reads it, reports the error
+                    continue
+            stack.pop()
+            walking.discard(node)
+            if node._state == DIRTY:
+                try:
+                    node._recompute()
+                except GraphError:
+                    if not stack:
+                        raise
+                    stack[-1][0]._state = DIRTY
+            else:
+                node._state = CLEAN
 
     def _recompute(self) -> None:
         ctx = self._ctx

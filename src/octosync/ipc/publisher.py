@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from octosync.errors import GraphError
 from octosync.graph import ChangeSet, Context, Node
 from octosync.graph.nodes import CLEAN, NO_VALUE
 from octosync.ipc.messages import (
@@ -46,6 +47,7 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.ipc.permissions import PeerPermissions, apply_remote_writes
+from octosync.ipc.state_hash import state_hash
 from octosync.ipc.type_tags import TypeRegistry
 
 Mode = Literal["value", "lazy"]
@@ -65,6 +67,7 @@ class Publisher:
         mode: Mode = "value",
         registry: TypeRegistry | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
+        hash_state: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -73,6 +76,8 @@ class Publisher:
         self.mode: Mode = mode
         self.registry = registry or ctx.registry
         self.max_pending = max_pending
+        self.hash_state = hash_state
+        """Put the BLAKE3 state hash of the view on every snapshot and delta (costs O(view))."""
         self.lagged = False
         """Set when undrained deltas overflowed and were dropped: send ``snapshot()`` next."""
         self._epoch = ctx.epoch
@@ -101,15 +106,31 @@ class Publisher:
     def snapshot(self) -> Snapshot:
         """Everything the peer may read, at this publisher's current epoch."""
         ctx = self.ctx
-        can_read = self.permissions.can_read
+        if ctx.in_batch:
+            # Unflushed changes would be in the snapshot and again in the next delta.
+            raise GraphError("snapshot() inside a batch or flush: take it after the flush")
         if self.mode == "value":
+            can_read = self.permissions.can_read
             stale = [n for n in ctx.nodes() if n._derived and n._state != CLEAN and can_read(n.id)]
             if stale:
                 ctx.resolve(stale)  # a flush of its own: it may advance our epoch first
+        nodes, edges, roots = self.view()
+        self.lagged = False
+        return Snapshot(
+            epoch=self._epoch,
+            nodes=nodes,
+            edges=edges,
+            roots=roots,
+            state_hash=state_hash(nodes, edges) if self.hash_state else None,
+        )
+
+    def view(self) -> tuple[tuple[NodeSnapshot, ...], tuple[Edge, ...], tuple[int, ...]]:
+        """The peer's view as it stands (nodes, edges, roots), resolving nothing."""
+        can_read = self.permissions.can_read
         nodes: list[NodeSnapshot] = []
         edges: list[Edge] = []
         roots: list[int] = []
-        for node in ctx.nodes():
+        for node in self.ctx.nodes():
             if not node._wire or not can_read(node.id):
                 continue
             state = node_state(node)
@@ -126,10 +147,7 @@ class Publisher:
             for source in node._sources:
                 if can_read(source.id):
                     edges.append(Edge(dependent=node.id, dependency=source.id))
-        self.lagged = False
-        return Snapshot(
-            epoch=self._epoch, nodes=tuple(nodes), edges=tuple(edges), roots=tuple(roots)
-        )
+        return tuple(nodes), tuple(edges), tuple(roots)
 
     def drain(self) -> list[Delta]:
         """The deltas of the flushes since the last drain, oldest first."""
@@ -170,7 +188,8 @@ class Publisher:
         if len(self._pending) >= self.max_pending:
             self._pending.clear()
             self.lagged = True
-        self._pending.append(Delta(base_epoch=epoch, epoch=epoch + 1, ops=ops))
+        digest = state_hash(*self.view()[:2]) if self.hash_state else None
+        self._pending.append(Delta(base_epoch=epoch, epoch=epoch + 1, ops=ops, state_hash=digest))
 
 
 def node_state(node: Node) -> NodeState:
@@ -194,20 +213,24 @@ def _build_ops(
     Removals before additions, so a reused id reads as remove-then-add; edges after the nodes
     they join exist and before those nodes go; values last.
     """
-    ops: list[DeltaOp] = [EdgeRemove(a.id, b.id) for a, b in changes.edges_removed]
-    ops.extend([NodeRemove(n.id) for n in changes.removed])
-    for node in changes.added:
-        state = node_state(node)
-        if state == "resolved":
-            ops.append(NodeAdd(node.id, node._type_tag or "", payload(node)))
-        else:
-            ops.append(NodeAdd(node.id, node._type_tag or "", None, None, state))
-    ops.extend([EdgeAdd(a.id, b.id) for a, b in changes.edges_added])
+    ops: list[DeltaOp] = []
+    if changes.removed or changes.added or changes.edges_removed or changes.edges_added:
+        ops.extend([EdgeRemove(a.id, b.id) for a, b in changes.edges_removed])
+        ops.extend([NodeRemove(n.id) for n in changes.removed])
+        for node in changes.added:
+            state = node_state(node)
+            if state == "resolved":
+                ops.append(NodeAdd(node.id, node._type_tag or "", payload(node)))
+            else:
+                ops.append(NodeAdd(node.id, node._type_tag or "", None, None, state))
+        ops.extend([EdgeAdd(a.id, b.id) for a, b in changes.edges_added])
     if shared:  # the context's own encoding: read the cached payloads directly
         ops.extend([CellSet(c.id, c._payload) for c in changes.cells])  # type: ignore[arg-type]
-        ops.extend([SlotValue(n.id, n._payload) for n in changes.values])  # type: ignore[arg-type]
+        if changes.values:
+            ops.extend([SlotValue(n.id, n._payload) for n in changes.values])  # type: ignore[arg-type]
     else:
         ops.extend([CellSet(c.id, payload(c)) for c in changes.cells])
         ops.extend([SlotValue(n.id, payload(n)) for n in changes.values])
-    ops.extend([Invalidate(n.id) for n in changes.invalidated])
+    if changes.invalidated:
+        ops.extend([Invalidate(n.id) for n in changes.invalidated])
     return tuple(ops)
