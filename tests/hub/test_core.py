@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from octosync.errors import Desync, EpochGap, Forbidden, ForbiddenPublish, SnapshotRequired
@@ -15,6 +18,7 @@ from octosync.hub import (
 )
 from octosync.hub.model import default_state_hash
 from octosync.ipc.messages import CellSet, Delta, Snapshot
+from octosync.wire import json_tagged
 from tests.hub.helpers import RefSubscriber, cell_set, decode, json_encoder, node_add, snap
 
 JSON = ViewKey("json")
@@ -334,3 +338,49 @@ def test_ts_is_monotonic_across_streams() -> None:
         hub.publish(1, "b", SnapshotFrame(i, "y"))
     assert stamps == sorted(stamps)
     assert len(set(stamps)) == len(stamps)
+
+
+def test_backlog_collapses_to_one_snapshot_per_the_reliable_sync_fixture(
+    conformance_dir: Path,
+) -> None:
+    doc = json.loads(
+        (conformance_dir / "lazily/reliable-sync/coalesce_bounds_outbox.json").read_text()
+    )
+    scenario = next(s for s in doc["scenarios"] if s["id"] == "state_suffix_collapses_to_snapshot")
+    appended = [json_tagged.decode(json.dumps({"Delta": d}).encode()) for d in scenario["appended"]]
+    expected = {
+        n["node"]: bytes(n["payload"]["Inline"])
+        for n in scenario["coalesce"]["wire"]["Snapshot"]["nodes"]
+    }
+    hub, _, woken = make_hub(coalesce_backlog=True)
+    join(hub, 1, woken)
+    join(hub, 2, woken)  # stalled: never takes while the deltas arrive
+    join(hub, 3, woken)  # a second stalled subscriber, to show the snapshot bytes are shared
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"\x00", 2: b"\x00"})))
+    hub.subscribe(2, "s")
+    hub.subscribe(3, "s")
+    assert len(hub.take(2)) == len(hub.take(3)) == 1
+    for d in appended:
+        hub.publish(1, "s", lazily_frame(d))
+    batch, other = hub.take(2), hub.take(3)
+    assert len(batch) == scenario["retained_after"] == 1
+    assert batch[0] is other[0]
+    collapsed = decode(batch[0])
+    assert isinstance(collapsed, Snapshot)
+    assert collapsed.epoch == scenario["expect"]["receiver_last_epoch_after"]
+    assert {n.slot_id: n.payload for n in collapsed.nodes} == expected
+    assert hub.stats.coalesced == 2 * scenario["retained_before"]
+
+
+def test_backlog_is_kept_when_the_snapshot_would_be_bigger() -> None:
+    hub, _, woken = make_hub(coalesce_backlog=True)
+    join(hub, 1, woken)
+    join(hub, 2, woken)
+    big = {i: b"x" * 100 for i in range(20)}
+    hub.publish(1, "s", lazily_frame(snap(0, big)))
+    hub.subscribe(2, "s")
+    hub.take(2)
+    hub.publish(1, "s", lazily_frame(cell_set(0, 1, b"a")))
+    hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"b")))
+    assert [type(decode(b)) for b in hub.take(2)] == [Delta, Delta]
+    assert hub.stats.coalesced == 0

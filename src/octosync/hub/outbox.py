@@ -101,9 +101,16 @@ class Outbox:
 
     def take(self) -> list[bytes]:
         """Everything queued, control first: the caller writes it as one batch."""
-        out = list(self._control)
-        out.extend(self._data)
+        control, data, _ = self.take_parts()
+        control.extend(data)
+        return control
+
+    def take_parts(self) -> tuple[list[bytes], list[bytes], int]:
+        """``(control frames, data frames, data bytes)``, emptying the outbox."""
+        control = list(self._control)
+        data = list(self._data)
+        size = self._data_bytes
         self._control.clear()
         self._data.clear()
         self._data_bytes = 0
-        return out
+        return control, data, size

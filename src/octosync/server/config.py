@@ -24,6 +24,7 @@ class ServerConfig:
     outbox_max_frames: int = 4096
     socket_high_water: int = 256 * 1024
     retain_after_producer_leaves: float | None = 300.0
+    coalesce_backlog: bool = False
     signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
     shutdown_deadline: float = 5.0
 
@@ -56,7 +57,7 @@ def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
         ),
     )
     hub = doc.get("hub", {})
-    for key in ("outbox_max_bytes", "outbox_max_frames", "socket_high_water"):
+    for key in ("outbox_max_bytes", "outbox_max_frames", "socket_high_water", "coalesce_backlog"):
         if key in hub:
             cfg = replace(cfg, **{key: hub[key]})
     if "retain_seconds" in hub:

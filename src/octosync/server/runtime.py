@@ -59,6 +59,7 @@ class Runtime:
                     max_bytes=config.outbox_max_bytes, max_frames=config.outbox_max_frames
                 ),
                 retain_after_producer_leaves=config.retain_after_producer_leaves,
+                coalesce_backlog=config.coalesce_backlog,
             ),
             clock=time.monotonic,
             on_accept=on_accept,
