@@ -124,6 +124,7 @@ async def test_metrics_in_prometheus_text(tmp_path: Path) -> None:
         assert float(lines["octosync_frames_out_total"]) >= 3
         assert "octosync_outbox_depth" in lines
         assert "octosync_resets_total" in lines
+        assert "octosync_coalesced_deltas_total" in lines
 
 
 async def test_sigterm_flushes_and_closes_cleanly(tmp_path: Path) -> None:

@@ -66,6 +66,9 @@ class RuntimeCollector(Collector):
         yield CounterMetricFamily(
             "octosync_resets", "Subscribers reset to a snapshot", stats.resets
         )
+        yield CounterMetricFamily(
+            "octosync_coalesced_deltas", "Queued deltas replaced by a snapshot", stats.coalesced
+        )
         yield GaugeMetricFamily(
             "octosync_outbox_depth", "Frames queued in outboxes", rt.hub.outbox_depth()
         )
