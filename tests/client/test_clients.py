@@ -199,3 +199,12 @@ async def test_publication_reconnects_and_republishes_a_snapshot(tmp_path: Path)
             c.set(2)
             state = await asyncio.wait_for(sub.wait_for(lambda s: s.values.get(c.id) == 2), 5)
             assert state.values[c.id] == 2
+
+
+async def test_closing_the_client_ends_the_subscription(tmp_path: Path) -> None:
+    async with serve(tmp_path) as srv:
+        client = octosync.connect(f"{srv.ws_url}/lazily")
+        async with client:
+            sub = await client.subscribe("nothing-here")
+        states = [s async for s in sub]
+        assert states == []

@@ -111,7 +111,7 @@ class Client:
         self._rng = random.Random(seed)
         self._http: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closers: list[Callable[[], Any]] = []
+        self._subscriptions: list[Subscription] = []
 
     async def __aenter__(self) -> Client:
         self._http = aiohttp.ClientSession()
@@ -123,13 +123,13 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
-        for closer in self._closers:
-            closer()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
                 await task
+        for sub in self._subscriptions:
+            sub._finish(ConnectionError("the client was closed"))
         if self._http is not None:
             await self._http.close()
             self._http = None
@@ -164,6 +164,7 @@ class Client:
         """Follow ``stream``; the first connection is made before this returns."""
         ws = await self._open(stream, publish=False)
         sub = Subscription(stream, queue_size)
+        self._subscriptions.append(sub)
         task = asyncio.get_running_loop().create_task(self._follow(sub, ws))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -185,7 +186,7 @@ class Client:
                 attempt = 0
                 await self._pump(sub, current)
                 current = None
-        except Exception as exc:
+        except BaseException as exc:  # cancelled by close() too: end the iteration
             sub._finish(exc)
             raise
         finally:
@@ -302,6 +303,7 @@ class Subscription:
     reconnects: int = 0
     _queue: asyncio.Queue[State | BaseException] = field(init=False)
     _last_yielded: int | None = None
+    _finished: bool = False
 
     def __post_init__(self) -> None:
         self._queue = asyncio.Queue(self.queue_size)
@@ -314,6 +316,9 @@ class Subscription:
         self._queue.put_nowait(state)
 
     def _finish(self, exc: BaseException) -> None:
+        if self._finished:
+            return
+        self._finished = True
         if self._queue.full():
             with contextlib.suppress(asyncio.QueueEmpty):
                 self._queue.get_nowait()
