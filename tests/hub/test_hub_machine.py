@@ -40,6 +40,8 @@ class Expected:
 
 
 class HubMachine(RuleBasedStateMachine):
+    coalesce = False
+
     def __init__(self) -> None:
         super().__init__()
         self.now = 0.0
@@ -47,6 +49,7 @@ class HubMachine(RuleBasedStateMachine):
             HubConfig(
                 outbox=OutboxLimits(max_bytes=100_000, max_frames=MAX_FRAMES),
                 retain_after_producer_leaves=TTL,
+                coalesce_backlog=self.coalesce,
             ),
             clock=lambda: self.now,
             encoders={"t": tagged_encoder},
@@ -175,5 +178,15 @@ class HubMachine(RuleBasedStateMachine):
         assert self.hub.outbox_depth() <= MAX_FRAMES * len(CONNS)
 
 
+class CoalescingHubMachine(HubMachine):
+    """The same history with backlogs collapsed to snapshots: subscribers still converge."""
+
+    coalesce = True
+
+
 HubMachine.TestCase.settings = settings(stateful_step_count=30, max_examples=60, deadline=None)
+CoalescingHubMachine.TestCase.settings = settings(
+    stateful_step_count=30, max_examples=40, deadline=None
+)
 TestHubMachine = HubMachine.TestCase
+TestCoalescingHubMachine = CoalescingHubMachine.TestCase
