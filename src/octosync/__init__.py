@@ -5,3 +5,12 @@ from octosync.graph import Context
 __version__ = "0.1.0"
 
 __all__ = ["Context", "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    """``octosync.connect`` without importing the asyncio client on ``import octosync``."""
+    if name == "connect":
+        from octosync.client import connect
+
+        return connect
+    raise AttributeError(f"module 'octosync' has no attribute {name!r}")

@@ -228,3 +228,24 @@ def by_name(name: str) -> type[OctosyncError]:
         if cls.name == name:
             return cls
     raise KeyError(name)
+
+
+class NotJoined(RemoteProtocolError):
+    """A signaling frame other than ``join`` from a connection that has not joined."""
+
+    name = "NotJoined"
+    code = 60
+
+
+class DuplicatePeer(RemoteProtocolError):
+    """A signaling ``join`` with a peer id already registered in the session (or a rejoin)."""
+
+    name = "DuplicatePeer"
+    code = 61
+
+
+class UnknownTarget(RemoteProtocolError):
+    """A directed signaling frame to a peer that is not in the session."""
+
+    name = "UnknownTarget"
+    code = 62

@@ -1,32 +1,69 @@
-"""aiohttp application: one port, one route per wire face."""
+"""aiohttp application: one port, one route per wire face, plus ``/healthz`` and ``/metrics``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+import asyncio
+import functools
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 8765
-    data_dir: Path = Path("./var")
-    insecure_dev: bool = False
-
+from octosync.hub.core import AcceptHook
+from octosync.server.config import ServerConfig
+from octosync.server.faces import (
+    RUNTIME,
+    lazily_handler,
+    signal_handler,
+    tcp_handler,
+    wvp_handler,
+)
+from octosync.server.metrics import registry_for, render
+from octosync.server.runtime import Runtime
 
 CONFIG_KEY = web.AppKey("config", ServerConfig)
+TCP_SERVER = web.AppKey("tcp_server", asyncio.Server)
+
+__all__ = ["CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
 
 async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "version": __version__})
 
 
-def build_app(config: ServerConfig) -> web.Application:
+def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> web.Application:
+    """The whole server. ``on_accept(stream, conn, frame)`` sees every frame the hub accepted
+    (the journal's hook); it runs inline, so it must not block."""
+    config = config.with_auth_mode()
     app = web.Application()
+    runtime = Runtime(config, on_accept=on_accept)
+    registry = registry_for(runtime)
     app[CONFIG_KEY] = config
+    app[RUNTIME] = runtime
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/lazily", lazily_handler)
+    app.router.add_get("/wvp", wvp_handler)
+    app.router.add_get("/signal", signal_handler)
+
+    async def on_startup(app: web.Application) -> None:
+        await runtime.start()
+        if config.tcp_port is not None:
+            server = await asyncio.start_server(
+                functools.partial(tcp_handler, runtime), config.host, config.tcp_port
+            )
+            app[TCP_SERVER] = server
+
+    async def on_shutdown(app: web.Application) -> None:
+        server = app.get(TCP_SERVER)
+        if server is not None:
+            server.close()
+        await runtime.shutdown()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
     return app

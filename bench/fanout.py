@@ -1,0 +1,554 @@
+"""Fan-out benchmark: one producer, many WebSocket subscribers on one stream.
+
+Each system runs as its own server process; subscribers run in separate processes; the
+producer (in this process) sends small deltas as fast as the server takes them for a bounded
+time. Every delta carries its send time (CLOCK_MONOTONIC, shared by all processes on the
+machine), so subscribers measure delivery latency. Systems, measured in the same run:
+
+- ``octosync``: the hub's ``/lazily`` face (seed JSON deltas; per-connection outboxes write
+  every queued frame in one socket write; stalled subscribers are reset, never waited for);
+- ``bare``: a bare aiohttp broadcast loop, one ``send_str`` per message per connection;
+- ``socketio``: python-socketio (aiohttp mode) emitting each message to a room.
+
+Every system carries the same delta JSON bytes. Usage::
+
+    python bench/fanout.py                 # 1,000 subscribers, 10 s per system
+    python bench/fanout.py --quick         # 50 subscribers, 3 s per system
+    python bench/fanout.py --subscribers 200 --seconds 5 --systems octosync,bare
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+HERE = Path(__file__).resolve()
+TICK = os.sysconf("SC_CLK_TCK")
+_F64 = struct.Struct(">d")
+
+# --- the message every system carries -------------------------------------------------------
+
+
+def delta_bytes(epoch: int, now: float) -> bytes:
+    """A seed-dialect delta whose one cell_set carries the send time as an f64."""
+    payload = base64.b64encode(_F64.pack(now)).decode()
+    return (
+        b'{"type":"delta","base_epoch":%d,"epoch":%d,"ops":[{"op":"cell_set","slot_id":0,'
+        b'"payload":"%s"}]}' % (epoch, epoch + 1, payload.encode())
+    )
+
+
+# --- servers (each in its own process) ------------------------------------------------------
+
+
+async def _run_octosync(port: int) -> None:
+    from aiohttp import web
+
+    from octosync.server.app import ServerConfig, build_app
+
+    runner = web.AppRunner(build_app(ServerConfig(port=port, insecure_dev=True)))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+async def _run_bare(port: int) -> None:
+    from aiohttp import web
+
+    subs: set[web.WebSocketResponse] = set()
+
+    async def sub(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(compress=False)
+        await ws.prepare(request)
+        subs.add(ws)
+        try:
+            async for _ in ws:
+                pass
+        finally:
+            subs.discard(ws)
+        return ws
+
+    async def pub(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(compress=False)
+        await ws.prepare(request)
+        async for msg in ws:
+            data = msg.data
+            for s in list(subs):
+                with contextlib.suppress(ConnectionError):
+                    await s.send_str(data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/sub", sub)
+    app.router.add_get("/pub", pub)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+async def _run_socketio(port: int) -> None:
+    import socketio
+    from aiohttp import web
+
+    sio = socketio.AsyncServer(async_mode="aiohttp", ping_timeout=60, ping_interval=25)
+    app = web.Application()
+    sio.attach(app)
+
+    @sio.event  # type: ignore[untyped-decorator]
+    async def connect(sid: str, environ: dict[str, Any]) -> None:
+        await sio.enter_room(sid, "r")
+
+    @sio.on("pub")  # type: ignore[untyped-decorator]
+    async def on_pub(sid: str, data: Any) -> None:
+        await sio.emit("d", data, room="r", skip_sid=sid)
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+SERVERS = {"octosync": _run_octosync, "bare": _run_bare, "socketio": _run_socketio}
+
+# --- subscribers (each process holds many connections) -----------------------------------------
+
+HANDSHAKE = json.dumps(
+    {
+        "protocol_id": "lazily-ipc",
+        "protocol_major_version": 1,
+        "codec": "json",
+        "max_frame_size": 1 << 20,
+        "fragmentation_supported": False,
+        "ordered_reliable": True,
+        "peer_id": 1,
+        "session_id": "bench",
+        "features": [],
+    }
+)
+
+
+_PAYLOAD = re.compile(rb'"payload": ?"([A-Za-z0-9+/]{11}=)"')
+
+
+def sent_at_raw(frame: bytes) -> float | None:
+    """The send time in a delta frame without a full parse (same cost for every system)."""
+    if b'"delta"' not in frame:
+        return None
+    m = _PAYLOAD.search(frame)
+    if m is None:
+        return None
+    value: float = _F64.unpack(base64.b64decode(m.group(1)))[0]
+    return value
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.deltas = 0
+        self.frames = 0
+        self.snapshots = 0
+        self.latencies = array("d")
+        self.recording = False
+
+
+class RawWsClient(asyncio.Protocol):
+    """A minimal WebSocket client that counts frames: the harness must not be the bottleneck.
+
+    Reads unmasked server frames straight from the socket buffer; sends (rare) text frames
+    with a zero mask. Socket.IO pings are answered; every data frame is timed.
+    """
+
+    def __init__(self, system: str, path: str, tally: Tally) -> None:
+        self.system = system
+        self.path = path
+        self.tally = tally
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.upgraded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.handshaking = True
+        self.early: asyncio.Queue[bytes] = asyncio.Queue()
+        self.on_delta: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(
+            (
+                f"GET {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+
+    def send_text(self, data: bytes) -> None:
+        n = len(data)
+        if n < 126:
+            header = bytes((0x81, 0x80 | n))
+        elif n < 65536:
+            header = bytes((0x81, 0x80 | 126)) + struct.pack(">H", n)
+        else:
+            header = bytes((0x81, 0x80 | 127)) + struct.pack(">Q", n)
+        assert self.transport is not None
+        self.transport.write(header + b"\0\0\0\0" + data)  # zero mask: payload as is
+
+    async def next_frame(self) -> bytes:
+        """The next frame while handshaking (frames may arrive with the 101 response)."""
+        return await self.early.get()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        if not self.upgraded.done():
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            if b" 101 " not in buf[: buf.find(b"\r\n")]:
+                self.upgraded.set_exception(ConnectionError(bytes(buf[:end]).decode()))
+                return
+            self.upgraded.set_result(None)
+            pos = end + 4
+        size = len(buf)
+        while size - pos >= 2:
+            n = buf[pos + 1] & 0x7F
+            off = 2
+            if n == 126:
+                if size - pos < 4:
+                    break
+                n = (buf[pos + 2] << 8) | buf[pos + 3]
+                off = 4
+            elif n == 127:
+                if size - pos < 10:
+                    break
+                n = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+                off = 10
+            if size - pos < off + n:
+                break
+            frame = bytes(buf[pos + off : pos + off + n])
+            pos += off + n
+            self._frame(frame)
+        del buf[:pos]
+
+    def _frame(self, frame: bytes) -> None:
+        if self.handshaking:
+            self.early.put_nowait(frame)
+            return
+        if self.system == "socketio":
+            if frame == b"2":
+                self.send_text(b"3")
+                return
+            if not frame.startswith(b"42"):
+                return
+        t = sent_at_raw(frame)
+        if self.on_delta is not None and t is not None:
+            self.on_delta()
+        tally = self.tally
+        if not tally.recording:
+            return
+        tally.frames += 1
+        if t is None:
+            tally.snapshots += 1
+            return
+        tally.deltas += 1
+        tally.latencies.append(time.monotonic() - t)
+
+
+async def open_subscriber(system: str, port: int, tally: Tally) -> RawWsClient:
+    path = {
+        "octosync": "/lazily",
+        "bare": "/sub",
+        "socketio": "/socket.io/?EIO=4&transport=websocket",
+    }[system]
+    loop = asyncio.get_running_loop()
+    _, client = await loop.create_connection(
+        lambda: RawWsClient(system, path, tally), "127.0.0.1", port
+    )
+    await client.upgraded
+    if system == "octosync":
+        client.send_text(HANDSHAKE.encode())
+        await client.next_frame()  # the server's handshake
+    elif system == "socketio":
+        await client.next_frame()  # engine.io open
+        client.send_text(b"40")
+        await client.next_frame()  # socket.io connect ack
+    client.handshaking = False
+    return client
+
+
+async def _subscribers_main(system: str, port: int, n: int, seconds: float) -> None:
+    tally = Tally()
+    clients = [await open_subscriber(system, port, tally) for _ in range(n)]
+    print("READY", flush=True)
+    loop = asyncio.get_running_loop()
+    line = await loop.run_in_executor(None, sys.stdin.readline)
+    assert line.startswith("GO")
+    tally.recording = True
+    await asyncio.sleep(seconds + 1.0)  # the run, then a second for the tail to arrive
+    tally.recording = False
+    for c in clients:
+        if c.transport is not None:
+            c.transport.close()
+    out = {
+        "deltas": tally.deltas,
+        "frames": tally.frames,
+        "snapshots": tally.snapshots,
+        "latencies": base64.b64encode(tally.latencies.tobytes()).decode(),
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# --- producer (this process) ----------------------------------------------------------------
+
+
+async def _produce(system: str, port: int, seconds: float, window: int) -> int:
+    """Send deltas as fast as they are delivered: at most ``window`` in flight.
+
+    "In flight" is measured by a monitor subscriber that joined last, so a delta counts as
+    delivered only once the server got it out to the slowest-ordered connection; this keeps
+    queues (and latency) bounded instead of filling kernel buffers.
+    """
+    base = f"ws://127.0.0.1:{port}"
+    sent = 0
+    delivered = 0
+    progressed = asyncio.Event()
+    async with aiohttp.ClientSession() as http:
+        monitor = await open_subscriber(system, port, Tally())
+
+        def on_delta() -> None:
+            nonlocal delivered
+            delivered += 1
+            progressed.set()
+
+        monitor.on_delta = on_delta
+        if system == "octosync":
+            ws = await http.ws_connect(f"{base}/lazily")
+            await ws.send_str(HANDSHAKE.replace('"features": []', '"features": ["publish"]'))
+            await ws.receive()
+            snap = {
+                "type": "snapshot",
+                "epoch": 0,
+                "nodes": [
+                    {
+                        "slot_id": 0,
+                        "type_tag": "f64",
+                        "state": "resolved",
+                        "payload": base64.b64encode(_F64.pack(0.0)).decode(),
+                    }
+                ],
+                "roots": [0],
+            }
+            await ws.send_str(json.dumps(snap))
+        elif system == "bare":
+            ws = await http.ws_connect(f"{base}/pub")
+        else:
+            ws = await http.ws_connect(f"{base}/socket.io/?EIO=4&transport=websocket")
+            await ws.receive()
+            await ws.send_str("40")
+            await ws.receive()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if sent - delivered >= window:
+                progressed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(progressed.wait(), 1.0)
+                if sent - delivered >= window:
+                    delivered = sent - window + 1  # a lost delta (reset) must not stall us
+                continue
+            data = delta_bytes(sent, time.monotonic())
+            if system == "socketio":
+                await ws.send_str('42["pub",' + data.decode() + "]")
+            elif system == "octosync":
+                await ws.send_bytes(data)
+            else:
+                await ws.send_str(data.decode())
+            sent += 1
+        print(f"# {system}: the monitor saw {delivered} of {sent} deltas", file=sys.stderr)
+        await ws.close()
+        if monitor.transport is not None:
+            monitor.transport.close()
+    return sent
+
+
+# --- orchestration --------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise TimeoutError(f"server on port {port} did not start")
+
+
+def _pct(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+async def run_system(
+    system: str, subscribers: int, seconds: float, procs: int, window: int
+) -> dict[str, Any]:
+    port = _free_port()
+    py = sys.executable
+    server = subprocess.Popen([py, str(HERE), "_server", system, str(port)])
+    subs: list[subprocess.Popen[str]] = []
+    try:
+        await _wait_port(port)
+        share = [subscribers // procs + (1 if i < subscribers % procs else 0) for i in range(procs)]
+        for n in share:
+            subs.append(
+                subprocess.Popen(
+                    [py, str(HERE), "_subs", system, str(port), str(n), str(seconds)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        loop = asyncio.get_running_loop()
+        for p in subs:
+            assert p.stdout is not None
+            line = await asyncio.wait_for(loop.run_in_executor(None, p.stdout.readline), 300)
+            if not line.startswith("READY"):
+                raise RuntimeError(f"subscriber process failed to connect: {line!r}")
+        cpu0 = _cpu_ticks(server.pid)
+        for p in subs:
+            assert p.stdin is not None
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        t0 = time.monotonic()
+        sent = await _produce(system, port, seconds, window)
+        await asyncio.sleep(1.0)
+        elapsed = time.monotonic() - t0
+        cpu = (_cpu_ticks(server.pid) - cpu0) / TICK
+        rss = _rss_mib(server.pid)
+        deltas = frames = snapshots = 0
+        latencies: list[float] = []
+        for p in subs:
+            out, _ = await loop.run_in_executor(None, p.communicate)
+            result = json.loads(next(x for x in out.splitlines() if x.startswith("RESULT"))[7:])
+            deltas += result["deltas"]
+            frames += result["frames"]
+            snapshots += result["snapshots"]
+            arr = array("d")
+            arr.frombytes(base64.b64decode(result["latencies"]))
+            latencies.extend(arr)
+        latencies.sort()
+        return {
+            "system": system,
+            "subscribers": subscribers,
+            "sent": sent,
+            "deltas_per_s": deltas / seconds,
+            "frames_per_s": frames / seconds,
+            "resets": max(0, snapshots - subscribers),
+            "p50_ms": _pct(latencies, 0.50) * 1000,
+            "p99_ms": _pct(latencies, 0.99) * 1000,
+            "max_ms": (latencies[-1] if latencies else float("nan")) * 1000,
+            "server_cpu_pct": 100 * cpu / elapsed,
+            "server_rss_mib": rss,
+        }
+    finally:
+        for p in subs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = (
+        f"{'system':<10}{'subs':>6}{'sent':>10}{'deltas/s':>12}{'frames/s':>12}{'resets':>8}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'cpu %':>7}{'rss MiB':>9}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['system']:<10}{r['subscribers']:>6}{r['sent']:>10}{r['deltas_per_s']:>12,.0f}"
+            f"{r['frames_per_s']:>12,.0f}{r['resets']:>8}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+            f"{r['max_ms']:>9.1f}{r['server_cpu_pct']:>7.0f}{r['server_rss_mib']:>9.1f}"
+        )
+    by = {r["system"]: r for r in rows}
+    ours = by.get("octosync")
+    if ours:
+        for other in ("bare", "socketio"):
+            if other in by and by[other]["deltas_per_s"] > 0:
+                ratio = ours["deltas_per_s"] / by[other]["deltas_per_s"]
+                print(f"octosync / {other}: {ratio:.2f}x deltas delivered per second")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_server":
+        asyncio.run(SERVERS[argv[1]](int(argv[2])))
+        return 0
+    if argv and argv[0] == "_subs":
+        asyncio.run(_subscribers_main(argv[1], int(argv[2]), int(argv[3]), float(argv[4])))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--subscribers", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--procs", type=int, default=2, help="subscriber processes")
+    parser.add_argument("--systems", default="octosync,bare,socketio")
+    parser.add_argument("--quick", action="store_true", help="50 subscribers, 3 s, 1 process")
+    parser.add_argument("--window", type=int, default=32, help="deltas in flight")
+    parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.subscribers, args.seconds, args.procs = 50, 3.0, 1
+    rows = []
+    for system in args.systems.split(","):
+        rows.append(
+            asyncio.run(run_system(system, args.subscribers, args.seconds, args.procs, args.window))
+        )
+    print_table(rows)
+    if args.json:
+        print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""asyncio client for the ``/lazily`` face: subscribe to a stream's mirrored state, or publish one.
+
+::
+
+    async with octosync.connect("ws://127.0.0.1:8765/lazily", token=...) as c:
+        sub = await c.subscribe("scoreboard")
+        async for state in sub:          # a State after every applied snapshot or delta
+            print(state.epoch, state.values)
+
+Each stream uses its own WebSocket (the handshake's ``session_id`` names the stream). A
+subscription resyncs by itself when its mirror sees a gap or a desync, and reconnects with
+jittered exponential backoff when the connection drops. A publication streams a local
+``Context`` through a ``Publisher``; after a reconnect it starts again from a snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from octosync.errors import OctosyncError, ProtocolError, by_name
+from octosync.graph import Context
+from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
+from octosync.ipc.messages import Delta, Handshake, ResyncRequest
+from octosync.ipc.mirror import Mirror
+from octosync.ipc.permissions import PeerPermissions
+from octosync.ipc.publisher import Publisher
+from octosync.wire import json as wire_json
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """A mirrored state: the stream's epoch and ``{node_id: decoded value}``."""
+
+    epoch: int
+    values: dict[int, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Full-jitter exponential backoff: attempt n sleeps uniform(0, min(cap, base * 2**n))."""
+
+    base: float = 0.05
+    cap: float = 5.0
+    max_attempts: int | None = None
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return rng.uniform(0.0, min(self.cap, self.base * (2**attempt)))
+
+
+class _ErrorFrame(msgspec.Struct, frozen=True):
+    type: str
+    code: str
+    message: str
+
+
+def remote_error(raw: bytes | str) -> OctosyncError | None:
+    """The typed error an error frame names, or None if ``raw`` is not an error frame."""
+    try:
+        frame = msgspec.json.decode(raw, type=_ErrorFrame)
+    except msgspec.DecodeError:
+        return None
+    if frame.type != "error":
+        return None
+    try:
+        cls = by_name(frame.code)
+    except KeyError:
+        cls = ProtocolError
+    return cls(frame.message)
+
+
+def _handshake(stream: str, *, publish: bool, max_frame: int) -> Handshake:
+    features = ["publish"] if publish else []
+    return Handshake(
+        protocol_id=PROTOCOL_ID,
+        protocol_major_version=PROTOCOL_MAJOR_VERSION,
+        codec="json",
+        max_frame_size=max_frame,
+        fragmentation_supported=False,
+        ordered_reliable=True,
+        peer_id=0,
+        session_id=stream,
+        features=tuple(features),
+    )
+
+
+class Client:
+    """A connection factory for one server URL (``ws://host:port/lazily``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        backoff: Backoff | None = None,
+        max_frame_size: int = 1 << 20,
+        seed: int | None = None,
+    ) -> None:
+        self.url = url
+        self.token = token
+        self.backoff = backoff or Backoff()
+        self.max_frame_size = max_frame_size
+        self._rng = random.Random(seed)
+        self._http: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._subscriptions: list[Subscription] = []
+
+    async def __aenter__(self) -> Client:
+        self._http = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        for sub in self._subscriptions:
+            sub._finish(ConnectionError("the client was closed"))
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def _open(self, stream: str, *, publish: bool) -> aiohttp.ClientWebSocketResponse:
+        if self._http is None:
+            raise RuntimeError("use 'async with connect(...)' first")
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        ws = await self._http.ws_connect(self.url, headers=headers, max_msg_size=0)
+        hs = _handshake(stream, publish=publish, max_frame=self.max_frame_size)
+        await ws.send_bytes(wire_json.encode_handshake(hs))
+        reply = await ws.receive()
+        if reply.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            await ws.close()
+            raise ConnectionError(f"connection closed during the handshake ({reply.type.name})")
+        err = remote_error(reply.data)
+        if err is not None:
+            await ws.close()
+            raise err
+        wire_json.decode_handshake(reply.data)
+        return ws
+
+    async def _sleep_backoff(self, attempt: int) -> None:
+        limit = self.backoff.max_attempts
+        if limit is not None and attempt >= limit:
+            raise ConnectionError(f"gave up after {attempt} reconnect attempts")
+        await asyncio.sleep(self.backoff.delay(attempt, self._rng))
+
+    # --- subscribing ----------------------------------------------------------------------
+
+    async def subscribe(self, stream: str, *, queue_size: int = 64) -> Subscription:
+        """Follow ``stream``; the first connection is made before this returns."""
+        ws = await self._open(stream, publish=False)
+        sub = Subscription(stream, queue_size)
+        self._subscriptions.append(sub)
+        task = asyncio.get_running_loop().create_task(self._follow(sub, ws))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return sub
+
+    async def _follow(self, sub: Subscription, ws: aiohttp.ClientWebSocketResponse) -> None:
+        attempt = 0
+        current: aiohttp.ClientWebSocketResponse | None = ws
+        try:
+            while True:
+                if current is None:
+                    try:
+                        current = await self._open(sub.stream, publish=False)
+                    except (aiohttp.ClientError, ConnectionError, OSError):
+                        await self._sleep_backoff(attempt)
+                        attempt += 1
+                        continue
+                    sub.reconnects += 1
+                attempt = 0
+                await self._pump(sub, current)
+                current = None
+        except BaseException as exc:  # cancelled by close() too: end the iteration
+            sub._finish(exc)
+            raise
+        finally:
+            if current is not None:
+                await current.close()
+
+    async def _pump(self, sub: Subscription, ws: aiohttp.ClientWebSocketResponse) -> None:
+        mirror = sub.mirror = Mirror()
+        async for msg in ws:
+            if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                break
+            err = remote_error(msg.data)
+            if err is not None:
+                sub.errors.append(err)
+                continue
+            result = mirror.apply(wire_json.decode(msg.data))
+            if isinstance(result, ResyncRequest):
+                sub.resyncs += 1
+                await ws.send_bytes(wire_json.encode(result))
+                continue
+            last = mirror.last_epoch
+            if mirror.in_sync and last is not None and last != sub._last_yielded:
+                sub._push(State(last, mirror.values()))
+
+    # --- publishing -----------------------------------------------------------------------
+
+    async def publish(
+        self, stream: str, ctx: Context, *, permissions: PeerPermissions | None = None
+    ) -> Publication:
+        """Serve ``ctx`` as ``stream``: a snapshot now, then one delta per flush."""
+        ws = await self._open(stream, publish=True)
+        pub = Publication(stream, ctx, permissions or PeerPermissions.allow_all())
+        task = asyncio.get_running_loop().create_task(self._serve(pub, ws))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        await pub.started.wait()
+        return pub
+
+    async def _serve(self, pub: Publication, ws: aiohttp.ClientWebSocketResponse) -> None:
+        attempt = 0
+        current: aiohttp.ClientWebSocketResponse | None = ws
+        while not pub.closed:
+            if current is None:
+                try:
+                    current = await self._open(pub.stream, publish=True)
+                except (aiohttp.ClientError, ConnectionError, OSError):
+                    await self._sleep_backoff(attempt)
+                    attempt += 1
+                    continue
+                pub.reconnects += 1
+            attempt = 0
+            try:
+                await self._stream_context(pub, current)
+            except (aiohttp.ClientError, ConnectionError):
+                pass  # dropped mid-send: reconnect and start again from a snapshot
+            finally:
+                await current.close()
+                current = None
+
+    async def _stream_context(self, pub: Publication, ws: aiohttp.ClientWebSocketResponse) -> None:
+        publisher = Publisher(pub.ctx, pub.permissions)
+        changed = asyncio.Event()
+        unsubscribe = pub.ctx.subscribe(lambda _changes: changed.set())
+
+        async def reader() -> None:
+            async for msg in ws:
+                if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                    break
+                err = remote_error(msg.data)
+                if err is not None:
+                    pub.errors.append(err)
+                    continue
+                write = wire_json.decode(msg.data)
+                if isinstance(write, Delta):
+                    try:
+                        publisher.apply_remote(list(write.ops))
+                    except OctosyncError as exc:
+                        pub.errors.append(exc)
+
+        read_task = asyncio.get_running_loop().create_task(reader())
+        try:
+            await ws.send_bytes(wire_json.encode(publisher.snapshot()))
+            publisher.drain()
+            pub.started.set()
+            while not ws.closed and not read_task.done():
+                waiter = asyncio.ensure_future(changed.wait())
+                await asyncio.wait({waiter, read_task}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                changed.clear()
+                if publisher.lagged:
+                    await ws.send_bytes(wire_json.encode(publisher.snapshot()))
+                    publisher.drain()
+                    continue
+                for d in publisher.drain():
+                    await ws.send_bytes(wire_json.encode(d))
+                    pub.deltas_sent += 1
+        finally:
+            unsubscribe()
+            publisher.close()
+            read_task.cancel()
+            with contextlib.suppress(BaseException):
+                await read_task
+
+
+@dataclass(eq=False)
+class Subscription:
+    """An async iterator of ``State``s; slow consumers see the latest state, never a backlog."""
+
+    stream: str
+    queue_size: int = 64
+    mirror: Mirror = field(default_factory=Mirror)
+    errors: list[OctosyncError] = field(default_factory=list)
+    resyncs: int = 0
+    reconnects: int = 0
+    _queue: asyncio.Queue[State | BaseException] = field(init=False)
+    _last_yielded: int | None = None
+    _finished: bool = False
+
+    def __post_init__(self) -> None:
+        self._queue = asyncio.Queue(self.queue_size)
+
+    def _push(self, state: State) -> None:
+        self._last_yielded = state.epoch
+        if self._queue.full():
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self._queue.get_nowait()  # drop the oldest state: the newest supersedes it
+        self._queue.put_nowait(state)
+
+    def _finish(self, exc: BaseException) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if self._queue.full():
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self._queue.get_nowait()
+        self._queue.put_nowait(exc)
+
+    def __aiter__(self) -> AsyncIterator[State]:
+        return self
+
+    async def __anext__(self) -> State:
+        item = await self._queue.get()
+        if isinstance(item, BaseException):
+            raise StopAsyncIteration from item
+        return item
+
+    async def wait_for(self, predicate: Callable[[State], bool]) -> State:
+        """The first state (from now on) that satisfies ``predicate``."""
+        async for state in self:
+            if predicate(state):
+                return state
+        raise ConnectionError("subscription ended")
+
+
+@dataclass(eq=False)
+class Publication:
+    stream: str
+    ctx: Context
+    permissions: PeerPermissions
+    errors: list[OctosyncError] = field(default_factory=list)
+    deltas_sent: int = 0
+    reconnects: int = 0
+    closed: bool = False
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def connect(url: str, *, token: str | None = None, **options: Any) -> Client:
+    """``async with connect(url, token=...) as client:`` — see the module docstring."""
+    return Client(url, token=token, **options)
+
+
+__all__ = ["Backoff", "Client", "Publication", "State", "Subscription", "connect", "remote_error"]

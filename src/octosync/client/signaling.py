@@ -1,0 +1,96 @@
+"""asyncio client for ``/signal``: join a session, signal peers, read what arrives."""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from octosync.hub.signaling import (
+    Answer,
+    ClientSignal,
+    Ice,
+    Join,
+    Leave,
+    Offer,
+    Relay,
+    ServerSignal,
+    SignalError,
+    Welcome,
+)
+
+_decoder = msgspec.json.Decoder(ServerSignal)
+_encoder = msgspec.json.Encoder()
+
+
+class SignalingRefused(Exception):
+    """The relay answered with an error frame (``code`` is the seed's snake_case code)."""
+
+    def __init__(self, frame: SignalError) -> None:
+        super().__init__(f"{frame.code}: {frame.message}")
+        self.code = frame.code
+
+
+class SignalingClient:
+    def __init__(self, url: str, session: str = "default", *, token: str | None = None) -> None:
+        self.url = url
+        self.session = session
+        self.token = token
+        self._http: aiohttp.ClientSession | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+
+    async def __aenter__(self) -> SignalingClient:
+        self._http = aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        self._ws = await self._http.ws_connect(
+            self.url, params={"session": self.session}, headers=headers
+        )
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._http is not None:
+            await self._http.close()
+
+    async def send(self, frame: ClientSignal) -> None:
+        assert self._ws is not None
+        await self._ws.send_bytes(_encoder.encode(frame))
+
+    async def join(self, peer: int, capabilities: tuple[str, ...] | None = None) -> Welcome:
+        await self.send(Join(peer=peer, capabilities=capabilities))
+        frame = await self.receive()
+        if not isinstance(frame, Welcome):
+            raise TypeError(f"expected welcome, got {frame!r}")
+        return frame
+
+    async def offer(self, to: int, sdp: str) -> None:
+        await self.send(Offer(to=to, sdp=sdp))
+
+    async def answer(self, to: int, sdp: str) -> None:
+        await self.send(Answer(to=to, sdp=sdp))
+
+    async def ice(self, to: int, candidate: str) -> None:
+        await self.send(Ice(to=to, candidate=candidate))
+
+    async def relay(self, to: int, payload: Any) -> None:
+        await self.send(Relay(to=to, payload=payload))
+
+    async def leave(self) -> None:
+        await self.send(Leave())
+
+    async def receive(self, timeout: float | None = None) -> ServerSignal:
+        """The next frame for this peer; an error frame is raised as ``SignalingRefused``."""
+        assert self._ws is not None
+        msg = await asyncio.wait_for(self._ws.receive(), timeout)
+        if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            raise ConnectionError(f"signaling connection ended ({msg.type.name})")
+        frame: ServerSignal = _decoder.decode(msg.data)
+        if isinstance(frame, SignalError):
+            raise SignalingRefused(frame)
+        return frame

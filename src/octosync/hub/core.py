@@ -1,0 +1,498 @@
+"""The hub: named streams with producer authority, its own mirror, encode-once fan-out.
+
+Sans-I/O. Faces call ``connect``/``publish``/``subscribe``/``resync``/``write``/``disconnect``
+with decoded frames; the hub raises a typed error (to the caller's connection only, see
+``policy.py``) or queues encoded bytes on outboxes and calls the connection's ``wake``. A face's
+writer then calls ``take(conn)`` and writes the whole batch at once. Time is injected
+(``clock``) and only read for the keep-last-state TTL.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from octosync.errors import Forbidden, ForbiddenPublish, SnapshotRequired
+from octosync.hub.model import (
+    Frame,
+    GraphModel,
+    ReplayModel,
+    SnapshotFrame,
+    StateHasher,
+    default_state_hash,
+)
+from octosync.hub.outbox import OVERFLOW, WAS_EMPTY, Outbox, OutboxLimits
+from octosync.ipc.messages import Snapshot
+
+StreamId = Hashable
+ConnId = int
+Action = Literal["read", "publish", "write"]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewKey:
+    """What a subscriber's bytes depend on: the wire dialect and the permission view."""
+
+    dialect: str
+    view: str = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class OutFrame:
+    """One frame as handed to an encoder: the stream, the (view-filtered) body, its kind."""
+
+    stream: StreamId
+    kind: Literal["snapshot", "diff", "write"]
+    epoch: int
+    body: object
+    ts: int
+
+
+Encoder = Callable[[OutFrame], bytes]
+ViewFilter = Callable[[object], object | None]
+"""Maps a frame body to what a view may see; ``None``: nothing visible, frame skipped."""
+
+
+class Grants(Protocol):
+    def allows(self, stream: StreamId, action: Action) -> bool: ...
+
+
+class AllowAll:
+    """Grants for ``--insecure-dev`` and tests: every action on every stream."""
+
+    def allows(self, stream: StreamId, action: Action) -> bool:
+        return True
+
+
+AcceptHook = Callable[[StreamId, ConnId, Frame[object]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class HubConfig:
+    outbox: OutboxLimits = field(default_factory=OutboxLimits)
+    retain_after_producer_leaves: float | None = 300.0
+    """Seconds a stream's last state outlives its producer; 0 drops it at once, None keeps it."""
+    max_replay_diffs: int = 1024
+    coalesce_backlog: bool = False
+    """Replace a subscriber's backlog of deltas by one snapshot when that is smaller.
+
+    Off by default: subscribers then see every delta (only a reset skips some); on, a slow
+    subscriber converges with fewer bytes but does not observe every intermediate state."""
+    state_hasher: StateHasher = default_state_hash
+
+
+@dataclass(eq=False, slots=True)
+class _Connection:
+    id: ConnId
+    view: ViewKey
+    grants: Grants
+    wake: Callable[[ConnId], None]
+    outbox: Outbox
+    subscriptions: set[StreamId] = field(default_factory=set)
+    pending_snapshot: set[StreamId] = field(default_factory=set)
+    produces: set[StreamId] = field(default_factory=set)
+
+
+@dataclass(eq=False, slots=True)
+class _Stream:
+    id: StreamId
+    model: GraphModel | ReplayModel | None = None
+    producer: ConnId | None = None
+    producer_has_snapshot: bool = False
+    subscribers: dict[ConnId, _Connection] = field(default_factory=dict)
+    by_view: dict[ViewKey, dict[ConnId, _Connection]] = field(default_factory=dict)
+    """Subscribers grouped by view, so fan-out encodes once per view and loops without lookups."""
+    expires_at: float | None = None
+    replay_cache: dict[ViewKey, list[bytes]] = field(default_factory=dict)
+
+    def has_state(self) -> bool:
+        return self.model is not None and self.model.epoch is not None
+
+
+@dataclass(slots=True)
+class HubStats:
+    frames_in: int = 0
+    frames_out: int = 0
+    bytes_out: int = 0
+    encodes: int = 0
+    drops: int = 0
+    resets: int = 0
+    rejected: int = 0
+    coalesced: int = 0
+    """Queued deltas replaced by one snapshot of the state they lead to."""
+
+
+class Hub:
+    def __init__(
+        self,
+        config: HubConfig | None = None,
+        *,
+        clock: Callable[[], float],
+        encoders: dict[str, Encoder] | None = None,
+        views: dict[str, ViewFilter] | None = None,
+        on_accept: AcceptHook | None = None,
+    ) -> None:
+        self.config = config or HubConfig()
+        self._clock = clock
+        self._encoders: dict[str, Encoder] = dict(encoders or {})
+        self._views: dict[str, ViewFilter] = dict(views or {})
+        self._on_accept = on_accept
+        self._conns: dict[ConnId, _Connection] = {}
+        self._streams: dict[StreamId, _Stream] = {}
+        self._ts = itertools.count(1)
+        self.stats = HubStats()
+
+    # --- registration ---------------------------------------------------------------------
+
+    def register_encoder(self, dialect: str, encoder: Encoder) -> None:
+        self._encoders[dialect] = encoder
+
+    def register_view(self, name: str, view: ViewFilter) -> None:
+        self._views[name] = view
+
+    def next_ts(self) -> int:
+        """Hub-wide monotonic counter (WVP's ``ts``)."""
+        return next(self._ts)
+
+    # --- connections ----------------------------------------------------------------------
+
+    def connect(
+        self,
+        conn: ConnId,
+        view: ViewKey,
+        *,
+        grants: Grants | None = None,
+        wake: Callable[[ConnId], None] | None = None,
+    ) -> None:
+        if conn in self._conns:
+            raise ValueError(f"connection {conn} is already registered")
+        if view.dialect not in self._encoders:
+            raise ValueError(f"no encoder registered for dialect {view.dialect!r}")
+        if view.view != "all" and view.view not in self._views:
+            raise ValueError(f"no view registered as {view.view!r}")
+        self._conns[conn] = _Connection(
+            conn, view, grants or AllowAll(), wake or (lambda _c: None), Outbox(self.config.outbox)
+        )
+
+    def change_view(self, conn: ConnId, view: ViewKey) -> None:
+        """Switch a connection's dialect/view (a peer whose dialect shows only in use)."""
+        c = self._conn(conn)
+        if view.dialect not in self._encoders:
+            raise ValueError(f"no encoder registered for dialect {view.dialect!r}")
+        for sid in c.subscriptions:
+            stream = self._streams[sid]
+            self._drop_subscriber(stream, c)
+            stream.subscribers[conn] = c
+            stream.by_view.setdefault(view, {})[conn] = c
+        c.view = view
+
+    def disconnect(self, conn: ConnId) -> None:
+        """Forget a connection; streams it produced are released (state kept per config)."""
+        c = self._conns.pop(conn, None)
+        if c is None:
+            return
+        for sid in c.subscriptions:
+            stream = self._streams.get(sid)
+            if stream is not None:
+                self._drop_subscriber(stream, c)
+                self._maybe_forget(stream)
+        for sid in c.produces:
+            stream = self._streams.get(sid)
+            if stream is None or stream.producer != conn:
+                continue
+            stream.producer = None
+            stream.producer_has_snapshot = False
+            ttl = self.config.retain_after_producer_leaves
+            if ttl is not None and ttl <= 0:
+                self._drop_state(stream)
+            elif ttl is not None:
+                stream.expires_at = self._clock() + ttl
+            self._maybe_forget(stream)
+
+    def expire(self) -> list[StreamId]:
+        """Drop retained states whose TTL passed; returns their stream ids."""
+        now = self._clock()
+        gone = []
+        for stream in list(self._streams.values()):
+            expires = stream.expires_at
+            if stream.producer is None and expires is not None and now >= expires:
+                self._drop_state(stream)
+                gone.append(stream.id)
+                self._maybe_forget(stream)
+        return gone
+
+    # --- producer side --------------------------------------------------------------------
+
+    def producer_of(self, stream: StreamId) -> ConnId | None:
+        s = self._streams.get(stream)
+        return None if s is None else s.producer
+
+    def publish(self, conn: ConnId, stream_id: StreamId, frame: Frame[object]) -> None:
+        """Accept a frame from ``conn`` and fan it out, or raise and change nothing."""
+        c = self._conn(conn)
+        if not c.grants.allows(stream_id, "publish"):
+            self.stats.rejected += 1
+            raise Forbidden(f"not granted publish on stream {stream_id!r}")
+        stream = self._streams.get(stream_id)
+        if stream is not None and stream.producer not in (None, conn):
+            self.stats.rejected += 1
+            raise ForbiddenPublish(
+                f"stream {stream_id!r} is produced by another connection", path="stream"
+            )
+        try:
+            if isinstance(frame, SnapshotFrame):
+                stream = stream or _Stream(stream_id)
+                model = stream.model
+                if isinstance(frame.body, Snapshot):
+                    if not isinstance(model, GraphModel):
+                        model = GraphModel(self.config.state_hasher)
+                elif not isinstance(model, ReplayModel):
+                    model = ReplayModel(self.config.max_replay_diffs)
+                model.reset(frame)  # type: ignore[arg-type]
+                stream.model = model
+            else:
+                if stream is None or not stream.producer_has_snapshot or stream.model is None:
+                    raise SnapshotRequired(
+                        f"a diff on stream {stream_id!r} before this producer's first snapshot"
+                    )
+                stream.model.apply(frame)  # type: ignore[arg-type]
+        except Exception:
+            self.stats.rejected += 1
+            raise
+        self._streams[stream_id] = stream
+        stream.producer = conn
+        stream.producer_has_snapshot = True
+        stream.expires_at = None
+        c.produces.add(stream_id)
+        stream.replay_cache.clear()
+        self.stats.frames_in += 1
+        if self._on_accept is not None:
+            self._on_accept(stream_id, conn, frame)
+        self._fan_out(stream, frame)
+
+    def needs_snapshot(self, stream: StreamId) -> bool:
+        """True when the hub can no longer replay the stream and wants a fresh snapshot."""
+        s = self._streams.get(stream)
+        return s is not None and isinstance(s.model, ReplayModel) and s.model.wants_snapshot
+
+    # --- subscriber side ------------------------------------------------------------------
+
+    def subscribe(self, conn: ConnId, stream_id: StreamId) -> None:
+        """Subscribe; the latest state (if any) is queued as the first frames."""
+        c = self._conn(conn)
+        if not c.grants.allows(stream_id, "read"):
+            raise Forbidden(f"not granted read on stream {stream_id!r}")
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            stream = self._streams[stream_id] = _Stream(stream_id)
+        stream.subscribers[conn] = c
+        stream.by_view.setdefault(c.view, {})[conn] = c
+        c.subscriptions.add(stream_id)
+        self._request_snapshot(c, stream_id)
+
+    def unsubscribe(self, conn: ConnId, stream_id: StreamId) -> None:
+        c = self._conn(conn)
+        c.subscriptions.discard(stream_id)
+        c.pending_snapshot.discard(stream_id)
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            self._drop_subscriber(stream, c)
+            self._maybe_forget(stream)
+
+    def resync(self, conn: ConnId, stream_id: StreamId) -> None:
+        """A subscriber lost sync: it gets a fresh snapshot from the hub's mirror."""
+        c = self._conn(conn)
+        if stream_id not in c.subscriptions:
+            raise Forbidden(f"resync on stream {stream_id!r} without a subscription")
+        self._request_snapshot(c, stream_id)
+
+    def write(self, conn: ConnId, stream_id: StreamId, body: object) -> ConnId:
+        """Forward a subscriber's write to the stream's producer; returns the producer id.
+
+        The face checks the write's shape (cell_set only) first; the hub decides who may write
+        and encodes it in the producer's own dialect.
+        """
+        c = self._conn(conn)
+        if not c.grants.allows(stream_id, "write"):
+            raise Forbidden(f"not granted write on stream {stream_id!r}")
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.producer is None:
+            raise Forbidden(f"stream {stream_id!r} has no producer to take writes")
+        producer = self._conns[stream.producer]
+        epoch = 0 if stream.model is None or stream.model.epoch is None else stream.model.epoch
+        out = OutFrame(stream_id, "write", epoch, body, self.next_ts())
+        producer.outbox.push_control(self._encoders[producer.view.dialect](out))
+        producer.wake(producer.id)
+        return producer.id
+
+    def send_control(self, conn: ConnId, data: bytes) -> None:
+        """Queue a control frame (an error, an ack) for one connection."""
+        c = self._conns.get(conn)
+        if c is not None:
+            c.outbox.push_control(data)
+            c.wake(conn)
+
+    def view_of(self, conn: ConnId) -> ViewKey:
+        return self._conn(conn).view
+
+    # --- draining -------------------------------------------------------------------------
+
+    def take(self, conn: ConnId) -> list[bytes]:
+        """Everything queued for ``conn``, pending snapshots included, as one batch."""
+        c = self._conns.get(conn)
+        if c is None:
+            return []
+        batch, data, size = c.outbox.take_parts()
+        if len(data) > 1 and self.config.coalesce_backlog and len(c.subscriptions) == 1:
+            data = self._coalesce(c, data, size)
+        batch.extend(data)
+        for sid in sorted(c.pending_snapshot, key=repr):
+            stream = self._streams.get(sid)
+            replay = [] if stream is None else self._replay_bytes(stream, c.view)
+            if replay:
+                batch.extend(replay)
+                c.pending_snapshot.discard(sid)
+            # else: nothing to replay yet; the next snapshot fanned out clears it.
+        self.stats.frames_out += len(batch)
+        self.stats.bytes_out += sum(map(len, batch))
+        return batch
+
+    def _coalesce(self, c: _Connection, data: list[bytes], size: int) -> list[bytes]:
+        """A backlog of deltas collapses to one snapshot when that is smaller.
+
+        The subscriber fell behind (several deltas queued since its last write); the hub's
+        mirror already holds the state they lead to, and its snapshot bytes are cached and
+        shared per view, so this costs a size comparison. The receiver ends in the same state
+        at the same epoch (lazily-spec reliable-sync ``state_suffix_collapses_to_snapshot``).
+        """
+        (sid,) = c.subscriptions
+        if sid in c.pending_snapshot:
+            return data
+        stream = self._streams.get(sid)
+        if stream is None or not isinstance(stream.model, GraphModel):
+            return data
+        replay = self._replay_bytes(stream, c.view)
+        if len(replay) == 1 and len(replay[0]) < size:
+            self.stats.coalesced += len(data)
+            return replay
+        return data
+
+    def subscribers_of(self, stream: StreamId) -> list[ConnId]:
+        s = self._streams.get(stream)
+        return [] if s is None else list(s.subscribers)
+
+    def connections_with_dialect(self, dialect: str) -> list[ConnId]:
+        return [c.id for c in self._conns.values() if c.view.dialect == dialect]
+
+    def outbox_depth(self) -> int:
+        return sum(c.outbox.depth_frames for c in self._conns.values())
+
+    def stream_ids(self) -> list[StreamId]:
+        return list(self._streams)
+
+    def connection_count(self) -> int:
+        return len(self._conns)
+
+    def epoch_of(self, stream: StreamId) -> int | None:
+        s = self._streams.get(stream)
+        return None if s is None or s.model is None else s.model.epoch
+
+    def latest_snapshot(self, stream: StreamId) -> Snapshot | None:
+        s = self._streams.get(stream)
+        if s is None or not isinstance(s.model, GraphModel):
+            return None
+        return s.model.snapshot()
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _conn(self, conn: ConnId) -> _Connection:
+        try:
+            return self._conns[conn]
+        except KeyError:
+            raise ValueError(f"unknown connection {conn}") from None
+
+    def _request_snapshot(self, c: _Connection, stream_id: StreamId) -> None:
+        c.pending_snapshot.add(stream_id)
+        c.wake(c.id)
+
+    def _encode(
+        self, view: ViewKey, stream: StreamId, frame: Frame[object], ts: int
+    ) -> bytes | None:
+        body: object | None = frame.body
+        if view.view != "all":
+            body = self._views[view.view](frame.body)
+            if body is None:
+                return None
+        kind: Literal["snapshot", "diff"] = (
+            "snapshot" if isinstance(frame, SnapshotFrame) else "diff"
+        )
+        epoch = frame.epoch if isinstance(frame, SnapshotFrame) else frame.to_epoch
+        self.stats.encodes += 1
+        return self._encoders[view.dialect](OutFrame(stream, kind, epoch, body, ts))
+
+    def _fan_out(self, stream: _Stream, frame: Frame[object]) -> None:
+        if not stream.subscribers:
+            return
+        ts = self.next_ts()
+        sid = stream.id
+        is_snapshot = isinstance(frame, SnapshotFrame)
+        stats = self.stats
+        for view, group in stream.by_view.items():
+            data: bytes | None = None
+            encoded = False
+            for c in group.values():
+                if c.pending_snapshot and sid in c.pending_snapshot:
+                    if not is_snapshot:
+                        continue  # it will get a snapshot covering this frame
+                    c.pending_snapshot.discard(sid)
+                if not encoded:
+                    data = self._encode(view, sid, frame, ts)
+                    encoded = True
+                if data is None:
+                    break  # nothing of this frame is visible in this view
+                outbox = c.outbox
+                result = outbox.push(data)
+                if result == WAS_EMPTY:
+                    c.wake(c.id)
+                elif result == OVERFLOW:
+                    stats.drops += outbox.last_dropped
+                    stats.resets += 1
+                    # Everything queued is gone: each stream this connection follows restarts
+                    # from a snapshot taken when the connection can next write.
+                    c.pending_snapshot.update(c.subscriptions)
+                    c.wake(c.id)
+
+    def _replay_bytes(self, stream: _Stream, view: ViewKey) -> list[bytes]:
+        cached = stream.replay_cache.get(view)
+        if cached is not None:
+            return cached
+        if stream.model is None:
+            return []
+        ts = self.next_ts()
+        out = []
+        for frame in stream.model.replay():
+            data = self._encode(view, stream.id, frame, ts)
+            if data is not None:
+                out.append(data)
+        stream.replay_cache[view] = out
+        return out
+
+    def _drop_state(self, stream: _Stream) -> None:
+        stream.model = None
+        stream.expires_at = None
+        stream.replay_cache.clear()
+
+    @staticmethod
+    def _drop_subscriber(stream: _Stream, c: _Connection) -> None:
+        stream.subscribers.pop(c.id, None)
+        group = stream.by_view.get(c.view)
+        if group is not None:
+            group.pop(c.id, None)
+            if not group:
+                del stream.by_view[c.view]
+
+    def _maybe_forget(self, stream: _Stream) -> None:
+        if stream.producer is None and not stream.subscribers and not stream.has_state():
+            self._streams.pop(stream.id, None)

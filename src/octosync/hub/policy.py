@@ -1,0 +1,66 @@
+"""The one table of what happens to a connection after each error it caused.
+
+Errors always go to the offending connection only. Whether it stays open depends on whether
+the connection can still be trusted to be in step: an authority, gap or permission error leaves
+framing and identity intact (keep it open, the peer can correct itself); a failed handshake, a
+missing credential, or a byte stream whose framing is lost (oversize, bad packet, garbage on a
+length-prefixed stream) cannot be recovered, so the connection is closed after the error frame.
+
+| error              | closes | why                                                         |
+| ------------------ | ------ | ----------------------------------------------------------- |
+| HandshakeFailed    | yes    | nothing was agreed; fail closed                             |
+| Unauthorized       | yes    | no identity to act for                                      |
+| Oversize           | yes    | the frame's payload is refused unread, so framing is lost   |
+| DecodeError        | framed | closes on byte-stream faces (TCP, JS-ABI); a bad WebSocket  |
+|                    |        | message is self-delimited, so that connection stays open    |
+| Forbidden          | no     | the request is refused, the connection is still valid       |
+| ForbiddenPublish   | no     | the frame is dropped; the peer may keep subscribing         |
+| SnapshotRequired   | no     | the producer can send a snapshot next                       |
+| EpochGap           | no     | the producer can send a snapshot next                       |
+| Desync             | no     | reported to the producer, which re-snapshots                |
+| anything else      | yes    | unexpected: close rather than guess                         |
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from octosync.errors import (
+    DecodeError,
+    Desync,
+    EpochGap,
+    Forbidden,
+    ForbiddenPublish,
+    HandshakeFailed,
+    OctosyncError,
+    Oversize,
+    SnapshotRequired,
+    Unauthorized,
+)
+
+Disposition = Literal["close", "keep", "close-if-stream"]
+
+ERROR_POLICY: dict[type[OctosyncError], Disposition] = {
+    HandshakeFailed: "close",
+    Unauthorized: "close",
+    Oversize: "close",
+    DecodeError: "close-if-stream",
+    Forbidden: "keep",
+    ForbiddenPublish: "keep",
+    SnapshotRequired: "keep",
+    EpochGap: "keep",
+    Desync: "keep",
+}
+
+
+def closes_connection(error: OctosyncError, *, byte_stream: bool) -> bool:
+    """Whether the face must close ``error``'s connection after sending it the error frame.
+
+    ``byte_stream``: the face reads a continuous byte stream (TCP u32 frames, JS-ABI packets)
+    rather than self-delimited messages.
+    """
+    for cls in type(error).__mro__:
+        disposition = ERROR_POLICY.get(cls)
+        if disposition is not None:
+            return disposition == "close" or (disposition == "close-if-stream" and byte_stream)
+    return True

@@ -1,0 +1,70 @@
+"""Server configuration: command-line flags over an optional TOML file over defaults."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from octosync.hub.signaling import SignalingPolicy
+from octosync.server.auth import AuthConfig
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    data_dir: Path = Path("./var")
+    insecure_dev: bool = False
+    tcp_port: int | None = None
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    max_frame_size: int = 1024 * 1024
+    outbox_max_bytes: int = 4 * 1024 * 1024
+    outbox_max_frames: int = 4096
+    socket_high_water: int = 256 * 1024
+    retain_after_producer_leaves: float | None = 300.0
+    coalesce_backlog: bool = False
+    signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
+    shutdown_deadline: float = 5.0
+
+    def with_auth_mode(self) -> ServerConfig:
+        return replace(self, auth=replace(self.auth, insecure_dev=self.insecure_dev))
+
+
+def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
+    """Apply a TOML file's ``[server]``, ``[auth]``, ``[hub]`` and ``[signaling]`` tables."""
+    doc: dict[str, Any] = tomllib.loads(path.read_text())
+    cfg = base
+    server = doc.get("server", {})
+    for key in ("host", "port", "tcp_port", "max_frame_size", "shutdown_deadline"):
+        if key in server:
+            cfg = replace(cfg, **{key: server[key]})
+    if "data" in server:
+        cfg = replace(cfg, data_dir=Path(server["data"]))
+    auth = doc.get("auth", {})
+    secret = auth.get("hs256_secret")
+    public_key = auth.get("rs256_public_key")
+    if "rs256_public_key_file" in auth:
+        key_path = Path(auth["rs256_public_key_file"])
+        if not key_path.is_absolute():
+            key_path = path.parent / key_path
+        public_key = key_path.read_text()
+    cfg = replace(
+        cfg,
+        auth=AuthConfig(
+            hs256_secret=secret, rs256_public_key=public_key, audience=auth.get("audience")
+        ),
+    )
+    hub = doc.get("hub", {})
+    for key in ("outbox_max_bytes", "outbox_max_frames", "socket_high_water", "coalesce_backlog"):
+        if key in hub:
+            cfg = replace(cfg, **{key: hub[key]})
+    if "retain_seconds" in hub:
+        retain = hub["retain_seconds"]
+        cfg = replace(cfg, retain_after_producer_leaves=None if retain < 0 else float(retain))
+    sig = doc.get("signaling", {})
+    if sig:
+        grants = {int(k): frozenset(int(p) for p in v) for k, v in sig.get("allow", {}).items()}
+        cfg = replace(cfg, signaling=SignalingPolicy(sig.get("mode", "open"), grants))
+    return cfg

@@ -1,0 +1,124 @@
+"""Moves the hub's outboxes onto sockets: one write per connection per loop turn, never waiting.
+
+The hub calls ``wake(conn)``; the flusher batches every woken connection and, once per event
+loop turn, writes each one's whole outbox as a single ``transport.write`` (the frames are
+already framed for that transport, so the bytes are shared with every other subscriber of the
+same view). A connection whose socket buffer is above ``high_water`` is skipped: its frames stay
+in the hub's bounded outbox, which resets it to a fresh snapshot if it falls too far behind.
+Nobody else ever waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from octosync.hub import Hub
+
+
+@dataclass(eq=False, slots=True)
+class _Link:
+    transport: asyncio.WriteTransport | asyncio.BaseTransport
+    on_written: Callable[[int, int], None]
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class FlushStats:
+    writes: int = 0
+    frames: int = 0
+    bytes: int = 0
+    deferred: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Flusher:
+    def __init__(
+        self, hub: Hub, *, high_water: int = 256 * 1024, retry_interval: float = 0.01
+    ) -> None:
+        self.hub = hub
+        self.high_water = high_water
+        self.retry_interval = retry_interval
+        self.stats = FlushStats()
+        self._links: dict[int, _Link] = {}
+        self._dirty: set[int] = set()
+        self._blocked: set[int] = set()
+        self._scheduled = False
+        self._retry: asyncio.TimerHandle | None = None
+
+    def attach(
+        self,
+        conn: int,
+        transport: asyncio.BaseTransport,
+        on_written: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self._links[conn] = _Link(transport, on_written or (lambda _f, _b: None))
+
+    def detach(self, conn: int) -> None:
+        self._links.pop(conn, None)
+        self._dirty.discard(conn)
+        self._blocked.discard(conn)
+
+    def wake(self, conn: int) -> None:
+        """Called by the hub whenever ``conn`` has something to take."""
+        self._dirty.add(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def flush_now(self, conn: int) -> bool:
+        """Write ``conn``'s outbox immediately (before closing it, for instance)."""
+        self._dirty.discard(conn)
+        return self._write(conn, force=True)
+
+    def pending(self) -> int:
+        """Bytes still buffered in transports plus frames still in hub outboxes."""
+        total = self.hub.outbox_depth()
+        for link in self._links.values():
+            t = link.transport
+            if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+                total += t.get_write_buffer_size()
+        return total
+
+    def flush_all(self) -> None:
+        for conn in list(self._links):
+            self._write(conn, force=True)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, set()
+        for conn in dirty:
+            self._write(conn, force=False)
+        if self._blocked and self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(self.retry_interval, self._unblock)
+
+    def _unblock(self) -> None:
+        self._retry = None
+        blocked, self._blocked = self._blocked, set()
+        self._dirty |= blocked
+        if not self._scheduled:
+            self._scheduled = True
+            self._flush()
+
+    def _write(self, conn: int, *, force: bool) -> bool:
+        link = self._links.get(conn)
+        if link is None:
+            return False
+        t = link.transport
+        if not isinstance(t, asyncio.WriteTransport) or t.is_closing():
+            return False
+        if not force and t.get_write_buffer_size() > self.high_water:
+            self._blocked.add(conn)
+            self.stats.deferred += 1
+            return False
+        batch = self.hub.take(conn)
+        if not batch:
+            return True
+        data = batch[0] if len(batch) == 1 else b"".join(batch)
+        t.write(data)
+        self.stats.writes += 1
+        self.stats.frames += len(batch)
+        self.stats.bytes += len(data)
+        link.on_written(len(batch), len(data))
+        return True

@@ -1,0 +1,204 @@
+"""One lazily connection, whatever carries it (WebSocket messages or u32 TCP frames).
+
+Handshake first and fail closed; the handshake's ``session_id`` names the stream; ``publish``
+in its features makes the connection the producer; everyone else subscribes. Faces feed
+``handle(bytes)`` and close the connection when it returns False.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from octosync.errors import (
+    DecodeError,
+    Forbidden,
+    ForbiddenPublish,
+    HandshakeFailed,
+    OctosyncError,
+    Unauthorized,
+)
+from octosync.hub import Grants, ViewKey, closes_connection, lazily_frame
+from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION, negotiate
+from octosync.ipc.messages import (
+    CellSet,
+    Delta,
+    Handshake,
+    IpcMessage,
+    ResyncRequest,
+    Snapshot,
+)
+from octosync.server.auth import authenticate
+from octosync.server.framing import u32_frame, ws_frame
+from octosync.server.lazily_dialect import (
+    SEED_JSON,
+    Dialect,
+    handshake_dialect,
+    sniff_producer_dialect,
+)
+from octosync.server.runtime import Runtime, lazily_dialect_key
+
+PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
+SERVER_FEATURES = ("publish", "resync_request", "cell_set_write")
+TOKEN_FEATURE = "auth:"
+"""A client that cannot send headers (plain TCP) may carry its JWT as feature ``auth:<jwt>``."""
+
+Transport = Literal["ws", "tcp"]
+
+
+def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") -> Handshake:
+    """The server's side of the handshake; it hosts whatever session the peer names."""
+    return Handshake(
+        protocol_id=PROTOCOL_ID,
+        protocol_major_version=PROTOCOL_MAJOR,
+        codec=codec,
+        max_frame_size=max_frame_size,
+        fragmentation_supported=False,
+        ordered_reliable=True,
+        peer_id=0,
+        session_id=session_id,
+        features=SERVER_FEATURES,
+    )
+
+
+class LazilySession:
+    def __init__(
+        self,
+        runtime: Runtime,
+        conn: int,
+        transport: asyncio.BaseTransport,
+        kind: Transport,
+        header_token: str | None,
+    ) -> None:
+        self.rt = runtime
+        self.conn = conn
+        self.transport = transport
+        self.kind = kind
+        self.header_token = header_token
+        self.dialect: Dialect | None = None
+        self.sniffed = False
+        self.stream: str | None = None
+        self.producer = False
+        self.grants: Grants | None = None
+        self.max_frame = runtime.config.max_frame_size
+        self.face = "tcp" if kind == "tcp" else "lazily"
+
+    # --- entry points ---------------------------------------------------------------------
+
+    def handle(self, data: bytes) -> bool:
+        counters = self.rt.counters.faces[self.face]
+        counters.frames_in += 1
+        counters.bytes_in += len(data)
+        try:
+            if self.dialect is None:
+                self._handshake(data)
+                return True
+            if self.producer and not self.sniffed:
+                self.sniffed = True
+                sniffed = sniff_producer_dialect(self.dialect, data)
+                if sniffed is not self.dialect:
+                    self.dialect = sniffed
+                    self.rt.hub.change_view(
+                        self.conn, ViewKey(lazily_dialect_key(sniffed, self.kind))
+                    )
+            self._message(self.dialect.decode(data))
+        except OctosyncError as err:
+            return self.fail(err)
+        return True
+
+    def fail(self, err: OctosyncError) -> bool:
+        """Send ``err`` to this connection only; False when the policy says close."""
+        self.rt.counters.faces[self.face].errors += 1
+        dialect = self.dialect or SEED_JSON
+        data = self.frame(dialect.encode_error(err), dialect)
+        if self.stream is not None:
+            self.rt.hub.send_control(self.conn, data)
+        else:
+            self._write_direct(data)
+        close = closes_connection(err, byte_stream=self.kind == "tcp")
+        if close:
+            self.rt.flusher.flush_now(self.conn)
+        return not close
+
+    def close(self) -> None:
+        self.rt.hub.disconnect(self.conn)
+        self.rt.flusher.detach(self.conn)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def frame(self, data: bytes, dialect: Dialect) -> bytes:
+        if self.kind == "tcp":
+            return u32_frame(data)
+        return ws_frame(data, text=dialect.text)
+
+    def _write_direct(self, data: bytes) -> None:
+        t = self.transport
+        if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+            t.write(data)
+
+    def _handshake(self, data: bytes) -> None:
+        try:
+            dialect, remote = handshake_dialect(data)
+        except DecodeError as exc:
+            raise HandshakeFailed(
+                f"first message must be a handshake: {exc}", path=exc.path
+            ) from exc
+        local = server_handshake(remote.session_id, self.max_frame, dialect.name)
+        self.max_frame = negotiate(local, remote).max_frame_size
+        token = self.header_token
+        for feature in remote.features:
+            if feature.startswith(TOKEN_FEATURE):
+                token = feature[len(TOKEN_FEATURE) :]
+        self.grants = authenticate(token, self.rt.config.auth)
+        self.dialect = dialect
+        self.stream = remote.session_id
+        self.producer = "publish" in remote.features
+        hub = self.rt.hub
+        hub.connect(
+            self.conn,
+            ViewKey(lazily_dialect_key(dialect, self.kind)),
+            grants=self.grants,
+            wake=self.rt.flusher.wake,
+        )
+        reply = server_handshake(remote.session_id, self.max_frame, dialect.name)
+        hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply), dialect))
+        if not self.producer:
+            hub.subscribe(self.conn, self.stream)
+
+    def _message(self, msg: IpcMessage) -> None:
+        assert self.stream is not None
+        hub = self.rt.hub
+        if not isinstance(msg, Snapshot | Delta | ResyncRequest):
+            raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
+        if self.producer:
+            if isinstance(msg, ResyncRequest):
+                raise Forbidden("the producer has nothing to resync from", path="type")
+            hub.publish(self.conn, self.stream, lazily_frame(msg))
+            return
+        match msg:
+            case ResyncRequest():
+                hub.resync(self.conn, self.stream)
+            case Snapshot():
+                raise ForbiddenPublish(
+                    "this connection subscribed; only a 'publish' connection may publish",
+                    path="type",
+                )
+            case Delta(ops=ops):
+                bad = [i for i, op in enumerate(ops) if not isinstance(op, CellSet)]
+                if bad or not ops:
+                    raise Forbidden(
+                        "a subscriber may only send cell_set writes",
+                        path=f"ops[{bad[0]}]" if bad else "ops",
+                    )
+                hub.write(self.conn, self.stream, msg)
+
+
+def header_token(authorization: str | None, query_token: str | None) -> str | None:
+    if query_token:
+        return query_token
+    if authorization and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return None
+
+
+__all__ = ["LazilySession", "Unauthorized", "header_token", "server_handshake"]

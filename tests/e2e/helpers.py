@@ -1,0 +1,202 @@
+"""Loopback servers and small raw clients for the end-to-end tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import struct
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from octosync.hub.core import AcceptHook
+from octosync.ipc.messages import CellSet, Delta, Handshake, NodeSnapshot, Snapshot
+from octosync.server.app import RUNTIME, ServerConfig, build_app
+from octosync.server.runtime import Runtime
+
+TIMEOUT = 5.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Running:
+    url: str
+    ws_url: str
+    tcp_port: int | None
+    runtime: Runtime
+    runner: web.AppRunner
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    tmp_path: Path, *, on_accept: AcceptHook | None = None, **overrides: Any
+) -> AsyncIterator[Running]:
+    port = free_port()
+    base = ServerConfig(port=port, data_dir=tmp_path, insecure_dev=True)
+    config = replace(base, **overrides)
+    app = build_app(config, on_accept=on_accept)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    try:
+        yield Running(
+            f"http://127.0.0.1:{port}",
+            f"ws://127.0.0.1:{port}",
+            config.tcp_port,
+            app[RUNTIME],
+            runner,
+        )
+    finally:
+        await runner.cleanup()
+
+
+def handshake_struct(session: str, *, publish: bool = False, codec: str = "json") -> Handshake:
+    return Handshake(
+        protocol_id="lazily-ipc",
+        protocol_major_version=1,
+        codec=codec,
+        max_frame_size=1 << 20,
+        fragmentation_supported=False,
+        ordered_reliable=True,
+        peer_id=7,
+        session_id=session,
+        features=("publish",) if publish else (),
+    )
+
+
+def handshake(session: str, *, publish: bool = False, **overrides: Any) -> bytes:
+    raw = msgspec.to_builtins(handshake_struct(session, publish=publish))
+    raw.update(overrides)
+    return json.dumps(raw).encode()
+
+
+def snap(epoch: int, values: dict[int, bytes]) -> bytes:
+    return msgspec.json.encode(
+        Snapshot(
+            epoch=epoch,
+            nodes=tuple(NodeSnapshot(k, "bytes", "resolved", v) for k, v in sorted(values.items())),
+            roots=tuple(sorted(values)),
+        )
+    )
+
+
+def delta(base: int, sid: int, value: bytes) -> bytes:
+    return msgspec.json.encode(Delta(base, base + 1, (CellSet(sid, value),)))
+
+
+_ipc = msgspec.json.Decoder(Snapshot | Delta)
+
+
+class Follower:
+    """What a subscriber saw, applied like a mirror: values, epoch, and any gap."""
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None
+        self.values: dict[int, bytes] = {}
+        self.snapshots = 0
+        self.deltas = 0
+        self.gaps = 0
+        self.errors: list[dict[str, Any]] = []
+
+    def feed(self, raw: bytes | str) -> None:
+        doc = json.loads(raw)
+        if doc.get("type") == "error":
+            self.errors.append(doc)
+            return
+        msg = _ipc.decode(raw)
+        if isinstance(msg, Snapshot):
+            self.snapshots += 1
+            self.epoch = msg.epoch
+            self.values = {n.slot_id: n.payload for n in msg.nodes if isinstance(n.payload, bytes)}
+            return
+        self.deltas += 1
+        if msg.base_epoch != self.epoch:
+            self.gaps += 1
+            return
+        for op in msg.ops:
+            if isinstance(op, CellSet) and isinstance(op.payload, bytes):
+                self.values[op.slot_id] = op.payload
+        self.epoch = msg.epoch
+
+
+async def ws_lazily(
+    http: aiohttp.ClientSession,
+    url: str,
+    session: str,
+    *,
+    publish: bool = False,
+    token: str | None = None,
+) -> tuple[aiohttp.ClientWebSocketResponse, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    ws = await http.ws_connect(f"{url}/lazily", headers=headers, max_msg_size=0)
+    await ws.send_str(handshake(session, publish=publish).decode())
+    reply = json.loads(await asyncio.wait_for(ws.receive_str(), TIMEOUT))
+    return ws, reply
+
+
+async def recv_json(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    msg = await asyncio.wait_for(ws.receive(), TIMEOUT)
+    assert msg.type == aiohttp.WSMsgType.TEXT, msg
+    doc: dict[str, Any] = json.loads(msg.data)
+    return doc
+
+
+async def follow_until(
+    ws: aiohttp.ClientWebSocketResponse, follower: Follower, epoch: int
+) -> Follower:
+    while follower.epoch != epoch:
+        msg = await asyncio.wait_for(ws.receive(), TIMEOUT)
+        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+        follower.feed(msg.data)
+    return follower
+
+
+class TcpLazily:
+    """The lazily dialect over plain TCP with u32 length-prefixed frames."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int, *, rcvbuf: int | None = None, limit: int = 1 << 24) -> TcpLazily:
+        sock = socket.socket()
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=limit)
+        return cls(reader, writer)
+
+    def send(self, data: bytes) -> None:
+        self.writer.write(struct.pack(">I", len(data)) + data)
+
+    async def recv(self) -> bytes:
+        head = await asyncio.wait_for(self.reader.readexactly(4), TIMEOUT)
+        return await asyncio.wait_for(
+            self.reader.readexactly(struct.unpack(">I", head)[0]), TIMEOUT
+        )
+
+    async def closed(self) -> bool:
+        try:
+            data = await asyncio.wait_for(self.reader.read(1), TIMEOUT)
+        except ConnectionError:
+            return True
+        return data == b""
+
+    def close(self) -> None:
+        self.writer.close()

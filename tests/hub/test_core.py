@@ -1,0 +1,386 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from octosync.errors import Desync, EpochGap, Forbidden, ForbiddenPublish, SnapshotRequired
+from octosync.hub import (
+    DiffFrame,
+    Hub,
+    HubConfig,
+    OutboxLimits,
+    OutFrame,
+    SnapshotFrame,
+    ViewKey,
+    lazily_frame,
+)
+from octosync.hub.model import default_state_hash
+from octosync.ipc.messages import CellSet, Delta, Snapshot
+from octosync.wire import json_tagged
+from tests.hub.helpers import RefSubscriber, cell_set, decode, json_encoder, node_add, snap
+
+JSON = ViewKey("json")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_hub(**config: object) -> tuple[Hub, Clock, list[int]]:
+    clock = Clock()
+    woken: list[int] = []
+    hub = Hub(HubConfig(**config), clock=clock, encoders={"json": json_encoder})  # type: ignore[arg-type]
+    hub._test_woken = woken  # type: ignore[attr-defined]
+    return hub, clock, woken
+
+
+def join(hub: Hub, conn: int, woken: list[int], view: ViewKey = JSON) -> None:
+    hub.connect(conn, view, wake=woken.append)
+
+
+def test_first_publisher_owns_and_others_are_refused_without_fan_out() -> None:
+    hub, _, woken = make_hub()
+    for c in (1, 2, 3):
+        join(hub, c, woken)
+    hub.subscribe(3, "s")
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    assert hub.producer_of("s") == 1
+    first = hub.take(3)
+    with pytest.raises(ForbiddenPublish):
+        hub.publish(2, "s", lazily_frame(snap(5, {1: b"evil"})))
+    with pytest.raises(ForbiddenPublish):
+        hub.publish(2, "s", lazily_frame(cell_set(0, 1, b"evil")))
+    assert hub.take(3) == []
+    assert hub.epoch_of("s") == 0
+    assert decode(first[0]) == snap(0, {1: b"a"})
+
+
+def test_diff_before_snapshot_and_gap_are_rejected_and_change_nothing() -> None:
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    join(hub, 2, woken)
+    hub.subscribe(2, "s")
+    with pytest.raises(SnapshotRequired):
+        hub.publish(1, "s", lazily_frame(cell_set(0, 1, b"x")))
+    assert hub.producer_of("s") is None
+    hub.publish(1, "s", lazily_frame(snap(3, {1: b"a"})))
+    with pytest.raises(EpochGap) as gap:
+        hub.publish(1, "s", lazily_frame(cell_set(4, 1, b"x")))
+    assert gap.value.path == "from_epoch"
+    hub.publish(1, "w", SnapshotFrame(0, "opaque"))
+    with pytest.raises(EpochGap):
+        hub.publish(1, "w", DiffFrame(0, 2, "jump"))
+    assert hub.epoch_of("s") == 3
+    got = [decode(b) for b in hub.take(2)]
+    assert got == [snap(3, {1: b"a"})]
+
+
+def test_snapshot_resets_epoch_even_backwards() -> None:
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    hub.publish(1, "s", lazily_frame(snap(10, {1: b"a"})))
+    hub.publish(1, "s", lazily_frame(cell_set(10, 1, b"b")))
+    hub.publish(1, "s", lazily_frame(snap(2, {1: b"z"})))
+    assert hub.epoch_of("s") == 2
+    hub.publish(1, "s", lazily_frame(cell_set(2, 1, b"y")))
+    latest = hub.latest_snapshot("s")
+    assert latest is not None
+    assert latest.epoch == 3
+    assert latest.nodes[0].payload == b"y"
+
+
+def test_late_subscriber_gets_the_hubs_compacted_snapshot() -> None:
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    hub.publish(1, "s", lazily_frame(cell_set(0, 1, b"b")))
+    hub.publish(1, "s", lazily_frame(node_add(1, 2, b"c")))
+    join(hub, 9, woken)
+    hub.subscribe(9, "s")
+    assert 9 in woken
+    ref = RefSubscriber()
+    batch = hub.take(9)
+    assert len(batch) == 1
+    ref.feed(batch)
+    assert ref.epoch == 2
+    assert ref.values == {1: b"b", 2: b"c"}
+    hub.publish(1, "s", lazily_frame(cell_set(2, 2, b"d")))
+    ref.feed(hub.take(9))
+    assert ref.values == {1: b"b", 2: b"d"}
+    assert ref.gaps == 0
+
+
+def test_encode_once_per_view_same_bytes_object_for_every_subscriber() -> None:
+    hub, _, woken = make_hub()
+    calls: list[OutFrame] = []
+
+    def counting(frame: OutFrame) -> bytes:
+        calls.append(frame)
+        return json_encoder(frame)
+
+    hub.register_encoder("json2", counting)
+    join(hub, 1, woken)
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    for c in range(10, 20):
+        join(hub, c, woken, ViewKey("json2"))
+        hub.subscribe(c, "s")
+        hub.take(c)
+    calls.clear()
+    hub.publish(1, "s", lazily_frame(cell_set(0, 1, b"b")))
+    batches = [hub.take(c) for c in range(10, 20)]
+    assert len(calls) == 1
+    assert all(b[0] is batches[0][0] for b in batches)
+
+
+def test_permission_view_filters_before_encoding() -> None:
+    hub, _, woken = make_hub()
+
+    def hide_node_2(body: object) -> object | None:
+        if isinstance(body, Delta):
+            ops = tuple(op for op in body.ops if getattr(op, "slot_id", None) != 2)
+            return None if not ops else Delta(body.base_epoch, body.epoch, ops)
+        return body
+
+    hub.register_view("no2", hide_node_2)
+    join(hub, 1, woken)
+    join(hub, 2, woken, ViewKey("json", "no2"))
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a", 2: b"b"})))
+    hub.subscribe(2, "s")
+    hub.take(2)
+    hub.publish(1, "s", lazily_frame(cell_set(0, 2, b"secret")))
+    hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"ok")))
+    got = [decode(b) for b in hub.take(2)]
+    assert got == [cell_set(1, 1, b"ok")]
+
+
+def test_stalled_subscriber_is_reset_to_a_fresh_snapshot_others_unaffected() -> None:
+    hub, _, woken = make_hub(outbox=OutboxLimits(max_bytes=10_000, max_frames=5))
+    join(hub, 1, woken)
+    join(hub, 2, woken)
+    join(hub, 3, woken)
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"0"})))
+    fast, slow = RefSubscriber(), RefSubscriber()
+    hub.subscribe(2, "s")
+    hub.subscribe(3, "s")
+    fast.feed(hub.take(2))
+    slow.feed(hub.take(3))
+    for e in range(20):
+        hub.publish(1, "s", lazily_frame(cell_set(e, 1, str(e + 1).encode())))
+        fast.feed(hub.take(2))  # the fast one drains every time
+    assert hub.stats.resets >= 1
+    assert hub.stats.drops >= 5
+    batch = hub.take(3)
+    assert len(batch) <= 5
+    slow.feed(batch)
+    assert fast.values == slow.values == {1: b"20"}
+    assert fast.epoch == slow.epoch == 20
+    assert fast.gaps == slow.gaps == 0
+
+
+def test_resync_sends_a_snapshot_without_the_producer() -> None:
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    join(hub, 2, woken)
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    hub.subscribe(2, "s")
+    hub.take(2)
+    hub.take(1)
+    hub.publish(1, "s", lazily_frame(cell_set(0, 1, b"b")))
+    hub.resync(2, "s")
+    frames = [decode(b) for b in hub.take(2)]
+    assert isinstance(frames[-1], Snapshot)
+    assert frames[-1].epoch == 1
+    assert hub.take(1) == []
+    with pytest.raises(Forbidden):
+        hub.resync(1, "other")
+
+
+def test_producer_disconnect_releases_and_keeps_state_until_ttl() -> None:
+    hub, clock, woken = make_hub(retain_after_producer_leaves=10.0)
+    join(hub, 1, woken)
+    hub.publish(1, "s", lazily_frame(snap(4, {1: b"a"})))
+    hub.disconnect(1)
+    assert hub.producer_of("s") is None
+    join(hub, 2, woken)
+    hub.subscribe(2, "s")
+    assert [decode(b) for b in hub.take(2)] == [snap(4, {1: b"a"})]
+    with pytest.raises(SnapshotRequired):
+        hub.publish(2, "s", lazily_frame(cell_set(4, 1, b"b")))
+    clock.now = 9.9
+    assert hub.expire() == []
+    clock.now = 10.0
+    assert hub.expire() == ["s"]
+    hub.resync(2, "s")
+    assert hub.take(2) == []
+    hub.publish(2, "s", lazily_frame(snap(0, {1: b"new owner"})))
+    assert hub.producer_of("s") == 2
+
+
+def test_zero_ttl_drops_state_at_once() -> None:
+    hub, _, woken = make_hub(retain_after_producer_leaves=0)
+    join(hub, 1, woken)
+    hub.publish(1, "s", lazily_frame(snap(4, {1: b"a"})))
+    hub.disconnect(1)
+    assert hub.stream_ids() == []
+
+
+def test_state_hash_mismatch_is_desync_to_the_producer_and_not_fanned_out() -> None:
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    join(hub, 2, woken)
+    base = snap(0, {1: b"a"})
+    hub.publish(1, "s", lazily_frame(base))
+    hub.subscribe(2, "s")
+    hub.take(2)
+    good = Delta(0, 1, (CellSet(1, b"b"),), state_hash=default_state_hash(snap(1, {1: b"b"})))
+    hub.publish(1, "s", lazily_frame(good))
+    bad = Delta(1, 2, (CellSet(1, b"c"),), state_hash=default_state_hash(snap(2, {1: b"zzz"})))
+    with pytest.raises(Desync) as err:
+        hub.publish(1, "s", lazily_frame(bad))
+    assert err.value.path == "state_hash"
+    assert [decode(b) for b in hub.take(2)] == [good]
+    assert hub.epoch_of("s") == 1
+    latest = hub.latest_snapshot("s")
+    assert latest is not None
+    assert latest.nodes[0].payload == b"b"
+
+
+def test_writes_go_to_the_producer_only_when_granted() -> None:
+    class ReadOnly:
+        def allows(self, stream: object, action: str) -> bool:
+            return action == "read"
+
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    join(hub, 2, woken)
+    hub.connect(3, JSON, grants=ReadOnly(), wake=woken.append)
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    hub.take(1)
+    write = cell_set(0, 1, b"w")
+    assert hub.write(2, "s", write) == 1
+    assert [decode(b) for b in hub.take(1)] == [write]
+    with pytest.raises(Forbidden):
+        hub.write(3, "s", write)
+    with pytest.raises(Forbidden):
+        hub.publish(3, "t", lazily_frame(snap(0, {})))
+    assert hub.take(1) == []
+
+
+def test_on_accept_hook_sees_only_accepted_frames() -> None:
+    seen: list[tuple[object, int, object]] = []
+    hub = Hub(
+        clock=Clock(),
+        encoders={"json": json_encoder},
+        on_accept=lambda s, c, f: seen.append((s, c, f)),
+    )
+    hub.connect(1, JSON)
+    hub.connect(2, JSON)
+    f0 = lazily_frame(snap(0, {1: b"a"}))
+    hub.publish(1, "s", f0)
+    with pytest.raises(ForbiddenPublish):
+        hub.publish(2, "s", f0)
+    with pytest.raises(EpochGap):
+        hub.publish(1, "s", lazily_frame(cell_set(7, 1, b"x")))
+    assert seen == [("s", 1, f0)]
+
+
+def test_replay_model_keeps_snapshot_plus_diffs_and_goes_stale_past_bound() -> None:
+    encoded: list[OutFrame] = []
+
+    def enc(frame: OutFrame) -> bytes:
+        encoded.append(frame)
+        return repr((frame.kind, frame.epoch, frame.body)).encode()
+
+    hub = Hub(HubConfig(max_replay_diffs=3), clock=Clock(), encoders={"raw": enc})
+    hub.connect(1, ViewKey("raw"))
+    hub.publish(1, 7, SnapshotFrame(0, "g0"))
+    for e in range(2):
+        hub.publish(1, 7, DiffFrame(e, e + 1, f"d{e}"))
+    hub.connect(2, ViewKey("raw"))
+    hub.subscribe(2, 7)
+    got = hub.take(2)
+    assert got == [b"('snapshot', 0, 'g0')", b"('diff', 1, 'd0')", b"('diff', 2, 'd1')"]
+    for e in range(2, 6):
+        hub.publish(1, 7, DiffFrame(e, e + 1, f"d{e}"))
+    assert hub.needs_snapshot(7)
+    assert len(hub.take(2)) == 4  # live subscriber keeps receiving
+    hub.connect(3, ViewKey("raw"))
+    hub.subscribe(3, 7)
+    assert hub.take(3) == []  # cannot replay without a gap: waits
+    hub.publish(1, 7, DiffFrame(6, 7, "d6"))
+    assert hub.take(3) == []
+    hub.publish(1, 7, SnapshotFrame(7, "g7"))
+    assert hub.take(3) == [b"('snapshot', 7, 'g7')"]
+    assert not hub.needs_snapshot(7)
+
+
+def test_ts_is_monotonic_across_streams() -> None:
+    stamps: list[int] = []
+
+    def enc(frame: OutFrame) -> bytes:
+        stamps.append(frame.ts)
+        return b"x"
+
+    hub = Hub(clock=Clock(), encoders={"raw": enc})
+    hub.connect(1, ViewKey("raw"))
+    hub.connect(2, ViewKey("raw"))
+    hub.subscribe(2, "a")
+    hub.subscribe(2, "b")
+    hub.take(2)
+    for i in range(3):
+        hub.publish(1, "a", SnapshotFrame(i, "x"))
+        hub.publish(1, "b", SnapshotFrame(i, "y"))
+    assert stamps == sorted(stamps)
+    assert len(set(stamps)) == len(stamps)
+
+
+def test_backlog_collapses_to_one_snapshot_per_the_reliable_sync_fixture(
+    conformance_dir: Path,
+) -> None:
+    doc = json.loads(
+        (conformance_dir / "lazily/reliable-sync/coalesce_bounds_outbox.json").read_text()
+    )
+    scenario = next(s for s in doc["scenarios"] if s["id"] == "state_suffix_collapses_to_snapshot")
+    appended = [json_tagged.decode(json.dumps({"Delta": d}).encode()) for d in scenario["appended"]]
+    expected = {
+        n["node"]: bytes(n["payload"]["Inline"])
+        for n in scenario["coalesce"]["wire"]["Snapshot"]["nodes"]
+    }
+    hub, _, woken = make_hub(coalesce_backlog=True)
+    join(hub, 1, woken)
+    join(hub, 2, woken)  # stalled: never takes while the deltas arrive
+    join(hub, 3, woken)  # a second stalled subscriber, to show the snapshot bytes are shared
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"\x00", 2: b"\x00"})))
+    hub.subscribe(2, "s")
+    hub.subscribe(3, "s")
+    assert len(hub.take(2)) == len(hub.take(3)) == 1
+    for d in appended:
+        hub.publish(1, "s", lazily_frame(d))
+    batch, other = hub.take(2), hub.take(3)
+    assert len(batch) == scenario["retained_after"] == 1
+    assert batch[0] is other[0]
+    collapsed = decode(batch[0])
+    assert isinstance(collapsed, Snapshot)
+    assert collapsed.epoch == scenario["expect"]["receiver_last_epoch_after"]
+    assert {n.slot_id: n.payload for n in collapsed.nodes} == expected
+    assert hub.stats.coalesced == 2 * scenario["retained_before"]
+
+
+def test_backlog_is_kept_when_the_snapshot_would_be_bigger() -> None:
+    hub, _, woken = make_hub(coalesce_backlog=True)
+    join(hub, 1, woken)
+    join(hub, 2, woken)
+    big = {i: b"x" * 100 for i in range(20)}
+    hub.publish(1, "s", lazily_frame(snap(0, big)))
+    hub.subscribe(2, "s")
+    hub.take(2)
+    hub.publish(1, "s", lazily_frame(cell_set(0, 1, b"a")))
+    hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"b")))
+    assert [type(decode(b)) for b in hub.take(2)] == [Delta, Delta]
+    assert hub.stats.coalesced == 0

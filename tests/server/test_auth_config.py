@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from octosync.errors import Unauthorized
+from octosync.hub import AllowAll
+from octosync.server.auth import AuthConfig, ClaimGrants, authenticate, issue_token
+from octosync.server.config import ServerConfig, load_config_file
+
+SECRET = "unit-test-secret-unit-test-secret-unit"
+
+
+def test_hs256_claims_grant_per_stream_with_wildcard() -> None:
+    token = issue_token(SECRET, "alice", {"board": ["read", "publish"], "*": ["read"]})
+    grants = authenticate(token, AuthConfig(hs256_secret=SECRET))
+    assert isinstance(grants, ClaimGrants)
+    assert grants.subject == "alice"
+    assert grants.allows("board", "publish")
+    assert not grants.allows("board", "write")
+    assert grants.allows("other", "read")
+    assert not grants.allows("other", "publish")
+
+
+def test_rs256_public_key(tmp_path: Path) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    token = jwt.encode({"sub": "bob", "streams": {"s": ["write"]}}, key, algorithm="RS256")
+    grants = authenticate(token, AuthConfig(rs256_public_key=pem.decode()))
+    assert grants.allows("s", "write")
+    forged = jwt.encode({"sub": "bob", "streams": {"s": ["write"]}}, "x" * 40, algorithm="HS256")
+    with pytest.raises(Unauthorized):
+        authenticate(forged, AuthConfig(rs256_public_key=pem.decode()))
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"streams": {"s": ["read"]}},
+        {"sub": "x", "streams": {"s": ["fly"]}},
+        {"sub": "x", "streams": 3},
+    ],
+)
+def test_bad_claims_are_unauthorized(claims: dict[str, object]) -> None:
+    token = jwt.encode(claims, SECRET, algorithm="HS256")
+    with pytest.raises(Unauthorized):
+        authenticate(token, AuthConfig(hs256_secret=SECRET))
+
+
+def test_anonymous_only_with_insecure_dev() -> None:
+    with pytest.raises(Unauthorized):
+        authenticate(None, AuthConfig(hs256_secret=SECRET))
+    assert isinstance(authenticate(None, AuthConfig(insecure_dev=True)), AllowAll)
+    with pytest.raises(Unauthorized):
+        authenticate("garbage", AuthConfig(hs256_secret=SECRET, insecure_dev=True))
+
+
+def test_config_file(tmp_path: Path) -> None:
+    (tmp_path / "key.pem").write_text("PEM")
+    cfg_path = tmp_path / "octosync.toml"
+    cfg_path.write_text(
+        """
+[server]
+port = 9000
+tcp_port = 9001
+[auth]
+rs256_public_key_file = "key.pem"
+audience = "octo"
+[hub]
+outbox_max_frames = 7
+retain_seconds = -1
+[signaling]
+mode = "allowlist"
+allow = { "1" = [2, 3] }
+"""
+    )
+    cfg = load_config_file(cfg_path, ServerConfig())
+    assert (cfg.port, cfg.tcp_port, cfg.outbox_max_frames) == (9000, 9001, 7)
+    assert cfg.auth.rs256_public_key == "PEM"
+    assert cfg.auth.audience == "octo"
+    assert cfg.retain_after_producer_leaves is None
+    assert cfg.signaling.mode == "allowlist"
+    assert cfg.signaling.may_signal(1, 3)
+    assert not cfg.signaling.may_signal(2, 1)
