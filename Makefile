@@ -17,7 +17,7 @@ java-check:
 	  echo "octosync: Java 17 or newer was not found on PATH; the PySpark pipeline and its tests need it."
 
 run: $(STAMP) java-check
-	$(BIN)/octosync serve --data ./var
+	$(BIN)/octosync serve --data ./var --insecure-dev
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
