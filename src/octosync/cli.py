@@ -9,7 +9,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from octosync.pipeline import cli as pipeline_cli
 from octosync.server.app import ServerConfig, build_app
+from octosync.store import cli as store_cli
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -31,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data", default="./var", help="data directory (journal, snapshots)")
     serve.add_argument("--insecure-dev", action="store_true", help="allow anonymous use")
     serve.set_defaults(func=_serve)
+    store_cli.register(sub)
+    pipeline_cli.register(sub)
     return parser
 
 
