@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
@@ -22,22 +23,32 @@ def snap(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
 
 def test_fnv1a_and_fmix32_match_known_values_and_the_reference(spark: Any) -> None:
     words = ["", "a", "foobar", "key:1:2:node", "héllo", "𝄞 clef", "日本" * 40]
-    df = spark.createDataFrame([(w,) for w in words], "w string")
-    out = df.select("w", tf.fnv1a32_utf16("w").alias("h")).select(
-        "w", "h", tf.fmix32("h").alias("m")
-    )
-    got = {r["w"]: (r["h"], r["m"]) for r in out.collect()}
-    assert got[""][0] == 0x811C9DC5  # FNV-1a offset basis
-    assert got["a"][0] == 0xE40C292C  # published FNV-1a-32 test vector
-    assert got["foobar"][0] == 0xBF9CF968
-    for w in words:
-        assert got[w] == (fnv1a32_utf16(w), fmix32(fnv1a32_utf16(w)))
+    for batch in (words, [w for w in words if w.isascii()]):  # both code paths
+        df = spark.createDataFrame([(w,) for w in batch], "w string")
+        out = tf.with_fmix32(tf.with_fnv1a32(df, "w", "h"), "h", "m")
+        got = {r["w"]: (r["h"], r["m"]) for r in out.collect()}
+        assert got[""][0] == 0x811C9DC5  # FNV-1a offset basis
+        assert got["a"][0] == 0xE40C292C  # published FNV-1a-32 test vectors
+        assert got["foobar"][0] == 0xBF9CF968
+        for w in batch:
+            assert got[w] == (fnv1a32_utf16(w), fmix32(fnv1a32_utf16(w)))
+
+
+def test_vectorised_hashes_without_spark() -> None:
+    import pyarrow as pa
+
+    words = ["", "k", "key:1767225600000:3:node-1", "ключ", "😀", "a" * 300]
+    sliced = pa.array(["skip", *words])[1:]  # a sliced array has an offset into its buffers
+    for arr in (pa.array(words), sliced, pa.array([w for w in words if w.isascii()])):
+        assert list(tf.fnv1a32_array(arr)) == [fnv1a32_utf16(w) for w in arr.to_pylist()]
+    values = np.array([0, 1, 2**31, 2**32 - 1, 0xDEADBEEF], dtype=np.uint64)
+    assert list(tf.fmix32_array(values)) == [fmix32(int(v)) for v in values]
 
 
 def test_fmix32_stays_exact_at_the_32_bit_edges(spark: Any) -> None:
     values = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 0x85EBCA6B, 0xDEADBEEF]
     df = spark.createDataFrame([(v,) for v in values], "v long")
-    got = [r["m"] for r in df.select(tf.fmix32("v").alias("m")).collect()]
+    got = [r["m"] for r in tf.with_fmix32(df, "v", "m").collect()]
     assert got == [fmix32(v) for v in values]
 
 

@@ -5,21 +5,26 @@ HLC order ``(millis, counter, node, op_id)``; ``op_id`` is unique per record, so
 tie only when they are the same record delivered twice. No ``first``, ``max_by`` or
 ``dropDuplicates``, whose choice on ties depends on partitioning.
 
-Hashing is done in Spark SQL on 64-bit longs with every intermediate kept below 2**63 (Spark 4
-runs ANSI mode, where an overflowing long is an error): FNV-1a-32 over UTF-16 code units, the
-MurmurHash3 ``fmix32`` finalizer with multiplications split into 16-bit halves, and sums taken
-modulo 2**32. No Python UDF is involved, so the JVM never waits on a Python worker for them.
+Hashing (FNV-1a-32 over UTF-16 code units, MurmurHash3's ``fmix32``) runs vectorised with
+numpy on Arrow batches (``mapInArrow``, uint64 arithmetic, exact for 32-bit values); the sums
+are Spark long sums taken modulo 2**32 (each term is below 2**32, so no long overflows, which
+Spark 4's ANSI mode would turn into an error). Spark SQL lambdas did the same hashing exactly,
+but ran interpreted and made the Merkle stage the slowest of the job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as sf
 
+from octosync.crdt.hashing import fnv1a32
 from octosync.crdt.op import OpKind
 
 DataFrame = Any  # pyspark.sql.DataFrame; pyspark ships no stubs mypy can use here
@@ -34,47 +39,82 @@ LWW_OPS = (OpKind.PUT.value, OpKind.REMOVE.value)
 OR_OPS = (OpKind.OR_ADD.value, OpKind.OR_REMOVE.value)
 
 
-# --- 32-bit hashing as Spark SQL expressions -------------------------------------------------
+# --- 32-bit hashing, vectorised on Arrow batches --------------------------------------------
 
 
-def fnv1a32_utf16_sql(text_sql: str) -> str:
-    """FNV-1a-32 of a string column over its UTF-16 code units (JavaScript's ``charCodeAt``)."""
-    hx = f"hex(encode({text_sql}, 'UTF-16BE'))"
-    unit = "cast(conv(substring(__hx, __i * 4 + 1, 4), 16, 10) as bigint)"
-    fold = (
-        f"aggregate(sequence(0, length(__hx) div 4 - 1), cast({_FNV_OFFSET} as bigint), "
-        f"(__acc, __i) -> ((__acc ^ {unit}) * {_FNV_PRIME}) & {MASK32})"
-    )
-    body = f"CASE WHEN length(__hx) = 0 THEN cast({_FNV_OFFSET} as bigint) ELSE {fold} END"
-    return f"element_at(transform(array({hx}), __hx -> {body}), 1)"
+def fnv1a32_array(texts: pa.Array) -> np.ndarray:
+    """FNV-1a-32 over UTF-16 code units of every string, as uint64 values below 2**32.
+
+    ASCII columns (the common case) hash their UTF-8 bytes directly, which are their code
+    units, one character position at a time across all rows; other columns go row by row
+    through ``crdt.hashing.fnv1a32``. Products stay below 2**57, so uint64 is exact.
+    """
+    texts = texts.cast(pa.large_string())
+    n = len(texts)
+    if n == 0 or not pc.all(pc.string_is_ascii(texts)).as_py():
+        return np.array([fnv1a32(t) for t in texts.to_pylist()], dtype=np.uint64)
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + n + 1]
+    data = np.frombuffer(texts.buffers()[2], dtype=np.uint8)
+    lengths = np.diff(offsets)
+    h = np.full(n, _FNV_OFFSET, dtype=np.uint64)
+    rows = np.arange(n)
+    for j in range(int(lengths.max())):
+        rows = rows[lengths[rows] > j]
+        units = data[offsets[rows] + j].astype(np.uint64)
+        h[rows] = ((h[rows] ^ units) * np.uint64(_FNV_PRIME)) & np.uint64(MASK32)
+    return h
 
 
-def _mul32(x: str, constant: int) -> str:
-    hi, lo = constant >> 16, constant & 0xFFFF
-    return f"((shiftleft(({x} * {hi}) & 65535, 16) + {x} * {lo}) & {MASK32})"
+def fmix32_array(values: np.ndarray) -> np.ndarray:
+    """MurmurHash3's fmix32 on uint64 values below 2**32 (products wrap mod 2**64, and only
+    their low 32 bits are kept, so the result is exact)."""
+    h = values.astype(np.uint64)
+    mask = np.uint64(MASK32)
+    h ^= h >> np.uint64(16)
+    h = (h * np.uint64(0x85EBCA6B)) & mask
+    h ^= h >> np.uint64(13)
+    h = (h * np.uint64(0xC2B2AE35)) & mask
+    return h ^ (h >> np.uint64(16))
 
 
-def fmix32_sql(value_sql: str) -> str:
-    """MurmurHash3's 32-bit finalizer; each stage binds its input once (no expression blow-up)."""
-    stages = [
-        "__h0 ^ shiftrightunsigned(__h0, 16)",
-        _mul32("__h1", 0x85EBCA6B),
-        "__h2 ^ shiftrightunsigned(__h2, 13)",
-        _mul32("__h3", 0xC2B2AE35),
-        "__h4 ^ shiftrightunsigned(__h4, 16)",
-    ]
-    expr = f"cast({value_sql} as bigint)"
-    for i, stage in enumerate(stages):
-        expr = f"element_at(transform(array({expr}), __h{i} -> {stage}), 1)"
-    return expr
+def _hash_batches(
+    batches: Iterator[pa.RecordBatch], source: str, target: str, how: str
+) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        column = batch.column(source)
+        if how == "fnv":
+            out = fnv1a32_array(column)
+        elif how == "fmix":
+            out = fmix32_array(column.to_numpy(zero_copy_only=False))
+        else:  # "route": the key's leaf path, 8 hex digits of FNV-1a (callers cut the prefix)
+            hashes = fnv1a32_array(column)
+            out = pa.array([f"{int(v):08x}" for v in hashes], pa.string())
+            yield batch.append_column(target, out)
+            continue
+        yield batch.append_column(target, pa.array(out.astype(np.int64), pa.int64()))
 
 
-def fnv1a32_utf16(column: str) -> Any:
-    return sf.expr(fnv1a32_utf16_sql(f"`{column}`"))
+def _with_hash(df: DataFrame, source: str, target: str, how: str) -> DataFrame:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    kind = StringType() if how == "route" else LongType()
+    schema = StructType([*df.schema.fields, StructField(target, kind)])
+    return df.mapInArrow(partial(_hash_batches, source=source, target=target, how=how), schema)
 
 
-def fmix32(column: str) -> Any:
-    return sf.expr(fmix32_sql(f"`{column}`"))
+def with_fnv1a32(df: DataFrame, source: str, target: str) -> DataFrame:
+    """Adds ``target`` = FNV-1a-32 (UTF-16 code units) of the string column ``source``."""
+    return _with_hash(df, source, target, "fnv")
+
+
+def with_fmix32(df: DataFrame, source: str, target: str) -> DataFrame:
+    """Adds ``target`` = fmix32 of the 32-bit column ``source`` (held in a long)."""
+    return _with_hash(df, source, target, "fmix")
+
+
+def with_route(df: DataFrame, source: str, target: str) -> DataFrame:
+    """Adds ``target`` = FNV-1a-32 of ``source`` as 8 lowercase hex digits (the Merkle route)."""
+    return _with_hash(df, source, target, "route")
 
 
 # --- value decoding (MsgPack) on Arrow batches ------------------------------------------------
@@ -268,17 +308,46 @@ def drop_tombstones_before(snapshot: DataFrame, horizon_millis: int | None) -> D
     return snapshot.where(~sf.col("tombstone") | (sf.col("millis") >= horizon_millis))
 
 
+FAMILIES = ("lww", "or", "counter")
+FAMILY_OPS = {"lww": LWW_OPS, "or": OR_OPS, "counter": (OpKind.INC.value,)}
+
+
+def families_of(op_names: Iterable[str]) -> set[str]:
+    """Which op families occur, from the distinct ``op`` values of a journal."""
+    present = set(op_names)
+    return {f for f, kinds in FAMILY_OPS.items() if present.intersection(kinds)}
+
+
 def compact(
-    ops: DataFrame, *, gc_horizon_millis: int | None = None, lww: DataFrame | None = None
+    ops: DataFrame,
+    *,
+    gc_horizon_millis: int | None = None,
+    lww: DataFrame | None = None,
+    families: Collection[str] = FAMILIES,
 ) -> DataFrame:
     """All op records folded into the converged state of every map (snapshot columns).
-    ``lww``: :func:`lww_state` of ``ops`` when the caller already has it (computed once)."""
-    lww = lww_state(ops) if lww is None else lww
-    state = lww.unionByName(or_map_state(ops)).unionByName(counter_state(ops))
+    ``lww``: :func:`lww_state` of ``ops`` when the caller already has it (computed once);
+    ``families``: the op families present (a job skips the stages of absent ones)."""
+    parts = []
+    if "lww" in families:
+        parts.append(lww_state(ops) if lww is None else lww)
+    if "or" in families:
+        parts.append(or_map_state(ops))
+    if "counter" in families:
+        parts.append(counter_state(ops))
+    if not parts:
+        return lww_state(ops)  # empty, with the right schema
+    state = parts[0]
+    for part in parts[1:]:
+        state = state.unionByName(part)
     return drop_tombstones_before(state, gc_horizon_millis).select(*SNAPSHOT_COLUMNS)
 
 
 # --- Merkle tree -------------------------------------------------------------------------------
+
+
+def _sum32(df: DataFrame, keys: list[str], column: str, alias: str) -> DataFrame:
+    return df.groupBy(*keys).agg(sf.pmod(sf.sum(column), sf.lit(2**32)).alias(alias))
 
 
 def _set_hash(ops: DataFrame, kinds: tuple[str, ...]) -> DataFrame:
@@ -288,18 +357,19 @@ def _set_hash(ops: DataFrame, kinds: tuple[str, ...]) -> DataFrame:
         .select("map", "key", "op_id")
         .distinct()
         .select("map", "key", sf.concat_ws(":", "key", "op_id").alias("item"))
-        .select("map", "key", fnv1a32_utf16("item").alias("h"))
-        .select("map", "key", fmix32("h").alias("mixed"))
     )
-    return ids.groupBy("map", "key").agg(sf.pmod(sf.sum("mixed"), sf.lit(2**32)).alias("entry"))
+    mixed = with_fmix32(with_fnv1a32(ids, "item", "h"), "h", "mixed")
+    return _sum32(mixed, ["map", "key"], "mixed", "entry")
 
 
-def entry_hashes(ops: DataFrame, lww: DataFrame | None = None) -> DataFrame:
+def entry_hashes(
+    ops: DataFrame, lww: DataFrame | None = None, families: Collection[str] = FAMILIES
+) -> DataFrame:
     """``(map, key, entry)``: the 32-bit Merkle entry hash of every key, as ``crdt/`` defines it.
 
     LWW keys: FNV-1a of ``"key:millis:counter:node"`` of the winner (TopGun's leaf item); OR and
     counter keys: the record-set hash of their distinct op ids; a key with several op families:
-    the sum of its families' hashes mod 2**32. ``lww`` as in :func:`compact`.
+    the sum of its families' hashes mod 2**32. ``lww`` and ``families`` as in :func:`compact`.
     """
     lww = (lww_state(ops) if lww is None else lww).select(
         "map",
@@ -308,11 +378,11 @@ def entry_hashes(ops: DataFrame, lww: DataFrame | None = None) -> DataFrame:
             ":", "key", sf.col("millis").cast("string"), sf.col("counter").cast("string"), "node"
         ).alias("item"),
     )
-    lww_entries = lww.select("map", "key", fnv1a32_utf16("item").alias("entry"))
-    parts = lww_entries.unionByName(_set_hash(ops, OR_OPS)).unionByName(
-        _set_hash(ops, (OpKind.INC.value,))
-    )
-    return parts.groupBy("map", "key").agg(sf.pmod(sf.sum("entry"), sf.lit(2**32)).alias("entry"))
+    parts = with_fnv1a32(lww, "item", "entry").select("map", "key", "entry")
+    for family in ("or", "counter"):
+        if family in families:
+            parts = parts.unionByName(_set_hash(ops, FAMILY_OPS[family]))
+    return _sum32(parts, ["map", "key"], "entry", "entry")
 
 
 def merkle_tree(entries: DataFrame, depth: int = MERKLE_DEPTH) -> DataFrame:
@@ -320,28 +390,49 @@ def merkle_tree(entries: DataFrame, depth: int = MERKLE_DEPTH) -> DataFrame:
     the root (``path == ""``). A key routes to the leaf named by the first ``depth`` hex digits
     of FNV-1a(key); a node's hash is the sum of fmix32 of its children (leaf: of its entries)
     mod 2**32. Zero-hash nodes are left out, as ``crdt.MerkleTree`` does."""
-    route = sf.lower(sf.lpad(sf.hex(fnv1a32_utf16("key")), 8, "0"))
-    level = (
-        entries.select("map", route.substr(1, depth).alias("path"), fmix32("entry").alias("mixed"))
-        .groupBy("map", "path")
-        .agg(sf.pmod(sf.sum("mixed"), sf.lit(2**32)).alias("hash"))
-        .select("map", "path", sf.lit(depth).alias("level"), "hash")
+    routed = with_fmix32(with_route(entries, "key", "route"), "entry", "mixed")
+    level = _sum32(
+        routed.select("map", sf.col("route").substr(1, depth).alias("path"), "mixed"),
+        ["map", "path"],
+        "mixed",
+        "hash",
+    ).select("map", "path", sf.lit(depth).alias("level"), "hash")
+
+    def upper_levels(leaves: pa.Table) -> pa.Table:  # a real function: Spark reads its hints
+        return _upper_levels(leaves, depth)
+
+    upper = level.groupBy("map").applyInArrow(
+        upper_levels, "map string, path string, level int, hash long"
     )
-    levels = [level]
+    return level.unionByName(upper).where(sf.col("hash") != 0)
+
+
+def _upper_levels(leaves: pa.Table, depth: int) -> pa.Table:
+    """One map's inner nodes from its leaves (at most 16**depth rows): each level up sums the
+    fmix32 of its children by path prefix."""
+    name = leaves.column("map")[0].as_py() if leaves.num_rows else ""
+    paths = np.array(leaves.column("path").to_pylist(), dtype=object)
+    hashes = leaves.column("hash").to_numpy().astype(np.uint64)
+    out_paths: list[str] = []
+    out_levels: list[int] = []
+    out_hashes: list[int] = []
     for d in range(depth - 1, -1, -1):
-        level = (
-            level.select(
-                "map", sf.col("path").substr(1, d).alias("path"), fmix32("hash").alias("mixed")
-            )
-            .groupBy("map", "path")
-            .agg(sf.pmod(sf.sum("mixed"), sf.lit(2**32)).alias("hash"))
-            .select("map", "path", sf.lit(d).alias("level"), "hash")
-        )
-        levels.append(level)
-    tree = levels[0]
-    for lv in levels[1:]:
-        tree = tree.unionByName(lv)
-    return tree.where(sf.col("hash") != 0)
+        prefixes = np.array([p[:d] for p in paths], dtype=object)
+        uniq, inverse = np.unique(prefixes, return_inverse=True)
+        sums = np.zeros(len(uniq), dtype=np.uint64)
+        np.add.at(sums, inverse, fmix32_array(hashes))
+        paths, hashes = uniq, sums & np.uint64(MASK32)
+        out_paths.extend(str(p) for p in paths)
+        out_levels.extend([d] * len(paths))
+        out_hashes.extend(int(h) for h in hashes)
+    return pa.table(
+        {
+            "map": pa.array([name] * len(out_paths), pa.string()),
+            "path": pa.array(out_paths, pa.string()),
+            "level": pa.array(out_levels, pa.int32()),
+            "hash": pa.array(out_hashes, pa.int64()),
+        }
+    )
 
 
 def merkle_roots(tree: DataFrame) -> DataFrame:
@@ -349,12 +440,17 @@ def merkle_roots(tree: DataFrame) -> DataFrame:
     return tree.where(sf.col("level") == 0).select("map", sf.col("hash").alias("root"))
 
 
-def state_records(ops: DataFrame, winners: DataFrame | None = None) -> DataFrame:
+def state_records(
+    ops: DataFrame, winners: DataFrame | None = None, families: Collection[str] = FAMILIES
+) -> DataFrame:
     """The op records that still carry state: each LWW key's winner plus every distinct OR and
     INC op. Folding these in-process gives the same state as folding all ops, so a store
     restarts from them and the journal's tail (seq > the compaction's ``as_of_seq``).
-    ``winners``: :func:`lww_winners` of ``ops`` when the caller already has it."""
+    ``winners``: :func:`lww_winners` of ``ops`` when the caller already has it; ``families`` as
+    in :func:`compact`."""
     winners = lww_winners(ops) if winners is None else winners
+    if "or" not in families and "counter" not in families:
+        return winners
     fields = [c for c in ops.columns if c not in ("map", "key", "op_id")]
     others = (
         ops.where(~sf.col("op").isin(*LWW_OPS))

@@ -63,19 +63,24 @@ def run(
     with stage("read journal", journal, progress):
         source = resolve_export(journal, progress)
         ops = transforms.as_of(read_ops(spark, source), as_of_seq)
-        stats = ops.agg(sf.count("*").alias("n"), sf.max("seq").alias("last")).first()
-        n_ops, last = int(stats["n"]), int(stats["last"] or 0)
-        progress(f"{n_ops} ops up to seq {last}")
+        stats = ops.groupBy("op").agg(sf.count("*").alias("n"), sf.max("seq").alias("last"))
+        by_op = stats.collect()
+        n_ops = sum(int(r["n"]) for r in by_op)
+        last = max((int(r["last"]) for r in by_op), default=0)
+        families = transforms.families_of(r["op"] for r in by_op)
+        progress(f"{n_ops} ops up to seq {last}; families: {', '.join(sorted(families))}")
     with stage("fold ops into state", source, progress):
         winners = transforms.lww_winners(ops).persist()
         lww = transforms.lww_rows(winners)
-        snapshot = transforms.compact(ops, gc_horizon_millis=gc_horizon_millis, lww=lww)
+        snapshot = transforms.compact(
+            ops, gc_horizon_millis=gc_horizon_millis, lww=lww, families=families
+        )
         snapshot.write.mode("overwrite").parquet(str(staging / SNAPSHOT_DIR))
         written = spark.read.parquet(str(staging / SNAPSHOT_DIR))
         rows = written.count()
         progress(f"{rows} rows in the snapshot")
     with stage("merkle tree", source, progress):
-        entries = transforms.entry_hashes(ops, lww=lww)
+        entries = transforms.entry_hashes(ops, lww=lww, families=families)
         if gc_horizon_millis is not None:  # a collected tombstone leaves the tree too
             entries = entries.join(written.select("map", "key"), ["map", "key"], "left_semi")
         entries = entries.persist()  # each tree level builds on it
@@ -85,7 +90,7 @@ def run(
         roots = {r["map"]: int(r["root"]) for r in roots_df.collect()}
         entries.unpersist()
     with stage("state records", source, progress):
-        records = transforms.state_records(ops, winners)
+        records = transforms.state_records(ops, winners, families)
         records.write.mode("overwrite").parquet(str(staging / RECORDS_DIR))
         winners.unpersist()
     with stage("write result", out, progress):
