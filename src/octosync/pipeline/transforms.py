@@ -201,7 +201,10 @@ def lww_winners(ops: DataFrame) -> DataFrame:
     which Spark can only do by sorting."""
     lww = ops.where(sf.col("op").isin(*LWW_OPS))
     newest = lww.groupBy("map", "key").agg(sf.max("millis").alias("_newest"))
-    candidates = lww.join(newest, ["map", "key"]).where(sf.col("millis") == sf.col("_newest"))
+    # broadcast: one entry per key is small next to the ops, which then never shuffle in full
+    candidates = lww.join(sf.broadcast(newest), ["map", "key"]).where(
+        sf.col("millis") == sf.col("_newest")
+    )
     rest = [c for c in ops.columns if c not in ("map", "key", "millis", "counter", "node", "op_id")]
     return (
         candidates.groupBy("map", "key")
