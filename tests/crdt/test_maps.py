@@ -201,3 +201,38 @@ def test_lww_map_merge_reports_value_changes_only() -> None:
     clock.now += 1
     b.set("k", 2)
     assert a.merge_map(b) == 1
+
+
+lww_ops = st.lists(
+    st.tuples(st.integers(0, 2), KEYS, st.one_of(st.none(), st.integers(0, 3))), max_size=12
+)
+
+
+def build_lww(history: list[tuple[int, str, int | None]]) -> list[LWWMap]:
+    clock = Clock()
+    maps = [LWWMap(HLC(f"n{i}", clock)) for i in range(3)]
+    for who, key, value in history:
+        clock.now += 1
+        if value is None:
+            maps[who].remove(key)
+        else:
+            maps[who].set(key, value)
+    return maps
+
+
+def join_lww(*maps: LWWMap) -> LWWMap:
+    out = LWWMap(HLC("joiner", Clock()))
+    for m in maps:
+        out.merge_map(m)
+    return out
+
+
+@given(lww_ops)
+def test_lww_map_merge_laws(history: list[tuple[int, str, int | None]]) -> None:
+    a, b, c = build_lww(history)
+    assert join_lww(a, b).state() == join_lww(b, a).state()
+    assert join_lww(join_lww(a, b), c).state() == join_lww(a, join_lww(b, c)).state()
+    ab = join_lww(a, b)
+    assert ab.merge_map(b) == 0
+    assert join_lww(ab, ab).state() == ab.state()
+    assert join_lww(a, b, c).merkle.root() == join_lww(c, b, a).merkle.root()

@@ -91,6 +91,10 @@ def test_full_depth_walk_takes_depth_plus_two_round_trips() -> None:
     clock = Clock()
     a, b = LWWMap(HLC("a", clock)), LWWMap(HLC("b", clock))
     b.set("only-here", 1)
+    (root,) = SyncResponder("m", b).handle(SyncInit("m"))
+    assert isinstance(root, SyncRespRoot)
+    assert root.payload.timestamp is not None
+    assert root.payload.timestamp.node_id == "b"  # stamped by the source's HLC
     stats = run_sync(SyncRequester("m", a), SyncResponder("m", b))
     assert stats.round_trips == 5
     assert stats.records == 1

@@ -178,6 +178,11 @@ def test_batch_count_mismatch_and_truncation() -> None:
         ({"type": "PING", "timestamp": "1"}, "timestamp"),
         ({"type": "PING", "timestamp": 1, "extra": 1}, None),
         ({"type": "NOPE"}, "type"),
+        ({"type": "SYNC_INIT", "mapName": "m", "rootHash": 2**32}, "rootHash"),
+        (
+            {"type": "SYNC_RESP_BUCKETS", "payload": {"mapName": "m", "buckets": {"a": -1}}},
+            "payload.buckets",
+        ),
         ({"type": "AUTH_FAIL", "code": "x"}, "code"),
         ({"type": "LOCK_GRANTED", "payload": {"requestId": "r"}}, "payload"),
         (
@@ -241,3 +246,39 @@ def test_sync_session_over_encoded_frames() -> None:
     assert frames > 2
     assert a.state() == b.state()
     assert a.merkle.root() == b.merkle.root()
+
+
+def test_types_without_fixtures_round_trip() -> None:
+    from octosync.crdt.sync_messages import WireLWWRecord, WireTimestamp
+    from octosync.wire.topgun import (
+        CounterResponse,
+        CounterState,
+        CounterStatePayload,
+        CounterUpdate,
+        LockGranted,
+        LockGrantedPayload,
+        QueryUpdate,
+        QueryUpdatePayload,
+        ServerBatchEvent,
+        ServerBatchEventPayload,
+        ServerEventPayload,
+    )
+
+    value = msgspec.Raw(msgspec.msgpack.encode({"name": "Ada"}))
+    stamp = WireTimestamp(1700000000000, 2, "node-1")
+    state = CounterState({"a": 3}, {"b": 1})
+    messages = [
+        QueryUpdate(QueryUpdatePayload("q1", "u1", value, "ENTER")),
+        LockGranted(LockGrantedPayload("r1", 42, "res")),
+        CounterResponse(CounterStatePayload("views", state)),
+        CounterUpdate(CounterStatePayload("views", state)),
+        ServerBatchEvent(
+            ServerBatchEventPayload(
+                [ServerEventPayload("users", "PUT", "u1", WireLWWRecord(value, stamp))]
+            )
+        ),
+    ]
+    for msg in messages:
+        frame = encode(msg)
+        assert msgspec.msgpack.decode(frame)["type"] == msg.__struct_config__.tag
+        assert decode(frame) == msg

@@ -304,6 +304,43 @@ class MapStore:
                 m, k, counter_row_value(ctr.total()), ts.millis, ts.counter, ts.node_id, False
             )
 
+    # -- tombstone GC and snapshot loading ------------------------------------------------
+
+    def gc(self, horizon_ms: int) -> int:
+        """Forget tombstone rows (LWW removes, OR keys with nothing live) older than
+        ``horizon_ms``; returns how many keys went. Only safe once every replica has passed the
+        horizon: a record older than it that arrives later is folded as if new."""
+        gone: list[tuple[str, str]] = []
+        for slot, win in list(self._lww.items()):
+            if win.op is OpKind.REMOVE and win.ts.millis < horizon_ms:
+                del self._lww[slot]
+                gone.append(slot)
+        for slot, entry in list(self._or.items()):
+            if entry.top is not None and entry.top.millis < horizon_ms and not entry.live():
+                del self._or[slot]
+                gone.append(slot)
+        for m, k in gone:
+            self._dirty.setdefault(m, set()).add(k)
+        return len(gone)
+
+    def load_lww_rows(self, rows: Iterable[SnapshotRow]) -> None:
+        """Seed LWW state from compacted snapshot rows, to continue from the journal's tail.
+
+        Rows carry no op id (loaded winners get ``""``, the lowest, for tie-breaks), no OR tags
+        and no per-record history, so only LWW maps can be loaded this way, and the result is
+        exact when no tail record repeats a loaded winner's timestamp (an HLC never does).
+        """
+        for row in rows:
+            ts = Timestamp(row.millis, row.counter, row.node)
+            if row.tombstone:
+                rec = OpRecord(row.map, row.key, OpKind.REMOVE, b"", ts, row.node, "")
+            elif row.value is None:
+                raise CrdtValueError("a live row without a value", path=f"{row.map}/{row.key}")
+            else:
+                rec = OpRecord(row.map, row.key, OpKind.PUT, row.value, ts, row.node, "")
+            self._apply_lww(rec)
+            self._dirty.setdefault(row.map, set()).add(row.key)
+
     # -- Merkle ---------------------------------------------------------------------------
 
     def entry_hash(self, map_name: str, key: str) -> int | None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from octosync.crdt.hlc import HLC
 from octosync.crdt.lww_map import LWWRecord
 from octosync.crdt.merkle import MerkleTree
 from octosync.crdt.sync_messages import (
@@ -39,6 +40,7 @@ from octosync.crdt.sync_messages import (
     WireTimestamp,
     raw_value,
 )
+from octosync.crdt.timestamp import Timestamp
 from octosync.errors import LocalProtocolError, RemoteProtocolError
 
 _DEC = msgspec.msgpack.Decoder()
@@ -77,10 +79,23 @@ def from_wire(item: LeafRecord) -> tuple[str, LWWRecord]:
 class SyncResponder:
     """Answers sync requests for one map from a :class:`SyncSource`."""
 
-    def __init__(self, map_name: str, source: SyncSource, *, gc_horizon_ms: int = 0) -> None:
+    def __init__(
+        self,
+        map_name: str,
+        source: SyncSource,
+        *,
+        gc_horizon_ms: int = 0,
+        now: Callable[[], Timestamp] | None = None,
+    ) -> None:
+        """``now`` stamps ``SYNC_RESP_ROOT`` (TopGun's Rust client requires the field); by
+        default the source's own HLC when it has one."""
         self.map_name = map_name
         self.source = source
         self.gc_horizon_ms = gc_horizon_ms
+        hlc = getattr(source, "hlc", None)
+        self._now = now or (
+            hlc.now if isinstance(hlc, HLC) else lambda: Timestamp(0, 0, "octosync")
+        )
         self.records_sent = 0
 
     def handle(self, msg: SyncMessage) -> list[SyncMessage]:
@@ -91,7 +106,8 @@ class SyncResponder:
             if last and last < self.gc_horizon_ms:
                 reason = f"last sync {int(last)} is before the tombstone GC horizon"
                 return [SyncResetRequired(SyncResetPayload(self.map_name, reason))]
-            return [SyncRespRoot(SyncRespRootPayload(self.map_name, tree.root()))]
+            stamp = WireTimestamp.of(self._now())
+            return [SyncRespRoot(SyncRespRootPayload(self.map_name, tree.root(), stamp))]
         if isinstance(msg, MerkleReqBucket):
             self._check_map(msg.payload.map_name)
             path = msg.payload.path

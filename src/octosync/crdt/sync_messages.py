@@ -8,7 +8,7 @@ value above 2^32 is) are accepted when integral and stored as ``int``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 
@@ -17,6 +17,8 @@ from octosync.crdt.timestamp import Timestamp
 JsInt = int | float
 """An integer field that also accepts an integral float64; normalised to ``int`` on decode."""
 
+Hash32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+
 
 class TopGunStruct(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel", omit_defaults=True
@@ -24,6 +26,7 @@ class TopGunStruct(
     """Base of every TopGun Struct: strict, camelCase, absent optionals left out."""
 
     integral: ClassVar[tuple[str, ...]] = ()
+    hash32: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         for name in self.integral:
@@ -34,6 +37,8 @@ class TopGunStruct(
                 raise ValueError(f"{self._wire_name(name)}: expected a non-negative integer")
             if isinstance(value, float):
                 msgspec.structs.force_setattr(self, name, int(value))
+            if name in self.hash32 and value > 2**32 - 1:
+                raise ValueError(f"{self._wire_name(name)}: a hash is at most 2^32 - 1")
 
     @classmethod
     def _wire_name(cls, name: str) -> str:
@@ -74,9 +79,10 @@ class SyncInit(TopGunStruct, frozen=True, tag_field="type", tag="SYNC_INIT"):
     map_name: str
     last_sync_timestamp: JsInt | None = None
     root_hash: JsInt | None = None
-    bucket_hashes: dict[str, int] | None = None
+    bucket_hashes: dict[str, Hash32] | None = None
 
     integral = ("last_sync_timestamp", "root_hash")
+    hash32 = ("root_hash",)
 
 
 class SyncRespRootPayload(TopGunStruct, frozen=True):
@@ -85,6 +91,7 @@ class SyncRespRootPayload(TopGunStruct, frozen=True):
     timestamp: WireTimestamp | None = None
 
     integral = ("root_hash",)
+    hash32 = ("root_hash",)
 
 
 class SyncRespRoot(TopGunStruct, frozen=True, tag_field="type", tag="SYNC_RESP_ROOT"):
@@ -102,7 +109,7 @@ class MerkleReqBucket(TopGunStruct, frozen=True, tag_field="type", tag="MERKLE_R
 
 class SyncRespBucketsPayload(TopGunStruct, frozen=True):
     map_name: str
-    buckets: dict[str, int]
+    buckets: dict[str, Hash32]
     path: str | None = None
 
 
