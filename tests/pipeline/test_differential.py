@@ -63,11 +63,15 @@ def _order(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, v if v is not None else 0) for v in row)
 
 
-def spark_result(spark: Any, path: Path) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, int]]]:
+def spark_result(
+    spark: Any, path: Path, horizon: int | None
+) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, int]]]:
     ops = read_ops(spark, path)
-    rows = sorted((tuple(r) for r in tf.compact(ops).collect()), key=_order)
+    rows = sorted(
+        (tuple(r) for r in tf.compact(ops, gc_horizon_millis=horizon).collect()), key=_order
+    )
     trees: dict[str, dict[str, int]] = {}
-    for r in tf.merkle_tree(tf.entry_hashes(ops)).collect():
+    for r in tf.merkle_tree(tf.entry_hashes(ops, gc_horizon_millis=horizon)).collect():
         trees.setdefault(r["map"], {})[r["path"]] = r["hash"]
     return rows, trees
 
@@ -84,21 +88,23 @@ def test_spark_compaction_equals_the_in_process_fold(
     delivered = data.draw(st.permutations(history + duplicates))
     n_files = data.draw(st.integers(1, 4), label="files")
     partitions = data.draw(st.integers(1, 6), label="shuffle partitions")
+    horizon = data.draw(st.none() | st.integers(0, 7), label="tombstone GC horizon")
     path = tmp_path_factory.mktemp("ops") / "ops"
     write_ops(delivered, path, n_files)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     try:
-        rows, trees = spark_result(spark, path)
+        rows, trees = spark_result(spark, path, horizon)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
 
     store = fold(history)  # the in-process fold of the history without duplicates, in order
+    if horizon is not None:
+        store.gc(horizon)
     expected_rows = sorted(
         (tuple(getattr(r, f) for f in r.__struct_fields__) for r in store.snapshot_rows()),
         key=_order,
     )
     assert rows == expected_rows
-    maps = {r[0] for r in expected_rows}
-    assert set(trees) == {m for m in maps if store.merkle_root(m) != 0}
-    for m in maps:
+    assert set(trees) == {m for m in store.maps() if store.merkle_root(m) != 0}
+    for m in store.maps():
         assert trees.get(m, {}) == crdt_nodes(store, m)

@@ -366,15 +366,21 @@ def _set_hash(ops: DataFrame, kinds: tuple[str, ...]) -> DataFrame:
 
 
 def entry_hashes(
-    ops: DataFrame, lww: DataFrame | None = None, families: Collection[str] = FAMILIES
+    ops: DataFrame,
+    lww: DataFrame | None = None,
+    families: Collection[str] = FAMILIES,
+    *,
+    gc_horizon_millis: int | None = None,
 ) -> DataFrame:
     """``(map, key, entry)``: the 32-bit Merkle entry hash of every key, as ``crdt/`` defines it.
 
     LWW keys: FNV-1a of ``"key:millis:counter:node"`` of the winner (TopGun's leaf item); OR and
     counter keys: the record-set hash of their distinct op ids; a key with several op families:
-    the sum of its families' hashes mod 2**32. ``lww`` and ``families`` as in :func:`compact`.
+    the sum of its families' hashes mod 2**32. ``lww``, ``families`` and the GC horizon as in
+    :func:`compact`: a collected tombstone takes its family's part out of the key's hash.
     """
-    lww = (lww_state(ops) if lww is None else lww).select(
+    lww = drop_tombstones_before(lww_state(ops) if lww is None else lww, gc_horizon_millis)
+    lww = lww.select(
         "map",
         "key",
         sf.concat_ws(
@@ -382,9 +388,14 @@ def entry_hashes(
         ).alias("item"),
     )
     parts = with_fnv1a32(lww, "item", "entry").select("map", "key", "entry")
-    for family in ("or", "counter"):
-        if family in families:
-            parts = parts.unionByName(_set_hash(ops, FAMILY_OPS[family]))
+    if "or" in families:
+        or_part = _set_hash(ops, OR_OPS)
+        if gc_horizon_millis is not None:
+            kept = drop_tombstones_before(or_map_state(ops), gc_horizon_millis)
+            or_part = or_part.join(kept.select("map", "key"), ["map", "key"], "left_semi")
+        parts = parts.unionByName(or_part)
+    if "counter" in families:
+        parts = parts.unionByName(_set_hash(ops, FAMILY_OPS["counter"]))
     return _sum32(parts, ["map", "key"], "entry", "entry")
 
 

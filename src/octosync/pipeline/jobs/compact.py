@@ -80,10 +80,9 @@ def run(
         rows = written.count()
         progress(f"{rows} rows in the snapshot")
     with stage("merkle tree", source, progress):
-        entries = transforms.entry_hashes(ops, lww=lww, families=families)
-        if gc_horizon_millis is not None:  # a collected tombstone leaves the tree too
-            entries = entries.join(written.select("map", "key"), ["map", "key"], "left_semi")
-        entries = entries.persist()  # each tree level builds on it
+        entries = transforms.entry_hashes(
+            ops, lww=lww, families=families, gc_horizon_millis=gc_horizon_millis
+        ).persist()  # the leaves and the upper levels both read it
         tree = transforms.merkle_tree(entries)
         tree.coalesce(1).write.mode("overwrite").parquet(str(staging / MERKLE_DIR))
         roots_df = transforms.merkle_roots(spark.read.parquet(str(staging / MERKLE_DIR)))
