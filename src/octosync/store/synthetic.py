@@ -126,7 +126,8 @@ def generate_records(n_ops: int, *, seed: int = 0, n_keys: int | None = None) ->
     n_inc = n_ops // 10
     n_lww = n_ops - n_or - n_inc
     keys = n_keys if n_keys is not None else max(10, n_ops // 20)
-    table = generate_lww_table(n_lww, n_keys=keys, seed=seed)
+    rate = max(n_lww / 3_600_000, 0.01)  # spread over about an hour, as a live service would
+    table = generate_lww_table(n_lww, n_keys=keys, seed=seed, ops_per_ms=rate)
     records = [
         OpRecord(
             map=row["map"],
@@ -139,7 +140,7 @@ def generate_records(n_ops: int, *, seed: int = 0, n_keys: int | None = None) ->
         )
         for row in table.to_pylist()
     ]
-    last_millis = BASE_MILLIS + int(n_lww / 2.0) + 1
+    last_millis = BASE_MILLIS + int(n_lww / rate) + 1
     records.extend(_or_and_counter_ops(rng, n_or, n_inc, last_millis))
     order = rng.permutation(len(records))  # journals are not in HLC order
     return [records[i] for i in order]
