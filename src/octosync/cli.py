@@ -11,8 +11,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from octosync.pipeline import cli as pipeline_cli
 from octosync.server.app import ServerConfig, build_app
 from octosync.server.config import load_config_file
+from octosync.store import cli as store_cli
 
 INSECURE_BANNER = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -33,7 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
         "data_dir": Path(args.data) if args.data else None,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
-    config = replace(config, insecure_dev=args.insecure_dev)
+    config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     if config.insecure_dev:
         print(INSECURE_BANNER, file=sys.stderr, flush=True)
@@ -99,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tcp-port", type=int, default=None, help="lazily over plain TCP")
     serve.add_argument("--config", default=None, help="TOML file: [server] [auth] [hub] ...")
     serve.add_argument("--insecure-dev", action="store_true", help="allow anonymous use")
+    serve.add_argument(
+        "--no-journal", action="store_true", help="do not journal accepted stream frames"
+    )
     serve.set_defaults(func=_serve)
     default_url = "ws://127.0.0.1:8765/lazily"
     watch = sub.add_parser("watch", help="print a stream's mirrored state as JSON lines")
@@ -121,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--grant", action="append", default=[], help="STREAM=read,publish,write (repeatable)"
     )
     token.set_defaults(func=_token)
+    store_cli.register(sub)
+    pipeline_cli.register(sub)
     return parser
 
 

@@ -183,6 +183,20 @@ class StorageError(OctosyncError):
     code = 30
 
 
+class JournalCorrupt(StorageError):
+    """A journal row that does not decode to a known record (unknown kind, bad body)."""
+
+    name = "JournalCorrupt"
+    code = 31
+
+
+class InvalidRecord(StorageError):
+    """A record refused before it was appended; ``path`` names the offending field."""
+
+    name = "InvalidRecord"
+    code = 32
+
+
 class ReplicationError(OctosyncError):
     """Chain replication broke an invariant (ordering, bootstrap, trim)."""
 

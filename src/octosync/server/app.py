@@ -9,7 +9,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__
-from octosync.hub.core import AcceptHook
+from octosync.hub.core import AcceptHook, ConnId, StreamId
+from octosync.hub.model import Frame
 from octosync.server.config import ServerConfig
 from octosync.server.faces import (
     RUNTIME,
@@ -20,6 +21,8 @@ from octosync.server.faces import (
 )
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
+from octosync.store.hub_hook import journal_hook
+from octosync.store.journal import GroupCommitWriter
 
 CONFIG_KEY = web.AppKey("config", ServerConfig)
 TCP_SERVER = web.AppKey("tcp_server", asyncio.Server)
@@ -32,10 +35,16 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> web.Application:
-    """The whole server. ``on_accept(stream, conn, frame)`` sees every frame the hub accepted
-    (the journal's hook); it runs inline, so it must not block."""
+    """The whole server. ``on_accept(stream, conn, frame)`` sees every frame the hub accepted;
+    it runs inline, so it must not block. With ``config.journal`` every accepted frame is also
+    queued to the journal, in accept order, before it is fanned out."""
     config = config.with_auth_mode()
     app = web.Application()
+    writer: GroupCommitWriter | None = None
+    if config.journal:
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        writer = GroupCommitWriter(config.data_dir, durability=config.journal_durability)
+        on_accept = _both(journal_hook(writer), on_accept)
     runtime = Runtime(config, on_accept=on_accept)
     registry = registry_for(runtime)
     app[CONFIG_KEY] = config
@@ -64,6 +73,22 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             server.close()
         await runtime.shutdown()
 
+    async def on_cleanup(app: web.Application) -> None:
+        if writer is not None:
+            await asyncio.to_thread(writer.close)  # drains: every accepted frame is committed
+
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
+    app.on_cleanup.append(on_cleanup)
     return app
+
+
+def _both(first: AcceptHook, second: AcceptHook | None) -> AcceptHook:
+    if second is None:
+        return first
+
+    def hook(stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
+        first(stream, conn, frame)
+        second(stream, conn, frame)
+
+    return hook

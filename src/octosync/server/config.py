@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from octosync.hub.signaling import SignalingPolicy
 from octosync.server.auth import AuthConfig
@@ -27,6 +27,9 @@ class ServerConfig:
     coalesce_backlog: bool = False
     signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
     shutdown_deadline: float = 5.0
+    journal: bool = False
+    """Journal every accepted stream frame under ``data_dir`` (``serve`` turns it on)."""
+    journal_durability: Literal["full", "normal"] = "full"
 
     def with_auth_mode(self) -> ServerConfig:
         return replace(self, auth=replace(self.auth, insecure_dev=self.insecure_dev))
@@ -37,7 +40,15 @@ def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
     doc: dict[str, Any] = tomllib.loads(path.read_text())
     cfg = base
     server = doc.get("server", {})
-    for key in ("host", "port", "tcp_port", "max_frame_size", "shutdown_deadline"):
+    for key in (
+        "host",
+        "port",
+        "tcp_port",
+        "max_frame_size",
+        "shutdown_deadline",
+        "journal",
+        "journal_durability",
+    ):
         if key in server:
             cfg = replace(cfg, **{key: server[key]})
     if "data" in server:

@@ -1,0 +1,115 @@
+"""``octosync pipeline compact|verify|report``: registered on the main parser by ``register``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from octosync.errors import OctosyncError
+from octosync.pipeline.jobs._stages import stderr_progress
+from octosync.pipeline.spark import DEFAULT_MASTER, build_session, parse_conf
+
+
+def _session(args: argparse.Namespace) -> Any:
+    return build_session(
+        args.master, parse_conf(args.conf), app_name=f"octosync-{args.pipeline_command}"
+    )
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from octosync.pipeline.jobs import compact
+
+    started = time.perf_counter()
+    spark = _session(args)
+    job_started = time.perf_counter()
+    result = compact.run(
+        spark,
+        Path(args.journal),
+        Path(args.out),
+        as_of_seq=args.as_of,
+        gc_horizon_millis=args.gc_horizon_millis,
+        progress=stderr_progress("compact"),
+    )
+    done = time.perf_counter()
+    print(
+        f"compacted {result.ops} ops (up to seq {result.as_of_seq}) into {result.rows} rows in "
+        f"{done - job_started:.1f}s job, {done - started:.1f}s with Spark start-up"
+    )
+    for name, root in sorted(result.roots.items()):
+        print(f"  {name}: merkle root {root}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from octosync.pipeline.jobs import verify
+
+    result = verify.run(_session(args), Path(args.journal), progress=stderr_progress("verify"))
+    if args.json:
+        from msgspec import json as mjson
+
+        print(json.dumps(json.loads(mjson.encode(result)), indent=2))
+    else:
+        print(result.render())
+    return 0 if result.ok else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from octosync.pipeline.jobs import report
+
+    result = report.run(
+        _session(args),
+        Path(args.journal),
+        Path(args.out),
+        top=args.top,
+        conflict_window_ms=args.conflict_window_ms,
+        progress=stderr_progress("report"),
+    )
+    print(f"{result.ops} ops, {result.conflicts} concurrent writes: {result.index}")
+    return 0
+
+
+def _guarded(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            code: int = func(args)
+        except OctosyncError as exc:
+            print(f"octosync pipeline {args.pipeline_command}: {exc}", file=sys.stderr)
+            return 2
+        return code
+
+    return run
+
+
+def register(sub: Any) -> None:
+    pipeline = sub.add_parser("pipeline", help="PySpark jobs over the journal")
+    psub = pipeline.add_subparsers(dest="pipeline_command", required=True)
+
+    def job(name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = psub.add_parser(name, help=help_text)
+        p.add_argument("--journal", default="./var", help="data dir with the journal, or an export")
+        p.add_argument("--master", default=DEFAULT_MASTER, help="Spark master URL")
+        p.add_argument(
+            "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
+        )
+        p.set_defaults(func=_guarded(func))
+        return p
+
+    c = job("compact", "fold all ops into per-map state with Merkle roots", _compact)
+    c.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    c.add_argument("--as-of", type=int, default=None, metavar="SEQ", help="fold ops up to this seq")
+    c.add_argument(
+        "--gc-horizon-millis",
+        type=int,
+        default=None,
+        help="drop tombstones older than this HLC time",
+    )
+    v = job("verify", "replay stream frames: gaps, duplicates, hash mismatches", _verify)
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    r = job("report", "ops per minute, conflicts, hot keys: HTML with PNG charts", _report)
+    r.add_argument("--out", required=True, help="directory for index.html, charts and CSVs")
+    r.add_argument("--top", type=int, default=20)
+    r.add_argument("--conflict-window-ms", type=int, default=1_000)

@@ -1,0 +1,65 @@
+"""Where a job's ``--journal DIR`` points, and reading its Parquet with a fixed schema.
+
+``DIR`` may be a data directory holding ``journal.sqlite3`` (what ``octosync serve`` writes):
+it is first exported incrementally to ``DIR/export`` (only new records are written), so a job
+always sees every committed record. ``DIR`` may also be an export (with ``ops/`` and
+``frames/``) or a bare ops dataset (what the benchmark generates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from octosync.errors import PipelineError
+from octosync.store.export import FRAMES_DIR, FRAMES_SCHEMA, OPS_DIR, OPS_SCHEMA, export
+from octosync.store.journal import Journal, journal_path
+
+EXPORT_SUBDIR = "export"
+
+
+def resolve_export(journal_dir: Path, progress: Callable[[str], None] | None = None) -> Path:
+    """The export directory for ``journal_dir``, bringing it up to date when it is a journal."""
+    journal_dir = Path(journal_dir)
+    if journal_path(journal_dir).exists():
+        out = journal_dir / EXPORT_SUBDIR
+        with Journal(journal_dir, readonly=True) as journal:
+            result = export(journal, out)
+        if progress is not None:
+            progress(f"exported {result.records} new journal records to {out}")
+        return out
+    if journal_dir.is_dir():
+        return journal_dir
+    raise PipelineError("no journal, export or Parquet dataset here", path=str(journal_dir))
+
+
+def _spark_schema(arrow_schema: Any) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
+
+
+def _read(spark: Any, path: Path, arrow_schema: Any) -> Any:
+    names = arrow_schema.names
+    if not path.exists() or not any(path.rglob("*.parquet")):
+        return spark.createDataFrame([], _spark_schema(arrow_schema))
+    return (
+        spark.read.schema(_spark_schema(arrow_schema))
+        .option("recursiveFileLookup", "true")
+        .parquet(str(path))
+        .select(*names)
+    )
+
+
+def read_ops(spark: Any, export_dir: Path) -> Any:
+    """Op records (``OPS_SCHEMA``) from an export or a bare ops dataset."""
+    sub = Path(export_dir) / OPS_DIR
+    if sub.is_dir() or (Path(export_dir) / FRAMES_DIR).is_dir():
+        return _read(spark, sub, OPS_SCHEMA)
+    return _read(spark, Path(export_dir), OPS_SCHEMA)
+
+
+def read_frames(spark: Any, export_dir: Path) -> Any:
+    """Stream frames (``FRAMES_SCHEMA``) from an export; empty when it has none."""
+    return _read(spark, Path(export_dir) / FRAMES_DIR, FRAMES_SCHEMA)

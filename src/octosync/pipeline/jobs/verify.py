@@ -1,0 +1,82 @@
+"""``octosync pipeline verify``: replay every stream's frames and report what is wrong.
+
+Checks are those of :func:`octosync.pipeline.transforms.frame_problems` (gaps, duplicate
+epochs, overlaps, deltas before a snapshot, state hashes that disagree about one epoch). The
+frames' payloads are the producers' own encodings, so verify compares the hashes producers
+sent; it does not recompute them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from octosync.pipeline import transforms
+from octosync.pipeline.inputs import read_frames, resolve_export
+from octosync.pipeline.jobs._stages import Progress, quiet, stage
+
+
+class StreamReport(msgspec.Struct, frozen=True):
+    stream: str
+    frames: int
+    snapshots: int
+    min_epoch: int
+    max_epoch: int
+    problems: int
+    first_bad_epoch: int | None
+
+
+class Problem(msgspec.Struct, frozen=True):
+    stream: str
+    epoch: int
+    seq: int
+    problem: str
+    detail: str
+
+
+class VerifyResult(msgspec.Struct, frozen=True):
+    streams: list[StreamReport]
+    problems: list[Problem]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def render(self, max_problems: int = 50) -> str:
+        lines = [f"{len(self.streams)} streams, {len(self.problems)} problems"]
+        for s in self.streams:
+            status = (
+                "ok"
+                if s.problems == 0
+                else f"{s.problems} problems, first bad epoch {s.first_bad_epoch}"
+            )
+            lines.append(
+                f"  {s.stream}: {s.frames} frames ({s.snapshots} snapshots), "
+                f"epochs {s.min_epoch}..{s.max_epoch}: {status}"
+            )
+        for p in self.problems[:max_problems]:
+            lines.append(f"  ! {p.stream} epoch {p.epoch} (seq {p.seq}): {p.problem}: {p.detail}")
+        if len(self.problems) > max_problems:
+            lines.append(f"  ... and {len(self.problems) - max_problems} more")
+        return "\n".join(lines)
+
+
+def run(spark: Any, journal: Path, *, progress: Progress = quiet) -> VerifyResult:
+    journal = Path(journal)
+    with stage("read frames", journal, progress):
+        source = resolve_export(journal, progress)
+        frames = read_frames(spark, source)
+    with stage("replay streams", source, progress):
+        problems_df = transforms.frame_problems(frames)
+        problems = [
+            Problem(r["stream"], r["epoch"], r["seq"], r["problem"], r["detail"])
+            for r in problems_df.orderBy("stream", "epoch", "seq", "problem").collect()
+        ]
+        streams = [
+            StreamReport(**r.asDict())
+            for r in transforms.stream_summary(frames, problems_df).orderBy("stream").collect()
+        ]
+    progress(f"{len(streams)} streams checked, {len(problems)} problems")
+    return VerifyResult(streams, problems)

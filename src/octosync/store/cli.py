@@ -1,0 +1,67 @@
+"""``octosync journal export|generate``: registered on the main parser by ``register(sub)``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from octosync.errors import OctosyncError
+from octosync.store.export import export
+from octosync.store.journal import Journal
+from octosync.store.synthetic import generate_records
+
+
+def _export(args: argparse.Namespace) -> int:
+    def progress(seq: int, stop: int) -> None:
+        print(f"exported up to seq {seq} of {stop}", file=sys.stderr, flush=True)
+
+    try:
+        with Journal(Path(args.data), readonly=True) as journal:
+            result = export(journal, Path(args.to), chunk=args.chunk, progress=progress)
+    except OctosyncError as exc:
+        print(f"octosync journal export: {exc}", file=sys.stderr)
+        return 2
+    if result.records:
+        print(
+            f"exported seq {result.first_seq}..{result.last_seq}: "
+            f"{result.records} records, {result.files} files"
+        )
+    else:
+        print(f"nothing new to export (watermark at seq {result.last_seq})")
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    try:
+        records = generate_records(args.ops, seed=args.seed)
+        with Journal(Path(args.data), durability=args.durability) as journal:
+            first = journal.latest_seq() + 1
+            for i in range(0, len(records), 10_000):
+                journal.append(records[i : i + 10_000])
+            last = journal.latest_seq()
+    except OctosyncError as exc:
+        print(f"octosync journal generate: {exc}", file=sys.stderr)
+        return 2
+    elapsed = time.perf_counter() - started
+    print(f"appended {len(records)} ops as seq {first}..{last} to {args.data} in {elapsed:.1f}s")
+    return 0
+
+
+def register(sub: Any) -> None:
+    journal = sub.add_parser("journal", help="the durable journal: export, generate")
+    jsub = journal.add_subparsers(dest="journal_command", required=True)
+    exp = jsub.add_parser("export", help="export new records to a Parquet dataset")
+    exp.add_argument("--data", default="./var", help="data directory holding the journal")
+    exp.add_argument("--to", required=True, help="dataset directory (keeps its watermark)")
+    exp.add_argument("--chunk", type=int, default=100_000, help="records per file set")
+    exp.set_defaults(func=_export)
+    gen = jsub.add_parser("generate", help="append a synthetic op history")
+    gen.add_argument("--data", default="./var", help="data directory holding the journal")
+    gen.add_argument("--ops", type=int, required=True, help="number of op records")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--durability", choices=["full", "normal"], default="normal")
+    gen.set_defaults(func=_generate)

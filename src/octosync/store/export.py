@@ -1,0 +1,199 @@
+"""Incremental export of committed journal records to a Parquet dataset (pyarrow).
+
+Layout under ``DIR``::
+
+    ops/hour=2026-01-01T00/part-00000000000000000001.parquet
+    frames/hour=2026-01-01T00/part-00000000000000000001.parquet
+    _watermark.json                      {"seq": <last exported seq>}
+
+Records are read in chunks of seqs after the watermark; each chunk is written as one file per
+(kind, hour of ``recorded_ms``, UTC) named after the chunk's first seq, then the watermark moves
+to the chunk's last seq. Every file is written under a dot-name, fsynced, and renamed into place
+(readers such as Spark skip ``.`` and ``_`` names), so an interrupted export shows no half file.
+Because a chunk always starts right after the watermark, re-running after an interruption
+rewrites the same file names with a superset of their rows: the export is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from octosync.crdt.op import OpRecord
+from octosync.errors import StorageError
+from octosync.store.journal import Journal, RawRow
+from octosync.store.records import StreamFrame, decode_record
+
+WATERMARK_FILE: Final = "_watermark.json"
+OPS_DIR: Final = "ops"
+FRAMES_DIR: Final = "frames"
+
+OPS_SCHEMA: Final = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("map", pa.string()),
+        ("key", pa.string()),
+        ("op", pa.string()),
+        ("value", pa.binary()),
+        ("millis", pa.int64()),
+        ("counter", pa.int32()),
+        ("node", pa.string()),
+        ("origin", pa.string()),
+        ("op_id", pa.string()),
+        ("recorded_ms", pa.int64()),
+    ]
+)
+FRAMES_SCHEMA: Final = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("stream", pa.string()),
+        ("base_epoch", pa.int64()),
+        ("epoch", pa.int64()),
+        ("snapshot", pa.bool_()),
+        ("payload", pa.binary()),
+        ("state_hash", pa.binary()),
+        ("recorded_ms", pa.int64()),
+    ]
+)
+
+
+class ExportResult(msgspec.Struct, frozen=True):
+    first_seq: int
+    last_seq: int
+    records: int
+    files: int
+
+
+def read_watermark(out_dir: Path) -> int:
+    path = Path(out_dir) / WATERMARK_FILE
+    if not path.exists():
+        return 0
+    try:
+        seq = json.loads(path.read_text())["seq"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageError(f"unreadable watermark: {exc}", path=str(path)) from exc
+    if not isinstance(seq, int) or seq < 0:
+        raise StorageError("watermark seq must be a non-negative integer", path=str(path))
+    return seq
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` fills a hidden temporary beside ``path``; it is fsynced and renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _write_watermark(seq: int, path: Path) -> None:
+    path.write_text(json.dumps({"seq": seq}))
+
+
+def _hour(recorded_ms: int) -> str:
+    return datetime.fromtimestamp(recorded_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H")
+
+
+def _op_row(row: RawRow, rec: OpRecord) -> dict[str, Any]:
+    return {
+        "seq": row.seq,
+        "map": rec.map,
+        "key": rec.key,
+        "op": rec.op.value,
+        "value": rec.value,
+        "millis": rec.ts.millis,
+        "counter": rec.ts.counter,
+        "node": rec.ts.node_id,
+        "origin": rec.origin,
+        "op_id": rec.op_id,
+        "recorded_ms": row.recorded_ms,
+    }
+
+
+def _frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
+    return {
+        "seq": row.seq,
+        "stream": rec.stream,
+        "base_epoch": rec.base_epoch,
+        "epoch": rec.epoch,
+        "snapshot": rec.snapshot,
+        "payload": rec.payload,
+        "state_hash": rec.state_hash,
+        "recorded_ms": row.recorded_ms,
+    }
+
+
+def _write_chunk(rows: list[RawRow], out_dir: Path) -> int:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        rec = decode_record(row.kind, row.body, seq=row.seq)
+        if isinstance(rec, OpRecord):
+            groups[(OPS_DIR, _hour(row.recorded_ms))].append(_op_row(row, rec))
+        elif isinstance(rec, StreamFrame):
+            groups[(FRAMES_DIR, _hour(row.recorded_ms))].append(_frame_row(row, rec))
+    name = f"part-{rows[0].seq:020d}.parquet"
+    for (kind_dir, hour), items in sorted(groups.items()):
+        schema = OPS_SCHEMA if kind_dir == OPS_DIR else FRAMES_SCHEMA
+        table = pa.Table.from_pylist(items, schema=schema)
+        target = out_dir / kind_dir / f"hour={hour}" / name
+        write_atomically(target, partial(pq.write_table, table))
+    return len(groups)
+
+
+def export(
+    journal: Journal,
+    out_dir: Path,
+    *,
+    chunk: int = 100_000,
+    progress: Callable[[int, int], None] | None = None,
+) -> ExportResult:
+    """Export records after the watermark up to the journal's latest seq at the start."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = read_watermark(out_dir) + 1
+    stop = journal.latest_seq()
+    first, records, files = start, 0, 0
+    while start <= stop:
+        rows = journal.raw_rows(start, stop, limit=chunk)
+        if not rows:
+            break
+        files += _write_chunk(rows, out_dir)
+        last = rows[-1].seq
+        write_atomically(out_dir / WATERMARK_FILE, partial(_write_watermark, last))
+        records += len(rows)
+        start = last + 1
+        if progress is not None:
+            progress(last, stop)
+    return ExportResult(first, start - 1, records, files)
+
+
+__all__ = [
+    "FRAMES_SCHEMA",
+    "OPS_SCHEMA",
+    "ExportResult",
+    "export",
+    "read_watermark",
+]

@@ -1,0 +1,55 @@
+"""Journal every frame the hub accepts: an ``on_accept`` hook for ``server.app.build_app``.
+
+The hub hands its hook ``(stream, conn, frame)`` inline, before fan-out, and the hook must not
+block: it submits to a :class:`GroupCommitWriter` and returns (the commit follows within one
+group-commit round), so frames reach the journal in the order the hub accepted them.
+``encode`` turns a frame's body into the bytes journalled (MsgPack by default; msgspec encodes
+the state-plane Structs and decoded WVP maps alike). ``serve`` wires it like this::
+
+    writer = GroupCommitWriter(config.data_dir)
+    app = build_app(config, on_accept=journal_hook(writer))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from octosync.errors import InvalidRecord
+from octosync.hub.model import DiffFrame, SnapshotFrame
+from octosync.store.journal import GroupCommitWriter
+from octosync.store.records import StreamFrame
+
+Encode = Callable[[Any], bytes]
+
+
+def frame_record(stream: str, frame: Any, encode: Encode = msgspec.msgpack.encode) -> StreamFrame:
+    """The journal record of one accepted hub frame."""
+    if isinstance(frame, DiffFrame):
+        base, epoch, snapshot = frame.from_epoch, frame.to_epoch, False
+    elif isinstance(frame, SnapshotFrame):
+        base = epoch = frame.epoch
+        snapshot = True
+    else:
+        raise InvalidRecord(f"not a hub frame: {type(frame).__name__}", path="frame")
+    return StreamFrame(
+        stream=str(stream),
+        base_epoch=base,
+        epoch=epoch,
+        snapshot=snapshot,
+        payload=encode(frame.body),
+        state_hash=frame.state_hash,
+    )
+
+
+def journal_hook(
+    writer: GroupCommitWriter, encode: Encode = msgspec.msgpack.encode
+) -> Callable[[Any, Any, Any], None]:
+    """``on_accept(stream, conn, frame)`` that queues each accepted frame for the journal."""
+
+    def on_accept(stream: Any, conn: Any, frame: Any) -> None:
+        writer.submit([frame_record(stream, frame, encode)])
+
+    return on_accept

@@ -1,0 +1,98 @@
+"""What the journal holds: one tagged record kind per row, encoded once as MsgPack.
+
+Every row has a ``kind`` and a ``scope`` (the map name for ops, the stream id for frames), so
+reads by map or by stream use one index whatever the kind. A later kind (device events, state
+changes) is a new Struct plus one entry in ``_KINDS``; the table does not change.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+from octosync.crdt.op import OpRecord
+from octosync.errors import InvalidRecord, JournalCorrupt
+
+MAX_SAFE = 2**53
+Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE)]
+StreamId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A frame the hub accepted on a stream: a snapshot at ``epoch`` or a delta ``base -> epoch``.
+
+    ``payload`` is the frame exactly as the producer encoded it (the journal never re-encodes);
+    ``state_hash`` is the producer's hash of the state after the frame, when it sent one. A
+    snapshot has ``base_epoch == epoch``; a delta has ``base_epoch < epoch``.
+    """
+
+    stream: StreamId
+    base_epoch: Epoch
+    epoch: Epoch
+    snapshot: bool
+    payload: bytes
+    state_hash: bytes | None = None
+
+
+Record = OpRecord | StreamFrame
+
+KIND_OP: Final = "op"
+KIND_FRAME: Final = "frame"
+_KINDS: dict[str, type[OpRecord] | type[StreamFrame]] = {
+    KIND_OP: OpRecord,
+    KIND_FRAME: StreamFrame,
+}
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODERS = {kind: msgspec.msgpack.Decoder(cls) for kind, cls in _KINDS.items()}
+
+
+class EncodedRecord(msgspec.Struct, frozen=True):
+    """A record ready for the table: encoded in the caller's thread, before the writer sees it."""
+
+    kind: str
+    scope: str
+    body: bytes
+
+
+def _encode_checked(record: Record) -> bytes:
+    """Encode once, then decode the bytes strictly: a Struct built in Python is not validated."""
+    body = _ENCODER.encode(record)
+    try:
+        msgspec.msgpack.decode(body, type=type(record))
+    except msgspec.ValidationError as exc:
+        raise InvalidRecord(str(exc), path=_path_of(exc)) from None
+    if isinstance(record, StreamFrame):
+        if record.snapshot and record.base_epoch != record.epoch:
+            raise InvalidRecord("a snapshot must have base_epoch == epoch", path="$.base_epoch")
+        if not record.snapshot and record.base_epoch >= record.epoch:
+            raise InvalidRecord("a delta must have base_epoch < epoch", path="$.epoch")
+    return body
+
+
+def _path_of(exc: msgspec.ValidationError) -> str | None:
+    text = str(exc)
+    marker = " - at `"
+    if marker in text:
+        return text.rsplit(marker, 1)[1].rstrip("`")
+    return None
+
+
+def encode_record(record: Record) -> EncodedRecord:
+    """Validate and encode; raises :class:`InvalidRecord` naming the field, appends nothing."""
+    if isinstance(record, OpRecord):
+        return EncodedRecord(KIND_OP, record.map, _encode_checked(record))
+    if isinstance(record, StreamFrame):
+        return EncodedRecord(KIND_FRAME, record.stream, _encode_checked(record))
+    raise InvalidRecord(f"cannot journal a {type(record).__name__}", path="$")
+
+
+def decode_record(kind: str, body: bytes, *, seq: int) -> Record:
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        raise JournalCorrupt(f"unknown record kind {kind!r}", path=f"seq {seq}")
+    try:
+        record: Record = decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise JournalCorrupt(str(exc), path=f"seq {seq}") from None
+    return record

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from octosync.cli import main
+from octosync.crdt.fold import MapStore, fold
+from octosync.crdt.op import OpRecord
+from octosync.pipeline.jobs import compact, report
+from octosync.pipeline.resume import load_store
+from octosync.store.journal import Journal
+from octosync.store.synthetic import generate_records
+
+pytestmark = pytest.mark.spark
+
+
+def rows_of(store: MapStore) -> list[tuple[Any, ...]]:
+    return [tuple(getattr(r, f) for f in r.__struct_fields__) for r in store.snapshot_rows()]
+
+
+def spark_rows(spark: Any, out: Path) -> list[tuple[Any, ...]]:
+    df = spark.read.parquet(str(out / "snapshot")).orderBy("map", "key", "tombstone", "value")
+    return [tuple(r) for r in df.collect()]
+
+
+@pytest.fixture(scope="module")
+def journal(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[OpRecord]]:
+    data = tmp_path_factory.mktemp("data")
+    records = generate_records(3000, seed=7)
+    with Journal(data) as j:
+        for i in range(0, len(records), 500):
+            j.append(records[i : i + 500])
+    return data, records
+
+
+def test_compact_cli_equals_the_fold_and_resumes_from_the_tail(
+    spark: Any, journal: tuple[Path, list[OpRecord]], tmp_path: Path
+) -> None:
+    data, records = journal
+    out = tmp_path / "compacted"
+    assert main(["pipeline", "compact", "--journal", str(data), "--out", str(out)]) == 0
+    meta = json.loads((out / "compaction.json").read_text())
+    store = fold(records)
+    assert meta["as_of_seq"] == len(records)
+    assert meta["merkle_roots"] == {m: store.merkle_root(m) for m in store.maps()}
+    assert sorted(spark_rows(spark, out), key=repr) == sorted(rows_of(store), key=repr)
+
+    resumed, last = load_store(out)
+    assert last == len(records)
+    assert rows_of(resumed) == rows_of(store)
+    more = generate_records(300, seed=8)
+    tail_copy = data.parent / "data-with-tail"
+    with Journal(tail_copy) as j:
+        j.append(records)
+        j.append(more)
+    resumed, last = load_store(out, tail_copy)
+    assert last == len(records) + len(more)
+    everything = fold(records + more)
+    assert rows_of(resumed) == rows_of(everything)
+    assert all(resumed.merkle_root(m) == everything.merkle_root(m) for m in everything.maps())
+
+
+def test_compact_as_of_and_gc_horizon(
+    spark: Any, journal: tuple[Path, list[OpRecord]], tmp_path: Path
+) -> None:
+    data, records = journal
+    result = compact.run(spark, data, tmp_path / "early", as_of_seq=1000)
+    early = fold(records[:1000])
+    assert result.as_of_seq == 1000
+    assert result.roots == {m: early.merkle_root(m) for m in early.maps()}
+
+    full = fold(records)
+    tombs = [r for r in full.snapshot_rows() if r.tombstone]
+    assert tombs, "the generated history has deletes"
+    horizon = sorted(r.millis for r in tombs)[len(tombs) // 2]
+    result = compact.run(spark, data, tmp_path / "gc", gc_horizon_millis=horizon)
+    kept = [r for r in rows_of(full) if not (r[6] and r[3] < horizon)]
+    assert sorted(spark_rows(spark, tmp_path / "gc"), key=repr) == sorted(kept, key=repr)
+    for m in full.maps():
+        tree = full.merkle(m).copy()
+        for r in tombs:
+            if r.map == m and r.millis < horizon:
+                tree.remove(r.key)
+        assert result.roots[m] == tree.root()
+
+
+def test_compact_of_a_missing_journal_names_input_and_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["pipeline", "compact", "--journal", str(tmp_path / "absent"), "--out", str(tmp_path / "o")]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "absent" in err
+    assert "read journal" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_report_writes_page_charts_and_tables(
+    spark: Any, journal: tuple[Path, list[OpRecord]], tmp_path: Path
+) -> None:
+    data, records = journal
+    result = report.run(spark, data, tmp_path / "report", top=5)
+    distinct = {r.op_id: r for r in records}
+    assert result.ops == len(distinct)
+    page = (tmp_path / "report" / "index.html").read_text()
+    for chart in result.charts:
+        assert f'src="{chart}"' in page
+        assert (tmp_path / "report" / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    counts = Counter((r.map, r.key) for r in distinct.values())
+    with (tmp_path / "report" / "hottest_keys.csv").open() as f:
+        hot = [(row["map"], row["key"], int(row["ops"])) for row in csv.DictReader(f)]
+    best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    assert hot == [(m, k, n) for (m, k), n in best]
+    with (tmp_path / "report" / "ops_per_minute_by_origin.csv").open() as f:
+        assert sum(int(row["ops"]) for row in csv.DictReader(f)) == len(distinct)

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from octosync.errors import InvalidRecord
+from octosync.hub.model import DiffFrame, SnapshotFrame
+from octosync.ipc.messages import Snapshot
+from octosync.store.hub_hook import frame_record, journal_hook
+from octosync.store.journal import GroupCommitWriter, Journal
+
+
+def test_accepted_frames_are_journalled_in_order(tmp_path: Path) -> None:
+    with GroupCommitWriter(tmp_path) as writer:
+        hook = journal_hook(writer)
+        hook("scores", 1, SnapshotFrame(4, Snapshot(epoch=4), b"h4"))
+        hook("scores", 1, DiffFrame(4, 5, {"ops": [1, 2]}))
+    with Journal(tmp_path) as j:
+        frames = [e.record for e in j.frames("scores")]
+    assert [(f.snapshot, f.base_epoch, f.epoch, f.state_hash) for f in frames] == [  # type: ignore[union-attr]
+        (True, 4, 4, b"h4"),
+        (False, 4, 5, None),
+    ]
+    assert msgspec.msgpack.decode(frames[0].payload, type=Snapshot) == Snapshot(epoch=4)  # type: ignore[union-attr]
+    assert msgspec.msgpack.decode(frames[1].payload) == {"ops": [1, 2]}  # type: ignore[union-attr]
+
+
+def test_something_else_is_refused() -> None:
+    with pytest.raises(InvalidRecord):
+        frame_record("s", object())
