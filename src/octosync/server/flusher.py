@@ -112,13 +112,12 @@ class Flusher:
             self._blocked.add(conn)
             self.stats.deferred += 1
             return False
-        batch = self.hub.take(conn)
-        if not batch:
+        data, frames = self.hub.take_bytes(conn)
+        if not frames:
             return True
-        data = batch[0] if len(batch) == 1 else b"".join(batch)
         t.write(data)
         self.stats.writes += 1
-        self.stats.frames += len(batch)
+        self.stats.frames += frames
         self.stats.bytes += len(data)
-        link.on_written(len(batch), len(data))
+        link.on_written(frames, len(data))
         return True
