@@ -25,12 +25,14 @@ import base64
 import binascii
 import contextlib
 import json
+import mmap
 import os
 import re
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from array import array
 from pathlib import Path
@@ -295,9 +297,41 @@ async def open_subscriber(system: str, port: int, tally: Tally) -> RawWsClient:
     return client
 
 
-async def _subscribers_main(system: str, port: int, n: int, seconds: float) -> None:
+class Progress:
+    """Deltas seen by each subscriber process's last connection, in a shared file mapping.
+
+    The producer reads the minimum over processes: a delta counts as delivered only once the
+    slowest subscriber process has it, so the flow control sees the queues that latency sees.
+    """
+
+    def __init__(self, path: str, slots: int, create: bool = False) -> None:
+        if create:
+            Path(path).write_bytes(bytes(8 * slots))
+        self._file = open(path, "r+b")  # noqa: SIM115 - kept open with the mapping
+        self._map = mmap.mmap(self._file.fileno(), 8 * slots)
+        self.counts = memoryview(self._map).cast("q")
+
+    def slowest(self) -> int:
+        return min(self.counts)
+
+    def close(self) -> None:
+        self.counts.release()
+        self._map.close()
+        self._file.close()
+
+
+async def _subscribers_main(
+    system: str, port: int, n: int, seconds: float, progress_path: str, slot: int, slots: int
+) -> None:
     tally = Tally()
     clients = [await open_subscriber(system, port, tally) for _ in range(n)]
+    progress = Progress(progress_path, slots)
+    counts = progress.counts
+
+    def seen(k: int) -> None:
+        counts[slot] += k
+
+    clients[-1].on_delta = seen
     print("READY", flush=True)
     loop = asyncio.get_running_loop()
     line = await loop.run_in_executor(None, sys.stdin.readline)
@@ -320,26 +354,19 @@ async def _subscribers_main(system: str, port: int, n: int, seconds: float) -> N
 # --- producer (this process) ----------------------------------------------------------------
 
 
-async def _produce(system: str, port: int, seconds: float, window: int) -> int:
+async def _produce(system: str, port: int, seconds: float, window: int, progress: Progress) -> int:
     """Send deltas as fast as they are delivered: at most ``window`` in flight.
 
-    "In flight" is measured by a monitor subscriber that joined last, so a delta counts as
-    delivered only once the server got it out to the slowest-ordered connection; this keeps
-    queues (and latency) bounded instead of filling kernel buffers.
+    "In flight" is measured in the subscriber processes themselves (``Progress``: the last
+    connection of each, the slowest process counts), so the producer cannot run ahead of
+    subscribers whose socket buffers are filling; this keeps queues (and latency) bounded.
+    The window is the throughput/latency knob: by Little's law the standing delay is about
+    ``window / deltas per second``.
     """
     base = f"ws://127.0.0.1:{port}"
     sent = 0
-    delivered = 0
-    progressed = asyncio.Event()
+    skipped = 0
     async with aiohttp.ClientSession() as http:
-        monitor = await open_subscriber(system, port, Tally())
-
-        def on_delta(n: int) -> None:
-            nonlocal delivered
-            delivered += n
-            progressed.set()
-
-        monitor.on_delta = on_delta
         if system == "octosync":
             ws = await http.ws_connect(f"{base}/lazily")
             await ws.send_str(HANDSHAKE.replace('"features": []', '"features": ["publish"]'))
@@ -366,14 +393,16 @@ async def _produce(system: str, port: int, seconds: float, window: int) -> int:
             await ws.send_str("40")
             await ws.receive()
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if sent - delivered >= window:
-                progressed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(progressed.wait(), 1.0)
-                if sent - delivered >= window:
-                    delivered = sent - window + 1  # a lost delta (reset) must not stall us
+        stalled_since = None
+        while (now := time.monotonic()) < deadline:
+            if sent - progress.slowest() - skipped >= window:
+                if stalled_since is None:
+                    stalled_since = now
+                elif now - stalled_since > 1.0:
+                    skipped += 1  # a lost delta (reset) must not stall us
+                await asyncio.sleep(0.0005)
                 continue
+            stalled_since = None
             data = delta_bytes(sent, time.monotonic())
             if system == "socketio":
                 await ws.send_str('42["pub",' + data.decode() + "]")
@@ -382,10 +411,9 @@ async def _produce(system: str, port: int, seconds: float, window: int) -> int:
             else:
                 await ws.send_str(data.decode())
             sent += 1
-        print(f"# {system}: the monitor saw {delivered} of {sent} deltas", file=sys.stderr)
+        seen = progress.slowest()
+        print(f"# {system}: the slowest subscriber process saw {seen} of {sent}", file=sys.stderr)
         await ws.close()
-        if monitor.transport is not None:
-            monitor.transport.close()
     return sent
 
 
@@ -436,13 +464,27 @@ async def run_system(
     py = sys.executable
     server = subprocess.Popen([py, str(HERE), "_server", system, str(port)])
     subs: list[subprocess.Popen[str]] = []
+    fd, progress_path = tempfile.mkstemp(prefix="octosync-fanout-")
+    os.close(fd)
+    progress = Progress(progress_path, procs, create=True)
     try:
         await _wait_port(port)
         share = [subscribers // procs + (1 if i < subscribers % procs else 0) for i in range(procs)]
-        for n in share:
+        for slot, n in enumerate(share):
             subs.append(
                 subprocess.Popen(
-                    [py, str(HERE), "_subs", system, str(port), str(n), str(seconds)],
+                    [
+                        py,
+                        str(HERE),
+                        "_subs",
+                        system,
+                        str(port),
+                        str(n),
+                        str(seconds),
+                        progress_path,
+                        str(slot),
+                        str(procs),
+                    ],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
@@ -460,7 +502,7 @@ async def run_system(
             p.stdin.write("GO\n")
             p.stdin.flush()
         t0 = time.monotonic()
-        sent = await _produce(system, port, seconds, window)
+        sent = await _produce(system, port, seconds, window, progress)
         await asyncio.sleep(1.0)
         elapsed = time.monotonic() - t0
         cpu = (_cpu_ticks(server.pid) - cpu0) / TICK
@@ -491,6 +533,8 @@ async def run_system(
             "server_rss_mib": rss,
         }
     finally:
+        progress.close()
+        Path(progress_path).unlink(missing_ok=True)
         for p in subs:
             if p.poll() is None:
                 p.kill()
@@ -531,7 +575,10 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(SERVERS[argv[1]](int(argv[2])))
         return 0
     if argv and argv[0] == "_subs":
-        asyncio.run(_subscribers_main(argv[1], int(argv[2]), int(argv[3]), float(argv[4])))
+        a = argv[1:]
+        asyncio.run(
+            _subscribers_main(a[0], int(a[1]), int(a[2]), float(a[3]), a[4], int(a[5]), int(a[6]))
+        )
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--subscribers", type=int, default=1000)

@@ -2,8 +2,9 @@
 
 Sans-I/O. Faces call ``connect``/``publish``/``subscribe``/``resync``/``write``/``disconnect``
 with decoded frames; the hub raises a typed error (to the caller's connection only, see
-``policy.py``) or queues encoded bytes on outboxes and calls the connection's ``wake``. A face's
-writer then calls ``take(conn)`` and writes the whole batch at once. Time is injected
+``policy.py``) or appends the encoded bytes once to the stream's per-view ``FrameLog`` and wakes
+the subscribers that were caught up. A face's writer then calls ``take_bytes(conn)`` and writes
+the result in one write (``take`` gives the same frames one by one). Time is injected
 (``clock``) and only read for the keep-last-state TTL.
 """
 
