@@ -24,7 +24,7 @@ def test_append_reports_caught_up_members_once_until_they_drain() -> None:
     woken, lost = log.append(b"2")
     assert set(woken) == set()
     assert lost == []
-    assert log.take_joined("a") == b"12"
+    assert log.take_joined("a") == (b"12", 2)
     woken, _ = log.append(b"3")
     assert set(woken) == {"a"}
     assert log.take("b") == [b"1", b"2", b"3"]
@@ -36,9 +36,9 @@ def test_members_at_one_position_share_one_bytes_object() -> None:
         log.add(m)
     log.append(b"x1")
     log.append(b"x2")
-    first = log.take_joined("a")
-    assert first == b"x1x2"
-    assert all(log.take_joined(m) is first for m in MEMBERS[1:])
+    first, n = log.take_joined("a")
+    assert (first, n) == (b"x1x2", 2)
+    assert all(log.take_joined(m)[0] is first for m in MEMBERS[1:])
 
 
 def test_a_member_left_behind_by_the_bounds_is_reported_and_leaves() -> None:
@@ -103,7 +103,7 @@ class FrameLogMatchesPrivateOutboxes(RuleBasedStateMachine):
         box = self.boxes.get(member)
         expected = [] if box is None else box.take()
         if joined:
-            assert self.log.take_joined(member) == b"".join(expected)
+            assert self.log.take_joined(member) == (b"".join(expected), len(expected))
         else:
             assert self.log.take(member) == expected
 

@@ -95,6 +95,9 @@ class _Connection:
     subscriptions: set[StreamId] = field(default_factory=set)
     pending_snapshot: set[StreamId] = field(default_factory=set)
     produces: set[StreamId] = field(default_factory=set)
+    logs: dict[StreamId, FrameLog[ConnId]] = field(default_factory=dict)
+    """The log of each subscribed stream in this connection's view (a lookup without hashing
+    the view on every drain)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -373,41 +376,39 @@ class Hub:
 
     def _drain(self, c: _Connection, *, joined: bool) -> tuple[list[bytes], int]:
         """Control frames first, then per stream: a pending snapshot, or the log backlog."""
-        parts = c.outbox.take()
+        parts = c.outbox.take() if c.outbox else []
         frames = len(parts)
         subs = c.subscriptions
+        pending = c.pending_snapshot
         for sid in subs if len(subs) < 2 else sorted(subs, key=repr):
-            stream = self._streams.get(sid)
-            if stream is None:
-                continue
-            log = stream.logs.get(c.view)
-            if sid in c.pending_snapshot:
-                replay = self._replay_bytes(stream, c.view)
+            log = c.logs.get(sid)
+            if pending and sid in pending:
+                stream = self._streams.get(sid)
+                replay = [] if stream is None else self._replay_bytes(stream, c.view)
                 if replay:
                     # The replay is built from the mirror as of now: it covers the whole log.
                     parts.extend(replay)
                     frames += len(replay)
-                    c.pending_snapshot.discard(sid)
+                    pending.discard(sid)
                     if log is not None:
                         log.add(c.id)
                 # else: nothing to replay yet; the next snapshot published wakes it.
                 continue
             if log is None:
                 continue
-            n = log.backlog(c.id)
-            if not n:
-                continue
-            if n > 1 and self.config.coalesce_backlog and len(subs) == 1:
-                data = log.take(c.id)
-                data = self._coalesce(stream, c, data)
+            if self.config.coalesce_backlog and len(subs) == 1 and log.backlog(c.id) > 1:
+                data = self._coalesce(self._streams[sid], c, log.take(c.id))
                 parts.extend(data)
                 frames += len(data)
             elif joined:
-                parts.append(log.take_joined(c.id))
-                frames += n
+                blob, n = log.take_joined(c.id)
+                if n:
+                    parts.append(blob)
+                    frames += n
             else:
-                parts.extend(log.take(c.id))
-                frames += n
+                data = log.take(c.id)
+                parts.extend(data)
+                frames += len(data)
         return parts, frames
 
     def _coalesce(self, stream: _Stream, c: _Connection, data: list[bytes]) -> list[bytes]:
@@ -467,8 +468,7 @@ class Hub:
     def _request_snapshot(self, c: _Connection, stream_id: StreamId) -> None:
         """The snapshot replaces whatever backlog the connection had on this stream."""
         c.pending_snapshot.add(stream_id)
-        stream = self._streams.get(stream_id)
-        log = None if stream is None else stream.logs.get(c.view)
+        log = c.logs.get(stream_id)
         if log is not None:
             log.remove(c.id)
         c.wake(c.id)
@@ -547,8 +547,10 @@ class Hub:
     def _add_subscriber(self, stream: _Stream, c: _Connection) -> None:
         stream.subscribers[c.id] = c
         stream.by_view.setdefault(c.view, {})[c.id] = c
-        if c.view not in stream.logs:
-            stream.logs[c.view] = FrameLog(self.config.outbox)
+        log = stream.logs.get(c.view)
+        if log is None:
+            log = stream.logs[c.view] = FrameLog(self.config.outbox)
+        c.logs[stream.id] = log
 
     @staticmethod
     def _drop_subscriber(stream: _Stream, c: _Connection) -> None:
@@ -558,6 +560,7 @@ class Hub:
             group.pop(c.id, None)
             if not group:
                 del stream.by_view[c.view]
+        c.logs.pop(stream.id, None)
         log = stream.logs.get(c.view)
         if log is not None:
             log.remove(c.id)

@@ -109,20 +109,21 @@ class FrameLog(Generic[M]):
             return []
         return list(itertools.islice(self._frames, cursor - self._base, None))
 
-    def take_joined(self, member: M) -> bytes:
-        """The member's backlog as one bytes object, shared by every member at that cursor."""
+    def take_joined(self, member: M) -> tuple[bytes, int]:
+        """The member's backlog as one bytes object, shared by every member at that cursor,
+        and its frame count."""
         cursor = self._move_to_end(member)
         if cursor is None:
-            return b""
+            return b"", 0
         joined = self._joined.get(cursor)
+        start = cursor - self._base
         if joined is None:
-            start = cursor - self._base
             if start == len(self._frames) - 1:
                 joined = self._frames[-1]
             else:
                 joined = b"".join(itertools.islice(self._frames, start, None))
             self._joined[cursor] = joined
-        return joined
+        return joined, len(self._frames) - start
 
     def _move_to_end(self, member: M) -> int | None:
         cursor = self._cursor.get(member)
@@ -134,5 +135,9 @@ class FrameLog(Generic[M]):
         if not members:
             del self._at[cursor]
         self._cursor[member] = end
-        self._at.setdefault(end, set()).add(member)
+        caught_up = self._at.get(end)
+        if caught_up is None:
+            self._at[end] = {member}
+        else:
+            caught_up.add(member)
         return cursor
