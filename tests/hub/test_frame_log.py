@@ -116,6 +116,10 @@ class FrameLogMatchesPrivateOutboxes(RuleBasedStateMachine):
         assert self.log.total_backlog() == sum(b.depth_frames for b in self.boxes.values())
 
     @invariant()
+    def log_holds_exactly_what_the_furthest_behind_member_needs(self) -> None:
+        assert len(self.log) == max((b.depth_frames for b in self.boxes.values()), default=0)
+
+    @invariant()
     def log_stays_within_its_bounds(self) -> None:
         assert len(self.log) <= LIMITS.max_frames
         assert len(self.log) <= 1 or self.log.size_bytes <= LIMITS.max_bytes

@@ -7,7 +7,8 @@ within them, and a subscriber whose cursor would fall off the front has overflow
 are indexed by cursor, so an append touches only the members that were caught up (they need a
 wake-up, once per drain) and a trim only the ones it leaves behind (they need a reset). Members
 at the same cursor drain the same bytes: the joined backlog is built once per cursor position
-and shared until the log changes.
+and shared until the log changes. Frames every member has passed are dropped at once, so a log
+whose members are caught up holds nothing.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class FrameLog(Generic[M]):
             members.discard(member)
             if not members:
                 del self._at[cursor]
+                self._drop_passed()
 
     def backlog(self, member: M) -> int:
         """Frames waiting for ``member`` (0 when it is caught up or not a member)."""
@@ -82,6 +84,8 @@ class FrameLog(Generic[M]):
         members have left the log: their backlog no longer fits the bounds.
         """
         frames = self._frames
+        if not self._at:
+            return frozenset(), []  # nobody to keep it for
         caught_up: Set[M] = self._at.get(self.end) or frozenset()
         frames.append(frame)
         self._bytes += len(frame)
@@ -100,44 +104,56 @@ class FrameLog(Generic[M]):
                 for member in left:
                     del self._cursor[member]
                     lost.append((member, missed))
+        if lost:
+            self._drop_passed()
         return caught_up, lost
 
     def take(self, member: M) -> list[bytes]:
         """The member's backlog, frame by frame; it is then caught up."""
-        cursor = self._move_to_end(member)
-        if cursor is None:
+        cursor = self._cursor.get(member)
+        if cursor is None or cursor == self.end:
             return []
-        return list(itertools.islice(self._frames, cursor - self._base, None))
+        data = list(itertools.islice(self._frames, cursor - self._base, None))
+        self._move_to_end(member, cursor)
+        return data
 
     def take_joined(self, member: M) -> tuple[bytes, int]:
         """The member's backlog as one bytes object, shared by every member at that cursor,
         and its frame count."""
-        cursor = self._move_to_end(member)
-        if cursor is None:
-            return b"", 0
-        joined = self._joined.get(cursor)
-        start = cursor - self._base
-        if joined is None:
-            if start == len(self._frames) - 1:
-                joined = self._frames[-1]
-            else:
-                joined = b"".join(itertools.islice(self._frames, start, None))
-            self._joined[cursor] = joined
-        return joined, len(self._frames) - start
-
-    def _move_to_end(self, member: M) -> int | None:
         cursor = self._cursor.get(member)
+        if cursor is None or cursor == self.end:
+            return b"", 0
+        frames = self._frames
+        start = cursor - self._base
+        joined = self._joined.get(cursor)
+        if joined is None:
+            if start == len(frames) - 1:
+                joined = frames[-1]
+            else:
+                joined = b"".join(itertools.islice(frames, start, None))
+            self._joined[cursor] = joined
+        n = len(frames) - start
+        self._move_to_end(member, cursor)
+        return joined, n
+
+    def _move_to_end(self, member: M, cursor: int) -> None:
         end = self.end
-        if cursor is None or cursor == end:
-            return None
         members = self._at[cursor]
         members.discard(member)
-        if not members:
-            del self._at[cursor]
         self._cursor[member] = end
         caught_up = self._at.get(end)
         if caught_up is None:
             self._at[end] = {member}
         else:
             caught_up.add(member)
-        return cursor
+        if not members:
+            del self._at[cursor]
+            if cursor == self._base:
+                self._drop_passed()
+
+    def _drop_passed(self) -> None:
+        """Drop the frames before the furthest-behind member's cursor (amortised O(1))."""
+        frames, at = self._frames, self._at
+        while frames and self._base not in at:
+            self._bytes -= len(frames.popleft())
+            self._base += 1
