@@ -1,12 +1,14 @@
 """Fan-out benchmark: one producer, many WebSocket subscribers on one stream.
 
 Each system runs as its own server process; subscribers run in separate processes; the
-producer (in this process) sends small deltas as fast as the server takes them for a bounded
-time. Every delta carries its send time (CLOCK_MONOTONIC, shared by all processes on the
+producer (in this process) sends small deltas as fast as they are delivered, at most
+``--window`` in flight as counted in the subscriber processes, for a bounded time. Every delta
+carries its send time (CLOCK_MONOTONIC, shared by all processes on the
 machine), so subscribers measure delivery latency. Systems, measured in the same run:
 
-- ``octosync``: the hub's ``/lazily`` face (seed JSON deltas; per-connection outboxes write
-  every queued frame in one socket write; stalled subscribers are reset, never waited for);
+- ``octosync``: the hub's ``/lazily`` face (seed JSON deltas appended once to a shared log;
+  each subscriber's backlog goes out in one socket write, the same bytes object for every
+  caught-up subscriber; stalled subscribers are reset, never waited for);
 - ``bare``: a bare aiohttp broadcast loop, one ``send_str`` per message per connection;
 - ``socketio``: python-socketio (aiohttp mode) emitting each message to a room.
 
@@ -15,6 +17,7 @@ Every system carries the same delta JSON bytes. Usage::
     python bench/fanout.py                 # 1,000 subscribers, 10 s per system
     python bench/fanout.py --quick         # 50 subscribers, 3 s per system
     python bench/fanout.py --subscribers 200 --seconds 5 --systems octosync,bare
+    python bench/fanout.py --window 8      # less in flight: lower latency, lower throughput
 """
 
 from __future__ import annotations
