@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs", type=int, default=2, help="subscriber processes")
     parser.add_argument("--systems", default="octosync,bare,socketio")
     parser.add_argument("--quick", action="store_true", help="50 subscribers, 3 s, 1 process")
-    parser.add_argument("--window", type=int, default=32, help="deltas in flight")
+    parser.add_argument("--window", type=int, default=16, help="deltas in flight")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     args = parser.parse_args(argv)
     if args.quick:
