@@ -1,12 +1,14 @@
 """Fan-out benchmark: one producer, many WebSocket subscribers on one stream.
 
 Each system runs as its own server process; subscribers run in separate processes; the
-producer (in this process) sends small deltas as fast as the server takes them for a bounded
-time. Every delta carries its send time (CLOCK_MONOTONIC, shared by all processes on the
+producer (in this process) sends small deltas as fast as they are delivered, at most
+``--window`` in flight as counted in the subscriber processes, for a bounded time. Every delta
+carries its send time (CLOCK_MONOTONIC, shared by all processes on the
 machine), so subscribers measure delivery latency. Systems, measured in the same run:
 
-- ``octosync``: the hub's ``/lazily`` face (seed JSON deltas; per-connection outboxes write
-  every queued frame in one socket write; stalled subscribers are reset, never waited for);
+- ``octosync``: the hub's ``/lazily`` face (seed JSON deltas appended once to a shared log;
+  each subscriber's backlog goes out in one socket write, the same bytes object for every
+  caught-up subscriber; stalled subscribers are reset, never waited for);
 - ``bare``: a bare aiohttp broadcast loop, one ``send_str`` per message per connection;
 - ``socketio``: python-socketio (aiohttp mode) emitting each message to a room.
 
@@ -15,6 +17,7 @@ Every system carries the same delta JSON bytes. Usage::
     python bench/fanout.py                 # 1,000 subscribers, 10 s per system
     python bench/fanout.py --quick         # 50 subscribers, 3 s per system
     python bench/fanout.py --subscribers 200 --seconds 5 --systems octosync,bare
+    python bench/fanout.py --window 8      # less in flight: lower latency, lower throughput
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import binascii
 import contextlib
 import json
+import mmap
 import os
 import re
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from array import array
 from pathlib import Path
@@ -143,18 +149,10 @@ HANDSHAKE = json.dumps(
 )
 
 
-_PAYLOAD = re.compile(rb'"payload": ?"([A-Za-z0-9+/]{11}=)"')
-
-
-def sent_at_raw(frame: bytes) -> float | None:
-    """The send time in a delta frame without a full parse (same cost for every system)."""
-    if b'"delta"' not in frame:
-        return None
-    m = _PAYLOAD.search(frame)
-    if m is None:
-        return None
-    value: float = _F64.unpack(base64.b64decode(m.group(1)))[0]
-    return value
+_ITEM = re.compile(rb'"(snapshot)"|"cell_set"[^}]*"payload": ?"([A-Za-z0-9+/]{11}=)"')
+"""A snapshot, or a delta's timed cell_set: matched in the raw stream, whatever the framing."""
+_SIO_PING = b"\x81\x012"
+"""An engine.io ping ("2") in a one-byte unmasked text frame; 0x81 never occurs in JSON text."""
 
 
 class Tally:
@@ -167,17 +165,20 @@ class Tally:
 
 
 class RawWsClient(asyncio.Protocol):
-    """A minimal WebSocket client that counts frames: the harness must not be the bottleneck.
+    """A minimal WebSocket client that times deltas: the harness must not be the bottleneck.
 
-    Reads unmasked server frames straight from the socket buffer; sends (rare) text frames
-    with a zero mask. Socket.IO pings are answered; every data frame is timed.
+    After the upgrade it does not walk WebSocket frames in Python at all: each chunk read from
+    the socket is scanned with one regex (C speed) for delta send times and snapshots, and the
+    unmatched tail is kept for the next chunk. Every delta is still timed individually, and the
+    cost per delta is the same for every system (they all carry the same delta JSON). Sends
+    (rare) text frames with a zero mask; Socket.IO pings are answered.
     """
 
     def __init__(self, system: str, path: str, tally: Tally) -> None:
         self.system = system
         self.path = path
         self.tally = tally
-        self.buf = bytearray()
+        self.buf = b""
         self.transport: asyncio.Transport | None = None
         self.upgraded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.handshaking = True
@@ -211,15 +212,48 @@ class RawWsClient(asyncio.Protocol):
         return await self.early.get()
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
+        if self.handshaking:
+            self._handshake_data(data)
+            return
+        buf = self.buf + data if self.buf else data
+        if self.system == "socketio" and _SIO_PING in buf:
+            self.send_text(b"3")
+        now = time.monotonic()
+        end = 0
+        deltas = 0
+        snapshots = 0
+        times: list[float] = []
+        unpack, decode = _F64.unpack, binascii.a2b_base64
+        for m in _ITEM.finditer(buf):
+            end = m.end()
+            payload = m.group(2)
+            if payload is None:
+                snapshots += 1
+            else:
+                deltas += 1
+                times.append(now - unpack(decode(payload))[0])
+        tail = buf[end:]
+        self.buf = tail[-512:] if len(tail) > 512 else tail
+        if deltas and self.on_delta is not None:
+            self.on_delta(deltas)
+        tally = self.tally
+        if tally.recording:
+            tally.frames += deltas + snapshots
+            tally.deltas += deltas
+            tally.snapshots += snapshots
+            tally.latencies.extend(times)
+
+    def _handshake_data(self, data: bytes) -> None:
+        """Until the session is set up: parse the upgrade response and frames one by one."""
+        buf = self.buf + data
         pos = 0
         if not self.upgraded.done():
             end = buf.find(b"\r\n\r\n")
             if end < 0:
+                self.buf = buf
                 return
             if b" 101 " not in buf[: buf.find(b"\r\n")]:
-                self.upgraded.set_exception(ConnectionError(bytes(buf[:end]).decode()))
+                self.upgraded.set_exception(ConnectionError(buf[:end].decode()))
                 return
             self.upgraded.set_result(None)
             pos = end + 4
@@ -239,33 +273,9 @@ class RawWsClient(asyncio.Protocol):
                 off = 10
             if size - pos < off + n:
                 break
-            frame = bytes(buf[pos + off : pos + off + n])
+            self.early.put_nowait(buf[pos + off : pos + off + n])
             pos += off + n
-            self._frame(frame)
-        del buf[:pos]
-
-    def _frame(self, frame: bytes) -> None:
-        if self.handshaking:
-            self.early.put_nowait(frame)
-            return
-        if self.system == "socketio":
-            if frame == b"2":
-                self.send_text(b"3")
-                return
-            if not frame.startswith(b"42"):
-                return
-        t = sent_at_raw(frame)
-        if self.on_delta is not None and t is not None:
-            self.on_delta()
-        tally = self.tally
-        if not tally.recording:
-            return
-        tally.frames += 1
-        if t is None:
-            tally.snapshots += 1
-            return
-        tally.deltas += 1
-        tally.latencies.append(time.monotonic() - t)
+        self.buf = buf[pos:]
 
 
 async def open_subscriber(system: str, port: int, tally: Tally) -> RawWsClient:
@@ -290,9 +300,41 @@ async def open_subscriber(system: str, port: int, tally: Tally) -> RawWsClient:
     return client
 
 
-async def _subscribers_main(system: str, port: int, n: int, seconds: float) -> None:
+class Progress:
+    """Deltas seen by each subscriber process's last connection, in a shared file mapping.
+
+    The producer reads the minimum over processes: a delta counts as delivered only once the
+    slowest subscriber process has it, so the flow control sees the queues that latency sees.
+    """
+
+    def __init__(self, path: str, slots: int, create: bool = False) -> None:
+        if create:
+            Path(path).write_bytes(bytes(8 * slots))
+        self._file = open(path, "r+b")  # noqa: SIM115 - kept open with the mapping
+        self._map = mmap.mmap(self._file.fileno(), 8 * slots)
+        self.counts = memoryview(self._map).cast("q")
+
+    def slowest(self) -> int:
+        return min(self.counts)
+
+    def close(self) -> None:
+        self.counts.release()
+        self._map.close()
+        self._file.close()
+
+
+async def _subscribers_main(
+    system: str, port: int, n: int, seconds: float, progress_path: str, slot: int, slots: int
+) -> None:
     tally = Tally()
     clients = [await open_subscriber(system, port, tally) for _ in range(n)]
+    progress = Progress(progress_path, slots)
+    counts = progress.counts
+
+    def seen(k: int) -> None:
+        counts[slot] += k
+
+    clients[-1].on_delta = seen
     print("READY", flush=True)
     loop = asyncio.get_running_loop()
     line = await loop.run_in_executor(None, sys.stdin.readline)
@@ -315,26 +357,19 @@ async def _subscribers_main(system: str, port: int, n: int, seconds: float) -> N
 # --- producer (this process) ----------------------------------------------------------------
 
 
-async def _produce(system: str, port: int, seconds: float, window: int) -> int:
+async def _produce(system: str, port: int, seconds: float, window: int, progress: Progress) -> int:
     """Send deltas as fast as they are delivered: at most ``window`` in flight.
 
-    "In flight" is measured by a monitor subscriber that joined last, so a delta counts as
-    delivered only once the server got it out to the slowest-ordered connection; this keeps
-    queues (and latency) bounded instead of filling kernel buffers.
+    "In flight" is measured in the subscriber processes themselves (``Progress``: the last
+    connection of each, the slowest process counts), so the producer cannot run ahead of
+    subscribers whose socket buffers are filling; this keeps queues (and latency) bounded.
+    The window is the throughput/latency knob: by Little's law the standing delay is about
+    ``window / deltas per second``.
     """
     base = f"ws://127.0.0.1:{port}"
     sent = 0
-    delivered = 0
-    progressed = asyncio.Event()
+    skipped = 0
     async with aiohttp.ClientSession() as http:
-        monitor = await open_subscriber(system, port, Tally())
-
-        def on_delta() -> None:
-            nonlocal delivered
-            delivered += 1
-            progressed.set()
-
-        monitor.on_delta = on_delta
         if system == "octosync":
             ws = await http.ws_connect(f"{base}/lazily")
             await ws.send_str(HANDSHAKE.replace('"features": []', '"features": ["publish"]'))
@@ -361,14 +396,16 @@ async def _produce(system: str, port: int, seconds: float, window: int) -> int:
             await ws.send_str("40")
             await ws.receive()
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if sent - delivered >= window:
-                progressed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(progressed.wait(), 1.0)
-                if sent - delivered >= window:
-                    delivered = sent - window + 1  # a lost delta (reset) must not stall us
+        stalled_since = None
+        while (now := time.monotonic()) < deadline:
+            if sent - progress.slowest() - skipped >= window:
+                if stalled_since is None:
+                    stalled_since = now
+                elif now - stalled_since > 1.0:
+                    skipped += 1  # a lost delta (reset) must not stall us
+                await asyncio.sleep(0.0005)
                 continue
+            stalled_since = None
             data = delta_bytes(sent, time.monotonic())
             if system == "socketio":
                 await ws.send_str('42["pub",' + data.decode() + "]")
@@ -377,10 +414,9 @@ async def _produce(system: str, port: int, seconds: float, window: int) -> int:
             else:
                 await ws.send_str(data.decode())
             sent += 1
-        print(f"# {system}: the monitor saw {delivered} of {sent} deltas", file=sys.stderr)
+        seen = progress.slowest()
+        print(f"# {system}: the slowest subscriber process saw {seen} of {sent}", file=sys.stderr)
         await ws.close()
-        if monitor.transport is not None:
-            monitor.transport.close()
     return sent
 
 
@@ -431,13 +467,27 @@ async def run_system(
     py = sys.executable
     server = subprocess.Popen([py, str(HERE), "_server", system, str(port)])
     subs: list[subprocess.Popen[str]] = []
+    fd, progress_path = tempfile.mkstemp(prefix="octosync-fanout-")
+    os.close(fd)
+    progress = Progress(progress_path, procs, create=True)
     try:
         await _wait_port(port)
         share = [subscribers // procs + (1 if i < subscribers % procs else 0) for i in range(procs)]
-        for n in share:
+        for slot, n in enumerate(share):
             subs.append(
                 subprocess.Popen(
-                    [py, str(HERE), "_subs", system, str(port), str(n), str(seconds)],
+                    [
+                        py,
+                        str(HERE),
+                        "_subs",
+                        system,
+                        str(port),
+                        str(n),
+                        str(seconds),
+                        progress_path,
+                        str(slot),
+                        str(procs),
+                    ],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
@@ -455,7 +505,7 @@ async def run_system(
             p.stdin.write("GO\n")
             p.stdin.flush()
         t0 = time.monotonic()
-        sent = await _produce(system, port, seconds, window)
+        sent = await _produce(system, port, seconds, window, progress)
         await asyncio.sleep(1.0)
         elapsed = time.monotonic() - t0
         cpu = (_cpu_ticks(server.pid) - cpu0) / TICK
@@ -486,6 +536,8 @@ async def run_system(
             "server_rss_mib": rss,
         }
     finally:
+        progress.close()
+        Path(progress_path).unlink(missing_ok=True)
         for p in subs:
             if p.poll() is None:
                 p.kill()
@@ -526,7 +578,10 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(SERVERS[argv[1]](int(argv[2])))
         return 0
     if argv and argv[0] == "_subs":
-        asyncio.run(_subscribers_main(argv[1], int(argv[2]), int(argv[3]), float(argv[4])))
+        a = argv[1:]
+        asyncio.run(
+            _subscribers_main(a[0], int(a[1]), int(a[2]), float(a[3]), a[4], int(a[5]), int(a[6]))
+        )
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--subscribers", type=int, default=1000)
@@ -534,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs", type=int, default=2, help="subscriber processes")
     parser.add_argument("--systems", default="octosync,bare,socketio")
     parser.add_argument("--quick", action="store_true", help="50 subscribers, 3 s, 1 process")
-    parser.add_argument("--window", type=int, default=32, help="deltas in flight")
+    parser.add_argument("--window", type=int, default=16, help="deltas in flight")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     args = parser.parse_args(argv)
     if args.quick:

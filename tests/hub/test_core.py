@@ -384,3 +384,60 @@ def test_backlog_is_kept_when_the_snapshot_would_be_bigger() -> None:
     hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"b")))
     assert [type(decode(b)) for b in hub.take(2)] == [Delta, Delta]
     assert hub.stats.coalesced == 0
+
+
+def test_caught_up_subscribers_share_one_write_buffer_and_are_woken_once() -> None:
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    subs = list(range(2, 8))
+    for c in subs:
+        join(hub, c, woken)
+        hub.subscribe(c, "s")
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    for c in subs:
+        data, frames = hub.take_bytes(c)
+        assert frames == 1
+        assert decode(data) == snap(0, {1: b"a"})
+    woken.clear()
+    for e in range(3):
+        hub.publish(1, "s", lazily_frame(cell_set(e, 1, bytes([e]))))
+    assert sorted(woken) == subs  # one wake per subscriber for the three deltas
+    hub.send_control(7, b"control")
+    per_frame = hub.take(2)
+    assert [decode(b) for b in per_frame] == [cell_set(e, 1, bytes([e])) for e in range(3)]
+    shared = [hub.take_bytes(c) for c in subs[1:-1]]
+    assert all(data is shared[0][0] for data, _ in shared)
+    assert shared[0] == (b"".join(per_frame), 3)
+    data, frames = hub.take_bytes(7)
+    assert (data, frames) == (b"control" + b"".join(per_frame), 4)
+    assert hub.take_bytes(2) == (b"", 0)
+
+
+def test_a_subscriber_changing_view_restarts_from_a_snapshot_in_the_new_dialect() -> None:
+    hub, _, woken = make_hub()
+    hub.register_encoder("alt", lambda f: b"alt:" + json_encoder(f))
+    join(hub, 1, woken)
+    join(hub, 2, woken)
+    join(hub, 3, woken)
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    hub.subscribe(2, "s")
+    hub.subscribe(3, "s")
+    hub.take(2)
+    hub.take(3)
+    hub.publish(1, "s", lazily_frame(cell_set(0, 1, b"b")))
+    hub.change_view(2, ViewKey("alt"))
+    hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"c")))
+    batch = hub.take(2)
+    assert all(b.startswith(b"alt:") for b in batch)
+    got = [decode(b[4:]) for b in batch]
+    assert isinstance(got[0], Snapshot)
+    assert got[0].epoch == 2
+    assert len(got) == 1
+    hub.publish(1, "s", lazily_frame(cell_set(2, 1, b"d")))
+    assert [decode(b[4:]) for b in hub.take(2)] == [cell_set(2, 1, b"d")]
+    # the other subscriber's json log was not disturbed
+    assert [decode(b) for b in hub.take(3)] == [
+        cell_set(0, 1, b"b"),
+        cell_set(1, 1, b"c"),
+        cell_set(2, 1, b"d"),
+    ]

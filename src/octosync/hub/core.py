@@ -2,8 +2,9 @@
 
 Sans-I/O. Faces call ``connect``/``publish``/``subscribe``/``resync``/``write``/``disconnect``
 with decoded frames; the hub raises a typed error (to the caller's connection only, see
-``policy.py``) or queues encoded bytes on outboxes and calls the connection's ``wake``. A face's
-writer then calls ``take(conn)`` and writes the whole batch at once. Time is injected
+``policy.py``) or appends the encoded bytes once to the stream's per-view ``FrameLog`` and wakes
+the subscribers that were caught up. A face's writer then calls ``take_bytes(conn)`` and writes
+the result in one write (``take`` gives the same frames one by one). Time is injected
 (``clock``) and only read for the keep-last-state TTL.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from octosync.errors import Forbidden, ForbiddenPublish, SnapshotRequired
+from octosync.hub.frame_log import FrameLog
 from octosync.hub.model import (
     Frame,
     GraphModel,
@@ -23,7 +25,7 @@ from octosync.hub.model import (
     StateHasher,
     default_state_hash,
 )
-from octosync.hub.outbox import OVERFLOW, WAS_EMPTY, Outbox, OutboxLimits
+from octosync.hub.outbox import Outbox, OutboxLimits
 from octosync.ipc.messages import Snapshot
 
 StreamId = Hashable
@@ -93,6 +95,9 @@ class _Connection:
     subscriptions: set[StreamId] = field(default_factory=set)
     pending_snapshot: set[StreamId] = field(default_factory=set)
     produces: set[StreamId] = field(default_factory=set)
+    logs: dict[StreamId, FrameLog[ConnId]] = field(default_factory=dict)
+    """The log of each subscribed stream in this connection's view (a lookup without hashing
+    the view on every drain)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -103,7 +108,9 @@ class _Stream:
     producer_has_snapshot: bool = False
     subscribers: dict[ConnId, _Connection] = field(default_factory=dict)
     by_view: dict[ViewKey, dict[ConnId, _Connection]] = field(default_factory=dict)
-    """Subscribers grouped by view, so fan-out encodes once per view and loops without lookups."""
+    """Subscribers grouped by view, so fan-out encodes once per view."""
+    logs: dict[ViewKey, FrameLog[ConnId]] = field(default_factory=dict)
+    """One shared log of encoded frames per view; subscribers hold cursors into it."""
     expires_at: float | None = None
     replay_cache: dict[ViewKey, list[bytes]] = field(default_factory=dict)
 
@@ -182,11 +189,14 @@ class Hub:
         if view.dialect not in self._encoders:
             raise ValueError(f"no encoder registered for dialect {view.dialect!r}")
         for sid in c.subscriptions:
-            stream = self._streams[sid]
-            self._drop_subscriber(stream, c)
-            stream.subscribers[conn] = c
-            stream.by_view.setdefault(view, {})[conn] = c
+            self._drop_subscriber(self._streams[sid], c)
         c.view = view
+        for sid in c.subscriptions:
+            # The new view's log has its own positions: restart from a snapshot in it.
+            self._add_subscriber(self._streams[sid], c)
+            c.pending_snapshot.add(sid)
+        if c.subscriptions:
+            c.wake(c.id)
 
     def disconnect(self, conn: ConnId) -> None:
         """Forget a connection; streams it produced are released (state kept per config)."""
@@ -287,8 +297,8 @@ class Hub:
         stream = self._streams.get(stream_id)
         if stream is None:
             stream = self._streams[stream_id] = _Stream(stream_id)
-        stream.subscribers[conn] = c
-        stream.by_view.setdefault(c.view, {})[conn] = c
+        if conn not in stream.subscribers:
+            self._add_subscriber(stream, c)
         c.subscriptions.add(stream_id)
         self._request_snapshot(c, stream_id)
 
@@ -340,26 +350,68 @@ class Hub:
     # --- draining -------------------------------------------------------------------------
 
     def take(self, conn: ConnId) -> list[bytes]:
-        """Everything queued for ``conn``, pending snapshots included, as one batch."""
+        """Everything queued for ``conn``, pending snapshots included, frame by frame."""
         c = self._conns.get(conn)
         if c is None:
             return []
-        batch, data, size = c.outbox.take_parts()
-        if len(data) > 1 and self.config.coalesce_backlog and len(c.subscriptions) == 1:
-            data = self._coalesce(c, data, size)
-        batch.extend(data)
-        for sid in sorted(c.pending_snapshot, key=repr):
-            stream = self._streams.get(sid)
-            replay = [] if stream is None else self._replay_bytes(stream, c.view)
-            if replay:
-                batch.extend(replay)
-                c.pending_snapshot.discard(sid)
-            # else: nothing to replay yet; the next snapshot fanned out clears it.
-        self.stats.frames_out += len(batch)
+        batch, frames = self._drain(c, joined=False)
+        self.stats.frames_out += frames
         self.stats.bytes_out += sum(map(len, batch))
         return batch
 
-    def _coalesce(self, c: _Connection, data: list[bytes], size: int) -> list[bytes]:
+    def take_bytes(self, conn: ConnId) -> tuple[bytes, int]:
+        """Everything queued for ``conn`` as one write: ``(bytes, frame count)``.
+
+        A caught-up subscriber's backlog is the same bytes object as every other subscriber's
+        at the same position in the stream's log, so the usual case copies nothing.
+        """
+        c = self._conns.get(conn)
+        if c is None:
+            return b"", 0
+        parts, frames = self._drain(c, joined=True)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        self.stats.frames_out += frames
+        self.stats.bytes_out += len(data)
+        return data, frames
+
+    def _drain(self, c: _Connection, *, joined: bool) -> tuple[list[bytes], int]:
+        """Control frames first, then per stream: a pending snapshot, or the log backlog."""
+        parts = c.outbox.take() if c.outbox else []
+        frames = len(parts)
+        subs = c.subscriptions
+        pending = c.pending_snapshot
+        for sid in subs if len(subs) < 2 else sorted(subs, key=repr):
+            log = c.logs.get(sid)
+            if pending and sid in pending:
+                stream = self._streams.get(sid)
+                replay = [] if stream is None else self._replay_bytes(stream, c.view)
+                if replay:
+                    # The replay is built from the mirror as of now: it covers the whole log.
+                    parts.extend(replay)
+                    frames += len(replay)
+                    pending.discard(sid)
+                    if log is not None:
+                        log.add(c.id)
+                # else: nothing to replay yet; the next snapshot published wakes it.
+                continue
+            if log is None:
+                continue
+            if self.config.coalesce_backlog and len(subs) == 1 and log.backlog(c.id) > 1:
+                data = self._coalesce(self._streams[sid], c, log.take(c.id))
+                parts.extend(data)
+                frames += len(data)
+            elif joined:
+                blob, n = log.take_joined(c.id)
+                if n:
+                    parts.append(blob)
+                    frames += n
+            else:
+                data = log.take(c.id)
+                parts.extend(data)
+                frames += len(data)
+        return parts, frames
+
+    def _coalesce(self, stream: _Stream, c: _Connection, data: list[bytes]) -> list[bytes]:
         """A backlog of deltas collapses to one snapshot when that is smaller.
 
         The subscriber fell behind (several deltas queued since its last write); the hub's
@@ -367,14 +419,10 @@ class Hub:
         shared per view, so this costs a size comparison. The receiver ends in the same state
         at the same epoch (lazily-spec reliable-sync ``state_suffix_collapses_to_snapshot``).
         """
-        (sid,) = c.subscriptions
-        if sid in c.pending_snapshot:
-            return data
-        stream = self._streams.get(sid)
-        if stream is None or not isinstance(stream.model, GraphModel):
+        if not isinstance(stream.model, GraphModel):
             return data
         replay = self._replay_bytes(stream, c.view)
-        if len(replay) == 1 and len(replay[0]) < size:
+        if len(replay) == 1 and len(replay[0]) < sum(map(len, data)):
             self.stats.coalesced += len(data)
             return replay
         return data
@@ -387,7 +435,11 @@ class Hub:
         return [c.id for c in self._conns.values() if c.view.dialect == dialect]
 
     def outbox_depth(self) -> int:
-        return sum(c.outbox.depth_frames for c in self._conns.values())
+        """Frames waiting for connections: control frames plus every subscriber's backlog."""
+        control = sum(c.outbox.depth_frames for c in self._conns.values())
+        return control + sum(
+            log.total_backlog() for s in self._streams.values() for log in s.logs.values()
+        )
 
     def stream_ids(self) -> list[StreamId]:
         return list(self._streams)
@@ -414,7 +466,11 @@ class Hub:
             raise ValueError(f"unknown connection {conn}") from None
 
     def _request_snapshot(self, c: _Connection, stream_id: StreamId) -> None:
+        """The snapshot replaces whatever backlog the connection had on this stream."""
         c.pending_snapshot.add(stream_id)
+        log = c.logs.get(stream_id)
+        if log is not None:
+            log.remove(c.id)
         c.wake(c.id)
 
     def _encode(
@@ -433,6 +489,11 @@ class Hub:
         return self._encoders[view.dialect](OutFrame(stream, kind, epoch, body, ts))
 
     def _fan_out(self, stream: _Stream, frame: Frame[object]) -> None:
+        """Append the frame once per view to that view's shared log: O(views), not O(subs).
+
+        Only the subscribers that were caught up are woken (once until they drain again), and
+        only the ones the log's bounds leave behind are reset; everyone else is not touched.
+        """
         if not stream.subscribers:
             return
         ts = self.next_ts()
@@ -440,29 +501,28 @@ class Hub:
         is_snapshot = isinstance(frame, SnapshotFrame)
         stats = self.stats
         for view, group in stream.by_view.items():
-            data: bytes | None = None
-            encoded = False
-            for c in group.values():
-                if c.pending_snapshot and sid in c.pending_snapshot:
-                    if not is_snapshot:
-                        continue  # it will get a snapshot covering this frame
-                    c.pending_snapshot.discard(sid)
-                if not encoded:
-                    data = self._encode(view, sid, frame, ts)
-                    encoded = True
-                if data is None:
-                    break  # nothing of this frame is visible in this view
-                outbox = c.outbox
-                result = outbox.push(data)
-                if result == WAS_EMPTY:
-                    c.wake(c.id)
-                elif result == OVERFLOW:
-                    stats.drops += outbox.last_dropped
-                    stats.resets += 1
-                    # Everything queued is gone: each stream this connection follows restarts
-                    # from a snapshot taken when the connection can next write.
-                    c.pending_snapshot.update(c.subscriptions)
-                    c.wake(c.id)
+            data = self._encode(view, sid, frame, ts)
+            if data is None:
+                continue  # nothing of this frame is visible in this view
+            log = stream.logs[view]
+            if is_snapshot:
+                # Subscribers waiting for a snapshot start their cursor at this one.
+                for c in group.values():
+                    if sid in c.pending_snapshot:
+                        c.pending_snapshot.discard(sid)
+                        log.add(c.id)
+            caught_up, lost = log.append(data)
+            for conn in caught_up:
+                c = group[conn]
+                c.wake(conn)
+            for conn, missed in lost:
+                c = group[conn]
+                stats.drops += missed
+                stats.resets += 1
+                # Its backlog no longer fits: it restarts from a snapshot taken when it can
+                # next write, and nobody else waits for it.
+                c.pending_snapshot.add(sid)
+                c.wake(conn)
 
     def _replay_bytes(self, stream: _Stream, view: ViewKey) -> list[bytes]:
         cached = stream.replay_cache.get(view)
@@ -484,6 +544,14 @@ class Hub:
         stream.expires_at = None
         stream.replay_cache.clear()
 
+    def _add_subscriber(self, stream: _Stream, c: _Connection) -> None:
+        stream.subscribers[c.id] = c
+        stream.by_view.setdefault(c.view, {})[c.id] = c
+        log = stream.logs.get(c.view)
+        if log is None:
+            log = stream.logs[c.view] = FrameLog(self.config.outbox)
+        c.logs[stream.id] = log
+
     @staticmethod
     def _drop_subscriber(stream: _Stream, c: _Connection) -> None:
         stream.subscribers.pop(c.id, None)
@@ -492,6 +560,12 @@ class Hub:
             group.pop(c.id, None)
             if not group:
                 del stream.by_view[c.view]
+        c.logs.pop(stream.id, None)
+        log = stream.logs.get(c.view)
+        if log is not None:
+            log.remove(c.id)
+            if group is None or not group:
+                del stream.logs[c.view]
 
     def _maybe_forget(self, stream: _Stream) -> None:
         if stream.producer is None and not stream.subscribers and not stream.has_state():

@@ -1,5 +1,8 @@
 """Per-connection outbox: bounded in bytes and frames, drained whole in one write.
 
+The hub queues control frames here; stream data goes through the shared ``FrameLog``, whose
+per-member behaviour is exactly this class's data queue (the tests check one against the other).
+
 Data frames (snapshots, deltas) are shared ``bytes`` objects encoded once per view; the outbox
 only holds references. When a push would exceed a bound the queued data is dropped and the
 outbox reports an overflow, so the hub can replace the lost deltas with one fresh snapshot.
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class OutboxLimits:
     max_bytes: int = 4 * 1024 * 1024
-    max_frames: int = 4096
+    max_frames: int = 1024
     max_control_frames: int = 256
 
     def __post_init__(self) -> None:

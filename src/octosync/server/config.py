@@ -21,8 +21,8 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     max_frame_size: int = 1024 * 1024
     outbox_max_bytes: int = 4 * 1024 * 1024
-    outbox_max_frames: int = 4096
-    socket_high_water: int = 256 * 1024
+    outbox_max_frames: int = 1024
+    socket_high_water: int = 64 * 1024
     retain_after_producer_leaves: float | None = 300.0
     coalesce_backlog: bool = False
     signaling: SignalingPolicy = field(default_factory=SignalingPolicy)

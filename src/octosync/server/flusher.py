@@ -1,11 +1,11 @@
 """Moves the hub's outboxes onto sockets: one write per connection per loop turn, never waiting.
 
-The hub calls ``wake(conn)``; the flusher batches every woken connection and, once per event
-loop turn, writes each one's whole outbox as a single ``transport.write`` (the frames are
-already framed for that transport, so the bytes are shared with every other subscriber of the
-same view). A connection whose socket buffer is above ``high_water`` is skipped: its frames stay
-in the hub's bounded outbox, which resets it to a fresh snapshot if it falls too far behind.
-Nobody else ever waits for it.
+The hub calls ``wake(conn)``; the first wake of a loop turn schedules one flush, which runs
+as the first callback of the next loop iteration (before any new input is read) and writes
+each woken connection's backlog as a single ``transport.write``. The bytes are already framed
+and usually the very object every caught-up subscriber of the same view gets. A connection
+whose socket buffer is above ``high_water`` is skipped: its backlog stays in the hub's bounded
+log, which resets it to a fresh snapshot if it falls too far behind. Nobody else ever waits.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class FlushStats:
 
 class Flusher:
     def __init__(
-        self, hub: Hub, *, high_water: int = 256 * 1024, retry_interval: float = 0.01
+        self, hub: Hub, *, high_water: int = 64 * 1024, retry_interval: float = 0.01
     ) -> None:
         self.hub = hub
         self.high_water = high_water
@@ -112,13 +112,12 @@ class Flusher:
             self._blocked.add(conn)
             self.stats.deferred += 1
             return False
-        batch = self.hub.take(conn)
-        if not batch:
+        data, frames = self.hub.take_bytes(conn)
+        if not frames:
             return True
-        data = batch[0] if len(batch) == 1 else b"".join(batch)
         t.write(data)
         self.stats.writes += 1
-        self.stats.frames += len(batch)
+        self.stats.frames += frames
         self.stats.bytes += len(data)
-        link.on_written(len(batch), len(data))
+        link.on_written(frames, len(data))
         return True
