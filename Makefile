@@ -31,7 +31,7 @@ pytest: $(STAMP) java-check
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(STAMP) java-check
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
