@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from octosync.client.ws import connect_ws
 from octosync.errors import OctosyncError, ProtocolError, by_name
 from octosync.graph import Context
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
@@ -137,8 +138,7 @@ class Client:
     async def _open(self, stream: str, *, publish: bool) -> aiohttp.ClientWebSocketResponse:
         if self._http is None:
             raise RuntimeError("use 'async with connect(...)' first")
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        ws = await self._http.ws_connect(self.url, headers=headers, max_msg_size=0)
+        ws = await connect_ws(self._http, self.url, self.token, max_msg_size=0)
         hs = _handshake(stream, publish=publish, max_frame=self.max_frame_size)
         await ws.send_bytes(wire_json.encode_handshake(hs))
         reply = await ws.receive()

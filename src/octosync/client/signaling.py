@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from octosync.client.ws import close_ws, connect_ws
 from octosync.hub.signaling import (
     Answer,
     ClientSignal,
@@ -44,19 +45,15 @@ class SignalingClient:
 
     async def __aenter__(self) -> SignalingClient:
         self._http = aiohttp.ClientSession()
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        self._ws = await self._http.ws_connect(
-            self.url, params={"session": self.session}, headers=headers
+        self._ws = await connect_ws(
+            self._http, self.url, self.token, params={"session": self.session}
         )
         return self
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._ws is not None:
-            await self._ws.close()
-        if self._http is not None:
-            await self._http.close()
+        await close_ws(self._ws, self._http)
 
     async def send(self, frame: ClientSignal) -> None:
         assert self._ws is not None

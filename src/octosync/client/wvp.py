@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 
+from octosync.client.ws import close_ws, connect_ws
 from octosync.errors import HandshakeFailed, OctosyncError, ProtocolError, by_name
 from octosync.wire import wvp
 
@@ -39,8 +40,7 @@ class WvpClient:
 
     async def __aenter__(self) -> WvpClient:
         self._http = aiohttp.ClientSession()
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        self._ws = await self._http.ws_connect(self.url, headers=headers, max_msg_size=0)
+        self._ws = await connect_ws(self._http, self.url, self.token, max_msg_size=0)
         await self._send(wvp.Handshake(capabilities=(), client_version=1, agent_id=self.agent_id))
         msg = await self._next()
         if isinstance(msg, wvp.ErrorPayload):
@@ -53,10 +53,7 @@ class WvpClient:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._ws is not None:
-            await self._ws.close()
-        if self._http is not None:
-            await self._http.close()
+        await close_ws(self._ws, self._http)
 
     async def _send(self, msg: wvp.Message) -> None:
         assert self._ws is not None
