@@ -19,6 +19,7 @@ from aiohttp import web
 from octosync.hub.core import AcceptHook
 from octosync.ipc.messages import CellSet, Delta, Handshake, NodeSnapshot, Snapshot
 from octosync.server.app import RUNTIME, ServerConfig, build_app
+from octosync.server.run import start
 from octosync.server.runtime import Runtime
 
 TIMEOUT = 5.0
@@ -44,24 +45,21 @@ class Running:
 async def serve(
     tmp_path: Path, *, on_accept: AcceptHook | None = None, **overrides: Any
 ) -> AsyncIterator[Running]:
-    port = free_port()
-    base = ServerConfig(port=port, data_dir=tmp_path, insecure_dev=True)
+    base = ServerConfig(port=0, data_dir=tmp_path, insecure_dev=True)
     config = replace(base, **overrides)
     app = build_app(config, on_accept=on_accept)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
+    started = await start(app, config)
+    port = started.port
     try:
         yield Running(
             f"http://127.0.0.1:{port}",
             f"ws://127.0.0.1:{port}",
-            config.tcp_port,
+            started.tcp_port,
             app[RUNTIME],
-            runner,
+            started.runner,
         )
     finally:
-        await runner.cleanup()
+        await started.stop()
 
 
 def handshake_struct(session: str, *, publish: bool = False, codec: str = "json") -> Handshake:

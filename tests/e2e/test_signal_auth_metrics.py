@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
-from octosync.hub.signaling import SignalingPolicy
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.signaling import SignalingPolicy
 from tests.e2e.helpers import (
     TIMEOUT,
     Follower,
@@ -82,16 +83,14 @@ async def test_jwt_grants_read_publish_write_per_stream(tmp_path: Path) -> None:
         serve(tmp_path, insecure_dev=False, auth=auth) as srv,
         aiohttp.ClientSession() as http,
     ):
-        ws = await http.ws_connect(f"{srv.ws_url}/lazily")
-        from tests.e2e.helpers import handshake
-
-        await ws.send_str(handshake("s").decode())
-        err = await recv_json(ws)
-        assert err["code"] == "Unauthorized"
+        # No frame is read without credentials: the upgrade itself is refused.
+        async with http.get(f"{srv.ws_url.replace('ws', 'http', 1)}/lazily") as resp:
+            assert resp.status == 401
+            assert (await resp.json())["code"] == "Unauthorized"
         bad = issue_token("wrong-secret-wrong-secret-wrong-secret!", "eve", {"*": ["read"]})
-        ws = await http.ws_connect(f"{srv.ws_url}/lazily?token={bad}")
-        await ws.send_str(handshake("s").decode())
-        assert (await recv_json(ws))["code"] == "Unauthorized"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(f"{srv.ws_url}/lazily?token={bad}")
+        assert refused.value.status == 401
         producer = issue_token(SECRET, "p", {"s": ["publish"]})
         reader = issue_token(SECRET, "r", {"s": ["read"]})
         prod, _ = await ws_lazily(http, srv.ws_url, "s", publish=True, token=producer)

@@ -68,7 +68,7 @@ def test_graph_model_tracks_the_publisher_like_the_mirror(
 
 
 def test_a_rejected_delta_changes_nothing() -> None:
-    from octosync.errors import DecodeError
+    from octosync.errors import RemoteProtocolError
     from octosync.ipc.messages import CellSet, NodeRemove
 
     model = GraphModel()
@@ -78,7 +78,7 @@ def test_a_rejected_delta_changes_nothing() -> None:
     model.reset(SnapshotFrame(snap.epoch, snap))
     before = model.snapshot()
     bad = Delta(snap.epoch, snap.epoch + 1, (NodeRemove(0), CellSet(0, b"x")))
-    with pytest.raises(DecodeError) as err:
+    with pytest.raises(RemoteProtocolError) as err:
         model.apply(DiffFrame(bad.base_epoch, bad.epoch, bad))
     assert err.value.path == "ops[1]"
     assert model.snapshot() == before

@@ -8,7 +8,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from octosync.errors import Unauthorized
-from octosync.hub import AllowAll
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate, issue_token
 from octosync.server.config import ServerConfig, load_config_file
 
@@ -56,7 +55,10 @@ def test_bad_claims_are_unauthorized(claims: dict[str, object]) -> None:
 def test_anonymous_only_with_insecure_dev() -> None:
     with pytest.raises(Unauthorized):
         authenticate(None, AuthConfig(hs256_secret=SECRET))
-    assert isinstance(authenticate(None, AuthConfig(insecure_dev=True)), AllowAll)
+    anonymous = authenticate(None, AuthConfig(insecure_dev=True))
+    assert anonymous.everything
+    assert anonymous.allows("any", "publish")
+    assert anonymous.may_join("any-room")
     with pytest.raises(Unauthorized):
         authenticate("garbage", AuthConfig(hs256_secret=SECRET, insecure_dev=True))
 

@@ -15,17 +15,23 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from octosync.errors import Forbidden, ForbiddenPublish, SnapshotRequired
+from octosync.errors import (
+    Forbidden,
+    ForbiddenPublish,
+    InternalError,
+    OctosyncError,
+    SnapshotRequired,
+)
 from octosync.hub.frame_log import FrameLog
+from octosync.hub.limits import Limits
 from octosync.hub.model import (
     Frame,
     GraphModel,
     ReplayModel,
     SnapshotFrame,
-    StateHasher,
-    default_state_hash,
 )
 from octosync.hub.outbox import Outbox, OutboxLimits
+from octosync.hub.streams import Face, check_face, dialect_face
 from octosync.ipc.messages import Snapshot
 
 StreamId = Hashable
@@ -74,6 +80,7 @@ AcceptHook = Callable[[StreamId, ConnId, Frame[object]], None]
 @dataclass(frozen=True, slots=True)
 class HubConfig:
     outbox: OutboxLimits = field(default_factory=OutboxLimits)
+    limits: Limits = field(default_factory=Limits)
     retain_after_producer_leaves: float | None = 300.0
     """Seconds a stream's last state outlives its producer; 0 drops it at once, None keeps it."""
     max_replay_diffs: int = 1024
@@ -82,7 +89,6 @@ class HubConfig:
 
     Off by default: subscribers then see every delta (only a reset skips some); on, a slow
     subscriber converges with fewer bytes but does not observe every intermediate state."""
-    state_hasher: StateHasher = default_state_hash
 
 
 @dataclass(eq=False, slots=True)
@@ -92,12 +98,15 @@ class _Connection:
     grants: Grants
     wake: Callable[[ConnId], None]
     outbox: Outbox
+    face: Face
     subscriptions: set[StreamId] = field(default_factory=set)
     pending_snapshot: set[StreamId] = field(default_factory=set)
     produces: set[StreamId] = field(default_factory=set)
     logs: dict[StreamId, FrameLog[ConnId]] = field(default_factory=dict)
     """The log of each subscribed stream in this connection's view (a lookup without hashing
     the view on every drain)."""
+    fault: OctosyncError | None = None
+    """Set when serving this connection failed; its next drain raises it (and nobody else's)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -180,7 +189,12 @@ class Hub:
         if view.view != "all" and view.view not in self._views:
             raise ValueError(f"no view registered as {view.view!r}")
         self._conns[conn] = _Connection(
-            conn, view, grants or AllowAll(), wake or (lambda _c: None), Outbox(self.config.outbox)
+            conn,
+            view,
+            grants or AllowAll(),
+            wake or (lambda _c: None),
+            Outbox(self.config.outbox),
+            dialect_face(view.dialect),
         )
 
     def change_view(self, conn: ConnId, view: ViewKey) -> None:
@@ -242,9 +256,18 @@ class Hub:
     def publish(self, conn: ConnId, stream_id: StreamId, frame: Frame[object]) -> None:
         """Accept a frame from ``conn`` and fan it out, or raise and change nothing."""
         c = self._conn(conn)
-        if not c.grants.allows(stream_id, "publish"):
+        try:
+            self._check_stream(c.face, stream_id)
+            if not c.grants.allows(stream_id, "publish"):
+                raise Forbidden(f"not granted publish on stream {stream_id!r}")
+            limits = self.config.limits
+            if isinstance(frame, SnapshotFrame):
+                limits.check_epoch(frame.epoch)
+            else:
+                limits.check_epoch(frame.to_epoch, "to_epoch")
+        except OctosyncError:
             self.stats.rejected += 1
-            raise Forbidden(f"not granted publish on stream {stream_id!r}")
+            raise
         stream = self._streams.get(stream_id)
         if stream is not None and stream.producer not in (None, conn):
             self.stats.rejected += 1
@@ -257,7 +280,7 @@ class Hub:
                 model = stream.model
                 if isinstance(frame.body, Snapshot):
                     if not isinstance(model, GraphModel):
-                        model = GraphModel(self.config.state_hasher)
+                        model = GraphModel()
                 elif not isinstance(model, ReplayModel):
                     model = ReplayModel(self.config.max_replay_diffs)
                 model.reset(frame)  # type: ignore[arg-type]
@@ -292,6 +315,7 @@ class Hub:
     def subscribe(self, conn: ConnId, stream_id: StreamId) -> None:
         """Subscribe; the latest state (if any) is queued as the first frames."""
         c = self._conn(conn)
+        self._check_stream(c.face, stream_id)
         if not c.grants.allows(stream_id, "read"):
             raise Forbidden(f"not granted read on stream {stream_id!r}")
         stream = self._streams.get(stream_id)
@@ -325,6 +349,7 @@ class Hub:
         and encodes it in the producer's own dialect.
         """
         c = self._conn(conn)
+        self._check_stream(c.face, stream_id)
         if not c.grants.allows(stream_id, "write"):
             raise Forbidden(f"not granted write on stream {stream_id!r}")
         stream = self._streams.get(stream_id)
@@ -333,7 +358,13 @@ class Hub:
         producer = self._conns[stream.producer]
         epoch = 0 if stream.model is None or stream.model.epoch is None else stream.model.epoch
         out = OutFrame(stream_id, "write", epoch, body, self.next_ts())
-        producer.outbox.push_control(self._encoders[producer.view.dialect](out))
+        try:
+            data = self._encoders[producer.view.dialect](out)
+        except Exception as exc:
+            raise InternalError(
+                f"the write could not be encoded for the producer: {exc!r}"
+            ) from exc
+        producer.outbox.push_control(data)
         producer.wake(producer.id)
         return producer.id
 
@@ -375,7 +406,21 @@ class Hub:
         return data, frames
 
     def _drain(self, c: _Connection, *, joined: bool) -> tuple[list[bytes], int]:
-        """Control frames first, then per stream: a pending snapshot, or the log backlog."""
+        """Control frames first, then per stream: a pending snapshot, or the log backlog.
+
+        Raises the connection's fault (an ``OctosyncError``) instead when serving it failed,
+        so the caller can reset that one connection with a typed error.
+        """
+        if c.fault is not None:
+            raise c.fault
+        try:
+            return self._drain_parts(c, joined=joined)
+        except Exception as exc:
+            self._fault(c, exc)
+            assert c.fault is not None
+            raise c.fault from exc
+
+    def _drain_parts(self, c: _Connection, *, joined: bool) -> tuple[list[bytes], int]:
         parts = c.outbox.take() if c.outbox else []
         frames = len(parts)
         subs = c.subscriptions
@@ -465,6 +510,32 @@ class Hub:
         except KeyError:
             raise ValueError(f"unknown connection {conn}") from None
 
+    def _check_stream(self, face: Face, stream_id: StreamId) -> None:
+        """The stream belongs to the connection's face and its name is within the limits."""
+        check_face(face, stream_id)
+        if isinstance(stream_id, str):
+            self.config.limits.check_stream_name(stream_id)
+
+    def check_stream(self, view: ViewKey, stream_id: StreamId) -> None:
+        """What ``subscribe``/``publish`` will say of this stream for a connection of ``view``,
+        asked before connecting (a handshake that names a stream fails closed on it)."""
+        self._check_stream(dialect_face(view.dialect), stream_id)
+
+    def _fault(self, c: _Connection, exc: BaseException) -> None:
+        """Serving ``c`` failed: it leaves every stream's log and is woken to be reset."""
+        if c.fault is None:
+            c.fault = (
+                exc
+                if isinstance(exc, OctosyncError)
+                else InternalError(f"serving this connection failed: {exc!r}")
+            )
+        for sid in list(c.subscriptions):
+            stream = self._streams.get(sid)
+            if stream is not None:
+                self._drop_subscriber(stream, c)
+        c.pending_snapshot.clear()
+        c.wake(c.id)
+
     def _request_snapshot(self, c: _Connection, stream_id: StreamId) -> None:
         """The snapshot replaces whatever backlog the connection had on this stream."""
         c.pending_snapshot.add(stream_id)
@@ -500,8 +571,14 @@ class Hub:
         sid = stream.id
         is_snapshot = isinstance(frame, SnapshotFrame)
         stats = self.stats
-        for view, group in stream.by_view.items():
-            data = self._encode(view, sid, frame, ts)
+        for view, group in list(stream.by_view.items()):
+            try:
+                data = self._encode(view, sid, frame, ts)
+            except Exception as exc:
+                # This view's encoder failed: its subscribers are reset; other views go on.
+                for c in list(group.values()):
+                    self._fault(c, exc)
+                continue
             if data is None:
                 continue  # nothing of this frame is visible in this view
             log = stream.logs[view]

@@ -197,19 +197,43 @@ class Mirror:
             return self._lost_sync(
                 EpochGap(f"delta {delta.base_epoch}->{delta.epoch} does not follow epoch {last}")
             )
+        error = self._apply_delta(delta)
+        return Applied(delta.epoch) if error is None else self._lost_sync(error)
+
+    def apply_checked(self, message: Snapshot | Delta) -> None:
+        """Apply a message that must follow on exactly, or raise why not.
+
+        For a holder that refuses bad input instead of resyncing (the hub): a delta must start
+        at ``last_epoch``; a refused message changes nothing and the mirror stays in sync.
+        """
+        if isinstance(message, Snapshot):
+            error = self._load_snapshot(message)
+        else:
+            last = self._last_epoch
+            if last is None:
+                raise SnapshotRequired("a delta arrived before any snapshot", path="base_epoch")
+            if message.base_epoch != last:
+                raise EpochGap(
+                    f"delta {message.base_epoch}->{message.epoch} does not follow epoch {last}",
+                    path="base_epoch",
+                )
+            error = self._apply_delta(message)
+        if error is not None:
+            raise error
+
+    def _apply_delta(self, delta: Delta) -> OctosyncError | None:
+        """Apply a delta known to follow on; on a bad op or hash, roll back and say why."""
         undo: list[tuple[Any, ...]] = []
         try:
             self._apply_ops(delta, undo)
         except _BadOp as bad:
             self._rollback(undo)
-            return self._lost_sync(RemoteProtocolError(bad.message, path=f"ops[{bad.index}]"))
+            return RemoteProtocolError(bad.message, path=f"ops[{bad.index}]")
         if delta.state_hash is not None and delta.state_hash != self.state_hash():
             self._rollback(undo)
-            return self._lost_sync(
-                Desync(f"state hash mismatch after epoch {delta.epoch}", path="state_hash")
-            )
+            return Desync(f"state hash mismatch after epoch {delta.epoch}", path="state_hash")
         self._last_epoch = delta.epoch
-        return Applied(delta.epoch)
+        return None
 
     def _apply_ops(self, delta: Delta, undo: list[tuple[Any, ...]]) -> None:
         tags = self._tags
@@ -332,6 +356,11 @@ class Mirror:
                 self._dependents.setdefault(entry[2], set()).add(sid)
 
     def _on_snapshot(self, snap: Snapshot) -> ApplyResult:
+        error = self._load_snapshot(snap)
+        return Applied(snap.epoch) if error is None else self._lost_sync(error)
+
+    def _load_snapshot(self, snap: Snapshot) -> OctosyncError | None:
+        """Replace the state with ``snap``, or say why it is invalid (and change nothing)."""
         tags: dict[int, str] = {}
         states: dict[int, NodeState] = {}
         payloads: dict[int, Payload | None] = {}
@@ -339,9 +368,7 @@ class Mirror:
         for i, node in enumerate(snap.nodes):
             sid = node.slot_id
             if sid in tags:
-                return self._lost_sync(
-                    RemoteProtocolError(f"node {sid} appears twice", path=f"nodes[{i}]")
-                )
+                return RemoteProtocolError(f"node {sid} appears twice", path=f"nodes[{i}]")
             tags[sid] = node.type_tag
             states[sid] = node.state
             payloads[sid] = node.payload
@@ -351,31 +378,25 @@ class Mirror:
         dependents: dict[int, set[int]] = {}
         for i, edge in enumerate(snap.edges):
             if edge.dependent not in tags or edge.dependency not in tags:
-                return self._lost_sync(
-                    RemoteProtocolError("edge names an unknown node", path=f"edges[{i}]")
-                )
+                return RemoteProtocolError("edge names an unknown node", path=f"edges[{i}]")
             deps.setdefault(edge.dependent, set()).add(edge.dependency)
             dependents.setdefault(edge.dependency, set()).add(edge.dependent)
         for i, root in enumerate(snap.roots):
             if root not in tags:
-                return self._lost_sync(
-                    RemoteProtocolError(f"root {root} is not a node", path=f"roots[{i}]")
-                )
+                return RemoteProtocolError(f"root {root} is not a node", path=f"roots[{i}]")
         if snap.state_hash is not None:
             rows = [(sid, tags[sid], states[sid], payloads[sid], keys.get(sid)) for sid in tags]
             rows.sort(key=_row_id)
             pairs = ((a, b) for a, bs in deps.items() for b in bs)
             if hash_rows(rows, pairs) != snap.state_hash:
-                return self._lost_sync(
-                    Desync(f"snapshot hash mismatch at epoch {snap.epoch}", path="state_hash")
-                )
+                return Desync(f"snapshot hash mismatch at epoch {snap.epoch}", path="state_hash")
         self._tags, self._states, self._payloads, self._keys = tags, states, payloads, keys
         self._deps, self._dependents = deps, dependents
         self._roots = set(snap.roots)
         self._last_epoch = snap.epoch
         self._awaiting = False
         self.last_error = None
-        return Applied(snap.epoch)
+        return None
 
     # --- helpers ------------------------------------------------------------------------------
 

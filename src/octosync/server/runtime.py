@@ -1,31 +1,27 @@
-"""Everything the faces share in one process: the hub, the flusher, signaling, counters."""
+"""Everything the faces share in one process: the hub, the flusher, signaling, counters, links."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from octosync.errors import OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
 from octosync.hub.core import AcceptHook
-from octosync.hub.signaling import SignalingHub
+from octosync.hub.policy import CLOSE_GOING_AWAY
+from octosync.hub.streams import warp_id_of
 from octosync.server.config import ServerConfig
 from octosync.server.flusher import Flusher
 from octosync.server.framing import u32_frame, ws_frame
+from octosync.server.guard import ConnectionGuard, default_max_connections
 from octosync.server.lazily_dialect import DIALECT_SET, Dialect
+from octosync.signaling import SignalingHub
 from octosync.wire import wvp
 
-
-def warp_stream_id(warp_id: int) -> str:
-    return f"warp:{warp_id}"
-
-
-def _warp_id_of(stream: object) -> int:
-    if not isinstance(stream, str) or not stream.startswith("warp:"):
-        raise ValueError(f"{stream!r} is not a WVP stream id")
-    return int(stream[5:])
+FACES = ("lazily", "tcp", "wvp", "signal")
 
 
 @dataclass(slots=True)
@@ -39,11 +35,34 @@ class FaceCounters:
 @dataclass(slots=True)
 class Counters:
     faces: dict[str, FaceCounters] = field(
-        default_factory=lambda: {f: FaceCounters() for f in ("lazily", "tcp", "wvp", "signal")}
+        default_factory=lambda: {f: FaceCounters() for f in FACES}
     )
+    refused_upgrades: int = 0
+    """Upgrades answered 401 (no or bad credentials)."""
+    deadline_closes: int = 0
+    """Connections closed for sending no request or handshake in time."""
 
 
-Closer = Callable[[], Awaitable[object]]
+class LiveConnection(Protocol):
+    """What the runtime needs of a connection (``server.connection.Link``)."""
+
+    @property
+    def transport(self) -> asyncio.BaseTransport: ...
+
+    @property
+    def session_face(self) -> str: ...
+
+    def fault(self, err: OctosyncError) -> None: ...
+
+    def close_soon(self, code: int) -> None: ...
+
+    async def close(self, code: int) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class HttpConnection(Protocol):
+    def request_started(self) -> None: ...
 
 
 def lazily_dialect_key(dialect: Dialect, transport: str) -> str:
@@ -53,22 +72,30 @@ def lazily_dialect_key(dialect: Dialect, transport: str) -> str:
 class Runtime:
     def __init__(self, config: ServerConfig, on_accept: AcceptHook | None = None) -> None:
         self.config = config
+        self.limits = config.limits()
         self.hub = Hub(
             HubConfig(
                 outbox=OutboxLimits(
                     max_bytes=config.outbox_max_bytes, max_frames=config.outbox_max_frames
                 ),
+                limits=self.limits,
                 retain_after_producer_leaves=config.retain_after_producer_leaves,
                 coalesce_backlog=config.coalesce_backlog,
             ),
             clock=time.monotonic,
             on_accept=on_accept,
         )
-        self.flusher = Flusher(self.hub, high_water=config.socket_high_water)
+        self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
         self.signaling = SignalingHub(config.signaling)
         self.counters = Counters()
-        self.closers: dict[int, Closer] = {}
+        self.links: dict[int, LiveConnection] = {}
         self.signal_transports: dict[int, asyncio.BaseTransport] = {}
+        self.guard = ConnectionGuard(
+            max_total=default_max_connections(config.max_connections),
+            max_per_address=config.max_connections_per_address,
+        )
+        self.http_conns: dict[asyncio.BaseTransport, HttpConnection] = {}
+        """Open HTTP connections by transport (``server.guard``), to lift their deadline."""
         self.closing = False
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
@@ -78,6 +105,28 @@ class Runtime:
 
     def new_conn_id(self) -> int:
         return next(self._ids)
+
+    def attach(self, conn: int, link: LiveConnection) -> None:
+        self.links[conn] = link
+        self.flusher.attach(conn, link.transport)
+        self.counters.faces[link.session_face].connections += 1
+
+    def detach(self, conn: int) -> None:
+        link = self.links.pop(conn, None)
+        self.flusher.detach(conn)
+        if link is not None:
+            self.counters.faces[link.session_face].connections -= 1
+
+    def request_started(self, transport: asyncio.BaseTransport | None) -> None:
+        """A complete HTTP request arrived on ``transport``: its request deadline is met."""
+        conn = None if transport is None else self.http_conns.get(transport)
+        if conn is not None:
+            conn.request_started()
+
+    def _fault(self, conn: int, err: OctosyncError) -> None:
+        link = self.links.get(conn)
+        if link is not None:
+            link.fault(err)
 
     def register_lazily_dialect(self, dialect: Dialect) -> None:
         def for_ws(frame: OutFrame) -> bytes:
@@ -91,11 +140,9 @@ class Runtime:
 
     def _encode_wvp(self, frame: OutFrame) -> bytes:
         body = frame.body
-        if isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
-            msg: wvp.Message = wvp.WarpStream(_warp_id_of(frame.stream), body)
-        else:
-            assert isinstance(body, wvp.ErrorPayload | wvp.Notification)
-            msg = body
+        if not isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
+            raise TypeError(f"{type(body).__name__} is not a WVP stream frame")
+        msg = wvp.WarpStream(warp_id_of(frame.stream), body)
         return ws_frame(wvp.encode(msg, frame.ts), text=False)
 
     async def start(self) -> None:
@@ -107,7 +154,12 @@ class Runtime:
             self.hub.expire()
 
     async def shutdown(self) -> None:
-        """Stop taking work, flush outboxes until the deadline, then close every connection."""
+        """Stop taking work, flush until the deadline, close everyone, drop who is stuck.
+
+        A subscriber that stopped reading cannot hold the process: at ``shutdown_deadline`` the
+        remaining connections are asked to close, and ``close_timeout`` later any transport
+        still open is aborted.
+        """
         self.closing = True
         if self._expiry is not None:
             self._expiry.cancel()
@@ -117,6 +169,12 @@ class Runtime:
         while self.flusher.pending() and loop.time() < deadline:
             await asyncio.sleep(0.01)
             self.flusher.flush_all()
-        closers = list(self.closers.values())
-        self.closers.clear()
-        await asyncio.gather(*(c() for c in closers), return_exceptions=True)
+        links = list(self.links.values())
+        for link in links:
+            link.close_soon(CLOSE_GOING_AWAY)
+        deadline = loop.time() + self.config.close_timeout
+        while any(not link.transport.is_closing() for link in links) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for link in links:
+            if not link.transport.is_closing():
+                link.abort()

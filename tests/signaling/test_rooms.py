@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from octosync.errors import DuplicatePeer, Forbidden, NotJoined, UnknownTarget
-from octosync.hub.signaling import (
+from octosync.signaling.messages import (
     ClientSignal,
     Join,
     Leave,
@@ -18,9 +18,11 @@ from octosync.hub.signaling import (
     Relay,
     RelayFrom,
     ServerSignal,
+    Welcome,
+)
+from octosync.signaling.rooms import (
     SignalingHub,
     SignalingPolicy,
-    Welcome,
 )
 
 client_dec = msgspec.json.Decoder(ClientSignal)
