@@ -13,13 +13,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from octosync.errors import (
     Forbidden,
     ForbiddenPublish,
     InternalError,
+    LimitExceeded,
     OctosyncError,
+    RemoteProtocolError,
     SnapshotRequired,
 )
 from octosync.hub.frame_log import FrameLog
@@ -75,6 +77,18 @@ class AllowAll:
 
 
 AcceptHook = Callable[[StreamId, ConnId, Frame[object]], None]
+
+
+class Recorder(Protocol):
+    """Durable storage of accepted frames (the journal), in two steps around the hub's own.
+
+    ``prepare`` runs before the hub changes anything and raises to refuse a frame that could
+    not be stored; ``commit`` runs once the frame is accepted, before it is fanned out.
+    """
+
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> object: ...
+
+    def commit(self, prepared: Any) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +163,10 @@ class Hub:
         encoders: dict[str, Encoder] | None = None,
         views: dict[str, ViewFilter] | None = None,
         on_accept: AcceptHook | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.config = config or HubConfig()
+        self._recorder = recorder
         self._clock = clock
         self._encoders: dict[str, Encoder] = dict(encoders or {})
         self._views: dict[str, ViewFilter] = dict(views or {})
@@ -265,6 +281,7 @@ class Hub:
                 limits.check_epoch(frame.epoch)
             else:
                 limits.check_epoch(frame.to_epoch, "to_epoch")
+            prepared = self._prepare(stream_id, conn, frame)
         except OctosyncError:
             self.stats.rejected += 1
             raise
@@ -301,6 +318,8 @@ class Hub:
         c.produces.add(stream_id)
         stream.replay_cache.clear()
         self.stats.frames_in += 1
+        if self._recorder is not None:
+            self._recorder.commit(prepared)
         if self._on_accept is not None:
             self._on_accept(stream_id, conn, frame)
         self._fan_out(stream, frame)
@@ -509,6 +528,19 @@ class Hub:
             return self._conns[conn]
         except KeyError:
             raise ValueError(f"unknown connection {conn}") from None
+
+    def _prepare(self, stream_id: StreamId, conn: ConnId, frame: Frame[object]) -> object:
+        """The recorder's half of accepting a frame, done before any state changes."""
+        if self._recorder is None:
+            return None
+        try:
+            return self._recorder.prepare(stream_id, conn, frame)
+        except RemoteProtocolError:
+            raise
+        except OctosyncError as exc:
+            raise LimitExceeded(
+                f"the frame cannot be journaled: {exc.message}", path=exc.path
+            ) from exc
 
     def _check_stream(self, face: Face, stream_id: StreamId) -> None:
         """The stream belongs to the connection's face and its name is within the limits."""

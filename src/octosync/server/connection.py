@@ -174,9 +174,13 @@ class Link:
         if isinstance(t, asyncio.WriteTransport):
             t.abort()
 
-    def ended(self) -> None:
+    async def ended(self) -> None:
+        """The read loop is over: wait (boundedly) for a close already under way."""
         if self._expiry is not None:
             self._expiry.cancel()
+        if self._closing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._closing), self.rt.config.close_timeout)
 
     def _arm_expiry(self, identity: ClaimGrants) -> None:
         if identity.expires_at is None:
@@ -187,6 +191,19 @@ class Link:
     def _expired(self) -> None:
         if not self.fail(Unauthorized("the token expired", path="exp")):
             self.close_soon(self.close_code or close_code(Unauthorized("")))
+
+
+def release(transport: asyncio.BaseTransport, timeout: float) -> None:
+    """Close gracefully (what is buffered still goes out); abort if it cannot drain in time."""
+    if not transport.is_closing():
+        transport.close()
+    if isinstance(transport, asyncio.WriteTransport) and transport.get_write_buffer_size():
+
+        def abort_if_stuck() -> None:
+            if transport.get_write_buffer_size():
+                transport.abort()
+
+        asyncio.get_running_loop().call_later(timeout, abort_if_stuck)
 
 
 SessionFactory = Callable[[Runtime, int, asyncio.BaseTransport, ClaimGrants], Session]
@@ -234,12 +251,11 @@ async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.St
         await _pump_ws(rt, ws, link)
     finally:
         rt.detach(conn)
-        link.ended()
         session.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(code=link.close_code or 1000), rt.config.close_timeout)
-        if not transport.is_closing():
-            transport.abort()
+        await link.ended()
+        release(transport, rt.config.close_timeout)
     return ws
 
 
@@ -324,13 +340,9 @@ async def serve_tcp(
     finally:
         rt.guard.release(address)
         rt.detach(conn)
-        link.ended()
         session.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(writer.drain(), rt.config.close_timeout)
-        writer.close()
-        if not transport.is_closing():
-            transport.abort()
+        await link.ended()
+        release(transport, rt.config.close_timeout)
 
 
 async def _receive_all(link: Link, frames: list[bytes], decoder: FrameDecoder) -> bool:

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from octosync.errors import OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
-from octosync.hub.core import AcceptHook
+from octosync.hub.core import AcceptHook, Recorder
 from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.streams import warp_id_of
 from octosync.server.config import ServerConfig
@@ -70,7 +70,12 @@ def lazily_dialect_key(dialect: Dialect, transport: str) -> str:
 
 
 class Runtime:
-    def __init__(self, config: ServerConfig, on_accept: AcceptHook | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        on_accept: AcceptHook | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
         self.config = config
         self.limits = config.limits()
         self.hub = Hub(
@@ -84,6 +89,7 @@ class Runtime:
             ),
             clock=time.monotonic,
             on_accept=on_accept,
+            recorder=recorder,
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
         self.signaling = SignalingHub(config.signaling)

@@ -20,7 +20,7 @@ import msgspec
 from octosync.errors import InvalidRecord
 from octosync.hub.model import DiffFrame, SnapshotFrame
 from octosync.store.journal import GroupCommitWriter
-from octosync.store.records import StreamFrame
+from octosync.store.records import EncodedRecord, StreamFrame, encode_record
 
 Encode = Callable[[Any], bytes]
 
@@ -44,12 +44,37 @@ def frame_record(stream: str, frame: Any, encode: Encode = msgspec.msgpack.encod
     )
 
 
+class JournalRecorder:
+    """The hub's recorder: each frame is encoded and validated *before* the hub changes state.
+
+    ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store (the hub refuses
+    it, unchanged); ``commit`` queues the prepared record once the hub has accepted the frame.
+    """
+
+    def __init__(self, writer: GroupCommitWriter, encode: Encode = msgspec.msgpack.encode):
+        self.writer = writer
+        self.encode = encode
+
+    def prepare(self, stream: Any, conn: Any, frame: Any) -> EncodedRecord:
+        try:
+            record = frame_record(stream, frame, self.encode)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidRecord(
+                f"the frame's body cannot be stored: {exc}", path="payload"
+            ) from exc
+        return encode_record(record)
+
+    def commit(self, prepared: EncodedRecord) -> None:
+        self.writer.submit_encoded([prepared])
+
+
 def journal_hook(
     writer: GroupCommitWriter, encode: Encode = msgspec.msgpack.encode
 ) -> Callable[[Any, Any, Any], None]:
     """``on_accept(stream, conn, frame)`` that queues each accepted frame for the journal."""
+    recorder = JournalRecorder(writer, encode)
 
     def on_accept(stream: Any, conn: Any, frame: Any) -> None:
-        writer.submit([frame_record(stream, frame, encode)])
+        recorder.commit(recorder.prepare(stream, conn, frame))
 
     return on_accept
