@@ -237,11 +237,6 @@ async def test_what_the_journal_cannot_hold_is_refused_before_the_hub_changes(
         too_far = await wvp_recv(producer)
         assert isinstance(too_far, wvp.ErrorPayload)
         assert (too_far.name, too_far.details) == ("LimitExceeded", {"path": "to_epoch"})
-        await send({"Snapshot": {"epoch": 1, "graph": {"n": -(2**64)}, "state_hash": None}})
-        unstorable = await wvp_recv(producer)
-        assert isinstance(unstorable, wvp.ErrorPayload)
-        assert unstorable.name == "LimitExceeded"
-        assert "journaled" in unstorable.message
         await send({"Diff": {"from_epoch": 0, "to_epoch": 1, "ops": ["ok"], "state_hash": None}})
         viewer = await wvp_open(http, srv)
         await viewer.send_bytes(packet("subscribe_warp", {"warp_id": 4}))

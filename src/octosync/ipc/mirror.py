@@ -82,7 +82,7 @@ AWAITING_SNAPSHOT = "awaiting_snapshot"
 NOT_STATE_PLANE = "not_state_plane"
 
 # Undo-log entry kinds.
-_VALUE, _ADDED, _REMOVED, _EDGE_ADDED, _EDGE_REMOVED = range(5)
+_VALUE, _ADDED, _REMOVED, _EDGE_ADDED, _EDGE_REMOVED, _OUT_EDGES, _IN_EDGES = range(7)
 
 
 class _BadOp(Exception):
@@ -285,10 +285,24 @@ class Mirror:
     def _node_remove(self, index: int, sid: int, push: Any) -> None:
         if sid not in self._tags:
             raise _BadOp(index, f"node_remove of unknown node {sid}")
-        for dependency in tuple(self._deps.get(sid, ())):
-            self._edge_remove(sid, dependency, push)
-        for dependent in tuple(self._dependents.get(sid, ())):
-            self._edge_remove(dependent, sid, push)
+        # All of the node's edges go at once, one undo entry per direction: O(edges touched).
+        deps, dependents = self._deps, self._dependents
+        out_edges = deps.pop(sid, None)
+        if out_edges:
+            for dependency in out_edges:
+                back = dependents[dependency]
+                back.discard(sid)
+                if not back:
+                    del dependents[dependency]
+            push((_OUT_EDGES, sid, out_edges))
+        in_edges = dependents.pop(sid, None)
+        if in_edges:
+            for dependent in in_edges:
+                forward = deps[dependent]
+                forward.discard(sid)
+                if not forward:
+                    del deps[dependent]
+            push((_IN_EDGES, sid, in_edges))
         was_root = sid in self._roots
         self._roots.discard(sid)
         push(
@@ -351,6 +365,14 @@ class Mirror:
                     self._roots.add(sid)
             elif kind == _EDGE_ADDED:
                 self._unlink(sid, entry[2])
+            elif kind == _OUT_EDGES:
+                for dependency in entry[2]:
+                    self._deps.setdefault(sid, set()).add(dependency)
+                    self._dependents.setdefault(dependency, set()).add(sid)
+            elif kind == _IN_EDGES:
+                for dependent in entry[2]:
+                    self._deps.setdefault(dependent, set()).add(sid)
+                    self._dependents.setdefault(sid, set()).add(dependent)
             else:
                 self._deps.setdefault(sid, set()).add(entry[2])
                 self._dependents.setdefault(entry[2], set()).add(sid)

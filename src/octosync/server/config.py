@@ -44,6 +44,8 @@ class ServerConfig:
     frames_per_second: float = 200_000.0
     """Input budget per connection (a faster peer is read more slowly)."""
     bytes_per_second: float = 64 * 1024 * 1024
+    offload_decode_bytes: int = 64 * 1024
+    """Frames at least this large are decoded on a worker thread (faces with costly decoders)."""
     journal: bool = False
     """Journal every accepted stream frame under ``data_dir`` (``serve`` turns it on)."""
     journal_durability: Literal["full", "normal"] = "full"
@@ -57,6 +59,7 @@ class ServerConfig:
             max_frame_bytes=self.max_frame_size,
             frames_per_second=self.frames_per_second,
             bytes_per_second=self.bytes_per_second,
+            offload_decode_bytes=self.offload_decode_bytes,
         )
 
     def check_exposure(self) -> None:
@@ -98,6 +101,7 @@ def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
         "max_connections_per_address",
         "frames_per_second",
         "bytes_per_second",
+        "offload_decode_bytes",
     ):
         if key in server:
             cfg = replace(cfg, **{key: server[key]})

@@ -22,6 +22,7 @@ from octosync.signaling import SignalingHub
 from octosync.wire import wvp
 
 FACES = ("lazily", "tcp", "wvp", "signal")
+STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 
 
 @dataclass(slots=True)
@@ -41,6 +42,10 @@ class Counters:
     """Upgrades answered 401 (no or bad credentials)."""
     deadline_closes: int = 0
     """Connections closed for sending no request or handshake in time."""
+    loop_lag_max: float = 0.0
+    """Longest event-loop stall seen (seconds): how long one callback kept everyone waiting."""
+    loop_stalls: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STALL_BOUNDS, 0))
+    """Stalls longer than each bound (seconds), counted."""
 
 
 class LiveConnection(Protocol):
@@ -105,6 +110,7 @@ class Runtime:
         self.closing = False
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
+        self._lag: asyncio.Task[None] | None = None
         for dialect in DIALECT_SET.values():
             self.register_lazily_dialect(dialect)
         self.hub.register_encoder("wvp/ws", self._encode_wvp)
@@ -152,7 +158,24 @@ class Runtime:
         return ws_frame(wvp.encode(msg, frame.ts), text=False)
 
     async def start(self) -> None:
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.create_task(self._expire_loop())
+        self._lag = loop.create_task(self._lag_probe())
+
+    async def _lag_probe(self, period: float = 0.005) -> None:
+        """Sleep ``period`` over and over; oversleeping is time some callback held the loop."""
+        loop = asyncio.get_running_loop()
+        counters = self.counters
+        while True:
+            before = loop.time()
+            await asyncio.sleep(period)
+            lag = loop.time() - before - period
+            if lag > counters.loop_lag_max:
+                counters.loop_lag_max = lag
+            if lag > STALL_BOUNDS[0]:
+                for bound in STALL_BOUNDS:
+                    if lag > bound:
+                        counters.loop_stalls[bound] += 1
 
     async def _expire_loop(self) -> None:
         while True:
@@ -167,8 +190,9 @@ class Runtime:
         still open is aborted.
         """
         self.closing = True
-        if self._expiry is not None:
-            self._expiry.cancel()
+        for task in (self._expiry, self._lag):
+            if task is not None:
+                task.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.shutdown_deadline
         self.flusher.flush_all()

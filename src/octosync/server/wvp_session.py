@@ -42,7 +42,7 @@ class WvpSession:
     def decode(self, data: bytes) -> object:
         if len(data) >= jsabi.HEADER_SIZE:
             jsabi.check_header(data[: jsabi.HEADER_SIZE])  # Oversize before the payload
-        return wvp.decode(data)[0]
+        return wvp.decode(data, opaque=True)[0]
 
     def error_frame(self, err: OctosyncError) -> bytes:
         return self._frame(_error_payload(err))
