@@ -33,6 +33,7 @@ from tests.e2e.helpers import (
     TIMEOUT,
     Follower,
     Running,
+    TcpLazily,
     delta,
     follow_until,
     handshake,
@@ -432,3 +433,82 @@ async def test_caps_and_deadlines_keep_descriptors_for_clients_that_behave(
         assert doc["code"] == "HandshakeFailed"
         assert await closed_with(silent) == 1008
         assert srv.runtime.guard.held_by("127.0.0.2") == 0
+
+
+# every face: the same typed error for a frame over the configured limit ----------------
+
+
+@pytest.mark.parametrize("face", ["lazily", "tcp", "wvp", "signal"])
+async def test_every_face_refuses_an_oversize_frame_with_the_same_error(
+    tmp_path: Path, face: str
+) -> None:
+    limit = 2048
+    async with (
+        serve(tmp_path, max_frame_size=limit, tcp_port=0) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        big = b"x" * (limit + 1)
+        if face == "tcp":
+            assert srv.tcp_port is not None
+            conn = await TcpLazily.open(srv.tcp_port)
+            conn.send(handshake("o", publish=True))
+            await conn.recv()
+            conn.send(big)
+            assert json.loads(await conn.recv())["code"] == "Oversize"
+            assert await conn.closed()
+            return
+        if face == "wvp":
+            ws = await wvp_open(http, srv)
+            await ws.send_bytes(big)
+            err = await wvp_recv(ws)
+            assert isinstance(err, wvp.ErrorPayload)
+            name = err.name
+        else:
+            if face == "lazily":
+                ws, _ = await ws_lazily(http, srv.ws_url, "o", publish=True)
+            else:
+                ws = await http.ws_connect(f"{srv.ws_url}/signal")
+            await ws.send_bytes(big)
+            name = (await recv_json(ws))["code"]
+        assert name == "Oversize"
+        assert await closed_with(ws) == 1009
+
+
+async def test_frames_during_shutdown_get_a_typed_error(tmp_path: Path) -> None:
+    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
+        prod, _ = await ws_lazily(http, srv.ws_url, "late", publish=True)
+        srv.runtime.closing = True  # what SIGTERM sets first
+        await prod.send_bytes(snap(0, {1: b"a"}))
+        doc = await recv_json(prod)
+        assert doc["code"] == "ShuttingDown"
+        assert await closed_with(prod) == 1001
+        assert srv.runtime.hub.epoch_of("late") is None
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(f"{srv.ws_url}/lazily")
+        assert refused.value.status == 503
+
+
+def test_insecure_dev_refuses_a_network_address(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "octosync.cli",
+            "serve",
+            "--insecure-dev",
+            "--host",
+            "0.0.0.0",
+            "--data",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "loopback only" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "serving" not in done.stdout
