@@ -19,7 +19,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from octosync.hub.core import AcceptHook
+from octosync.hub.types import AcceptHook
 from octosync.ipc.messages import CellSet, Delta, Handshake, NodeSnapshot, Snapshot
 from octosync.server.app import RUNTIME, ServerConfig, build_app
 from octosync.server.run import start

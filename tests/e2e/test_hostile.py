@@ -191,7 +191,7 @@ async def test_a_subscriber_whose_encoding_fails_is_reset_alone(tmp_path: Path) 
         def brittle(frame: Any) -> bytes:
             if frame.kind == "diff":
                 raise TypeError("injected encoder failure")
-            from octosync.server.framing import ws_frame
+            from octosync.wire.websocket import ws_frame
 
             return ws_frame(msgspec.json.encode(frame.body), text=True)
 

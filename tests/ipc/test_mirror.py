@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from octosync.errors import RemoteProtocolError, SnapshotRequired, TypeTagError
+from octosync.graph.type_tags import TypeRegistry, default_registry
 from octosync.ipc.messages import (
     BlobRef,
     CellSet,
@@ -30,7 +31,6 @@ from octosync.ipc.messages import (
 )
 from octosync.ipc.mirror import Applied, Ignored, Mirror
 from octosync.ipc.state_hash import state_hash
-from octosync.ipc.type_tags import TypeRegistry, default_registry
 from tests.strategies import node_snapshots
 
 I64 = default_registry.get("i64")

@@ -40,6 +40,7 @@ from octosync.errors import (
     SnapshotRequired,
     TypeTagError,
 )
+from octosync.graph.type_tags import TypeRegistry, default_registry
 from octosync.ipc.messages import (
     BlobRef,
     CellSet,
@@ -59,7 +60,6 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.ipc.state_hash import NodeRow, hash_rows
-from octosync.ipc.type_tags import TypeRegistry, default_registry
 
 
 class Applied(msgspec.Struct, frozen=True):

@@ -13,7 +13,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__
-from octosync.hub.core import AcceptHook
+from octosync.hub.types import AcceptHook
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws
 from octosync.server.lazily_session import open_ws_session

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import jwt
 
 from octosync.errors import Unauthorized
-from octosync.hub.core import Action, StreamId
+from octosync.hub.types import Action, StreamId
 
 STREAM_ACTIONS = frozenset({"read", "publish", "write"})
 ROOM_ACTIONS = frozenset({"join"})

@@ -27,6 +27,8 @@ class ServerConfig:
     socket_high_water: int = 64 * 1024
     retain_after_producer_leaves: float | None = 300.0
     coalesce_backlog: bool = False
+    max_replay_diffs: int = 1024
+    """Diffs a WVP stream keeps after its snapshot for late joiners (past it: ask for one)."""
     signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
     shutdown_deadline: float = 5.0
     """Seconds to keep flushing after SIGTERM before connections are closed."""
@@ -122,7 +124,13 @@ def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
         ),
     )
     hub = doc.get("hub", {})
-    for key in ("outbox_max_bytes", "outbox_max_frames", "socket_high_water", "coalesce_backlog"):
+    for key in (
+        "outbox_max_bytes",
+        "outbox_max_frames",
+        "socket_high_water",
+        "coalesce_backlog",
+        "max_replay_diffs",
+    ):
         if key in hub:
             cfg = replace(cfg, **{key: hub[key]})
     if "retain_seconds" in hub:

@@ -28,14 +28,15 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.server.auth import ClaimGrants, authenticate
-from octosync.server.framing import u32_frame, ws_frame
 from octosync.server.lazily_dialect import (
     SEED_JSON,
-    Dialect,
+    FaceDialect,
     handshake_dialect,
     sniff_producer_dialect,
 )
 from octosync.server.runtime import Runtime, lazily_dialect_key
+from octosync.wire.framing import encode_frame
+from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
 SERVER_FEATURES = ("publish", "resync_request", "cell_set_write")
@@ -79,7 +80,7 @@ class LazilySession:
         self.transport = transport
         self.kind = kind
         self.identity = identity
-        self.dialect: Dialect | None = None
+        self.dialect: FaceDialect | None = None
         self.sniffed = False
         self.stream: str | None = None
         self.producer = False
@@ -125,9 +126,9 @@ class LazilySession:
 
     # --- internals ------------------------------------------------------------------------
 
-    def frame(self, data: bytes, dialect: Dialect) -> bytes:
+    def frame(self, data: bytes, dialect: FaceDialect) -> bytes:
         if self.kind == "tcp":
-            return u32_frame(data)
+            return encode_frame(data)
         return ws_frame(data, text=dialect.text)
 
     def _write_direct(self, data: bytes) -> None:

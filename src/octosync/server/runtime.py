@@ -10,16 +10,17 @@ from typing import Protocol
 
 from octosync.errors import OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
-from octosync.hub.core import AcceptHook, Recorder
 from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.streams import warp_id_of
+from octosync.hub.types import AcceptHook, Recorder
 from octosync.server.config import ServerConfig
 from octosync.server.flusher import Flusher
-from octosync.server.framing import u32_frame, ws_frame
 from octosync.server.guard import ConnectionGuard, default_max_connections
-from octosync.server.lazily_dialect import DIALECT_SET, Dialect
+from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
 from octosync.signaling import SignalingHub
 from octosync.wire import wvp
+from octosync.wire.framing import encode_frame
+from octosync.wire.websocket import ws_frame
 
 FACES = ("lazily", "tcp", "wvp", "signal")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
@@ -70,7 +71,7 @@ class HttpConnection(Protocol):
     def request_started(self) -> None: ...
 
 
-def lazily_dialect_key(dialect: Dialect, transport: str) -> str:
+def lazily_dialect_key(dialect: FaceDialect, transport: str) -> str:
     return f"lazily-{dialect.name}/{transport}"
 
 
@@ -91,6 +92,7 @@ class Runtime:
                 limits=self.limits,
                 retain_after_producer_leaves=config.retain_after_producer_leaves,
                 coalesce_backlog=config.coalesce_backlog,
+                max_replay_diffs=config.max_replay_diffs,
             ),
             clock=time.monotonic,
             on_accept=on_accept,
@@ -140,12 +142,12 @@ class Runtime:
         if link is not None:
             link.fault(err)
 
-    def register_lazily_dialect(self, dialect: Dialect) -> None:
+    def register_lazily_dialect(self, dialect: FaceDialect) -> None:
         def for_ws(frame: OutFrame) -> bytes:
             return ws_frame(dialect.encode(frame.body), text=dialect.text)
 
         def for_tcp(frame: OutFrame) -> bytes:
-            return u32_frame(dialect.encode(frame.body))
+            return encode_frame(dialect.encode(frame.body))
 
         self.hub.register_encoder(lazily_dialect_key(dialect, "ws"), for_ws)
         self.hub.register_encoder(lazily_dialect_key(dialect, "tcp"), for_tcp)

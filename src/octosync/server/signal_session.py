@@ -12,7 +12,6 @@ import asyncio
 
 from octosync.errors import OctosyncError
 from octosync.server.auth import ClaimGrants
-from octosync.server.framing import ws_frame
 from octosync.server.runtime import Runtime
 from octosync.signaling import (
     SIGNAL_ERROR_CODES,
@@ -22,6 +21,7 @@ from octosync.signaling import (
     encode_server,
 )
 from octosync.signaling.messages import ClientSignal
+from octosync.wire.websocket import ws_frame
 
 
 class SignalSession:

@@ -16,9 +16,9 @@ from octosync.hub import SnapshotFrame, ViewKey
 from octosync.hub.model import DiffFrame
 from octosync.hub.streams import warp_stream_id
 from octosync.server.auth import GLOBAL_SCOPE, ClaimGrants
-from octosync.server.framing import ws_frame
 from octosync.server.runtime import Runtime
 from octosync.wire import jsabi, wvp
+from octosync.wire.websocket import ws_frame
 
 SERVER_VERSION = 1
 VIEW = ViewKey("wvp/ws")
@@ -123,7 +123,7 @@ class WvpSession:
                 raise Forbidden(
                     f"a {scope!r} notification needs publish on {GLOBAL_SCOPE!r}", path="scope"
                 )
-            targets = hub.connections_with_dialect(VIEW.dialect)
+            targets = hub.connections_with_encoder(VIEW.encoder)
         data = self._frame(note)
         for conn in targets:
             if conn != self.conn:
