@@ -23,6 +23,7 @@ from octosync.hub.fanout import Fanout
 from octosync.hub.model import Frame
 from octosync.hub.streams import encoder_face
 from octosync.hub.types import (
+    GLOBAL_SCOPE,
     AcceptHook,
     Action,
     AllowAll,
@@ -186,6 +187,23 @@ class Hub:
         producer.outbox.push_control(self._fanout.encode_for(producer, out))
         producer.wake(producer.id)
         return producer.id
+
+    def notify(self, conn: ConnId, stream_id: StreamId | None, data: bytes) -> list[ConnId]:
+        """Relay a notice from ``conn`` to a stream's subscribers, or (``None``) to every
+        connection of its encoder; it needs ``publish`` on the stream, or on ``GLOBAL_SCOPE``.
+        Returns the connections it was queued for."""
+        c = self._conns.get(conn)
+        if stream_id is None:
+            c.require(GLOBAL_SCOPE, "publish")
+            targets = self.connections_with_encoder(c.view.encoder)
+        else:
+            self._authority.check_stream(c.face, stream_id)
+            c.require(stream_id, "publish")
+            targets = self.subscribers_of(stream_id)
+        targets = [t for t in targets if t != conn]
+        for target in targets:
+            self.send_control(target, data)
+        return targets
 
     def send_control(self, conn: ConnId, data: bytes) -> None:
         """Queue a control frame (an error, an ack) for one connection."""

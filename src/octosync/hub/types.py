@@ -13,6 +13,9 @@ from octosync.hub.outbox import OutboxLimits
 StreamId = Hashable
 ConnId = int
 Action = Literal["read", "publish", "write"]
+GLOBAL_SCOPE = "$global"
+"""The pseudo-stream a message to every connection of a face needs ``publish`` on. Grants for
+names starting with ``$`` are never implied by a wildcard."""
 
 
 @dataclass(frozen=True, slots=True)

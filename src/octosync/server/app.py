@@ -45,7 +45,7 @@ def _face(open_session: SessionFactory) -> Handler:
 async def _signal(request: web.Request) -> web.StreamResponse:
     room = request.query.get("session", "default")
     return await serve_ws(
-        request, lambda rt, conn, t, identity: SignalSession(rt, conn, t, identity, room)
+        request, lambda rt, conn, identity: SignalSession(rt, conn, identity, room)
     )
 
 

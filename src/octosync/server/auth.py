@@ -28,8 +28,6 @@ from octosync.hub.types import Action, StreamId
 
 STREAM_ACTIONS = frozenset({"read", "publish", "write"})
 ROOM_ACTIONS = frozenset({"join"})
-GLOBAL_SCOPE = "$global"
-"""The pseudo-stream a WVP notification to every connection needs ``publish`` on."""
 
 
 @dataclass(frozen=True)

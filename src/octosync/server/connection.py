@@ -67,6 +67,11 @@ class Session(Protocol):
     def max_frame(self) -> int:
         """The frame limit in force now (negotiated by the handshake, never above the server's)."""
 
+    @property
+    def outgoing(self) -> list[bytes]:
+        """Framed bytes for this connection that do not go through the hub (the loop writes
+        and clears them after every frame): replies before the handshake registered it."""
+
     def decode(self, data: bytes) -> object:
         """What depends on the bytes alone; may run on a worker thread."""
 
@@ -134,14 +139,25 @@ class Link:
         except Exception as exc:
             _unexpected.exception(f"{session.face}: serving a frame failed", exc)
             return self.fail(InternalError(f"serving this frame failed: {type(exc).__name__}"))
+        self._write_outgoing()
         if self._expiry is None and session.identity is not None:
             self._arm_expiry(session.identity)
         return True
+
+    def _write_outgoing(self) -> None:
+        out = self.session.outgoing
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            t = self.transport
+            if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+                t.write(data)
 
     def fail(self, err: OctosyncError) -> bool:
         """Send ``err`` to this connection only; False when the policy says close."""
         self.counters.errors += 1
         self.session.send_error(err)
+        self._write_outgoing()
         if not closes_connection(err, byte_stream=self.session.byte_stream):
             return True
         self.close_code = close_code(err)
@@ -206,9 +222,9 @@ def release(transport: asyncio.BaseTransport, timeout: float) -> None:
         asyncio.get_running_loop().call_later(timeout, abort_if_stuck)
 
 
-SessionFactory = Callable[[Runtime, int, asyncio.BaseTransport, ClaimGrants], Session]
+SessionFactory = Callable[[Runtime, int, ClaimGrants], Session]
 """A WebSocket face's session: the identity is known from the upgrade."""
-TcpSessionFactory = Callable[[Runtime, int, asyncio.BaseTransport], Session]
+TcpSessionFactory = Callable[[Runtime, int], Session]
 """A TCP face's session: the identity comes with its handshake frame."""
 
 
@@ -244,7 +260,7 @@ async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.St
     async def closer(code: int) -> object:
         return await ws.close(code=code, message=b"")
 
-    session = open_session(rt, conn, transport, identity)
+    session = open_session(rt, conn, identity)
     link = Link(rt, conn, session, transport, closer)
     rt.attach(conn, link)
     try:
@@ -299,7 +315,7 @@ async def serve_tcp(
         writer.close()
         return None
 
-    session = open_session(rt, conn, transport)
+    session = open_session(rt, conn)
     address = peer_address(transport)
     refused = rt.guard.admit(address)
     if refused is not None:

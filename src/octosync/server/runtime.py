@@ -102,7 +102,6 @@ class Runtime:
         self.signaling = SignalingHub(config.signaling)
         self.counters = Counters()
         self.links: dict[int, LiveConnection] = {}
-        self.signal_transports: dict[int, asyncio.BaseTransport] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
             max_per_address=config.max_connections_per_address,
@@ -136,6 +135,18 @@ class Runtime:
         conn = None if transport is None else self.http_conns.get(transport)
         if conn is not None:
             conn.request_started()
+
+    def deliver(self, conn: int, data: bytes) -> None:
+        """Write ``data`` to another connection now (signaling relays); a peer that cannot
+        keep up is dropped, never waited for."""
+        link = self.links.get(conn)
+        t = None if link is None else link.transport
+        if link is None or not isinstance(t, asyncio.WriteTransport) or t.is_closing():
+            return
+        if t.get_write_buffer_size() > self.config.socket_high_water:
+            link.abort()
+            return
+        t.write(data)
 
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)
