@@ -286,22 +286,11 @@ class Mirror:
         if sid not in self._tags:
             raise _BadOp(index, f"node_remove of unknown node {sid}")
         # All of the node's edges go at once, one undo entry per direction: O(edges touched).
-        deps, dependents = self._deps, self._dependents
-        out_edges = deps.pop(sid, None)
+        out_edges = _detach(self._deps, self._dependents, sid)
         if out_edges:
-            for dependency in out_edges:
-                back = dependents[dependency]
-                back.discard(sid)
-                if not back:
-                    del dependents[dependency]
             push((_OUT_EDGES, sid, out_edges))
-        in_edges = dependents.pop(sid, None)
+        in_edges = _detach(self._dependents, self._deps, sid)
         if in_edges:
-            for dependent in in_edges:
-                forward = deps[dependent]
-                forward.discard(sid)
-                if not forward:
-                    del deps[dependent]
             push((_IN_EDGES, sid, in_edges))
         was_root = sid in self._roots
         self._roots.discard(sid)
@@ -367,15 +356,16 @@ class Mirror:
                 self._unlink(sid, entry[2])
             elif kind == _OUT_EDGES:
                 for dependency in entry[2]:
-                    self._deps.setdefault(sid, set()).add(dependency)
-                    self._dependents.setdefault(dependency, set()).add(sid)
+                    self._link(sid, dependency)
             elif kind == _IN_EDGES:
                 for dependent in entry[2]:
-                    self._deps.setdefault(dependent, set()).add(sid)
-                    self._dependents.setdefault(sid, set()).add(dependent)
+                    self._link(dependent, sid)
             else:
-                self._deps.setdefault(sid, set()).add(entry[2])
-                self._dependents.setdefault(entry[2], set()).add(sid)
+                self._link(sid, entry[2])
+
+    def _link(self, dependent: int, dependency: int) -> None:
+        self._deps.setdefault(dependent, set()).add(dependency)
+        self._dependents.setdefault(dependency, set()).add(dependent)
 
     def _on_snapshot(self, snap: Snapshot) -> ApplyResult:
         error = self._load_snapshot(snap)
@@ -433,6 +423,20 @@ class Mirror:
 
     def _edge_pairs(self) -> list[tuple[int, int]]:
         return [(a, b) for a, bs in self._deps.items() for b in bs]
+
+
+def _detach(
+    forward: dict[int, set[int]], backward: dict[int, set[int]], sid: int
+) -> set[int] | None:
+    """Remove every edge of ``sid`` in one direction (and the matching back-references)."""
+    ends = forward.pop(sid, None)
+    if ends:
+        for end in ends:
+            back = backward[end]
+            back.discard(sid)
+            if not back:
+                del backward[end]
+    return ends
 
 
 def _row_id(row: NodeRow) -> int:
