@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from octosync.errors import InvalidRecord
+from octosync.errors import InvalidRecord, StorageError
 from octosync.hub.model import DiffFrame, SnapshotFrame
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord, StreamFrame, encode_record
@@ -53,8 +53,10 @@ def frame_record(stream: str, frame: Any, encode: Encode = body_bytes) -> Stream
 class JournalRecorder:
     """The hub's recorder: each frame is encoded and validated *before* the hub changes state.
 
-    ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store (the hub refuses
-    it, unchanged); ``commit`` queues the prepared record once the hub has accepted the frame.
+    ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store, or
+    ``StorageError`` when the writer's queue is full (the hub refuses the frame, unchanged:
+    the event loop never waits for the disk); ``commit`` queues the prepared record once the
+    hub has accepted the frame.
     """
 
     def __init__(self, writer: GroupCommitWriter, encode: Encode = body_bytes):
@@ -62,6 +64,8 @@ class JournalRecorder:
         self.encode = encode
 
     def prepare(self, stream: Any, conn: Any, frame: Any) -> EncodedRecord:
+        if not self.writer.has_room():
+            raise StorageError("the journal writer is behind: its queue is full")
         try:
             record = frame_record(stream, frame, self.encode)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -71,7 +75,7 @@ class JournalRecorder:
         return encode_record(record)
 
     def commit(self, prepared: EncodedRecord) -> None:
-        self.writer.submit_encoded([prepared])
+        self.writer.submit_encoded([prepared], block=False)
 
 
 def journal_hook(
