@@ -10,7 +10,7 @@ _decode = msgspec.json.Decoder(IpcMessage).decode
 
 def test_delta_epoch_must_follow_base() -> None:
     with pytest.raises(msgspec.ValidationError, match="base_epoch"):
-        _decode(b'{"type":"delta","base_epoch":3,"epoch":5,"ops":[]}')
+        _decode(b'{"type":"delta","base_epoch":5,"epoch":5,"ops":[]}')
 
 
 def test_ids_above_2_pow_53_are_rejected() -> None:

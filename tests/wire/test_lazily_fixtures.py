@@ -299,7 +299,7 @@ def test_outbox_ack_frames(conformance_dir: Path) -> None:
             "$.Delta",
         ),
         ({"OutboxAck": {"through_epoch": 1}, "ResyncRequest": {"from_epoch": 1}}, "$"),
-        ({"Delta": {"base_epoch": 0, "epoch": 3, "ops": []}}, "$.Delta.epoch"),
+        ({"Delta": {"base_epoch": 3, "epoch": 3, "ops": []}}, "$.Delta.epoch"),
         ({"Delta": {"base_epoch": -1, "epoch": 0, "ops": []}}, "$.Delta.base_epoch"),
         (
             {"Delta": {"base_epoch": 0, "epoch": 1, "ops": [{"QueuePush": {"node": 7}}]}},

@@ -148,7 +148,13 @@ class Snapshot(_Msg, frozen=True, tag="snapshot"):
 
 
 class Delta(_Msg, frozen=True, tag="delta"):
-    """The change set of one outermost flush: ``epoch == base_epoch + 1``."""
+    """The change set of one or more flushes: from ``base_epoch`` to ``epoch > base_epoch``.
+
+    Octosync's publishers send one flush per delta (``epoch == base_epoch + 1``); lazily-spec
+    producers may fold several accepted events into one (a multi-epoch span, ``epoch -
+    base_epoch`` of them), which applies exactly like that many unit deltas carrying the same
+    ops in order. Receivers accept it only at ``base_epoch == last_epoch`` (the gap rule) and
+    advance to ``epoch`` at once."""
 
     base_epoch: Epoch
     epoch: Epoch
@@ -156,8 +162,13 @@ class Delta(_Msg, frozen=True, tag="delta"):
     state_hash: bytes | None = None
 
     def __post_init__(self) -> None:
-        if self.epoch != self.base_epoch + 1:
-            raise ValueError(f"epoch {self.epoch} is not base_epoch {self.base_epoch} + 1")
+        if self.epoch <= self.base_epoch:
+            raise ValueError(f"epoch {self.epoch} must be above base_epoch {self.base_epoch}")
+
+    @property
+    def span(self) -> int:
+        """How many epochs the delta advances (1 for a single flush)."""
+        return self.epoch - self.base_epoch
 
 
 class ResyncRequest(_Msg, frozen=True, tag="resync_request"):
