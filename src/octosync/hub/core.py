@@ -11,7 +11,7 @@ the result in one write (``take`` gives the same frames one by one). Time is inj
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -281,6 +281,33 @@ class Hub:
         if self._on_accept is not None:
             self._on_accept(stream_id, conn, frame)
         self._fan_out(stream, frame)
+
+    def restore(self, stream_id: StreamId, frames: Sequence[Frame[object]]) -> None:
+        """Install a stream's state rebuilt from the journal (at start-up, before connections).
+
+        ``frames`` is a snapshot, then the diffs since. The stream has no producer and no TTL:
+        late joiners get this state until a producer connects and publishes its own snapshot
+        (a diff from it first is ``SnapshotRequired``, as for any new producer). Nothing is
+        journaled or fanned out. Raises like ``publish`` if the frames do not fold.
+        """
+        if not frames:
+            return
+        if self._streams.get(stream_id, _Stream(stream_id)).has_state():
+            raise ValueError(f"stream {stream_id!r} already has a state")
+        first, rest = frames[0], frames[1:]
+        if not isinstance(first, SnapshotFrame):
+            raise SnapshotRequired(f"restoring stream {stream_id!r} needs a snapshot first")
+        model: GraphModel | ReplayModel
+        if isinstance(first.body, Snapshot):
+            model = GraphModel(self.config.state_hasher)
+        else:
+            model = ReplayModel(self.config.max_replay_diffs)
+        model.reset(first)  # type: ignore[arg-type]
+        for frame in rest:
+            model.apply(frame)  # type: ignore[arg-type]
+        stream = self._streams.setdefault(stream_id, _Stream(stream_id))
+        stream.model = model
+        stream.replay_cache.clear()
 
     def needs_snapshot(self, stream: StreamId) -> bool:
         """True when the hub can no longer replay the stream and wants a fresh snapshot."""
