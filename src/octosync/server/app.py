@@ -23,9 +23,12 @@ from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
 from octosync.store.hub_hook import journal_hook
 from octosync.store.journal import GroupCommitWriter
+from octosync.store.retention import JournalKeeper
 
 CONFIG_KEY = web.AppKey("config", ServerConfig)
 TCP_SERVER = web.AppKey("tcp_server", asyncio.Server)
+KEEPER = web.AppKey("journal_keeper", JournalKeeper)
+KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 
 __all__ = ["CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
@@ -60,6 +63,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/signal", signal_handler)
 
     async def on_startup(app: web.Application) -> None:
+        if writer is not None:  # every stream's state is back before the port opens
+            keeper, _ = await asyncio.to_thread(
+                JournalKeeper.start, runtime.hub, config.data_dir, export_dir=config.export_dir
+            )
+            app[KEEPER] = keeper
+            app[KEEPER_TASK] = asyncio.create_task(keeper.run_every(config.checkpoint_interval))
         await runtime.start()
         if config.tcp_port is not None:
             server = await asyncio.start_server(
@@ -74,6 +83,9 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         await runtime.shutdown()
 
     async def on_cleanup(app: web.Application) -> None:
+        if KEEPER_TASK in app:
+            app[KEEPER_TASK].cancel()
+            app[KEEPER].close()
         if writer is not None:
             await asyncio.to_thread(writer.close)  # drains: every accepted frame is committed
 
