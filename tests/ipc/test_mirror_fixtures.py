@@ -149,9 +149,7 @@ def test_a_fused_state_suffix_applies_like_its_unit_deltas(conformance_dir: Path
     assert batch.snapshot() == folded.snapshot()
     coalesced = sc["coalesce"]["wire"]["Snapshot"]  # schematic: compare the values it names
     assert batch.last_epoch == coalesced["epoch"]
-    assert raw_values(batch) == {
-        str(n["node"]): n["payload"]["Inline"] for n in coalesced["nodes"]
-    }
+    assert raw_values(batch) == {str(n["node"]): n["payload"]["Inline"] for n in coalesced["nodes"]}
     # Re-delivered after it applied: ignored, not applied twice.
     assert batch.apply(fused) == Ignored(3, "already_applied")
 
