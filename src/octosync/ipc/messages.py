@@ -35,15 +35,27 @@ class _Frozen(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     """Base for all state-plane structs: immutable, strict, absent-when-default on the wire."""
 
 
+BlobBackend = Literal["shm", "arrow", "in_process"]
+
+
 class BlobRef(_Frozen, frozen=True):
-    """A payload that lives in a blob backend (shared memory, Arrow, in-process arena)."""
+    """A payload that lives in a blob backend (shared memory, Arrow, in-process arena).
+
+    ``backend`` omitted or an explicit null both read as ``shm`` (lazily-spec § Zero-copy
+    transport: null is the absent form); it is omitted again on the way out. A token outside
+    the enum is refused, never normalised.
+    """
 
     offset: U64
     len: U64
     generation: U64
     epoch: U64
     checksum: U64
-    backend: Literal["shm", "arrow", "in_process"] = "shm"
+    backend: BlobBackend | None = "shm"
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            msgspec.structs.force_setattr(self, "backend", "shm")
 
 
 Payload = bytes | BlobRef
