@@ -150,7 +150,8 @@ class _WvpSession:
 
     def fail(self, err: OctosyncError) -> bool:
         self.rt.counters.faces["wvp"].errors += 1
-        self._send(wvp.ErrorPayload(code=err.code, name=err.name, message=str(err)))
+        details = None if err.path is None else {"path": err.path}
+        self._send(wvp.ErrorPayload(err.code, err.name, err.message, details))
         close = closes_connection(err, byte_stream=False)
         if close:
             self.rt.flusher.flush_now(self.conn)
@@ -291,7 +292,8 @@ async def signal_handler(request: web.Request) -> web.WebSocketResponse:
     def error(err: OctosyncError) -> None:
         counters.errors += 1
         code = SIGNAL_ERROR_CODES.get(err.name, err.name)
-        send(conn, SignalError(code=code, message=str(err)))
+        # The spec's error frame is exactly {type, code, message}: the bare text, no path.
+        send(conn, SignalError(code=code, message=err.message))
 
     rt.closers[conn] = lambda: ws.close(code=1001, message=b"server shutting down")
     try:
