@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from aiohttp import web
-
 from octosync.pipeline import cli as pipeline_cli
-from octosync.server.app import ServerConfig, build_app
-from octosync.server.config import load_config_file
+from octosync.server.config import ServerConfig, load_config_file
+from octosync.server.run import Started, serve_forever
 from octosync.store import cli as store_cli
 
 INSECURE_BANNER = """
@@ -45,20 +44,33 @@ def _serve(args: argparse.Namespace) -> int:
             "refused as Unauthorized. Use --insecure-dev for local development.",
             file=sys.stderr,
         )
+    try:
+        config.check_exposure()
+    except ValueError as exc:
+        print(f"octosync: {exc}", file=sys.stderr)
+        return 2
     faces = "/lazily /wvp /signal /metrics /healthz"
-    tcp = f", lazily over TCP on {config.host}:{config.tcp_port}" if config.tcp_port else ""
-    print(
-        f"octosync serving {faces} on http://{config.host}:{config.port}{tcp} "
-        f"(data in {config.data_dir})",
-        flush=True,
-    )
-    web.run_app(build_app(config), host=config.host, port=config.port, print=None)
+
+    def ready(started: Started) -> None:
+        tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
+        print(
+            f"octosync serving {faces} on http://{config.host}:{started.port}{tcp} "
+            f"(data in {config.data_dir})",
+            flush=True,
+        )
+
+    try:
+        asyncio.run(serve_forever(config, ready))
+    except OSError as exc:
+        print(
+            f"octosync: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 
 def _watch(args: argparse.Namespace) -> int:
-    import asyncio
-
     from octosync.client.tools import watch
 
     with contextlib.suppress(KeyboardInterrupt):
@@ -67,8 +79,6 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _publish_demo(args: argparse.Namespace) -> int:
-    import asyncio
-
     from octosync.client.tools import publish_demo
 
     with contextlib.suppress(KeyboardInterrupt):

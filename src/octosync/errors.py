@@ -141,6 +141,13 @@ class SyncResetRequired(RemoteProtocolError):
     code = 18
 
 
+class LimitExceeded(RemoteProtocolError):
+    """A value beyond one of the server's limits (epoch range, name length, nesting, rate)."""
+
+    name = "LimitExceeded"
+    code = 19
+
+
 class InvalidBucketPath(RemoteProtocolError):
     """A Merkle bucket path that is not a hex prefix shorter than (or equal to) the tree depth."""
 
@@ -209,6 +216,34 @@ class ReplicationError(OctosyncError):
 
     name = "ReplicationError"
     code = 40
+
+
+class ServerError(OctosyncError):
+    """The server cannot serve this request now; the request itself may be fine."""
+
+    name = "ServerError"
+    code = 90
+
+
+class ShuttingDown(ServerError):
+    """The server is draining after SIGTERM and accepts no new work."""
+
+    name = "ShuttingDown"
+    code = 91
+
+
+class Overloaded(ServerError):
+    """A connection cap (per client address or in total) is reached."""
+
+    name = "Overloaded"
+    code = 92
+
+
+class InternalError(ServerError):
+    """Serving this connection failed unexpectedly; only this connection is affected."""
+
+    name = "InternalError"
+    code = 93
 
 
 class PipelineError(OctosyncError):

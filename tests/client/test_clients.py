@@ -11,8 +11,8 @@ import octosync
 from octosync import Context
 from octosync.client import Backoff, SignalingClient, SignalingRefused, WvpClient
 from octosync.errors import ForbiddenPublish, Unauthorized
-from octosync.hub.signaling import OfferFrom, PeerJoined
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.signaling.messages import OfferFrom, PeerJoined
 from octosync.wire import wvp
 from tests.e2e.helpers import serve
 
@@ -51,7 +51,7 @@ async def test_subscription_reconnects_after_the_server_drops_it(tmp_path: Path)
             await asyncio.wait_for(sub.wait_for(lambda s: s.values.get(c.id) == "a"), 5)
             subscriber_conns = srv.runtime.hub.subscribers_of("r")
             assert len(subscriber_conns) == 1
-            await srv.runtime.closers[subscriber_conns[0]]()
+            await srv.runtime.links[subscriber_conns[0]].close(1001)
             c.set("b")
             state = await asyncio.wait_for(sub.wait_for(lambda s: s.values.get(c.id) == "b"), 5)
             assert state.values[c.id] == "b"
@@ -195,7 +195,7 @@ async def test_publication_reconnects_and_republishes_a_snapshot(tmp_path: Path)
             await asyncio.wait_for(sub.wait_for(lambda s: s.values.get(c.id) == 1), 5)
             owner = srv.runtime.hub.producer_of("p")
             assert owner is not None
-            await srv.runtime.closers[owner]()
+            await srv.runtime.links[owner].close(1001)
             for _ in range(200):
                 if pub.reconnects and srv.runtime.hub.producer_of("p") not in (None, owner):
                     break

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,9 +19,10 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from octosync.hub.core import AcceptHook
+from octosync.hub.types import AcceptHook
 from octosync.ipc.messages import CellSet, Delta, Handshake, NodeSnapshot, Snapshot
 from octosync.server.app import RUNTIME, ServerConfig, build_app
+from octosync.server.run import start
 from octosync.server.runtime import Runtime
 
 TIMEOUT = 5.0
@@ -44,24 +48,21 @@ class Running:
 async def serve(
     tmp_path: Path, *, on_accept: AcceptHook | None = None, **overrides: Any
 ) -> AsyncIterator[Running]:
-    port = free_port()
-    base = ServerConfig(port=port, data_dir=tmp_path, insecure_dev=True)
+    base = ServerConfig(port=0, data_dir=tmp_path, insecure_dev=True)
     config = replace(base, **overrides)
     app = build_app(config, on_accept=on_accept)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
+    started = await start(app, config)
+    port = started.port
     try:
         yield Running(
             f"http://127.0.0.1:{port}",
             f"ws://127.0.0.1:{port}",
-            config.tcp_port,
+            started.tcp_port,
             app[RUNTIME],
-            runner,
+            started.runner,
         )
     finally:
-        await runner.cleanup()
+        await started.stop()
 
 
 def handshake_struct(session: str, *, publish: bool = False, codec: str = "json") -> Handshake:
@@ -200,3 +201,36 @@ class TcpLazily:
 
     def close(self) -> None:
         self.writer.close()
+
+
+@dataclass
+class Spawned:
+    proc: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
+@contextlib.asynccontextmanager
+async def spawn_server(tmp_path: Path, *args: str) -> AsyncIterator[Spawned]:
+    """``octosync serve --insecure-dev`` in a child process, ready when ``/healthz`` answers."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev"]
+    command += ["--port", str(port), "--data", str(tmp_path), *args]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(200):
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/healthz"):
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+        yield Spawned(proc, port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -4,26 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
-from octosync.hub.signaling import SignalingPolicy
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.signaling import SignalingPolicy
 from tests.e2e.helpers import (
     TIMEOUT,
     Follower,
     delta,
     follow_until,
-    free_port,
     recv_json,
     serve,
     snap,
+    spawn_server,
     ws_lazily,
 )
 
@@ -87,16 +85,14 @@ async def test_jwt_grants_read_publish_write_per_stream(tmp_path: Path) -> None:
         serve(tmp_path, insecure_dev=False, auth=auth) as srv,
         aiohttp.ClientSession() as http,
     ):
-        ws = await http.ws_connect(f"{srv.ws_url}/lazily")
-        from tests.e2e.helpers import handshake
-
-        await ws.send_str(handshake("s").decode())
-        err = await recv_json(ws)
-        assert err["code"] == "Unauthorized"
+        # No frame is read without credentials: the upgrade itself is refused.
+        async with http.get(f"{srv.ws_url.replace('ws', 'http', 1)}/lazily") as resp:
+            assert resp.status == 401
+            assert (await resp.json())["code"] == "Unauthorized"
         bad = issue_token("wrong-secret-wrong-secret-wrong-secret!", "eve", {"*": ["read"]})
-        ws = await http.ws_connect(f"{srv.ws_url}/lazily?token={bad}")
-        await ws.send_str(handshake("s").decode())
-        assert (await recv_json(ws))["code"] == "Unauthorized"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(f"{srv.ws_url}/lazily?token={bad}")
+        assert refused.value.status == 401
         producer = issue_token(SECRET, "p", {"s": ["publish"]})
         reader = issue_token(SECRET, "r", {"s": ["read"]})
         prod, _ = await ws_lazily(http, srv.ws_url, "s", publish=True, token=producer)
@@ -133,45 +129,15 @@ async def test_metrics_in_prometheus_text(tmp_path: Path) -> None:
 
 
 async def test_sigterm_flushes_and_closes_cleanly(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "octosync.cli",
-            "serve",
-            "--insecure-dev",
-            "--port",
-            str(port),
-            "--data",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    try:
-        url = f"ws://127.0.0.1:{port}"
-        async with aiohttp.ClientSession() as http:
-            for _ in range(100):
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/healthz"):
-                        break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.05)
-            prod, _ = await ws_lazily(http, url, "z", publish=True)
-            await prod.send_bytes(snap(0, {1: b"a"}))
-            sub, _ = await ws_lazily(http, url, "z")
-            await follow_until(sub, Follower(), 0)
-            proc.send_signal(signal.SIGTERM)
-            closed = await asyncio.wait_for(sub.receive(), TIMEOUT)
-            assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
-        assert proc.wait(timeout=10) == 0
-        err = proc.stderr.read().decode() if proc.stderr else ""
+    async with spawn_server(tmp_path) as server, aiohttp.ClientSession() as http:
+        prod, _ = await ws_lazily(http, server.url, "z", publish=True)
+        await prod.send_bytes(snap(0, {1: b"a"}))
+        sub, _ = await ws_lazily(http, server.url, "z")
+        await follow_until(sub, Follower(), 0)
+        server.proc.send_signal(signal.SIGTERM)
+        closed = await asyncio.wait_for(sub.receive(), TIMEOUT)
+        assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        assert server.proc.wait(timeout=10) == 0
+        err = server.proc.stderr.read().decode() if server.proc.stderr else ""
         assert "insecure-dev" in err
         assert "Traceback" not in err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

@@ -16,8 +16,8 @@ from octosync.hub import (
     ViewKey,
     lazily_frame,
 )
-from octosync.hub.model import default_state_hash
 from octosync.ipc.messages import CellSet, Delta, Snapshot
+from octosync.ipc.state_hash import snapshot_hash as default_state_hash
 from octosync.wire import json_tagged
 from tests.hub.helpers import RefSubscriber, cell_set, decode, json_encoder, node_add, snap
 

@@ -14,7 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from octosync.errors import DecodeError, EpochGap, ForbiddenPublish, SnapshotRequired
+from octosync.errors import EpochGap, ForbiddenPublish, RemoteProtocolError, SnapshotRequired
 from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame, ViewKey, lazily_frame
 from octosync.ipc.messages import Delta, Snapshot
 from tests.hub.helpers import RefSubscriber, cell_set, node_add, snap
@@ -62,7 +62,7 @@ class HubMachine(RuleBasedStateMachine):
     def _publish(self, conn: int, stream: str, msg: Snapshot | Delta) -> type[Exception] | None:
         try:
             self.hub.publish(conn, stream, lazily_frame(msg))
-        except (ForbiddenPublish, SnapshotRequired, EpochGap, DecodeError) as exc:
+        except (ForbiddenPublish, SnapshotRequired, EpochGap, RemoteProtocolError) as exc:
             return type(exc)
         return None
 
@@ -104,8 +104,9 @@ class HubMachine(RuleBasedStateMachine):
             assert got is SnapshotRequired
         elif base != exp.epoch:
             assert got is EpochGap
-        elif not add and slot not in exp.values:
-            assert got is DecodeError
+        elif (slot in exp.values) == add:
+            # The state plane's rules: a node is added once, and only a node that exists is set.
+            assert got is RemoteProtocolError
         else:
             assert got is None
             exp.epoch = base + 1
@@ -118,7 +119,8 @@ class HubMachine(RuleBasedStateMachine):
         if exp.owner is None or exp.epoch is None:
             return
         for value in values:
-            assert self._publish(exp.owner, stream, node_add(exp.epoch, 0, value)) is None
+            make = cell_set if 0 in exp.values else node_add
+            assert self._publish(exp.owner, stream, make(exp.epoch, 0, value)) is None
             exp.epoch += 1
             exp.values[0] = value
 

@@ -29,21 +29,27 @@ from octosync.store.export import export, read_watermark
 from octosync.store.hub_hook import frame_record
 from octosync.store.journal import Journal
 from octosync.store.retention import JournalKeeper
+from octosync.wire import wvp
 from octosync.wire.wvp import WarpDiff, WarpSnapshot
 
 GRAPH, WARP = "scores", "warp:7"
 STREAMS = (GRAPH, WARP)
 MAX_DIFFS = 3
-PRODUCER, JOINER = 1, 2
+PRODUCER, WVP_PRODUCER, JOINER = 1, 2, 3
+VIEWS = {GRAPH: ViewKey("t"), WARP: ViewKey("wvp-t")}
+PRODUCERS = {GRAPH: PRODUCER, WARP: WVP_PRODUCER}
 
 
-def out_encoder(frame: OutFrame) -> bytes:
-    return msgspec.msgpack.encode([frame.kind, frame.body])
+def graph_encoder(frame: OutFrame) -> bytes:
+    return msgspec.msgpack.encode(frame.body)
 
 
-_graph = msgspec.msgpack.Decoder(tuple[str, Snapshot | Delta])
-_warp_snap = msgspec.msgpack.Decoder(tuple[str, WarpSnapshot])
-_warp_diff = msgspec.msgpack.Decoder(tuple[str, WarpDiff])
+def warp_encoder(frame: OutFrame) -> bytes:
+    assert isinstance(frame.body, WarpSnapshot | WarpDiff)
+    return wvp.encode_frame(frame.body)
+
+
+_graph = msgspec.msgpack.Decoder(Snapshot | Delta)
 
 
 @dataclass
@@ -66,7 +72,7 @@ def joiner_view(stream: str, frames: list[bytes]) -> tuple[int | None, dict[int,
     values: dict[int, bytes] = {}
     for raw in frames:
         if stream == GRAPH:
-            _, msg = _graph.decode(raw)
+            msg = _graph.decode(raw)
             if isinstance(msg, Snapshot):
                 epoch = msg.epoch
                 values = {n.slot_id: n.payload for n in msg.nodes}  # type: ignore[misc]
@@ -77,15 +83,13 @@ def joiner_view(stream: str, frames: list[bytes]) -> tuple[int | None, dict[int,
                     values[op.slot_id] = op.payload  # type: ignore[assignment]
                 epoch = msg.epoch
             continue
-        kind = msgspec.msgpack.decode(raw)[0]
-        if kind == "snapshot":
-            _, snap = _warp_snap.decode(raw)
-            epoch, values = snap.epoch, {int(k): v for k, v in snap.graph.items()}
+        body = wvp.decode_frame(raw, opaque=False)
+        if isinstance(body, WarpSnapshot):
+            epoch, values = body.epoch, {int(k): v for k, v in body.graph.items()}
         else:
-            _, diff = _warp_diff.decode(raw)
-            assert diff.from_epoch == epoch
-            values[diff.ops[0]] = diff.ops[1]
-            epoch = diff.to_epoch
+            assert body.from_epoch == epoch
+            values[body.ops[0]] = body.ops[1]
+            epoch = body.to_epoch
     return epoch, values
 
 
@@ -114,15 +118,16 @@ class RestartMachine(RuleBasedStateMachine):
         self.hub = Hub(
             HubConfig(max_replay_diffs=MAX_DIFFS),
             clock=lambda: 0.0,
-            encoders={"t": out_encoder},
+            encoders={"t": graph_encoder, "wvp-t": warp_encoder},
             on_accept=self._on_accept,
         )
         self.keeper, _ = JournalKeeper.start(self.hub, self.data, export_dir=None, trim=False)
-        self.hub.connect(PRODUCER, ViewKey("t"))
+        for stream, conn in PRODUCERS.items():
+            self.hub.connect(conn, VIEWS[stream])
         self.has_snapshot: set[str] = set()
 
     def _publish(self, stream: str, frame: Frame[object]) -> None:
-        self.hub.publish(PRODUCER, stream, frame)
+        self.hub.publish(PRODUCERS[stream], stream, frame)
         self.has_snapshot.add(stream)
 
     # --- rules ----------------------------------------------------------------------------
@@ -200,7 +205,8 @@ class RestartMachine(RuleBasedStateMachine):
     def restart(self, clean: bool) -> None:
         """A crash (nothing shut down) or a clean stop, then a new hub recovered from disk."""
         if clean:
-            self.hub.disconnect(PRODUCER)
+            for conn in PRODUCERS.values():
+                self.hub.disconnect(conn)
         self.keeper.close()
         self.journal.close()
         self.journal = Journal(self.data, durability="normal")
@@ -212,21 +218,22 @@ class RestartMachine(RuleBasedStateMachine):
     def restarted_producer_must_snapshot_first(self, stream: str) -> None:
         if stream in self.has_snapshot:
             return
+        body = Delta(0, 1, ()) if stream == GRAPH else WarpDiff(0, 1, [1, b""])
         with pytest.raises(SnapshotRequired):
-            self.hub.publish(PRODUCER, stream, DiffFrame(0, 1, Delta(0, 1, ())))
+            self.hub.publish(PRODUCERS[stream], stream, DiffFrame(0, 1, body))
 
     # --- checks ---------------------------------------------------------------------------
 
     @invariant()
     def a_late_joiner_gets_the_acknowledged_state(self) -> None:
-        self.hub.connect(JOINER, ViewKey("t"))
-        try:
-            for stream in STREAMS:
+        for stream in STREAMS:
+            self.hub.connect(JOINER, VIEWS[stream])
+            try:
                 self.hub.subscribe(JOINER, stream)
                 got = joiner_view(stream, self.hub.take(JOINER))
                 assert got == self.expected[stream].visible(), stream
-        finally:
-            self.hub.disconnect(JOINER)
+            finally:
+                self.hub.disconnect(JOINER)
 
     def teardown(self) -> None:
         self.keeper.close()

@@ -10,7 +10,7 @@ import aiohttp
 import msgspec
 
 from octosync.client.ws import close_ws, connect_ws
-from octosync.hub.signaling import (
+from octosync.signaling.messages import (
     Answer,
     ClientSignal,
     Ice,

@@ -6,13 +6,25 @@ from typing import Any
 
 import aiohttp
 
+from octosync.errors import Unauthorized
+
 
 async def connect_ws(
     http: aiohttp.ClientSession, url: str, token: str | None, **kwargs: Any
 ) -> aiohttp.ClientWebSocketResponse:
-    """Open ``url``, presenting ``token`` as a bearer credential when there is one."""
+    """Open ``url``, presenting ``token`` as a bearer credential when there is one.
+
+    The server checks credentials at the upgrade: a refusal (HTTP 401) is ``Unauthorized``,
+    which no reconnect loop retries; other failures stay ``aiohttp.ClientError`` (retryable).
+    """
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    ws: aiohttp.ClientWebSocketResponse = await http.ws_connect(url, headers=headers, **kwargs)
+    try:
+        ws: aiohttp.ClientWebSocketResponse = await http.ws_connect(url, headers=headers, **kwargs)
+    except aiohttp.WSServerHandshakeError as exc:
+        if exc.status == 401:
+            why = "no token was given" if token is None else "the token was refused"
+            raise Unauthorized(f"{url}: {why} (HTTP 401 at the upgrade)") from None
+        raise
     return ws
 
 

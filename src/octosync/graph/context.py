@@ -11,6 +11,7 @@ from contextlib import suppress
 from types import TracebackType
 from typing import TypeVar
 
+from octosync.bounds import MAX_SAFE_INTEGER as MAX_SAFE_ID
 from octosync.errors import GraphError
 from octosync.graph.changes import ChangeSet
 from octosync.graph.flush import run_flush
@@ -25,8 +26,7 @@ from octosync.graph.nodes import (
     Node,
     Signal,
 )
-from octosync.ipc.messages import MAX_SAFE_ID
-from octosync.ipc.type_tags import TypeRegistry, default_registry
+from octosync.graph.type_tags import TypeRegistry, default_registry
 
 T = TypeVar("T")
 Listener = Callable[[ChangeSet], None]

@@ -18,7 +18,15 @@ length-prefixed stream) cannot be recovered, so the connection is closed after t
 | SnapshotRequired   | no     | the producer can send a snapshot next                       |
 | EpochGap           | no     | the producer can send a snapshot next                       |
 | Desync             | no     | reported to the producer, which re-snapshots                |
+| LimitExceeded      | no     | the frame is refused whole; framing and identity are intact |
+| RemoteProtocolError| no     | an op that breaks the graph: that frame is refused, unchanged|
+| ShuttingDown       | yes    | the server is draining                                      |
+| Overloaded         | yes    | a connection cap is reached                                 |
+| InternalError      | yes    | serving this connection failed; only it is reset            |
 | anything else      | yes    | unexpected: close rather than guess                         |
+
+A closed WebSocket gets the close code of ``CLOSE_CODES`` (RFC 6455 §7.4.1): 1008 policy,
+1009 too big, 1002 protocol error, 1011 internal, 1001 going away, 1013 try again later.
 """
 
 from __future__ import annotations
@@ -26,14 +34,21 @@ from __future__ import annotations
 from typing import Literal
 
 from octosync.errors import (
+    AuthError,
     DecodeError,
     Desync,
     EpochGap,
     Forbidden,
     ForbiddenPublish,
     HandshakeFailed,
+    InternalError,
+    LimitExceeded,
     OctosyncError,
+    Overloaded,
     Oversize,
+    ProtocolError,
+    RemoteProtocolError,
+    ShuttingDown,
     SnapshotRequired,
     Unauthorized,
 )
@@ -50,7 +65,38 @@ ERROR_POLICY: dict[type[OctosyncError], Disposition] = {
     SnapshotRequired: "keep",
     EpochGap: "keep",
     Desync: "keep",
+    LimitExceeded: "keep",
+    RemoteProtocolError: "keep",
+    ShuttingDown: "close",
+    Overloaded: "close",
+    InternalError: "close",
 }
+
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_PROTOCOL = 1002
+CLOSE_INTERNAL = 1011
+CLOSE_GOING_AWAY = 1001
+CLOSE_TRY_LATER = 1013
+
+CLOSE_CODES: dict[type[OctosyncError], int] = {
+    Oversize: CLOSE_TOO_BIG,
+    AuthError: CLOSE_POLICY,
+    HandshakeFailed: CLOSE_POLICY,
+    ProtocolError: CLOSE_PROTOCOL,
+    ShuttingDown: CLOSE_GOING_AWAY,
+    Overloaded: CLOSE_TRY_LATER,
+    InternalError: CLOSE_INTERNAL,
+}
+
+
+def close_code(error: OctosyncError) -> int:
+    """The WebSocket close code for a connection closed because of ``error``."""
+    for cls in type(error).__mro__:
+        code = CLOSE_CODES.get(cls)
+        if code is not None:
+            return code
+    return CLOSE_INTERNAL
 
 
 def closes_connection(error: OctosyncError, *, byte_stream: bool) -> bool:

@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 
 import msgspec
 
-MAX_SAFE_ID = 2**53
+from octosync.bounds import MAX_SAFE_INTEGER
+
+MAX_SAFE_ID = MAX_SAFE_INTEGER
 """Largest identifier or epoch accepted anywhere (JavaScript's exact-integer bound)."""
 
 U53 = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_ID)]

@@ -40,6 +40,7 @@ from octosync.errors import (
     SnapshotRequired,
     TypeTagError,
 )
+from octosync.graph.type_tags import TypeRegistry, default_registry
 from octosync.ipc.messages import (
     BlobRef,
     CellSet,
@@ -59,7 +60,6 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.ipc.state_hash import NodeRow, hash_rows
-from octosync.ipc.type_tags import TypeRegistry, default_registry
 
 
 class Applied(msgspec.Struct, frozen=True):
@@ -82,7 +82,7 @@ AWAITING_SNAPSHOT = "awaiting_snapshot"
 NOT_STATE_PLANE = "not_state_plane"
 
 # Undo-log entry kinds.
-_VALUE, _ADDED, _REMOVED, _EDGE_ADDED, _EDGE_REMOVED = range(5)
+_VALUE, _ADDED, _REMOVED, _EDGE_ADDED, _EDGE_REMOVED, _OUT_EDGES, _IN_EDGES = range(7)
 
 
 class _BadOp(Exception):
@@ -197,19 +197,43 @@ class Mirror:
             return self._lost_sync(
                 EpochGap(f"delta {delta.base_epoch}->{delta.epoch} does not follow epoch {last}")
             )
+        error = self._apply_delta(delta)
+        return Applied(delta.epoch) if error is None else self._lost_sync(error)
+
+    def apply_checked(self, message: Snapshot | Delta) -> None:
+        """Apply a message that must follow on exactly, or raise why not.
+
+        For a holder that refuses bad input instead of resyncing (the hub): a delta must start
+        at ``last_epoch``; a refused message changes nothing and the mirror stays in sync.
+        """
+        if isinstance(message, Snapshot):
+            error = self._load_snapshot(message)
+        else:
+            last = self._last_epoch
+            if last is None:
+                raise SnapshotRequired("a delta arrived before any snapshot", path="base_epoch")
+            if message.base_epoch != last:
+                raise EpochGap(
+                    f"delta {message.base_epoch}->{message.epoch} does not follow epoch {last}",
+                    path="base_epoch",
+                )
+            error = self._apply_delta(message)
+        if error is not None:
+            raise error
+
+    def _apply_delta(self, delta: Delta) -> OctosyncError | None:
+        """Apply a delta known to follow on; on a bad op or hash, roll back and say why."""
         undo: list[tuple[Any, ...]] = []
         try:
             self._apply_ops(delta, undo)
         except _BadOp as bad:
             self._rollback(undo)
-            return self._lost_sync(RemoteProtocolError(bad.message, path=f"ops[{bad.index}]"))
+            return RemoteProtocolError(bad.message, path=f"ops[{bad.index}]")
         if delta.state_hash is not None and delta.state_hash != self.state_hash():
             self._rollback(undo)
-            return self._lost_sync(
-                Desync(f"state hash mismatch after epoch {delta.epoch}", path="state_hash")
-            )
+            return Desync(f"state hash mismatch after epoch {delta.epoch}", path="state_hash")
         self._last_epoch = delta.epoch
-        return Applied(delta.epoch)
+        return None
 
     def _apply_ops(self, delta: Delta, undo: list[tuple[Any, ...]]) -> None:
         tags = self._tags
@@ -261,10 +285,24 @@ class Mirror:
     def _node_remove(self, index: int, sid: int, push: Any) -> None:
         if sid not in self._tags:
             raise _BadOp(index, f"node_remove of unknown node {sid}")
-        for dependency in tuple(self._deps.get(sid, ())):
-            self._edge_remove(sid, dependency, push)
-        for dependent in tuple(self._dependents.get(sid, ())):
-            self._edge_remove(dependent, sid, push)
+        # All of the node's edges go at once, one undo entry per direction: O(edges touched).
+        deps, dependents = self._deps, self._dependents
+        out_edges = deps.pop(sid, None)
+        if out_edges:
+            for dependency in out_edges:
+                back = dependents[dependency]
+                back.discard(sid)
+                if not back:
+                    del dependents[dependency]
+            push((_OUT_EDGES, sid, out_edges))
+        in_edges = dependents.pop(sid, None)
+        if in_edges:
+            for dependent in in_edges:
+                forward = deps[dependent]
+                forward.discard(sid)
+                if not forward:
+                    del deps[dependent]
+            push((_IN_EDGES, sid, in_edges))
         was_root = sid in self._roots
         self._roots.discard(sid)
         push(
@@ -327,11 +365,24 @@ class Mirror:
                     self._roots.add(sid)
             elif kind == _EDGE_ADDED:
                 self._unlink(sid, entry[2])
+            elif kind == _OUT_EDGES:
+                for dependency in entry[2]:
+                    self._deps.setdefault(sid, set()).add(dependency)
+                    self._dependents.setdefault(dependency, set()).add(sid)
+            elif kind == _IN_EDGES:
+                for dependent in entry[2]:
+                    self._deps.setdefault(dependent, set()).add(sid)
+                    self._dependents.setdefault(sid, set()).add(dependent)
             else:
                 self._deps.setdefault(sid, set()).add(entry[2])
                 self._dependents.setdefault(entry[2], set()).add(sid)
 
     def _on_snapshot(self, snap: Snapshot) -> ApplyResult:
+        error = self._load_snapshot(snap)
+        return Applied(snap.epoch) if error is None else self._lost_sync(error)
+
+    def _load_snapshot(self, snap: Snapshot) -> OctosyncError | None:
+        """Replace the state with ``snap``, or say why it is invalid (and change nothing)."""
         tags: dict[int, str] = {}
         states: dict[int, NodeState] = {}
         payloads: dict[int, Payload | None] = {}
@@ -339,9 +390,7 @@ class Mirror:
         for i, node in enumerate(snap.nodes):
             sid = node.slot_id
             if sid in tags:
-                return self._lost_sync(
-                    RemoteProtocolError(f"node {sid} appears twice", path=f"nodes[{i}]")
-                )
+                return RemoteProtocolError(f"node {sid} appears twice", path=f"nodes[{i}]")
             tags[sid] = node.type_tag
             states[sid] = node.state
             payloads[sid] = node.payload
@@ -351,31 +400,25 @@ class Mirror:
         dependents: dict[int, set[int]] = {}
         for i, edge in enumerate(snap.edges):
             if edge.dependent not in tags or edge.dependency not in tags:
-                return self._lost_sync(
-                    RemoteProtocolError("edge names an unknown node", path=f"edges[{i}]")
-                )
+                return RemoteProtocolError("edge names an unknown node", path=f"edges[{i}]")
             deps.setdefault(edge.dependent, set()).add(edge.dependency)
             dependents.setdefault(edge.dependency, set()).add(edge.dependent)
         for i, root in enumerate(snap.roots):
             if root not in tags:
-                return self._lost_sync(
-                    RemoteProtocolError(f"root {root} is not a node", path=f"roots[{i}]")
-                )
+                return RemoteProtocolError(f"root {root} is not a node", path=f"roots[{i}]")
         if snap.state_hash is not None:
             rows = [(sid, tags[sid], states[sid], payloads[sid], keys.get(sid)) for sid in tags]
             rows.sort(key=_row_id)
             pairs = ((a, b) for a, bs in deps.items() for b in bs)
             if hash_rows(rows, pairs) != snap.state_hash:
-                return self._lost_sync(
-                    Desync(f"snapshot hash mismatch at epoch {snap.epoch}", path="state_hash")
-                )
+                return Desync(f"snapshot hash mismatch at epoch {snap.epoch}", path="state_hash")
         self._tags, self._states, self._payloads, self._keys = tags, states, payloads, keys
         self._deps, self._dependents = deps, dependents
         self._roots = set(snap.roots)
         self._last_epoch = snap.epoch
         self._awaiting = False
         self.last_error = None
-        return Applied(snap.epoch)
+        return None
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -1,55 +1,78 @@
-"""aiohttp application: one port, one route per wire face, plus ``/healthz`` and ``/metrics``."""
+"""aiohttp application: one port, one route per wire face, plus ``/healthz`` and ``/metrics``.
+
+Every face runs the same connection loop (``server.connection``); a face is only the session
+class that turns its frames into hub calls. Ports are bound by ``server.run``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import functools
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__
-from octosync.hub.core import AcceptHook, ConnId, StreamId
-from octosync.hub.model import Frame
+from octosync.hub.types import AcceptHook
 from octosync.server.config import ServerConfig
-from octosync.server.faces import (
-    RUNTIME,
-    lazily_handler,
-    signal_handler,
-    tcp_handler,
-    wvp_handler,
-)
+from octosync.server.connection import RUNTIME, SessionFactory, serve_ws
+from octosync.server.lazily_session import open_ws_session
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
-from octosync.store.hub_hook import journal_hook
+from octosync.server.signal_session import SignalSession
+from octosync.server.wvp_session import WvpSession
+from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.retention import JournalKeeper
 
 CONFIG_KEY = web.AppKey("config", ServerConfig)
-TCP_SERVER = web.AppKey("tcp_server", asyncio.Server)
 KEEPER = web.AppKey("journal_keeper", JournalKeeper)
 KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 
 __all__ = ["CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "version": __version__})
 
 
+def _face(open_session: SessionFactory) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await serve_ws(request, open_session)
+
+    return handler
+
+
+async def _signal(request: web.Request) -> web.StreamResponse:
+    room = request.query.get("session", "default")
+    return await serve_ws(
+        request, lambda rt, conn, t, identity: SignalSession(rt, conn, t, identity, room)
+    )
+
+
 def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> web.Application:
     """The whole server. ``on_accept(stream, conn, frame)`` sees every frame the hub accepted;
     it runs inline, so it must not block. With ``config.journal`` every accepted frame is also
     queued to the journal, in accept order, before it is fanned out."""
+    config.check_exposure()
     config = config.with_auth_mode()
-    app = web.Application()
     writer: GroupCommitWriter | None = None
+    recorder: JournalRecorder | None = None
     if config.journal:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         writer = GroupCommitWriter(config.data_dir, durability=config.journal_durability)
-        on_accept = _both(journal_hook(writer), on_accept)
-    runtime = Runtime(config, on_accept=on_accept)
+        recorder = JournalRecorder(writer)
+    runtime = Runtime(config, on_accept=on_accept, recorder=recorder)
     registry = registry_for(runtime)
+
+    @web.middleware
+    async def request_arrived(request: web.Request, handler: Handler) -> web.StreamResponse:
+        runtime.request_started(request.transport)
+        return await handler(request)
+
+    app = web.Application(middlewares=[request_arrived])
     app[CONFIG_KEY] = config
     app[RUNTIME] = runtime
 
@@ -58,9 +81,9 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
 
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/lazily", lazily_handler)
-    app.router.add_get("/wvp", wvp_handler)
-    app.router.add_get("/signal", signal_handler)
+    app.router.add_get("/lazily", _face(open_ws_session))
+    app.router.add_get("/wvp", _face(WvpSession))
+    app.router.add_get("/signal", _signal)
 
     async def on_startup(app: web.Application) -> None:
         if writer is not None:  # every stream's state is back before the port opens
@@ -70,16 +93,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             app[KEEPER] = keeper
             app[KEEPER_TASK] = asyncio.create_task(keeper.run_every(config.checkpoint_interval))
         await runtime.start()
-        if config.tcp_port is not None:
-            server = await asyncio.start_server(
-                functools.partial(tcp_handler, runtime), config.host, config.tcp_port
-            )
-            app[TCP_SERVER] = server
 
     async def on_shutdown(app: web.Application) -> None:
-        server = app.get(TCP_SERVER)
-        if server is not None:
-            server.close()
         await runtime.shutdown()
 
     async def on_cleanup(app: web.Application) -> None:
@@ -93,14 +108,3 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     return app
-
-
-def _both(first: AcceptHook, second: AcceptHook | None) -> AcceptHook:
-    if second is None:
-        return first
-
-    def hook(stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
-        first(stream, conn, frame)
-        second(stream, conn, frame)
-
-    return hook

@@ -1,11 +1,19 @@
-"""JWT authentication: who a connection is and which streams it may read, publish or write.
+"""JWT authentication: who a connection is, what it may do, and until when.
 
-Tokens are HS256 (shared secret) or RS256 (public key) JWTs. Claims grant per-stream actions::
+Tokens are HS256 (shared secret) or RS256 (public key) JWTs, checked once at the HTTP upgrade
+(``Authorization: Bearer`` or ``?token=``; plain TCP peers send feature ``auth:<jwt>``). Claims::
 
-    {"sub": "alice", "streams": {"scoreboard": ["read", "publish"], "*": ["read"]}}
+    {"sub": "alice",
+     "streams": {"scoreboard": ["read", "publish"], "*": ["read"], "$global": ["publish"]},
+     "rooms": {"lobby": ["join"]},
+     "peer": 7,
+     "exp": 1767225600}
 
-``*`` applies to every stream without its own entry. With ``--insecure-dev`` a connection
-without a token gets every grant; a token that is presented is still verified.
+``*`` applies to every stream (or room) without its own entry, except names starting with ``$``
+(``$global``: WVP notifications to everyone), which only an explicit entry grants. ``peer``
+binds signaling joins to one peer id in allowlist mode (default: ``sub`` read as an integer).
+``exp`` is enforced on open connections, not only at the upgrade. With ``--insecure-dev`` a
+connection without a token may do everything; a token that is presented is still verified.
 """
 
 from __future__ import annotations
@@ -16,22 +24,46 @@ from dataclasses import dataclass, field
 import jwt
 
 from octosync.errors import Unauthorized
-from octosync.hub import AllowAll, Grants
-from octosync.hub.core import Action, StreamId
+from octosync.hub.types import Action, StreamId
 
-ACTIONS = frozenset({"read", "publish", "write"})
+STREAM_ACTIONS = frozenset({"read", "publish", "write"})
+ROOM_ACTIONS = frozenset({"join"})
+GLOBAL_SCOPE = "$global"
+"""The pseudo-stream a WVP notification to every connection needs ``publish`` on."""
 
 
 @dataclass(frozen=True)
 class ClaimGrants:
+    """A connection's identity: the hub asks it ``allows(stream, action)``."""
+
     subject: str
     streams: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    rooms: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    peer: int | None = None
+    """The signaling peer id this identity may join as (allowlist mode); None: any."""
+    expires_at: float | None = None
+    """Unix time after which the connection is closed (the token's ``exp``)."""
+    everything: bool = False
+    """Anonymous ``--insecure-dev`` access: every action everywhere."""
 
     def allows(self, stream: StreamId, action: Action) -> bool:
-        granted = self.streams.get(str(stream))
-        if granted is None:
-            granted = self.streams.get("*", frozenset())
-        return action in granted
+        return self.everything or action in _lookup(self.streams, str(stream))
+
+    def may_join(self, room: str) -> bool:
+        return self.everything or "join" in _lookup(self.rooms, room)
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+
+ANONYMOUS_DEV = ClaimGrants(subject="", everything=True)
+
+
+def _lookup(table: Mapping[str, frozenset[str]], name: str) -> frozenset[str]:
+    granted = table.get(name)
+    if granted is None and not name.startswith("$"):
+        granted = table.get("*")
+    return granted or frozenset()
 
 
 @dataclass(frozen=True)
@@ -46,29 +78,52 @@ class AuthConfig:
         return self.hs256_secret is not None or self.rs256_public_key is not None
 
 
-def _grants_from_claims(claims: Mapping[str, object]) -> ClaimGrants:
-    raw = claims.get("streams", {})
+def _table(
+    claims: Mapping[str, object], claim: str, allowed: frozenset[str]
+) -> dict[str, frozenset[str]]:
+    raw = claims.get(claim, {})
     if not isinstance(raw, dict):
-        raise Unauthorized("claim 'streams' must be a map of stream -> actions", path="streams")
-    streams: dict[str, frozenset[str]] = {}
+        raise Unauthorized(f"claim {claim!r} must be a map of name -> actions", path=claim)
+    table: dict[str, frozenset[str]] = {}
     for name, actions in raw.items():
-        if not isinstance(actions, list) or not all(a in ACTIONS for a in actions):
+        if not isinstance(actions, list) or not all(a in allowed for a in actions):
             raise Unauthorized(
-                f"actions must be a list drawn from {sorted(ACTIONS)}", path=f"streams.{name}"
+                f"actions must be a list drawn from {sorted(allowed)}", path=f"{claim}.{name}"
             )
-        streams[str(name)] = frozenset(actions)
-    return ClaimGrants(str(claims.get("sub", "")), streams)
+        table[str(name)] = frozenset(actions)
+    return table
 
 
-def authenticate(token: str | None, config: AuthConfig) -> Grants:
-    """Grants for a connection presenting ``token`` (None: no token); ``Unauthorized`` if not."""
+def _peer(claims: Mapping[str, object]) -> int | None:
+    peer = claims.get("peer")
+    if peer is None:
+        sub = claims.get("sub")
+        return int(sub) if isinstance(sub, str) and sub.isdigit() else None
+    if type(peer) is not int or not 0 <= peer <= 2**53:
+        raise Unauthorized("claim 'peer' must be an integer peer id", path="peer")
+    return peer
+
+
+def grants_from_claims(claims: Mapping[str, object]) -> ClaimGrants:
+    exp = claims.get("exp")
+    return ClaimGrants(
+        subject=str(claims.get("sub", "")),
+        streams=_table(claims, "streams", STREAM_ACTIONS),
+        rooms=_table(claims, "rooms", ROOM_ACTIONS),
+        peer=_peer(claims),
+        expires_at=float(exp) if isinstance(exp, int | float) else None,
+    )
+
+
+def authenticate(token: str | None, config: AuthConfig) -> ClaimGrants:
+    """The identity presenting ``token`` (None: no token); ``Unauthorized`` if there is none."""
     if token is None:
         if config.insecure_dev:
-            return AllowAll()
+            return ANONYMOUS_DEV
         raise Unauthorized("a bearer token is required (or run the server with --insecure-dev)")
     if not config.configured:
         if config.insecure_dev:
-            return AllowAll()
+            return ANONYMOUS_DEV
         raise Unauthorized("the server has no JWT key configured")
     key, algorithm = (
         (config.hs256_secret, "HS256")
@@ -85,7 +140,16 @@ def authenticate(token: str | None, config: AuthConfig) -> Grants:
         )
     except jwt.PyJWTError as exc:
         raise Unauthorized(f"invalid token: {exc}") from exc
-    return _grants_from_claims(claims)
+    return grants_from_claims(claims)
+
+
+def bearer_token(authorization: str | None, query_token: str | None) -> str | None:
+    """The token of an HTTP request: ``?token=`` (browsers) or ``Authorization: Bearer``."""
+    if query_token:
+        return query_token
+    if authorization and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return None
 
 
 def issue_token(

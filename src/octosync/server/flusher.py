@@ -6,6 +6,8 @@ each woken connection's backlog as a single ``transport.write``. The bytes are a
 and usually the very object every caught-up subscriber of the same view gets. A connection
 whose socket buffer is above ``high_water`` is skipped: its backlog stays in the hub's bounded
 log, which resets it to a fresh snapshot if it falls too far behind. Nobody else ever waits.
+A connection whose drain or write fails is handed to ``on_fault`` and detached; every other
+woken connection of the same flush is still written.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub
+
+FaultHandler = Callable[[int, OctosyncError], None]
 
 
 @dataclass(eq=False, slots=True)
@@ -35,9 +40,15 @@ class FlushStats:
 
 class Flusher:
     def __init__(
-        self, hub: Hub, *, high_water: int = 64 * 1024, retry_interval: float = 0.01
+        self,
+        hub: Hub,
+        *,
+        high_water: int = 64 * 1024,
+        retry_interval: float = 0.01,
+        on_fault: FaultHandler | None = None,
     ) -> None:
         self.hub = hub
+        self.on_fault: FaultHandler = on_fault or (lambda _c, _e: None)
         self.high_water = high_water
         self.retry_interval = retry_interval
         self.stats = FlushStats()
@@ -112,10 +123,22 @@ class Flusher:
             self._blocked.add(conn)
             self.stats.deferred += 1
             return False
-        data, frames = self.hub.take_bytes(conn)
-        if not frames:
-            return True
-        t.write(data)
+        try:
+            data, frames = self.hub.take_bytes(conn)
+            if not frames:
+                return True
+            t.write(data)
+        except Exception as exc:
+            # Only this connection is affected: it is reset; the caller goes on with the others.
+            link.closed = True
+            self._links.pop(conn, None)
+            err = (
+                exc
+                if isinstance(exc, OctosyncError)
+                else InternalError(f"writing to this connection failed: {exc!r}")
+            )
+            self.on_fault(conn, err)
+            return False
         self.stats.writes += 1
         self.stats.frames += frames
         self.stats.bytes += len(data)

@@ -1,8 +1,8 @@
 """One lazily connection, whatever carries it (WebSocket messages or u32 TCP frames).
 
 Handshake first and fail closed; the handshake's ``session_id`` names the stream; ``publish``
-in its features makes the connection the producer; everyone else subscribes. Faces feed
-``handle(bytes)`` and close the connection when it returns False.
+in its features makes the connection the producer; everyone else subscribes. The connection
+loops of ``server.connection`` feed it frames and close it as ``hub.policy`` says.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from octosync.errors import (
     ForbiddenPublish,
     HandshakeFailed,
     OctosyncError,
-    Unauthorized,
 )
-from octosync.hub import Grants, ViewKey, closes_connection, lazily_frame
+from octosync.hub import ViewKey, lazily_frame
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION, negotiate
 from octosync.ipc.messages import (
     CellSet,
@@ -28,15 +27,16 @@ from octosync.ipc.messages import (
     ResyncRequest,
     Snapshot,
 )
-from octosync.server.auth import authenticate
-from octosync.server.framing import u32_frame, ws_frame
+from octosync.server.auth import ClaimGrants, authenticate
 from octosync.server.lazily_dialect import (
     SEED_JSON,
-    Dialect,
+    FaceDialect,
     handshake_dialect,
     sniff_producer_dialect,
 )
 from octosync.server.runtime import Runtime, lazily_dialect_key
+from octosync.wire.framing import encode_frame
+from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
 SERVER_FEATURES = ("publish", "resync_request", "cell_set_write")
@@ -62,73 +62,73 @@ def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") 
 
 
 class LazilySession:
+    """The lazily face's protocol object (``server.connection.Session``)."""
+
+    offload_decode = False
+    """msgspec decodes even a frame at the limit in a few milliseconds."""
+
     def __init__(
         self,
         runtime: Runtime,
         conn: int,
         transport: asyncio.BaseTransport,
         kind: Transport,
-        header_token: str | None,
+        identity: ClaimGrants | None,
     ) -> None:
         self.rt = runtime
         self.conn = conn
         self.transport = transport
         self.kind = kind
-        self.header_token = header_token
-        self.dialect: Dialect | None = None
+        self.identity = identity
+        self.dialect: FaceDialect | None = None
         self.sniffed = False
         self.stream: str | None = None
         self.producer = False
-        self.grants: Grants | None = None
-        self.max_frame = runtime.config.max_frame_size
+        self.max_frame = runtime.limits.max_frame_bytes
         self.face = "tcp" if kind == "tcp" else "lazily"
+        self.byte_stream = kind == "tcp"
 
-    # --- entry points ---------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.dialect is not None
 
-    def handle(self, data: bytes) -> bool:
-        counters = self.rt.counters.faces[self.face]
-        counters.frames_in += 1
-        counters.bytes_in += len(data)
-        try:
-            if self.dialect is None:
-                self._handshake(data)
-                return True
-            if self.producer and not self.sniffed:
-                self.sniffed = True
-                sniffed = sniff_producer_dialect(self.dialect, data)
-                if sniffed is not self.dialect:
-                    self.dialect = sniffed
-                    self.rt.hub.change_view(
-                        self.conn, ViewKey(lazily_dialect_key(sniffed, self.kind))
-                    )
-            self._message(self.dialect.decode(data))
-        except OctosyncError as err:
-            return self.fail(err)
-        return True
+    # --- Session --------------------------------------------------------------------------
 
-    def fail(self, err: OctosyncError) -> bool:
-        """Send ``err`` to this connection only; False when the policy says close."""
-        self.rt.counters.faces[self.face].errors += 1
+    def decode(self, data: bytes) -> object:
+        return data  # the dialect is chosen by the handshake and the first frame: see handle
+
+    def handle(self, message: object) -> None:
+        assert isinstance(message, bytes)
+        if self.dialect is None:
+            self._handshake(message)
+            return
+        if self.producer and not self.sniffed:
+            self.sniffed = True
+            sniffed = sniff_producer_dialect(self.dialect, message)
+            if sniffed is not self.dialect:
+                self.dialect = sniffed
+                self.rt.hub.change_view(self.conn, ViewKey(lazily_dialect_key(sniffed, self.kind)))
+        self._message(self.dialect.decode(message))
+
+    def error_frame(self, err: OctosyncError) -> bytes:
         dialect = self.dialect or SEED_JSON
-        data = self.frame(dialect.encode_error(err), dialect)
-        if self.stream is not None:
+        return self.frame(dialect.encode_error(err), dialect)
+
+    def send_error(self, err: OctosyncError) -> None:
+        data = self.error_frame(err)
+        if self.dialect is not None:
             self.rt.hub.send_control(self.conn, data)
         else:
             self._write_direct(data)
-        close = closes_connection(err, byte_stream=self.kind == "tcp")
-        if close:
-            self.rt.flusher.flush_now(self.conn)
-        return not close
 
     def close(self) -> None:
         self.rt.hub.disconnect(self.conn)
-        self.rt.flusher.detach(self.conn)
 
     # --- internals ------------------------------------------------------------------------
 
-    def frame(self, data: bytes, dialect: Dialect) -> bytes:
+    def frame(self, data: bytes, dialect: FaceDialect) -> bytes:
         if self.kind == "tcp":
-            return u32_frame(data)
+            return encode_frame(data)
         return ws_frame(data, text=dialect.text)
 
     def _write_direct(self, data: bytes) -> None:
@@ -141,25 +141,25 @@ class LazilySession:
             dialect, remote = handshake_dialect(data)
         except DecodeError as exc:
             raise HandshakeFailed(
-                f"first message must be a handshake: {exc}", path=exc.path
+                f"first message must be a handshake: {exc.message}", path=exc.path
             ) from exc
         local = server_handshake(remote.session_id, self.max_frame, dialect.name)
         self.max_frame = negotiate(local, remote).max_frame_size
-        token = self.header_token
         for feature in remote.features:
             if feature.startswith(TOKEN_FEATURE):
-                token = feature[len(TOKEN_FEATURE) :]
-        self.grants = authenticate(token, self.rt.config.auth)
-        self.dialect = dialect
+                self.identity = authenticate(feature[len(TOKEN_FEATURE) :], self.rt.config.auth)
+        if self.identity is None:
+            self.identity = authenticate(None, self.rt.config.auth)
+        hub = self.rt.hub
+        view = ViewKey(lazily_dialect_key(dialect, self.kind))
+        try:
+            hub.check_stream(view, remote.session_id)
+        except OctosyncError as exc:
+            raise HandshakeFailed(exc.message, path="session_id") from exc
         self.stream = remote.session_id
         self.producer = "publish" in remote.features
-        hub = self.rt.hub
-        hub.connect(
-            self.conn,
-            ViewKey(lazily_dialect_key(dialect, self.kind)),
-            grants=self.grants,
-            wake=self.rt.flusher.wake,
-        )
+        hub.connect(self.conn, view, grants=self.identity, wake=self.rt.flusher.wake)
+        self.dialect = dialect
         reply = server_handshake(remote.session_id, self.max_frame, dialect.name)
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply), dialect))
         if not self.producer:
@@ -193,12 +193,14 @@ class LazilySession:
                 hub.write(self.conn, self.stream, msg)
 
 
-def header_token(authorization: str | None, query_token: str | None) -> str | None:
-    if query_token:
-        return query_token
-    if authorization and authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return None
+def open_ws_session(
+    rt: Runtime, conn: int, transport: asyncio.BaseTransport, identity: ClaimGrants
+) -> LazilySession:
+    return LazilySession(rt, conn, transport, "ws", identity)
 
 
-__all__ = ["LazilySession", "Unauthorized", "header_token", "server_handshake"]
+def open_tcp_session(rt: Runtime, conn: int, transport: asyncio.BaseTransport) -> LazilySession:
+    return LazilySession(rt, conn, transport, "tcp", None)
+
+
+__all__ = ["LazilySession", "open_tcp_session", "open_ws_session", "server_handshake"]

@@ -1,31 +1,29 @@
-"""Everything the faces share in one process: the hub, the flusher, signaling, counters."""
+"""Everything the faces share in one process: the hub, the flusher, signaling, counters, links."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from octosync.errors import OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
-from octosync.hub.core import AcceptHook
-from octosync.hub.signaling import SignalingHub
+from octosync.hub.policy import CLOSE_GOING_AWAY
+from octosync.hub.streams import warp_id_of
+from octosync.hub.types import AcceptHook, Recorder
 from octosync.server.config import ServerConfig
 from octosync.server.flusher import Flusher
-from octosync.server.framing import u32_frame, ws_frame
-from octosync.server.lazily_dialect import DIALECT_SET, Dialect
+from octosync.server.guard import ConnectionGuard, default_max_connections
+from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
+from octosync.signaling import SignalingHub
 from octosync.wire import wvp
+from octosync.wire.framing import encode_frame
+from octosync.wire.websocket import ws_frame
 
-
-def warp_stream_id(warp_id: int) -> str:
-    return f"warp:{warp_id}"
-
-
-def _warp_id_of(stream: object) -> int:
-    if not isinstance(stream, str) or not stream.startswith("warp:"):
-        raise ValueError(f"{stream!r} is not a WVP stream id")
-    return int(stream[5:])
+FACES = ("lazily", "tcp", "wvp", "signal")
+STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 
 
 @dataclass(slots=True)
@@ -39,39 +37,82 @@ class FaceCounters:
 @dataclass(slots=True)
 class Counters:
     faces: dict[str, FaceCounters] = field(
-        default_factory=lambda: {f: FaceCounters() for f in ("lazily", "tcp", "wvp", "signal")}
+        default_factory=lambda: {f: FaceCounters() for f in FACES}
     )
+    refused_upgrades: int = 0
+    """Upgrades answered 401 (no or bad credentials)."""
+    deadline_closes: int = 0
+    """Connections closed for sending no request or handshake in time."""
+    loop_lag_max: float = 0.0
+    """Longest event-loop stall seen (seconds): how long one callback kept everyone waiting."""
+    loop_stalls: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STALL_BOUNDS, 0))
+    """Stalls longer than each bound (seconds), counted."""
 
 
-Closer = Callable[[], Awaitable[object]]
+class LiveConnection(Protocol):
+    """What the runtime needs of a connection (``server.connection.Link``)."""
+
+    @property
+    def transport(self) -> asyncio.BaseTransport: ...
+
+    @property
+    def session_face(self) -> str: ...
+
+    def fault(self, err: OctosyncError) -> None: ...
+
+    def close_soon(self, code: int) -> None: ...
+
+    async def close(self, code: int) -> None: ...
+
+    def abort(self) -> None: ...
 
 
-def lazily_dialect_key(dialect: Dialect, transport: str) -> str:
+class HttpConnection(Protocol):
+    def request_started(self) -> None: ...
+
+
+def lazily_dialect_key(dialect: FaceDialect, transport: str) -> str:
     return f"lazily-{dialect.name}/{transport}"
 
 
 class Runtime:
-    def __init__(self, config: ServerConfig, on_accept: AcceptHook | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        on_accept: AcceptHook | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
         self.config = config
+        self.limits = config.limits()
         self.hub = Hub(
             HubConfig(
                 outbox=OutboxLimits(
                     max_bytes=config.outbox_max_bytes, max_frames=config.outbox_max_frames
                 ),
+                limits=self.limits,
                 retain_after_producer_leaves=config.retain_after_producer_leaves,
                 coalesce_backlog=config.coalesce_backlog,
+                max_replay_diffs=config.max_replay_diffs,
             ),
             clock=time.monotonic,
             on_accept=on_accept,
+            recorder=recorder,
         )
-        self.flusher = Flusher(self.hub, high_water=config.socket_high_water)
+        self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
         self.signaling = SignalingHub(config.signaling)
         self.counters = Counters()
-        self.closers: dict[int, Closer] = {}
+        self.links: dict[int, LiveConnection] = {}
         self.signal_transports: dict[int, asyncio.BaseTransport] = {}
+        self.guard = ConnectionGuard(
+            max_total=default_max_connections(config.max_connections),
+            max_per_address=config.max_connections_per_address,
+        )
+        self.http_conns: dict[asyncio.BaseTransport, HttpConnection] = {}
+        """Open HTTP connections by transport (``server.guard``), to lift their deadline."""
         self.closing = False
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
+        self._lag: asyncio.Task[None] | None = None
         for dialect in DIALECT_SET.values():
             self.register_lazily_dialect(dialect)
         self.hub.register_encoder("wvp/ws", self._encode_wvp)
@@ -79,27 +120,64 @@ class Runtime:
     def new_conn_id(self) -> int:
         return next(self._ids)
 
-    def register_lazily_dialect(self, dialect: Dialect) -> None:
+    def attach(self, conn: int, link: LiveConnection) -> None:
+        self.links[conn] = link
+        self.flusher.attach(conn, link.transport)
+        self.counters.faces[link.session_face].connections += 1
+
+    def detach(self, conn: int) -> None:
+        link = self.links.pop(conn, None)
+        self.flusher.detach(conn)
+        if link is not None:
+            self.counters.faces[link.session_face].connections -= 1
+
+    def request_started(self, transport: asyncio.BaseTransport | None) -> None:
+        """A complete HTTP request arrived on ``transport``: its request deadline is met."""
+        conn = None if transport is None else self.http_conns.get(transport)
+        if conn is not None:
+            conn.request_started()
+
+    def _fault(self, conn: int, err: OctosyncError) -> None:
+        link = self.links.get(conn)
+        if link is not None:
+            link.fault(err)
+
+    def register_lazily_dialect(self, dialect: FaceDialect) -> None:
         def for_ws(frame: OutFrame) -> bytes:
             return ws_frame(dialect.encode(frame.body), text=dialect.text)
 
         def for_tcp(frame: OutFrame) -> bytes:
-            return u32_frame(dialect.encode(frame.body))
+            return encode_frame(dialect.encode(frame.body))
 
         self.hub.register_encoder(lazily_dialect_key(dialect, "ws"), for_ws)
         self.hub.register_encoder(lazily_dialect_key(dialect, "tcp"), for_tcp)
 
     def _encode_wvp(self, frame: OutFrame) -> bytes:
         body = frame.body
-        if isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
-            msg: wvp.Message = wvp.WarpStream(_warp_id_of(frame.stream), body)
-        else:
-            assert isinstance(body, wvp.ErrorPayload | wvp.Notification)
-            msg = body
+        if not isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
+            raise TypeError(f"{type(body).__name__} is not a WVP stream frame")
+        msg = wvp.WarpStream(warp_id_of(frame.stream), body)
         return ws_frame(wvp.encode(msg, frame.ts), text=False)
 
     async def start(self) -> None:
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.create_task(self._expire_loop())
+        self._lag = loop.create_task(self._lag_probe())
+
+    async def _lag_probe(self, period: float = 0.005) -> None:
+        """Sleep ``period`` over and over; oversleeping is time some callback held the loop."""
+        loop = asyncio.get_running_loop()
+        counters = self.counters
+        while True:
+            before = loop.time()
+            await asyncio.sleep(period)
+            lag = loop.time() - before - period
+            if lag > counters.loop_lag_max:
+                counters.loop_lag_max = lag
+            if lag > STALL_BOUNDS[0]:
+                for bound in STALL_BOUNDS:
+                    if lag > bound:
+                        counters.loop_stalls[bound] += 1
 
     async def _expire_loop(self) -> None:
         while True:
@@ -107,16 +185,28 @@ class Runtime:
             self.hub.expire()
 
     async def shutdown(self) -> None:
-        """Stop taking work, flush outboxes until the deadline, then close every connection."""
+        """Stop taking work, flush until the deadline, close everyone, drop who is stuck.
+
+        A subscriber that stopped reading cannot hold the process: at ``shutdown_deadline`` the
+        remaining connections are asked to close, and ``close_timeout`` later any transport
+        still open is aborted.
+        """
         self.closing = True
-        if self._expiry is not None:
-            self._expiry.cancel()
+        for task in (self._expiry, self._lag):
+            if task is not None:
+                task.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.shutdown_deadline
         self.flusher.flush_all()
         while self.flusher.pending() and loop.time() < deadline:
             await asyncio.sleep(0.01)
             self.flusher.flush_all()
-        closers = list(self.closers.values())
-        self.closers.clear()
-        await asyncio.gather(*(c() for c in closers), return_exceptions=True)
+        links = list(self.links.values())
+        for link in links:
+            link.close_soon(CLOSE_GOING_AWAY)
+        deadline = loop.time() + self.config.close_timeout
+        while any(not link.transport.is_closing() for link in links) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for link in links:
+            if not link.transport.is_closing():
+                link.abort()

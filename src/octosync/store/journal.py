@@ -457,9 +457,15 @@ class GroupCommitWriter:
         self._thread.start()
 
     def submit(self, records: Iterable[Record]) -> concurrent.futures.Future[list[int]]:
+        return self.submit_encoded([encode_record(r) for r in records])
+
+    def submit_encoded(
+        self, encoded: Sequence[EncodedRecord]
+    ) -> concurrent.futures.Future[list[int]]:
+        """Queue records already validated and encoded (``encode_record``) by the caller."""
         if self._closed:
             raise StorageError("journal writer is closed", path=str(self.journal.path))
-        pending = _Pending([encode_record(r) for r in records], concurrent.futures.Future())
+        pending = _Pending(list(encoded), concurrent.futures.Future())
         self._queue.put(pending)
         return pending.future
 

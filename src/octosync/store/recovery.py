@@ -23,24 +23,22 @@ from typing import Final, Protocol
 
 import msgspec
 
-from octosync.errors import OctosyncError
+from octosync.errors import DecodeError, OctosyncError
 from octosync.hub.model import DiffFrame, Frame, GraphModel, ReplayModel, SnapshotFrame
+from octosync.hub.streams import stream_face
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.journal import Journal
 from octosync.store.records import KIND_FRAME, StreamCheckpoint, StreamFrame, decode_record
-from octosync.wire.wvp import WarpDiff, WarpSnapshot
+from octosync.wire import wvp
 
-WVP_PREFIX: Final = "warp:"
 _CHUNK: Final = 20_000
 
 _lazily = msgspec.msgpack.Decoder(Snapshot | Delta)
-_warp_snapshot = msgspec.msgpack.Decoder(WarpSnapshot)
-_warp_diff = msgspec.msgpack.Decoder(WarpDiff)
 _encode = msgspec.msgpack.Encoder().encode
 
 
 def is_wvp_stream(stream: str) -> bool:
-    return stream.startswith(WVP_PREFIX)
+    return stream_face(stream) == "wvp"
 
 
 class Restorable(Protocol):
@@ -196,14 +194,14 @@ class JournalState:
             for frame in model.replay():
                 rec = frame.body
                 assert isinstance(rec, StreamFrame)
-                if rec.snapshot:
-                    out.append(
-                        SnapshotFrame(rec.epoch, _warp_snapshot.decode(rec.payload), rec.state_hash)
-                    )
-                else:
-                    body = _warp_diff.decode(rec.payload)
+                body = wvp.decode_frame(rec.payload)  # as journaled: canonical CBOR
+                if rec.snapshot and isinstance(body, wvp.WarpSnapshot):
+                    out.append(SnapshotFrame(rec.epoch, body, rec.state_hash))
+                elif not rec.snapshot and isinstance(body, wvp.WarpDiff):
                     out.append(DiffFrame(rec.base_epoch, rec.epoch, body, rec.state_hash))
-        except msgspec.MsgspecError:
+                else:
+                    raise DecodeError("journaled WVP frame of the wrong kind", path="payload")
+        except (OctosyncError, msgspec.MsgspecError):
             fold.broken = True
             return []
         return out

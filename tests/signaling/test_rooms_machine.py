@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from octosync.errors import DuplicatePeer, Forbidden, NotJoined, UnknownTarget
-from octosync.hub.signaling import (
+from octosync.signaling.messages import (
     Join,
     Leave,
     Offer,
@@ -16,9 +16,11 @@ from octosync.hub.signaling import (
     PeerLeft,
     Relay,
     RelayFrom,
+    Welcome,
+)
+from octosync.signaling.rooms import (
     SignalingHub,
     SignalingPolicy,
-    Welcome,
 )
 
 CONNS = range(6)

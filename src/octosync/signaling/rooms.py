@@ -2,109 +2,59 @@
 
 The relay never trusts a client's idea of who it is: ``from`` on every forwarded frame is the
 peer id the sending connection registered with ``join``, and nothing is relayed before that.
+Who may join which room comes from the connection's credentials (``JoinRights``); in allowlist
+mode the peer id is bound to them too, so one user cannot join as another's allowlisted peer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
-
-import msgspec
+from typing import Literal, Protocol
 
 from octosync.errors import DuplicatePeer, Forbidden, NotJoined, UnknownTarget
-
-PeerId = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
-
-
-class _Sig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type"):
-    pass
-
-
-# client -> server
-class Join(_Sig, frozen=True, tag="join", omit_defaults=True):
-    peer: PeerId
-    capabilities: tuple[str, ...] | None = None
-
-
-class Offer(_Sig, frozen=True, tag="offer"):
-    to: PeerId
-    sdp: str
-
-
-class Answer(_Sig, frozen=True, tag="answer"):
-    to: PeerId
-    sdp: str
-
-
-class Ice(_Sig, frozen=True, tag="ice"):
-    to: PeerId
-    candidate: str
-
-
-class Relay(_Sig, frozen=True, tag="relay"):
-    to: PeerId
-    payload: Any
-
-
-class Leave(_Sig, frozen=True, tag="leave"):
-    pass
-
-
-ClientSignal = Join | Offer | Answer | Ice | Relay | Leave
-
-
-# server -> client
-class Welcome(_Sig, frozen=True, tag="welcome"):
-    peer: PeerId
-    peers: tuple[PeerId, ...]
-
-
-class PeerJoined(_Sig, frozen=True, tag="peer-joined"):
-    peer: PeerId
-
-
-class PeerLeft(_Sig, frozen=True, tag="peer-left"):
-    peer: PeerId
-
-
-class OfferFrom(_Sig, frozen=True, tag="offer"):
-    from_: PeerId = msgspec.field(name="from")
-    sdp: str
-
-
-class AnswerFrom(_Sig, frozen=True, tag="answer"):
-    from_: PeerId = msgspec.field(name="from")
-    sdp: str
-
-
-class IceFrom(_Sig, frozen=True, tag="ice"):
-    from_: PeerId = msgspec.field(name="from")
-    candidate: str
-
-
-class RelayFrom(_Sig, frozen=True, tag="relay"):
-    from_: PeerId = msgspec.field(name="from")
-    payload: Any
-
-
-class SignalError(_Sig, frozen=True, tag="error"):
-    code: str
-    message: str
-
-
-ServerSignal = (
-    Welcome | PeerJoined | PeerLeft | OfferFrom | AnswerFrom | IceFrom | RelayFrom | SignalError
+from octosync.signaling.messages import (
+    Answer,
+    AnswerFrom,
+    ClientSignal,
+    Ice,
+    IceFrom,
+    Join,
+    Leave,
+    Offer,
+    OfferFrom,
+    PeerJoined,
+    PeerLeft,
+    Relay,
+    RelayFrom,
+    ServerSignal,
+    Welcome,
 )
 
-SIGNAL_ERROR_CODES = {
-    "Forbidden": "permission_denied",
-    "UnknownTarget": "unknown_target",
-    "NotJoined": "not_joined",
-    "DuplicatePeer": "duplicate_peer",
-    "DecodeError": "decode_error",
-}
-"""The seed's snake_case signaling codes for the errors.py names."""
+
+class JoinRights(Protocol):
+    """What a connection's credentials say about joining (``server.auth.ClaimGrants``)."""
+
+    @property
+    def peer(self) -> int | None: ...
+
+    @property
+    def everything(self) -> bool: ...
+
+    def may_join(self, room: str) -> bool: ...
+
+
+class AnyRights:
+    """Rights that allow every join as any peer (in-process use and tests)."""
+
+    peer: int | None = None
+    everything = True
+
+    def may_join(self, room: str) -> bool:
+        return True
+
+
+ANY_RIGHTS = AnyRights()
 
 Mode = Literal["open", "allowlist"]
 Out = list[tuple[int, ServerSignal]]
@@ -148,10 +98,12 @@ class SignalingHub:
         room = self._rooms.get(session)
         return [] if room is None else sorted(room.peers)
 
-    def handle(self, conn: int, session: str, msg: ClientSignal) -> Out:
+    def handle(
+        self, conn: int, session: str, msg: ClientSignal, rights: JoinRights = ANY_RIGHTS
+    ) -> Out:
         """Apply one client frame; raises a typed error (and changes nothing) if refused."""
         if isinstance(msg, Join):
-            return self._join(conn, session, msg)
+            return self._join(conn, session, msg, rights)
         entry = self._joined.get(conn)
         if entry is None:
             raise NotJoined(f"{type(msg).__name__.lower()} before join", path="type")
@@ -176,9 +128,14 @@ class SignalingHub:
                 out = RelayFrom(from_=sender, payload=payload)
         return [(target_conn, out)]
 
-    def _join(self, conn: int, session: str, msg: Join) -> Out:
+    def _join(self, conn: int, session: str, msg: Join, rights: JoinRights) -> Out:
         if conn in self._joined:
             raise DuplicatePeer("this connection has already joined", path="peer")
+        if not rights.may_join(session):
+            raise Forbidden(f"not granted join on room {session!r}", path="session")
+        if self.policy.mode == "allowlist" and not rights.everything and rights.peer != msg.peer:
+            bound = "no peer id" if rights.peer is None else f"peer {rights.peer}"
+            raise Forbidden(f"the credentials bind {bound}, not peer {msg.peer}", path="peer")
         room = self._rooms.setdefault(session, _Room())
         if msg.peer in room.peers:
             if not room.peers:

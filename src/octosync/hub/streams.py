@@ -1,0 +1,47 @@
+"""Stream names carry their face, so a lazily stream and a WVP stream are never the same stream.
+
+WVP streams are ``warp:<u64>``; every other name is a lazily state-plane stream, and a lazily
+peer may not name a stream with the reserved ``warp:`` prefix. The hub refuses a connection of
+one face that names a stream of the other (``Forbidden``), so a frame can only ever reach the
+encoders of the face that produced it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Final, Literal
+
+from octosync.errors import Forbidden
+
+Face = Literal["lazily", "wvp"]
+WARP_PREFIX: Final = "warp:"
+
+
+def warp_stream_id(warp_id: int) -> str:
+    """The hub's name for WVP warp ``warp_id``."""
+    return f"{WARP_PREFIX}{warp_id}"
+
+
+def warp_id_of(stream: Hashable) -> int:
+    """The warp id inside a WVP stream name (inverse of ``warp_stream_id``)."""
+    if not isinstance(stream, str) or not stream.startswith(WARP_PREFIX):
+        raise ValueError(f"{stream!r} is not a WVP stream name")
+    return int(stream[len(WARP_PREFIX) :])
+
+
+def stream_face(stream: Hashable) -> Face:
+    return "wvp" if isinstance(stream, str) and stream.startswith(WARP_PREFIX) else "lazily"
+
+
+def encoder_face(encoder: str) -> Face:
+    """The face a connection's encoder belongs to (``wvp/ws``, or a lazily dialect's)."""
+    return "wvp" if encoder.startswith("wvp") else "lazily"
+
+
+def check_face(face: Face, stream: Hashable) -> None:
+    """``Forbidden`` when ``stream`` belongs to another face than ``face``."""
+    owner = stream_face(stream)
+    if owner != face:
+        raise Forbidden(
+            f"stream {stream!r} belongs to the {owner} face, not the {face} face", path="stream"
+        )

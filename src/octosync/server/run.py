@@ -1,0 +1,115 @@
+"""Start and stop the server: guarded listening sockets, signals, an orderly drain.
+
+``start`` binds the HTTP/WebSocket port (and the lazily TCP port when configured) behind the
+connection guard and returns a handle; ``serve_forever`` is what ``octosync serve`` runs: it
+binds first, reports, then waits for SIGTERM/SIGINT and drains within the configured deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from octosync.server.app import build_app
+from octosync.server.config import ServerConfig
+from octosync.server.connection import RUNTIME, serve_tcp
+from octosync.server.guard import GuardedProtocol
+from octosync.server.lazily_session import open_tcp_session
+from octosync.server.runtime import Runtime
+from octosync.server.throttled_log import ThrottledLog
+
+log = logging.getLogger("octosync.server")
+
+
+@dataclass
+class Started:
+    runner: web.AppRunner
+    runtime: Runtime
+    servers: list[asyncio.Server]
+    port: int
+    tcp_port: int | None
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            server.close()
+        await self.runner.cleanup()
+
+
+def _loop_errors(
+    throttle: ThrottledLog,
+) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """The loop's exception handler: each kind of message once per interval, with a count
+    (accept() failing for want of descriptors must not write a traceback per attempt)."""
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        message = str(context.get("message", "event loop error"))
+        throttle.exception(message, exc if isinstance(exc, BaseException) else None)
+
+    return handler
+
+
+async def start(app: web.Application, config: ServerConfig) -> Started:
+    """Bind every port of ``app`` (built by ``build_app``) behind the connection guard."""
+    rt = app[RUNTIME]
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_loop_errors(ThrottledLog(log, interval=10.0)))
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=config.shutdown_deadline + 2 * config.close_timeout,
+    )
+    await runner.setup()
+    factory = runner.server
+    assert factory is not None
+
+    def on_deadline() -> None:
+        rt.counters.deadline_closes += 1
+
+    def guarded() -> asyncio.Protocol:
+        return GuardedProtocol(
+            factory(), rt.guard, rt.http_conns, config.request_timeout, on_deadline
+        )
+
+    servers: list[asyncio.Server] = []
+    try:
+        http = await loop.create_server(guarded, config.host, config.port, reuse_address=True)
+        servers.append(http)
+        port = int(http.sockets[0].getsockname()[1])
+        tcp_port = None
+        if config.tcp_port is not None:
+            tcp = await asyncio.start_server(
+                functools.partial(serve_tcp, rt, open_tcp_session), config.host, config.tcp_port
+            )
+            servers.append(tcp)
+            tcp_port = int(tcp.sockets[0].getsockname()[1])
+    except BaseException:
+        for server in servers:
+            server.close()
+        await runner.cleanup()
+        raise
+    return Started(runner, rt, servers, port, tcp_port)
+
+
+async def serve_forever(config: ServerConfig, on_ready: Callable[[Started], None]) -> None:
+    """Serve until SIGTERM or SIGINT, then drain (``Runtime.shutdown``) and return."""
+    started = await start(build_app(config), config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    on_ready(started)
+    try:
+        await stop.wait()
+    finally:
+        await started.stop()
