@@ -88,7 +88,11 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     async def on_startup(app: web.Application) -> None:
         if writer is not None:  # every stream's state is back before the port opens
             keeper, _ = await asyncio.to_thread(
-                JournalKeeper.start, runtime.hub, config.data_dir, export_dir=config.export_dir
+                JournalKeeper.start,
+                runtime.hub,
+                config.data_dir,
+                export_dir=config.export_dir,
+                durability=config.journal_durability,
             )
             app[KEEPER] = keeper
             app[KEEPER_TASK] = asyncio.create_task(keeper.run_every(config.checkpoint_interval))

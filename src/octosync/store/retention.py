@@ -23,7 +23,7 @@ import msgspec
 
 from octosync.hub.core import Hub
 from octosync.store.export import export, read_watermark
-from octosync.store.journal import Journal
+from octosync.store.journal import Durability, Journal
 from octosync.store.recovery import JournalState, RecoveryReport
 
 log = logging.getLogger(__name__)
@@ -62,9 +62,10 @@ class JournalKeeper:
         *,
         export_dir: Path | None = None,
         trim: bool = True,
+        durability: Durability = "full",
     ) -> tuple[JournalKeeper, RecoveryReport]:
         """Open the journal, rebuild every stream into ``hub``; blocking (run it in a thread)."""
-        journal = Journal(data_dir)
+        journal = Journal(data_dir, durability=durability)
         state = JournalState.load(journal, max_replay_diffs=hub.config.max_replay_diffs)
         report = state.restore_into(hub)
         return cls(journal, state, export_dir=export_dir, trim=trim), report
