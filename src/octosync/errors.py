@@ -204,6 +204,13 @@ class InvalidRecord(StorageError):
     code = 32
 
 
+class TrimRefused(StorageError):
+    """A journal trim that would drop records not yet exported or not covered by a checkpoint."""
+
+    name = "TrimRefused"
+    code = 33
+
+
 class ReplicationError(OctosyncError):
     """Chain replication broke an invariant (ordering, bootstrap, trim)."""
 

@@ -72,6 +72,9 @@ async def test_second_publisher_gets_forbidden_publish(tmp_path: Path) -> None:
                     break
                 await asyncio.sleep(0.01)
             assert isinstance(pub.errors[0], ForbiddenPublish)
+            # The text and the field path arrive apart, as the server raised them.
+            assert pub.errors[0].path == "stream"
+            assert pub.errors[0].message == "stream 'p' is produced by another connection"
 
 
 async def test_token_is_sent_and_refusal_is_typed(tmp_path: Path) -> None:
@@ -102,8 +105,10 @@ async def test_wvp_client_roundtrip(tmp_path: Path) -> None:
                 wvp.WarpStream(3, wvp.WarpDiff(0, 1, [{"n": 2}])),
             ]
             await view.publish_snapshot(3, 9, None)
-            with pytest.raises(ForbiddenPublish):
+            with pytest.raises(ForbiddenPublish) as refused:
                 await view.receive(5)
+            assert refused.value.path == "stream"
+            assert not refused.value.message.startswith("stream:")
 
 
 async def test_signaling_client(tmp_path: Path) -> None:

@@ -46,7 +46,13 @@ async def test_second_publisher_is_refused_and_not_fanned_out(tmp_path: Path) ->
         thief, _ = await ws_lazily(http, srv.ws_url, "s", publish=True)
         await thief.send_bytes(snap(0, {1: b"stolen"}))
         err = await recv_json(thief)
-        assert err == {"type": "error", "code": "ForbiddenPublish", "message": err["message"]}
+        assert err == {
+            "type": "error",
+            "code": "ForbiddenPublish",
+            "message": err["message"],
+            "path": "stream",
+        }
+        assert not err["message"].startswith("stream:")
         await thief.send_bytes(delta(0, 1, b"stolen"))
         assert (await recv_json(thief))["code"] == "ForbiddenPublish"
         await owner.send_bytes(delta(0, 1, b"still mine"))
@@ -127,7 +133,8 @@ async def test_subscriber_writes_reach_the_producer(tmp_path: Path) -> None:
         await sub.send_str(bad)
         err = await recv_json(sub)
         assert err["code"] == "Forbidden"
-        assert "ops[0]" in err["message"]
+        assert err["path"] == "ops[0]"
+        assert err["message"] == "a subscriber may only send cell_set writes"
 
 
 async def test_garbage_and_oversize_get_typed_errors_others_keep_working(tmp_path: Path) -> None:
@@ -144,7 +151,8 @@ async def test_garbage_and_oversize_get_typed_errors_others_keep_working(tmp_pat
         await bad.send_str(json.dumps({"type": "resync_request", "last_epoch": -1}))
         err = await recv_json(bad)
         assert err["code"] == "DecodeError"
-        assert "last_epoch" in err["message"]
+        assert "last_epoch" in err["path"]
+        assert "last_epoch" not in err["message"]
         await bad.send_str("x" * 5000)
         err = await recv_json(bad)
         assert err["code"] == "Oversize"
@@ -161,7 +169,8 @@ async def test_handshake_fails_closed(tmp_path: Path) -> None:
         await ws.send_str(handshake("s", protocol_major_version=2).decode())
         err = await recv_json(ws)
         assert err["code"] == "HandshakeFailed"
-        assert "protocol_major_version" in err["message"]
+        assert err["path"] == "protocol_major_version"
+        assert err["message"] == "major version 2 (remote) != 1 (local)"
         closed = await asyncio.wait_for(ws.receive(), 5)
         assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
         ws = await http.ws_connect(f"{srv.ws_url}/lazily")

@@ -50,7 +50,12 @@ async def test_signaling_relays_with_stamped_from_and_rejects_spoofing(tmp_path:
         await dup.send_str(json.dumps({"type": "join", "peer": 1}))
         assert (await recv_json(dup))["code"] == "duplicate_peer"
         await a.send_str(json.dumps({"type": "ice", "to": 3, "candidate": "c"}))
-        assert (await recv_json(a))["code"] == "unknown_target"
+        # The spec's error frame: code and the bare message, no field-path prefix.
+        assert await recv_json(a) == {
+            "type": "error",
+            "code": "unknown_target",
+            "message": "peer 3 is not in this session",
+        }
         await b.close()
         assert await recv_json(a) == {"type": "peer-left", "peer": 2}
 

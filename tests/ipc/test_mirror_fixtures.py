@@ -108,19 +108,60 @@ def test_state_suffix_collapses_to_snapshot(conformance_dir: Path) -> None:
     assert full_run.last_epoch == adopter.last_epoch == 3
 
 
-def test_queue_cell_ops_and_multi_epoch_deltas_are_refused_typed(conformance_dir: Path) -> None:
+def test_queue_cell_ops_are_refused_typed_but_the_fused_span_decodes(
+    conformance_dir: Path,
+) -> None:
     doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
-    fused = doc["wire"]  # base 0 -> epoch 3 of QueuePush ops: neither is supported
+    fused = doc["wire"]  # base 0 -> epoch 3 of QueuePush ops: the ops are not supported
     with pytest.raises(DecodeError) as info:
         frame(fused)
     assert info.value.path == "$.Delta.ops[0].QueuePush"
-    with pytest.raises(DecodeError) as info:
-        frame({"Delta": {**fused["Delta"], "ops": []}})
-    assert info.value.path == "$.Delta.epoch"
+    empty = frame({"Delta": {**fused["Delta"], "ops": []}})
+    assert (empty.base_epoch, empty.epoch, empty.span) == (0, 3, 3)
     unit = {s["id"]: s for s in doc["scenarios"]}["oplog_declines_snapshot_fuses_batch"]
     with pytest.raises(DecodeError) as info:
         frame({"Delta": unit["appended"][0]})
     assert info.value.path == "$.Delta.ops[0].QueuePush"
+
+
+def test_a_fused_state_suffix_applies_like_its_unit_deltas(conformance_dir: Path) -> None:
+    """The fixture's three unit deltas, fused into one span-3 delta (lazily-spec's batch
+    fusion), land where the fold of the units lands and where the coalesced snapshot does."""
+    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+    sc = {s["id"]: s for s in doc["scenarios"]}["state_suffix_collapses_to_snapshot"]
+    units = sc["appended"]
+    fused = frame(
+        {
+            "Delta": {
+                "base_epoch": units[0]["base_epoch"],
+                "epoch": units[-1]["epoch"],
+                "ops": [op for u in units for op in u["ops"]],
+            }
+        }
+    )
+    assert fused.span == len(units) == 3
+    start = sc["peer_acked_through"]
+    folded = mirror_with(start, {"1": [], "2": []})
+    for u in units:
+        assert folded.apply(frame({"Delta": u})) == Applied(u["epoch"])
+    batch = mirror_with(start, {"1": [], "2": []})
+    assert batch.apply(fused) == Applied(sc["expect"]["receiver_last_epoch_after"])
+    assert batch.snapshot() == folded.snapshot()
+    coalesced = sc["coalesce"]["wire"]["Snapshot"]  # schematic: compare the values it names
+    assert batch.last_epoch == coalesced["epoch"]
+    assert raw_values(batch) == {str(n["node"]): n["payload"]["Inline"] for n in coalesced["nodes"]}
+    # Re-delivered after it applied: ignored, not applied twice.
+    assert batch.apply(fused) == Ignored(3, "already_applied")
+
+
+def test_the_gap_rule_applies_to_base_epoch_at_any_span(conformance_dir: Path) -> None:
+    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+    span = frame({"Delta": {**doc["wire"]["Delta"], "ops": []}})  # 0 -> 3
+    for last in (1, 2):  # inside the span but not at its base: a gap, not a re-delivery
+        m = mirror_with(last, {})
+        assert m.apply(span) == ResyncRequest(last_epoch=last, reason="EpochGap")
+        assert m.last_epoch == last
+        assert not m.in_sync
 
 
 def test_outbox_ack_is_not_applied_by_the_mirror(conformance_dir: Path) -> None:

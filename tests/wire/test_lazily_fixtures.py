@@ -7,6 +7,7 @@ the exact input bytes are checked by their FNV-1a-64.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -299,7 +300,7 @@ def test_outbox_ack_frames(conformance_dir: Path) -> None:
             "$.Delta",
         ),
         ({"OutboxAck": {"through_epoch": 1}, "ResyncRequest": {"from_epoch": 1}}, "$"),
-        ({"Delta": {"base_epoch": 0, "epoch": 3, "ops": []}}, "$.Delta.epoch"),
+        ({"Delta": {"base_epoch": 3, "epoch": 3, "ops": []}}, "$.Delta.epoch"),
         ({"Delta": {"base_epoch": -1, "epoch": 0, "ops": []}}, "$.Delta.base_epoch"),
         (
             {"Delta": {"base_epoch": 0, "epoch": 1, "ops": [{"QueuePush": {"node": 7}}]}},
@@ -416,3 +417,51 @@ def test_looks_tagged_tells_the_dialects_apart() -> None:
     assert json_tagged.looks_tagged(b' { "Snapshot": {}}')
     assert not json_tagged.looks_tagged(seed_json.encode(delta))
     assert not json_tagged.looks_tagged(b"")
+
+
+@pytest.mark.parametrize("fixture", ["delta_shared_blob.json", "snapshot_shared_blob.json"])
+def test_blob_backend_null_reads_as_shm_and_goes_out_omitted(
+    conformance_dir: Path, fixture: str
+) -> None:
+    """lazily-spec § Zero-copy transport: an explicit ``backend: null`` is the absent form."""
+    doc = json.loads((conformance_dir / "lazily" / fixture).read_text())
+    blobs: list[dict[str, Any]] = []
+
+    def find(node: Any) -> None:
+        if isinstance(node, dict):
+            if "SharedBlob" in node:
+                blobs.append(node["SharedBlob"])
+            for v in node.values():
+                find(v)
+        elif isinstance(node, list):
+            for v in node:
+                find(v)
+
+    wire = copy.deepcopy(doc["wire"])
+    find(wire)
+    assert blobs, "the fixture carries a shared blob"
+    for blob in blobs:
+        blob["backend"] = None
+    for mod, data in (
+        (json_tagged, json.dumps(wire).encode()),
+        (msgpack, msgspec.msgpack.encode(wire)),
+    ):
+        msg = mod.decode(data)
+        refs = [
+            p
+            for p in _payloads(msg)  # every payload the message carries
+            if isinstance(p, BlobRef)
+        ]
+        assert refs
+        assert all(r.backend == "shm" for r in refs)
+        assert b"backend" not in mod.encode(msg)
+    for blob in blobs:
+        blob["backend"] = "tape"
+    with pytest.raises(DecodeError, match=r"tape|backend"):
+        json_tagged.decode(json.dumps(wire).encode())
+
+
+def _payloads(msg: Any) -> list[Any]:
+    if isinstance(msg, Snapshot):
+        return [n.payload for n in msg.nodes]
+    return [getattr(op, "payload", None) for op in msg.ops]

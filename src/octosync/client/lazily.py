@@ -61,6 +61,7 @@ class _ErrorFrame(msgspec.Struct, frozen=True):
     type: str
     code: str
     message: str
+    path: str | None = None
 
 
 def remote_error(raw: bytes | str) -> OctosyncError | None:
@@ -75,7 +76,7 @@ def remote_error(raw: bytes | str) -> OctosyncError | None:
         cls = by_name(frame.code)
     except KeyError:
         cls = ProtocolError
-    return cls(frame.message)
+    return cls(frame.message, path=frame.path)
 
 
 def _handshake(stream: str, *, publish: bool, max_frame: int) -> Handshake:

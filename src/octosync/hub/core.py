@@ -14,7 +14,7 @@ grants, producer, gaps, journal), ``fanout.py`` encodes and queues what was acce
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from octosync.errors import Forbidden
 from octosync.hub.authority import Authority
@@ -143,6 +143,13 @@ class Hub:
         if self._on_accept is not None:
             self._on_accept(stream_id, conn, frame)
         self._fanout.publish(stream_id, frame)
+
+    def restore(self, stream_id: StreamId, frames: Sequence[Frame[object]]) -> None:
+        """Install a stream's state rebuilt from the journal (at start-up, before connections):
+        a snapshot, then the diffs since. Late joiners get it until a producer connects and
+        publishes its own snapshot; nothing is journaled or fanned out."""
+        self._authority.restore(stream_id, frames)
+        self._fanout.invalidate(stream_id)
 
     def producer_of(self, stream: StreamId) -> ConnId | None:
         return self._authority.producer_of(stream)

@@ -51,6 +51,15 @@ class ServerConfig:
     journal: bool = False
     """Journal every accepted stream frame under ``data_dir`` (``serve`` turns it on)."""
     journal_durability: Literal["full", "normal"] = "full"
+    checkpoint_interval: float = 30.0
+    """Seconds between journal maintenance rounds (checkpoint, export, trim)."""
+    journal_retention: bool = True
+    """Export the journal to ``data_dir/export`` each round and trim what is exported and
+    checkpointed, so the journal stays bounded; off: the journal keeps every record."""
+
+    @property
+    def export_dir(self) -> Path | None:
+        return self.data_dir / "export" if self.journal_retention else None
 
     def with_auth_mode(self) -> ServerConfig:
         return replace(self, auth=replace(self.auth, insecure_dev=self.insecure_dev))
@@ -95,6 +104,8 @@ def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
         "shutdown_deadline",
         "journal",
         "journal_durability",
+        "checkpoint_interval",
+        "journal_retention",
         "close_timeout",
         "handshake_timeout",
         "request_timeout",

@@ -46,6 +46,7 @@ from octosync.crdt.sync_messages import (
 )
 from octosync.errors import DecodeError, Oversize
 from octosync.wire.strict import too_deep
+from octosync.wire.topgun_services import ServiceMessage
 
 MAX_FRAME = 8 * 1024 * 1024
 
@@ -426,6 +427,7 @@ Message = (
     | ServerBatchEvent
     | Error
     | Batch
+    | ServiceMessage
 )
 
 _decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
@@ -444,6 +446,8 @@ def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
         raise Oversize(f"frame of {len(data)} bytes exceeds {max_size}")
     try:
         return _decoder.decode(data)
+    except UnicodeDecodeError as exc:  # a str field holding bytes that are not UTF-8
+        raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}") from exc
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         text = str(exc)
         found = _AT.search(text)
