@@ -341,11 +341,9 @@ def test_ts_is_monotonic_across_streams() -> None:
 
 
 def test_backlog_collapses_to_one_snapshot_per_the_reliable_sync_fixture(
-    conformance_dir: Path,
+    vectors_dir: Path,
 ) -> None:
-    doc = json.loads(
-        (conformance_dir / "lazily/reliable-sync/coalesce_bounds_outbox.json").read_text()
-    )
+    doc = json.loads((vectors_dir / "lazily/reliable-sync/coalesce_bounds_outbox.json").read_text())
     scenario = next(s for s in doc["scenarios"] if s["id"] == "state_suffix_collapses_to_snapshot")
     appended = [json_tagged.decode(json.dumps({"Delta": d}).encode()) for d in scenario["appended"]]
     expected = {

@@ -32,7 +32,6 @@ from octosync.ipc.messages import (
 )
 from octosync.wire import json_tagged, msgpack
 
-LAZILY = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "lazily"
 OP_VARIANT = {
     CellSet: "CellSet",
     SlotValue: "SlotValue",
@@ -44,8 +43,8 @@ OP_VARIANT = {
 }
 
 
-def load(conformance_dir: Path, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads((conformance_dir / "lazily" / name).read_text())
+def load(vectors_dir: Path, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((vectors_dir / "lazily" / name).read_text())
     return doc
 
 
@@ -171,8 +170,8 @@ def check(message: IpcMessage, a: dict[str, Any]) -> None:
         "delta_shared_blob.json",
     ],
 )
-def test_top_level_fixture(conformance_dir: Path, name: str) -> None:
-    doc = load(conformance_dir, name)
+def test_top_level_fixture(vectors_dir: Path, name: str) -> None:
+    doc = load(vectors_dir, name)
     message = from_json(doc["wire"])
     assert type(message).__name__ == doc["kind"]
     check(message, doc["assertions"])
@@ -187,8 +186,8 @@ def test_top_level_fixture(conformance_dir: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("codec", ["json", "msgpack"])
-def test_frame_roundtrip_fixture(conformance_dir: Path, codec: str) -> None:
-    doc = load(conformance_dir, f"codec/frame_roundtrip_{codec}.json")
+def test_frame_roundtrip_fixture(vectors_dir: Path, codec: str) -> None:
+    doc = load(vectors_dir, f"codec/frame_roundtrip_{codec}.json")
     assert doc["assertions"]["scenario_count"] == len(doc["scenarios"]) == 3
     mod = json_tagged if codec == "json" else msgpack
     for sc in doc["scenarios"]:
@@ -216,8 +215,8 @@ def test_frame_roundtrip_fixture(conformance_dir: Path, codec: str) -> None:
             assert raw == sc["wire"]
 
 
-def test_nodekey_null_leniency_fixture(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "codec/nodekey_null_leniency.json")
+def test_nodekey_null_leniency_fixture(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "codec/nodekey_null_leniency.json")
     scenarios = doc["scenarios"]
     assert len(scenarios) == doc["assertions"]["scenario_count"] == 12
     for sc in scenarios:
@@ -268,8 +267,8 @@ def test_msgpack_accepts_bin_payloads_too() -> None:
     assert msgpack.decode(raw) == Delta(0, 1, (CellSet(1, b"\x01\xff"),))
 
 
-def test_crdt_sync_frames_fixture(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "distributed/crdt_sync_frames.json")
+def test_crdt_sync_frames_fixture(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "distributed/crdt_sync_frames.json")
     assert len(doc["frames"]) == 4
     for frame in doc["frames"]:
         message = from_json(frame["wire"])
@@ -282,8 +281,8 @@ def test_crdt_sync_frames_fixture(conformance_dir: Path) -> None:
         assert msgpack.decode(msgpack.encode(message)) == message
 
 
-def test_outbox_ack_frames(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/idempotent_redelivery.json")
+def test_outbox_ack_frames(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/idempotent_redelivery.json")
     ack = from_json(doc["wire"])
     assert ack == OutboxAck(through_epoch=42)
     assert json.loads(json_tagged.encode(ack)) == doc["wire"]
