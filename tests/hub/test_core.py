@@ -7,6 +7,7 @@ import pytest
 
 from octosync.errors import Desync, EpochGap, Forbidden, ForbiddenPublish, SnapshotRequired
 from octosync.hub import (
+    AllowAll,
     DiffFrame,
     Hub,
     HubConfig,
@@ -270,6 +271,26 @@ def test_writes_go_to_the_producer_only_when_granted() -> None:
     with pytest.raises(Forbidden):
         hub.publish(3, "t", lazily_frame(snap(0, {})))
     assert hub.take(1) == []
+
+
+def test_check_join_refuses_what_subscribe_and_publish_would() -> None:
+    class ReadOnly:
+        def allows(self, stream: object, action: str) -> bool:
+            return action == "read"
+
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    everyone = AllowAll()
+    hub.check_join(everyone, "s", publish=True)  # no producer yet: anyone granted may
+    hub.check_join(ReadOnly(), "s", publish=False)
+    with pytest.raises(Forbidden, match="not granted publish"):
+        hub.check_join(ReadOnly(), "s", publish=True)
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    with pytest.raises(ForbiddenPublish, match="another connection"):
+        hub.check_join(everyone, "s", publish=True)
+    hub.check_join(everyone, "s", publish=False)
+    hub.disconnect(1)
+    hub.check_join(everyone, "s", publish=True)  # the producer left: the stream is free again
 
 
 def test_on_accept_hook_sees_only_accepted_frames() -> None:

@@ -258,8 +258,7 @@ class Hub:
         c = self._conn(conn)
         try:
             self._check_stream(c.face, stream_id)
-            if not c.grants.allows(stream_id, "publish"):
-                raise Forbidden(f"not granted publish on stream {stream_id!r}")
+            self._check_grant(c.grants, stream_id, "publish")
             limits = self.config.limits
             if isinstance(frame, SnapshotFrame):
                 limits.check_epoch(frame.epoch)
@@ -316,8 +315,7 @@ class Hub:
         """Subscribe; the latest state (if any) is queued as the first frames."""
         c = self._conn(conn)
         self._check_stream(c.face, stream_id)
-        if not c.grants.allows(stream_id, "read"):
-            raise Forbidden(f"not granted read on stream {stream_id!r}")
+        self._check_grant(c.grants, stream_id, "read")
         stream = self._streams.get(stream_id)
         if stream is None:
             stream = self._streams[stream_id] = _Stream(stream_id)
@@ -350,8 +348,7 @@ class Hub:
         """
         c = self._conn(conn)
         self._check_stream(c.face, stream_id)
-        if not c.grants.allows(stream_id, "write"):
-            raise Forbidden(f"not granted write on stream {stream_id!r}")
+        self._check_grant(c.grants, stream_id, "write")
         stream = self._streams.get(stream_id)
         if stream is None or stream.producer is None:
             raise Forbidden(f"stream {stream_id!r} has no producer to take writes")
@@ -520,6 +517,22 @@ class Hub:
         """What ``subscribe``/``publish`` will say of this stream for a connection of ``view``,
         asked before connecting (a handshake that names a stream fails closed on it)."""
         self._check_stream(dialect_face(view.dialect), stream_id)
+
+    def check_join(self, grants: Grants, stream_id: StreamId, *, publish: bool) -> None:
+        """What ``subscribe`` (or, with ``publish``, ``publish``) will refuse a new connection
+        holding ``grants``, asked before its handshake is answered, so that the refusal arrives
+        in place of the reply instead of after it (a client learns at once, not never)."""
+        self._check_grant(grants, stream_id, "publish" if publish else "read")
+        stream = self._streams.get(stream_id)
+        if publish and stream is not None and stream.producer is not None:
+            raise ForbiddenPublish(
+                f"stream {stream_id!r} is produced by another connection", path="stream"
+            )
+
+    @staticmethod
+    def _check_grant(grants: Grants, stream_id: StreamId, action: Action) -> None:
+        if not grants.allows(stream_id, action):
+            raise Forbidden(f"not granted {action} on stream {stream_id!r}")
 
     def _fault(self, c: _Connection, exc: BaseException) -> None:
         """Serving ``c`` failed: it leaves every stream's log and is woken to be reset."""

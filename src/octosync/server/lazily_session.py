@@ -1,7 +1,9 @@
 """One lazily connection, whatever carries it (WebSocket messages or u32 TCP frames).
 
 Handshake first and fail closed; the handshake's ``session_id`` names the stream; ``publish``
-in its features makes the connection the producer; everyone else subscribes. The connection
+in its features makes the connection the producer; everyone else subscribes. A peer that may
+not do what it asks (no grant, or the stream has another producer) gets the refusal in place
+of the handshake reply. The connection
 loops of ``server.connection`` feed it frames and close it as ``hub.policy`` says.
 """
 
@@ -155,8 +157,10 @@ class LazilySession:
             hub.check_stream(view, remote.session_id)
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="session_id") from exc
+        producer = "publish" in remote.features
+        hub.check_join(self.identity, remote.session_id, publish=producer)
         self.stream = remote.session_id
-        self.producer = "publish" in remote.features
+        self.producer = producer
         hub.connect(self.conn, view, grants=self.identity, wake=self.rt.flusher.wake)
         self.dialect = dialect
         reply = server_handshake(remote.session_id, self.max_frame, dialect.name)
