@@ -111,5 +111,10 @@ def register(sub: Any) -> None:
     v.add_argument("--json", action="store_true", help="machine-readable output")
     r = job("report", "ops per minute, conflicts, hot keys: HTML with PNG charts", _report)
     r.add_argument("--out", required=True, help="directory for index.html, charts and CSVs")
-    r.add_argument("--top", type=int, default=20)
-    r.add_argument("--conflict-window-ms", type=int, default=1_000)
+    r.add_argument("--top", type=int, default=20, help="hot keys to list (20)")
+    r.add_argument(
+        "--conflict-window-ms",
+        type=int,
+        default=1_000,
+        help="writes to one key from different origins this close count as a conflict (1000)",
+    )

@@ -9,17 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from octosync.errors import OctosyncError
-from octosync.store.export import export
-from octosync.store.journal import Journal
-from octosync.store.synthetic import generate_records
+from octosync.paths import data_dir
 
 
 def _export(args: argparse.Namespace) -> int:
+    from octosync.store.export import export
+    from octosync.store.journal import Journal
+
     def progress(seq: int, stop: int) -> None:
         print(f"exported up to seq {seq} of {stop}", file=sys.stderr, flush=True)
 
+    data = data_dir(Path(args.data), "--data", create=False)
     try:
-        with Journal(Path(args.data), readonly=True) as journal:
+        with Journal(data, readonly=True) as journal:
             result = export(journal, Path(args.to), chunk=args.chunk, progress=progress)
     except OctosyncError as exc:
         print(f"octosync journal export: {exc}", file=sys.stderr)
@@ -35,10 +37,14 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from octosync.store.journal import Journal
+    from octosync.store.synthetic import generate_records
+
     started = time.perf_counter()
+    data = data_dir(Path(args.data), "--data", create=True)
     try:
         records = generate_records(args.ops, seed=args.seed)
-        with Journal(Path(args.data), durability=args.durability) as journal:
+        with Journal(data, durability=args.durability) as journal:
             first = journal.latest_seq() + 1
             for i in range(0, len(records), 10_000):
                 journal.append(records[i : i + 10_000])
@@ -62,6 +68,11 @@ def register(sub: Any) -> None:
     gen = jsub.add_parser("generate", help="append a synthetic op history")
     gen.add_argument("--data", default="./var", help="data directory holding the journal")
     gen.add_argument("--ops", type=int, required=True, help="number of op records")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--durability", choices=["full", "normal"], default="normal")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (same seed, same history)")
+    gen.add_argument(
+        "--durability",
+        choices=["full", "normal"],
+        default="normal",
+        help="fsync every commit (full) or at checkpoints (normal, the default)",
+    )
     gen.set_defaults(func=_generate)
