@@ -227,3 +227,30 @@ def test_bad_grant_syntax() -> None:
     ran = octosync("token", "--secret", SECRET, "--grant", "scoreboard")
     assert ran.code == 2
     assert "expected STREAM=ACTIONS" in ran.one_line
+
+
+def test_pipeline_refuses_a_missing_input_before_spark_starts(tmp_path: Path) -> None:
+    for job in ("verify", "compact", "report"):
+        extra = [] if job == "verify" else ["--out", str(tmp_path / "out")]
+        ran = octosync("pipeline", job, "--journal", str(tmp_path / "nowhere"), *extra)
+        assert ran.code == 2
+        assert f"--journal {tmp_path / 'nowhere'} does not exist" in ran.one_line  # no JVM lines
+    (tmp_path / "file").write_text("")
+    ran = octosync(
+        "pipeline", "compact", "--journal", str(tmp_path), "--out", str(tmp_path / "file")
+    )
+    assert ran.code == 2
+    assert "--out" in ran.one_line
+
+
+@pytest.mark.spark
+def test_pipeline_gives_up_on_an_unanswering_master_in_one_line(tmp_path: Path) -> None:
+    master = f"spark://127.0.0.1:{free_port()}"
+    ran = octosync(
+        "pipeline", "verify", "--journal", str(tmp_path), "--master", master,
+        "--master-timeout", "1",
+    )  # fmt: skip
+    assert ran.code == 2
+    (ours,) = [line for line in ran.err.splitlines() if line.startswith("octosync ")]
+    assert f"no Spark session from {master} within 1s" in ours  # (the JVM may still print)
+    assert "Traceback" not in ran.err
