@@ -144,6 +144,22 @@ def describe(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
     return f"unexpected {type(exc).__name__}: {exc} (run again with --debug for the traceback)", 1
 
 
+DEFAULT_URL = "ws://127.0.0.1:8765/lazily"
+
+
+def _stream_client(parser: argparse.ArgumentParser) -> None:
+    """The arguments every command that connects to a stream takes."""
+    parser.add_argument("stream", help="stream name")
+    parser.add_argument(
+        "--url", default=DEFAULT_URL, help=f"the server's lazily endpoint (default {DEFAULT_URL})"
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="JWT from 'octosync token' (needed unless the server runs --insecure-dev)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="octosync", description="Live state shared between one server and many clients."
@@ -170,17 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-journal", action="store_true", help="do not journal accepted stream frames"
     )
     serve.set_defaults(func=_serve)
-    default_url = "ws://127.0.0.1:8765/lazily"
-    url_help = f"the server's lazily endpoint (default {default_url})"
-    token_help = "JWT from 'octosync token' (needed unless the server runs --insecure-dev)"
     watch = sub.add_parser(
         "watch",
         help="print a stream's mirrored state as JSON lines",
         description="Print a stream's mirrored state as one JSON line per state.",
     )
-    watch.add_argument("stream", help="stream name")
-    watch.add_argument("--url", default=default_url, help=url_help)
-    watch.add_argument("--token", default=None, help=token_help)
+    _stream_client(watch)
     watch.add_argument("--limit", type=int, default=None, help="stop after N states")
     watch.set_defaults(func=_watch)
     demo = sub.add_parser(
@@ -188,9 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="publish a demo scoreboard that keeps scoring",
         description="Publish a scoreboard (home, away, total) that scores a point per interval.",
     )
-    demo.add_argument("stream", help="stream name")
-    demo.add_argument("--url", default=default_url, help=url_help)
-    demo.add_argument("--token", default=None, help=token_help)
+    _stream_client(demo)
     demo.add_argument("--ticks", type=int, default=None, help="stop after N points")
     demo.add_argument("--interval", type=float, default=1.0, help="seconds between points (1)")
     demo.set_defaults(func=_publish_demo)

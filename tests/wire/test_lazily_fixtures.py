@@ -31,6 +31,7 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.wire import json_tagged, msgpack
+from tests.vectors.extract import LAZILY_FILES
 
 OP_VARIANT = {
     CellSet: "CellSet",
@@ -159,17 +160,14 @@ def check(message: IpcMessage, a: dict[str, Any]) -> None:
         check_crdt(message, a)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "snapshot_minimal.json",
-        "snapshot_multi_node.json",
-        "snapshot_shared_blob.json",
-        "delta_sequential.json",
-        "delta_non_sequential.json",
-        "delta_shared_blob.json",
-    ],
-)
+TOP_LEVEL = [name for name in LAZILY_FILES if "/" not in name]
+
+
+def test_every_top_level_fixture_is_tested() -> None:
+    assert len(TOP_LEVEL) == 6
+
+
+@pytest.mark.parametrize("name", TOP_LEVEL)
 def test_top_level_fixture(vectors_dir: Path, name: str) -> None:
     doc = load(vectors_dir, name)
     message = from_json(doc["wire"])
