@@ -63,13 +63,13 @@ def delta_bytes(epoch: int, now: float) -> bytes:
 
 
 async def _run_octosync(port: int) -> None:
-    from aiohttp import web
-
     from octosync.server.app import ServerConfig, build_app
+    from octosync.server.run import start
 
-    runner = web.AppRunner(build_app(ServerConfig(port=port, insecure_dev=True)))
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    # The real serving path (connection guard included), with room for every subscriber
+    # coming from one loopback address.
+    config = ServerConfig(port=port, insecure_dev=True, max_connections_per_address=1 << 16)
+    await start(build_app(config), config)
     await asyncio.Event().wait()
 
 
@@ -460,8 +460,23 @@ def _pct(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
+def _stalled_subscriber(port: int) -> socket.socket:
+    """A subscriber that upgrades, handshakes, then never reads (a tiny receive buffer)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.sendall(
+        b"GET /lazily HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    hs = HANDSHAKE.encode()
+    s.sendall(bytes([0x81, 0x80 | 126]) + len(hs).to_bytes(2, "big") + b"\0\0\0\0" + hs)
+    return s
+
+
 async def run_system(
-    system: str, subscribers: int, seconds: float, procs: int, window: int
+    system: str, subscribers: int, seconds: float, procs: int, window: int, stalled: int = 0
 ) -> dict[str, Any]:
     port = _free_port()
     py = sys.executable
@@ -499,6 +514,8 @@ async def run_system(
             line = await asyncio.wait_for(loop.run_in_executor(None, p.stdout.readline), 300)
             if not line.startswith("READY"):
                 raise RuntimeError(f"subscriber process failed to connect: {line!r}")
+        stuck = [_stalled_subscriber(port) for _ in range(stalled)]
+        rss0 = _rss_mib(server.pid)
         cpu0 = _cpu_ticks(server.pid)
         for p in subs:
             assert p.stdin is not None
@@ -510,6 +527,8 @@ async def run_system(
         elapsed = time.monotonic() - t0
         cpu = (_cpu_ticks(server.pid) - cpu0) / TICK
         rss = _rss_mib(server.pid)
+        for s in stuck:
+            s.close()
         deltas = frames = snapshots = 0
         latencies: list[float] = []
         for p in subs:
@@ -523,7 +542,8 @@ async def run_system(
             latencies.extend(arr)
         latencies.sort()
         return {
-            "system": system,
+            "system": system if not stalled else f"{system}+{stalled}stalled",
+            "server_rss_start_mib": rss0,
             "subscribers": subscribers,
             "sent": sent,
             "deltas_per_s": deltas / seconds,
@@ -591,6 +611,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="50 subscribers, 3 s, 1 process")
     parser.add_argument("--window", type=int, default=16, help="deltas in flight")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    parser.add_argument(
+        "--stalled",
+        type=int,
+        default=0,
+        help="also run octosync with this many subscribers that never read (same run)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.subscribers, args.seconds, args.procs = 50, 3.0, 1
@@ -599,7 +625,27 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             asyncio.run(run_system(system, args.subscribers, args.seconds, args.procs, args.window))
         )
+    if args.stalled:
+        rows.append(
+            asyncio.run(
+                run_system(
+                    "octosync",
+                    args.subscribers,
+                    args.seconds,
+                    args.procs,
+                    args.window,
+                    stalled=args.stalled,
+                )
+            )
+        )
     print_table(rows)
+    if args.stalled:
+        base, hit = rows[0], rows[-1]
+        print(
+            f"{args.stalled} stalled subscriber(s): p99 {base['p99_ms']:.1f} -> "
+            f"{hit['p99_ms']:.1f} ms ({hit['p99_ms'] / base['p99_ms'] - 1:+.0%}), "
+            f"server RSS {hit['server_rss_start_mib']:.0f} -> {hit['server_rss_mib']:.0f} MiB"
+        )
     if args.json:
         print(json.dumps(rows))
     return 0

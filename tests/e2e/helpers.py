@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,7 +19,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from octosync.hub.core import AcceptHook
+from octosync.hub.types import AcceptHook
 from octosync.ipc.messages import CellSet, Delta, Handshake, NodeSnapshot, Snapshot
 from octosync.server.app import RUNTIME, ServerConfig, build_app
 from octosync.server.run import start
@@ -198,3 +201,36 @@ class TcpLazily:
 
     def close(self) -> None:
         self.writer.close()
+
+
+@dataclass
+class Spawned:
+    proc: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
+@contextlib.asynccontextmanager
+async def spawn_server(tmp_path: Path, *args: str) -> AsyncIterator[Spawned]:
+    """``octosync serve --insecure-dev`` in a child process, ready when ``/healthz`` answers."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev"]
+    command += ["--port", str(port), "--data", str(tmp_path), *args]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(200):
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/healthz"):
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+        yield Spawned(proc, port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

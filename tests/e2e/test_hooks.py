@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import msgspec
 
 from octosync.hub import SnapshotFrame
-from octosync.hub.core import ConnId, StreamId
 from octosync.hub.model import Frame
+from octosync.hub.types import ConnId, StreamId
 from octosync.server.auth import AuthConfig, issue_token
 from octosync.wire import wvp
 from tests.e2e.helpers import (
@@ -69,8 +68,7 @@ async def test_tcp_peers_carry_their_token_as_a_feature(tmp_path: Path) -> None:
 
 
 async def test_full_replay_log_asks_the_wvp_producer_for_a_snapshot(tmp_path: Path) -> None:
-    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
-        srv.runtime.hub.config = replace(srv.runtime.hub.config, max_replay_diffs=2)
+    async with serve(tmp_path, max_replay_diffs=2) as srv, aiohttp.ClientSession() as http:
         prod = await connect(http, srv.ws_url)
         await prod.send_bytes(stream(5, wvp.WarpSnapshot(epoch=0, graph=None)))
         for e in range(3):

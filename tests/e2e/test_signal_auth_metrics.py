@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +18,10 @@ from tests.e2e.helpers import (
     Follower,
     delta,
     follow_until,
-    free_port,
     recv_json,
     serve,
     snap,
+    spawn_server,
     ws_lazily,
 )
 
@@ -129,45 +126,15 @@ async def test_metrics_in_prometheus_text(tmp_path: Path) -> None:
 
 
 async def test_sigterm_flushes_and_closes_cleanly(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "octosync.cli",
-            "serve",
-            "--insecure-dev",
-            "--port",
-            str(port),
-            "--data",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    try:
-        url = f"ws://127.0.0.1:{port}"
-        async with aiohttp.ClientSession() as http:
-            for _ in range(100):
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/healthz"):
-                        break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.05)
-            prod, _ = await ws_lazily(http, url, "z", publish=True)
-            await prod.send_bytes(snap(0, {1: b"a"}))
-            sub, _ = await ws_lazily(http, url, "z")
-            await follow_until(sub, Follower(), 0)
-            proc.send_signal(signal.SIGTERM)
-            closed = await asyncio.wait_for(sub.receive(), TIMEOUT)
-            assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
-        assert proc.wait(timeout=10) == 0
-        err = proc.stderr.read().decode() if proc.stderr else ""
+    async with spawn_server(tmp_path) as server, aiohttp.ClientSession() as http:
+        prod, _ = await ws_lazily(http, server.url, "z", publish=True)
+        await prod.send_bytes(snap(0, {1: b"a"}))
+        sub, _ = await ws_lazily(http, server.url, "z")
+        await follow_until(sub, Follower(), 0)
+        server.proc.send_signal(signal.SIGTERM)
+        closed = await asyncio.wait_for(sub.receive(), TIMEOUT)
+        assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        assert server.proc.wait(timeout=10) == 0
+        err = server.proc.stderr.read().decode() if server.proc.stderr else ""
         assert "insecure-dev" in err
         assert "Traceback" not in err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

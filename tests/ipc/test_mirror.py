@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from octosync.errors import SnapshotRequired, TypeTagError
+from octosync.errors import RemoteProtocolError, SnapshotRequired, TypeTagError
+from octosync.graph.type_tags import TypeRegistry, default_registry
 from octosync.ipc.messages import (
     BlobRef,
     CellSet,
@@ -30,7 +31,6 @@ from octosync.ipc.messages import (
 )
 from octosync.ipc.mirror import Applied, Ignored, Mirror
 from octosync.ipc.state_hash import state_hash
-from octosync.ipc.type_tags import TypeRegistry, default_registry
 from tests.strategies import node_snapshots
 
 I64 = default_registry.get("i64")
@@ -454,3 +454,21 @@ def test_names_from_snapshot_and_node_add_and_writes_by_name() -> None:
     with pytest.raises(TypeTagError):
         m.write("score", "not an int")
     assert m.values() == {score.id: 3, label.id: "hi"}  # writes change nothing locally
+
+
+def test_a_removed_nodes_edges_come_back_when_the_delta_is_refused() -> None:
+    from octosync.ipc.messages import Edge, EdgeAdd, NodeRemove, NodeSnapshot
+
+    nodes = tuple(NodeSnapshot(i, "bytes", "resolved", b"v") for i in range(4))
+    edges = (Edge(0, 1), Edge(2, 1), Edge(1, 3), Edge(0, 3))
+    mirror = Mirror()
+    mirror.apply(Snapshot(epoch=0, nodes=nodes, edges=edges, roots=(1,)))
+    before = (mirror.nodes, mirror.edges, mirror.roots, mirror.state_hash())
+    bad = Delta(0, 1, (NodeRemove(1), EdgeAdd(0, 2), NodeRemove(3), NodeRemove(3)))
+    with pytest.raises(RemoteProtocolError) as err:
+        mirror.apply_checked(bad)
+    assert err.value.path == "ops[3]"
+    assert (mirror.nodes, mirror.edges, mirror.roots, mirror.state_hash()) == before
+    mirror.apply_checked(Delta(0, 1, (NodeRemove(1),)))
+    assert mirror.edges == (Edge(0, 3),)
+    assert mirror.roots == ()

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from octosync import Context
 from octosync.errors import DecodeError, Forbidden
+from octosync.graph.type_tags import default_registry
 from octosync.ipc.messages import (
     CellSet,
     EdgeAdd,
@@ -25,7 +26,6 @@ from octosync.ipc.permissions import (
     trigger_remote_effect,
 )
 from octosync.ipc.publisher import Publisher
-from octosync.ipc.type_tags import default_registry
 from tests.graph.models import build, graphs, writes
 
 

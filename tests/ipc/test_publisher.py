@@ -8,6 +8,7 @@ import pytest
 
 from octosync import Context
 from octosync.errors import GraphError
+from octosync.graph.type_tags import TypeRegistry, default_registry
 from octosync.ipc.messages import (
     CellSet,
     Delta,
@@ -22,7 +23,6 @@ from octosync.ipc.messages import (
 )
 from octosync.ipc.permissions import PeerPermissions
 from octosync.ipc.publisher import Publisher
-from octosync.ipc.type_tags import TypeRegistry, default_registry
 
 
 def _i64(data: bytes | object) -> int:

@@ -90,3 +90,60 @@ allow = { "1" = [2, 3] }
     assert cfg.signaling.mode == "allowlist"
     assert cfg.signaling.may_signal(1, 3)
     assert not cfg.signaling.may_signal(2, 1)
+
+
+def test_rooms_global_scope_peer_and_expiry_claims() -> None:
+    token = issue_token(
+        SECRET,
+        "7",
+        {"*": ["read", "publish"]},
+        rooms={"lobby": ["join"]},
+        exp=4_000_000_000,
+    )
+    grants = authenticate(token, AuthConfig(hs256_secret=SECRET))
+    assert grants.may_join("lobby")
+    assert not grants.may_join("vip")
+    assert grants.allows("anything", "publish")
+    assert not grants.allows("$global", "publish")  # the wildcard never covers $ names
+    assert grants.peer == 7  # bound from sub
+    assert grants.expires_at == 4_000_000_000
+    assert not grants.expired(3_999_999_999.0)
+    assert grants.expired(4_000_000_000.0)
+    explicit = authenticate(
+        issue_token(SECRET, "eve", {"$global": ["publish"]}, peer=3),
+        AuthConfig(hs256_secret=SECRET),
+    )
+    assert explicit.allows("$global", "publish")
+    assert explicit.peer == 3
+    with pytest.raises(Unauthorized):
+        authenticate(
+            issue_token(SECRET, "eve", {}, rooms={"r": ["fly"]}), AuthConfig(hs256_secret=SECRET)
+        )
+
+
+def test_an_expired_token_is_refused_at_once() -> None:
+    token = issue_token(SECRET, "late", {"*": ["read"]}, exp=1)
+    with pytest.raises(Unauthorized, match="expired"):
+        authenticate(token, AuthConfig(hs256_secret=SECRET))
+
+
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [
+        ("127.0.0.1", True),
+        ("localhost", True),
+        ("::1", True),
+        ("127.0.0.5", True),
+        ("0.0.0.0", False),
+        ("192.0.2.1", False),
+        ("example.org", False),
+    ],
+)
+def test_insecure_dev_is_loopback_only(host: str, ok: bool) -> None:
+    config = ServerConfig(host=host, insecure_dev=True)
+    if ok:
+        config.check_exposure()
+    else:
+        with pytest.raises(ValueError, match="loopback"):
+            config.check_exposure()
+    ServerConfig(host=host, insecure_dev=False).check_exposure()

@@ -94,3 +94,36 @@ def test_allowlist_is_default_deny() -> None:
     assert hub.handle(10, "r", Offer(to=2, sdp="x")) == [(20, OfferFrom(from_=1, sdp="x"))]
     with pytest.raises(Forbidden):
         hub.handle(20, "r", Offer(to=1, sdp="x"))
+
+
+class Rights:
+    def __init__(self, rooms: set[str], peer: int | None) -> None:
+        self.rooms = rooms
+        self.peer = peer
+        self.everything = False
+
+    def may_join(self, room: str) -> bool:
+        return room in self.rooms
+
+
+def test_joining_needs_the_room_grant() -> None:
+    hub = SignalingHub()
+    with pytest.raises(Forbidden) as err:
+        hub.handle(10, "r", Join(peer=1), Rights(rooms={"other"}, peer=None))
+    assert err.value.path == "session"
+    assert hub.roster("r") == []
+    hub.handle(10, "r", Join(peer=1), Rights(rooms={"r"}, peer=None))
+    assert hub.roster("r") == [1]
+
+
+def test_allowlist_binds_the_peer_id_to_the_credentials() -> None:
+    hub = SignalingHub(SignalingPolicy("allowlist", {1: {2}, 2: {1}}))
+    eve = Rights(rooms={"r"}, peer=2)
+    with pytest.raises(Forbidden) as err:
+        hub.handle(10, "r", Join(peer=1), eve)  # 1 is allowlisted, but eve is peer 2
+    assert err.value.path == "peer"
+    unbound = Rights(rooms={"r"}, peer=None)
+    with pytest.raises(Forbidden):
+        hub.handle(11, "r", Join(peer=1), unbound)
+    hub.handle(12, "r", Join(peer=2), eve)
+    assert hub.roster("r") == [2]

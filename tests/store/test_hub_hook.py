@@ -30,3 +30,39 @@ def test_accepted_frames_are_journalled_in_order(tmp_path: Path) -> None:
 def test_something_else_is_refused() -> None:
     with pytest.raises(InvalidRecord):
         frame_record("s", object())
+
+
+def test_the_recorder_refuses_instead_of_waiting_when_the_writer_is_behind(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    from octosync.errors import StorageError
+    from octosync.store.hub_hook import JournalRecorder
+
+    release = threading.Event()
+
+    def slow_clock() -> int:  # the writer thread reads it inside each commit
+        release.wait(timeout=30)
+        return 0
+
+    writer = GroupCommitWriter(tmp_path, max_queue=2, clock=slow_clock)
+    recorder = JournalRecorder(writer)
+    accepted = refused = 0
+    reasons: set[str] = set()
+    for epoch in range(50):
+        try:
+            prepared = recorder.prepare("s", 1, SnapshotFrame(epoch, Snapshot(epoch=epoch)))
+        except StorageError as err:
+            reasons.add(err.message)
+            refused += 1
+            continue
+        recorder.commit(prepared)  # never blocks: prepare checked there was room
+        accepted += 1
+    release.set()
+    writer.close()
+    with Journal(tmp_path) as j:
+        stored = [e.record.epoch for e in j.frames("s")]  # type: ignore[union-attr]
+    assert refused > 0
+    assert reasons == {"the journal writer is behind: its queue is full"}
+    assert len(stored) == accepted == 50 - refused

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octosync.errors import DecodeError
+from octosync.errors import DecodeError, LimitExceeded
 from octosync.wire import cbor
 
 plain = st.recursive(
@@ -111,3 +111,66 @@ def test_unencodable_types_name_the_path() -> None:
     assert err.value.path == "$.a[1]"
     with pytest.raises(DecodeError):
         cbor.encode(2**64)
+
+
+def old_rule(data: bytes) -> bool:
+    """The rule before the validator: cbor2 parses it and re-encoding gives the same bytes."""
+    try:
+        value = cbor2.loads(data)
+        if isinstance(value, cbor2.CBORTag) or value is cbor2.undefined:
+            return False
+        return cbor.encode(value) == data
+    except Exception:
+        return False
+
+
+def has_container_key(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(
+            isinstance(k, tuple | list | dict) or has_container_key(v) for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return any(has_container_key(v) for v in value)
+    return False
+
+
+@given(st.data())
+def test_the_validator_accepts_exactly_the_canonical_encodings(data: st.DataObject) -> None:
+    raw = bytearray(cbor.encode(data.draw(plain)))
+    for _ in range(data.draw(st.integers(0, 3))):
+        if raw:
+            pos = data.draw(st.integers(0, len(raw) - 1))
+            raw[pos] = data.draw(st.integers(0, 255))
+    sample = bytes(raw)
+    expected = old_rule(sample) and not has_container_key(cbor2.loads(sample))
+    try:
+        cbor.decode(sample)
+        accepted = True
+    except (DecodeError, LimitExceeded):
+        accepted = False
+    assert accepted == expected
+
+
+@given(plain, plain)
+def test_raw_kept_values_are_validated_and_spliced_back_verbatim(
+    graph: object, meta: object
+) -> None:
+    data = cbor.encode({"graph": graph, "meta": meta, "n": 1})
+    value = cbor.decode(data, raw_keys=frozenset({"graph"}))
+    assert isinstance(value["graph"], cbor.Raw)
+    assert value["graph"].value() == cbor.decode(cbor.encode(graph))
+    assert value["meta"] == cbor.decode(cbor.encode(meta))
+    assert cbor.encode(value) == data
+
+
+def test_a_broken_raw_value_is_refused_and_the_cooked_part_is_bounded() -> None:
+    good = cbor.encode({"graph": [1, 2, 3], "x": "a" * 100})
+    bad = good.replace(b"\x83\x01\x02\x03", b"\x83\x01\x19\x00\x02\x03")  # long head inside
+    with pytest.raises(DecodeError):
+        cbor.decode(bad, raw_keys=frozenset({"graph"}))
+    with pytest.raises(LimitExceeded):
+        cbor.decode(good, raw_keys=frozenset({"graph"}), max_cooked=50)
+    deep = b"\x81" * (cbor.MAX_DEPTH + 1) + b"\x00"
+    with pytest.raises(LimitExceeded):
+        cbor.decode(deep)
+    cbor.decode(b"\x81" * cbor.MAX_DEPTH + b"\x00")

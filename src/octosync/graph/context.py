@@ -6,13 +6,14 @@ its own batch. The context epoch counts flushes whose change set was not empty.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from types import TracebackType
 from typing import TypeVar
 
-import msgspec
-
+from octosync.bounds import MAX_SAFE_INTEGER as MAX_SAFE_ID
+from octosync.bounds import NODE_KEY_MAX, NODE_KEY_PATTERN
 from octosync.errors import GraphError
 from octosync.graph.changes import ChangeSet
 from octosync.graph.flush import run_flush
@@ -27,8 +28,7 @@ from octosync.graph.nodes import (
     Node,
     Signal,
 )
-from octosync.ipc.messages import MAX_SAFE_ID, NodeKey
-from octosync.ipc.type_tags import TypeRegistry, default_registry
+from octosync.graph.type_tags import TypeRegistry, default_registry
 
 T = TypeVar("T")
 Listener = Callable[[ChangeSet], None]
@@ -183,10 +183,12 @@ class Context:
         """A name is a node key on the wire (``a`` or ``a/b``), unique among live nodes."""
         if name is None:
             return
-        try:
-            msgspec.convert(name, NodeKey)
-        except msgspec.ValidationError as exc:
-            raise GraphError(f"bad node name {name!r}: {exc}", path="name") from None
+        if len(name) > NODE_KEY_MAX or not re.fullmatch(NODE_KEY_PATTERN, name):
+            raise GraphError(
+                f"bad node name {name!r}: 1 to {NODE_KEY_MAX} characters, non-empty parts "
+                "joined by '/' (like 'score' or 'players/ada')",
+                path="name",
+            )
         if name in self._names:
             raise GraphError(
                 f"name {name!r} is taken by node {self._names[name].id}", path=f"name/{name}"

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.errors import LimitExceeded, Oversize
 
-MAX_EPOCH: Final = 2**53
+MAX_EPOCH: Final = MAX_SAFE_INTEGER
 """Largest epoch any stream may reach (JavaScript's exact-integer bound)."""
 MAX_STREAM_NAME: Final = 256
 """Longest stream name, in characters."""

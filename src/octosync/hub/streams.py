@@ -33,9 +33,9 @@ def stream_face(stream: Hashable) -> Face:
     return "wvp" if isinstance(stream, str) and stream.startswith(WARP_PREFIX) else "lazily"
 
 
-def dialect_face(dialect: str) -> Face:
-    """The face a connection's dialect key belongs to (``wvp/ws`` or a lazily dialect)."""
-    return "wvp" if dialect.startswith("wvp") else "lazily"
+def encoder_face(encoder: str) -> Face:
+    """The face a connection's encoder belongs to (``wvp/ws``, or a lazily dialect's)."""
+    return "wvp" if encoder.startswith("wvp") else "lazily"
 
 
 def check_face(face: Face, stream: Hashable) -> None:

@@ -41,6 +41,7 @@ from octosync.errors import (
     TypeTagError,
     UnknownHandle,
 )
+from octosync.graph.type_tags import TypeRegistry, default_registry
 from octosync.ipc.messages import (
     BlobRef,
     CellSet,
@@ -60,7 +61,6 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.ipc.state_hash import NodeRow, hash_rows
-from octosync.ipc.type_tags import TypeRegistry, default_registry
 
 
 class Applied(msgspec.Struct, frozen=True):
@@ -83,7 +83,7 @@ AWAITING_SNAPSHOT = "awaiting_snapshot"
 NOT_STATE_PLANE = "not_state_plane"
 
 # Undo-log entry kinds.
-_VALUE, _ADDED, _REMOVED, _EDGE_ADDED, _EDGE_REMOVED = range(5)
+_VALUE, _ADDED, _REMOVED, _EDGE_ADDED, _EDGE_REMOVED, _OUT_EDGES, _IN_EDGES = range(7)
 
 
 class _BadOp(Exception):
@@ -311,10 +311,13 @@ class Mirror:
     def _node_remove(self, index: int, sid: int, push: Any) -> None:
         if sid not in self._tags:
             raise _BadOp(index, f"node_remove of unknown node {sid}")
-        for dependency in tuple(self._deps.get(sid, ())):
-            self._edge_remove(sid, dependency, push)
-        for dependent in tuple(self._dependents.get(sid, ())):
-            self._edge_remove(dependent, sid, push)
+        # All of the node's edges go at once, one undo entry per direction: O(edges touched).
+        out_edges = _detach(self._deps, self._dependents, sid)
+        if out_edges:
+            push((_OUT_EDGES, sid, out_edges))
+        in_edges = _detach(self._dependents, self._deps, sid)
+        if in_edges:
+            push((_IN_EDGES, sid, in_edges))
         was_root = sid in self._roots
         self._roots.discard(sid)
         push(
@@ -377,9 +380,18 @@ class Mirror:
                     self._roots.add(sid)
             elif kind == _EDGE_ADDED:
                 self._unlink(sid, entry[2])
+            elif kind == _OUT_EDGES:
+                for dependency in entry[2]:
+                    self._link(sid, dependency)
+            elif kind == _IN_EDGES:
+                for dependent in entry[2]:
+                    self._link(dependent, sid)
             else:
-                self._deps.setdefault(sid, set()).add(entry[2])
-                self._dependents.setdefault(entry[2], set()).add(sid)
+                self._link(sid, entry[2])
+
+    def _link(self, dependent: int, dependency: int) -> None:
+        self._deps.setdefault(dependent, set()).add(dependency)
+        self._dependents.setdefault(dependency, set()).add(dependent)
 
     def _on_snapshot(self, snap: Snapshot) -> ApplyResult:
         error = self._load_snapshot(snap)
@@ -437,6 +449,20 @@ class Mirror:
 
     def _edge_pairs(self) -> list[tuple[int, int]]:
         return [(a, b) for a, bs in self._deps.items() for b in bs]
+
+
+def _detach(
+    forward: dict[int, set[int]], backward: dict[int, set[int]], sid: int
+) -> set[int] | None:
+    """Remove every edge of ``sid`` in one direction (and the matching back-references)."""
+    ends = forward.pop(sid, None)
+    if ends:
+        for end in ends:
+            back = backward[end]
+            back.discard(sid)
+            if not back:
+                del backward[end]
+    return ends
 
 
 def _row_id(row: NodeRow) -> int:

@@ -31,6 +31,7 @@ from typing import Literal
 from octosync.errors import GraphError
 from octosync.graph import ChangeSet, Context, Node
 from octosync.graph.nodes import CLEAN, NO_VALUE
+from octosync.graph.type_tags import TypeRegistry
 from octosync.ipc.messages import (
     CellSet,
     Delta,
@@ -48,7 +49,6 @@ from octosync.ipc.messages import (
 )
 from octosync.ipc.permissions import PeerPermissions, apply_remote_writes
 from octosync.ipc.state_hash import state_hash
-from octosync.ipc.type_tags import TypeRegistry
 
 Mode = Literal["value", "lazy"]
 MODES: tuple[Mode, ...] = ("value", "lazy")

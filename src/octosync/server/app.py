@@ -13,8 +13,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__
-from octosync.hub.core import AcceptHook, ConnId, StreamId
-from octosync.hub.model import Frame
+from octosync.hub.types import AcceptHook
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws
 from octosync.server.lazily_session import open_ws_session
@@ -22,7 +21,7 @@ from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
 from octosync.server.wvp_session import WvpSession
-from octosync.store.hub_hook import journal_hook
+from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
 
 CONFIG_KEY = web.AppKey("config", ServerConfig)
@@ -46,7 +45,7 @@ def _face(open_session: SessionFactory) -> Handler:
 async def _signal(request: web.Request) -> web.StreamResponse:
     room = request.query.get("session", "default")
     return await serve_ws(
-        request, lambda rt, conn, t, identity: SignalSession(rt, conn, t, identity, room)
+        request, lambda rt, conn, identity: SignalSession(rt, conn, identity, room)
     )
 
 
@@ -57,11 +56,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     config.check_exposure()
     config = config.with_auth_mode()
     writer: GroupCommitWriter | None = None
+    recorder: JournalRecorder | None = None
     if config.journal:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         writer = GroupCommitWriter(config.data_dir, durability=config.journal_durability)
-        on_accept = _both(journal_hook(writer), on_accept)
-    runtime = Runtime(config, on_accept=on_accept)
+        recorder = JournalRecorder(writer)
+    runtime = Runtime(config, on_accept=on_accept, recorder=recorder)
     registry = registry_for(runtime)
 
     @web.middleware
@@ -96,14 +96,3 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     return app
-
-
-def _both(first: AcceptHook, second: AcceptHook | None) -> AcceptHook:
-    if second is None:
-        return first
-
-    def hook(stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
-        first(stream, conn, frame)
-        second(stream, conn, frame)
-
-    return hook

@@ -24,12 +24,10 @@ from dataclasses import dataclass, field
 import jwt
 
 from octosync.errors import Unauthorized
-from octosync.hub.core import Action, StreamId
+from octosync.hub.types import Action, StreamId
 
 STREAM_ACTIONS = frozenset({"read", "publish", "write"})
 ROOM_ACTIONS = frozenset({"join"})
-GLOBAL_SCOPE = "$global"
-"""The pseudo-stream a WVP notification to every connection needs ``publish`` on."""
 
 
 @dataclass(frozen=True)

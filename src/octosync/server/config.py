@@ -30,6 +30,8 @@ class ServerConfig:
     socket_high_water: int = 64 * 1024
     retain_after_producer_leaves: float | None = 300.0
     coalesce_backlog: bool = False
+    max_replay_diffs: int = 1024
+    """Diffs a WVP stream keeps after its snapshot for late joiners (past it: ask for one)."""
     signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
     shutdown_deadline: float = 5.0
     """Seconds to keep flushing after SIGTERM before connections are closed."""
@@ -47,6 +49,8 @@ class ServerConfig:
     frames_per_second: float = 200_000.0
     """Input budget per connection (a faster peer is read more slowly)."""
     bytes_per_second: float = 64 * 1024 * 1024
+    offload_decode_bytes: int = 64 * 1024
+    """Frames at least this large are decoded on a worker thread (faces with costly decoders)."""
     journal: bool = False
     """Journal every accepted stream frame under ``data_dir`` (``serve`` turns it on)."""
     journal_durability: Literal["full", "normal"] = "full"
@@ -60,6 +64,7 @@ class ServerConfig:
             max_frame_bytes=self.max_frame_size,
             frames_per_second=self.frames_per_second,
             bytes_per_second=self.bytes_per_second,
+            offload_decode_bytes=self.offload_decode_bytes,
         )
 
     def check_exposure(self) -> None:
@@ -151,6 +156,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "max_connections_per_address": _set("max_connections_per_address", int),
         "frames_per_second": _set("frames_per_second", *_NUMBER),
         "bytes_per_second": _set("bytes_per_second", *_NUMBER),
+        "offload_decode_bytes": _set("offload_decode_bytes", int),
     },
     "auth": {
         "hs256_secret": _auth("hs256_secret"),
@@ -163,6 +169,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "outbox_max_frames": _set("outbox_max_frames", int),
         "socket_high_water": _set("socket_high_water", int),
         "coalesce_backlog": _set("coalesce_backlog", bool),
+        "max_replay_diffs": _set("max_replay_diffs", int),
         "retain_seconds": Key(_NUMBER, _retain),
     },
     "signaling": {

@@ -67,6 +67,11 @@ class Session(Protocol):
     def max_frame(self) -> int:
         """The frame limit in force now (negotiated by the handshake, never above the server's)."""
 
+    @property
+    def outgoing(self) -> list[bytes]:
+        """Framed bytes for this connection that do not go through the hub (the loop writes
+        and clears them after every frame): replies before the handshake registered it."""
+
     def decode(self, data: bytes) -> object:
         """What depends on the bytes alone; may run on a worker thread."""
 
@@ -134,14 +139,25 @@ class Link:
         except Exception as exc:
             _unexpected.exception(f"{session.face}: serving a frame failed", exc)
             return self.fail(InternalError(f"serving this frame failed: {type(exc).__name__}"))
+        self._write_outgoing()
         if self._expiry is None and session.identity is not None:
             self._arm_expiry(session.identity)
         return True
+
+    def _write_outgoing(self) -> None:
+        out = self.session.outgoing
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            t = self.transport
+            if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+                t.write(data)
 
     def fail(self, err: OctosyncError) -> bool:
         """Send ``err`` to this connection only; False when the policy says close."""
         self.counters.errors += 1
         self.session.send_error(err)
+        self._write_outgoing()
         if not closes_connection(err, byte_stream=self.session.byte_stream):
             return True
         self.close_code = close_code(err)
@@ -174,9 +190,13 @@ class Link:
         if isinstance(t, asyncio.WriteTransport):
             t.abort()
 
-    def ended(self) -> None:
+    async def ended(self) -> None:
+        """The read loop is over: wait (boundedly) for a close already under way."""
         if self._expiry is not None:
             self._expiry.cancel()
+        if self._closing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._closing), self.rt.config.close_timeout)
 
     def _arm_expiry(self, identity: ClaimGrants) -> None:
         if identity.expires_at is None:
@@ -189,9 +209,22 @@ class Link:
             self.close_soon(self.close_code or close_code(Unauthorized("")))
 
 
-SessionFactory = Callable[[Runtime, int, asyncio.BaseTransport, ClaimGrants], Session]
+def release(transport: asyncio.BaseTransport, timeout: float) -> None:
+    """Close gracefully (what is buffered still goes out); abort if it cannot drain in time."""
+    if not transport.is_closing():
+        transport.close()
+    if isinstance(transport, asyncio.WriteTransport) and transport.get_write_buffer_size():
+
+        def abort_if_stuck() -> None:
+            if transport.get_write_buffer_size():
+                transport.abort()
+
+        asyncio.get_running_loop().call_later(timeout, abort_if_stuck)
+
+
+SessionFactory = Callable[[Runtime, int, ClaimGrants], Session]
 """A WebSocket face's session: the identity is known from the upgrade."""
-TcpSessionFactory = Callable[[Runtime, int, asyncio.BaseTransport], Session]
+TcpSessionFactory = Callable[[Runtime, int], Session]
 """A TCP face's session: the identity comes with its handshake frame."""
 
 
@@ -227,19 +260,18 @@ async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.St
     async def closer(code: int) -> object:
         return await ws.close(code=code, message=b"")
 
-    session = open_session(rt, conn, transport, identity)
+    session = open_session(rt, conn, identity)
     link = Link(rt, conn, session, transport, closer)
     rt.attach(conn, link)
     try:
         await _pump_ws(rt, ws, link)
     finally:
         rt.detach(conn)
-        link.ended()
         session.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(code=link.close_code or 1000), rt.config.close_timeout)
-        if not transport.is_closing():
-            transport.abort()
+        await link.ended()
+        release(transport, rt.config.close_timeout)
     return ws
 
 
@@ -283,7 +315,7 @@ async def serve_tcp(
         writer.close()
         return None
 
-    session = open_session(rt, conn, transport)
+    session = open_session(rt, conn)
     address = peer_address(transport)
     refused = rt.guard.admit(address)
     if refused is not None:
@@ -324,13 +356,9 @@ async def serve_tcp(
     finally:
         rt.guard.release(address)
         rt.detach(conn)
-        link.ended()
         session.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(writer.drain(), rt.config.close_timeout)
-        writer.close()
-        if not transport.is_closing():
-            transport.abort()
+        await link.ended()
+        release(transport, rt.config.close_timeout)
 
 
 async def _receive_all(link: Link, frames: list[bytes], decoder: FrameDecoder) -> bool:

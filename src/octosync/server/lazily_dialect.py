@@ -19,8 +19,7 @@ import msgspec
 
 from octosync.errors import DecodeError, OctosyncError
 from octosync.ipc.messages import Delta, Handshake, IpcMessage, ResyncRequest, Snapshot
-from octosync.wire import DIALECTS
-from octosync.wire import Dialect as WireDialect
+from octosync.wire import DIALECTS, Codec
 from octosync.wire import json as wire_json
 from octosync.wire.json_tagged import looks_tagged
 
@@ -35,11 +34,11 @@ _msgpack_errors = msgspec.msgpack.Encoder()
 
 
 @dataclass(frozen=True)
-class Dialect:
+class FaceDialect:
     """One wire dialect plus what a face needs around it (error frames, text or binary)."""
 
     name: str
-    codec: WireDialect
+    codec: Codec
     text: bool
 
     def decode_handshake(self, data: bytes) -> Handshake:
@@ -61,13 +60,13 @@ class Dialect:
         return (_json_errors if self.text else _msgpack_errors).encode(frame)
 
 
-DIALECT_SET: dict[str, Dialect] = {
-    name: Dialect(name, codec, text=name != "msgpack") for name, codec in DIALECTS.items()
+DIALECT_SET: dict[str, FaceDialect] = {
+    name: FaceDialect(name, codec, text=name != "msgpack") for name, codec in DIALECTS.items()
 }
 SEED_JSON = DIALECT_SET[wire_json.DIALECT]
 
 
-def handshake_dialect(first: bytes) -> tuple[Dialect, Handshake]:
+def handshake_dialect(first: bytes) -> tuple[FaceDialect, Handshake]:
     """Decode the handshake (JSON or MessagePack) and pick the dialect its codec names."""
     is_json = first.lstrip()[:1] == b"{"
     hs = (SEED_JSON if is_json else DIALECT_SET["msgpack"]).decode_handshake(first)
@@ -77,7 +76,7 @@ def handshake_dialect(first: bytes) -> tuple[Dialect, Handshake]:
     return dialect, hs
 
 
-def sniff_producer_dialect(current: Dialect, first_message: bytes) -> Dialect:
+def sniff_producer_dialect(current: FaceDialect, first_message: bytes) -> FaceDialect:
     """A ``json`` producer whose first message is tagged speaks ``json_tagged``."""
     if current.name == wire_json.DIALECT and looks_tagged(first_message):
         return DIALECT_SET["json_tagged"]

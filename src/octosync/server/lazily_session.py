@@ -1,15 +1,13 @@
 """One lazily connection, whatever carries it (WebSocket messages or u32 TCP frames).
 
 Handshake first and fail closed; the handshake's ``session_id`` names the stream; ``publish``
-in its features makes the connection the producer; everyone else subscribes. A peer that may
-not do what it asks (no grant, or the stream has another producer) gets the refusal in place
-of the handshake reply. The connection
+in its features makes the connection the producer; everyone else subscribes. The connection
 loops of ``server.connection`` feed it frames and close it as ``hub.policy`` says.
 """
 
 from __future__ import annotations
 
-import asyncio
+from enum import Enum
 from typing import Literal
 
 from octosync.errors import (
@@ -30,14 +28,16 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.server.auth import ClaimGrants, authenticate
-from octosync.server.framing import u32_frame, ws_frame
 from octosync.server.lazily_dialect import (
     SEED_JSON,
-    Dialect,
+    FaceDialect,
     handshake_dialect,
     sniff_producer_dialect,
 )
+from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime, lazily_dialect_key
+from octosync.wire.framing import encode_frame
+from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
 SERVER_FEATURES = ("publish", "resync_request", "cell_set_write")
@@ -62,36 +62,52 @@ def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") 
     )
 
 
+class State(Enum):
+    AWAIT_HANDSHAKE = 1
+    PRODUCING = 2
+    SUBSCRIBED = 3
+    CLOSED = 4
+
+
+LIFECYCLE: dict[tuple[State, str], State] = {
+    (State.AWAIT_HANDSHAKE, "handshake_publish"): State.PRODUCING,
+    (State.AWAIT_HANDSHAKE, "handshake_subscribe"): State.SUBSCRIBED,
+    (State.AWAIT_HANDSHAKE, "close"): State.CLOSED,
+    (State.PRODUCING, "close"): State.CLOSED,
+    (State.SUBSCRIBED, "close"): State.CLOSED,
+}
+"""The lazily connection's lifecycle: one handshake decides the role for good."""
+
+
 class LazilySession:
-    """The lazily face's protocol object (``server.connection.Session``)."""
+    """The lazily face's protocol object: bytes in, hub calls and error frames out.
+
+    It never touches a socket: frames for the peer go through the hub (``send_control``) once
+    the handshake registered it, and into ``outgoing`` before that, for the loop to write.
+    """
 
     offload_decode = False
     """msgspec decodes even a frame at the limit in a few milliseconds."""
 
     def __init__(
-        self,
-        runtime: Runtime,
-        conn: int,
-        transport: asyncio.BaseTransport,
-        kind: Transport,
-        identity: ClaimGrants | None,
+        self, runtime: Runtime, conn: int, kind: Transport, identity: ClaimGrants | None
     ) -> None:
         self.rt = runtime
         self.conn = conn
-        self.transport = transport
         self.kind = kind
         self.identity = identity
-        self.dialect: Dialect | None = None
+        self.life = Lifecycle(LIFECYCLE, State.AWAIT_HANDSHAKE)
+        self.dialect: FaceDialect = SEED_JSON
         self.sniffed = False
-        self.stream: str | None = None
-        self.producer = False
+        self.stream = ""
         self.max_frame = runtime.limits.max_frame_bytes
         self.face = "tcp" if kind == "tcp" else "lazily"
         self.byte_stream = kind == "tcp"
+        self.outgoing: list[bytes] = []
 
     @property
     def ready(self) -> bool:
-        return self.dialect is not None
+        return self.life.state is not State.AWAIT_HANDSHAKE
 
     # --- Session --------------------------------------------------------------------------
 
@@ -100,42 +116,41 @@ class LazilySession:
 
     def handle(self, message: object) -> None:
         assert isinstance(message, bytes)
-        if self.dialect is None:
+        state = self.life.state
+        if state is State.AWAIT_HANDSHAKE:
             self._handshake(message)
             return
-        if self.producer and not self.sniffed:
+        if state is State.PRODUCING and not self.sniffed:
             self.sniffed = True
             sniffed = sniff_producer_dialect(self.dialect, message)
             if sniffed is not self.dialect:
                 self.dialect = sniffed
                 self.rt.hub.change_view(self.conn, ViewKey(lazily_dialect_key(sniffed, self.kind)))
-        self._message(self.dialect.decode(message))
+        msg = self.dialect.decode(message)
+        if state is State.PRODUCING:
+            self._produce(msg)
+        else:
+            self._subscribe(msg)
 
     def error_frame(self, err: OctosyncError) -> bytes:
-        dialect = self.dialect or SEED_JSON
-        return self.frame(dialect.encode_error(err), dialect)
+        return self.frame(self.dialect.encode_error(err))
 
     def send_error(self, err: OctosyncError) -> None:
-        data = self.error_frame(err)
-        if self.dialect is not None:
-            self.rt.hub.send_control(self.conn, data)
+        if self.ready:
+            self.rt.hub.send_control(self.conn, self.error_frame(err))
         else:
-            self._write_direct(data)
+            self.outgoing.append(self.error_frame(err))
 
     def close(self) -> None:
+        self.life.move("close")
         self.rt.hub.disconnect(self.conn)
 
     # --- internals ------------------------------------------------------------------------
 
-    def frame(self, data: bytes, dialect: Dialect) -> bytes:
+    def frame(self, data: bytes) -> bytes:
         if self.kind == "tcp":
-            return u32_frame(data)
-        return ws_frame(data, text=dialect.text)
-
-    def _write_direct(self, data: bytes) -> None:
-        t = self.transport
-        if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
-            t.write(data)
+            return encode_frame(data)
+        return ws_frame(data, text=self.dialect.text)
 
     def _handshake(self, data: bytes) -> None:
         try:
@@ -145,39 +160,44 @@ class LazilySession:
                 f"first message must be a handshake: {exc.message}", path=exc.path
             ) from exc
         local = server_handshake(remote.session_id, self.max_frame, dialect.name)
-        self.max_frame = negotiate(local, remote).max_frame_size
+        max_frame = negotiate(local, remote).max_frame_size
+        identity = self.identity
         for feature in remote.features:
             if feature.startswith(TOKEN_FEATURE):
-                self.identity = authenticate(feature[len(TOKEN_FEATURE) :], self.rt.config.auth)
-        if self.identity is None:
-            self.identity = authenticate(None, self.rt.config.auth)
+                identity = authenticate(feature[len(TOKEN_FEATURE) :], self.rt.config.auth)
+        if identity is None:
+            identity = authenticate(None, self.rt.config.auth)
         hub = self.rt.hub
         view = ViewKey(lazily_dialect_key(dialect, self.kind))
         try:
             hub.check_stream(view, remote.session_id)
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="session_id") from exc
-        producer = "publish" in remote.features
-        hub.check_join(self.identity, remote.session_id, publish=producer)
+        publish = "publish" in remote.features
+        hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
+        hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
+        self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
-        self.producer = producer
-        hub.connect(self.conn, view, grants=self.identity, wake=self.rt.flusher.wake)
-        self.dialect = dialect
-        reply = server_handshake(remote.session_id, self.max_frame, dialect.name)
-        hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply), dialect))
-        if not self.producer:
+        self.life.move("handshake_publish" if publish else "handshake_subscribe")
+        reply = server_handshake(remote.session_id, max_frame, dialect.name)
+        hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
+        if not publish:
             hub.subscribe(self.conn, self.stream)
 
-    def _message(self, msg: IpcMessage) -> None:
-        assert self.stream is not None
+    def _produce(self, msg: IpcMessage) -> None:
+        """What a producer may send: snapshots and deltas of its stream."""
+        if not isinstance(msg, Snapshot | Delta):
+            what = (
+                "the producer has nothing to resync from"
+                if isinstance(msg, ResyncRequest)
+                else f"{type(msg).__name__} is not served on this face"
+            )
+            raise Forbidden(what, path="type")
+        self.rt.hub.publish(self.conn, self.stream, lazily_frame(msg))
+
+    def _subscribe(self, msg: IpcMessage) -> None:
+        """What a subscriber may send: resync requests and cell_set writes."""
         hub = self.rt.hub
-        if not isinstance(msg, Snapshot | Delta | ResyncRequest):
-            raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
-        if self.producer:
-            if isinstance(msg, ResyncRequest):
-                raise Forbidden("the producer has nothing to resync from", path="type")
-            hub.publish(self.conn, self.stream, lazily_frame(msg))
-            return
         match msg:
             case ResyncRequest():
                 hub.resync(self.conn, self.stream)
@@ -194,16 +214,16 @@ class LazilySession:
                         path=f"ops[{bad[0]}]" if bad else "ops",
                     )
                 hub.write(self.conn, self.stream, msg)
+            case _:
+                raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
 
 
-def open_ws_session(
-    rt: Runtime, conn: int, transport: asyncio.BaseTransport, identity: ClaimGrants
-) -> LazilySession:
-    return LazilySession(rt, conn, transport, "ws", identity)
+def open_ws_session(rt: Runtime, conn: int, identity: ClaimGrants) -> LazilySession:
+    return LazilySession(rt, conn, "ws", identity)
 
 
-def open_tcp_session(rt: Runtime, conn: int, transport: asyncio.BaseTransport) -> LazilySession:
-    return LazilySession(rt, conn, transport, "tcp", None)
+def open_tcp_session(rt: Runtime, conn: int) -> LazilySession:
+    return LazilySession(rt, conn, "tcp", None)
 
 
 __all__ = ["LazilySession", "open_tcp_session", "open_ws_session", "server_handshake"]

@@ -72,6 +72,32 @@ class RuntimeCollector(Collector):
         yield GaugeMetricFamily(
             "octosync_outbox_depth", "Frames queued in outboxes", rt.hub.outbox_depth()
         )
+        counters = rt.counters
+        yield CounterMetricFamily(
+            "octosync_refused_upgrades",
+            "Upgrades refused for credentials",
+            counters.refused_upgrades,
+        )
+        yield CounterMetricFamily(
+            "octosync_refused_connections", "Connections refused by a cap", rt.guard.refused
+        )
+        yield CounterMetricFamily(
+            "octosync_deadline_closes",
+            "Connections closed for no request or handshake in time",
+            counters.deadline_closes,
+        )
+        yield GaugeMetricFamily(
+            "octosync_open_sockets", "Sockets counted by the guard", rt.guard.total
+        )
+        yield GaugeMetricFamily(
+            "octosync_loop_lag_max_seconds", "Longest event-loop stall", counters.loop_lag_max
+        )
+        lag = CounterMetricFamily(
+            "octosync_loop_stalls", "Event-loop stalls longer than a bound", labels=["over"]
+        )
+        for bound, count in counters.loop_stalls.items():
+            lag.add_metric([f"{bound * 1000:g}ms"], count)
+        yield lag
 
 
 def registry_for(runtime: Runtime) -> CollectorRegistry:

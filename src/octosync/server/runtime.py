@@ -10,18 +10,20 @@ from typing import Protocol
 
 from octosync.errors import OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
-from octosync.hub.core import AcceptHook
 from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.streams import warp_id_of
+from octosync.hub.types import AcceptHook, Recorder
 from octosync.server.config import ServerConfig
 from octosync.server.flusher import Flusher
-from octosync.server.framing import u32_frame, ws_frame
 from octosync.server.guard import ConnectionGuard, default_max_connections
-from octosync.server.lazily_dialect import DIALECT_SET, Dialect
+from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
 from octosync.signaling import SignalingHub
 from octosync.wire import wvp
+from octosync.wire.framing import encode_frame
+from octosync.wire.websocket import ws_frame
 
 FACES = ("lazily", "tcp", "wvp", "signal")
+STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 
 
 @dataclass(slots=True)
@@ -41,6 +43,10 @@ class Counters:
     """Upgrades answered 401 (no or bad credentials)."""
     deadline_closes: int = 0
     """Connections closed for sending no request or handshake in time."""
+    loop_lag_max: float = 0.0
+    """Longest event-loop stall seen (seconds): how long one callback kept everyone waiting."""
+    loop_stalls: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STALL_BOUNDS, 0))
+    """Stalls longer than each bound (seconds), counted."""
 
 
 class LiveConnection(Protocol):
@@ -65,12 +71,17 @@ class HttpConnection(Protocol):
     def request_started(self) -> None: ...
 
 
-def lazily_dialect_key(dialect: Dialect, transport: str) -> str:
+def lazily_dialect_key(dialect: FaceDialect, transport: str) -> str:
     return f"lazily-{dialect.name}/{transport}"
 
 
 class Runtime:
-    def __init__(self, config: ServerConfig, on_accept: AcceptHook | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        on_accept: AcceptHook | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
         self.config = config
         self.limits = config.limits()
         self.hub = Hub(
@@ -81,15 +92,16 @@ class Runtime:
                 limits=self.limits,
                 retain_after_producer_leaves=config.retain_after_producer_leaves,
                 coalesce_backlog=config.coalesce_backlog,
+                max_replay_diffs=config.max_replay_diffs,
             ),
             clock=time.monotonic,
             on_accept=on_accept,
+            recorder=recorder,
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
         self.signaling = SignalingHub(config.signaling)
         self.counters = Counters()
         self.links: dict[int, LiveConnection] = {}
-        self.signal_transports: dict[int, asyncio.BaseTransport] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
             max_per_address=config.max_connections_per_address,
@@ -99,6 +111,7 @@ class Runtime:
         self.closing = False
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
+        self._lag: asyncio.Task[None] | None = None
         for dialect in DIALECT_SET.values():
             self.register_lazily_dialect(dialect)
         self.hub.register_encoder("wvp/ws", self._encode_wvp)
@@ -123,17 +136,29 @@ class Runtime:
         if conn is not None:
             conn.request_started()
 
+    def deliver(self, conn: int, data: bytes) -> None:
+        """Write ``data`` to another connection now (signaling relays); a peer that cannot
+        keep up is dropped, never waited for."""
+        link = self.links.get(conn)
+        t = None if link is None else link.transport
+        if link is None or not isinstance(t, asyncio.WriteTransport) or t.is_closing():
+            return
+        if t.get_write_buffer_size() > self.config.socket_high_water:
+            link.abort()
+            return
+        t.write(data)
+
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)
         if link is not None:
             link.fault(err)
 
-    def register_lazily_dialect(self, dialect: Dialect) -> None:
+    def register_lazily_dialect(self, dialect: FaceDialect) -> None:
         def for_ws(frame: OutFrame) -> bytes:
             return ws_frame(dialect.encode(frame.body), text=dialect.text)
 
         def for_tcp(frame: OutFrame) -> bytes:
-            return u32_frame(dialect.encode(frame.body))
+            return encode_frame(dialect.encode(frame.body))
 
         self.hub.register_encoder(lazily_dialect_key(dialect, "ws"), for_ws)
         self.hub.register_encoder(lazily_dialect_key(dialect, "tcp"), for_tcp)
@@ -146,7 +171,24 @@ class Runtime:
         return ws_frame(wvp.encode(msg, frame.ts), text=False)
 
     async def start(self) -> None:
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.create_task(self._expire_loop())
+        self._lag = loop.create_task(self._lag_probe())
+
+    async def _lag_probe(self, period: float = 0.005) -> None:
+        """Sleep ``period`` over and over; oversleeping is time some callback held the loop."""
+        loop = asyncio.get_running_loop()
+        counters = self.counters
+        while True:
+            before = loop.time()
+            await asyncio.sleep(period)
+            lag = loop.time() - before - period
+            if lag > counters.loop_lag_max:
+                counters.loop_lag_max = lag
+            if lag > STALL_BOUNDS[0]:
+                for bound in STALL_BOUNDS:
+                    if lag > bound:
+                        counters.loop_stalls[bound] += 1
 
     async def _expire_loop(self) -> None:
         while True:
@@ -161,8 +203,9 @@ class Runtime:
         still open is aborted.
         """
         self.closing = True
-        if self._expiry is not None:
-            self._expiry.cancel()
+        for task in (self._expiry, self._lag):
+            if task is not None:
+                task.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.shutdown_deadline
         self.flusher.flush_all()

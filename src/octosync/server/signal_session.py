@@ -2,17 +2,14 @@
 
 The room is the upgrade's ``?session=`` (default ``default``); joining it needs the ``join``
 grant on it, and in allowlist mode the peer id the credentials bind (``signaling.rooms``).
-Frames go straight to the target's transport: a peer that cannot keep up is dropped, never
-waited for.
+Frames for other peers go through ``Runtime.deliver``: a peer that cannot keep up is dropped,
+never waited for.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from octosync.errors import OctosyncError
 from octosync.server.auth import ClaimGrants
-from octosync.server.framing import ws_frame
 from octosync.server.runtime import Runtime
 from octosync.signaling import (
     SIGNAL_ERROR_CODES,
@@ -22,6 +19,7 @@ from octosync.signaling import (
     encode_server,
 )
 from octosync.signaling.messages import ClientSignal
+from octosync.wire.websocket import ws_frame
 
 
 class SignalSession:
@@ -31,20 +29,13 @@ class SignalSession:
     ready = True
     """Signaling has no handshake of its own: ``join`` is an ordinary frame."""
 
-    def __init__(
-        self,
-        rt: Runtime,
-        conn: int,
-        transport: asyncio.BaseTransport,
-        identity: ClaimGrants,
-        room: str,
-    ) -> None:
+    def __init__(self, rt: Runtime, conn: int, identity: ClaimGrants, room: str) -> None:
         self.rt = rt
         self.conn = conn
         self.identity = identity
         self.room = room
         self.max_frame = rt.limits.max_frame_bytes
-        rt.signal_transports[conn] = transport
+        self.outgoing: list[bytes] = []
 
     def decode(self, data: bytes) -> object:
         return decode_client(data)
@@ -59,19 +50,15 @@ class SignalSession:
         return ws_frame(encode_server(SignalError(code=code, message=err.message)), text=True)
 
     def send_error(self, err: OctosyncError) -> None:
-        t = self.rt.signal_transports.get(self.conn)
-        if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
-            t.write(self.error_frame(err))
+        self.outgoing.append(self.error_frame(err))
 
     def close(self) -> None:
         for target, out in self.rt.signaling.leave(self.conn):
             self._send(target, out)
-        self.rt.signal_transports.pop(self.conn, None)
 
     def _send(self, target: int, frame: ServerSignal) -> None:
-        t = self.rt.signal_transports.get(target)
-        if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
-            if t.get_write_buffer_size() > self.rt.config.socket_high_water:
-                t.close()  # a signaling peer that cannot keep up is dropped, not waited for
-                return
-            t.write(ws_frame(encode_server(frame), text=True))
+        data = ws_frame(encode_server(frame), text=True)
+        if target == self.conn:
+            self.outgoing.append(data)
+        else:
+            self.rt.deliver(target, data)

@@ -3,11 +3,9 @@
 The hub hands its hook ``(stream, conn, frame)`` inline, before fan-out, and the hook must not
 block: it submits to a :class:`GroupCommitWriter` and returns (the commit follows within one
 group-commit round), so frames reach the journal in the order the hub accepted them.
-``encode`` turns a frame's body into the bytes journalled (MsgPack by default; msgspec encodes
-the state-plane Structs and decoded WVP maps alike). ``serve`` wires it like this::
-
-    writer = GroupCommitWriter(config.data_dir)
-    app = build_app(config, on_accept=journal_hook(writer))
+``encode`` turns a frame's body into the bytes journalled (``body_bytes`` by default: a WVP
+frame as its canonical CBOR, ``wvp.encode_frame``, which splices the producer's raw graph and
+ops; a lazily message as MsgPack). ``serve`` wires a ``JournalRecorder`` into the hub.
 """
 
 from __future__ import annotations
@@ -17,15 +15,23 @@ from typing import Any
 
 import msgspec
 
-from octosync.errors import InvalidRecord
+from octosync.errors import InvalidRecord, StorageError
 from octosync.hub.model import DiffFrame, SnapshotFrame
 from octosync.store.journal import GroupCommitWriter
-from octosync.store.records import StreamFrame
+from octosync.store.records import EncodedRecord, StreamFrame, encode_record
+from octosync.wire import wvp
 
 Encode = Callable[[Any], bytes]
 
 
-def frame_record(stream: str, frame: Any, encode: Encode = msgspec.msgpack.encode) -> StreamFrame:
+def body_bytes(body: Any) -> bytes:
+    """The journalled form of a frame body, per face (see the module docstring)."""
+    if isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
+        return wvp.encode_frame(body)
+    return msgspec.msgpack.encode(body)
+
+
+def frame_record(stream: str, frame: Any, encode: Encode = body_bytes) -> StreamFrame:
     """The journal record of one accepted hub frame."""
     if isinstance(frame, DiffFrame):
         base, epoch, snapshot = frame.from_epoch, frame.to_epoch, False
@@ -44,12 +50,41 @@ def frame_record(stream: str, frame: Any, encode: Encode = msgspec.msgpack.encod
     )
 
 
+class JournalRecorder:
+    """The hub's recorder: each frame is encoded and validated *before* the hub changes state.
+
+    ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store, or
+    ``StorageError`` when the writer's queue is full (the hub refuses the frame, unchanged:
+    the event loop never waits for the disk); ``commit`` queues the prepared record once the
+    hub has accepted the frame.
+    """
+
+    def __init__(self, writer: GroupCommitWriter, encode: Encode = body_bytes):
+        self.writer = writer
+        self.encode = encode
+
+    def prepare(self, stream: Any, conn: Any, frame: Any) -> EncodedRecord:
+        if not self.writer.has_room():
+            raise StorageError("the journal writer is behind: its queue is full")
+        try:
+            record = frame_record(stream, frame, self.encode)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidRecord(
+                f"the frame's body cannot be stored: {exc}", path="payload"
+            ) from exc
+        return encode_record(record)
+
+    def commit(self, prepared: EncodedRecord) -> None:
+        self.writer.submit_encoded([prepared], block=False)
+
+
 def journal_hook(
-    writer: GroupCommitWriter, encode: Encode = msgspec.msgpack.encode
+    writer: GroupCommitWriter, encode: Encode = body_bytes
 ) -> Callable[[Any, Any, Any], None]:
     """``on_accept(stream, conn, frame)`` that queues each accepted frame for the journal."""
+    recorder = JournalRecorder(writer, encode)
 
     def on_accept(stream: Any, conn: Any, frame: Any) -> None:
-        writer.submit([frame_record(stream, frame, encode)])
+        recorder.commit(recorder.prepare(stream, conn, frame))
 
     return on_accept

@@ -274,11 +274,29 @@ class GroupCommitWriter:
         self._thread.start()
 
     def submit(self, records: Iterable[Record]) -> concurrent.futures.Future[list[int]]:
+        return self.submit_encoded([encode_record(r) for r in records])
+
+    def submit_encoded(
+        self, encoded: Sequence[EncodedRecord], *, block: bool = True
+    ) -> concurrent.futures.Future[list[int]]:
+        """Queue records already validated and encoded (``encode_record``) by the caller.
+
+        ``block=False`` never waits (an event loop must not): ``StorageError`` when the queue
+        is full, so check ``has_room()`` first and refuse the work instead.
+        """
         if self._closed:
             raise StorageError("journal writer is closed", path=str(self.journal.path))
-        pending = _Pending([encode_record(r) for r in records], concurrent.futures.Future())
-        self._queue.put(pending)
+        pending = _Pending(list(encoded), concurrent.futures.Future())
+        try:
+            self._queue.put(pending, block=block)
+        except queue.Full:
+            raise StorageError("the journal writer is behind: its queue is full") from None
         return pending.future
+
+    def has_room(self) -> bool:
+        """Whether a submission would be queued without waiting (from the submitting thread,
+        the only one that adds, the answer holds until it submits)."""
+        return not self._queue.full()
 
     def append(self, records: Iterable[Record]) -> list[int]:
         return self.submit(records).result()

@@ -13,10 +13,11 @@ import msgspec
 
 from octosync.crdt.op import OpRecord
 from octosync.errors import InvalidRecord, JournalCorrupt
+from octosync.hub.limits import MAX_EPOCH, MAX_STREAM_NAME
 
-MAX_SAFE = 2**53
-Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE)]
-StreamId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]
+StreamId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_STREAM_NAME)]
+"""The hub refuses what these bounds refuse (``hub.limits``), before it changes state."""
 
 
 class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

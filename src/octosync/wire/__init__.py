@@ -1,6 +1,6 @@
 """wire: bytes <-> state-plane messages, one module per dialect, plus stream framing.
 
-Every dialect module has the same surface (``Dialect``), so a face picks one by name once
+Every dialect module has the same surface (``Codec``), so a face picks one by name once
 (for instance from the handshake's ``codec``) and never branches on it again.
 """
 
@@ -14,7 +14,7 @@ from octosync.wire import json, json_tagged, msgpack
 from octosync.wire.strict import Buffer
 
 
-class Dialect(Protocol):
+class Codec(Protocol):
     DIALECT: str
 
     def encode(self, message: IpcMessage) -> bytes: ...
@@ -26,14 +26,14 @@ class Dialect(Protocol):
     def decode_handshake(self, data: Buffer) -> Handshake: ...
 
 
-DIALECTS: dict[str, Dialect] = {
+DIALECTS: dict[str, Codec] = {
     json.DIALECT: json,
     json_tagged.DIALECT: json_tagged,
     msgpack.DIALECT: msgpack,
 }
 
 
-def dialect(name: str) -> Dialect:
+def dialect(name: str) -> Codec:
     """The codec module for ``json`` (seed), ``json_tagged`` (lazily-spec) or ``msgpack``."""
     try:
         return DIALECTS[name]

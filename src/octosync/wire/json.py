@@ -10,7 +10,7 @@ import msgspec
 
 from octosync.errors import DecodeError
 from octosync.ipc.messages import Handshake, IpcMessage
-from octosync.wire.strict import Buffer, decode_error, strict
+from octosync.wire.strict import Buffer, decode_error, strict, too_deep
 
 DIALECT = "json"
 
@@ -29,6 +29,8 @@ def decode(data: Buffer) -> IpcMessage:
         return _decoder.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise _located(exc) from None
+    except RecursionError:
+        raise too_deep(DIALECT) from None
 
 
 def encode_handshake(handshake: Handshake) -> bytes:

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import msgspec
 
-from octosync.errors import DecodeError
+from octosync.errors import DecodeError, LimitExceeded
 
 T = TypeVar("T")
 Buffer = bytes | bytearray | memoryview
@@ -36,9 +36,16 @@ def decode_error(exc: msgspec.DecodeError | UnicodeDecodeError, *, dialect: str)
     return DecodeError(f"{dialect}: {message}", path=path)
 
 
+def too_deep(dialect: str) -> LimitExceeded:
+    """The error for input nested deeper than the decoder's recursion limit."""
+    return LimitExceeded(f"{dialect}: nesting deeper than the decoder allows", path="$")
+
+
 def strict(decode: Callable[[Buffer], T], data: Buffer, *, dialect: str) -> T:
     """``decode(data)``, with msgspec's failures turned into ``DecodeError``."""
     try:
         return decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise decode_error(exc, dialect=dialect) from None
+    except RecursionError:
+        raise too_deep(dialect) from None

@@ -45,6 +45,7 @@ from octosync.crdt.sync_messages import (
     WireTimestamp,
 )
 from octosync.errors import DecodeError, Oversize
+from octosync.wire.strict import too_deep
 
 MAX_FRAME = 8 * 1024 * 1024
 
@@ -457,6 +458,8 @@ def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
         if field is not None:
             path = f"{path}.{field.group(1)}" if path else field.group(1)
         raise DecodeError(text, path=path or None) from exc
+    except RecursionError:
+        raise too_deep("topgun") from None
 
 
 # -- BATCH framing ----------------------------------------------------------------------------

@@ -103,24 +103,39 @@ _BY_OP["subscribe_rmg"] = SubscribeWarp
 _BY_OP["rmg_stream"] = WarpStream
 
 
+OPAQUE = frozenset({"graph", "ops"})
+"""Fields that are the peer's own data: the server validates them and keeps them as raw CBOR."""
+MAX_COOKED = 64 * 1024
+"""Bytes of a packet outside its opaque fields that the server builds into objects."""
+
+
+def frame_to_plain(f: WarpSnapshot | WarpDiff) -> dict[str, Any]:
+    if isinstance(f, WarpSnapshot):
+        return {"Snapshot": {"epoch": f.epoch, "graph": f.graph, "state_hash": f.state_hash}}
+    return {
+        "Diff": {
+            "from_epoch": f.from_epoch,
+            "to_epoch": f.to_epoch,
+            "ops": f.ops,
+            "state_hash": f.state_hash,
+        }
+    }
+
+
+def encode_frame(frame: WarpSnapshot | WarpDiff) -> bytes:
+    """A stream frame alone as canonical CBOR (what the journal stores for a WVP stream)."""
+    return cbor.encode(frame_to_plain(frame))
+
+
+def decode_frame(data: bytes, *, opaque: bool = True) -> WarpSnapshot | WarpDiff:
+    """The inverse of ``encode_frame`` (graph and ops kept raw unless ``opaque`` is False)."""
+    return _frame_from_plain(cbor.decode(data, raw_keys=OPAQUE if opaque else frozenset()))
+
+
 def to_plain(msg: Message) -> dict[str, Any]:
     """The CBOR-ready payload map (optional fields present as null, as the reference does)."""
     if isinstance(msg, WarpStream):
-        f = msg.frame
-        if isinstance(f, WarpSnapshot):
-            frame: dict[str, Any] = {
-                "Snapshot": {"epoch": f.epoch, "graph": f.graph, "state_hash": f.state_hash}
-            }
-        else:
-            frame = {
-                "Diff": {
-                    "from_epoch": f.from_epoch,
-                    "to_epoch": f.to_epoch,
-                    "ops": f.ops,
-                    "state_hash": f.state_hash,
-                }
-            }
-        return {"warp_id": msg.warp_id, "frame": frame}
+        return {"warp_id": msg.warp_id, "frame": frame_to_plain(msg.frame)}
     out: dict[str, Any] = msgspec.to_builtins(msg, builtin_types=(bytes, bytearray))
     for name in msg.__struct_fields__:
         out.setdefault(name, None)
@@ -158,9 +173,15 @@ def _frame_from_plain(raw: Any) -> WarpSnapshot | WarpDiff:
         raise DecodeError(str(exc), path=f"payload.frame.{kind}") from exc
 
 
-def decode_payload(data: bytes) -> tuple[Message, int]:
-    """``(message, ts)`` from a CBOR envelope (the packet's payload)."""
-    env = cbor.decode(data)
+def decode_payload(data: bytes, *, opaque: bool = False) -> tuple[Message, int]:
+    """``(message, ts)`` from a CBOR envelope (the packet's payload).
+
+    ``opaque``: the server's reading. ``graph`` and ``ops`` stay ``cbor.Raw`` (validated,
+    spliced back verbatim when re-encoded) and the rest of the packet is bounded by
+    ``MAX_COOKED``; clients read everything as plain data.
+    """
+    raw_keys, cooked = (OPAQUE, MAX_COOKED) if opaque else (frozenset(), None)
+    env = cbor.decode(data, raw_keys=raw_keys, max_cooked=cooked)
     if not isinstance(env, dict) or set(env) != {"op", "ts", "payload"}:
         raise DecodeError("envelope must be exactly {op, ts, payload}", path="$")
     op, ts, payload = env["op"], env["ts"], env["payload"]
@@ -191,6 +212,8 @@ def decode_payload(data: bytes) -> tuple[Message, int]:
     return msg, ts
 
 
-def decode(packet: bytes, *, max_payload: int = MAX_PAYLOAD) -> tuple[Message, int]:
+def decode(
+    packet: bytes, *, max_payload: int = MAX_PAYLOAD, opaque: bool = False
+) -> tuple[Message, int]:
     """``(message, ts)`` from one complete JS-ABI packet."""
-    return decode_payload(decode_packet(packet, max_payload=max_payload))
+    return decode_payload(decode_packet(packet, max_payload=max_payload), opaque=opaque)

@@ -1,11 +1,14 @@
-"""Transport framings applied once per encoded frame, so the framed bytes are shared too."""
+"""Server-to-client WebSocket framing (RFC 6455 §5.2), applied once per encoded frame.
+
+The hub fans out the same bytes object to every caught-up subscriber; framing it once, before
+it is shared, means the flusher writes it to each socket as it is.
+"""
 
 from __future__ import annotations
 
 import struct
 
 _U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 OP_TEXT = 0x1
@@ -13,7 +16,7 @@ OP_BINARY = 0x2
 
 
 def ws_frame(payload: bytes, *, text: bool) -> bytes:
-    """A final, unmasked server-to-client WebSocket frame (RFC 6455 §5.2)."""
+    """A final, unmasked server-to-client WebSocket frame."""
     first = 0x80 | (OP_TEXT if text else OP_BINARY)
     n = len(payload)
     if n < 126:
@@ -23,8 +26,3 @@ def ws_frame(payload: bytes, *, text: bool) -> bytes:
     else:
         header = bytes((first, 127)) + _U64.pack(n)
     return header + payload
-
-
-def u32_frame(payload: bytes) -> bytes:
-    """A u32 big-endian length prefix, for the plain TCP face."""
-    return _U32.pack(len(payload)) + payload

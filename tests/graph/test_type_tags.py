@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octosync.errors import TypeTagError
-from octosync.ipc.type_tags import TypeRegistry
+from octosync.graph.type_tags import TypeRegistry
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(),

@@ -1,0 +1,459 @@
+"""Hostile clients against a real ``octosync serve``: how long can one frame stall everyone?
+
+For each attack the server runs as its own process (auth on, journal on). A canary producer
+publishes a delta every 2 ms to a canary subscriber on another stream; the attack runs beside
+it. Reported per attack, with the quiet phase just before it as the same-run baseline:
+
+- the canary's longest gap between deltas (what other subscribers feel) and any epoch gap;
+- the server's own event-loop stalls (its 5 ms lag probe, ``octosync_loop_stalls``);
+- typed errors and closes the attacker got; the server's RSS before and after.
+
+Targets (issue #17): under 10 ms of stall for unauthenticated input, under 50 ms for any
+authorized frame within limits, RSS growth under 20 MB. Usage::
+
+    python bench/hostile.py            # every attack, full size
+    python bench/hostile.py --quick    # small counts (CI smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from octosync.ipc.messages import Delta, EdgeAdd, NodeRemove, NodeSnapshot, Snapshot
+from octosync.server.auth import issue_token
+from octosync.wire import cbor, jsabi
+
+SECRET = "bench-hostile-secret-bench-hostile-secret"
+TOKEN = issue_token(
+    SECRET,
+    "bench",
+    {"*": ["read", "publish", "write"], "$global": ["publish"]},
+    rooms={"*": ["join"]},
+)
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Server:
+    def __init__(self, data: Path, **server: Any) -> None:
+        self.port = free_port()
+        lines = ["[server]"] + [f"{k} = {json.dumps(v)}" for k, v in server.items()]
+        lines += ["[auth]", f'hs256_secret = "{SECRET}"']
+        config = data / "octosync.toml"
+        config.write_text("\n".join(lines) + "\n")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "octosync.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(self.port),
+                "--data",
+                str(data / "var"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.http = f"http://127.0.0.1:{self.port}"
+        self.ws = f"ws://127.0.0.1:{self.port}"
+
+    async def ready(self, http: aiohttp.ClientSession) -> None:
+        for _ in range(400):
+            try:
+                async with http.get(f"{self.http}/healthz"):
+                    return
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.025)
+        raise RuntimeError("server did not start")
+
+    async def metrics(self, http: aiohttp.ClientSession) -> dict[str, float]:
+        async with http.get(f"{self.http}/metrics") as resp:
+            text = await resp.text()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return self.proc.stderr.read().decode() if self.proc.stderr else ""
+
+
+def lazily_handshake(stream: str, publish: bool) -> bytes:
+    return json.dumps(
+        {
+            "protocol_id": "lazily-ipc",
+            "protocol_major_version": 1,
+            "codec": "json",
+            "max_frame_size": 1 << 20,
+            "fragmentation_supported": False,
+            "ordered_reliable": True,
+            "peer_id": 1,
+            "session_id": stream,
+            "features": ["publish"] if publish else [],
+        }
+    ).encode()
+
+
+async def lazily(http: aiohttp.ClientSession, srv: Server, stream: str, publish: bool) -> Any:
+    ws = await http.ws_connect(f"{srv.ws}/lazily", headers=AUTH, max_msg_size=0)
+    await ws.send_bytes(lazily_handshake(stream, publish))
+    await ws.receive()
+    return ws
+
+
+@dataclass
+class Canary:
+    gaps: int = 0
+    received: int = 0
+    longest: float = 0.0
+    last: float | None = None
+
+    def reset_window(self) -> None:
+        self.longest = 0.0
+        self.last = None
+
+
+async def run_canary(
+    http: aiohttp.ClientSession, srv: Server, canary: Canary, stop: asyncio.Event
+) -> None:
+    prod = await lazily(http, srv, "canary", True)
+    snap = Snapshot(epoch=0, nodes=(NodeSnapshot(1, "bytes", "resolved", b"0"),))
+    await prod.send_bytes(msgspec.json.encode(snap))
+    sub = await lazily(http, srv, "canary", False)
+    expected = 0
+
+    async def watch() -> None:
+        nonlocal expected
+        async for msg in sub:
+            doc = json.loads(msg.data)
+            if doc.get("type") != "delta":
+                continue
+            now = time.monotonic()
+            if canary.last is not None:
+                canary.longest = max(canary.longest, now - canary.last)
+            canary.last = now
+            if doc["base_epoch"] != expected:
+                canary.gaps += 1
+            expected = doc["epoch"]
+            canary.received += 1
+
+    watcher = asyncio.create_task(watch())
+    epoch = 0
+    while not stop.is_set():
+        delta = Delta(epoch, epoch + 1, ())
+        await prod.send_bytes(msgspec.json.encode(delta))
+        epoch += 1
+        await asyncio.sleep(0.002)
+    await asyncio.sleep(0.2)
+    watcher.cancel()
+    await prod.close()
+    await sub.close()
+
+
+@dataclass
+class Outcome:
+    frames: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    closes: int = 0
+    state: dict[str, Any] = field(default_factory=dict)
+    """What a set-up step leaves for its attack."""
+
+    def error(self, name: str) -> None:
+        self.errors[name] = self.errors.get(name, 0) + 1
+
+
+Attack = Callable[[aiohttp.ClientSession, Server, Outcome, int], Awaitable[None]]
+Setup = Callable[[aiohttp.ClientSession, Server, Outcome], Awaitable[None]]
+
+
+def cbor_maps(total: int) -> bytes:
+    """Canonical CBOR: an array of ``{0: 0}`` maps, ``total`` bytes in all (about)."""
+    n = (total - 5) // 3
+    return b"\x9a" + struct.pack(">I", n) + b"\xa1\x00\x00" * n
+
+
+def wvp_packet(op: str, payload: Any) -> bytes:
+    return jsabi.encode_packet(cbor.encode({"op": op, "ts": 1, "payload": payload}))
+
+
+async def unauthenticated(face: str) -> Attack:
+    body = jsabi.encode_packet(cbor_maps(8 * 1024 * 1024 - 64), max_payload=16 << 20)
+
+    async def attack(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+        for _ in range(count):
+            out.frames += 1
+            try:
+                ws = await http.ws_connect(f"{srv.ws}{face}")
+            except aiohttp.WSServerHandshakeError as exc:
+                out.error(f"HTTP {exc.status}")
+                continue
+            await ws.send_bytes(body)  # only reached if the upgrade were allowed
+            out.closes += 1
+            await ws.close()
+
+    return attack
+
+
+async def wvp_big_graph(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    ws = await http.ws_connect(f"{srv.ws}/wvp", headers=AUTH, max_msg_size=0)
+    await ws.send_bytes(wvp_packet("handshake", {"capabilities": [], "client_version": 1}))
+    await ws.receive()
+    graph = cbor_maps(1024 * 1024 - 200)
+    envelope = b"\xa3\x62op\x6bwarp_stream\x62ts\x01\x67payload\xa2\x65frame\xa1\x68Snapshot"
+    for i in range(count):
+        snap = b"\xa3\x65epoch" + cbor.encode(i) + b"\x65graph" + graph + b"\x6astate_hash\xf6"
+        raw = envelope + snap + b"\x67warp_id\x01"
+        await ws.send_bytes(jsabi.encode_packet(raw))
+        out.frames += 1
+    await ws.send_bytes(wvp_packet("subscribe_warp", {"warp_id": 99}))
+    await asyncio.sleep(0.5)
+    await ws.close()
+
+
+async def lazily_nested(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    ws = await lazily(http, srv, "nested", True)
+    frame = b'{"x":' + b"[" * 1000 + b"]" * 1000 + b"}"
+    for _ in range(count):
+        await ws.send_bytes(frame)
+        out.frames += 1
+        msg = await ws.receive()
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            out.error(json.loads(msg.data)["code"])
+        else:
+            out.closes += 1
+            ws = await lazily(http, srv, "nested", True)
+    await ws.close()
+
+
+async def signal_garbage(
+    http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int
+) -> None:
+    ws = await http.ws_connect(f"{srv.ws}/signal", headers=AUTH)
+    frames = [
+        b'{"type":"\xff"}',
+        b'{"type":"relay","to":1,"payload":' + b"[" * 1000 + b"]" * 1000 + b"}",
+    ]
+    for i in range(count):
+        await ws.send_bytes(frames[i % 2])
+        out.frames += 1
+        msg = await ws.receive()
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            out.error(json.loads(msg.data)["code"])
+        else:
+            out.closes += 1
+            ws = await http.ws_connect(f"{srv.ws}/signal", headers=AUTH)
+    await ws.close()
+
+
+async def dense_graph(http: aiohttp.ClientSession, srv: Server, out: Outcome) -> None:
+    """Set-up for ``node_remove``: 12,000 nodes and 48,000 edges (before the quiet phase)."""
+    ws = await lazily(http, srv, "dense", True)
+    n = 12_000
+    nodes = tuple(NodeSnapshot(i, "b", "resolved", b"") for i in range(n))
+    await ws.send_bytes(msgspec.json.encode(Snapshot(epoch=0, nodes=nodes)))
+    epoch = 0
+    for start in range(0, n, 3_000):
+        edges = tuple(
+            EdgeAdd(a, (a + k) % n) for a in range(start, start + 3_000) for k in (1, 2, 3, 4)
+        )
+        await ws.send_bytes(msgspec.json.encode(Delta(epoch, epoch + 1, edges)))
+        epoch += 1
+    out.state.update(ws=ws, epoch=epoch, n=n)
+
+
+async def node_remove(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """6,000 removes against 48,000 edges in one 215 KB delta (the issue's reproducer)."""
+    ws, epoch, n = out.state["ws"], out.state["epoch"], out.state["n"]
+    removes = tuple(NodeRemove(i) for i in range(0, n, 2))
+    raw = msgspec.json.encode(Delta(epoch, epoch + 1, removes))
+    await ws.send_bytes(raw)
+    out.frames += 1
+    out.error(f"{len(raw) // 1024} KB delta")
+    await asyncio.sleep(0.5)
+    await ws.close()
+
+
+async def idle_flood(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """``count`` sockets that never send a request, from two other loopback addresses."""
+    loop = asyncio.get_running_loop()
+    socks = []
+    for i in range(count):
+        s = socket.socket()
+        s.bind((f"127.0.0.{2 + i % 2}", 0))
+        s.setblocking(False)
+        await loop.sock_connect(s, ("127.0.0.1", srv.port))
+        socks.append(s)
+        out.frames += 1
+    closed = 0
+    deadline = time.monotonic() + 10
+    for s in socks:
+        try:
+            data = await asyncio.wait_for(
+                loop.sock_recv(s, 1), max(0.01, deadline - time.monotonic())
+            )
+            closed += data == b""
+        except (TimeoutError, ConnectionError):
+            closed += 1
+        s.close()
+    out.closes = closed
+
+
+ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
+    # (name, kind, attack, full count, quick count, server settings)
+    ("wvp 8 MB packet, no token", "unauth", "/wvp", 20, 3, {}),
+    ("lazily upgrade, no token", "unauth", "/lazily", 20, 3, {}),
+    ("signal upgrade, no token", "unauth", "/signal", 20, 3, {}),
+    ("wvp 1 MiB graph, decoded off-loop", "auth", wvp_big_graph, 5, 1, {}),
+    (
+        "wvp 1 MiB graph, decoded inline (baseline)",
+        "auth",
+        wvp_big_graph,
+        5,
+        1,
+        {"offload_decode_bytes": 1 << 30},
+    ),
+    ("lazily nested JSON x1000", "auth", lazily_nested, 1000, 50, {}),
+    ("signal bad UTF-8 / nested", "auth", signal_garbage, 1000, 50, {}),
+    ("lazily node_remove 6k vs 48k edges", "auth", node_remove, 1, 1, {}),
+    (
+        "2,000 sockets that never send a request",
+        "idle",
+        idle_flood,
+        2000,
+        100,
+        {"request_timeout": 2.0, "max_connections_per_address": 4096},
+    ),
+]
+
+
+async def run_one(
+    name: str, attack: Attack, count: int, settings: dict[str, Any], setup: Setup | None
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = Server(Path(tmp), **{"handshake_timeout": 2.0, **settings})
+        try:
+            async with aiohttp.ClientSession() as http:
+                await srv.ready(http)
+                canary, stop = Canary(), asyncio.Event()
+                task = asyncio.create_task(run_canary(http, srv, canary, stop))
+                out = Outcome()
+                if setup is not None:
+                    await setup(http, srv, out)
+                await asyncio.sleep(1.0)  # warm up
+                canary.reset_window()
+                m0 = await srv.metrics(http)
+                await asyncio.sleep(1.0)  # quiet: the same-run baseline
+                quiet_gap = canary.longest
+                m1 = await srv.metrics(http)
+                rss0 = rss_mb(srv.proc.pid)
+                canary.reset_window()
+                await attack(http, srv, out, count)
+                await asyncio.sleep(1.0)
+                attack_gap = canary.longest
+                m2 = await srv.metrics(http)
+                rss1 = rss_mb(srv.proc.pid)
+                stop.set()
+                await task
+        finally:
+            log = srv.stop()
+
+    def stalls(a: dict[str, float], b: dict[str, float]) -> dict[str, int]:
+        keys = [k for k in b if k.startswith("octosync_loop_stalls_total")]
+        return {k.split('"')[1]: int(b[k] - a.get(k, 0)) for k in keys}
+
+    return {
+        "attack": name,
+        "frames": out.frames,
+        "errors": out.errors,
+        "closes": out.closes,
+        "canary_gap_quiet_ms": round(quiet_gap * 1000, 1),
+        "canary_gap_attack_ms": round(attack_gap * 1000, 1),
+        "stalls_quiet": stalls(m0, m1),
+        "stalls_attack": stalls(m1, m2),
+        "canary_gaps": canary.gaps,
+        "canary_deltas": canary.received,
+        "rss_before_mb": round(rss0, 1),
+        "rss_after_mb": round(rss1, 1),
+        "tracebacks": log.count("Traceback"),
+    }
+
+
+def worst(stalls: dict[str, int]) -> str:
+    over = [b for b, n in stalls.items() if n]
+    return f">{max(over, key=lambda b: float(b[:-2]))}" if over else "<5ms"
+
+
+async def main_async(quick: bool) -> list[dict[str, Any]]:
+    rows = []
+    for name, kind, attack, full, small, settings in ATTACKS:
+        fn = await unauthenticated(attack) if kind == "unauth" else attack
+        setup = dense_graph if attack is node_remove else None
+        row = await run_one(name, fn, small if quick else full, settings, setup)
+        rows.append(row)
+        print(
+            f"{name:44s} frames {row['frames']:5d}"
+            f"  canary gap {row['canary_gap_attack_ms']:6.1f} ms"
+            f" (quiet {row['canary_gap_quiet_ms']:5.1f})"
+            f"  loop stall {worst(row['stalls_attack']):>8s} (quiet {worst(row['stalls_quiet'])})"
+            f"  RSS {row['rss_before_mb']:.0f}->{row['rss_after_mb']:.0f} MB"
+            f"  canary gaps {row['canary_gaps']}  closes {row['closes']}  errors {row['errors']}"
+            f"  tracebacks {row['tracebacks']}",
+            flush=True,
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    rows = asyncio.run(main_async(args.quick))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    bad = [r for r in rows if r["canary_gaps"] or r["tracebacks"]]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

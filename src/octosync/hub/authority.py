@@ -1,0 +1,195 @@
+"""Streams and authority: the one place that decides whether a frame is accepted.
+
+A frame is accepted when, in this order: the stream belongs to the connection's face and its
+name and epochs are within the limits; the connection is granted ``publish``; nobody else
+produces the stream; the stream's model accepts it (a snapshot first, then gapless diffs the
+state plane's own ``Mirror`` applies); and the recorder (the journal) can store it. Anything
+refused changes nothing. Producers that leave keep their stream's last state for a TTL
+measured on the injected clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from octosync.errors import (
+    ForbiddenPublish,
+    LimitExceeded,
+    OctosyncError,
+    RemoteProtocolError,
+    SnapshotRequired,
+)
+from octosync.hub.connections import Connection
+from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame
+from octosync.hub.streams import Face, check_face
+from octosync.hub.types import ConnId, HubConfig, HubStats, Recorder, StreamId
+from octosync.ipc.messages import Snapshot
+
+
+@dataclass(eq=False, slots=True)
+class StreamState:
+    id: StreamId
+    model: GraphModel | ReplayModel | None = None
+    producer: ConnId | None = None
+    producer_has_snapshot: bool = False
+    expires_at: float | None = None
+
+    def has_state(self) -> bool:
+        return self.model is not None and self.model.epoch is not None
+
+    @property
+    def epoch(self) -> int | None:
+        return None if self.model is None else self.model.epoch
+
+
+class Authority:
+    def __init__(
+        self,
+        config: HubConfig,
+        stats: HubStats,
+        clock: Callable[[], float],
+        recorder: Recorder | None,
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self._clock = clock
+        self._recorder = recorder
+        self.streams: dict[StreamId, StreamState] = {}
+
+    def check_stream(self, face: Face, stream_id: StreamId) -> None:
+        """The stream belongs to ``face`` and its name is within the limits."""
+        check_face(face, stream_id)
+        if isinstance(stream_id, str):
+            self.config.limits.check_stream_name(stream_id)
+
+    def check_producer(self, stream_id: StreamId, conn: ConnId | None) -> None:
+        """``ForbiddenPublish`` if the stream has a producer other than ``conn`` (None: a
+        connection that has not joined yet)."""
+        stream = self.streams.get(stream_id)
+        if stream is not None and stream.producer not in (None, conn):
+            raise ForbiddenPublish(
+                f"stream {stream_id!r} is produced by another connection", path="stream"
+            )
+
+    def accept(self, c: Connection, stream_id: StreamId, frame: Frame[object]) -> StreamState:
+        """Apply ``frame`` from ``c`` to its stream, or raise and change nothing."""
+        try:
+            self.check_stream(c.face, stream_id)
+            c.require(stream_id, "publish")
+            limits = self.config.limits
+            if isinstance(frame, SnapshotFrame):
+                limits.check_epoch(frame.epoch)
+            else:
+                limits.check_epoch(frame.to_epoch, "to_epoch")
+            self.check_producer(stream_id, c.id)
+            stream = self.streams.get(stream_id)
+            prepared = self._prepare(stream_id, c.id, frame)
+            stream = self._apply(stream or StreamState(stream_id), frame)
+        except Exception:
+            self.stats.rejected += 1
+            raise
+        self.streams[stream_id] = stream
+        stream.producer = c.id
+        stream.producer_has_snapshot = True
+        stream.expires_at = None
+        c.produces.add(stream_id)
+        self.stats.frames_in += 1
+        if self._recorder is not None:
+            self._recorder.commit(prepared)
+        return stream
+
+    def _apply(self, stream: StreamState, frame: Frame[object]) -> StreamState:
+        if isinstance(frame, SnapshotFrame):
+            model = stream.model
+            if isinstance(frame.body, Snapshot):
+                if not isinstance(model, GraphModel):
+                    model = GraphModel()
+            elif not isinstance(model, ReplayModel):
+                model = ReplayModel(self.config.max_replay_diffs)
+            model.reset(frame)  # type: ignore[arg-type]
+            stream.model = model
+            return stream
+        if not stream.producer_has_snapshot or stream.model is None:
+            raise SnapshotRequired(
+                f"a diff on stream {stream.id!r} before this producer's first snapshot"
+            )
+        stream.model.apply(frame)  # type: ignore[arg-type]
+        return stream
+
+    def _prepare(self, stream_id: StreamId, conn: ConnId, frame: Frame[object]) -> object:
+        """The recorder's half of accepting a frame, done before any state changes."""
+        if self._recorder is None:
+            return None
+        try:
+            return self._recorder.prepare(stream_id, conn, frame)
+        except RemoteProtocolError:
+            raise
+        except OctosyncError as exc:
+            raise LimitExceeded(
+                f"the frame cannot be journaled: {exc.message}", path=exc.path
+            ) from exc
+
+    def release(self, conn: ConnId, produced: set[StreamId]) -> list[StreamId]:
+        """A producer left: its streams keep their state for the TTL (or drop it at once).
+
+        Returns the streams whose state was dropped."""
+        dropped = []
+        for sid in produced:
+            stream = self.streams.get(sid)
+            if stream is None or stream.producer != conn:
+                continue
+            stream.producer = None
+            stream.producer_has_snapshot = False
+            ttl = self.config.retain_after_producer_leaves
+            if ttl is not None and ttl <= 0:
+                self._drop_state(stream)
+                dropped.append(sid)
+            elif ttl is not None:
+                stream.expires_at = self._clock() + ttl
+        return dropped
+
+    def expire(self) -> list[StreamId]:
+        """Drop retained states whose TTL passed; returns their stream ids."""
+        now = self._clock()
+        gone = []
+        for stream in list(self.streams.values()):
+            expires = stream.expires_at
+            if stream.producer is None and expires is not None and now >= expires:
+                self._drop_state(stream)
+                gone.append(stream.id)
+        return gone
+
+    def _drop_state(self, stream: StreamState) -> None:
+        stream.model = None
+        stream.expires_at = None
+        if stream.producer is None:
+            del self.streams[stream.id]
+
+    def get(self, stream_id: StreamId) -> StreamState | None:
+        return self.streams.get(stream_id)
+
+    def producer_of(self, stream_id: StreamId) -> ConnId | None:
+        s = self.streams.get(stream_id)
+        return None if s is None else s.producer
+
+    def replay(self, stream_id: StreamId) -> list[Frame[object]]:
+        """The frames that bring a new subscriber to the stream's current state."""
+        s = self.streams.get(stream_id)
+        return [] if s is None or s.model is None else s.model.replay()
+
+    def needs_snapshot(self, stream_id: StreamId) -> bool:
+        """True when the hub can no longer replay the stream and wants a fresh snapshot."""
+        s = self.streams.get(stream_id)
+        return s is not None and isinstance(s.model, ReplayModel) and s.model.wants_snapshot
+
+    def latest_snapshot(self, stream_id: StreamId) -> Snapshot | None:
+        s = self.streams.get(stream_id)
+        if s is None or not isinstance(s.model, GraphModel):
+            return None
+        return s.model.snapshot()
+
+    def collapsible(self, stream_id: StreamId) -> bool:
+        """The stream's replay is one snapshot of its whole state (a backlog may collapse)."""
+        s = self.streams.get(stream_id)
+        return s is not None and isinstance(s.model, GraphModel)

@@ -1,0 +1,99 @@
+"""The hub's vocabulary: ids, views, out-frames, grants, hooks and configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from octosync.hub.limits import Limits
+from octosync.hub.model import Frame
+from octosync.hub.outbox import OutboxLimits
+
+StreamId = Hashable
+ConnId = int
+Action = Literal["read", "publish", "write"]
+GLOBAL_SCOPE = "$global"
+"""The pseudo-stream a message to every connection of a face needs ``publish`` on. Grants for
+names starting with ``$`` are never implied by a wildcard."""
+
+
+@dataclass(frozen=True, slots=True)
+class ViewKey:
+    """What a subscriber's bytes depend on: its encoder and its permission view.
+
+    ``encoder`` names a registered encoder, which is one wire dialect plus the transport's
+    framing (``lazily-json/ws``, ``lazily-msgpack/tcp``, ``wvp/ws``).
+    """
+
+    encoder: str
+    view: str = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class OutFrame:
+    """One frame as handed to an encoder: the stream, the (view-filtered) body, its kind."""
+
+    stream: StreamId
+    kind: Literal["snapshot", "diff", "write"]
+    epoch: int
+    body: object
+    ts: int
+
+
+Encoder = Callable[[OutFrame], bytes]
+ViewFilter = Callable[[object], object | None]
+"""Maps a frame body to what a view may see; ``None``: nothing visible, frame skipped."""
+
+
+class Grants(Protocol):
+    def allows(self, stream: StreamId, action: Action) -> bool: ...
+
+
+class AllowAll:
+    """Grants for ``--insecure-dev`` and tests: every action on every stream."""
+
+    def allows(self, stream: StreamId, action: Action) -> bool:
+        return True
+
+
+AcceptHook = Callable[[StreamId, ConnId, Frame[object]], None]
+
+
+class Recorder(Protocol):
+    """Durable storage of accepted frames (the journal), in two steps around the hub's own.
+
+    ``prepare`` runs before the hub changes anything and raises to refuse a frame that could
+    not be stored; ``commit`` runs once the frame is accepted, before it is fanned out.
+    """
+
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> object: ...
+
+    def commit(self, prepared: Any) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HubConfig:
+    outbox: OutboxLimits = field(default_factory=OutboxLimits)
+    limits: Limits = field(default_factory=Limits)
+    retain_after_producer_leaves: float | None = 300.0
+    """Seconds a stream's last state outlives its producer; 0 drops it at once, None keeps it."""
+    max_replay_diffs: int = 1024
+    coalesce_backlog: bool = False
+    """Replace a subscriber's backlog of deltas by one snapshot when that is smaller.
+
+    Off by default: subscribers then see every delta (only a reset skips some); on, a slow
+    subscriber converges with fewer bytes but does not observe every intermediate state."""
+
+
+@dataclass(slots=True)
+class HubStats:
+    frames_in: int = 0
+    frames_out: int = 0
+    bytes_out: int = 0
+    encodes: int = 0
+    drops: int = 0
+    resets: int = 0
+    rejected: int = 0
+    coalesced: int = 0
+    """Queued deltas replaced by one snapshot of the state they lead to."""
