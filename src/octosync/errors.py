@@ -246,6 +246,20 @@ class InternalError(ServerError):
     code = 93
 
 
+class ListenError(ServerError):
+    """The server could not listen where it was told to (a port in use, an address not here)."""
+
+    name = "ListenError"
+    code = 94
+
+
+class ConfigError(OctosyncError):
+    """A configuration file or a command-line setting is missing, malformed or unknown."""
+
+    name = "ConfigError"
+    code = 100
+
+
 class PipelineError(OctosyncError):
     """A pipeline job failed; the message names the input and the stage."""
 

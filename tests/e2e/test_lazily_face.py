@@ -42,21 +42,32 @@ async def test_second_publisher_is_refused_and_not_fanned_out(tmp_path: Path) ->
     async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
         sub, _ = await ws_lazily(http, srv.ws_url, "s")
         owner, _ = await ws_lazily(http, srv.ws_url, "s", publish=True)
+        early, _ = await ws_lazily(http, srv.ws_url, "s", publish=True)  # before any frame
         await owner.send_bytes(snap(0, {1: b"mine"}))
-        thief, _ = await ws_lazily(http, srv.ws_url, "s", publish=True)
-        await thief.send_bytes(snap(0, {1: b"stolen"}))
-        err = await recv_json(thief)
+        seen = await follow_until(sub, Follower(), 0)
+        # Once the stream has a producer, another is refused in place of the handshake reply.
+        thief, refusal = await ws_lazily(http, srv.ws_url, "s", publish=True)
+        assert refusal == {
+            "type": "error",
+            "code": "ForbiddenPublish",
+            "message": refusal["message"],
+            "path": "stream",
+        }
+        assert "another connection" in refusal["message"]
+        await thief.close()
+        # One that joined before the owner's first frame is refused frame by frame.
+        await early.send_bytes(snap(0, {1: b"stolen"}))
+        err = await recv_json(early)
         assert err == {
             "type": "error",
             "code": "ForbiddenPublish",
             "message": err["message"],
             "path": "stream",
         }
-        assert not err["message"].startswith("stream:")
-        await thief.send_bytes(delta(0, 1, b"stolen"))
-        assert (await recv_json(thief))["code"] == "ForbiddenPublish"
+        await early.send_bytes(delta(0, 1, b"stolen"))
+        assert (await recv_json(early))["code"] == "ForbiddenPublish"
         await owner.send_bytes(delta(0, 1, b"still mine"))
-        seen = await follow_until(sub, Follower(), 1)
+        seen = await follow_until(sub, seen, 1)
         assert seen.values == {1: b"still mine"}
         await sub.send_bytes(snap(5, {1: b"sub"}))  # a subscriber may not publish either
         assert (await recv_json(sub))["code"] == "ForbiddenPublish"

@@ -14,8 +14,8 @@ from octosync.ipc.mirror import Applied, Ignored, Mirror
 from octosync.wire import json_tagged
 
 
-def load(conformance_dir: Path, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads((conformance_dir / "lazily" / name).read_text())
+def load(vectors_dir: Path, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((vectors_dir / "lazily" / name).read_text())
     return doc
 
 
@@ -35,8 +35,8 @@ def raw_values(m: Mirror) -> dict[str, list[int]]:
     return {str(k): list(v) for k, v in m.values().items()}
 
 
-def test_idempotent_redelivery(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/idempotent_redelivery.json")
+def test_idempotent_redelivery(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/idempotent_redelivery.json")
     assert len(doc["scenarios"]) == 2
     for sc in doc["scenarios"]:
         m = mirror_with(sc["start_last_epoch"], sc["state_before"])
@@ -51,8 +51,8 @@ def test_idempotent_redelivery(conformance_dir: Path) -> None:
         assert m.in_sync
 
 
-def test_non_sequential_delta_after_epoch_10_requests_resync(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "delta_non_sequential.json")
+def test_non_sequential_delta_after_epoch_10_requests_resync(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "delta_non_sequential.json")
     assert doc["assertions"]["resync_after_epoch_10"] is True
     m = mirror_with(10, {})
     result = m.apply(frame(doc["wire"]))
@@ -62,9 +62,9 @@ def test_non_sequential_delta_after_epoch_10_requests_resync(conformance_dir: Pa
 
 
 def test_sequential_delta_fixture_applies_on_a_graph_that_has_its_nodes(
-    conformance_dir: Path,
+    vectors_dir: Path,
 ) -> None:
-    doc = load(conformance_dir, "delta_sequential.json")
+    doc = load(vectors_dir, "delta_sequential.json")
     m = mirror_with(40, {"1": [0], "2": [0], "3": [0], "5": [0]})
     assert m.apply(frame(doc["wire"])) == Applied(41)
     # CellSet 1 -> [10], SlotValue 2 -> [20], Invalidate 3, NodeAdd 4 (u64, [64]), NodeRemove 5.
@@ -78,8 +78,8 @@ def test_sequential_delta_fixture_applies_on_a_graph_that_has_its_nodes(
     assert raw_values(fresh) == {"1": [0]}
 
 
-def test_state_suffix_collapses_to_snapshot(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+def test_state_suffix_collapses_to_snapshot(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
     sc = {s["id"]: s for s in doc["scenarios"]}["state_suffix_collapses_to_snapshot"]
     start = sc["expect"]["receiver_from_last_epoch"]
     full_run = mirror_with(start, {"1": [], "2": []})
@@ -109,9 +109,9 @@ def test_state_suffix_collapses_to_snapshot(conformance_dir: Path) -> None:
 
 
 def test_queue_cell_ops_are_refused_typed_but_the_fused_span_decodes(
-    conformance_dir: Path,
+    vectors_dir: Path,
 ) -> None:
-    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
     fused = doc["wire"]  # base 0 -> epoch 3 of QueuePush ops: the ops are not supported
     with pytest.raises(DecodeError) as info:
         frame(fused)
@@ -124,10 +124,10 @@ def test_queue_cell_ops_are_refused_typed_but_the_fused_span_decodes(
     assert info.value.path == "$.Delta.ops[0].QueuePush"
 
 
-def test_a_fused_state_suffix_applies_like_its_unit_deltas(conformance_dir: Path) -> None:
+def test_a_fused_state_suffix_applies_like_its_unit_deltas(vectors_dir: Path) -> None:
     """The fixture's three unit deltas, fused into one span-3 delta (lazily-spec's batch
     fusion), land where the fold of the units lands and where the coalesced snapshot does."""
-    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
     sc = {s["id"]: s for s in doc["scenarios"]}["state_suffix_collapses_to_snapshot"]
     units = sc["appended"]
     fused = frame(
@@ -154,8 +154,8 @@ def test_a_fused_state_suffix_applies_like_its_unit_deltas(conformance_dir: Path
     assert batch.apply(fused) == Ignored(3, "already_applied")
 
 
-def test_the_gap_rule_applies_to_base_epoch_at_any_span(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+def test_the_gap_rule_applies_to_base_epoch_at_any_span(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
     span = frame({"Delta": {**doc["wire"]["Delta"], "ops": []}})  # 0 -> 3
     for last in (1, 2):  # inside the span but not at its base: a gap, not a re-delivery
         m = mirror_with(last, {})
@@ -164,8 +164,8 @@ def test_the_gap_rule_applies_to_base_epoch_at_any_span(conformance_dir: Path) -
         assert not m.in_sync
 
 
-def test_outbox_ack_is_not_applied_by_the_mirror(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+def test_outbox_ack_is_not_applied_by_the_mirror(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
     sc = {s["id"]: s for s in doc["scenarios"]}["non_ack_fills_then_ack_drains_cursor_queue"]
     ack = frame({"OutboxAck": sc["outbox_ack"]})
     m = mirror_with(4, {})

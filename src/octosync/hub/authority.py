@@ -63,6 +63,15 @@ class Authority:
         if isinstance(stream_id, str):
             self.config.limits.check_stream_name(stream_id)
 
+    def check_producer(self, stream_id: StreamId, conn: ConnId | None) -> None:
+        """``ForbiddenPublish`` if the stream has a producer other than ``conn`` (None: a
+        connection that has not joined yet)."""
+        stream = self.streams.get(stream_id)
+        if stream is not None and stream.producer not in (None, conn):
+            raise ForbiddenPublish(
+                f"stream {stream_id!r} is produced by another connection", path="stream"
+            )
+
     def accept(self, c: Connection, stream_id: StreamId, frame: Frame[object]) -> StreamState:
         """Apply ``frame`` from ``c`` to its stream, or raise and change nothing."""
         try:
@@ -73,11 +82,8 @@ class Authority:
                 limits.check_epoch(frame.epoch)
             else:
                 limits.check_epoch(frame.to_epoch, "to_epoch")
+            self.check_producer(stream_id, c.id)
             stream = self.streams.get(stream_id)
-            if stream is not None and stream.producer not in (None, c.id):
-                raise ForbiddenPublish(
-                    f"stream {stream_id!r} is produced by another connection", path="stream"
-                )
             prepared = self._prepare(stream_id, c.id, frame)
             stream = self._apply(stream or StreamState(stream_id), frame)
         except Exception:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from octosync.errors import Forbidden
 from octosync.hub.authority import Authority
-from octosync.hub.connections import Connections
+from octosync.hub.connections import Connections, require
 from octosync.hub.fanout import Fanout
 from octosync.hub.model import Frame
 from octosync.hub.streams import encoder_face
@@ -131,6 +131,14 @@ class Hub:
         """What ``subscribe``/``publish`` will say of this stream for a connection of ``view``,
         asked before connecting (a handshake that names a stream fails closed on it)."""
         self._authority.check_stream(encoder_face(view.encoder), stream_id)
+
+    def check_join(self, grants: Grants, stream_id: StreamId, *, publish: bool) -> None:
+        """What ``subscribe`` (or, with ``publish``, ``publish``) will refuse a new connection
+        holding ``grants``, asked before its handshake is answered, so that the refusal arrives
+        in place of the reply instead of after it (a client learns at once, not never)."""
+        require(grants, stream_id, "publish" if publish else "read")
+        if publish:
+            self._authority.check_producer(stream_id, None)
 
     def view_of(self, conn: ConnId) -> ViewKey:
         return self._conns.get(conn).view

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from octosync.bounds import MAX_SAFE_INTEGER
+from octosync.bounds import MAX_SAFE_INTEGER, NODE_KEY_MAX, NODE_KEY_PATTERN
 
 MAX_SAFE_ID = MAX_SAFE_INTEGER
 """Largest identifier or epoch accepted anywhere (JavaScript's exact-integer bound)."""
@@ -26,7 +26,9 @@ U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 NodeId = U53
 PeerId = U53
 Epoch = U53
-NodeKey = Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=r"^[^/]+(/[^/]+)*$")]
+NodeKey = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=NODE_KEY_MAX, pattern=NODE_KEY_PATTERN)
+]
 """Optional keyed address of a node: a '/'-joined path such as ``scores/alice``."""
 
 NodeState = Literal["resolved", "dirty", "unset", "opaque"]

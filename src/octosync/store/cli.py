@@ -9,18 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from octosync.errors import OctosyncError
-from octosync.store.export import export, read_watermark
-from octosync.store.journal import Journal
-from octosync.store.recovery import JournalState
-from octosync.store.synthetic import generate_records
+from octosync.paths import data_dir
 
 
 def _export(args: argparse.Namespace) -> int:
+    from octosync.store.export import export
+    from octosync.store.journal import Journal
+
     def progress(seq: int, stop: int) -> None:
         print(f"exported up to seq {seq} of {stop}", file=sys.stderr, flush=True)
 
+    data = data_dir(Path(args.data), "--data", create=False)
     try:
-        with Journal(Path(args.data), readonly=True) as journal:
+        with Journal(data, readonly=True) as journal:
             result = export(journal, Path(args.to), chunk=args.chunk, progress=progress)
     except OctosyncError as exc:
         print(f"octosync journal export: {exc}", file=sys.stderr)
@@ -36,10 +37,14 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from octosync.store.journal import Journal
+    from octosync.store.synthetic import generate_records
+
     started = time.perf_counter()
+    data = data_dir(Path(args.data), "--data", create=True)
     try:
         records = generate_records(args.ops, seed=args.seed)
-        with Journal(Path(args.data), durability=args.durability) as journal:
+        with Journal(data, durability=args.durability) as journal:
             first = journal.latest_seq() + 1
             for i in range(0, len(records), 10_000):
                 journal.append(records[i : i + 10_000])
@@ -53,8 +58,12 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
+    from octosync.store.journal import Journal
+    from octosync.store.recovery import JournalState
+
+    data = data_dir(Path(args.data), "--data", create=False)
     try:
-        with Journal(Path(args.data)) as journal:
+        with Journal(data) as journal:
             state = JournalState.load(journal)
             due = state.checkpoints_due()
             journal.put_checkpoints(due)
@@ -66,9 +75,13 @@ def _checkpoint(args: argparse.Namespace) -> int:
 
 
 def _trim(args: argparse.Namespace) -> int:
+    from octosync.store.export import read_watermark
+    from octosync.store.journal import Journal
+
+    data = data_dir(Path(args.data), "--data", create=False)
     try:
         watermark = read_watermark(Path(args.exported_to)) if args.exported_to else 0
-        with Journal(Path(args.data)) as journal:
+        with Journal(data) as journal:
             result = journal.trim(args.before, exported_through=watermark)
     except OctosyncError as exc:
         print(f"octosync journal trim: {exc}", file=sys.stderr)
@@ -90,8 +103,13 @@ def register(sub: Any) -> None:
     gen = jsub.add_parser("generate", help="append a synthetic op history")
     gen.add_argument("--data", default="./var", help="data directory holding the journal")
     gen.add_argument("--ops", type=int, required=True, help="number of op records")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--durability", choices=["full", "normal"], default="normal")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (same seed, same history)")
+    gen.add_argument(
+        "--durability",
+        choices=["full", "normal"],
+        default="normal",
+        help="fsync every commit (full) or at checkpoints (normal, the default)",
+    )
     gen.set_defaults(func=_generate)
     ckp = jsub.add_parser("checkpoint", help="checkpoint every stream with frames since its last")
     ckp.add_argument("--data", default="./var", help="data directory holding the journal")

@@ -104,6 +104,10 @@ class ClientOp(TopGunStruct, frozen=True):
     or_tag: str | None = None
     write_concern: str | None = None
     timeout: JsInt | None = None
+    timestamp: WireTimestamp | None = None
+    """The op's HLC; the real client sends it on every op in an ``OP_BATCH``."""
+    synced: bool | None = None
+    """The real client's own bookkeeping, sent as it is stored (always false on the wire)."""
 
     integral = ("timeout",)
 
