@@ -12,8 +12,10 @@ from pathlib import Path
 
 from octosync.pipeline import cli as pipeline_cli
 from octosync.server.config import ServerConfig, load_config_file
+from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.run import Started, serve_forever
 from octosync.store import cli as store_cli
+from octosync.syndicate import mint_text
 
 INSECURE_BANNER = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -31,6 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
         "host": args.host,
         "port": args.port,
         "tcp_port": args.tcp_port,
+        "dataspace_port": args.dataspace_port,
         "data_dir": Path(args.data) if args.data else None,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
@@ -49,10 +52,12 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"octosync: {exc}", file=sys.stderr)
         return 2
-    faces = "/lazily /wvp /signal /metrics /healthz"
+    faces = "/lazily /wvp /signal /dataspace /metrics /healthz"
 
     def ready(started: Started) -> None:
         tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
+        if started.dataspace_port:
+            tcp += f", dataspace over TCP on {config.host}:{started.dataspace_port}"
         print(
             f"octosync serving {faces} on http://{config.host}:{started.port}{tcp} "
             f"(data in {config.data_dir})",
@@ -101,6 +106,16 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mint(args: argparse.Namespace) -> int:
+    try:
+        secret = load_or_create_secret(Path(args.data))
+    except (OSError, ValueError) as exc:
+        print(f"octosync: {exc}", file=sys.stderr)
+        return 2
+    print(mint_text(secret, args.name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="octosync")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -109,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None, help="HTTP/WebSocket port (8765)")
     serve.add_argument("--data", default=None, help="data directory (default ./var)")
     serve.add_argument("--tcp-port", type=int, default=None, help="lazily over plain TCP")
+    serve.add_argument(
+        "--dataspace-port", type=int, default=None, help="Syndicate protocol over plain TCP"
+    )
     serve.add_argument("--config", default=None, help="TOML file: [server] [auth] [hub] ...")
     serve.add_argument("--insecure-dev", action="store_true", help="allow anonymous use")
     serve.add_argument(
@@ -136,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--grant", action="append", default=[], help="STREAM=read,publish,write (repeatable)"
     )
     token.set_defaults(func=_token)
+    dataspace = sub.add_parser("dataspace", help="the dataspace face (Syndicate protocol)")
+    dataspace_sub = dataspace.add_subparsers(dest="dataspace_command", required=True)
+    mint = dataspace_sub.add_parser("mint", help="print a sturdy ref to dataspace NAME")
+    mint.add_argument("name")
+    mint.add_argument("--data", default="./var", help="data directory holding dataspace.key")
+    mint.set_defaults(func=_mint)
     store_cli.register(sub)
     pipeline_cli.register(sub)
     return parser

@@ -20,6 +20,10 @@ class ServerConfig:
     data_dir: Path = Path("./var")
     insecure_dev: bool = False
     tcp_port: int | None = None
+    dataspace_port: int | None = None
+    """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
+    dataspace_secret: bytes | None = None
+    """The sturdy-ref secret; None: ``<data_dir>/dataspace.key`` (made on first use)."""
     auth: AuthConfig = field(default_factory=AuthConfig)
     max_frame_size: int = 1024 * 1024
     outbox_max_bytes: int = 4 * 1024 * 1024
@@ -91,6 +95,7 @@ def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
         "host",
         "port",
         "tcp_port",
+        "dataspace_port",
         "max_frame_size",
         "shutdown_deadline",
         "journal",
