@@ -19,12 +19,11 @@ import json
 import sys
 from typing import Any
 
+from syndicate import Record, Symbol, actor, gatekeeper, parse, relay, turn
+from syndicate import patterns as P
 from syndicate.dataspace import during, on_message
 from syndicate.during import During
 from syndicate.schema import gatekeeper as gk_schema
-
-from syndicate import Record, Symbol, actor, gatekeeper, parse, relay, turn
-from syndicate import patterns as P
 
 
 def out(*items: Any) -> None:
@@ -78,9 +77,10 @@ def run_publish(ds: Any) -> None:
     turn.sync(ds, synced)
 
 
-def main() -> None:
-    mode, address, cap_text = sys.argv[1:4]
-    name = sys.argv[4] if len(sys.argv) > 4 else ""
+def connect(address: str, cap_text: str, on_resolved: Any) -> None:
+    """Run an actor that resolves sturdy ref ``cap_text`` at ``address`` through syndicate-py's
+    own relay and gatekeeper protocol; ``on_resolved(ds)`` with the dataspace, or prints
+    ``["rejected", detail]``."""
     cap = parse(cap_text)
 
     @actor.run_system(name="peer", configure_logging=False)
@@ -89,22 +89,31 @@ def main() -> None:
         def on_gatekeeper(gk: Any) -> None:
             @gatekeeper._resolve(gk.embeddedValue, cap)
             @During().add_handler
-            def on_resolved(r: Any) -> None:
+            def on_answer(r: Any) -> None:
                 resolved = gk_schema.Resolved.decode(r)
                 if resolved.VARIANT.name != "accepted":
                     out("rejected", str(resolved.value.detail))
                     return
-                ds = resolved.responderSession
-                if mode == "resolve":
-                    out("accepted")
-                elif mode == "presence":
-                    run_presence(ds, name)
-                elif mode == "observe":
-                    run_observe(ds)
-                elif mode == "publish":
-                    run_publish(ds)
+                on_resolved(resolved.responderSession)
 
         relay.TunnelRelay.from_str(address, gatekeeper_peer=turn.ref(on_gatekeeper))
+
+
+def main() -> None:
+    mode, address, cap_text = sys.argv[1:4]
+    name = sys.argv[4] if len(sys.argv) > 4 else ""
+
+    def on_resolved(ds: Any) -> None:
+        if mode == "resolve":
+            out("accepted")
+        elif mode == "presence":
+            run_presence(ds, name)
+        elif mode == "observe":
+            run_observe(ds)
+        elif mode == "publish":
+            run_publish(ds)
+
+    connect(address, cap_text, on_resolved)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from preserves import Embedded, Record, Symbol
 
-from octosync.errors import DecodeError, OctosyncError, Unauthorized, UnknownOid
+from octosync.errors import DecodeError, Unauthorized, UnknownOid
 from octosync.hub.policy import closes_connection
 from octosync.server.auth import ANONYMOUS_DEV, AuthConfig
 from octosync.server.config import ServerConfig
@@ -22,7 +22,7 @@ from octosync.wire.syndicate import (
     decode_packet,
     encode_packet,
 )
-from tests.server.test_sessions import unframe
+from tests.server.test_sessions import feed, unframe
 
 SECRET = b"session-test-secret-0123456789ab"
 
@@ -35,15 +35,6 @@ def runtime(**overrides: object) -> Runtime:
 def resolve(secret: bytes = SECRET, handle: int = 1) -> bytes:
     ask = Record(Symbol("resolve"), [mint(secret, "demo"), Embedded(Mine(0))])
     return encode_packet(Turn((TurnEvent(0, Assert(ask, handle)),)))
-
-
-def feed(session: DataspaceSession, data: bytes) -> str | None:
-    try:
-        session.handle(session.decode(data))
-    except OctosyncError as err:
-        session.send_error(err)
-        return err.name
-    return None
 
 
 def test_a_websocket_session_is_ready_once_a_ref_resolves() -> None:
