@@ -272,3 +272,15 @@ def test_caveats_of_a_sturdy_ref_rewrite_and_reject() -> None:
     assert rec("Seen", "x", "via-caveat") in seen
     assert "pinged" in seen
     assert not any(getattr(v, "key", None) in (sym("Present"), sym("Secret")) for v in seen)
+
+
+def test_refs_sent_only_in_messages_do_not_grow_the_oid_table() -> None:
+    net = Net()
+    a, b = net.peer(), net.peer()
+    b.publish(b.dataspace_oid(), observe(group_rec(sym("Call"), bind()), 6))
+    table = net.relay.conns[b.id].exported
+    size = len(table)
+    for oid in range(20, 30):
+        a.message(a.dataspace_oid(), rec("Call", Embedded(Mine(oid))))
+    assert len(b.messages[6]) == 10
+    assert len(table) == size

@@ -122,13 +122,24 @@ class RemoteEntity(Entity):
     def on_message(self, relay: Relay, value: Value) -> None:
         conn = self.conn
         if not conn.closed:
-            relay.emit(conn, TurnEvent(self.oid, Message(to_wire(value, conn.ref_out([])))))
+            pins: list[WireSymbol] = []
+            relay.emit(conn, TurnEvent(self.oid, Message(to_wire(value, conn.ref_out(pins)))))
+            forget_transient(pins)
 
     def on_sync(self, relay: Relay, peer: Ref) -> None:
         conn = self.conn
         if not conn.closed:
-            wire = conn.ref_out([])(peer)
-            relay.emit(conn, TurnEvent(self.oid, Sync(wire)))
+            pins: list[WireSymbol] = []
+            relay.emit(conn, TurnEvent(self.oid, Sync(conn.ref_out(pins)(peer))))
+            forget_transient(pins)
+
+
+def forget_transient(pins: list[WireSymbol]) -> None:
+    """Refs exported only inside a message (or sync) are not held by anything: forget them,
+    as Syndicate does, so a stream of messages cannot grow the peer's OID table."""
+    for ws in pins:
+        if ws.count <= 0:
+            ws.membrane.forget(ws)
 
 
 class _Observer:
