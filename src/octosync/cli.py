@@ -16,6 +16,7 @@ from octosync.errors import ConfigError, OctosyncError
 from octosync.paths import data_dir
 from octosync.pipeline import cli as pipeline_cli
 from octosync.store import cli as store_cli
+from octosync.syndicate import mint_text
 
 INSECURE_BANNER = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -35,6 +36,7 @@ def _serve(args: argparse.Namespace) -> int:
         "host": args.host,
         "port": args.port,
         "tcp_port": args.tcp_port,
+        "dataspace_port": args.dataspace_port,
         "data_dir": Path(args.data) if args.data else None,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
@@ -46,7 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     data_dir(config.data_dir, "--data", create=True)
     from octosync.server.run import Started, serve_forever  # the server, once the input is good
 
-    faces = "/lazily /wvp /signal /metrics /healthz"
+    faces = "/lazily /wvp /signal /dataspace /metrics /healthz"
 
     def ready(started: Started) -> None:
         # Only once every port is bound: a failed bind prints its one error line and nothing else.
@@ -59,6 +61,8 @@ def _serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
+        if started.dataspace_port:
+            tcp += f", dataspace over TCP on {config.host}:{started.dataspace_port}"
         print(
             f"octosync serving {faces} on http://{config.host}:{started.port}{tcp} "
             f"(data in {config.data_dir})",
@@ -160,6 +164,19 @@ def _stream_client(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _mint(args: argparse.Namespace) -> int:
+    from octosync.server.dataspace_key import load_or_create_secret
+
+    try:
+        secret = load_or_create_secret(Path(args.data))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot read or create the dataspace key in {args.data}: {exc}"
+        ) from None
+    print(mint_text(secret, args.name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="octosync", description="Live state shared between one server and many clients."
@@ -181,6 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--insecure-dev", action="store_true", help="allow anonymous use (loopback only)"
+    )
+    serve.add_argument(
+        "--dataspace-port",
+        type=int,
+        default=None,
+        help="also serve the Syndicate protocol over TCP",
     )
     serve.add_argument(
         "--no-journal", action="store_true", help="do not journal accepted stream frames"
@@ -217,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ttl", type=int, default=None, help="seconds until the token expires (default: never)"
     )
     token.set_defaults(func=_token)
+    dataspace = sub.add_parser("dataspace", help="the dataspace face (Syndicate protocol)")
+    dataspace_sub = dataspace.add_subparsers(dest="dataspace_command", required=True)
+    mint = dataspace_sub.add_parser("mint", help="print a sturdy ref to dataspace NAME")
+    mint.add_argument("name", help="the dataspace the ref opens")
+    mint.add_argument("--data", default="./var", help="data directory holding dataspace.key")
+    mint.set_defaults(func=_mint)
     store_cli.register(sub)
     pipeline_cli.register(sub)
     return parser

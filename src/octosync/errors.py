@@ -319,3 +319,24 @@ class UnknownTarget(RemoteProtocolError):
 
     name = "UnknownTarget"
     code = 62
+
+
+class RelayError(RemoteProtocolError):
+    """A Syndicate relay peer broke the protocol (the relay answers ``Error`` and closes)."""
+
+    name = "RelayError"
+    code = 82
+
+
+class UnknownOid(RelayError):
+    """A turn event or wire ref naming an OID the connection does not hold."""
+
+    name = "UnknownOid"
+    code = 83
+
+
+class HandleInUse(RelayError):
+    """An ``Assert`` reusing a handle that is still live on that connection."""
+
+    name = "HandleInUse"
+    code = 84

@@ -42,6 +42,7 @@ class Running:
     tcp_port: int | None
     runtime: Runtime
     runner: web.AppRunner
+    dataspace_port: int | None = None
 
 
 @contextlib.asynccontextmanager
@@ -60,6 +61,7 @@ async def serve(
             started.tcp_port,
             app[RUNTIME],
             started.runner,
+            started.dataspace_port,
         )
     finally:
         await started.stop()

@@ -16,6 +16,7 @@ from octosync import __version__
 from octosync.hub.types import AcceptHook
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws
+from octosync.server.dataspace_session import open_ws_session as open_dataspace_session
 from octosync.server.lazily_session import open_ws_session
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
@@ -84,6 +85,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/lazily", _face(open_ws_session))
     app.router.add_get("/wvp", _face(WvpSession))
     app.router.add_get("/signal", _signal)
+    app.router.add_get("/dataspace", _face(open_dataspace_session))
 
     async def on_startup(app: web.Application) -> None:
         if writer is not None:  # every stream's state is back before the port opens

@@ -23,6 +23,10 @@ class ServerConfig:
     data_dir: Path = Path("./var")
     insecure_dev: bool = False
     tcp_port: int | None = None
+    dataspace_port: int | None = None
+    """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
+    dataspace_secret: bytes | None = None
+    """The sturdy-ref secret; None: ``<data_dir>/dataspace.key`` (made on first use)."""
     auth: AuthConfig = field(default_factory=AuthConfig)
     max_frame_size: int = 1024 * 1024
     outbox_max_bytes: int = 4 * 1024 * 1024
@@ -152,6 +156,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "host": _set("host", str),
         "port": _set("port", int),
         "tcp_port": _set("tcp_port", int),
+        "dataspace_port": _set("dataspace_port", int),
         "data": Key((str,), lambda cfg, v, _p: replace(cfg, data_dir=Path(v))),
         "max_frame_size": _set("max_frame_size", int),
         "shutdown_deadline": _set("shutdown_deadline", *_NUMBER),

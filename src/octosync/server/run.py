@@ -1,8 +1,9 @@
 """Start and stop the server: guarded listening sockets, signals, an orderly drain.
 
-``start`` binds the HTTP/WebSocket port (and the lazily TCP port when configured) behind the
-connection guard and returns a handle; ``serve_forever`` is what ``octosync serve`` runs: it
-binds first, reports, then waits for SIGTERM/SIGINT and drains within the configured deadlines.
+``start`` binds the HTTP/WebSocket port (and the lazily and dataspace TCP ports when
+configured) behind the connection guard and returns a handle; ``serve_forever`` is what
+``octosync serve`` runs: it binds first, reports, then waits for SIGTERM/SIGINT and drains
+within the configured deadlines.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from octosync.errors import ListenError
 from octosync.server.app import build_app
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, serve_tcp
+from octosync.server.dataspace_session import open_tcp_session as open_dataspace_tcp_session
 from octosync.server.guard import GuardedProtocol
 from octosync.server.lazily_session import open_tcp_session
 from octosync.server.runtime import Runtime
 from octosync.server.throttled_log import ThrottledLog
+from octosync.wire.syndicate import PacketStream
 
 log = logging.getLogger("octosync.server")
 
@@ -39,6 +42,7 @@ class Started:
     servers: list[asyncio.Server]
     port: int
     tcp_port: int | None
+    dataspace_port: int | None = None
 
     async def stop(self) -> None:
         for server in self.servers:
@@ -119,12 +123,20 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
                 )
             servers.append(tcp)
             tcp_port = int(tcp.sockets[0].getsockname()[1])
+        dataspace_port = None
+        if config.dataspace_port is not None:
+            serve = functools.partial(
+                serve_tcp, rt, open_dataspace_tcp_session, framer=PacketStream
+            )
+            dataspace = await asyncio.start_server(serve, config.host, config.dataspace_port)
+            servers.append(dataspace)
+            dataspace_port = int(dataspace.sockets[0].getsockname()[1])
     except BaseException:
         for server in servers:
             server.close()
         await runner.cleanup()
         raise
-    return Started(runner, rt, servers, port, tcp_port)
+    return Started(runner, rt, servers, port, tcp_port, dataspace_port)
 
 
 async def serve_forever(config: ServerConfig, on_ready: Callable[[Started], None]) -> None:
