@@ -120,7 +120,8 @@ def test_fixture_details(conformance_dir: Path) -> None:
     assert record.ttl_ms == 60000
     assert msgspec.msgpack.decode(record.value) == {"name": "Alice", "age": 30}
     rec = client_op_to_record(op.payload)
-    assert (rec.op, rec.op_id, rec.origin) == (OpKind.PUT, "op-1", "node-1")
+    # client op ids repeat across clients: an LWW record is identified by its HLC
+    assert (rec.op, rec.op_id, rec.origin) == (OpKind.PUT, "1700000000000:1:node-1", "node-1")
     assert rec.value == bytes(record.value)
 
     batch = decode((topgun_dir / "OP_BATCH.msgpack").read_bytes())

@@ -49,6 +49,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from octosync.crdt.op import OpRecord
 from octosync.errors import StorageError
 from octosync.store.records import (
     KIND_FRAME,
@@ -224,6 +225,23 @@ class Journal:
     def ops(self, map_name: str, start: int = 1) -> Iterator[Entry]:
         """The op records of one map, in seq order."""
         return self._scoped(KIND_OP, map_name, start)
+
+    def all_ops(self, start: int = 1, *, chunk: int = 10_000) -> Iterator[OpRecord]:
+        """Every op record (of every map) in seq order: what TopGun maps are rebuilt from."""
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT seq, body FROM journal WHERE kind = ? AND seq >= ? "
+                    "ORDER BY seq LIMIT ?",
+                    (KIND_OP, start, chunk),
+                ).fetchall()
+            if not rows:
+                return
+            for seq, body in rows:
+                record = decode_record(KIND_OP, body, seq=seq)
+                assert isinstance(record, OpRecord)
+                yield record
+            start = rows[-1][0] + 1
 
     def frames(self, stream: str, start: int = 1) -> Iterator[Entry]:
         """The frames of one stream, in seq (acceptance) order."""

@@ -56,6 +56,8 @@ MAX_FRAME = 8 * 1024 * 1024
 class Auth(TopGunStruct, frozen=True, tag_field="type", tag="AUTH"):
     token: str
     protocol_version: JsInt | None = None
+    device_token: str | None = None
+    """The real client re-presents a device credential it was given earlier."""
 
     integral = ("protocol_version",)
 
@@ -81,6 +83,17 @@ class AuthFail(TopGunStruct, frozen=True, tag_field="type", tag="AUTH_FAIL"):
     integral = ("code",)
 
 
+class DeviceHello(TopGunStruct, frozen=True, tag_field="type", tag="DEVICE_HELLO"):
+    """What the real client sends instead of ``AUTH`` when it has no token."""
+
+    device_token: str | None = None
+
+
+class DeviceAck(TopGunStruct, frozen=True, tag_field="type", tag="DEVICE_ACK"):
+    device_id: str | None = None
+    device_token: str | None = None
+
+
 # -- data operations --------------------------------------------------------------------------
 
 
@@ -103,6 +116,10 @@ class ClientOp(TopGunStruct, frozen=True):
     or_tag: str | None = None
     write_concern: str | None = None
     timeout: JsInt | None = None
+    timestamp: WireTimestamp | None = None
+    """The op's HLC; the real client sends it on every op in an ``OP_BATCH``."""
+    synced: bool | None = None
+    """The real client's own bookkeeping, sent as it is stored (always false on the wire)."""
 
     integral = ("timeout",)
 
@@ -293,19 +310,45 @@ class LockReleased(TopGunStruct, frozen=True, tag_field="type", tag="LOCK_RELEAS
 # -- counters ---------------------------------------------------------------------------------
 
 
-class CounterState(TopGunStruct, frozen=True):
-    """PN counter state: per node id, the positive and the negative tallies."""
+Tallies = dict[str, JsInt]
 
-    p: dict[str, JsInt]
-    n: dict[str, JsInt]
+
+class CounterState(TopGunStruct, frozen=True):
+    """PN counter state: per node id, the positive and the negative tallies.
+
+    The real client sends and reads ``{positive, negative}``; TopGun's schemas say ``{p, n}``.
+    Either shape is accepted (not both); :meth:`of` builds the client's shape.
+    """
+
+    positive: Tallies | None = None
+    negative: Tallies | None = None
+    p: Tallies | None = None
+    n: Tallies | None = None
 
     def __post_init__(self) -> None:
-        for side, tallies in (("p", self.p), ("n", self.n)):
-            for node, count in tallies.items():
+        long_form = self.positive is not None or self.negative is not None
+        short_form = self.p is not None or self.n is not None
+        if long_form and short_form:
+            raise ValueError("state: either positive/negative or p/n, not both")
+        for side in ("positive", "negative", "p", "n"):
+            tallies = getattr(self, side)
+            for node, count in (tallies or {}).items():
                 if count < 0 or (isinstance(count, float) and not count.is_integer()):
                     raise ValueError(f"{side}: {node!r} expected a non-negative integer")
                 if isinstance(count, float):
                     tallies[node] = int(count)
+
+    def sides(self) -> tuple[dict[str, int], dict[str, int]]:
+        """``(positive, negative)`` whatever shape arrived."""
+        pos = self.positive if self.positive is not None else self.p
+        neg = self.negative if self.negative is not None else self.n
+        return {k: int(v) for k, v in (pos or {}).items()}, {
+            k: int(v) for k, v in (neg or {}).items()
+        }
+
+    @classmethod
+    def of(cls, positive: dict[str, int], negative: dict[str, int]) -> CounterState:
+        return cls(positive=dict(positive), negative=dict(negative))
 
 
 class CounterName(TopGunStruct, frozen=True):
@@ -370,6 +413,14 @@ class ServerBatchEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_
     payload: ServerBatchEventPayload
 
 
+class GcPrunePayload(TopGunStruct, frozen=True):
+    older_than: WireTimestamp
+
+
+class GcPrune(TopGunStruct, frozen=True, tag_field="type", tag="GC_PRUNE"):
+    payload: GcPrunePayload
+
+
 class ErrorPayload(TopGunStruct, frozen=True):
     code: JsInt
     message: str
@@ -394,6 +445,8 @@ Message = (
     | AuthRequired
     | AuthAck
     | AuthFail
+    | DeviceHello
+    | DeviceAck
     | ClientOpMessage
     | OpBatch
     | OpAck
@@ -424,6 +477,7 @@ Message = (
     | Pong
     | ServerEvent
     | ServerBatchEvent
+    | GcPrune
     | Error
     | Batch
 )
@@ -497,23 +551,32 @@ def unpack_batch(batch: Batch) -> list[Message]:
 
 
 def client_op_to_record(op: ClientOp) -> OpRecord:
-    """The journal's op record for a TopGun client op (PUT/REMOVE, OR_ADD/OR_REMOVE)."""
+    """The journal's op record for a TopGun client op (PUT/REMOVE, OR_ADD/OR_REMOVE).
+
+    Client op ids (``"1"``, ``"2"``, ...) are per client, so they never identify a record:
+    an LWW op is identified by its HLC (unique per node), an OR add by its tag, an OR remove
+    by the tag it removes (removing a tag twice is removing it once).
+    """
     if op.or_record is not None:
         r = op.or_record
         ts = r.timestamp.to_ts()
         return OpRecord(op.map_name, op.key, OpKind.OR_ADD, bytes(r.value), ts, ts.node_id, r.tag)
+    if op.or_tag is not None:
+        stamp = op.record.timestamp if op.record is not None else op.timestamp
+        if stamp is None:
+            raise DecodeError("an OR_REMOVE op needs a timestamp", path="payload.timestamp")
+        ts = stamp.to_ts()
+        tags = _encoder.encode([op.or_tag])
+        return OpRecord(
+            op.map_name, op.key, OpKind.OR_REMOVE, tags, ts, ts.node_id, f"rm:{op.or_tag}"
+        )
     if op.record is None:
         raise DecodeError("op has neither record nor orRecord", path="payload.record")
     ts = op.record.timestamp.to_ts()
-    if op.or_tag is not None:
-        tags = _encoder.encode([op.or_tag])
-        return OpRecord(
-            op.map_name, op.key, OpKind.OR_REMOVE, tags, ts, ts.node_id, op.id or str(ts)
-        )
     removed = op.op_type == "REMOVE" or bytes(op.record.value) == bytes(NIL)
     kind = OpKind.REMOVE if removed else OpKind.PUT
     value = b"" if removed else bytes(op.record.value)
-    return OpRecord(op.map_name, op.key, kind, value, ts, ts.node_id, op.id or str(ts))
+    return OpRecord(op.map_name, op.key, kind, value, ts, ts.node_id, str(ts))
 
 
 __all__ = [
