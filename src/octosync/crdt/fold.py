@@ -234,6 +234,17 @@ class MapStore:
         entry = self._or.get((map_name, key))
         return sorted(entry.live()) if entry is not None else []
 
+    def or_entry(self, map_name: str, key: str) -> tuple[list[OpRecord], set[str]]:
+        """An OR key's live adds (ordered by tag) and every tag removed from it."""
+        entry = self._or.get((map_name, key))
+        if entry is None:
+            return [], set()
+        live = [r for tag, r in sorted(entry.adds.items()) if tag not in entry.removed_tags]
+        return live, set(entry.removed_tags)
+
+    def or_keys(self, map_name: str) -> list[str]:
+        return sorted(k for m, k in self._or if m == map_name)
+
     def counter(self, map_name: str, key: str) -> int:
         entry = self._ctr.get((map_name, key))
         return entry.total() if entry is not None else 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import msgspec
@@ -35,6 +36,8 @@ from octosync.crdt.sync_messages import (
     MerkleReqBucket,
     SyncInit,
     SyncMessage,
+    SyncResetPayload,
+    SyncResetRequired,
     WireLWWRecord,
     WireTimestamp,
 )
@@ -50,6 +53,7 @@ from octosync.store.records import EncodedRecord, encode_record
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.maps import Maps
+from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.wire import topgun as tg
 
 LEVELS = ("FIRE_AND_FORGET", "MEMORY", "APPLIED", "REPLICATED", "PERSISTED")
@@ -119,6 +123,7 @@ class TopGunCore:
         self.maps = Maps(self.hlc)
         self.locks = LockTable()
         self.counters = CounterTable()
+        self.queries = QueryTable()
         self.gc_horizon_ms = 0
         self._conns: dict[int, _Conn] = {}
         self._topics: dict[str, set[int]] = {}
@@ -144,6 +149,7 @@ class TopGunCore:
                 if not subs:
                     del self._topics[topic]
         self.counters.disconnect(conn)
+        self.queries.disconnect(conn)
         self._granted(fx, self.locks.disconnect(conn, self.clock()))
         return fx
 
@@ -171,8 +177,20 @@ class TopGunCore:
                 self._write(fx, conn, c, [op], None)
             case SyncInit() | MerkleReqBucket():
                 self._sync(fx, conn, c, message)
+            case tg.ORMapSyncInit() | tg.ORMapMerkleReqBucket() | tg.ORMapDiffRequest():
+                self._or_sync(fx, conn, c, message)
+            case tg.ORMapPushDiff(payload=p):
+                self._or_push(fx, conn, c, p)
             case tg.Ping(timestamp=ts):
                 fx.send(conn, tg.Pong(timestamp=ts, server_time=self.clock()))
+            case tg.QuerySub(payload=p):
+                self._require(c.grants.may_map(p.map_name, "read"), "read the map", p.map_name)
+                query = Query(conn, p.query_id, p.map_name, parse_spec(bytes(p.query)))
+                rows = self.queries.subscribe(query, self.maps.live_items(p.map_name))
+                results = [tg.QueryResult(k, msgspec.Raw(v)) for k, v in rows.items()]
+                fx.send(conn, tg.QueryResp(tg.QueryRespPayload(p.query_id, results)))
+            case tg.QueryUnsub(payload=p):
+                self.queries.unsubscribe(conn, p.query_id)
             case tg.TopicSub(payload=p):
                 self._topic_name(p.topic)
                 self._require(c.grants.may_topic(p.topic, "subscribe"), "subscribe to", p.topic)
@@ -287,9 +305,11 @@ class TopGunCore:
 
     def _fan_out(self, fx: Effects, sender: int, events: list[tg.ServerEventPayload]) -> None:
         """Each other connection with a map open gets that map's events, one message per
-        distinct set of maps (encoded once for every connection with the same set)."""
+        distinct set of maps (encoded once for every connection with the same set); live
+        queries on those maps (the sender's too) get their changes."""
         if not events:
             return
+        self._query_updates(fx, events)
         touched = {e.map_name for e in events}
         groups: dict[frozenset[str], list[int]] = {}
         for target, tc in self._conns.items():
@@ -307,6 +327,19 @@ class TopGunCore:
             )
             fx.out.append(Outbound(tuple(targets), tg.encode(message)))
 
+    def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
+        by_map: dict[str, dict[str, bytes | None]] = {}
+        for e in events:
+            if e.record is not None:
+                raw = bytes(e.record.value)
+                by_map.setdefault(e.map_name, {})[e.key] = None if raw == bytes(NIL) else raw
+        for name, keys in by_map.items():
+            changes = self.queries.written(name, keys, partial(self.maps.live_items, name))
+            for conn, query_id, key, value, kind in changes:
+                raw = NIL if value is None else msgspec.Raw(value)
+                update = tg.QueryUpdatePayload(query_id, key, raw, kind)
+                fx.send(conn, tg.QueryUpdate(update))
+
     # -- sync -----------------------------------------------------------------------------
 
     def _sync(self, fx: Effects, conn: int, c: _Conn, message: SyncMessage) -> None:
@@ -321,6 +354,76 @@ class TopGunCore:
         )
         for reply in responder.handle(message):
             fx.send(conn, reply)
+
+    def _or_sync(
+        self,
+        fx: Effects,
+        conn: int,
+        c: _Conn,
+        message: tg.ORMapSyncInit | tg.ORMapMerkleReqBucket | tg.ORMapDiffRequest,
+    ) -> None:
+        name = (
+            message.map_name if isinstance(message, tg.ORMapSyncInit) else message.payload.map_name
+        )
+        self._require(c.grants.may_map(name, "read"), "read the map", name)
+        c.maps.add(name)
+        tree = self.maps.or_trees.tree(name)
+        if isinstance(message, tg.ORMapSyncInit):
+            last = message.last_sync_timestamp
+            if last and last < self.gc_horizon_ms:
+                reason = f"last sync {int(last)} is before the tombstone GC horizon"
+                fx.send(conn, SyncResetRequired(SyncResetPayload(name, reason)))
+                return
+            stamp = WireTimestamp.of(self.hlc.now())
+            fx.send(conn, tg.ORMapSyncRespRoot(tg.ORMapRootPayload(name, tree.root(), stamp)))
+        elif isinstance(message, tg.ORMapDiffRequest):
+            entries = [self._or_entry(name, k) for k in message.payload.keys]
+            fx.send(conn, tg.ORMapDiffResponse(tg.ORMapEntries(name, entries)))
+        else:
+            path = message.payload.path
+            if len(path) < tree.depth:
+                buckets = tree.buckets(path)
+                fx.send(conn, tg.ORMapSyncRespBuckets(tg.ORMapBucketsPayload(name, path, buckets)))
+                return
+            tree.leaf(path)  # InvalidBucketPath for a path that is not a leaf
+            keys = [k for k in self.maps.store.or_keys(name) if tree.leaf_path(k) == path]
+            entries = [self._or_entry(name, k) for k in keys]
+            fx.send(conn, tg.ORMapSyncRespLeaf(tg.ORMapLeafPayload(name, path, entries)))
+
+    def _or_entry(self, name: str, key: str) -> tg.ORMapEntry:
+        live, removed = self.maps.store.or_entry(name, key)
+        records = [
+            tg.WireORRecord(msgspec.Raw(r.value), WireTimestamp.of(r.ts), r.op_id) for r in live
+        ]
+        return tg.ORMapEntry(key, records, sorted(removed))
+
+    def _or_push(self, fx: Effects, conn: int, c: _Conn, p: tg.ORMapEntries) -> None:
+        """A client's records for keys the server may lack: adds, and removes of tags the
+        server holds live (a client's tombstone list is map-wide; the rest are no news)."""
+        name = p.map_name
+        self._require(c.grants.may_map(name, "write"), "write the map", name)
+        events: list[tg.ServerEventPayload] = []
+        for entry in p.entries:
+            live_tags = {r.op_id for r in self.maps.store.or_entry(name, entry.key)[0]}
+            ops = [
+                tg.ClientOp(map_name=name, key=entry.key, op_type="OR_ADD", or_record=r)
+                for r in entry.records
+            ]
+            now = WireTimestamp.of(self.hlc.now())
+            ops.extend(
+                tg.ClientOp(
+                    map_name=name, key=entry.key, op_type="OR_REMOVE", or_tag=t, timestamp=now
+                )
+                for t in entry.tombstones
+                if t in live_tags
+            )
+            for op in ops:
+                rec = tg.client_op_to_record(op)
+                encoded = encode_record(rec)
+                if self.maps.apply(rec):
+                    fx.records.append(encoded)
+                    events.append(_event(op, rec))
+        self._fan_out(fx, conn, events)
 
     def gc(self, horizon_ms: int) -> Effects:
         """Forget tombstones older than ``horizon_ms`` and tell every client (``GC_PRUNE``);

@@ -17,6 +17,9 @@ from octosync.crdt.hlc import HLC
 from octosync.crdt.lww_map import LWWRecord
 from octosync.crdt.merkle import MerkleTree
 from octosync.crdt.op import OpKind, OpRecord
+from octosync.topgun.or_merkle import ORTrees
+
+_OR = (OpKind.OR_ADD, OpKind.OR_REMOVE)
 
 
 class MapSource:
@@ -50,11 +53,15 @@ class Maps:
     def __init__(self, hlc: HLC) -> None:
         self.hlc = hlc
         self.store = MapStore()
+        self.or_trees = ORTrees(self.store)
 
     def apply(self, rec: OpRecord) -> bool:
         """Fold one record (its HLC merged into the server's); ``True`` when state changed."""
         self.hlc.update(rec.ts)
-        return self.store.apply(rec)
+        changed = self.store.apply(rec)
+        if changed and rec.op in _OR:
+            self.or_trees.touched(rec.map, rec.key)
+        return changed
 
     def load(self, records: Iterable[OpRecord]) -> int:
         """Rebuild from journaled records (start-up); returns how many changed state."""

@@ -33,6 +33,7 @@ import msgspec
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.sync_messages import (
     NIL,
+    Hash32,
     JsInt,
     MerkleReqBucket,
     SyncInit,
@@ -170,6 +171,94 @@ class OpRejectedPayload(TopGunStruct, frozen=True):
 
 class OpRejected(TopGunStruct, frozen=True, tag_field="type", tag="OP_REJECTED"):
     payload: OpRejectedPayload
+
+
+# -- OR-map sync -------------------------------------------------------------------------------
+
+
+class ORMapEntry(TopGunStruct, frozen=True):
+    """One key of an OR map: its live records and the tags removed from it."""
+
+    key: str
+    records: list[WireORRecord]
+    tombstones: list[str]
+
+
+class ORMapSyncInit(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_INIT"):
+    map_name: str
+    root_hash: JsInt | None = None
+    bucket_hashes: dict[str, Hash32] | None = None
+    last_sync_timestamp: JsInt | None = None
+    claimed_epoch: JsInt | None = None
+
+    integral = ("root_hash", "last_sync_timestamp", "claimed_epoch")
+
+
+class ORMapRootPayload(TopGunStruct, frozen=True):
+    map_name: str
+    root_hash: JsInt
+    timestamp: WireTimestamp | None = None
+
+    integral = ("root_hash",)
+
+
+class ORMapSyncRespRoot(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_RESP_ROOT"):
+    payload: ORMapRootPayload
+
+
+class ORMapPath(TopGunStruct, frozen=True):
+    map_name: str
+    path: str
+
+
+class ORMapMerkleReqBucket(
+    TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_MERKLE_REQ_BUCKET"
+):
+    payload: ORMapPath
+
+
+class ORMapBucketsPayload(TopGunStruct, frozen=True):
+    map_name: str
+    path: str
+    buckets: dict[str, Hash32]
+
+
+class ORMapSyncRespBuckets(
+    TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_RESP_BUCKETS"
+):
+    payload: ORMapBucketsPayload
+
+
+class ORMapLeafPayload(TopGunStruct, frozen=True):
+    map_name: str
+    path: str
+    entries: list[ORMapEntry]
+
+
+class ORMapSyncRespLeaf(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_RESP_LEAF"):
+    payload: ORMapLeafPayload
+
+
+class ORMapKeys(TopGunStruct, frozen=True):
+    map_name: str
+    keys: list[str]
+
+
+class ORMapDiffRequest(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_DIFF_REQUEST"):
+    payload: ORMapKeys
+
+
+class ORMapEntries(TopGunStruct, frozen=True):
+    map_name: str
+    entries: list[ORMapEntry]
+
+
+class ORMapDiffResponse(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_DIFF_RESPONSE"):
+    payload: ORMapEntries
+
+
+class ORMapPushDiff(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_PUSH_DIFF"):
+    payload: ORMapEntries
 
 
 # -- queries ----------------------------------------------------------------------------------
@@ -457,6 +546,14 @@ Message = (
     | SyncRespBuckets
     | SyncRespLeaf
     | SyncResetRequired
+    | ORMapSyncInit
+    | ORMapSyncRespRoot
+    | ORMapMerkleReqBucket
+    | ORMapSyncRespBuckets
+    | ORMapSyncRespLeaf
+    | ORMapDiffRequest
+    | ORMapDiffResponse
+    | ORMapPushDiff
     | QuerySub
     | QueryUnsub
     | QueryResp
