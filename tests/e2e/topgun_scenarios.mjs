@@ -11,7 +11,10 @@
 //                          OP: put=KEY=JSON | remove=KEY | oradd=KEY=JSON | orremove=KEY=JSON
 //                          (maps "users" and "tags")
 //   lockhold NAME MS       take lock NAME, print {"event":"lock",ok,token,at}, hold MS, print
-//                          {"event":"unlock",at}, release
+//                          {"event":"unlock",at}, release and end
+//   topic NAME             subscribe NAME, print {"event":"ready"}; publish {"text":"hello from
+//                          <node>"} for every line on stdin; print {"event":"topic",data}
+//                          for every message received
 //   query                  live query on "users": age >= 18, by age desc, limit 10; prints
 //                          {"event":"rows","rows":[...]} on every result change
 process.env.NODE_ENV = process.env.NODE_ENV || 'production';
@@ -126,6 +129,15 @@ if (scenario === 'watch') {
   await sleep(Number(ms));
   out({ event: 'unlock', at: Date.now() });
   if (ok) await lock.unlock().catch(() => {});
+  await finish();
+} else if (scenario === 'topic') {
+  const [name] = rest;
+  await connected;
+  const topic = client.topic(name);
+  topic.subscribe((data) => out({ event: 'topic', data }));
+  out({ event: 'ready' });
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', () => topic.publish({ text: 'hello from ' + nodeId }));
 } else if (scenario === 'query') {
   await connected;
   const q = client.query('users', {

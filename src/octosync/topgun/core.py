@@ -159,6 +159,9 @@ class TopGunCore:
         self._granted(fx, self.locks.expire(self.clock()))
         return fx
 
+    def topic_subscribers(self, topic: str) -> set[int]:
+        return set(self._topics.get(topic, ()))
+
     def load(self, records: Iterable[OpRecord]) -> int:
         """Rebuild the maps from journaled records (start-up)."""
         return self.maps.load(records)
