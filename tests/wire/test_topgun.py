@@ -332,3 +332,9 @@ def test_types_without_fixtures_round_trip() -> None:
         frame = encode(msg)
         assert msgspec.msgpack.decode(frame)["type"] == msg.__struct_config__.tag
         assert decode(frame) == msg
+
+
+def test_invalid_utf8_in_a_string_is_a_decode_error() -> None:
+    # found by the face fuzz test: msgspec raised UnicodeDecodeError, not a typed error
+    with pytest.raises(DecodeError, match="UTF-8"):
+        decode(b"\x81\xa4type\xa3\x80\x80\x80")

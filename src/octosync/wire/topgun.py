@@ -605,6 +605,8 @@ def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
         if field is not None:
             path = f"{path}.{field.group(1)}" if path else field.group(1)
         raise DecodeError(text, path=path or None) from exc
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"a string is not valid UTF-8: {exc.reason}", path=None) from None
     except RecursionError:
         raise too_deep("topgun") from None
 
