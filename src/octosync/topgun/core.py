@@ -49,7 +49,7 @@ from octosync.errors import (
     OctosyncError,
     RemoteProtocolError,
 )
-from octosync.store.records import EncodedRecord, encode_record
+from octosync.store.records import EncodedRecord, encode_op_records, encode_record
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.maps import Maps
@@ -256,22 +256,15 @@ class TopGunCore:
             fx.send(conn, self._ack(last_id, wanted, ops, {}, explicit, True))
         errors: dict[int, str] = {}
         events: list[tg.ServerEventPayload] = []
-        for i, op in enumerate(ops):
-            if not c.grants.may_map(op.map_name, "write"):
-                errors[i] = f"no write grant on map {op.map_name!r}"
-                reject = tg.OpRejectedPayload(op.id or "", errors[i], FORBIDDEN_CODE)
-                fx.send(conn, tg.OpRejected(reject))
-                continue
+        valid = self._validated(fx, conn, c, ops, errors)
+        if valid:
+            self.maps.hlc.update(max(rec.ts for _, _, rec, _ in valid))
+        for i, op, rec, encoded in valid:
             try:
-                rec = tg.client_op_to_record(op)
-                encoded = encode_record(rec)
-                changed = self.maps.apply(rec)
-            except (DecodeError, InvalidRecord, CrdtValueError) as err:
-                errors[i] = f"{err.name}: {err.message}"
-                fx.send(conn, tg.OpRejected(tg.OpRejectedPayload(op.id or "", errors[i], 400)))
+                changed = self.maps.apply(rec, clock_merged=True)
+            except CrdtValueError as err:
+                self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
                 continue
-            if c.grants.may_map(op.map_name, "read"):
-                c.maps.add(op.map_name)
             if changed:
                 fx.records.append(encoded)
                 events.append(_event(op, rec))
@@ -285,6 +278,53 @@ class TopGunCore:
             return
         achieved = wanted if wanted in ("MEMORY", "APPLIED") else "APPLIED"
         fx.send(conn, self._ack(last_id, achieved, ops, errors, explicit, achieved == wanted))
+
+    def _validated(
+        self, fx: Effects, conn: int, c: _Conn, ops: list[tg.ClientOp], errors: dict[int, str]
+    ) -> list[tuple[int, tg.ClientOp, OpRecord, EncodedRecord]]:
+        """The ops the token may write, as records validated for the journal (one strict
+        decode for the batch); the others rejected. Nothing is applied yet."""
+        allowed: dict[str, bool] = {}
+        good: list[tuple[int, tg.ClientOp, OpRecord]] = []
+        for i, op in enumerate(ops):
+            name = op.map_name
+            may = allowed.get(name)
+            if may is None:
+                may = allowed[name] = c.grants.may_map(name, "write")
+                if may and c.grants.may_map(name, "read"):
+                    c.maps.add(name)
+            if not may:
+                reason = f"no write grant on map {name!r}"
+                self._reject(fx, conn, op, errors, i, reason, FORBIDDEN_CODE)
+                continue
+            try:
+                good.append((i, op, tg.client_op_to_record(op)))
+            except DecodeError as err:
+                self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
+        try:
+            encoded = encode_op_records([rec for _, _, rec in good])
+        except InvalidRecord:
+            out = []
+            for i, op, rec in good:  # find which: the slow path, rare
+                try:
+                    out.append((i, op, rec, encode_record(rec)))
+                except InvalidRecord as err:
+                    self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
+            return out
+        return [(i, op, rec, e) for (i, op, rec), e in zip(good, encoded, strict=True)]
+
+    @staticmethod
+    def _reject(
+        fx: Effects,
+        conn: int,
+        op: tg.ClientOp,
+        errors: dict[int, str],
+        i: int,
+        reason: str,
+        code: int,
+    ) -> None:
+        errors[i] = reason
+        fx.send(conn, tg.OpRejected(tg.OpRejectedPayload(op.id or "", reason, code)))
 
     @staticmethod
     def _ack(
@@ -332,8 +372,9 @@ class TopGunCore:
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
         by_map: dict[str, dict[str, bytes | None]] = {}
+        watched = self.queries.watched()
         for e in events:
-            if e.record is not None:
+            if e.record is not None and e.map_name in watched:
                 raw = bytes(e.record.value)
                 by_map.setdefault(e.map_name, {})[e.key] = None if raw == bytes(NIL) else raw
         for name, keys in by_map.items():
@@ -492,12 +533,12 @@ class TopGunCore:
 def _event(op: tg.ClientOp, rec: OpRecord) -> tg.ServerEventPayload:
     """The ``SERVER_EVENT`` payload of an applied op; a REMOVE carries ``record`` with a null
     value, because the real client applies LWW events only when ``record`` is present."""
-    stamp = WireTimestamp.of(rec.ts)
     if rec.op is OpKind.OR_ADD:
         return tg.ServerEventPayload(op.map_name, "OR_ADD", op.key, or_record=op.or_record)
     if rec.op is OpKind.OR_REMOVE:
         return tg.ServerEventPayload(op.map_name, "OR_REMOVE", op.key, or_tag=op.or_tag)
+    if op.record is not None and (rec.op is OpKind.PUT or bytes(op.record.value) == bytes(NIL)):
+        return tg.ServerEventPayload(op.map_name, rec.op.value, op.key, record=op.record)
     value = NIL if rec.op is OpKind.REMOVE else msgspec.Raw(rec.value)
-    return tg.ServerEventPayload(
-        op.map_name, rec.op.value, op.key, record=WireLWWRecord(value, stamp)
-    )
+    record = WireLWWRecord(value, WireTimestamp.of(rec.ts))
+    return tg.ServerEventPayload(op.map_name, rec.op.value, op.key, record=record)

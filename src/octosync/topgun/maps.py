@@ -55,9 +55,11 @@ class Maps:
         self.store = MapStore()
         self.or_trees = ORTrees(self.store)
 
-    def apply(self, rec: OpRecord) -> bool:
-        """Fold one record (its HLC merged into the server's); ``True`` when state changed."""
-        self.hlc.update(rec.ts)
+    def apply(self, rec: OpRecord, *, clock_merged: bool = False) -> bool:
+        """Fold one record (its HLC merged into the server's, unless the caller merged the
+        newest of its batch already); ``True`` when state changed."""
+        if not clock_merged:
+            self.hlc.update(rec.ts)
         changed = self.store.apply(rec)
         if changed and rec.op in _OR:
             self.or_trees.touched(rec.map, rec.key)

@@ -214,6 +214,10 @@ class QueryTable:
     def __init__(self) -> None:
         self._by_map: dict[str, dict[tuple[int, str], Query]] = {}
 
+    def watched(self) -> set[str]:
+        """The maps some live query is on."""
+        return {name for name, queries in self._by_map.items() if queries}
+
     def subscribe(self, query: Query, items: Mapping[str, bytes]) -> dict[str, bytes]:
         query.keys = query.window(items)
         self._by_map.setdefault(query.map_name, {})[(query.conn, query.query_id)] = query
