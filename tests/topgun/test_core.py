@@ -274,3 +274,23 @@ def test_a_fresh_replica_reaches_the_server_state_by_merkle_sync(
     server = {k: msgspec.msgpack.decode(v) for k, v in c.maps.live_items("users").items()}
     assert replica.items() == server
     assert replica.merkle.root() == c.maps.store.merkle("users").root()
+
+
+def test_locks_through_the_core_need_the_grant_and_are_released_on_disconnect() -> None:
+    c = core()
+    opened(c, 1)
+    opened(c, 2)
+    c.connect(3, ClaimGrants(subject="no-locks"))
+    with pytest.raises(Forbidden):
+        c.handle(3, tg.LockRequest(tg.LockRequestPayload("r0", "res", 1000)))
+    (granted,) = sent(c.handle(1, tg.LockRequest(tg.LockRequestPayload("r1", "res", 1000))), 1)
+    assert isinstance(granted, tg.LockGranted)
+    assert sent(c.handle(2, tg.LockRequest(tg.LockRequestPayload("r2", "res", 1000))), 2) == []
+    wrong = tg.LockRelease(tg.LockReleasePayload("res", granted.payload.fencing_token + 1, "r1"))
+    (refused,) = sent(c.handle(1, wrong), 1)
+    assert isinstance(refused, tg.LockReleased)
+    assert refused.payload.success is False
+    (next_grant,) = sent(c.disconnect(1), 2)  # the holder went away: the waiter gets it
+    assert isinstance(next_grant, tg.LockGranted)
+    assert next_grant.payload.request_id == "r2"
+    assert next_grant.payload.fencing_token > granted.payload.fencing_token
