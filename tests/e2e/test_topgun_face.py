@@ -14,6 +14,7 @@ from octosync.server.auth import AuthConfig, issue_token
 from octosync.store.journal import Journal
 from octosync.wire import topgun as tg
 from tests.e2e.helpers import TIMEOUT, serve
+from tests.e2e.test_hostile import closed_with
 from tests.topgun.helpers import batch, put
 
 SECRET = "topgun-face-secret-of-at-least-32-bytes"
@@ -23,13 +24,6 @@ async def recv(ws: aiohttp.ClientWebSocketResponse) -> tg.Message:
     msg = await asyncio.wait_for(ws.receive(), TIMEOUT)
     assert msg.type == aiohttp.WSMsgType.BINARY, msg
     return tg.decode(msg.data)
-
-
-async def closed_with(ws: aiohttp.ClientWebSocketResponse) -> int | None:
-    while True:
-        msg = await asyncio.wait_for(ws.receive(), TIMEOUT)
-        if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
-            return ws.close_code
 
 
 def error_name(msg: tg.Message) -> str:

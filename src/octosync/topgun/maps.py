@@ -10,41 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import msgspec
-
-from octosync.crdt.fold import MapStore
+from octosync.crdt.fold import MapStore, StoreSyncView
 from octosync.crdt.hlc import HLC
-from octosync.crdt.lww_map import LWWRecord
-from octosync.crdt.merkle import MerkleTree
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.topgun.or_merkle import ORTrees
 
 _OR = (OpKind.OR_ADD, OpKind.OR_REMOVE)
-
-
-class MapSource:
-    """One map of a :class:`MapStore` as a Merkle sync source (``crdt.sync.SyncSource``).
-
-    Values stay MsgPack bytes (``msgspec.Raw``): a leaf is sent without decoding them.
-    """
-
-    def __init__(self, store: MapStore, map_name: str) -> None:
-        self._store = store
-        self._map = map_name
-
-    @property
-    def merkle(self) -> MerkleTree:
-        return self._store.merkle(self._map)
-
-    def leaf_records(self, path: str) -> list[tuple[str, LWWRecord]]:
-        out: list[tuple[str, LWWRecord]] = []
-        for key in sorted(self.merkle.leaf(path)):
-            win = self._store.lww_winner(self._map, key)
-            if win is None:
-                continue
-            value = None if win.op is OpKind.REMOVE else msgspec.Raw(win.value)
-            out.append((key, LWWRecord(value, win.ts)))
-        return out
 
 
 class Maps:
@@ -77,8 +48,9 @@ class Maps:
             self.hlc.update(latest)
         return changed
 
-    def source(self, map_name: str) -> MapSource:
-        return MapSource(self.store, map_name)
+    def source(self, map_name: str) -> StoreSyncView:
+        """One map as a Merkle sync source; values stay MsgPack bytes."""
+        return StoreSyncView(self.store, map_name, raw_values=True)
 
     def live_items(self, map_name: str) -> dict[str, bytes]:
         """The live LWW values of a map (key -> MsgPack bytes), for queries."""
