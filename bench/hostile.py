@@ -23,7 +23,6 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,158 +34,18 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from octosync.ipc.messages import Delta, EdgeAdd, NodeRemove, NodeSnapshot, Snapshot
-from octosync.server.auth import issue_token
-from octosync.wire import cbor, jsabi
-
-SECRET = "bench-hostile-secret-bench-hostile-secret"
-TOKEN = issue_token(
-    SECRET,
-    "bench",
-    {"*": ["read", "publish", "write"], "$global": ["publish"]},
-    rooms={"*": ["join"]},
+from _harness import (
+    AUTH,
+    Canary,
+    Server,
+    lazily,
+    rss_mb,
+    run_canary,
+    stalls,
+    worst,
 )
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-class Server:
-    def __init__(self, data: Path, **server: Any) -> None:
-        self.port = free_port()
-        lines = ["[server]"] + [f"{k} = {json.dumps(v)}" for k, v in server.items()]
-        lines += ["[auth]", f'hs256_secret = "{SECRET}"']
-        config = data / "octosync.toml"
-        config.write_text("\n".join(lines) + "\n")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "octosync.cli",
-                "serve",
-                "--config",
-                str(config),
-                "--port",
-                str(self.port),
-                "--data",
-                str(data / "var"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        self.http = f"http://127.0.0.1:{self.port}"
-        self.ws = f"ws://127.0.0.1:{self.port}"
-
-    async def ready(self, http: aiohttp.ClientSession) -> None:
-        for _ in range(400):
-            try:
-                async with http.get(f"{self.http}/healthz"):
-                    return
-            except aiohttp.ClientConnectionError:
-                await asyncio.sleep(0.025)
-        raise RuntimeError("server did not start")
-
-    async def metrics(self, http: aiohttp.ClientSession) -> dict[str, float]:
-        async with http.get(f"{self.http}/metrics") as resp:
-            text = await resp.text()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
-
-    def stop(self) -> str:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        return self.proc.stderr.read().decode() if self.proc.stderr else ""
-
-
-def lazily_handshake(stream: str, publish: bool) -> bytes:
-    return json.dumps(
-        {
-            "protocol_id": "lazily-ipc",
-            "protocol_major_version": 1,
-            "codec": "json",
-            "max_frame_size": 1 << 20,
-            "fragmentation_supported": False,
-            "ordered_reliable": True,
-            "peer_id": 1,
-            "session_id": stream,
-            "features": ["publish"] if publish else [],
-        }
-    ).encode()
-
-
-async def lazily(http: aiohttp.ClientSession, srv: Server, stream: str, publish: bool) -> Any:
-    ws = await http.ws_connect(f"{srv.ws}/lazily", headers=AUTH, max_msg_size=0)
-    await ws.send_bytes(lazily_handshake(stream, publish))
-    await ws.receive()
-    return ws
-
-
-@dataclass
-class Canary:
-    gaps: int = 0
-    received: int = 0
-    longest: float = 0.0
-    last: float | None = None
-
-    def reset_window(self) -> None:
-        self.longest = 0.0
-        self.last = None
-
-
-async def run_canary(
-    http: aiohttp.ClientSession, srv: Server, canary: Canary, stop: asyncio.Event
-) -> None:
-    prod = await lazily(http, srv, "canary", True)
-    snap = Snapshot(epoch=0, nodes=(NodeSnapshot(1, "bytes", "resolved", b"0"),))
-    await prod.send_bytes(msgspec.json.encode(snap))
-    sub = await lazily(http, srv, "canary", False)
-    expected = 0
-
-    async def watch() -> None:
-        nonlocal expected
-        async for msg in sub:
-            doc = json.loads(msg.data)
-            if doc.get("type") != "delta":
-                continue
-            now = time.monotonic()
-            if canary.last is not None:
-                canary.longest = max(canary.longest, now - canary.last)
-            canary.last = now
-            if doc["base_epoch"] != expected:
-                canary.gaps += 1
-            expected = doc["epoch"]
-            canary.received += 1
-
-    watcher = asyncio.create_task(watch())
-    epoch = 0
-    while not stop.is_set():
-        delta = Delta(epoch, epoch + 1, ())
-        await prod.send_bytes(msgspec.json.encode(delta))
-        epoch += 1
-        await asyncio.sleep(0.002)
-    await asyncio.sleep(0.2)
-    watcher.cancel()
-    await prod.close()
-    await sub.close()
+from octosync.ipc.messages import Delta, EdgeAdd, NodeRemove, NodeSnapshot, Snapshot
+from octosync.wire import cbor, jsabi
 
 
 @dataclass
@@ -366,7 +225,12 @@ ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
 
 
 async def run_one(
-    name: str, attack: Attack, count: int, settings: dict[str, Any], setup: Setup | None
+    name: str,
+    attack: Attack,
+    count: int,
+    settings: dict[str, Any],
+    setup: Setup | None,
+    phase: float,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         srv = Server(Path(tmp), **{"handshake_timeout": 2.0, **settings})
@@ -378,16 +242,16 @@ async def run_one(
                 out = Outcome()
                 if setup is not None:
                     await setup(http, srv, out)
-                await asyncio.sleep(1.0)  # warm up
+                await asyncio.sleep(phase)  # warm up
                 canary.reset_window()
                 m0 = await srv.metrics(http)
-                await asyncio.sleep(1.0)  # quiet: the same-run baseline
+                await asyncio.sleep(phase)  # quiet: the same-run baseline
                 quiet_gap = canary.longest
                 m1 = await srv.metrics(http)
                 rss0 = rss_mb(srv.proc.pid)
                 canary.reset_window()
                 await attack(http, srv, out, count)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(phase)
                 attack_gap = canary.longest
                 m2 = await srv.metrics(http)
                 rss1 = rss_mb(srv.proc.pid)
@@ -395,10 +259,6 @@ async def run_one(
                 await task
         finally:
             log = srv.stop()
-
-    def stalls(a: dict[str, float], b: dict[str, float]) -> dict[str, int]:
-        keys = [k for k in b if k.startswith("octosync_loop_stalls_total")]
-        return {k.split('"')[1]: int(b[k] - a.get(k, 0)) for k in keys}
 
     return {
         "attack": name,
@@ -417,17 +277,16 @@ async def run_one(
     }
 
 
-def worst(stalls: dict[str, int]) -> str:
-    over = [b for b, n in stalls.items() if n]
-    return f">{max(over, key=lambda b: float(b[:-2]))}" if over else "<5ms"
-
-
 async def main_async(quick: bool) -> list[dict[str, Any]]:
     rows = []
     for name, kind, attack, full, small, settings in ATTACKS:
         fn = await unauthenticated(attack) if kind == "unauth" else attack
         setup = dense_graph if attack is node_remove else None
-        row = await run_one(name, fn, small if quick else full, settings, setup)
+        if quick and "request_timeout" in settings:
+            settings = {**settings, "request_timeout": 0.5}
+        row = await run_one(
+            name, fn, small if quick else full, settings, setup, 0.3 if quick else 1.0
+        )
         rows.append(row)
         print(
             f"{name:44s} frames {row['frames']:5d}"

@@ -204,6 +204,13 @@ class InvalidRecord(StorageError):
     code = 32
 
 
+class TrimRefused(StorageError):
+    """A journal trim that would drop records not yet exported or not covered by a checkpoint."""
+
+    name = "TrimRefused"
+    code = 33
+
+
 class ReplicationError(OctosyncError):
     """Chain replication broke an invariant (ordering, bootstrap, trim)."""
 
@@ -237,6 +244,20 @@ class InternalError(ServerError):
 
     name = "InternalError"
     code = 93
+
+
+class ListenError(ServerError):
+    """The server could not listen where it was told to (a port in use, an address not here)."""
+
+    name = "ListenError"
+    code = 94
+
+
+class ConfigError(OctosyncError):
+    """A configuration file or a command-line setting is missing, malformed or unknown."""
+
+    name = "ConfigError"
+    code = 100
 
 
 class PipelineError(OctosyncError):

@@ -14,6 +14,7 @@ from octosync.server.auth import ClaimGrants
 from octosync.store.records import decode_record
 from octosync.topgun import TopGunCore
 from octosync.wire import topgun as tg
+from octosync.wire.topgun_services import GcPrune
 from tests.topgun.helpers import ALL, Clock, batch, core, or_add, or_remove, put, sent
 
 READER = ClaimGrants(subject="reader", maps={"users": frozenset({"read"})})
@@ -170,7 +171,7 @@ def test_gc_prunes_tombstones_and_resets_clients_that_synced_before_the_horizon(
     c.handle(1, batch(put("1", "u1", "x", 10), put("2", "u1", None, 20), put("3", "u2", 1, 30)))
     fx = c.gc(25)
     (prune,) = sent(fx, 1)
-    assert isinstance(prune, tg.GcPrune)
+    assert isinstance(prune, GcPrune)
     assert prune.payload.older_than.millis == 25
     assert c.maps.store.lww_winner("users", "u1") is None
     (reset,) = sent(c.handle(1, SyncInit("users", 5)), 1)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from octosync.topgun.or_merkle import js_number, js_value_string
 from octosync.wire import topgun as tg
+from octosync.wire.topgun_services import OrMapSyncInit
 from tests.topgun.helpers import ALL, Clock, batch, core, or_add, or_remove, sent
 
 
@@ -27,7 +28,7 @@ def test_the_root_equals_the_real_clients() -> None:
     )
     c.handle(1, batch(tg.ClientOp(map_name="tags", key="post-1", id="2", or_record=python)))
     c.handle(1, batch(or_remove("3", "post-1", "1795426306165:0:w1", 1795426306166, "w1")))
-    (root,) = sent(c.handle(1, tg.ORMapSyncInit("tags")), 1)
+    (root,) = sent(c.handle(1, OrMapSyncInit("tags", 0, {})), 1)
     assert isinstance(root, tg.ORMapSyncRespRoot)
     assert root.payload.root_hash == 263080132
     (buckets,) = sent(c.handle(1, tg.ORMapMerkleReqBucket(tg.ORMapPath("tags", ""))), 1)
@@ -52,7 +53,7 @@ OPS = st.lists(
 
 def walk(c: Any, conn: int, name: str) -> dict[str, tuple[list[Any], set[str]]]:
     """What a client that holds nothing learns by walking the server's OR tree."""
-    (root,) = sent(c.handle(conn, tg.ORMapSyncInit(name, root_hash=0)), conn)
+    (root,) = sent(c.handle(conn, OrMapSyncInit(name, 0, {})), conn)
     assert isinstance(root, tg.ORMapSyncRespRoot)
     learned: dict[str, tuple[list[Any], set[str]]] = {}
     paths = [""] if root.payload.root_hash else []

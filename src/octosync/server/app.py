@@ -24,8 +24,11 @@ from octosync.server.topgun_session import TopGunSession
 from octosync.server.wvp_session import WvpSession
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
+from octosync.store.retention import JournalKeeper
 
 CONFIG_KEY = web.AppKey("config", ServerConfig)
+KEEPER = web.AppKey("journal_keeper", JournalKeeper)
+KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 
 __all__ = ["CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
@@ -91,12 +94,25 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/topgun", _topgun)
 
     async def on_startup(app: web.Application) -> None:
+        if writer is not None:  # every stream's state is back before the port opens
+            keeper, _ = await asyncio.to_thread(
+                JournalKeeper.start,
+                runtime.hub,
+                config.data_dir,
+                export_dir=config.export_dir,
+                durability=config.journal_durability,
+            )
+            app[KEEPER] = keeper
+            app[KEEPER_TASK] = asyncio.create_task(keeper.run_every(config.checkpoint_interval))
         await runtime.start()
 
     async def on_shutdown(app: web.Application) -> None:
         await runtime.shutdown()
 
     async def on_cleanup(app: web.Application) -> None:
+        if KEEPER_TASK in app:
+            app[KEEPER_TASK].cancel()
+            app[KEEPER].close()
         if writer is not None:
             await asyncio.to_thread(writer.close)  # drains: every accepted frame is committed
 

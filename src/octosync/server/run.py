@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
+import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from octosync.errors import ListenError
 from octosync.server.app import build_app
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, serve_tcp
@@ -57,6 +60,26 @@ def _loop_errors(
     return handler
 
 
+@contextlib.contextmanager
+def _listening(host: str, port: int, option: str) -> Iterator[None]:
+    """Turn a failed bind into a ``ListenError`` that says which port and what to do."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            fix = (
+                f"another process listens there (another octosync serve?); choose another {option}"
+            )
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            fix = "this machine has no such address; use --host 127.0.0.1"
+        elif exc.errno == errno.EACCES:
+            fix = f"ports below 1024 need privileges; choose another {option}"
+        else:
+            fix = f"check --host and {option}"
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ListenError(f"cannot listen on {host}:{port}: {why}; {fix}") from exc
+
+
 async def start(app: web.Application, config: ServerConfig) -> Started:
     """Bind every port of ``app`` (built by ``build_app``) behind the connection guard."""
     rt = app[RUNTIME]
@@ -82,14 +105,18 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
 
     servers: list[asyncio.Server] = []
     try:
-        http = await loop.create_server(guarded, config.host, config.port, reuse_address=True)
+        with _listening(config.host, config.port, "--port"):
+            http = await loop.create_server(guarded, config.host, config.port, reuse_address=True)
         servers.append(http)
         port = int(http.sockets[0].getsockname()[1])
         tcp_port = None
         if config.tcp_port is not None:
-            tcp = await asyncio.start_server(
-                functools.partial(serve_tcp, rt, open_tcp_session), config.host, config.tcp_port
-            )
+            with _listening(config.host, config.tcp_port, "--tcp-port"):
+                tcp = await asyncio.start_server(
+                    functools.partial(serve_tcp, rt, open_tcp_session),
+                    config.host,
+                    config.tcp_port,
+                )
             servers.append(tcp)
             tcp_port = int(tcp.sockets[0].getsockname()[1])
     except BaseException:

@@ -55,6 +55,7 @@ from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.maps import Maps
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.wire import topgun as tg
+from octosync.wire.topgun_services import GcPrune, GcPrunePayload, OrMapSyncInit
 
 LEVELS = ("FIRE_AND_FORGET", "MEMORY", "APPLIED", "REPLICATED", "PERSISTED")
 RANK = {level: i for i, level in enumerate(LEVELS)}
@@ -180,7 +181,7 @@ class TopGunCore:
                 self._write(fx, conn, c, [op], None)
             case SyncInit() | MerkleReqBucket():
                 self._sync(fx, conn, c, message)
-            case tg.ORMapSyncInit() | tg.ORMapMerkleReqBucket() | tg.ORMapDiffRequest():
+            case OrMapSyncInit() | tg.ORMapMerkleReqBucket() | tg.ORMapDiffRequest():
                 self._or_sync(fx, conn, c, message)
             case tg.ORMapPushDiff(payload=p):
                 self._or_push(fx, conn, c, p)
@@ -227,7 +228,10 @@ class TopGunCore:
             case tg.Auth() | tg.DeviceHello():
                 raise RemoteProtocolError("already authenticated", path="type")
             case _:
-                raise DecodeError(f"{type(message).__name__} is not sent by clients", path="type")
+                raise RemoteProtocolError(
+                    f"{type(message).__name__} is not supported by this server's TopGun face",
+                    path="type",
+                )
         return fx
 
     # -- writes ---------------------------------------------------------------------------
@@ -404,15 +408,13 @@ class TopGunCore:
         fx: Effects,
         conn: int,
         c: _Conn,
-        message: tg.ORMapSyncInit | tg.ORMapMerkleReqBucket | tg.ORMapDiffRequest,
+        message: OrMapSyncInit | tg.ORMapMerkleReqBucket | tg.ORMapDiffRequest,
     ) -> None:
-        name = (
-            message.map_name if isinstance(message, tg.ORMapSyncInit) else message.payload.map_name
-        )
+        name = message.map_name if isinstance(message, OrMapSyncInit) else message.payload.map_name
         self._require(c.grants.may_map(name, "read"), "read the map", name)
         c.maps.add(name)
         tree = self.maps.or_trees.tree(name)
-        if isinstance(message, tg.ORMapSyncInit):
+        if isinstance(message, OrMapSyncInit):
             last = message.last_sync_timestamp
             if last and last < self.gc_horizon_ms:
                 reason = f"last sync {int(last)} is before the tombstone GC horizon"
@@ -477,7 +479,7 @@ class TopGunCore:
         self.gc_horizon_ms = max(self.gc_horizon_ms, horizon_ms)
         if self._conns:
             stamp = WireTimestamp(horizon_ms, 0, self.hlc.node_id)
-            prune = tg.GcPrune(tg.GcPrunePayload(stamp))
+            prune = GcPrune(GcPrunePayload(stamp))
             fx.out.append(Outbound(tuple(self._conns), tg.encode(prune)))
         return fx
 

@@ -47,6 +47,7 @@ from octosync.crdt.sync_messages import (
 )
 from octosync.errors import DecodeError, Oversize
 from octosync.wire.strict import too_deep
+from octosync.wire.topgun_services import ServiceMessage
 
 MAX_FRAME = 8 * 1024 * 1024
 
@@ -182,16 +183,6 @@ class ORMapEntry(TopGunStruct, frozen=True):
     key: str
     records: list[WireORRecord]
     tombstones: list[str]
-
-
-class ORMapSyncInit(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_INIT"):
-    map_name: str
-    root_hash: JsInt | None = None
-    bucket_hashes: dict[str, Hash32] | None = None
-    last_sync_timestamp: JsInt | None = None
-    claimed_epoch: JsInt | None = None
-
-    integral = ("root_hash", "last_sync_timestamp", "claimed_epoch")
 
 
 class ORMapRootPayload(TopGunStruct, frozen=True):
@@ -502,14 +493,6 @@ class ServerBatchEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_
     payload: ServerBatchEventPayload
 
 
-class GcPrunePayload(TopGunStruct, frozen=True):
-    older_than: WireTimestamp
-
-
-class GcPrune(TopGunStruct, frozen=True, tag_field="type", tag="GC_PRUNE"):
-    payload: GcPrunePayload
-
-
 class ErrorPayload(TopGunStruct, frozen=True):
     code: JsInt
     message: str
@@ -546,7 +529,6 @@ Message = (
     | SyncRespBuckets
     | SyncRespLeaf
     | SyncResetRequired
-    | ORMapSyncInit
     | ORMapSyncRespRoot
     | ORMapMerkleReqBucket
     | ORMapSyncRespBuckets
@@ -574,9 +556,9 @@ Message = (
     | Pong
     | ServerEvent
     | ServerBatchEvent
-    | GcPrune
     | Error
     | Batch
+    | ServiceMessage
 )
 
 _decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
@@ -595,6 +577,8 @@ def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
         raise Oversize(f"frame of {len(data)} bytes exceeds {max_size}")
     try:
         return _decoder.decode(data)
+    except UnicodeDecodeError as exc:  # a str field holding bytes that are not UTF-8
+        raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}") from exc
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         text = str(exc)
         found = _AT.search(text)
@@ -605,8 +589,6 @@ def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
         if field is not None:
             path = f"{path}.{field.group(1)}" if path else field.group(1)
         raise DecodeError(text, path=path or None) from exc
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"a string is not valid UTF-8: {exc.reason}", path=None) from None
     except RecursionError:
         raise too_deep("topgun") from None
 

@@ -1,0 +1,247 @@
+"""Malformed frames at every face of a real server while a canary must not notice.
+
+For each face (``/lazily``, lazily over TCP, ``/wvp``, ``/signal``) the harness sends
+``--frames`` malformed frames (random bytes, truncated and mistyped JSON, integers such as
+2^64 and 2^53+1, nesting 100,000 deep, frames over the limit, bad JS-ABI magic, version,
+length and checksum, CBOR with indefinite lengths and duplicate keys, MessagePack ext types),
+reconnecting whenever the server closes a connection as its policy says. Reported per face:
+frames sent, typed errors received (by name), closes, crashes (the server died, or wrote a
+traceback: must be 0), the canary's gaps (must be 0) and longest pause, the server's RSS
+before and after. The seeded generator makes a run repeatable (``--seed``).
+
+    python bench/fuzz_faces.py                       # 1,000,000 frames per face (long)
+    python bench/fuzz_faces.py --frames 2000         # what CI runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import struct
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from _harness import AUTH, TOKEN, Canary, Server, lazily_handshake, rss_mb, run_canary
+from octosync.wire import cbor, jsabi
+
+LIMIT = 64 * 1024
+Gen = Callable[[random.Random], bytes]
+
+
+def _json_frames() -> list[Gen]:
+    good = (
+        b'{"type":"delta","base_epoch":0,"epoch":1,'
+        b'"ops":[{"op":"cell_set","slot_id":1,"payload":"YQ=="}]}'
+    )
+    return [
+        lambda r: r.randbytes(r.randint(0, 64)),
+        lambda r: good[: r.randint(0, len(good) - 1)],
+        lambda r: good.replace(b"1,", b'"1",', 1),
+        lambda r: good.replace(b'"epoch":1', b'"epoch":%d' % r.choice([2**64, 2**53 + 1, -1])),
+        lambda r: b'{"type":"delta","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        lambda r: b'"' + b"a" * LIMIT + b'"',
+        lambda r: b"\xd4\x01\x00" + r.randbytes(4),  # a MessagePack fixext
+        lambda r: b'{"type":"\xff"}',
+    ]
+
+
+def _packet(payload: bytes, *, magic: bytes = b"JIT!", version: int = 1, fix: int = 0) -> bytes:
+    ok = jsabi.encode_packet(payload)
+    header = struct.pack(">4sHHI", magic, version, 0, len(payload) + fix)
+    return header + ok[12:]
+
+
+def _wvp_frames() -> list[Gen]:
+    env = cbor.encode({"op": "subscribe_warp", "ts": 1, "payload": {"warp_id": 1}})
+    return [
+        lambda r: r.randbytes(r.randint(0, 64)),
+        lambda r: _packet(env, magic=b"JIT?"),
+        lambda r: _packet(env, version=2),
+        lambda r: _packet(env, fix=r.choice([-1, 1, 2**31])),
+        lambda r: jsabi.encode_packet(env)[:-1] + b"\x00",  # checksum
+        lambda r: jsabi.encode_packet(b"\x9f\x01\x02\xff"),  # indefinite array
+        lambda r: jsabi.encode_packet(b"\xa2\x61a\x00\x61a\x01"),  # duplicate keys
+        lambda r: jsabi.encode_packet(b"\x81" * 100_000 + b"\x00"),
+        lambda r: jsabi.encode_packet(
+            cbor.encode({"op": "warp_stream", "ts": 2**64 - 1, "payload": {}})
+        ),
+        lambda r: b"\x00" * (LIMIT + 1),
+    ]
+
+
+FACES: dict[str, list[Gen]] = {
+    "lazily": _json_frames(),
+    "tcp": _json_frames(),
+    "wvp": _wvp_frames(),
+    "signal": _json_frames(),
+}
+
+
+@dataclass
+class Tally:
+    sent: int = 0
+    closes: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def error(self, name: str) -> None:
+        self.errors[name] = self.errors.get(name, 0) + 1
+
+
+def _error_name(face: str, data: bytes | str) -> str | None:
+    try:
+        if face == "wvp":
+            from octosync.wire import wvp
+
+            msg = wvp.decode(data if isinstance(data, bytes) else data.encode())[0]
+            return msg.name if isinstance(msg, wvp.ErrorPayload) else None
+        doc = json.loads(data)
+    except Exception:
+        return "undecodable reply"
+    return doc.get("code") if isinstance(doc, dict) and doc.get("type") == "error" else None
+
+
+async def _open_ws(http: aiohttp.ClientSession, srv: Server, face: str) -> Any:
+    if face == "signal":
+        return await http.ws_connect(f"{srv.ws}/signal", headers=AUTH)
+    if face == "lazily":
+        ws = await http.ws_connect(f"{srv.ws}/lazily", headers=AUTH, max_msg_size=0)
+        await ws.send_bytes(lazily_handshake("fuzz", True))
+        await ws.receive()
+        return ws
+    ws = await http.ws_connect(f"{srv.ws}/wvp", headers=AUTH, max_msg_size=0)
+    hello = cbor.encode(
+        {"op": "handshake", "ts": 1, "payload": {"capabilities": [], "client_version": 1}}
+    )
+    await ws.send_bytes(jsabi.encode_packet(hello))
+    await ws.receive()
+    return ws
+
+
+async def fuzz_ws(
+    http: aiohttp.ClientSession, srv: Server, face: str, n: int, rng: random.Random
+) -> Tally:
+    """One frame at a time: each gets its typed error (or the policy's close) before the next."""
+    tally = Tally()
+    gens = FACES[face]
+    ws = await _open_ws(http, srv, face)
+    while tally.sent < n:
+        await ws.send_bytes(rng.choice(gens)(rng))
+        tally.sent += 1
+        msg = await ws.receive(timeout=10)
+        if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            tally.error(_error_name(face, msg.data) or "a reply that is not an error")
+            continue
+        tally.closes += 1
+        ws = await _open_ws(http, srv, face)
+    await ws.close()
+    return tally
+
+
+async def fuzz_tcp(srv: Server, n: int, rng: random.Random) -> Tally:
+    tally = Tally()
+    gens = FACES["tcp"]
+    port = srv.tcp_port
+    assert port is not None
+    hs = lazily_handshake("fuzz-tcp", True, f"auth:{TOKEN}")
+
+    async def reply(reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readexactly(4)
+        return await reader.readexactly(struct.unpack(">I", head)[0])
+
+    while tally.sent < n:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(struct.pack(">I", len(hs)) + hs)
+        await reply(reader)
+        try:
+            while tally.sent < n:
+                frame = rng.choice(gens)(rng)
+                writer.write(struct.pack(">I", len(frame)) + frame)
+                tally.sent += 1
+                name = _error_name("tcp", await asyncio.wait_for(reply(reader), 10))
+                tally.error(name or "a reply that is not an error")
+                if name in ("DecodeError", "Oversize", "LimitExceeded"):
+                    await reader.read()  # the policy closes a byte stream after these
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        tally.closes += 1
+        writer.close()
+    return tally
+
+
+@dataclass
+class Row:
+    face: str
+    tally: Tally
+    canary: Canary
+    rss_before: float
+    rss_after: float
+    crashed: bool
+    tracebacks: int
+
+
+async def run_face(face: str, n: int, seed: int) -> Row:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = Server(Path(tmp), tcp=face == "tcp", max_frame_size=LIMIT)
+        crashed = False
+        try:
+            async with aiohttp.ClientSession() as http:
+                await srv.ready(http)
+                canary, stop = Canary(), asyncio.Event()
+                task = asyncio.create_task(run_canary(http, srv, canary, stop))
+                await asyncio.sleep(0.5)
+                canary.reset_window()
+                rss0 = rss_mb(srv.proc.pid)
+                if face == "tcp":
+                    tally = await fuzz_tcp(srv, n, rng)
+                else:
+                    tally = await fuzz_ws(http, srv, face, n, rng)
+                await asyncio.sleep(0.5)
+                crashed = srv.proc.poll() is not None
+                rss1 = rss_mb(srv.proc.pid) if not crashed else float("nan")
+                stop.set()
+                await task
+        finally:
+            log = srv.stop()
+    return Row(face, tally, canary, rss0, rss1, crashed, log.count("Traceback"))
+
+
+async def main_async(frames: int, seed: int, faces: list[str]) -> list[Row]:
+    rows = []
+    for face in faces:
+        row = await run_face(face, frames, seed)
+        rows.append(row)
+        t = row.tally
+        print(
+            f"{face:7s} frames {t.sent:>9,}  typed errors {sum(t.errors.values()):>9,}"
+            f"  closes {t.closes:>7,}  crashes {int(row.crashed) + row.tracebacks}"
+            f"  canary gaps {row.canary.gaps} (longest pause {row.canary.longest * 1000:.0f} ms,"
+            f" {row.canary.received} deltas)  RSS {row.rss_before:.0f}->{row.rss_after:.0f} MB"
+            f"  {dict(sorted(t.errors.items(), key=lambda kv: -kv[1]))}",
+            flush=True,
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=1_000_000, help="per face")
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--faces", default=",".join(FACES))
+    args = parser.parse_args(argv)
+    rows = asyncio.run(main_async(args.frames, args.seed, args.faces.split(",")))
+    bad = [r for r in rows if r.crashed or r.tracebacks or r.canary.gaps]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""The hostile-client and fuzz harnesses run in CI with small counts (long runs are by hand).
+
+Each exits non-zero when the canary saw a gap, the server crashed, or it wrote a traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv",
+    [["bench/fuzz_faces.py", "--frames", "300"], ["bench/hostile.py", "--quick"]],
+    ids=["fuzz_faces", "hostile"],
+)
+def test_harness_runs_clean(argv: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "crashes 0" in done.stdout or "tracebacks 0" in done.stdout
+    assert "canary gaps 0" in done.stdout
