@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from octosync.errors import all_errors
 from octosync.signaling import SIGNAL_ERROR_CODES
-from octosync.wire import cbor, jsabi, wvp
+from octosync.wire import cbor, jsabi, topgun, wvp
 from tests.e2e.helpers import (
     Follower,
     TcpLazily,
@@ -100,6 +101,14 @@ async def expect_typed(ws: aiohttp.ClientWebSocketResponse, decode: Any) -> bool
 def json_error(data: str | bytes) -> str | None:
     doc = json.loads(data)
     return doc.get("code") if doc.get("type") == "error" else None
+
+
+def topgun_error(data: bytes) -> str | None:
+    msg = topgun.decode(data)
+    if isinstance(msg, topgun.Error):
+        details = msgspec.msgpack.decode(msg.payload.details)
+        return str(details["name"])
+    return None
 
 
 def wvp_error(data: bytes) -> str | None:
@@ -230,3 +239,52 @@ def test_lazily_tcp(tmp_path: Path, caplog: pytest.LogCaptureFixture, frames: li
     caplog.clear()
     asyncio.run(main())
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+topgun_frames = st.one_of(
+    st.binary(max_size=64),
+    DEPTHS.map(lambda d: b"\x91" * d + b"\xc0"),
+    DEPTHS.map(
+        lambda d: (
+            msgspec.msgpack.encode({"type": "TOPIC_PUB", "payload": {"topic": "t"}})[:-1]
+            + b"\x91" * d
+            + b"\xc0"
+        )
+    ),
+    st.sampled_from([LIMIT - 1, LIMIT, LIMIT + 1]).map(lambda n: b"\xc4" + b"x" * n),
+    st.sampled_from(
+        [
+            {"type": "OP_BATCH", "payload": {"ops": [{"mapName": "m", "key": "k"}]}},
+            {"type": "OP_BATCH", "payload": {"ops": [], "writeConcern": "NEVER"}},
+            {"type": "MERKLE_REQ_BUCKET", "payload": {"mapName": "m", "path": "zz"}},
+            {"type": "ORMAP_MERKLE_REQ_BUCKET", "payload": {"mapName": "m", "path": "0123"}},
+            {
+                "type": "QUERY_SUB",
+                "payload": {"queryId": "q", "mapName": "m", "query": {"predicate": {"op": "nope"}}},
+            },
+            {"type": "TOPIC_SUB", "payload": {"topic": "no spaces"}},
+            {"type": "LOCK_RELEASE", "payload": {"name": "l", "fencingToken": -1}},
+            {"type": "AUTH", "token": "x"},
+            {"type": "OP_ACK", "payload": {"lastId": "1"}},
+        ]
+    ).map(msgspec.msgpack.encode),
+)
+
+
+@FUZZ
+@given(frames=st.lists(topgun_frames, min_size=1, max_size=12))
+def test_topgun(tmp_path: Path, caplog: pytest.LogCaptureFixture, frames: list[bytes]) -> None:
+    async def open_(srv: Any, http: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
+        ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+        await ws.send_bytes(topgun.encode(topgun.DeviceHello()))
+        assert isinstance(topgun.decode(await ws.receive_bytes()), topgun.DeviceAck)
+        return ws
+
+    async def scenario(srv: Any, http: aiohttp.ClientSession) -> None:
+        ws = await open_(srv, http)
+        for frame in frames:
+            await ws.send_bytes(frame)
+            if not await expect_typed(ws, topgun_error):
+                ws = await open_(srv, http)
+
+    run(tmp_path, scenario, caplog)

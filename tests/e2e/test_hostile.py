@@ -28,7 +28,7 @@ from octosync.hub.limits import MAX_EPOCH
 from octosync.ipc.messages import Delta, EdgeAdd, NodeAdd, NodeRemove, NodeSnapshot, Snapshot
 from octosync.server.auth import AuthConfig, issue_token
 from octosync.store.journal import Journal
-from octosync.wire import cbor, jsabi, wvp
+from octosync.wire import cbor, jsabi, topgun, wvp
 from tests.e2e.helpers import (
     TIMEOUT,
     Follower,
@@ -438,7 +438,7 @@ async def test_caps_and_deadlines_keep_descriptors_for_clients_that_behave(
 # every face: the same typed error for a frame over the configured limit ----------------
 
 
-@pytest.mark.parametrize("face", ["lazily", "tcp", "wvp", "signal"])
+@pytest.mark.parametrize("face", ["lazily", "tcp", "wvp", "signal", "topgun"])
 async def test_every_face_refuses_an_oversize_frame_with_the_same_error(
     tmp_path: Path, face: str
 ) -> None:
@@ -463,6 +463,14 @@ async def test_every_face_refuses_an_oversize_frame_with_the_same_error(
             err = await wvp_recv(ws)
             assert isinstance(err, wvp.ErrorPayload)
             name = err.name
+        elif face == "topgun":
+            ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+            await ws.send_bytes(topgun.encode(topgun.DeviceHello()))
+            assert isinstance(topgun.decode(await ws.receive_bytes()), topgun.DeviceAck)
+            await ws.send_bytes(big)
+            reply = topgun.decode(await asyncio.wait_for(ws.receive_bytes(), TIMEOUT))
+            assert isinstance(reply, topgun.Error)
+            name = msgspec.msgpack.decode(reply.payload.details)["name"]
         else:
             if face == "lazily":
                 ws, _ = await ws_lazily(http, srv.ws_url, "o", publish=True)

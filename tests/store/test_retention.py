@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from octosync.cli import main
+from octosync.crdt import OpKind, OpRecord, Timestamp
 from octosync.errors import TrimRefused
 from octosync.hub import Hub, HubConfig, ViewKey, lazily_frame
 from octosync.ipc.messages import CellSet, Delta, NodeSnapshot, Snapshot
@@ -151,3 +152,12 @@ def test_cli_checkpoint_and_trim(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "trimmed 4 records below seq 5" in capsys.readouterr().out
     with Journal(data) as j:
         assert [e.seq for e in j.read()] == [5, 6, 7, 8, 9, 10]
+
+
+def test_trim_keeps_op_records_the_topgun_maps_are_rebuilt_from(tmp_path: Path) -> None:
+    put = OpRecord("users", "u1", OpKind.PUT, b"\x01", Timestamp(5, 0, "n"), "n", "5:0:n")
+    with Journal(tmp_path) as j:
+        j.append([*frames("a", 0, 1), put, *frames("a", 1, 1)])  # seqs 1..4, the op at 3
+        j.put_checkpoints(JournalState.load(j).checkpoints_due())
+        assert j.trim(5, exported_through=4).deleted == 3
+        assert list(j.all_ops()) == [put]

@@ -120,7 +120,8 @@ def test_fixture_details(vectors_dir: Path) -> None:
     assert record.ttl_ms == 60000
     assert msgspec.msgpack.decode(record.value) == {"name": "Alice", "age": 30}
     rec = client_op_to_record(op.payload)
-    assert (rec.op, rec.op_id, rec.origin) == (OpKind.PUT, "op-1", "node-1")
+    # client op ids repeat across clients: an LWW record is identified by its HLC
+    assert (rec.op, rec.op_id, rec.origin) == (OpKind.PUT, "1700000000000:1:node-1", "node-1")
     assert rec.value == bytes(record.value)
 
     batch = decode((topgun_dir / "OP_BATCH.msgpack").read_bytes())
@@ -331,3 +332,9 @@ def test_types_without_fixtures_round_trip() -> None:
         frame = encode(msg)
         assert msgspec.msgpack.decode(frame)["type"] == msg.__struct_config__.tag
         assert decode(frame) == msg
+
+
+def test_invalid_utf8_in_a_string_is_a_decode_error() -> None:
+    # found by the face fuzz test: msgspec raised UnicodeDecodeError, not a typed error
+    with pytest.raises(DecodeError, match="UTF-8"):
+        decode(b"\x81\xa4type\xa3\x80\x80\x80")

@@ -234,6 +234,17 @@ class MapStore:
         entry = self._or.get((map_name, key))
         return sorted(entry.live()) if entry is not None else []
 
+    def or_entry(self, map_name: str, key: str) -> tuple[list[OpRecord], set[str]]:
+        """An OR key's live adds (ordered by tag) and every tag removed from it."""
+        entry = self._or.get((map_name, key))
+        if entry is None:
+            return [], set()
+        live = [r for tag, r in sorted(entry.adds.items()) if tag not in entry.removed_tags]
+        return live, set(entry.removed_tags)
+
+    def or_keys(self, map_name: str) -> list[str]:
+        return sorted(k for m, k in self._or if m == map_name)
+
     def counter(self, map_name: str, key: str) -> int:
         entry = self._ctr.get((map_name, key))
         return entry.total() if entry is not None else 0
@@ -402,11 +413,14 @@ class StoreSyncView:
     Leaf records carry each key's LWW winner (value decoded from its MsgPack bytes, ``None``
     for a tombstone); a record received is folded back as a ``PUT``/``REMOVE`` op record whose
     origin is the timestamp's node and whose op id is the timestamp's string form.
+    ``raw_values`` keeps values as their MsgPack bytes (``msgspec.Raw``): a server relaying
+    leaves never decodes them.
     """
 
-    def __init__(self, store: MapStore, map_name: str) -> None:
+    def __init__(self, store: MapStore, map_name: str, *, raw_values: bool = False) -> None:
         self.store = store
         self.map_name = map_name
+        self.raw_values = raw_values
 
     @property
     def merkle(self) -> MerkleTree:
@@ -417,7 +431,12 @@ class StoreSyncView:
         for key in sorted(self.merkle.leaf(path)):
             win = self.store.lww_winner(self.map_name, key)
             if win is not None:
-                value = None if win.op is OpKind.REMOVE else _ANY.decode(win.value)
+                if win.op is OpKind.REMOVE:
+                    value = None
+                elif self.raw_values:
+                    value = msgspec.Raw(win.value)
+                else:
+                    value = _ANY.decode(win.value)
                 out.append((key, LWWRecord(value, win.ts)))
         return out
 

@@ -42,8 +42,8 @@ class TopGunStruct(
     def __post_init__(self) -> None:
         for name in self.integral:
             value = getattr(self, name)
-            if value is None:
-                continue
+            if value is None or (type(value) is int and value >= 0 and name not in self.hash32):
+                continue  # the common case, checked first (every op carries timestamps)
             if value < 0 or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError(f"{self._wire_name(name)}: expected a non-negative integer")
             if isinstance(value, float):

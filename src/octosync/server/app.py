@@ -15,12 +15,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from octosync import __version__
 from octosync.hub.types import AcceptHook
 from octosync.server.config import ServerConfig
-from octosync.server.connection import RUNTIME, SessionFactory, serve_ws
+from octosync.server.connection import RUNTIME, SessionFactory, serve_ws, serve_ws_in_band
 from octosync.server.dataspace_session import open_ws_session as open_dataspace_session
 from octosync.server.lazily_session import open_ws_session
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
+from octosync.server.topgun_session import TopGunSession
 from octosync.server.wvp_session import WvpSession
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
@@ -53,6 +54,10 @@ async def _signal(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def _topgun(request: web.Request) -> web.StreamResponse:
+    return await serve_ws_in_band(request, TopGunSession)
+
+
 def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> web.Application:
     """The whole server. ``on_accept(stream, conn, frame)`` sees every frame the hub accepted;
     it runs inline, so it must not block. With ``config.journal`` every accepted frame is also
@@ -65,7 +70,9 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         config.data_dir.mkdir(parents=True, exist_ok=True)
         writer = GroupCommitWriter(config.data_dir, durability=config.journal_durability)
         recorder = JournalRecorder(writer)
-    runtime = Runtime(config, on_accept=on_accept, recorder=recorder)
+    runtime = Runtime(config, on_accept=on_accept, recorder=recorder, writer=writer)
+    if writer is not None:
+        runtime.topgun.load(writer.journal.all_ops())
     registry = registry_for(runtime)
 
     @web.middleware
@@ -86,6 +93,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/wvp", _face(WvpSession))
     app.router.add_get("/signal", _signal)
     app.router.add_get("/dataspace", _face(open_dataspace_session))
+    app.router.add_get("/topgun", _topgun)
 
     async def on_startup(app: web.Application) -> None:
         if writer is not None:  # every stream's state is back before the port opens

@@ -6,13 +6,19 @@ Tokens are HS256 (shared secret) or RS256 (public key) JWTs, checked once at the
     {"sub": "alice",
      "streams": {"scoreboard": ["read", "publish"], "*": ["read"], "$global": ["publish"]},
      "rooms": {"lobby": ["join"]},
+     "maps": {"users": ["read", "write"], "*": ["read"]},
+     "topics": {"chat/room-1": ["subscribe", "publish"]},
+     "locks": {"resource-1": ["acquire"]},
+     "counters": {"likes:post-1": ["read", "write"]},
      "peer": 7,
      "exp": 1767225600}
 
-``*`` applies to every stream (or room) without its own entry, except names starting with ``$``
-(``$global``: WVP notifications to everyone), which only an explicit entry grants. ``peer``
-binds signaling joins to one peer id in allowlist mode (default: ``sub`` read as an integer).
-``exp`` is enforced on open connections, not only at the upgrade. With ``--insecure-dev`` a
+``maps``, ``topics``, ``locks`` and ``counters`` are the TopGun face's grants (``/topgun``), by
+map, topic, lock and counter name. ``*`` applies to every stream (or room, map, ...) without
+its own entry, except names starting with ``$`` (``$global``: WVP notifications to
+everyone), which only an explicit entry grants. ``peer`` binds signaling joins to one peer
+id in allowlist mode (default: ``sub`` read as an integer). ``exp`` is enforced on open
+connections, not only at the upgrade. With ``--insecure-dev`` a
 connection without a token may do everything; a token that is presented is still verified.
 """
 
@@ -28,6 +34,10 @@ from octosync.hub.types import Action, StreamId
 
 STREAM_ACTIONS = frozenset({"read", "publish", "write"})
 ROOM_ACTIONS = frozenset({"join"})
+MAP_ACTIONS = frozenset({"read", "write"})
+TOPIC_ACTIONS = frozenset({"subscribe", "publish"})
+LOCK_ACTIONS = frozenset({"acquire"})
+COUNTER_ACTIONS = frozenset({"read", "write"})
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,10 @@ class ClaimGrants:
     subject: str
     streams: Mapping[str, frozenset[str]] = field(default_factory=dict)
     rooms: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    maps: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    topics: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    locks: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    counters: Mapping[str, frozenset[str]] = field(default_factory=dict)
     peer: int | None = None
     """The signaling peer id this identity may join as (allowlist mode); None: any."""
     expires_at: float | None = None
@@ -49,6 +63,18 @@ class ClaimGrants:
 
     def may_join(self, room: str) -> bool:
         return self.everything or "join" in _lookup(self.rooms, room)
+
+    def may_map(self, name: str, action: str) -> bool:
+        return self.everything or action in _lookup(self.maps, name)
+
+    def may_topic(self, name: str, action: str) -> bool:
+        return self.everything or action in _lookup(self.topics, name)
+
+    def may_lock(self, name: str) -> bool:
+        return self.everything or "acquire" in _lookup(self.locks, name)
+
+    def may_counter(self, name: str, action: str) -> bool:
+        return self.everything or action in _lookup(self.counters, name)
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -108,6 +134,10 @@ def grants_from_claims(claims: Mapping[str, object]) -> ClaimGrants:
         subject=str(claims.get("sub", "")),
         streams=_table(claims, "streams", STREAM_ACTIONS),
         rooms=_table(claims, "rooms", ROOM_ACTIONS),
+        maps=_table(claims, "maps", MAP_ACTIONS),
+        topics=_table(claims, "topics", TOPIC_ACTIONS),
+        locks=_table(claims, "locks", LOCK_ACTIONS),
+        counters=_table(claims, "counters", COUNTER_ACTIONS),
         peer=_peer(claims),
         expires_at=float(exp) if isinstance(exp, int | float) else None,
     )

@@ -49,7 +49,7 @@ class Session(Protocol):
     """One connection's protocol object for one face (see ``lazily_session.py`` and others)."""
 
     face: str
-    """Counters key: ``lazily``, ``tcp``, ``wvp``, ``signal``."""
+    """Counters key: ``lazily``, ``tcp``, ``wvp``, ``signal``, ``topgun``."""
     byte_stream: bool
     """Reads a continuous byte stream (framing is lost after a bad frame)."""
     offload_decode: bool
@@ -144,6 +144,10 @@ class Link:
             self._arm_expiry(session.identity)
         return True
 
+    def greet(self) -> None:
+        """Write what the session queued when it opened (TopGun's ``AUTH_REQUIRED``)."""
+        self._write_outgoing()
+
     def _write_outgoing(self) -> None:
         out = self.session.outgoing
         if out:
@@ -225,7 +229,8 @@ def release(transport: asyncio.BaseTransport, timeout: float) -> None:
 SessionFactory = Callable[[Runtime, int, ClaimGrants], Session]
 """A WebSocket face's session: the identity is known from the upgrade."""
 TcpSessionFactory = Callable[[Runtime, int], Session]
-"""A TCP face's session: the identity comes with its handshake frame."""
+"""A TCP face's session (or an in-band WebSocket face's): the identity comes with its
+handshake frame."""
 
 
 class StreamFramer(Protocol):
@@ -242,7 +247,7 @@ def _refuse(status: int, err: OctosyncError) -> web.Response:
 
 
 async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.StreamResponse:
-    """The WebSocket loop of every face."""
+    """The WebSocket loop of every face whose credentials come with the upgrade."""
     rt = request.app[RUNTIME]
     if rt.closing:
         return _refuse(503, ShuttingDown("the server is shutting down; reconnect later"))
@@ -254,6 +259,24 @@ async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.St
     except Unauthorized as err:
         rt.counters.refused_upgrades += 1
         return _refuse(401, err)
+    return await _serve_ws(request, rt, lambda conn: open_session(rt, conn, identity))
+
+
+async def serve_ws_in_band(
+    request: web.Request, open_session: TcpSessionFactory
+) -> web.StreamResponse:
+    """The same loop for a face that authenticates in its own first frames (TopGun's
+    ``AUTH``): the upgrade is open to all, the handshake deadline bounds an idle socket, and
+    the session refuses everything but its handshake until it knows who the peer is."""
+    rt = request.app[RUNTIME]
+    if rt.closing:
+        return _refuse(503, ShuttingDown("the server is shutting down; reconnect later"))
+    return await _serve_ws(request, rt, lambda conn: open_session(rt, conn))
+
+
+async def _serve_ws(
+    request: web.Request, rt: Runtime, open_session: Callable[[int], Session]
+) -> web.StreamResponse:
     limit = rt.limits.max_frame_bytes
     ws = web.WebSocketResponse(
         max_msg_size=2 * limit + 1024,
@@ -269,9 +292,10 @@ async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.St
     async def closer(code: int) -> object:
         return await ws.close(code=code, message=b"")
 
-    session = open_session(rt, conn, identity)
+    session = open_session(conn)
     link = Link(rt, conn, session, transport, closer)
     rt.attach(conn, link)
+    link.greet()
     try:
         await _pump_ws(rt, ws, link)
     finally:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from octosync.errors import OctosyncError
+from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
 from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.streams import warp_id_of
@@ -20,12 +21,15 @@ from octosync.server.flusher import Flusher
 from octosync.server.guard import ConnectionGuard, default_max_connections
 from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
 from octosync.signaling import SignalingHub
+from octosync.store.journal import GroupCommitWriter
+from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
+from octosync.topgun import Outbound, TopGunCore
 from octosync.wire import wvp
 from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
-FACES = ("lazily", "tcp", "wvp", "signal", "dataspace")
+FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 
 
@@ -50,6 +54,10 @@ class Counters:
     """Longest event-loop stall seen (seconds): how long one callback kept everyone waiting."""
     loop_stalls: dict[float, int] = field(default_factory=lambda: dict.fromkeys(STALL_BOUNDS, 0))
     """Stalls longer than each bound (seconds), counted."""
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class LiveConnection(Protocol):
@@ -84,8 +92,11 @@ class Runtime:
         config: ServerConfig,
         on_accept: AcceptHook | None = None,
         recorder: Recorder | None = None,
+        writer: GroupCommitWriter | None = None,
     ) -> None:
         self.config = config
+        self.writer = writer
+        """The journal's writer (TopGun ops are journaled through it); None: no journal."""
         self.limits = config.limits()
         self.hub = Hub(
             HubConfig(
@@ -103,6 +114,7 @@ class Runtime:
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
         self.signaling = SignalingHub(config.signaling)
+        self.topgun = TopGunCore(_wall_ms, persistent=writer is not None)
         self.counters = Counters()
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
@@ -164,6 +176,31 @@ class Runtime:
             return
         t.write(data)
 
+    def deliver_all(self, out: Sequence[Outbound]) -> None:
+        """TopGun messages for other connections: framed once, written to each target."""
+        for ob in out:
+            data = ws_frame(ob.data, text=False)
+            for target in ob.targets:
+                self.deliver(target, data)
+
+    def after_commit(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
+    ) -> None:
+        """Journal ``records`` and call ``then`` on the loop once they, and everything queued
+        before them, are committed (an empty list is a barrier). A failed commit resets the
+        connection: what it was told nothing about, it resends."""
+        assert self.writer is not None
+        loop = asyncio.get_running_loop()
+        future = self.writer.submit_encoded(records, block=False)
+
+        def done(f: concurrent.futures.Future[list[int]]) -> None:
+            if f.exception() is None:
+                then()
+            else:
+                self._fault(conn, InternalError(f"journal commit failed: {f.exception()}"))
+
+        future.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
+
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)
         if link is not None:
@@ -210,6 +247,7 @@ class Runtime:
         while True:
             await asyncio.sleep(1.0)
             self.hub.expire()
+            self.deliver_all(self.topgun.tick().out)
 
     async def shutdown(self) -> None:
         """Stop taking work, flush until the deadline, close everyone, drop who is stuck.

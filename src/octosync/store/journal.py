@@ -58,6 +58,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from octosync.crdt.op import OpRecord
 from octosync.errors import StorageError, TrimRefused
 from octosync.store.records import (
     KIND_FRAME,
@@ -303,6 +304,23 @@ class Journal:
         """The op records of one map, in seq order."""
         return self._scoped(KIND_OP, map_name, start)
 
+    def all_ops(self, start: int = 1, *, chunk: int = 10_000) -> Iterator[OpRecord]:
+        """Every op record (of every map) in seq order: what TopGun maps are rebuilt from."""
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT seq, body FROM journal WHERE kind = ? AND seq >= ? "
+                    "ORDER BY seq LIMIT ?",
+                    (KIND_OP, start, chunk),
+                ).fetchall()
+            if not rows:
+                return
+            for seq, body in rows:
+                record = decode_record(KIND_OP, body, seq=seq)
+                assert isinstance(record, OpRecord)
+                yield record
+            start = rows[-1][0] + 1
+
     def frames(self, stream: str, start: int = 1) -> Iterator[Entry]:
         """The frames of one stream, in seq (acceptance) order."""
         return self._scoped(KIND_FRAME, stream, start)
@@ -358,8 +376,9 @@ class Journal:
         """Delete every record with ``seq < before``, or raise ``TrimRefused`` and delete none.
 
         Refused when a record below ``before`` is not exported (``seq > exported_through``)
-        or is a stream frame its stream's checkpoint does not cover. Op records are covered by
-        the export alone: the server rebuilds no map from the journal. Deletes run in chunks,
+        or is a stream frame its stream's checkpoint does not cover. Op records are kept: the
+        server rebuilds its TopGun maps from them at start-up (``TopGunCore.load``), and no
+        checkpoint covers maps yet. Deletes run in chunks,
         so a concurrent writer waits for one chunk at a time, never for the whole trim.
         """
         if before < 1:
@@ -391,8 +410,9 @@ class Journal:
                     conn.execute("BEGIN IMMEDIATE")
                     cur = conn.execute(
                         "DELETE FROM journal WHERE seq IN "
-                        "(SELECT seq FROM journal WHERE seq < ? ORDER BY seq LIMIT ?)",
-                        (before, _TRIM_CHUNK),
+                        "(SELECT seq FROM journal WHERE seq < ? AND kind != ? ORDER BY seq "
+                        "LIMIT ?)",
+                        (before, KIND_OP, _TRIM_CHUNK),
                     )
                     count = cur.rowcount
                     deleted += count

@@ -33,6 +33,7 @@ import msgspec
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.sync_messages import (
     NIL,
+    Hash32,
     JsInt,
     MerkleReqBucket,
     SyncInit,
@@ -57,6 +58,8 @@ MAX_FRAME = 8 * 1024 * 1024
 class Auth(TopGunStruct, frozen=True, tag_field="type", tag="AUTH"):
     token: str
     protocol_version: JsInt | None = None
+    device_token: str | None = None
+    """The real client re-presents a device credential it was given earlier."""
 
     integral = ("protocol_version",)
 
@@ -80,6 +83,17 @@ class AuthFail(TopGunStruct, frozen=True, tag_field="type", tag="AUTH_FAIL"):
     code: JsInt | None = None
 
     integral = ("code",)
+
+
+class DeviceHello(TopGunStruct, frozen=True, tag_field="type", tag="DEVICE_HELLO"):
+    """What the real client sends instead of ``AUTH`` when it has no token."""
+
+    device_token: str | None = None
+
+
+class DeviceAck(TopGunStruct, frozen=True, tag_field="type", tag="DEVICE_ACK"):
+    device_id: str | None = None
+    device_token: str | None = None
 
 
 # -- data operations --------------------------------------------------------------------------
@@ -158,6 +172,84 @@ class OpRejectedPayload(TopGunStruct, frozen=True):
 
 class OpRejected(TopGunStruct, frozen=True, tag_field="type", tag="OP_REJECTED"):
     payload: OpRejectedPayload
+
+
+# -- OR-map sync -------------------------------------------------------------------------------
+
+
+class ORMapEntry(TopGunStruct, frozen=True):
+    """One key of an OR map: its live records and the tags removed from it."""
+
+    key: str
+    records: list[WireORRecord]
+    tombstones: list[str]
+
+
+class ORMapRootPayload(TopGunStruct, frozen=True):
+    map_name: str
+    root_hash: JsInt
+    timestamp: WireTimestamp | None = None
+
+    integral = ("root_hash",)
+
+
+class ORMapSyncRespRoot(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_RESP_ROOT"):
+    payload: ORMapRootPayload
+
+
+class ORMapPath(TopGunStruct, frozen=True):
+    map_name: str
+    path: str
+
+
+class ORMapMerkleReqBucket(
+    TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_MERKLE_REQ_BUCKET"
+):
+    payload: ORMapPath
+
+
+class ORMapBucketsPayload(TopGunStruct, frozen=True):
+    map_name: str
+    path: str
+    buckets: dict[str, Hash32]
+
+
+class ORMapSyncRespBuckets(
+    TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_RESP_BUCKETS"
+):
+    payload: ORMapBucketsPayload
+
+
+class ORMapLeafPayload(TopGunStruct, frozen=True):
+    map_name: str
+    path: str
+    entries: list[ORMapEntry]
+
+
+class ORMapSyncRespLeaf(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_RESP_LEAF"):
+    payload: ORMapLeafPayload
+
+
+class ORMapKeys(TopGunStruct, frozen=True):
+    map_name: str
+    keys: list[str]
+
+
+class ORMapDiffRequest(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_DIFF_REQUEST"):
+    payload: ORMapKeys
+
+
+class ORMapEntries(TopGunStruct, frozen=True):
+    map_name: str
+    entries: list[ORMapEntry]
+
+
+class ORMapDiffResponse(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_DIFF_RESPONSE"):
+    payload: ORMapEntries
+
+
+class ORMapPushDiff(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_PUSH_DIFF"):
+    payload: ORMapEntries
 
 
 # -- queries ----------------------------------------------------------------------------------
@@ -298,19 +390,45 @@ class LockReleased(TopGunStruct, frozen=True, tag_field="type", tag="LOCK_RELEAS
 # -- counters ---------------------------------------------------------------------------------
 
 
-class CounterState(TopGunStruct, frozen=True):
-    """PN counter state: per node id, the positive and the negative tallies."""
+Tallies = dict[str, JsInt]
 
-    p: dict[str, JsInt]
-    n: dict[str, JsInt]
+
+class CounterState(TopGunStruct, frozen=True):
+    """PN counter state: per node id, the positive and the negative tallies.
+
+    The real client sends and reads ``{positive, negative}``; TopGun's schemas say ``{p, n}``.
+    Either shape is accepted (not both); :meth:`of` builds the client's shape.
+    """
+
+    positive: Tallies | None = None
+    negative: Tallies | None = None
+    p: Tallies | None = None
+    n: Tallies | None = None
 
     def __post_init__(self) -> None:
-        for side, tallies in (("p", self.p), ("n", self.n)):
-            for node, count in tallies.items():
+        long_form = self.positive is not None or self.negative is not None
+        short_form = self.p is not None or self.n is not None
+        if long_form and short_form:
+            raise ValueError("state: either positive/negative or p/n, not both")
+        for side in ("positive", "negative", "p", "n"):
+            tallies = getattr(self, side)
+            for node, count in (tallies or {}).items():
                 if count < 0 or (isinstance(count, float) and not count.is_integer()):
                     raise ValueError(f"{side}: {node!r} expected a non-negative integer")
                 if isinstance(count, float):
                     tallies[node] = int(count)
+
+    def sides(self) -> tuple[dict[str, int], dict[str, int]]:
+        """``(positive, negative)`` whatever shape arrived."""
+        pos = self.positive if self.positive is not None else self.p
+        neg = self.negative if self.negative is not None else self.n
+        return {k: int(v) for k, v in (pos or {}).items()}, {
+            k: int(v) for k, v in (neg or {}).items()
+        }
+
+    @classmethod
+    def of(cls, positive: dict[str, int], negative: dict[str, int]) -> CounterState:
+        return cls(positive=dict(positive), negative=dict(negative))
 
 
 class CounterName(TopGunStruct, frozen=True):
@@ -399,6 +517,8 @@ Message = (
     | AuthRequired
     | AuthAck
     | AuthFail
+    | DeviceHello
+    | DeviceAck
     | ClientOpMessage
     | OpBatch
     | OpAck
@@ -409,6 +529,13 @@ Message = (
     | SyncRespBuckets
     | SyncRespLeaf
     | SyncResetRequired
+    | ORMapSyncRespRoot
+    | ORMapMerkleReqBucket
+    | ORMapSyncRespBuckets
+    | ORMapSyncRespLeaf
+    | ORMapDiffRequest
+    | ORMapDiffResponse
+    | ORMapPushDiff
     | QuerySub
     | QueryUnsub
     | QueryResp
@@ -505,23 +632,32 @@ def unpack_batch(batch: Batch) -> list[Message]:
 
 
 def client_op_to_record(op: ClientOp) -> OpRecord:
-    """The journal's op record for a TopGun client op (PUT/REMOVE, OR_ADD/OR_REMOVE)."""
+    """The journal's op record for a TopGun client op (PUT/REMOVE, OR_ADD/OR_REMOVE).
+
+    Client op ids (``"1"``, ``"2"``, ...) are per client, so they never identify a record:
+    an LWW op is identified by its HLC (unique per node), an OR add by its tag, an OR remove
+    by the tag it removes (removing a tag twice is removing it once).
+    """
     if op.or_record is not None:
         r = op.or_record
         ts = r.timestamp.to_ts()
         return OpRecord(op.map_name, op.key, OpKind.OR_ADD, bytes(r.value), ts, ts.node_id, r.tag)
+    if op.or_tag is not None:
+        stamp = op.record.timestamp if op.record is not None else op.timestamp
+        if stamp is None:
+            raise DecodeError("an OR_REMOVE op needs a timestamp", path="payload.timestamp")
+        ts = stamp.to_ts()
+        tags = _encoder.encode([op.or_tag])
+        return OpRecord(
+            op.map_name, op.key, OpKind.OR_REMOVE, tags, ts, ts.node_id, f"rm:{op.or_tag}"
+        )
     if op.record is None:
         raise DecodeError("op has neither record nor orRecord", path="payload.record")
     ts = op.record.timestamp.to_ts()
-    if op.or_tag is not None:
-        tags = _encoder.encode([op.or_tag])
-        return OpRecord(
-            op.map_name, op.key, OpKind.OR_REMOVE, tags, ts, ts.node_id, op.id or str(ts)
-        )
     removed = op.op_type == "REMOVE" or bytes(op.record.value) == bytes(NIL)
     kind = OpKind.REMOVE if removed else OpKind.PUT
     value = b"" if removed else bytes(op.record.value)
-    return OpRecord(op.map_name, op.key, kind, value, ts, ts.node_id, op.id or str(ts))
+    return OpRecord(op.map_name, op.key, kind, value, ts, ts.node_id, str(ts))
 
 
 __all__ = [

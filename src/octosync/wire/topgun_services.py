@@ -1,9 +1,10 @@
 """TopGun's server-feature messages: cluster routing, full-text search, the event journal, entry
 processors, conflict resolvers, OR-map sync start and tombstone GC.
 
-octosync serves none of these features; it decodes them as strictly as the rest of the dialect
-(so a TopGun peer that sends one gets a typed "not supported" answer instead of a decode
-failure) and can encode them for tests and relays. Shapes follow TopGun's Rust message
+octosync's ``/topgun`` face serves OR-map sync start and tombstone GC (``octosync.topgun``) and
+none of the other features; it decodes them as strictly as the rest of the dialect (so a TopGun
+peer that sends one gets a typed "not supported" answer instead of a decode failure) and can
+encode them for tests and relays. Shapes follow TopGun's Rust message
 definitions (``packages/core-rust/src/messages``) and are checked against its cross-language
 fixtures. Application values (record values, processor arguments) stay raw MsgPack.
 """

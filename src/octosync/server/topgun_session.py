@@ -1,0 +1,158 @@
+"""The TopGun face's protocol object: one MsgPack message per binary WebSocket frame.
+
+TopGun authenticates in-band: with auth on, the session greets with ``AUTH_REQUIRED`` and
+takes ``AUTH {token}`` (the server's JWT keys, ``server.auth``), answering exactly one
+``AUTH_ACK``, or ``AUTH_FAIL`` and a close; with ``--insecure-dev`` a token-less client's
+``DEVICE_HELLO`` gets ``DEVICE_ACK``. Until then only ``PING`` is answered, and the connection
+loop's handshake deadline closes an idle socket. After it, the rules are ``topgun.TopGunCore``'s.
+
+Bytes for this connection go out through ``outgoing`` (written after each frame) or, when they
+wait for the journal (``PERSISTED`` acks), through ``Runtime.deliver`` once committed; replies
+stay in order behind a pending durable ack. Messages for other connections go through
+``Runtime.deliver``: a peer that cannot keep up is dropped, and resyncs by Merkle on reconnect.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import Enum
+from typing import cast
+
+from octosync.errors import Forbidden, OctosyncError, Overloaded, Unauthorized
+from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants, authenticate
+from octosync.server.lifecycle import Lifecycle
+from octosync.server.runtime import Runtime
+from octosync.topgun import Effects
+from octosync.topgun.core import SERVER_NODE
+from octosync.wire import topgun as tg
+from octosync.wire.websocket import ws_frame
+
+
+class State(Enum):
+    AWAIT_AUTH = 1
+    OPEN = 2
+    CLOSED = 3
+
+
+LIFECYCLE: dict[tuple[State, str], State] = {
+    (State.AWAIT_AUTH, "auth"): State.OPEN,
+    (State.AWAIT_AUTH, "close"): State.CLOSED,
+    (State.OPEN, "close"): State.CLOSED,
+}
+
+_WRITES = (tg.OpBatch, tg.ClientOpMessage)
+
+
+class TopGunSession:
+    face = "topgun"
+    byte_stream = False
+    offload_decode = False
+
+    def __init__(self, rt: Runtime, conn: int) -> None:
+        self.rt = rt
+        self.conn = conn
+        self.identity: ClaimGrants | None = None
+        self.life = Lifecycle(LIFECYCLE, State.AWAIT_AUTH)
+        self.max_frame = rt.limits.max_frame_bytes
+        self.outgoing: list[bytes] = []
+        self._held: deque[tuple[list[bool], list[bytes]]] = deque()
+        """Replies queued behind a durable ack still waiting for its commit, in order."""
+        if not rt.config.insecure_dev:
+            self._reply(tg.encode(tg.AuthRequired()))
+
+    @property
+    def ready(self) -> bool:
+        return self.life.state is State.OPEN
+
+    def decode(self, data: bytes) -> object:
+        return tg.decode(data, max_size=self.max_frame)
+
+    def handle(self, message: object) -> None:
+        message = cast(tg.Message, message)
+        if self.life.state is State.AWAIT_AUTH:
+            self._authenticate(message)
+            return
+        rt = self.rt
+        if isinstance(message, _WRITES) and rt.writer is not None and not rt.writer.has_room():
+            raise Overloaded("the journal writer is behind; reconnect and resend")
+        self._apply(rt.topgun.handle(self.conn, message))
+
+    def _authenticate(self, message: tg.Message) -> None:
+        match message:
+            case tg.Auth(token=token):
+                identity = authenticate(token, self.rt.config.auth)
+                if identity.expired(self.rt.topgun.clock() / 1000):
+                    raise Unauthorized("the token expired", path="exp")
+                self._open(identity)
+                ack = tg.AuthAck(connection_id=str(self.conn), server_node_id=SERVER_NODE)
+                self._reply(tg.encode(ack))
+            case tg.DeviceHello():
+                if not self.rt.config.insecure_dev:
+                    return  # a JWT server drops it; the client answers AUTH_REQUIRED
+                self._open(ANONYMOUS_DEV)
+                self._reply(tg.encode(tg.DeviceAck(device_id=f"device-{self.conn}")))
+            case tg.Ping(timestamp=ts):
+                pong = tg.Pong(timestamp=ts, server_time=self.rt.topgun.clock())
+                self._reply(tg.encode(pong))
+            case _:
+                raise Forbidden("authenticate first (AUTH)", path="type")
+
+    def _open(self, identity: ClaimGrants) -> None:
+        self.identity = identity
+        self.rt.topgun.connect(self.conn, identity)
+        self.life.move("auth")
+
+    def _apply(self, fx: Effects) -> None:
+        others = []
+        for ob in fx.out:
+            if ob.targets == (self.conn,):
+                self._reply(ob.data)
+            else:
+                others.append(ob)
+        self.rt.deliver_all(others)
+        if self.rt.writer is None or not (fx.records or fx.durable):
+            return
+        if not fx.durable:
+            self.rt.after_commit(self.conn, fx.records, _nothing)
+            return
+        slot: tuple[list[bool], list[bytes]] = ([False], [])
+        slot[1].extend(ws_frame(ob.data, text=False) for ob in fx.durable)
+        self._held.append(slot)
+
+        def committed() -> None:
+            slot[0][0] = True
+            self._release()
+
+        self.rt.after_commit(self.conn, fx.records, committed)
+
+    def _reply(self, data: bytes) -> None:
+        frame = ws_frame(data, text=False)
+        if self._held:
+            self._held[-1][1].append(frame)
+        else:
+            self.outgoing.append(frame)
+
+    def _release(self) -> None:
+        """Send every reply whose durable acks before it are committed."""
+        out: list[bytes] = []
+        while self._held and self._held[0][0][0]:
+            out.extend(self._held.popleft()[1])
+        if out:
+            self.rt.deliver(self.conn, b"".join(out))
+
+    def error_frame(self, err: OctosyncError) -> bytes:
+        if self.life.state is State.AWAIT_AUTH and isinstance(err, Unauthorized):
+            fail = tg.AuthFail(reason=err.message, error=err.message, code=401)
+            return ws_frame(tg.encode(fail), text=False)
+        return ws_frame(self.rt.topgun.error(err), text=False)
+
+    def send_error(self, err: OctosyncError) -> None:
+        self.outgoing.append(self.error_frame(err))
+
+    def close(self) -> None:
+        self.life.move("close")
+        self.rt.deliver_all(self.rt.topgun.disconnect(self.conn).out)
+
+
+def _nothing() -> None:
+    """Nothing waits for this commit (acks below ``PERSISTED`` went out already)."""

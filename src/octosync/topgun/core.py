@@ -1,0 +1,546 @@
+"""The TopGun face's rules for every connection at once (sans-I/O).
+
+Events in (``connect``, ``handle(conn, message)``, ``disconnect``, ``tick``), bytes out: each
+:class:`Outbound` is one MsgPack message, encoded once, for one or many connections. What a
+write concern waits for is explicit in :class:`Effects`: ``out`` goes now, ``records`` must be
+journaled, and ``durable`` goes only once those records (and every record queued before them)
+are committed.
+
+Write concerns (TopGun's ``WriteConcern``, lowest to highest): ``FIRE_AND_FORGET`` is
+acknowledged on receipt (the ack is the first thing sent, before the ops are applied);
+``MEMORY`` (the default) once the op is validated and in memory, ``APPLIED`` once merged into
+the map; both are immediate here because validation and the merge happen in the same step.
+``PERSISTED`` waits for the journal's group commit. ``REPLICATED`` (a cluster concept) is
+achieved as ``APPLIED`` with ``success: false``, as is ``PERSISTED`` on a server without a
+journal: the ack says what was achieved, never more. One ``OP_ACK`` per batch, at the batch's
+strongest requested level; ``results`` (per op) are sent when a level was asked for
+explicitly. Ops the token may not write get ``OP_REJECTED`` and are not applied; they are
+still covered by ``lastId`` so the client stops resending them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+import msgspec
+
+from octosync.crdt.hlc import HLC
+from octosync.crdt.op import OpKind, OpRecord
+from octosync.crdt.sync import SyncResponder
+from octosync.crdt.sync_messages import (
+    NIL,
+    MerkleReqBucket,
+    SyncInit,
+    SyncMessage,
+    SyncResetPayload,
+    SyncResetRequired,
+    WireLWWRecord,
+    WireTimestamp,
+)
+from octosync.errors import (
+    CrdtValueError,
+    DecodeError,
+    Forbidden,
+    InvalidRecord,
+    OctosyncError,
+    RemoteProtocolError,
+)
+from octosync.store.records import EncodedRecord, encode_op_records, encode_record
+from octosync.topgun.counters import CounterTable
+from octosync.topgun.locks import Grant, LockTable
+from octosync.topgun.maps import Maps
+from octosync.topgun.queries import Query, QueryTable, parse_spec
+from octosync.wire import topgun as tg
+from octosync.wire.topgun_services import GcPrune, GcPrunePayload, OrMapSyncInit
+
+LEVELS = ("FIRE_AND_FORGET", "MEMORY", "APPLIED", "REPLICATED", "PERSISTED")
+RANK = {level: i for i, level in enumerate(LEVELS)}
+DEFAULT_LEVEL = "MEMORY"
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9_\-.:/]{1,256}$")
+SERVER_NODE = "octosync"
+FORBIDDEN_CODE = 403
+
+_ENC = msgspec.msgpack.Encoder()
+
+
+class Grants(Protocol):
+    """What the core asks of a connection's identity (``server.auth.ClaimGrants``)."""
+
+    @property
+    def subject(self) -> str: ...
+
+    def may_map(self, name: str, action: str) -> bool: ...
+
+    def may_topic(self, name: str, action: str) -> bool: ...
+
+    def may_lock(self, name: str) -> bool: ...
+
+    def may_counter(self, name: str, action: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """One encoded message and the connections it goes to."""
+
+    targets: tuple[int, ...]
+    data: bytes
+
+
+@dataclass(slots=True)
+class Effects:
+    out: list[Outbound] = field(default_factory=list)
+    records: list[EncodedRecord] = field(default_factory=list)
+    durable: list[Outbound] = field(default_factory=list)
+    """Sent once ``records`` and everything journaled before them are committed."""
+
+    def send(self, conn: int, message: tg.Message) -> None:
+        self.out.append(Outbound((conn,), tg.encode(message)))
+
+
+@dataclass(slots=True)
+class _Conn:
+    grants: Grants
+    maps: set[str] = field(default_factory=set)
+    topics: set[str] = field(default_factory=set)
+
+
+class TopGunCore:
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        *,
+        persistent: bool,
+        node_id: str = SERVER_NODE,
+    ) -> None:
+        """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
+        (without one, ``PERSISTED`` cannot be achieved and the ack says so)."""
+        self.clock = clock
+        self.persistent = persistent
+        self.hlc = HLC(node_id, clock)
+        self.maps = Maps(self.hlc)
+        self.locks = LockTable()
+        self.counters = CounterTable()
+        self.queries = QueryTable()
+        self.gc_horizon_ms = 0
+        self._conns: dict[int, _Conn] = {}
+        self._topics: dict[str, set[int]] = {}
+
+    # -- connections ----------------------------------------------------------------------
+
+    def connect(self, conn: int, grants: Grants) -> None:
+        self._conns[conn] = _Conn(grants)
+
+    def connected(self, conn: int) -> bool:
+        return conn in self._conns
+
+    def disconnect(self, conn: int) -> Effects:
+        """Forget a connection: its subscriptions, and its locks (the next waiter gets one)."""
+        fx = Effects()
+        c = self._conns.pop(conn, None)
+        if c is None:
+            return fx
+        for topic in c.topics:
+            subs = self._topics.get(topic)
+            if subs is not None:
+                subs.discard(conn)
+                if not subs:
+                    del self._topics[topic]
+        self.counters.disconnect(conn)
+        self.queries.disconnect(conn)
+        self._granted(fx, self.locks.disconnect(conn, self.clock()))
+        return fx
+
+    def tick(self) -> Effects:
+        """Time passed (the server calls this about once a second): lock TTLs."""
+        fx = Effects()
+        self._granted(fx, self.locks.expire(self.clock()))
+        return fx
+
+    def topic_subscribers(self, topic: str) -> set[int]:
+        return set(self._topics.get(topic, ()))
+
+    def load(self, records: Iterable[OpRecord]) -> int:
+        """Rebuild the maps from journaled records (start-up)."""
+        return self.maps.load(records)
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def handle(self, conn: int, message: tg.Message) -> Effects:
+        """One message from an authenticated connection; raises a typed error to refuse it
+        (nothing changed)."""
+        c = self._conns[conn]
+        fx = Effects()
+        match message:
+            case tg.OpBatch(payload=payload):
+                self._write(fx, conn, c, payload.ops, payload.write_concern)
+            case tg.ClientOpMessage(payload=op):
+                self._write(fx, conn, c, [op], None)
+            case SyncInit() | MerkleReqBucket():
+                self._sync(fx, conn, c, message)
+            case OrMapSyncInit() | tg.ORMapMerkleReqBucket() | tg.ORMapDiffRequest():
+                self._or_sync(fx, conn, c, message)
+            case tg.ORMapPushDiff(payload=p):
+                self._or_push(fx, conn, c, p)
+            case tg.Ping(timestamp=ts):
+                fx.send(conn, tg.Pong(timestamp=ts, server_time=self.clock()))
+            case tg.QuerySub(payload=p):
+                self._require(c.grants.may_map(p.map_name, "read"), "read the map", p.map_name)
+                query = Query(conn, p.query_id, p.map_name, parse_spec(bytes(p.query)))
+                rows = self.queries.subscribe(query, self.maps.live_items(p.map_name))
+                results = [tg.QueryResult(k, msgspec.Raw(v)) for k, v in rows.items()]
+                fx.send(conn, tg.QueryResp(tg.QueryRespPayload(p.query_id, results)))
+            case tg.QueryUnsub(payload=p):
+                self.queries.unsubscribe(conn, p.query_id)
+            case tg.TopicSub(payload=p):
+                self._topic_name(p.topic)
+                self._require(c.grants.may_topic(p.topic, "subscribe"), "subscribe to", p.topic)
+                c.topics.add(p.topic)
+                self._topics.setdefault(p.topic, set()).add(conn)
+            case tg.TopicUnsub(payload=p):
+                c.topics.discard(p.topic)
+                self._topics.get(p.topic, set()).discard(conn)
+            case tg.TopicPub(payload=p):
+                self._publish(fx, conn, c, p)
+            case tg.LockRequest(payload=p):
+                self._require(c.grants.may_lock(p.name), "take the lock", p.name)
+                ttl = None if p.ttl is None else int(p.ttl)
+                grants = self.locks.request(conn, p.request_id, p.name, ttl, self.clock())
+                self._granted(fx, grants)
+            case tg.LockRelease(payload=p):
+                released, grants = self.locks.release(
+                    conn, p.name, int(p.fencing_token), self.clock()
+                )
+                reply = tg.LockReleasedPayload(p.name, released, p.request_id)
+                fx.send(conn, tg.LockReleased(reply))
+                self._granted(fx, grants)
+            case tg.CounterRequest(payload=p):
+                self._require(c.grants.may_counter(p.name, "read"), "read the counter", p.name)
+                counter = self.counters.get(p.name)
+                counter.subscribers.add(conn)
+                state = tg.CounterState.of(counter.positive, counter.negative)
+                fx.send(conn, tg.CounterResponse(tg.CounterStatePayload(p.name, state)))
+            case tg.CounterSync(payload=p):
+                self._counter_sync(fx, conn, c, p)
+            case tg.Auth() | tg.DeviceHello():
+                raise RemoteProtocolError("already authenticated", path="type")
+            case _:
+                raise RemoteProtocolError(
+                    f"{type(message).__name__} is not supported by this server's TopGun face",
+                    path="type",
+                )
+        return fx
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _write(
+        self,
+        fx: Effects,
+        conn: int,
+        c: _Conn,
+        ops: list[tg.ClientOp],
+        batch_level: str | None,
+    ) -> None:
+        levels: list[str] = []
+        for i, op in enumerate(ops):
+            level = op.write_concern or batch_level or DEFAULT_LEVEL
+            if level not in RANK:
+                raise DecodeError(
+                    f"unknown write concern {level!r}, expected one of {LEVELS}",
+                    path=f"payload.ops[{i}].writeConcern",
+                )
+            levels.append(level)
+        wanted = max(levels, key=RANK.__getitem__) if levels else DEFAULT_LEVEL
+        explicit = batch_level is not None or any(op.write_concern for op in ops)
+        last_id = next((op.id for op in reversed(ops) if op.id is not None), None)
+        if wanted == "FIRE_AND_FORGET" and last_id is not None:
+            fx.send(conn, self._ack(last_id, wanted, ops, {}, explicit, True))
+        errors: dict[int, str] = {}
+        events: list[tg.ServerEventPayload] = []
+        valid = self._validated(fx, conn, c, ops, errors)
+        if valid:
+            self.maps.hlc.update(max(rec.ts for _, _, rec, _ in valid))
+        for i, op, rec, encoded in valid:
+            try:
+                changed = self.maps.apply(rec, clock_merged=True)
+            except CrdtValueError as err:
+                self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
+                continue
+            if changed:
+                fx.records.append(encoded)
+                events.append(_event(op, rec))
+        self._fan_out(fx, conn, events)
+        if last_id is None or wanted == "FIRE_AND_FORGET":
+            return
+        if wanted == "PERSISTED" and self.persistent:
+            fx.durable.append(
+                Outbound((conn,), tg.encode(self._ack(last_id, wanted, ops, errors, explicit)))
+            )
+            return
+        achieved = wanted if wanted in ("MEMORY", "APPLIED") else "APPLIED"
+        fx.send(conn, self._ack(last_id, achieved, ops, errors, explicit, achieved == wanted))
+
+    def _validated(
+        self, fx: Effects, conn: int, c: _Conn, ops: list[tg.ClientOp], errors: dict[int, str]
+    ) -> list[tuple[int, tg.ClientOp, OpRecord, EncodedRecord]]:
+        """The ops the token may write, as records validated for the journal (one strict
+        decode for the batch); the others rejected. Nothing is applied yet."""
+        allowed: dict[str, bool] = {}
+        good: list[tuple[int, tg.ClientOp, OpRecord]] = []
+        for i, op in enumerate(ops):
+            name = op.map_name
+            may = allowed.get(name)
+            if may is None:
+                may = allowed[name] = c.grants.may_map(name, "write")
+                if may and c.grants.may_map(name, "read"):
+                    c.maps.add(name)
+            if not may:
+                reason = f"no write grant on map {name!r}"
+                self._reject(fx, conn, op, errors, i, reason, FORBIDDEN_CODE)
+                continue
+            try:
+                good.append((i, op, tg.client_op_to_record(op)))
+            except DecodeError as err:
+                self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
+        try:
+            encoded = encode_op_records([rec for _, _, rec in good])
+        except InvalidRecord:
+            out = []
+            for i, op, rec in good:  # find which: the slow path, rare
+                try:
+                    out.append((i, op, rec, encode_record(rec)))
+                except InvalidRecord as err:
+                    self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
+            return out
+        return [(i, op, rec, e) for (i, op, rec), e in zip(good, encoded, strict=True)]
+
+    @staticmethod
+    def _reject(
+        fx: Effects,
+        conn: int,
+        op: tg.ClientOp,
+        errors: dict[int, str],
+        i: int,
+        reason: str,
+        code: int,
+    ) -> None:
+        errors[i] = reason
+        fx.send(conn, tg.OpRejected(tg.OpRejectedPayload(op.id or "", reason, code)))
+
+    @staticmethod
+    def _ack(
+        last_id: str,
+        level: str,
+        ops: list[tg.ClientOp],
+        errors: dict[int, str],
+        explicit: bool,
+        reached: bool = True,
+    ) -> tg.OpAck:
+        results = None
+        if explicit:
+            short = None if reached else f"only {level} could be achieved"
+            results = [
+                tg.OpResult(op.id or "", False, error=errors[i])
+                if i in errors
+                else tg.OpResult(op.id or "", short is None, level, error=short)
+                for i, op in enumerate(ops)
+            ]
+        return tg.OpAck(tg.OpAckPayload(last_id, level, results))
+
+    def _fan_out(self, fx: Effects, sender: int, events: list[tg.ServerEventPayload]) -> None:
+        """Each other connection with a map open gets that map's events, one message per
+        distinct set of maps (encoded once for every connection with the same set); live
+        queries on those maps (the sender's too) get their changes."""
+        if not events:
+            return
+        self._query_updates(fx, events)
+        touched = {e.map_name for e in events}
+        groups: dict[frozenset[str], list[int]] = {}
+        for target, tc in self._conns.items():
+            if target == sender:
+                continue
+            seen = frozenset(touched & tc.maps)
+            if seen:
+                groups.setdefault(seen, []).append(target)
+        for seen, targets in groups.items():
+            mine = [e for e in events if e.map_name in seen]
+            message: tg.Message = (
+                tg.ServerEvent(mine[0])
+                if len(mine) == 1
+                else tg.ServerBatchEvent(tg.ServerBatchEventPayload(mine))
+            )
+            fx.out.append(Outbound(tuple(targets), tg.encode(message)))
+
+    def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
+        by_map: dict[str, dict[str, bytes | None]] = {}
+        watched = self.queries.watched()
+        for e in events:
+            if e.record is not None and e.map_name in watched:
+                raw = bytes(e.record.value)
+                by_map.setdefault(e.map_name, {})[e.key] = None if raw == bytes(NIL) else raw
+        for name, keys in by_map.items():
+            changes = self.queries.written(name, keys, partial(self.maps.live_items, name))
+            for conn, query_id, key, value, kind in changes:
+                raw = NIL if value is None else msgspec.Raw(value)
+                update = tg.QueryUpdatePayload(query_id, key, raw, kind)
+                fx.send(conn, tg.QueryUpdate(update))
+
+    # -- sync -----------------------------------------------------------------------------
+
+    def _sync(self, fx: Effects, conn: int, c: _Conn, message: SyncMessage) -> None:
+        name = message.map_name if isinstance(message, SyncInit) else message.payload.map_name
+        self._require(c.grants.may_map(name, "read"), "read the map", name)
+        c.maps.add(name)
+        responder = SyncResponder(
+            name,
+            self.maps.source(name),
+            gc_horizon_ms=self.gc_horizon_ms,
+            now=self.hlc.now,
+        )
+        for reply in responder.handle(message):
+            fx.send(conn, reply)
+
+    def _or_sync(
+        self,
+        fx: Effects,
+        conn: int,
+        c: _Conn,
+        message: OrMapSyncInit | tg.ORMapMerkleReqBucket | tg.ORMapDiffRequest,
+    ) -> None:
+        name = message.map_name if isinstance(message, OrMapSyncInit) else message.payload.map_name
+        self._require(c.grants.may_map(name, "read"), "read the map", name)
+        c.maps.add(name)
+        tree = self.maps.or_trees.tree(name)
+        if isinstance(message, OrMapSyncInit):
+            last = message.last_sync_timestamp
+            if last and last < self.gc_horizon_ms:
+                reason = f"last sync {int(last)} is before the tombstone GC horizon"
+                fx.send(conn, SyncResetRequired(SyncResetPayload(name, reason)))
+                return
+            stamp = WireTimestamp.of(self.hlc.now())
+            fx.send(conn, tg.ORMapSyncRespRoot(tg.ORMapRootPayload(name, tree.root(), stamp)))
+        elif isinstance(message, tg.ORMapDiffRequest):
+            entries = [self._or_entry(name, k) for k in message.payload.keys]
+            fx.send(conn, tg.ORMapDiffResponse(tg.ORMapEntries(name, entries)))
+        else:
+            path = message.payload.path
+            if len(path) < tree.depth:
+                buckets = tree.buckets(path)
+                fx.send(conn, tg.ORMapSyncRespBuckets(tg.ORMapBucketsPayload(name, path, buckets)))
+                return
+            tree.leaf(path)  # InvalidBucketPath for a path that is not a leaf
+            keys = [k for k in self.maps.store.or_keys(name) if tree.leaf_path(k) == path]
+            entries = [self._or_entry(name, k) for k in keys]
+            fx.send(conn, tg.ORMapSyncRespLeaf(tg.ORMapLeafPayload(name, path, entries)))
+
+    def _or_entry(self, name: str, key: str) -> tg.ORMapEntry:
+        live, removed = self.maps.store.or_entry(name, key)
+        records = [
+            tg.WireORRecord(msgspec.Raw(r.value), WireTimestamp.of(r.ts), r.op_id) for r in live
+        ]
+        return tg.ORMapEntry(key, records, sorted(removed))
+
+    def _or_push(self, fx: Effects, conn: int, c: _Conn, p: tg.ORMapEntries) -> None:
+        """A client's records for keys the server may lack: adds, and removes of tags the
+        server holds live (a client's tombstone list is map-wide; the rest are no news)."""
+        name = p.map_name
+        self._require(c.grants.may_map(name, "write"), "write the map", name)
+        events: list[tg.ServerEventPayload] = []
+        for entry in p.entries:
+            live_tags = {r.op_id for r in self.maps.store.or_entry(name, entry.key)[0]}
+            ops = [
+                tg.ClientOp(map_name=name, key=entry.key, op_type="OR_ADD", or_record=r)
+                for r in entry.records
+            ]
+            now = WireTimestamp.of(self.hlc.now())
+            ops.extend(
+                tg.ClientOp(
+                    map_name=name, key=entry.key, op_type="OR_REMOVE", or_tag=t, timestamp=now
+                )
+                for t in entry.tombstones
+                if t in live_tags
+            )
+            for op in ops:
+                rec = tg.client_op_to_record(op)
+                encoded = encode_record(rec)
+                if self.maps.apply(rec):
+                    fx.records.append(encoded)
+                    events.append(_event(op, rec))
+        self._fan_out(fx, conn, events)
+
+    def gc(self, horizon_ms: int) -> Effects:
+        """Forget tombstones older than ``horizon_ms`` and tell every client (``GC_PRUNE``);
+        a client whose last sync is older gets ``SYNC_RESET_REQUIRED`` from then on."""
+        fx = Effects()
+        self.maps.store.gc(horizon_ms)
+        self.gc_horizon_ms = max(self.gc_horizon_ms, horizon_ms)
+        if self._conns:
+            stamp = WireTimestamp(horizon_ms, 0, self.hlc.node_id)
+            prune = GcPrune(GcPrunePayload(stamp))
+            fx.out.append(Outbound(tuple(self._conns), tg.encode(prune)))
+        return fx
+
+    # -- topics and counters --------------------------------------------------------------
+
+    def _publish(self, fx: Effects, conn: int, c: _Conn, p: tg.TopicPubPayload) -> None:
+        self._topic_name(p.topic)
+        self._require(c.grants.may_topic(p.topic, "publish"), "publish to", p.topic)
+        targets = tuple(t for t in self._topics.get(p.topic, ()) if t != conn)
+        if targets:
+            msg = tg.TopicMessage(
+                tg.TopicMessagePayload(p.topic, p.data, c.grants.subject or None, self.clock())
+            )
+            fx.out.append(Outbound(targets, tg.encode(msg)))
+
+    def _counter_sync(self, fx: Effects, conn: int, c: _Conn, p: tg.CounterStatePayload) -> None:
+        self._require(c.grants.may_counter(p.name, "write"), "write the counter", p.name)
+        counter = self.counters.get(p.name)
+        counter.merge(*p.state.sides())
+        counter.subscribers.add(conn)
+        state = tg.CounterState.of(counter.positive, counter.negative)
+        update = tg.CounterUpdate(tg.CounterStatePayload(p.name, state))
+        fx.out.append(Outbound(tuple(sorted(counter.subscribers)), tg.encode(update)))
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _granted(self, fx: Effects, grants: list[Grant]) -> None:
+        for g in grants:
+            payload = tg.LockGrantedPayload(g.request_id, g.fencing_token, g.name)
+            fx.send(g.conn, tg.LockGranted(payload))
+
+    @staticmethod
+    def _require(allowed: bool, what: str, name: str) -> None:
+        if not allowed:
+            raise Forbidden(f"the token does not allow to {what} {name!r}", path="payload")
+
+    @staticmethod
+    def _topic_name(name: str) -> None:
+        if not TOPIC_NAME.match(name):
+            raise DecodeError(
+                "a topic name is 1-256 of A-Z a-z 0-9 _ - . : /", path="payload.topic"
+            )
+
+    def error(self, err: OctosyncError) -> bytes:
+        """The ``ERROR`` message for a refused frame."""
+        details: dict[str, Any] = {"name": err.name}
+        if err.path is not None:
+            details["path"] = err.path
+        payload = tg.ErrorPayload(err.code, err.message, msgspec.Raw(_ENC.encode(details)))
+        return tg.encode(tg.Error(payload))
+
+
+def _event(op: tg.ClientOp, rec: OpRecord) -> tg.ServerEventPayload:
+    """The ``SERVER_EVENT`` payload of an applied op; a REMOVE carries ``record`` with a null
+    value, because the real client applies LWW events only when ``record`` is present."""
+    if rec.op is OpKind.OR_ADD:
+        return tg.ServerEventPayload(op.map_name, "OR_ADD", op.key, or_record=op.or_record)
+    if rec.op is OpKind.OR_REMOVE:
+        return tg.ServerEventPayload(op.map_name, "OR_REMOVE", op.key, or_tag=op.or_tag)
+    if op.record is not None and (rec.op is OpKind.PUT or bytes(op.record.value) == bytes(NIL)):
+        return tg.ServerEventPayload(op.map_name, rec.op.value, op.key, record=op.record)
+    value = NIL if rec.op is OpKind.REMOVE else msgspec.Raw(rec.value)
+    record = WireLWWRecord(value, WireTimestamp.of(rec.ts))
+    return tg.ServerEventPayload(op.map_name, rec.op.value, op.key, record=record)

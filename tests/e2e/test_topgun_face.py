@@ -1,0 +1,100 @@
+"""The /topgun face over real sockets with a raw MsgPack client: in-band auth, the deadline
+for an idle unauthenticated socket, write concerns against the real journal, and the order
+of replies behind a durable ack."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from octosync.server.auth import AuthConfig, issue_token
+from octosync.store.journal import Journal
+from octosync.wire import topgun as tg
+from tests.e2e.helpers import TIMEOUT, serve
+from tests.e2e.test_hostile import closed_with
+from tests.topgun.helpers import batch, put
+
+SECRET = "topgun-face-secret-of-at-least-32-bytes"
+
+
+async def recv(ws: aiohttp.ClientWebSocketResponse) -> tg.Message:
+    msg = await asyncio.wait_for(ws.receive(), TIMEOUT)
+    assert msg.type == aiohttp.WSMsgType.BINARY, msg
+    return tg.decode(msg.data)
+
+
+def error_name(msg: tg.Message) -> str:
+    assert isinstance(msg, tg.Error), msg
+    return str(msgspec.msgpack.decode(msg.payload.details)["name"])
+
+
+async def test_nothing_but_auth_is_served_before_the_token_and_an_idle_socket_is_closed(
+    tmp_path: Path,
+) -> None:
+    auth = AuthConfig(hs256_secret=SECRET)
+    async with (
+        serve(tmp_path, insecure_dev=False, auth=auth, handshake_timeout=0.5) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+        assert isinstance(await recv(ws), tg.AuthRequired)
+        await ws.send_bytes(tg.encode(batch(put("1", "u1", 1, 10))))
+        assert error_name(await recv(ws)) == "Forbidden"
+        await ws.send_bytes(tg.encode(tg.DeviceHello()))  # dropped: this server wants a JWT
+        await ws.send_bytes(tg.encode(tg.Ping(timestamp=7)))
+        pong = await recv(ws)
+        assert isinstance(pong, tg.Pong)
+        assert pong.timestamp == 7
+        assert error_name(await recv(ws)) == "HandshakeFailed"  # the deadline passed
+        assert await closed_with(ws) == 1008
+        assert srv.runtime.topgun.maps.live_items("users") == {}
+
+        ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+        assert isinstance(await recv(ws), tg.AuthRequired)
+        await ws.send_bytes(tg.encode(tg.Auth(token=issue_token("wrong-secret" * 4, "x", {}))))
+        fail = await recv(ws)
+        assert isinstance(fail, tg.AuthFail)
+        assert fail.code == 401
+        assert await closed_with(ws) == 1008
+
+        ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+        await recv(ws)
+        token = issue_token(SECRET, "alice", {}, maps={"users": ["read", "write"]})
+        await ws.send_bytes(tg.encode(tg.Auth(token=token)))
+        ack = await recv(ws)
+        assert isinstance(ack, tg.AuthAck)
+        await ws.send_bytes(tg.encode(tg.Auth(token=token)))  # exactly one AUTH_ACK
+        assert error_name(await recv(ws)) == "RemoteProtocolError"
+        await ws.close()
+
+
+async def test_persisted_is_acknowledged_after_the_commit_and_later_replies_wait_for_it(
+    tmp_path: Path,
+) -> None:
+    async with (
+        serve(tmp_path, journal=True) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+        await ws.send_bytes(tg.encode(tg.DeviceHello()))
+        assert isinstance(await recv(ws), tg.DeviceAck)
+        ops = [put(str(i), f"k{i}", i, 100 + i) for i in range(1, 51)]
+        await ws.send_bytes(tg.encode(batch(*ops, write_concern="PERSISTED")))
+        await ws.send_bytes(tg.encode(tg.Ping(timestamp=1)))
+        ack = await recv(ws)
+        assert isinstance(ack, tg.OpAck), "the PONG overtook the durable ack"
+        assert ack.payload.achieved_level == "PERSISTED"
+        assert ack.payload.last_id == "50"
+        assert all(r.success for r in ack.payload.results or [])
+        with Journal(tmp_path, readonly=True) as journal:  # committed before the ack was sent
+            assert sorted(r.key for r in journal.all_ops()) == sorted(f"k{i}" for i in range(1, 51))
+        assert isinstance(await recv(ws), tg.Pong)
+
+        await ws.send_bytes(tg.encode(batch(put("51", "k1", "new", 500), write_concern="APPLIED")))
+        ack = await recv(ws)
+        assert isinstance(ack, tg.OpAck)
+        assert ack.payload.achieved_level == "APPLIED"
+        await ws.close()

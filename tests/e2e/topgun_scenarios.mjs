@@ -1,0 +1,152 @@
+// octosync's own scenarios for TopGun's real client (the bundles in ../shared/peers/topgun,
+// imported from there, never copied). One JSON object per line on stdout.
+//
+//   node topgun_scenarios.mjs PEER_DIR --url ws://127.0.0.1:PORT/topgun [--token JWT]
+//        [--seconds N] [--node ID] [--frames] SCENARIO [ARGS...]
+//
+//   watch                  open "users" (LWW) and "tags" (OR); print both on every change:
+//                          {"event":"maps","users":{...},"tags":{...}}; {"event":"ready"} once
+//                          connected
+//   ops OP...              apply OPs, print {"event":"synced"} once the server acked them all;
+//                          OP: put=KEY=JSON | remove=KEY | oradd=KEY=JSON | orremove=KEY=JSON
+//                          (maps "users" and "tags")
+//   lockhold NAME MS       take lock NAME, print {"event":"lock",ok,token,at}, hold MS, print
+//                          {"event":"unlock",at}, release and end
+//   topic NAME             subscribe NAME, print {"event":"ready"}; publish {"text":"hello from
+//                          <node>"} for every line on stdin; print {"event":"topic",data}
+//                          for every message received
+//   query                  live query on "users": age >= 18, by age desc, limit 10; prints
+//                          {"event":"rows","rows":[...]} on every result change
+process.env.NODE_ENV = process.env.NODE_ENV || 'production';
+process.env.LOG_LEVEL = process.env.LOG_LEVEL || 'silent';
+
+import { pathToFileURL } from 'node:url';
+import path from 'node:path';
+
+const args = process.argv.slice(2);
+const peerDir = args.shift();
+const opt = (name, dflt) => {
+  const i = args.indexOf(name);
+  if (i === -1) return dflt;
+  const v = args[i + 1];
+  args.splice(i, 2);
+  return v;
+};
+const flag = (name) => {
+  const i = args.indexOf(name);
+  if (i === -1) return false;
+  args.splice(i, 1);
+  return true;
+};
+const url = opt('--url', 'ws://127.0.0.1:8765/topgun');
+const token = opt('--token', null);
+const seconds = Number(opt('--seconds', '6'));
+const nodeId = opt('--node', 'scenario-' + process.pid);
+const frames = flag('--frames');
+const [scenario, ...rest] = args;
+
+const load = (file) => import(pathToFileURL(path.join(peerDir, file)).href);
+const WS = (await load('ws.mjs')).default;
+const { unpack } = await load('msgpackr.mjs');
+const { MemoryStorageAdapter } = await load('memory-storage.mjs');
+
+const out = (obj) => process.stdout.write(JSON.stringify(obj, (_k, v) =>
+  typeof v === 'bigint' ? Number(v) : v) + '\n');
+
+class TracingWebSocket extends WS {
+  constructor(u, protocols) {
+    super(u, protocols);
+    if (frames) this.on('message', (data) => trace('in', data));
+  }
+  send(data, ...more) {
+    if (frames) trace('out', data);
+    return super.send(data, ...more);
+  }
+}
+function trace(dir, raw) {
+  let msg;
+  try { msg = unpack(Buffer.from(raw)); } catch { msg = { undecodable: true }; }
+  out({ event: 'frame', dir, type: msg && msg.type, msg });
+}
+globalThis.WebSocket = TracingWebSocket;
+
+const { TopGunClient } = await load('topgun-client.mjs');
+const client = new TopGunClient({
+  serverUrl: url,
+  storage: new MemoryStorageAdapter(),
+  nodeId,
+  backoff: { initialDelayMs: 300, maxDelayMs: 600, maxRetries: 2 },
+});
+await client.start();
+if (token) client.setAuthToken(token);
+const finish = async () => {
+  out({ event: 'end', state: client.getConnectionState(), pendingOps: client.getPendingOpsCount() });
+  await client.close().catch(() => {});
+  process.exit(0);
+};
+setTimeout(finish, seconds * 1000);
+const connected = new Promise((resolve) => client.onConnectionStateChange((e) => {
+  if (e.to === 'CONNECTED') resolve();
+}));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+if (scenario === 'watch') {
+  const users = client.getMap('users');
+  const tags = client.getORMap('tags');
+  const show = () => {
+    const u = {};
+    for (const [k, v] of users.entries()) u[k] = v;
+    const t = {};
+    for (const k of tags.allKeys()) { const vs = tags.get(k); if (vs.length) t[k] = [...vs].sort(); }
+    out({ event: 'maps', users: u, tags: t });
+  };
+  users.subscribe(show);
+  tags.subscribe(show);
+  await connected;
+  out({ event: 'ready' });
+} else if (scenario === 'ops') {
+  const users = client.getMap('users');
+  const tags = client.getORMap('tags');
+  for (const op of rest) {
+    const [kind, key, json] = op.split('=');
+    const value = json === undefined ? undefined : JSON.parse(json);
+    if (kind === 'put') users.set(key, value);
+    else if (kind === 'remove') users.remove(key);
+    else if (kind === 'oradd') tags.add(key, value);
+    else if (kind === 'orremove') tags.remove(key, value);
+    else { out({ event: 'error', message: 'unknown op ' + op }); await finish(); }
+  }
+  await connected;
+  const poll = setInterval(() => {
+    if (client.getPendingOpsCount() === 0) { clearInterval(poll); out({ event: 'synced' }); finish(); }
+  }, 25);
+} else if (scenario === 'lockhold') {
+  const [name, ms] = rest;
+  await connected;
+  const lock = client.getLock(name);
+  const ok = await lock.lock(Number(ms) * 4);
+  out({ event: 'lock', ok, token: lock.fencingToken ?? null, at: Date.now() });
+  await sleep(Number(ms));
+  out({ event: 'unlock', at: Date.now() });
+  if (ok) await lock.unlock().catch(() => {});
+  await finish();
+} else if (scenario === 'topic') {
+  const [name] = rest;
+  await connected;
+  const topic = client.topic(name);
+  topic.subscribe((data) => out({ event: 'topic', data }));
+  out({ event: 'ready' });
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', () => topic.publish({ text: 'hello from ' + nodeId }));
+} else if (scenario === 'query') {
+  await connected;
+  const q = client.query('users', {
+    predicate: { op: 'gte', attribute: 'age', value: 18 },
+    sort: { age: 'desc' },
+    limit: 10,
+  });
+  q.subscribe((rows) => out({ event: 'rows', rows }));
+} else {
+  out({ event: 'error', message: 'unknown scenario ' + scenario });
+  await finish();
+}

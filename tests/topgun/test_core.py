@@ -1,0 +1,297 @@
+"""TopGun face rules without sockets: writes, acks, fan-out, sync, GC, topics, ping."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from octosync.crdt import HLC, LWWMap, SyncRequester
+from octosync.crdt.sync_messages import SyncInit
+from octosync.errors import DecodeError, Forbidden
+from octosync.server.auth import ClaimGrants
+from octosync.store.records import decode_record
+from octosync.topgun import TopGunCore
+from octosync.wire import topgun as tg
+from octosync.wire.topgun_services import GcPrune
+from tests.topgun.helpers import ALL, Clock, batch, core, or_add, or_remove, put, sent
+
+READER = ClaimGrants(subject="reader", maps={"users": frozenset({"read"})})
+
+
+def opened(c: TopGunCore, conn: int, grants: ClaimGrants = ALL, maps: tuple[str, ...] = ()) -> None:
+    c.connect(conn, grants)
+    for name in maps:
+        c.handle(conn, SyncInit(name, 0))
+
+
+def test_write_is_acked_and_fanned_out_to_other_connections_with_the_map_open() -> None:
+    c = core()
+    opened(c, 1)
+    opened(c, 2, maps=("users",))
+    opened(c, 3, maps=("other",))
+    fx = c.handle(1, batch(put("1", "u1", {"name": "Alice"}, 10), put("2", "u2", "Bob", 11)))
+    (ack,) = sent(fx, 1)
+    assert isinstance(ack, tg.OpAck)
+    assert ack.payload.last_id == "2"
+    assert ack.payload.achieved_level == "MEMORY"
+    assert ack.payload.results is None  # nothing was asked explicitly
+    (event,) = sent(fx, 2)
+    assert isinstance(event, tg.ServerBatchEvent)
+    assert [(e.key, e.event_type) for e in event.payload.events] == [("u1", "PUT"), ("u2", "PUT")]
+    assert sent(fx, 3) == []
+    assert len(fx.records) == 2
+    assert fx.durable == []
+
+
+def test_a_remove_event_carries_a_record_with_a_null_value() -> None:
+    c = core()
+    opened(c, 1)
+    opened(c, 2, maps=("users",))
+    c.handle(1, batch(put("1", "u1", "x", 10)))
+    fx = c.handle(1, batch(put("2", "u1", None, 11)))
+    (event,) = sent(fx, 2)
+    assert isinstance(event, tg.ServerEvent)
+    assert event.payload.event_type == "REMOVE"
+    assert event.payload.record is not None
+    assert bytes(event.payload.record.value) == b"\xc0"
+    assert c.maps.live_items("users") == {}
+
+
+def test_resent_ops_change_nothing_and_are_acked_again() -> None:
+    c = core()
+    opened(c, 1)
+    opened(c, 2, maps=("users",))
+    first = c.handle(1, batch(put("1", "u1", 1, 10)))
+    again = c.handle(1, batch(put("1", "u1", 1, 10), put("2", "u2", 2, 12)))
+    assert len(first.records) == 1
+    assert [decode_record(r.kind, r.body, seq=0).key for r in again.records] == ["u2"]  # type: ignore[union-attr]
+    (event,) = sent(again, 2)
+    assert isinstance(event, tg.ServerEvent)
+    assert event.payload.key == "u2"
+    (ack,) = sent(again, 1)
+    assert isinstance(ack, tg.OpAck)
+    assert ack.payload.last_id == "2"
+
+
+def test_a_write_without_the_grant_is_rejected_and_not_applied() -> None:
+    c = core()
+    opened(c, 1, READER)
+    opened(c, 2, maps=("users",))
+    fx = c.handle(1, batch(put("7", "u1", 1, 10)))
+    rejected, ack = sent(fx, 1)
+    assert isinstance(rejected, tg.OpRejected)
+    assert rejected.payload.op_id == "7"
+    assert "write" in rejected.payload.reason
+    assert rejected.payload.code == 403
+    assert isinstance(ack, tg.OpAck)
+    assert ack.payload.last_id == "7"
+    assert sent(fx, 2) == []
+    assert fx.records == []
+    assert c.maps.live_items("users") == {}
+
+
+def test_persisted_is_acked_after_the_commit_with_results_per_op() -> None:
+    c = core()
+    opened(c, 1)
+    fx = c.handle(1, batch(put("1", "u1", 1, 10), put("2", "u2", 2, 11), write_concern="PERSISTED"))
+    assert sent(fx, 1) == []
+    (durable,) = fx.durable
+    ack = tg.decode(durable.data)
+    assert isinstance(ack, tg.OpAck)
+    assert ack.payload.achieved_level == "PERSISTED"
+    assert [(r.op_id, r.success) for r in ack.payload.results or []] == [("1", True), ("2", True)]
+    assert len(fx.records) == 2
+
+
+def test_persisted_without_a_journal_says_what_was_achieved() -> None:
+    c = core(persistent=False)
+    opened(c, 1)
+    fx = c.handle(1, batch(put("1", "u1", 1, 10, write_concern="PERSISTED")))
+    (ack,) = sent(fx, 1)
+    assert isinstance(ack, tg.OpAck)
+    assert ack.payload.achieved_level == "APPLIED"
+    (result,) = ack.payload.results or []
+    assert result.success is False
+    assert result.error is not None
+    assert fx.durable == []
+
+
+def test_fire_and_forget_is_acked_before_anything_else() -> None:
+    c = core()
+    opened(c, 1, READER)
+    fx = c.handle(1, batch(put("1", "u1", 1, 10), write_concern="FIRE_AND_FORGET"))
+    ack, rejected = sent(fx, 1)
+    assert isinstance(ack, tg.OpAck)
+    assert ack.payload.achieved_level == "FIRE_AND_FORGET"
+    assert isinstance(rejected, tg.OpRejected)
+
+
+def test_an_unknown_write_concern_is_refused_whole() -> None:
+    c = core()
+    opened(c, 1)
+    with pytest.raises(DecodeError) as err:
+        c.handle(1, batch(put("1", "u1", 1, 10), write_concern="SOMETIMES"))
+    assert err.value.path == "payload.ops[0].writeConcern"
+    assert c.maps.live_items("users") == {}
+
+
+def test_or_adds_and_removes_fan_out_and_fold() -> None:
+    c = core()
+    opened(c, 1)
+    opened(c, 2, maps=("tags",))
+    c.handle(1, batch(or_add("1", "p", "rust", 10), or_add("2", "p", "py", 11)))
+    fx = c.handle(1, batch(or_remove("3", "p", "10:0:n1", 12)))
+    (event,) = sent(fx, 2)
+    assert isinstance(event, tg.ServerEvent)
+    assert (event.payload.event_type, event.payload.or_tag) == ("OR_REMOVE", "10:0:n1")
+    live = c.maps.store.or_values("tags", "p")
+    assert [msgspec.msgpack.decode(v) for _, v in live] == ["py"]
+
+
+def test_ping_gets_pong_with_the_server_time() -> None:
+    clock = Clock(123_456)
+    c = core(clock=clock)
+    opened(c, 1)
+    (pong,) = sent(c.handle(1, tg.Ping(timestamp=42)), 1)
+    assert pong == tg.Pong(timestamp=42, server_time=123_456)
+
+
+def test_sync_needs_the_read_grant() -> None:
+    c = core()
+    opened(c, 1, ClaimGrants(subject="x"))
+    with pytest.raises(Forbidden):
+        c.handle(1, SyncInit("users", 0))
+
+
+def test_gc_prunes_tombstones_and_resets_clients_that_synced_before_the_horizon() -> None:
+    c = core()
+    opened(c, 1)
+    c.handle(1, batch(put("1", "u1", "x", 10), put("2", "u1", None, 20), put("3", "u2", 1, 30)))
+    fx = c.gc(25)
+    (prune,) = sent(fx, 1)
+    assert isinstance(prune, GcPrune)
+    assert prune.payload.older_than.millis == 25
+    assert c.maps.store.lww_winner("users", "u1") is None
+    (reset,) = sent(c.handle(1, SyncInit("users", 5)), 1)
+    assert isinstance(reset, tg.SyncResetRequired)
+    (root,) = sent(c.handle(1, SyncInit("users", 26)), 1)
+    assert isinstance(root, tg.SyncRespRoot)
+
+
+def test_topic_messages_reach_the_other_subscribers_only() -> None:
+    c = core()
+    for conn in (1, 2, 3):
+        opened(c, conn)
+    for conn in (1, 2):
+        c.handle(conn, tg.TopicSub(tg.Topic("chat/room-1")))
+    data = msgspec.Raw(msgspec.msgpack.encode({"text": "hi"}))
+    fx = c.handle(1, tg.TopicPub(tg.TopicPubPayload("chat/room-1", data)))
+    assert sent(fx, 1) == []
+    assert sent(fx, 3) == []
+    (msg,) = sent(fx, 2)
+    assert isinstance(msg, tg.TopicMessage)
+    assert msgspec.msgpack.decode(msg.payload.data) == {"text": "hi"}
+    assert msg.payload.publisher_id == "all"
+    with pytest.raises(DecodeError):
+        c.handle(1, tg.TopicSub(tg.Topic("bad topic!")))
+    c.connect(4, ClaimGrants(subject="mute", topics={"*": frozenset({"subscribe"})}))
+    with pytest.raises(Forbidden):
+        c.handle(4, tg.TopicPub(tg.TopicPubPayload("chat/room-1", data)))
+
+
+# -- properties ---------------------------------------------------------------------------
+
+_keys = st.sampled_from(["a", "b", "c", "d"])
+_writes = st.lists(
+    st.tuples(
+        st.sampled_from(["n1", "n2"]),
+        _keys,
+        st.one_of(st.none(), st.integers(0, 9)),
+        st.integers(1, 30),
+    ),
+    max_size=25,
+)
+
+
+def _ops(writes: list[tuple[str, str, int | None, int]]) -> list[tg.ClientOp]:
+    return [
+        put(str(i + 1), key, value, millis, node, counter=i)
+        for i, (node, key, value, millis) in enumerate(writes)
+    ]
+
+
+@settings(max_examples=60)
+@given(_writes, st.data())
+def test_resends_in_any_grouping_give_the_state_of_one_application(
+    writes: list[tuple[str, str, int | None, int]], data: st.DataObject
+) -> None:
+    ops = _ops(writes)
+    once = core()
+    opened(once, 1)
+    for op in ops:
+        once.handle(1, batch(op))
+    resent = core()
+    opened(resent, 1)
+    # the client resends every unacknowledged op with each new batch: prefixes of the log
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(ops)), max_size=6)))
+    for cut in [*cuts, len(ops)]:
+        if cut:
+            resent.handle(1, batch(*ops[:cut]))
+    assert list(resent.maps.store.rows()) == list(once.maps.store.rows())
+    expected: dict[str, tuple[tuple[int, int, str], int | None]] = {}
+    for op, (node, key, value, millis) in zip(ops, writes, strict=True):
+        stamp = (millis, int(op.record.timestamp.counter), node)  # type: ignore[union-attr]
+        if key not in expected or stamp > expected[key][0]:
+            expected[key] = (stamp, value)
+    live = {k: v for k, (_, v) in expected.items() if v is not None}
+    got = {k: msgspec.msgpack.decode(v) for k, v in resent.maps.live_items("users").items()}
+    assert got == live
+
+
+@settings(max_examples=40)
+@given(_writes)
+def test_a_fresh_replica_reaches_the_server_state_by_merkle_sync(
+    server_writes: list[tuple[str, str, int | None, int]],
+) -> None:
+    c = core()
+    opened(c, 1)
+    if server_writes:
+        c.handle(1, batch(*_ops(server_writes)))
+    replica = LWWMap(HLC("r", lambda: 0))
+    requester = SyncRequester("users", replica, leaf_digests=False)
+    wave: list[object] = [requester.start()]
+    rounds = 0
+    while wave:
+        rounds += 1
+        replies = []
+        for request in wave:
+            # through the wire, as the real client sends them
+            message = tg.decode(tg.encode(request))  # type: ignore[arg-type]
+            replies.extend(sent(c.handle(1, message), 1))
+        wave = [nxt for reply in replies for nxt in requester.receive(reply)]  # type: ignore[arg-type]
+    assert rounds <= 5
+    server = {k: msgspec.msgpack.decode(v) for k, v in c.maps.live_items("users").items()}
+    assert replica.items() == server
+    assert replica.merkle.root() == c.maps.store.merkle("users").root()
+
+
+def test_locks_through_the_core_need_the_grant_and_are_released_on_disconnect() -> None:
+    c = core()
+    opened(c, 1)
+    opened(c, 2)
+    c.connect(3, ClaimGrants(subject="no-locks"))
+    with pytest.raises(Forbidden):
+        c.handle(3, tg.LockRequest(tg.LockRequestPayload("r0", "res", 1000)))
+    (granted,) = sent(c.handle(1, tg.LockRequest(tg.LockRequestPayload("r1", "res", 1000))), 1)
+    assert isinstance(granted, tg.LockGranted)
+    assert sent(c.handle(2, tg.LockRequest(tg.LockRequestPayload("r2", "res", 1000))), 2) == []
+    wrong = tg.LockRelease(tg.LockReleasePayload("res", granted.payload.fencing_token + 1, "r1"))
+    (refused,) = sent(c.handle(1, wrong), 1)
+    assert isinstance(refused, tg.LockReleased)
+    assert refused.payload.success is False
+    (next_grant,) = sent(c.disconnect(1), 2)  # the holder went away: the waiter gets it
+    assert isinstance(next_grant, tg.LockGranted)
+    assert next_grant.payload.request_id == "r2"
+    assert next_grant.payload.fencing_token > granted.payload.fencing_token
