@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from octosync.links import cli as chain_cli
 from octosync.pipeline import cli as pipeline_cli
 from octosync.server.config import ServerConfig, load_config_file
 from octosync.server.run import Started, serve_forever
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.set_defaults(func=_token)
     store_cli.register(sub)
     pipeline_cli.register(sub)
+    chain_cli.register(sub)
     return parser
 
 

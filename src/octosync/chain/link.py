@@ -156,6 +156,11 @@ class ChainLink:
     def is_tail(self) -> bool:
         return not self.has_downstream
 
+    @property
+    def compute_due(self) -> bool:
+        """The tail has events ``compute`` has not been offered since they changed."""
+        return self.is_tail and self._compute_due
+
     def machine(self) -> ChainStateMachine:
         """The whole replica, as a new link joining at the tail copies it."""
         return ChainStateMachine(

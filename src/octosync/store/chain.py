@@ -101,10 +101,35 @@ class DeviceStore:
         self._conn.close()
 
 
+class Prepared(msgspec.Struct, frozen=True):
+    rows: list[tuple[int, str, int, str, str, int]]
+    trim: int
+    meta: tuple[int, int, bytes, int, int, bytes, int]
+    wipe: bool
+
+
+def _prepare(dirty: Dirty, link: ChainLink, epoch: int, *, wipe: bool) -> Prepared:
+    rows = [
+        (c, e.device, e.device_sequencer, e.name, e.payload, int(e.tombstone))
+        for c, e in dirty.upserts.items()
+        if c >= dirty.trim
+    ]
+    meta = (
+        link.next_chain,
+        link.trim,
+        _encode(link.state),
+        link.next_state,
+        link.acked_through,
+        _encode(link.device_trims),
+        epoch,
+    )
+    return Prepared(rows, dirty.trim, meta, wipe)
+
+
 class LinkStore:
     """One link's replica; ``commit`` writes a link's ``Dirty`` and meta in one transaction."""
 
-    def __init__(self, path: Path, *, durability: Durability = "normal") -> None:
+    def __init__(self, path: Path, *, durability: Durability = "full") -> None:
         self.path = path
         self._conn = _connect(path, durability)
         with self._conn:
@@ -146,46 +171,38 @@ class LinkStore:
 
     def replace(self, machine: ChainStateMachine, epoch: int) -> None:
         """Overwrite everything with ``machine`` (a link joining with a copy of the tail)."""
-        self._write(
-            Dirty(dict(machine.events), machine.trim),
-            ChainLink(machine),
-            epoch,
-            wipe=True,
-        )
+        link = ChainLink(machine)
+        self.write(_prepare(Dirty(dict(machine.events), machine.trim), link, epoch, wipe=True))
+
+    def prepare(self, link: ChainLink, epoch: int) -> Prepared | None:
+        """Take what ``link`` changed since the last call, as rows (on the link's thread)."""
+        dirty = link.take_dirty()
+        if dirty is None:
+            return None
+        return _prepare(dirty, link, epoch, wipe=False)
 
     def commit(self, link: ChainLink, epoch: int) -> bool:
         """Persist what ``link`` changed since the last commit; False if nothing had."""
-        dirty = link.take_dirty()
-        if dirty is None:
+        prepared = self.prepare(link, epoch)
+        if prepared is None:
             return False
-        self._write(dirty, link, epoch, wipe=False)
+        self.write(prepared)
         return True
 
-    def _write(self, dirty: Dirty, link: ChainLink, epoch: int, *, wipe: bool) -> None:
-        rows = [
-            (c, e.device, e.device_sequencer, e.name, e.payload, int(e.tombstone))
-            for c, e in dirty.upserts.items()
-            if c >= dirty.trim
-        ]
+    def write(self, prepared: Prepared) -> None:
+        """One transaction (may run on another thread than ``prepare``)."""
         try:
             with self._conn:
                 self._conn.execute("BEGIN IMMEDIATE")
-                if wipe:
+                if prepared.wipe:
                     self._conn.execute("DELETE FROM events")
                 else:
-                    self._conn.execute("DELETE FROM events WHERE c < ?", (dirty.trim,))
-                self._conn.executemany("INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?)", rows)
+                    self._conn.execute("DELETE FROM events WHERE c < ?", (prepared.trim,))
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?)", prepared.rows
+                )
                 self._conn.execute(
-                    "INSERT OR REPLACE INTO meta VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        link.next_chain,
-                        link.trim,
-                        _encode(link.state),
-                        link.next_state,
-                        link.acked_through,
-                        _encode(link.device_trims),
-                        epoch,
-                    ),
+                    "INSERT OR REPLACE INTO meta VALUES (1, ?, ?, ?, ?, ?, ?, ?)", prepared.meta
                 )
         except sqlite3.Error as exc:
             raise StorageError(f"cannot write {self.path}: {exc}") from exc

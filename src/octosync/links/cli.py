@@ -1,0 +1,246 @@
+"""``octosync chain up | node | status | device``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from octosync.chain.app import EXAMPLE_APP, load_app
+from octosync.errors import OctosyncError
+from octosync.links import frames, nats_server
+from octosync.links.config_store import ConfigStore
+from octosync.links.device import ChainDevice
+from octosync.links.node import NodeOptions, run_node
+from octosync.store.chain import DeviceStore
+
+READY = "chain link {id} listening on {host}:{port}"
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def _node(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    host, port = _host_port(args.listen)
+    try:
+        app = load_app(args.app)
+    except OctosyncError as exc:
+        print(f"octosync: {exc}", file=sys.stderr)
+        return 2
+
+    def ready(actual: int) -> None:
+        print(READY.format(id=args.id, host=host, port=actual), flush=True)
+
+    options = NodeOptions(args.chain, args.id, host, port, args.config, app, Path(args.data), ready)
+    with contextlib.suppress(KeyboardInterrupt):
+        run_node(options)
+    return 0
+
+
+def start_node(
+    chain: str, node_id: str, config_url: str, app: str, data: Path, *, port: int = 0
+) -> tuple[subprocess.Popen[str], int]:
+    """Start ``octosync chain node`` as a process; returns it once it listens, with its port."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "octosync.cli",
+            "chain",
+            "node",
+            "--chain",
+            chain,
+            "--id",
+            node_id,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--config",
+            config_url,
+            "--app",
+            app,
+            "--data",
+            str(data),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("chain link"):
+        proc.kill()
+        raise OctosyncError(f"link {node_id} did not start (exit {proc.wait()})")
+    return proc, int(line.rsplit(":", 1)[1])
+
+
+def _up(args: argparse.Namespace) -> int:
+    data = Path(args.data or tempfile.mkdtemp(prefix="octosync-chain-"))
+    nats = nats_server.start(data / "nats", args.nats_port)
+    url = f"nats://127.0.0.1:{args.nats_port}"
+    procs: list[subprocess.Popen[str]] = [nats]  # type: ignore[list-item]
+    try:
+        print(f"NATS JetStream on {url} (data in {data})", flush=True)
+        for i in range(args.nodes):
+            node_id = f"n{i + 1}"
+            proc, port = start_node(args.chain, node_id, url, args.app, data / node_id)
+            procs.append(proc)
+            print(f"link {node_id} on 127.0.0.1:{port}", flush=True)
+        print(
+            f"chain {args.chain!r} is up. Try:\n"
+            f"  octosync chain status --chain {args.chain} --config {url}\n"
+            f"  octosync chain device --chain {args.chain} --config {url} --name alice",
+            flush=True,
+        )
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+    return 0
+
+
+async def fetch_status(host: str, port: int, epoch: int = 0) -> frames.Status | None:
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
+    except (OSError, TimeoutError):
+        return None
+    try:
+        writer.write(frames.encode(frames.StatusRequest(epoch)))
+        frame = await asyncio.wait_for(frames.read_frame(reader), 2)
+        return frame if isinstance(frame, frames.Status) else None
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return None
+    finally:
+        writer.close()
+
+
+async def chain_status(chain: str, url: str) -> dict[str, Any]:
+    configs = await ConfigStore(url, chain).open()
+    try:
+        config, revision = await configs.read()
+        alive = await configs.alive()
+    finally:
+        await configs.close()
+    links = []
+    for member in config.members:
+        status = await fetch_status(member.host, member.port)
+        entry: dict[str, Any] = {"id": member.id, "address": member.address}
+        entry["alive"] = member.id in alive
+        if status is not None:
+            entry.update(
+                role=status.role,
+                epoch=status.epoch,
+                next_chain=status.next_chain_sequencer,
+                trim=status.trim,
+                next_state=status.next_state_sequencer,
+                acked_through=status.acked_through,
+                live_events=status.live_events,
+                devices=status.devices,
+            )
+        links.append(entry)
+    head = config.head.id if config.head else None
+    tail = config.tail.id if config.tail else None
+    chains = [e["next_chain"] for e in links if "next_chain" in e]
+    states = [e["next_state"] for e in links if "next_state" in e]
+    return {
+        "chain": chain,
+        "epoch": config.epoch,
+        "revision": revision,
+        "head": head,
+        "tail": tail,
+        "event_lag": (max(chains) - min(chains)) if chains else None,
+        "state_lag": (max(states) - min(states)) if states else None,
+        "links": links,
+    }
+
+
+def _status(args: argparse.Namespace) -> int:
+    print(json.dumps(asyncio.run(chain_status(args.chain, args.config)), indent=2))
+    return 0
+
+
+async def _demo_device(args: argparse.Namespace) -> None:
+    configs = await ConfigStore(args.config, args.chain).open()
+    store = DeviceStore(Path(args.data) / f"{args.name}.sqlite") if args.data else None
+    device = ChainDevice(args.name, configs=configs, store=store)
+    device.start()
+    try:
+        device.emit("join", json.dumps({"name": args.name}))
+        for i in range(args.events):
+            await asyncio.sleep(args.interval)
+            if i % 5 == 4:
+                device.emit("score", json.dumps({"points": 1}))
+            else:
+                device.emit("move", json.dumps({"dx": (i % 3) - 1, "dy": 1 - (i % 2)}))
+            player = (device.client.state or {}).get("players", {}).get(args.name)
+            print(
+                json.dumps(
+                    {
+                        "sent": i + 2,
+                        "acked": len(device.acked),
+                        "state": device.client.state_sequencer,
+                        "me": player,
+                    }
+                ),
+                flush=True,
+            )
+    finally:
+        await device.stop()
+        await configs.close()
+
+
+def _device(args: argparse.Namespace) -> int:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_demo_device(args))
+    return 0
+
+
+def register(sub: Any) -> None:
+    chain = sub.add_parser("chain", help="Octoprotocol chain replication")
+    commands = chain.add_subparsers(dest="chain_command", required=True)
+    url = "nats://127.0.0.1:4222"
+
+    up = commands.add_parser("up", help="start NATS and a chain of links locally")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--chain", default="demo")
+    up.add_argument("--app", default=EXAMPLE_APP)
+    up.add_argument("--data", default=None, help="directory for NATS and the links")
+    up.add_argument("--nats-port", type=int, default=4222)
+    up.set_defaults(func=_up)
+
+    node = commands.add_parser("node", help="run one link of a chain")
+    node.add_argument("--chain", required=True)
+    node.add_argument("--id", required=True)
+    node.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (loopback by default)")
+    node.add_argument("--config", default=url, help="NATS URL holding the configuration")
+    node.add_argument("--app", default=EXAMPLE_APP, help="module:function computing the state")
+    node.add_argument("--data", required=True)
+    node.set_defaults(func=_node)
+
+    status = commands.add_parser("status", help="members, epoch, head, tail, lag")
+    status.add_argument("--chain", default="demo")
+    status.add_argument("--config", default=url)
+    status.set_defaults(func=_status)
+
+    device = commands.add_parser("device", help="a demo device: joins, moves, scores, prints")
+    device.add_argument("--chain", default="demo")
+    device.add_argument("--config", default=url)
+    device.add_argument("--name", required=True)
+    device.add_argument("--events", type=int, default=20)
+    device.add_argument("--interval", type=float, default=0.5)
+    device.add_argument("--data", default=None, help="directory for the device's SQLite file")
+    device.set_defaults(func=_device)
