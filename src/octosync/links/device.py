@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from octosync.chain.device import DeviceClient, Phase
 from octosync.chain.records import DeviceEvent
+from octosync.errors import OctosyncError
 from octosync.links import frames
 from octosync.links.config_store import ConfigStore
 from octosync.store.chain import DeviceStore
@@ -90,8 +91,8 @@ class ChainDevice:
                     continue
                 try:
                     await self._session(reader, writer)
-                except (asyncio.IncompleteReadError, ConnectionError, OSError):
-                    pass
+                except (asyncio.IncompleteReadError, ConnectionError, OSError, OctosyncError):
+                    pass  # reconnect and bootstrap again: the head forgets nothing we hold
                 finally:
                     self.client.disconnect()
                     self._writer = None

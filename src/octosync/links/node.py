@@ -56,6 +56,9 @@ class Conn:
     peer: str = ""
     since_epoch: int = 0
     bootstrapped: bool = False
+    live_from: int = 0
+    """Index, in the batch's outputs, of this device's BootstrapComplete: earlier outputs of the
+    batch were produced before it bootstrapped and must not reach it."""
     closed: bool = False
 
     def send(self, frame: frames.Frame) -> None:
@@ -285,6 +288,7 @@ class Node:
                 raise StaleEpoch("device frame on a connection that is not a head's device")
             if isinstance(frame.message, BootstrapChainRequest):
                 conn.bootstrapped = True
+                conn.live_from = len(outputs)
                 produced = self.link.bootstrap(conn.peer, frame.message)
             elif not conn.bootstrapped:
                 raise NotBootstrapped("DeviceEvent before BootstrapChainRequest")
@@ -437,7 +441,7 @@ class Node:
 
     def _send(self, outputs: list[tuple[Output, int]]) -> None:
         broadcast: bytes | None = None
-        for out, epoch in outputs:
+        for i, (out, epoch) in enumerate(outputs):
             if isinstance(out, ToDownstream):
                 if self.down is not None:
                     self.down.send(frames.Link(epoch, out.message))
@@ -446,17 +450,19 @@ class Node:
                     self.up.send(frames.Link(epoch, out.message))
             elif isinstance(out, ToDevice):
                 conn = self.devices.get(out.device)
-                if conn is not None and conn.bootstrapped:
+                if conn is not None and conn.bootstrapped and conn.live_from <= i:
                     conn.send(frames.ForDevice(epoch, out.message))
             elif isinstance(out, ToDevices):
                 broadcast = frames.encode(frames.ForDevice(epoch, out.message))
                 for conn in list(self.devices.values()):
-                    if not conn.bootstrapped:
+                    if not conn.bootstrapped or conn.live_from > i:
                         continue
                     if conn.writer.transport.get_write_buffer_size() > DEVICE_HIGH_WATER:
                         conn.close()
                         continue
                     conn.send_bytes(broadcast)
+        for conn in self.devices.values():
+            conn.live_from = 0
 
     def _status(self) -> frames.Status:
         role = "head" if self.link.is_head else "tail" if self.link.is_tail else "middle"
