@@ -18,6 +18,7 @@ from nats.js.kv import KeyValue
 
 from octosync.errors import ConfigConflict, ReplicationError
 from octosync.links.config import ChainConfig
+from octosync.wire.strict import strict
 
 CONFIG_KEY = "config"
 HEARTBEAT_TTL = 2.0
@@ -55,8 +56,9 @@ class ConfigStore:
             entry = await self._config.get(CONFIG_KEY)
         except KeyNotFoundError:
             return ChainConfig(), 0
-        assert entry.value is not None and entry.revision is not None
-        return _decoder.decode(entry.value), entry.revision
+        if entry.value is None or entry.revision is None:
+            return ChainConfig(), 0
+        return strict(_decoder.decode, entry.value, dialect="chain/config"), entry.revision
 
     async def write(self, config: ChainConfig, revision: int) -> int:
         """Compare-and-set: ``ConfigConflict`` if the entry moved past ``revision``."""

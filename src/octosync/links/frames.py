@@ -11,7 +11,12 @@ from typing import Annotated
 
 import msgspec
 
-from octosync.chain.records import ChainStateMachine, DeviceToHead, HeadToDevice, LinkMessage
+from octosync.chain.records import (
+    ChainStateMachine,
+    DeviceToHead,
+    HeadToDevice,
+    LinkMessage,
+)
 from octosync.errors import Oversize
 from octosync.wire.chain import ChainCodec
 from octosync.wire.framing import HEADER, HEADER_SIZE

@@ -1,4 +1,4 @@
-"""A local NATS server with JetStream, from the ``nats-server`` binary in the virtual environment."""
+"""A local NATS server with JetStream, from the ``nats-server`` binary in the venv."""
 
 from __future__ import annotations
 
