@@ -94,11 +94,13 @@ def _copy_audit(audit: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _contains(ranges: list[list[int]], d: int) -> bool:
-    return any(lo <= d <= hi for lo, hi in ranges)
+    return any(lo <= d <= hi for lo, hi in reversed(ranges))
 
 
 def _insert(ranges: list[list[int]], d: int) -> list[list[int]]:
     """Closed intervals, sorted and merged, with ``d`` added (``d`` not already covered)."""
+    if ranges and ranges[-1][1] + 1 == d:
+        return [*ranges[:-1], [ranges[-1][0], d]]  # the common case: the next in order
     merged: list[list[int]] = []
     for lo, hi in sorted([*ranges, [d, d]]):
         if merged and lo <= merged[-1][1] + 1:

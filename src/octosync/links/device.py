@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from octosync.chain.device import DeviceClient, Phase
-from octosync.chain.records import DeviceEvent
+from octosync.chain.records import DeviceEvent, HeadToDevice
 from octosync.errors import OctosyncError
 from octosync.links import frames
 from octosync.links.config_store import ConfigStore
@@ -32,11 +32,14 @@ class ChainDevice:
         configs: ConfigStore | None = None,
         addresses: Sequence[tuple[str, int]] = (),
         store: DeviceStore | None = None,
+        listener: Callable[[HeadToDevice], None] | None = None,
     ) -> None:
         self.name = name
         self.configs = configs
         self.addresses = list(addresses)
         self.store = store
+        self.listener = listener
+        """Sees every message from the head after the device applied it (benchmarks, demos)."""
         self.client = DeviceClient(name, store.load() if store else None)
         self._saved_version = self.client.version
         self._writer: asyncio.StreamWriter | None = None
@@ -116,6 +119,8 @@ class ChainDevice:
             self.acked.update(self.client.acked)
             self.acked.update(self.client.consumed)
             self._send(outgoing)
+            if self.listener is not None:
+                self.listener(frame.message)
             self.changed.set()
 
     def _send(self, events: list[DeviceEvent]) -> None:

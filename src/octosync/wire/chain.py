@@ -45,14 +45,29 @@ def check_records(value: object, path: str = "$") -> None:
     """Every JSON-tree field of ``value`` (and of structs nested in it) holds a JSON tree."""
     if not isinstance(value, msgspec.Struct):
         return
-    fields = msgspec.structs.fields(value)
-    for field in fields:
-        item = getattr(value, field.name)
-        where = f"{path}.{field.encode_name}"
-        if field.name in JSON_FIELDS and isinstance(value, ChainRecord):
+    for name, encode_name, is_json in _plan(type(value)):
+        item = getattr(value, name)
+        where = f"{path}.{encode_name}"
+        if is_json:
             check_json(item, where)
         elif isinstance(item, msgspec.Struct):
             check_records(item, where)
+
+
+_PLANS: dict[type, list[tuple[str, str, bool]]] = {}
+
+
+def _plan(cls: type[msgspec.Struct]) -> list[tuple[str, str, bool]]:
+    """Per struct type, once: (field, wire name, holds a JSON tree); ``fields()`` is slow."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        is_record = issubclass(cls, ChainRecord)
+        plan = [
+            (f.name, f.encode_name, is_record and f.name in JSON_FIELDS)
+            for f in msgspec.structs.fields(cls)
+        ]
+        _PLANS[cls] = plan
+    return plan
 
 
 MACHINE_MSGPACK: ChainCodec[ChainStateMachine] = ChainCodec(ChainStateMachine, "msgpack")
