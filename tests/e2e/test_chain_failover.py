@@ -13,6 +13,7 @@ import signal
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ async def test_sigkill_head_middle_tail_loses_nothing_acknowledged(tmp_path: Pat
     nats_port = free_port()
     nats = nats_server.start(tmp_path / "nats", nats_port)
     url = f"nats://127.0.0.1:{nats_port}"
-    procs: dict[str, subprocess.Popen[str]] = {}
+    procs: dict[str, subprocess.Popen[Any]] = {}
 
     async def launch(node_id: str) -> None:
         proc, _ = await asyncio.to_thread(start_node, CHAIN, node_id, url, APP, tmp_path / node_id)
@@ -149,12 +150,10 @@ async def test_sigkill_head_middle_tail_loses_nothing_acknowledged(tmp_path: Pat
         assert sum(1 for d in devices if d.connections > 1) > 0  # devices did fail over
     finally:
         stop.set()
-        for device in devices:
-            await device.stop()
-        await configs.close()
-        for proc in procs.values():
+        for proc in [*procs.values(), nats]:  # processes first: nothing below may leak them
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait(timeout=10)
-        nats.kill()
-        nats.wait(timeout=10)
+        for device in devices:
+            await device.stop()
+        await configs.close()

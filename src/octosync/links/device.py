@@ -70,8 +70,8 @@ class ChainDevice:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task  # a failure was already the caller's to see; stop regardless
         if self._writer is not None:
             self._writer.close()
         if self.store is not None:
