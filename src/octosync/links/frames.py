@@ -12,6 +12,7 @@ from typing import Annotated
 import msgspec
 
 from octosync.chain.records import (
+    ChainRecord,
     ChainStateMachine,
     DeviceToHead,
     HeadToDevice,
@@ -27,14 +28,9 @@ MAX_FRAME = 256 * 1024 * 1024
 Epoch = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class Frame(
-    msgspec.Struct,
-    frozen=True,
-    rename="pascal",
-    tag_field="Type",
-    tag=True,
-    forbid_unknown_fields=True,
-):
+class Frame(ChainRecord, frozen=True):
+    """Every frame: tagged by class name in ``Type``, with the sender's configuration epoch."""
+
     epoch: Epoch
 
 
