@@ -36,7 +36,7 @@ from octosync.chain.records import BootstrapChainRequest, ChainStateMachine
 from octosync.errors import NotBootstrapped, OctosyncError, StaleEpoch
 from octosync.links import frames
 from octosync.links.config import ChainConfig, Member
-from octosync.links.config_store import ConfigStore
+from octosync.links.config_store import HEARTBEAT_TTL, ConfigStore
 from octosync.store.chain import LinkStore
 
 log = logging.getLogger("octosync.chain")
@@ -124,6 +124,7 @@ class Node:
         self._spawn(self._heartbeat())
         await self._join()
         self._spawn(self._poll_config())
+        self._spawn(self._sweep())
         self._spawn(self._process())
         self.options.ready(port)
         try:
@@ -167,6 +168,16 @@ class Node:
         while True:
             await self.configs.beat(self.me.id)
             await asyncio.sleep(0.4)
+
+    async def _sweep(self) -> None:
+        """A neighbour whose heartbeat expired is removed even if its sockets stay open (hung)."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_TTL / 2)
+            alive = await self.configs.alive()
+            for after in (False, True):
+                member = self._neighbour(after=after)
+                if member is not None and member.id not in alive:
+                    await self._remove_if_dead(member)
 
     async def _poll_config(self) -> None:
         while True:
