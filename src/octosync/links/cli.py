@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from octosync.chain.app import EXAMPLE_APP, load_app
+from octosync.chain.records import BootstrapComplete, HeadToDevice, StateUpdate
 from octosync.errors import OctosyncError
 from octosync.links import frames, nats_server
 from octosync.links.config_store import ConfigStore
@@ -208,6 +209,36 @@ def _device(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _watch_state(args: argparse.Namespace) -> None:
+    """An observer: bootstraps like a device that never emits, prints each new state."""
+    configs = await ConfigStore(args.config, args.chain).open()
+    seen = 0
+    printed = asyncio.Event()
+
+    def show(message: HeadToDevice) -> None:
+        nonlocal seen
+        if isinstance(message, BootstrapComplete | StateUpdate):
+            seen += 1
+            line = {"state_sequencer": device.client.state_sequencer, "state": device.client.state}
+            print(json.dumps(line), flush=True)
+            if args.limit is not None and seen >= args.limit:
+                printed.set()
+
+    device = ChainDevice(args.name, configs=configs, listener=show)
+    device.start()
+    try:
+        await printed.wait()
+    finally:
+        await device.stop()
+        await configs.close()
+
+
+def _watch(args: argparse.Namespace) -> int:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_watch_state(args))
+    return 0
+
+
 def register(sub: Any) -> None:
     chain = sub.add_parser("chain", help="Octoprotocol chain replication")
     commands = chain.add_subparsers(dest="chain_command", required=True)
@@ -243,6 +274,13 @@ def register(sub: Any) -> None:
     device.add_argument("--interval", type=float, default=0.5)
     device.add_argument("--data", default=None, help="directory for the device's SQLite file")
     device.set_defaults(func=_device)
+
+    watch = commands.add_parser("watch", help="print the chain's state as it changes (observer)")
+    watch.add_argument("--chain", default="demo")
+    watch.add_argument("--config", default=url)
+    watch.add_argument("--name", default="observer", help="observer name (never sends events)")
+    watch.add_argument("--limit", type=int, default=None, help="stop after N states")
+    watch.set_defaults(func=_watch)
 
 
 def main(argv: list[str] | None = None) -> int:
