@@ -116,5 +116,5 @@ class ChainMachine(RuleBasedStateMachine):
             self.sim.check_settled()
 
 
-ChainMachine.TestCase.settings = settings(max_examples=250, stateful_step_count=50, deadline=None)
+ChainMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
 TestChainMachine = ChainMachine.TestCase

@@ -101,7 +101,9 @@ def _up(args: argparse.Namespace) -> int:
             f"  octosync chain device --chain {args.chain} --config {url} --name alice",
             flush=True,
         )
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        stop = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # after the children started
+        signal.sigwait(stop)
     except KeyboardInterrupt:
         pass
     finally:
