@@ -19,27 +19,61 @@ INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 """What both MsgPack and every JSON peer this side talks to can carry as an integer."""
 
 
+class _Invalid(Exception):
+    """Raised deep in the walk; each level adds its key on the way out, so the path is only
+    built when something is wrong (the walk runs on every state update a device receives)."""
+
+    def __init__(self, error: type[DecodeError | LimitExceeded], message: str) -> None:
+        self.error = error
+        self.message = message
+        self.parts: list[str] = []
+
+
 def check_json(value: Any, path: str = "$", depth: int = 0) -> None:
     """Raise ``DecodeError`` naming the first place where ``value`` is not a JSON tree."""
-    if depth > MAX_DEPTH:
-        raise LimitExceeded(f"JSON tree nested deeper than {MAX_DEPTH}", path=path)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not INT_MIN <= value <= INT_MAX:
-            raise LimitExceeded(f"integer {value} is outside the signed 64-bit range", path=path)
-        return
-    if value is None or isinstance(value, bool | float | str):
-        return
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            check_json(item, f"{path}[{i}]", depth + 1)
-        return
-    if isinstance(value, dict):
+    try:
+        _walk(value, depth)
+    except _Invalid as bad:
+        raise bad.error(bad.message, path=path + "".join(reversed(bad.parts))) from None
+
+
+def _walk(value: Any, depth: int) -> None:
+    kind = type(value)
+    if kind is dict:
+        if depth >= MAX_DEPTH:
+            raise _Invalid(LimitExceeded, f"JSON tree nested deeper than {MAX_DEPTH}")
         for key, item in value.items():
-            if not isinstance(key, str):
-                raise DecodeError(f"JSON object key {key!r} is not a string", path=path)
-            check_json(item, f"{path}.{key}", depth + 1)
-        return
-    raise DecodeError(f"{type(value).__name__} is not a JSON value", path=path)
+            if type(key) is not str:
+                raise _Invalid(DecodeError, f"JSON object key {key!r} is not a string")
+            if _scalar(item):
+                continue
+            try:
+                _walk(item, depth + 1)
+            except _Invalid as bad:
+                bad.parts.append(f".{key}")
+                raise
+    elif kind is list:
+        if depth >= MAX_DEPTH:
+            raise _Invalid(LimitExceeded, f"JSON tree nested deeper than {MAX_DEPTH}")
+        for i, item in enumerate(value):
+            if _scalar(item):
+                continue
+            try:
+                _walk(item, depth + 1)
+            except _Invalid as bad:
+                bad.parts.append(f"[{i}]")
+                raise
+    elif not _scalar(value):
+        if kind is int:
+            raise _Invalid(LimitExceeded, f"integer {value} is outside the signed 64-bit range")
+        raise _Invalid(DecodeError, f"{kind.__name__} is not a JSON value")
+
+
+def _scalar(value: Any) -> bool:
+    kind = type(value)
+    if kind is str or kind is float or kind is bool or value is None:
+        return True
+    return kind is int and INT_MIN <= value <= INT_MAX
 
 
 def merge_patch(target: JsonTree, patch: JsonTree) -> JsonTree:
@@ -47,12 +81,14 @@ def merge_patch(target: JsonTree, patch: JsonTree) -> JsonTree:
 
     Pure: ``target`` is not modified; only the objects on the patched paths are copied.
     """
-    if not isinstance(patch, dict):
+    if type(patch) is not dict:
         return patch
-    result = dict(target) if isinstance(target, dict) else {}
+    result = dict(target) if type(target) is dict else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
-        else:
+        elif type(value) is dict:
             result[key] = merge_patch(result.get(key), value)
+        else:
+            result[key] = value
     return result
