@@ -8,6 +8,7 @@ key per link; a link whose key has expired is presumed dead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -46,8 +47,10 @@ class ConfigStore:
         return self
 
     async def close(self) -> None:
+        """Close the client; a server that is already gone is not an error here."""
         if self._nc is not None:
-            await self._nc.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await self._nc.close()
 
     async def read(self) -> tuple[ChainConfig, int]:
         """The configuration and its revision (``ChainConfig()``, 0 when none was written)."""
