@@ -39,29 +39,19 @@ def check_json(value: Any, path: str = "$", depth: int = 0) -> None:
 
 def _walk(value: Any, depth: int) -> None:
     kind = type(value)
-    if kind is dict:
+    if kind is dict or kind is list:
         if depth >= MAX_DEPTH:
             raise _Invalid(LimitExceeded, f"JSON tree nested deeper than {MAX_DEPTH}")
-        for key, item in value.items():
-            if type(key) is not str:
+        pairs = value.items() if kind is dict else enumerate(value)
+        for key, item in pairs:
+            if kind is dict and type(key) is not str:
                 raise _Invalid(DecodeError, f"JSON object key {key!r} is not a string")
             if _scalar(item):
                 continue
             try:
                 _walk(item, depth + 1)
             except _Invalid as bad:
-                bad.parts.append(f".{key}")
-                raise
-    elif kind is list:
-        if depth >= MAX_DEPTH:
-            raise _Invalid(LimitExceeded, f"JSON tree nested deeper than {MAX_DEPTH}")
-        for i, item in enumerate(value):
-            if _scalar(item):
-                continue
-            try:
-                _walk(item, depth + 1)
-            except _Invalid as bad:
-                bad.parts.append(f"[{i}]")
+                bad.parts.append(f".{key}" if kind is dict else f"[{key}]")
                 raise
     elif not _scalar(value):
         if kind is int:
