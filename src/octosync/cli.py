@@ -13,6 +13,7 @@ from pathlib import Path
 
 from octosync import __version__
 from octosync.errors import ConfigError, OctosyncError
+from octosync.links import cli as chain_cli
 from octosync.paths import data_dir
 from octosync.pipeline import cli as pipeline_cli
 from octosync.store import cli as store_cli
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     mint.set_defaults(func=_mint)
     store_cli.register(sub)
     pipeline_cli.register(sub)
+    chain_cli.register(sub)
     return parser
 
 

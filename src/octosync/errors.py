@@ -218,6 +218,41 @@ class ReplicationError(OctosyncError):
     code = 40
 
 
+class SequenceGap(ReplicationError):
+    """A chain event or state change that skips a sequencer (a link's FIFO feed broke)."""
+
+    name = "SequenceGap"
+    code = 41
+
+
+class StaleEpoch(ReplicationError):
+    """A chain frame stamped with an older configuration epoch (a fenced-off link)."""
+
+    name = "StaleEpoch"
+    code = 42
+
+
+class NotBootstrapped(ReplicationError):
+    """A device event on a connection that has not completed its bootstrap."""
+
+    name = "NotBootstrapped"
+    code = 43
+
+
+class ComputeContract(ReplicationError):
+    """The application's ``compute`` returned a change the chain cannot apply."""
+
+    name = "ComputeContract"
+    code = 44
+
+
+class ConfigConflict(ReplicationError):
+    """A chain configuration write lost its compare-and-set race (re-read and retry)."""
+
+    name = "ConfigConflict"
+    code = 45
+
+
 class ServerError(OctosyncError):
     """The server cannot serve this request now; the request itself may be fine."""
 

@@ -17,7 +17,8 @@ from octosync.errors import DecodeError, LimitExceeded
 T = TypeVar("T")
 Buffer = bytes | bytearray | memoryview
 
-_AT = re.compile(r" - at `(\$[^`]*)`$")
+_AT = re.compile(r" - at `(?:key` in `)?(\$[^`]*)`$")
+"""msgspec's location suffix; a bad map key reads `` - at `key` in `$.field` ``."""
 _NAMED_FIELD = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]*)`")
 
 

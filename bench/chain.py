@@ -1,0 +1,406 @@
+"""Octoprotocol benchmark: durable chains against JetStream R3, and failover under SIGKILL.
+
+All in one run, on loopback, with real processes (links, NATS servers):
+
+1. Throughput, closed loop: ``--devices`` devices (in this process), each keeping at most
+   ``--window`` events unacknowledged, through a 1-link and a 3-link chain (links persist in
+   SQLite with ``synchronous=FULL`` before forwarding; the example game computes). Figures:
+   acknowledged events/s and device-to-state latency (emit to the state update that consumed
+   the event) p50/p99.
+2. The same load published to a JetStream stream with 3 replicas (three clustered
+   ``nats-server`` processes, file storage), ``--devices`` publishers with the same window,
+   each publish awaited for its acknowledgement: acked events/s and publish-to-ack p50/p99.
+3. Latency at a fixed rate (``--rate`` events/s over all devices) through the 3-link chain.
+4. Failover: ``--kills`` SIGKILLs of a random link of the 3-link chain under the fixed-rate
+   load, each link restarted to rejoin; time from the kill to the first state update any
+   device receives after it, and acknowledged events never consumed (must be 0).
+
+Usage::
+
+    python bench/chain.py            # 100 devices, 5 s per throughput phase, 10 kills
+    python bench/chain.py --quick    # 20 devices, 2 s per phase, 3 kills
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from octosync.chain.game import consumed_sequencers
+from octosync.chain.records import BootstrapComplete, DeviceNotice, HeadToDevice, StateUpdate
+from octosync.links import nats_server
+from octosync.links.cli import chain_status, start_node
+from octosync.links.config_store import ConfigStore
+from octosync.links.device import ChainDevice
+
+APP = "octosync.chain.game:compute"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Meter:
+    sent: dict[tuple[str, int], float] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    acked: int = 0
+    last_update: float = 0.0
+    recording: bool = True
+
+    def listener(self, name: str) -> Any:
+        def on(message: HeadToDevice) -> None:
+            now = time.monotonic()
+            if isinstance(message, StateUpdate):
+                self.last_update = now
+                for d in message.consumed.get(name, ()):
+                    t = self.sent.pop((name, d), None)
+                    if t is not None and self.recording:
+                        self.latencies.append(now - t)
+            elif isinstance(message, DeviceNotice):
+                if self.recording:
+                    self.acked += len(message.acked)
+            elif isinstance(message, BootstrapComplete):
+                self.last_update = now
+
+        return on
+
+
+class Chain:
+    """NATS for the configuration plus ``links`` link processes."""
+
+    def __init__(self, root: Path, name: str, links: int) -> None:
+        self.root, self.name, self.count = root, name, links
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+
+    def start(self) -> None:
+        port = free_port()
+        self.nats = nats_server.start(self.root / "nats", port)
+        self.url = f"nats://127.0.0.1:{port}"
+        for i in range(self.count):
+            self.launch(f"n{i + 1}")
+
+    def launch(self, node_id: str) -> None:
+        proc, _ = start_node(self.name, node_id, self.url, APP, self.root / node_id)
+        self.procs[node_id] = proc
+
+    def stop(self) -> None:
+        for proc in [*self.procs.values(), self.nats]:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait(timeout=10)
+
+
+async def steady(chain: Chain, links: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = await chain_status(chain.name, chain.url)
+        roles = [e.get("role") for e in status["links"]]
+        if len(roles) == links and "joining" not in roles and None not in roles:
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the chain did not form")
+
+
+async def open_devices(chain: Chain, n: int, meter: Meter) -> tuple[ConfigStore, list[ChainDevice]]:
+    configs = await ConfigStore(chain.url, chain.name).open()
+    devices = [
+        ChainDevice(f"d{i}", configs=configs, listener=meter.listener(f"d{i}")) for i in range(n)
+    ]
+    for d in devices:
+        d.start()
+        d.emit("join", json.dumps({"name": d.name}))
+    deadline = time.monotonic() + 20
+    while not all(d.live for d in devices) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return configs, devices
+
+
+def emit(device: ChainDevice, meter: Meter, n: int) -> None:
+    device.emit("move", json.dumps({"dx": 1, "dy": n % 3 - 1}))
+    meter.sent[(device.name, device.client.next_sequencer - 1)] = time.monotonic()
+
+
+async def closed_loop(
+    devices: list[ChainDevice], meter: Meter, window: int, seconds: float
+) -> None:
+    n = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for d in devices:
+            while d.live and d.unacked() < window:
+                emit(d, meter, n)
+                n += 1
+        await asyncio.sleep(0.001)
+
+
+async def open_loop(devices: list[ChainDevice], meter: Meter, rate: float, seconds: float) -> int:
+    """``rate`` events/s spread over the devices, bounded by ``seconds``."""
+    start = time.monotonic()
+    n = 0
+    while (now := time.monotonic()) < start + seconds:
+        due = int((now - start) * rate)
+        while n < due:
+            d = devices[n % len(devices)]
+            if d.live:
+                emit(d, meter, n)
+            n += 1
+        await asyncio.sleep(0.002)
+    return n
+
+
+async def bench_chain(root: Path, links: int, args: argparse.Namespace) -> dict[str, float]:
+    chain = Chain(root / f"chain{links}", f"b{links}", links)
+    await asyncio.to_thread(chain.start)
+    try:
+        await steady(chain, links)
+        meter = Meter()
+        configs, devices = await open_devices(chain, args.devices, meter)
+        await closed_loop(devices, meter, args.window, 1.0)  # warm-up
+        meter.latencies.clear()
+        meter.acked = 0
+        t0 = time.monotonic()
+        await closed_loop(devices, meter, args.window, args.seconds)
+        elapsed = time.monotonic() - t0
+        result = {
+            "events_per_s": meter.acked / elapsed,
+            "p50_ms": pct(meter.latencies, 0.5) * 1000,
+            "p99_ms": pct(meter.latencies, 0.99) * 1000,
+        }
+        if links == 3:
+            await asyncio.sleep(1.0)
+            meter2 = Meter()
+            for d in devices:
+                d.listener = meter2.listener(d.name)
+            await open_loop(devices, meter2, args.rate, args.seconds)
+            await asyncio.sleep(0.5)
+            result["rate"] = args.rate
+            result["rate_p50_ms"] = pct(meter2.latencies, 0.5) * 1000
+            result["rate_p99_ms"] = pct(meter2.latencies, 0.99) * 1000
+            result.update(await failover(chain, devices, configs, args))
+        for d in devices:
+            await d.stop()
+        await configs.close()
+        return result
+    finally:
+        chain.stop()
+
+
+async def failover(
+    chain: Chain, devices: list[ChainDevice], configs: ConfigStore, args: argparse.Namespace
+) -> dict[str, float]:
+    meter = Meter()
+    for d in devices:
+        d.listener = meter.listener(d.name)
+        d.acked.clear()
+    rng = random.Random(args.seed)
+    stop = asyncio.Event()
+
+    async def load() -> None:
+        while not stop.is_set():
+            await open_loop(devices, meter, args.rate / 2, 1.0)
+
+    task = asyncio.get_running_loop().create_task(load())
+    gaps: list[float] = []
+    try:
+        for _ in range(args.kills):
+            await asyncio.sleep(0.5)
+            config, _ = await configs.read()
+            victim = rng.choice(config.members)
+            killed = time.monotonic()
+            os.kill(chain.procs[victim.id].pid, signal.SIGKILL)
+            chain.procs[victim.id].wait(timeout=10)
+            meter.last_update = 0.0
+            deadline = killed + 30
+            while meter.last_update <= killed and time.monotonic() < deadline:
+                await asyncio.sleep(0.002)
+            gaps.append(meter.last_update - killed)
+            await asyncio.to_thread(chain.launch, victim.id)
+            await steady(chain, 3)
+    finally:
+        stop.set()
+        await task
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(d.live and not d.client.events for d in devices):
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    state = devices[0].client.state
+    lost = sum(len(d.acked - consumed_sequencers(state, d.name)) for d in devices)
+    acked = sum(len(d.acked) for d in devices)
+    return {
+        "kills": float(len(gaps)),
+        "failover_p50_ms": pct(gaps, 0.5) * 1000,
+        "failover_p99_ms": pct(gaps, 0.99) * 1000,
+        "failover_max_ms": max(gaps) * 1000,
+        "acked_during_kills": float(acked),
+        "acked_lost": float(lost),
+    }
+
+
+def start_jetstream_cluster(root: Path) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
+    clients = [free_port() for _ in range(3)]
+    routes = [free_port() for _ in range(3)]
+    route_urls = ",".join(f"nats://127.0.0.1:{p}" for p in routes)
+    procs = []
+    for i in range(3):
+        store = root / f"js{i}"
+        store.mkdir(parents=True, exist_ok=True)
+        procs.append(
+            subprocess.Popen(
+                [
+                    nats_server.binary(),
+                    "-js",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(clients[i]),
+                    "-sd",
+                    str(store),
+                    "-n",
+                    f"js{i}",
+                    "--cluster_name",
+                    "bench",
+                    "--cluster",
+                    f"nats://127.0.0.1:{routes[i]}",
+                    "--routes",
+                    route_urls,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    return procs, clients
+
+
+async def bench_jetstream(root: Path, args: argparse.Namespace) -> dict[str, float]:
+    procs, ports = await asyncio.to_thread(start_jetstream_cluster, root / "jetstream")
+    try:
+        servers = [f"nats://127.0.0.1:{p}" for p in ports]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                nc = await nats.connect(servers=servers, connect_timeout=1)
+                js = nc.jetstream()
+                await js.add_stream(
+                    name="bench", subjects=["bench.>"], num_replicas=3, storage="file"
+                )
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                with contextlib.suppress(Exception):
+                    await nc.close()
+                await asyncio.sleep(0.5)
+        latencies: list[float] = []
+        acked = 0
+        recording = False
+        end = 0.0
+
+        async def publisher(i: int) -> None:
+            nonlocal acked
+            subject = f"bench.d{i}"
+            payload = json.dumps({"dx": 1, "dy": 0}).encode()
+            while time.monotonic() < end:
+                t = time.monotonic()
+                await js.publish(subject, payload, timeout=10)
+                if recording:
+                    latencies.append(time.monotonic() - t)
+                    acked += 1
+
+        async def run(seconds: float) -> None:
+            nonlocal end
+            end = time.monotonic() + seconds
+            await asyncio.gather(
+                *(publisher(i) for i in range(args.devices) for _ in range(args.window))
+            )
+
+        await run(1.0)
+        recording = True
+        t0 = time.monotonic()
+        await run(args.seconds)
+        elapsed = time.monotonic() - t0
+        await nc.close()
+        return {
+            "events_per_s": acked / elapsed,
+            "p50_ms": pct(latencies, 0.5) * 1000,
+            "p99_ms": pct(latencies, 0.99) * 1000,
+        }
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", type=int, default=100)
+    parser.add_argument("--window", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.devices, args.seconds, args.kills, args.rate = 20, 2.0, 3, 400.0
+    print(f"load: {os.getloadavg()[0]:.1f} (1-min average), {os.cpu_count()} cores", flush=True)
+    with tempfile.TemporaryDirectory(prefix="octosync-bench-chain-") as tmp:
+        root = Path(tmp)
+        one = await bench_chain(root, 1, args)
+        print(f"chain, 1 link : {one}", flush=True)
+        three = await bench_chain(root, 3, args)
+        print(f"chain, 3 links: {three}", flush=True)
+        js = await bench_jetstream(root, args)
+        print(f"JetStream R3  : {js}", flush=True)
+    ratio = three["events_per_s"] / js["events_per_s"]
+    print()
+    print(f"{args.devices} devices, window {args.window}, {args.seconds:.0f} s per phase")
+    print(
+        f"| system | acked events/s | p50 ms | p99 ms |\n| --- | ---: | ---: | ---: |\n"
+        f"| chain, 1 link | {one['events_per_s']:,.0f} | {one['p50_ms']:.1f} | "
+        f"{one['p99_ms']:.1f} |\n"
+        f"| chain, 3 links | {three['events_per_s']:,.0f} | {three['p50_ms']:.1f} | "
+        f"{three['p99_ms']:.1f} |\n"
+        f"| JetStream R3 (publish to ack) | {js['events_per_s']:,.0f} | {js['p50_ms']:.1f} | "
+        f"{js['p99_ms']:.1f} |"
+    )
+    print(f"3-link chain / JetStream R3 acked throughput: {ratio:.2f}x (target >= 0.5x)")
+    print(
+        f"3-link chain at {three['rate']:.0f} events/s: device-to-state p50 "
+        f"{three['rate_p50_ms']:.1f} ms, p99 {three['rate_p99_ms']:.1f} ms (target p99 <= 50 ms)"
+    )
+    print(
+        f"failover over {three['kills']:.0f} SIGKILLs: kill to next state update p50 "
+        f"{three['failover_p50_ms']:.0f} ms, p99 {three['failover_p99_ms']:.0f} ms, max "
+        f"{three['failover_max_ms']:.0f} ms (target p99 < 1000 ms); acknowledged "
+        f"{three['acked_during_kills']:.0f}, lost {three['acked_lost']:.0f} (must be 0)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,137 @@
+"""A device over TCP: the ``DeviceClient`` core, its SQLite store and a reconnecting socket.
+
+The device finds the head in the configuration (NATS) or, without one, tries the known link
+addresses in order; it says who it is (``DeviceHello``), bootstraps, and from then on sends
+each event as it is numbered. Its machine is saved (one transaction) before anything it
+produced is sent, so after a crash it restarts from a state the chain has not seen past.
+When the connection drops it reconnects and bootstraps again, which re-sends every event not
+yet consumed: that is how events lost with a failed head come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+
+from octosync.chain.device import DeviceClient, Phase
+from octosync.chain.records import DeviceEvent, HeadToDevice
+from octosync.errors import OctosyncError
+from octosync.links import frames
+from octosync.links.config_store import ConfigStore
+from octosync.store.chain import DeviceStore
+
+RETRY = 0.05
+
+
+class ChainDevice:
+    def __init__(
+        self,
+        name: str,
+        *,
+        configs: ConfigStore | None = None,
+        addresses: Sequence[tuple[str, int]] = (),
+        store: DeviceStore | None = None,
+        listener: Callable[[HeadToDevice], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.configs = configs
+        self.addresses = list(addresses)
+        self.store = store
+        self.listener = listener
+        """Sees every message from the head after the device applied it (benchmarks, demos)."""
+        self.client = DeviceClient(name, store.load() if store else None)
+        self._saved_version = self.client.version
+        self._writer: asyncio.StreamWriter | None = None
+        self.epoch = 0
+        self.acked: set[int] = set()
+        """Every sequencer the chain said is durable at its tail, over all connections."""
+        self.changed = asyncio.Event()
+        self.connections = 0
+        self._task: asyncio.Task[None] | None = None
+
+    # -- the application side ------------------------------------------------------------------
+
+    def emit(self, name: str, payload: str) -> None:
+        self._send(self.client.emit(name, payload))
+
+    @property
+    def live(self) -> bool:
+        return self.client.phase is Phase.LIVE
+
+    def unacked(self) -> int:
+        return sum(1 for d in self.client.events if d not in self.acked)
+
+    # -- connection ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task  # a failure was already the caller's to see; stop regardless
+        if self._writer is not None:
+            self._writer.close()
+        if self.store is not None:
+            self.store.close()
+
+    async def _candidates(self) -> list[tuple[str, int]]:
+        if self.configs is not None:
+            with contextlib.suppress(Exception):
+                config, _ = await self.configs.read()
+                self.epoch = config.epoch
+                return [(m.host, m.port) for m in config.members]
+        return self.addresses
+
+    async def _run(self) -> None:
+        while True:
+            for host, port in await self._candidates():
+                try:
+                    reader, writer = await asyncio.open_connection(host, port)
+                except OSError:
+                    continue
+                try:
+                    await self._session(reader, writer)
+                except (asyncio.IncompleteReadError, ConnectionError, OSError, OctosyncError):
+                    pass  # reconnect and bootstrap again: the head forgets nothing we hold
+                finally:
+                    self.client.disconnect()
+                    self._writer = None
+                    writer.close()
+                break
+            await asyncio.sleep(RETRY)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(frames.encode(frames.DeviceHello(self.epoch, self.name)))
+        request = self.client.connect()
+        writer.write(frames.encode(frames.FromDevice(self.epoch, request)))
+        self._writer = writer
+        self.connections += 1
+        while True:
+            frame = await frames.read_frame(reader)
+            if isinstance(frame, frames.Refused):
+                return
+            if not isinstance(frame, frames.ForDevice):
+                continue
+            outgoing = self.client.receive(frame.message)
+            self.acked.update(self.client.acked)
+            self.acked.update(self.client.consumed)
+            self._send(outgoing)
+            if self.listener is not None:
+                self.listener(frame.message)
+            self.changed.set()
+
+    def _send(self, events: list[DeviceEvent]) -> None:
+        self._save()
+        if self._writer is None or not events:
+            return
+        self._writer.write(
+            b"".join(frames.encode(frames.FromDevice(self.epoch, e)) for e in events)
+        )
+
+    def _save(self) -> None:
+        if self.store is not None and self.client.version != self._saved_version:
+            self.store.save(self.client.machine())
+            self._saved_version = self.client.version

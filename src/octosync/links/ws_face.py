@@ -1,0 +1,132 @@
+"""``/chain/{name}``: devices over WebSocket (browsers), relayed to the chain's head over TCP.
+
+The device state machine lives in the browser; this face only translates. Each WebSocket
+text message is a ``DeviceToHead`` record in the seed's JSON (``{"Type":
+"BootstrapChainRequest", "NextDeviceSequencer": 1, "Events": {}}``), decoded strictly; each
+``HeadToDevice`` record from the head goes back as JSON text. The first message must be the
+bootstrap request. Identity follows the other faces: a bearer token (``?token=`` or
+``Authorization``) whose ``sub`` is the device name and which grants ``publish`` on stream
+``chain/{name}``; with ``--insecure-dev`` an anonymous device names itself with ``?device=``.
+
+When the head fails, the TCP connection drops and the WebSocket is closed with 1012 (service
+restart): the browser reconnects and bootstraps with the new head, as the protocol expects.
+
+Wiring: ``add_routes(app, config_url, auth)`` adds the route to any aiohttp application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiohttp import WSMsgType, web
+
+from octosync.chain.records import DeviceToHead, HeadToDevice
+from octosync.errors import OctosyncError, Unauthorized
+from octosync.links import frames
+from octosync.links.config_store import ConfigStore
+from octosync.server.auth import AuthConfig, authenticate, bearer_token
+from octosync.wire.chain import ChainCodec
+
+FROM_DEVICE: ChainCodec[DeviceToHead] = ChainCodec(DeviceToHead, "json")
+TO_DEVICE: ChainCodec[HeadToDevice] = ChainCodec(HeadToDevice, "json")
+CLOSE_RESTART = 1012
+CLOSE_POLICY = 1008
+CLOSE_UNAVAILABLE = 1013
+
+
+class ChainFace:
+    def __init__(self, config_url: str, auth: AuthConfig) -> None:
+        self.config_url = config_url
+        self.auth = auth
+        self._stores: dict[str, ConfigStore] = {}
+
+    async def _configs(self, chain: str) -> ConfigStore:
+        store = self._stores.get(chain)
+        if store is None:
+            store = await ConfigStore(self.config_url, chain).open()
+            self._stores[chain] = store
+        return store
+
+    async def close(self) -> None:
+        for store in self._stores.values():
+            await store.close()
+
+    def device_name(self, request: web.Request, chain: str) -> str:
+        token = bearer_token(request.headers.get("Authorization"), request.query.get("token"))
+        grants = authenticate(token, self.auth)
+        if grants.everything:
+            name = request.query.get("device", "")
+            if not name:
+                raise Unauthorized("an anonymous device names itself with ?device=")
+            return name
+        if not grants.allows(f"chain/{chain}", "publish"):
+            raise Unauthorized(f"the token does not grant publish on chain/{chain}")
+        return grants.subject
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        chain = request.match_info["name"]
+        try:
+            device = self.device_name(request, chain)
+        except OctosyncError as exc:
+            return web.json_response({"code": exc.name, "message": str(exc)}, status=401)
+        ws = web.WebSocketResponse(heartbeat=20)
+        await ws.prepare(request)
+        head = await self._connect_head(chain)
+        if head is None:
+            await ws.close(code=CLOSE_UNAVAILABLE, message=b"no chain head reachable")
+            return ws
+        reader, writer = head
+        writer.write(frames.encode(frames.DeviceHello(0, device)))
+        relay = asyncio.get_running_loop().create_task(self._to_device(reader, ws))
+        try:
+            async for msg in ws:
+                if msg.type is not WSMsgType.TEXT:
+                    await ws.close(code=CLOSE_POLICY, message=b"text frames only")
+                    break
+                try:
+                    record = FROM_DEVICE.decode(msg.data.encode())
+                except OctosyncError as exc:
+                    await ws.send_json({"Type": "Error", "Code": exc.name, "Message": str(exc)})
+                    await ws.close(code=CLOSE_POLICY, message=exc.name.encode())
+                    break
+                writer.write(frames.encode(frames.FromDevice(0, record)))
+        finally:
+            relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await relay
+            writer.close()
+        return ws
+
+    async def _to_device(self, reader: asyncio.StreamReader, ws: web.WebSocketResponse) -> None:
+        try:
+            while True:
+                frame = await frames.read_frame(reader)
+                if isinstance(frame, frames.ForDevice):
+                    await ws.send_str(TO_DEVICE.encode(frame.message).decode())
+                elif isinstance(frame, frames.Refused):
+                    await ws.close(code=CLOSE_RESTART, message=frame.code.encode())
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, OctosyncError):
+            await ws.close(code=CLOSE_RESTART, message=b"chain head lost; reconnect")
+
+    async def _connect_head(
+        self, chain: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        config, _ = await (await self._configs(chain)).read()
+        for member in config.members:  # the head first; the rest in order if it is gone
+            with contextlib.suppress(OSError):
+                return await asyncio.open_connection(member.host, member.port)
+        return None
+
+
+def add_routes(app: web.Application, config_url: str, auth: AuthConfig) -> ChainFace:
+    """Serve ``/chain/{name}`` on ``app``; the face's NATS connections close with the app."""
+    face = ChainFace(config_url, auth)
+    app.router.add_get("/chain/{name}", face.handle)
+
+    async def close(_: web.Application) -> None:
+        await face.close()
+
+    app.on_cleanup.append(close)
+    return face
