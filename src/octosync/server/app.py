@@ -1,4 +1,5 @@
-"""aiohttp application: one port, one route per wire face, plus ``/healthz`` and ``/metrics``.
+"""aiohttp application: one port, one route per wire face, plus ``/healthz``, ``/metrics`` and
+the browser's routes (``server.inspect``: the inspector at ``/`` and the JavaScript client).
 
 Every face runs the same connection loop (``server.connection``); a face is only the session
 class that turns its frames into hub calls. Ports are bound by ``server.run``.
@@ -16,6 +17,7 @@ from octosync import __version__
 from octosync.hub.types import AcceptHook
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws
+from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.lazily_session import open_ws_session
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
@@ -81,6 +83,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/lazily", _face(open_ws_session))
     app.router.add_get("/wvp", _face(WvpSession))
     app.router.add_get("/signal", _signal)
+    add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
 
     async def on_startup(app: web.Application) -> None:
         await runtime.start()
