@@ -9,6 +9,7 @@ here that reveals state, so it takes credentials exactly like a WebSocket upgrad
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import cache
 from importlib.resources import files
 
@@ -21,6 +22,7 @@ from octosync.server.auth import ClaimGrants
 from octosync.server.connection import RUNTIME, refuse, request_identity
 
 STATIC = files("octosync.server") / "static"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ASSETS = {
     "/client/octosync.js": ("octosync.js", "text/javascript"),
     "/inspector.js": ("inspector.js", "text/javascript"),
@@ -68,13 +70,19 @@ async def streams(request: web.Request) -> web.Response:
     )
 
 
-def _static(name: str, content_type: str) -> web.RequestHandler:  # type: ignore[type-arg]
-    async def handler(request: web.Request) -> web.Response:
+PUBLIC_MODULES = frozenset({"octosync.js"})
+"""Importable from pages of any origin (a module import is a CORS request): the client is
+public code, and what it may do is decided by the token it connects with, not by its origin."""
+
+
+def _static(name: str, content_type: str) -> Handler:
+    headers = {"Cache-Control": "no-cache"}
+    if name in PUBLIC_MODULES:
+        headers["Access-Control-Allow-Origin"] = "*"
+
+    async def handler(request: web.Request) -> web.StreamResponse:
         return web.Response(
-            body=asset(name),
-            content_type=content_type,
-            charset="utf-8",
-            headers={"Cache-Control": "no-cache"},
+            body=asset(name), content_type=content_type, charset="utf-8", headers=headers
         )
 
     return handler
