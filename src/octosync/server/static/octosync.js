@@ -69,8 +69,9 @@ const CLOSING = new Set([
   "HandshakeFailed", "Unauthorized", "Oversize", "ShuttingDown", "Overloaded", "InternalError",
 ]);
 const KEEPING = new Set([
-  "DecodeError", "Forbidden", "ForbiddenPublish", "SnapshotRequired", "EpochGap", "Desync",
-  "LimitExceeded", "RemoteProtocolError",
+  "RemoteProtocolError", "DecodeError", "EpochGap", "SnapshotRequired", "ForbiddenPublish",
+  "Desync", "ClockDrift", "SyncResetRequired", "LimitExceeded", "Forbidden", "NotJoined",
+  "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError",
 ]);
 
 /** The typed error for a server error frame `{type: "error", code, message}`. */
