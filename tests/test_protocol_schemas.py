@@ -23,8 +23,8 @@ from jsonschema import Draft202012Validator
 from octosync.errors import all_errors
 from octosync.hub.policy import close_code, closes_connection
 from octosync.ipc.messages import Delta, IpcMessage, ResyncRequest, Snapshot
-from octosync.wire import json as seed_json
 from octosync.wire import jsabi, wvp
+from octosync.wire import json as seed_json
 from tests.e2e.helpers import TIMEOUT, delta, handshake, serve, snap, ws_lazily
 from tests.protocol_schemas import SCHEMAS, check, validator
 from tests.strategies import deltas, handshakes, resync_requests, snapshots
@@ -61,14 +61,32 @@ def test_handshakes_the_server_would_accept_validate(hs: Any) -> None:
     [
         {"type": "snapshot", "epoch": 1, "extra": 0},
         {"type": "snapshot", "epoch": 2**53 + 1},
-        {"type": "snapshot", "epoch": 1, "nodes": [{"slot_id": 1, "type_tag": "i32", "state": "resolved"}]},
-        {"type": "snapshot", "epoch": 1, "nodes": [{"slot_id": 1, "type_tag": "i32", "state": "unset", "payload": "AA=="}]},
-        {"type": "delta", "base_epoch": 0, "epoch": 1, "ops": [{"op": "cell_set", "slot_id": 1, "payload": "A"}]},
+        {
+            "type": "snapshot",
+            "epoch": 1,
+            "nodes": [{"slot_id": 1, "type_tag": "i32", "state": "resolved"}],
+        },
+        {
+            "type": "snapshot",
+            "epoch": 1,
+            "nodes": [{"slot_id": 1, "type_tag": "i32", "state": "unset", "payload": "AA=="}],
+        },
+        {
+            "type": "delta",
+            "base_epoch": 0,
+            "epoch": 1,
+            "ops": [{"op": "cell_set", "slot_id": 1, "payload": "A"}],
+        },
         {"type": "delta", "base_epoch": 0, "epoch": 1, "ops": [{"op": "teleport", "slot_id": 1}]},
-        {"type": "delta", "base_epoch": 0, "epoch": 1, "ops": [{"op": "node_add", "slot_id": 1, "type_tag": "i32", "key": "a//b"}]},
+        {
+            "type": "delta",
+            "base_epoch": 0,
+            "epoch": 1,
+            "ops": [{"op": "node_add", "slot_id": 1, "type_tag": "i32", "key": "a//b"}],
+        },
         {"type": "error", "code": "X"},
     ],
-)  # fmt: skip
+)
 def test_the_schema_refuses_what_the_decoder_refuses(doc: dict[str, Any]) -> None:
     assert not validator("lazily-json").is_valid(doc)
     if doc["type"] != "error":
@@ -103,9 +121,23 @@ async def test_what_the_lazily_face_sends_validates(tmp_path: Path) -> None:
         await sub.send_bytes(snap(9, {}))  # ForbiddenPublish
         await sub.send_str('{"type":"delta"}')  # DecodeError
         await prod.send_bytes(delta(7, 1, b"x"))  # EpochGap
-        await sub.send_str(json.dumps({"type": "delta", "base_epoch": 1, "epoch": 2, "ops": [{"op": "node_remove", "slot_id": 1}]}))  # fmt: skip
+        await sub.send_str(
+            json.dumps(
+                {
+                    "type": "delta",
+                    "base_epoch": 1,
+                    "epoch": 2,
+                    "ops": [{"op": "node_remove", "slot_id": 1}],
+                }
+            )
+        )
         errors = [await _text(sub), await _text(sub), await _text(prod), await _text(sub)]
-        assert [e["code"] for e in errors] == ["ForbiddenPublish", "DecodeError", "EpochGap", "Forbidden"]  # fmt: skip
+        assert [e["code"] for e in errors] == [
+            "ForbiddenPublish",
+            "DecodeError",
+            "EpochGap",
+            "Forbidden",
+        ]
         bad = await http.ws_connect(f"{srv.ws_url}/lazily")
         await bad.send_bytes(handshake("s", protocol_id="other"))
         errors.append(await _text(bad))
@@ -120,10 +152,10 @@ async def test_what_the_http_routes_send_validates(tmp_path: Path) -> None:
     async with (
         serve(tmp_path, insecure_dev=False, auth=AuthConfig(hs256_secret="s" * 32)) as srv,
         aiohttp.ClientSession() as http,
+        http.get(f"{srv.url}/lazily") as res,
     ):
-        async with http.get(f"{srv.url}/lazily") as res:
-            assert res.status == 401
-            check("http-error", await res.json())
+        assert res.status == 401
+        check("http-error", await res.json())
 
 
 async def test_what_the_signal_face_sends_validates(tmp_path: Path) -> None:
@@ -150,7 +182,15 @@ async def test_what_the_signal_face_sends_validates(tmp_path: Path) -> None:
         got.append(await _text(a))  # unknown_target
         await b.send_str(json.dumps({"type": "leave"}))
         got.append(await _text(a))  # peer-left
-        assert [g["type"] for g in got] == ["error", "welcome", "welcome", "peer-joined", "offer", "error", "peer-left"]  # fmt: skip
+        assert [g["type"] for g in got] == [
+            "error",
+            "welcome",
+            "welcome",
+            "peer-joined",
+            "offer",
+            "error",
+            "peer-left",
+        ]
         for doc in got:
             check("signal-server", doc)
 
@@ -207,7 +247,9 @@ def test_the_documented_error_table_is_the_implemented_one() -> None:
         err = cls("x")
         ws = closes_connection(err, byte_stream=False)
         tcp = closes_connection(err, byte_stream=True)
-        implemented.append((cls.code, cls.name, ws, tcp, str(close_code(err)) if ws or tcp else "–"))
+        implemented.append(
+            (cls.code, cls.name, ws, tcp, str(close_code(err)) if ws or tcp else "–")
+        )
     assert _doc_error_table() == implemented
 
 

@@ -35,11 +35,25 @@ def test_rows_report_producer_epoch_subscribers_backlog_and_frames() -> None:
     hub.subscribe(2, "a")  # a stream with subscribers and no producer yet
     rows = stream_rows(hub, ANONYMOUS_DEV)
     assert rows == [
-        {"stream": "a", "face": "lazily", "producer": None, "epoch": None,
-         "subscribers": 1, "backlog": 0, "frames": 0},
-        {"stream": "b", "face": "lazily", "producer": 1, "epoch": 3,
-         "subscribers": 2, "backlog": 3, "frames": 4},
-    ]  # fmt: skip
+        {
+            "stream": "a",
+            "face": "lazily",
+            "producer": None,
+            "epoch": None,
+            "subscribers": 1,
+            "backlog": 0,
+            "frames": 0,
+        },
+        {
+            "stream": "b",
+            "face": "lazily",
+            "producer": 1,
+            "epoch": 3,
+            "subscribers": 2,
+            "backlog": 3,
+            "frames": 4,
+        },
+    ]
     for row in rows:
         check("api-streams", {"streams": [row], "connections": 3})
     hub.take(3)
@@ -73,8 +87,10 @@ async def test_api_streams_takes_credentials_like_an_upgrade(tmp_path: Path) -> 
             check("http-error", body)
             assert body["code"] == "Unauthorized"
         reader = jwt.encode({"sub": "r", "streams": {"seen": ["read"]}}, SECRET)
-        for kwargs in ({"params": {"token": reader}},
-                       {"headers": {"Authorization": f"Bearer {reader}"}}):  # fmt: skip
+        for kwargs in (
+            {"params": {"token": reader}},
+            {"headers": {"Authorization": f"Bearer {reader}"}},
+        ):
             for _ in range(50):  # the deltas were sent, not yet necessarily accepted
                 async with http.get(f"{srv.url}/api/streams", **kwargs) as res:  # type: ignore[arg-type]
                     assert res.status == 200
@@ -94,13 +110,16 @@ async def test_api_streams_takes_credentials_like_an_upgrade(tmp_path: Path) -> 
 async def test_shipped_files_are_served(tmp_path: Path, path: str) -> None:
     name, content_type = ASSETS[path]
     shipped = (Path(__file__).parents[2] / "src/octosync/server/static" / name).read_bytes()
-    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
-        async with http.get(f"{srv.url}{path}") as res:
-            assert res.status == 200
-            assert res.content_type == content_type
-            assert await res.read() == shipped
-            cors = res.headers.get("Access-Control-Allow-Origin")
-            assert cors == ("*" if path == "/client/octosync.js" else None)
+    async with (
+        serve(tmp_path) as srv,
+        aiohttp.ClientSession() as http,
+        http.get(f"{srv.url}{path}") as res,
+    ):
+        assert res.status == 200
+        assert res.content_type == content_type
+        assert await res.read() == shipped
+        cors = res.headers.get("Access-Control-Allow-Origin")
+        assert cors == ("*" if path == "/client/octosync.js" else None)
 
 
 def test_the_js_client_in_clients_js_is_the_shipped_one() -> None:
