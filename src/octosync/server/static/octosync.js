@@ -96,6 +96,12 @@ function view(bytes) {
   return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
+function packed(size, write) {
+  const out = new Uint8Array(size);
+  write(view(out));
+  return out;
+}
+
 function fixed(name, size, bytes) {
   if (bytes.length !== size) throw fail(errors.TypeTagError, `${name} needs ${size} bytes, got ${bytes.length}`);
   return view(bytes);
@@ -121,9 +127,7 @@ const BUILTIN_TAGS = {
   i32: {
     encode(v) {
       if (!Number.isInteger(v) || v < -(2 ** 31) || v > 2 ** 31 - 1) throw fail(errors.TypeTagError, `i32 needs an integer in range, got ${v}`);
-      const out = new Uint8Array(4);
-      view(out).setInt32(0, v);
-      return out;
+      return packed(4, (d) => d.setInt32(0, v));
     },
     decode: (b) => fixed("i32", 4, b).getInt32(0),
   },
@@ -134,9 +138,7 @@ const BUILTIN_TAGS = {
       else if (Number.isSafeInteger(v)) big = BigInt(v);
       else throw fail(errors.TypeTagError, `i64 needs a safe integer or a BigInt, got ${v}`);
       if (big < I64_MIN || big > I64_MAX) throw fail(errors.TypeTagError, `${v} does not fit i64`);
-      const out = new Uint8Array(8);
-      view(out).setBigInt64(0, big);
-      return out;
+      return packed(8, (d) => d.setBigInt64(0, big));
     },
     // A Number when exact, else a BigInt: never a silently rounded integer.
     decode(b) {
@@ -148,9 +150,7 @@ const BUILTIN_TAGS = {
   f64: {
     encode(v) {
       if (typeof v !== "number") throw fail(errors.TypeTagError, `f64 needs a number, got ${typeof v}`);
-      const out = new Uint8Array(8);
-      view(out).setFloat64(0, v);
-      return out;
+      return packed(8, (d) => d.setFloat64(0, v));
     },
     decode: (b) => fixed("f64", 8, b).getFloat64(0),
   },
