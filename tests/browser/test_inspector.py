@@ -6,6 +6,7 @@ screenshot of the page in its tmp dir.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -22,6 +23,7 @@ from octosync.client.lazily import Client, connect
 from octosync.graph import Context
 from octosync.server.auth import AuthConfig
 from tests.browser.support import CHROMIUM_FLAGS, ThreadedServer, chromium_path, threaded_server
+from tests.e2e.helpers import handshake
 from tests.protocol_schemas import check
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -70,6 +72,7 @@ class Scoreboard:
         self.home = self.ctx.cell(0, type_tag="i64")
         self.away = self.ctx.cell(0, type_tag="i64")
         self.total = self.ctx.memo(lambda: self.home.get() + self.away.get(), type_tag="i64")
+        self.note = self.ctx.cell("", type_tag="string")
         self.client: Client = connect(f"{server.running.ws_url}/lazily", token=token)
 
         async def start() -> None:
@@ -81,6 +84,16 @@ class Scoreboard:
     def set_home(self, value: int) -> None:
         async def go() -> None:
             self.home.set(value)
+
+        self.server.run(go())
+
+    def flood(self, count: int, size: int) -> None:
+        """``count`` deltas of about ``size`` bytes each, as fast as the producer sends them."""
+
+        async def go() -> None:
+            for i in range(count):
+                self.note.set(f"{i:08d}" + "x" * size)
+            await asyncio.sleep(0)
 
         self.server.run(go())
 
@@ -191,6 +204,56 @@ OWN_PAGE = """<!doctype html><meta charset="utf-8"><title>my page</title>
   sub.write(1, 7);
   try { sub.write(1, "seven"); } catch (e) { window.typedError = e instanceof errors.TypeTagError; }
 </script>"""
+
+
+def stalled_subscriber(port: int, stream: str) -> socket.socket:
+    """A real subscriber that upgrades, handshakes, then never reads (tiny receive buffer)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(
+        b"GET /lazily HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    hello = handshake(stream)  # a masked text frame, mask 0 (client frames must be masked)
+    sock.sendall(bytes([0x81, 0x80 | 126]) + len(hello).to_bytes(2, "big") + bytes(4) + hello)
+    return sock
+
+
+def test_inspector_flags_a_stream_whose_subscriber_stopped_reading(
+    browser: Any, tmp_path: Path
+) -> None:
+    # Backlog bounds high enough that the subscriber is never reset to a snapshot here.
+    roomy = {"outbox_max_bytes": 256 << 20, "outbox_max_frames": 100_000}
+    with (
+        threaded_server(tmp_path / "server", **roomy) as server,
+        page_of(browser, tmp_path) as page,
+    ):
+        assert server.running is not None
+        port = int(server.running.url.rsplit(":", 1)[1])
+        healthy = Scoreboard(server, "healthy")
+        jammed = Scoreboard(server, "jammed")
+        stuck = stalled_subscriber(port, "jammed")
+        try:
+            page.goto(f"{server.running.url}/")
+            row = '#streams tr[data-stream="jammed"]'
+            page.wait_for_function(
+                "() => document.querySelector("
+                "'#streams tr[data-stream=\"jammed\"] td.subscribers')?.textContent === '1'",
+                timeout=WAIT_MS,
+            )
+            jammed.flood(800, 16_000)  # far more than the socket and its buffers hold
+            page.wait_for_selector(f"{row}.stalled", timeout=WAIT_MS)
+            assert text_of(page, f"{row} td.flag") == "stalled subscriber"
+            assert int(text_of(page, f"{row} td.backlog")) > 0
+            healthy_row = '#streams tr[data-stream="healthy"]'
+            assert page.locator(f"{healthy_row}.stalled").count() == 0
+            assert text_of(page, f"{healthy_row} td.flag") == ""
+        finally:
+            stuck.close()
+            healthy.close()
+            jammed.close()
 
 
 async def serve_page(html: str) -> str:
