@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench java-check clean
+.PHONY: run test test-fast lint typecheck pytest pytest-fast bench java-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ pytest: $(STAMP) java-check
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
+
+# Everything but Spark, real peers and browsers (seconds instead of minutes).
+pytest-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not spark and not peer and not browser"
+
+test-fast: lint typecheck pytest-fast
 
 bench: $(STAMP) java-check
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

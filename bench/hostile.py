@@ -225,7 +225,12 @@ ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
 
 
 async def run_one(
-    name: str, attack: Attack, count: int, settings: dict[str, Any], setup: Setup | None
+    name: str,
+    attack: Attack,
+    count: int,
+    settings: dict[str, Any],
+    setup: Setup | None,
+    phase: float,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         srv = Server(Path(tmp), **{"handshake_timeout": 2.0, **settings})
@@ -237,16 +242,16 @@ async def run_one(
                 out = Outcome()
                 if setup is not None:
                     await setup(http, srv, out)
-                await asyncio.sleep(1.0)  # warm up
+                await asyncio.sleep(phase)  # warm up
                 canary.reset_window()
                 m0 = await srv.metrics(http)
-                await asyncio.sleep(1.0)  # quiet: the same-run baseline
+                await asyncio.sleep(phase)  # quiet: the same-run baseline
                 quiet_gap = canary.longest
                 m1 = await srv.metrics(http)
                 rss0 = rss_mb(srv.proc.pid)
                 canary.reset_window()
                 await attack(http, srv, out, count)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(phase)
                 attack_gap = canary.longest
                 m2 = await srv.metrics(http)
                 rss1 = rss_mb(srv.proc.pid)
@@ -277,7 +282,11 @@ async def main_async(quick: bool) -> list[dict[str, Any]]:
     for name, kind, attack, full, small, settings in ATTACKS:
         fn = await unauthenticated(attack) if kind == "unauth" else attack
         setup = dense_graph if attack is node_remove else None
-        row = await run_one(name, fn, small if quick else full, settings, setup)
+        if quick and "request_timeout" in settings:
+            settings = {**settings, "request_timeout": 0.5}
+        row = await run_one(
+            name, fn, small if quick else full, settings, setup, 0.3 if quick else 1.0
+        )
         rows.append(row)
         print(
             f"{name:44s} frames {row['frames']:5d}"

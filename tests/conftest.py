@@ -1,9 +1,16 @@
-"""Shared test set-up: hypothesis profiles and the path to the shared conformance data."""
+"""Shared test set-up: hypothesis profiles, the project's vectors, and external peers.
+
+Tests that need something outside the project (a real peer or the specs' schemas from
+``../shared``, Node.js, a browser) ask for it through a fixture here, which skips with a
+one-line reason when it is absent, or fails when ``OCTOSYNC_REQUIRE_PEERS=1`` (as in CI).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,12 +23,48 @@ settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFORMANCE = ROOT.parent / "shared" / "conformance"
+VECTORS = ROOT / "tests" / "vectors"
+"""The project's own test vectors (written by ``tests/vectors/extract.py``)."""
+SHARED = ROOT.parent / "shared"
+"""``../shared`` beside the clone: real peers and the specs' schemas, used when present."""
+REQUIRE_ENV = "OCTOSYNC_REQUIRE_PEERS"
+"""Set to 1 (``.ci/run`` does) to fail, not skip, a test whose peer or browser is missing."""
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip a test whose external part is absent, or fail it when ``REQUIRE_ENV`` is set."""
+    if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+        pytest.fail(f"{reason} ({REQUIRE_ENV} is set, so this is a failure)", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
-def conformance_dir() -> Path:
-    """``../shared/conformance`` beside the project: fixtures are loaded, never copied."""
-    if not CONFORMANCE.is_dir():
-        pytest.fail(f"conformance data not found at {CONFORMANCE}: clone beside ../shared")
-    return CONFORMANCE
+def vectors_dir() -> Path:
+    """``tests/vectors``: conformance vectors kept in the project."""
+    return VECTORS
+
+
+def node_executable() -> str:
+    """The ``node`` binary (Node 18 or newer), or a skip saying how to install it."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        missing("Node.js not found on PATH (apt-get install nodejs)")
+    return node
+
+
+@pytest.fixture(scope="session")
+def topgun_peer() -> tuple[str, Path]:
+    """``(node, peer.mjs)`` of the real TopGun client in ``../shared/peers/topgun``."""
+    peer = SHARED / "peers" / "topgun" / "peer.mjs"
+    if not peer.is_file():
+        missing(f"real TopGun peer not found at {peer} (clone beside ../shared)")
+    return node_executable(), peer
+
+
+@pytest.fixture(scope="session")
+def lazily_schemas_dir() -> Path:
+    """lazily-spec's JSON Schemas in ``../shared`` (schema text is not copied into the project)."""
+    schemas = SHARED / "conformance" / "lazily" / "schemas"
+    if not schemas.is_dir():
+        missing(f"lazily-spec JSON Schemas not found at {schemas} (clone beside ../shared)")
+    return schemas

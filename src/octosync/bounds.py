@@ -7,3 +7,7 @@ from typing import Final
 MAX_SAFE_INTEGER: Final = 2**53
 """Largest id or epoch accepted anywhere: JavaScript's exact-integer bound, so a value every
 peer can hold exactly, whatever dialect carried it."""
+
+NODE_KEY_PATTERN: Final = r"^[^/]+(/[^/]+)*$"
+"""A node key (a node's name on the wire): non-empty parts joined by '/' (``scores/alice``)."""
+NODE_KEY_MAX: Final = 1024

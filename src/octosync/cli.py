@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from octosync import __version__
+from octosync.errors import ConfigError, OctosyncError
+from octosync.paths import data_dir
 from octosync.pipeline import cli as pipeline_cli
-from octosync.server.config import ServerConfig, load_config_file
-from octosync.server.run import Started, serve_forever
 from octosync.store import cli as store_cli
+from octosync.syndicate import mint_text
 
 INSECURE_BANNER = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -24,6 +27,8 @@ INSECURE_BANNER = """
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from octosync.server.config import ServerConfig, load_config_file
+
     config = ServerConfig()
     if args.config:
         config = load_config_file(Path(args.config), config)
@@ -31,62 +36,58 @@ def _serve(args: argparse.Namespace) -> int:
         "host": args.host,
         "port": args.port,
         "tcp_port": args.tcp_port,
+        "dataspace_port": args.dataspace_port,
         "data_dir": Path(args.data) if args.data else None,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    if config.insecure_dev:
-        print(INSECURE_BANNER, file=sys.stderr, flush=True)
-    elif not config.auth.configured:
-        print(
-            "octosync: no JWT key configured (--config with [auth]); every connection will be "
-            "refused as Unauthorized. Use --insecure-dev for local development.",
-            file=sys.stderr,
-        )
     try:
         config.check_exposure()
     except ValueError as exc:
-        print(f"octosync: {exc}", file=sys.stderr)
-        return 2
-    faces = "/lazily /wvp /signal /metrics /healthz"
+        raise ConfigError(str(exc)) from None
+    data_dir(config.data_dir, "--data", create=True)
+    from octosync.server.run import Started, serve_forever  # the server, once the input is good
+
+    faces = "/lazily /wvp /signal /dataspace /metrics /healthz"
 
     def ready(started: Started) -> None:
+        # Only once every port is bound: a failed bind prints its one error line and nothing else.
+        if config.insecure_dev:
+            print(INSECURE_BANNER, file=sys.stderr, flush=True)
+        elif not config.auth.configured:
+            print(
+                "octosync: no JWT key configured (--config with [auth]); every connection will "
+                "be refused as Unauthorized. Use --insecure-dev for local development.",
+                file=sys.stderr,
+            )
         tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
+        if started.dataspace_port:
+            tcp += f", dataspace over TCP on {config.host}:{started.dataspace_port}"
         print(
             f"octosync serving {faces} on http://{config.host}:{started.port}{tcp} "
             f"(data in {config.data_dir})",
             flush=True,
         )
 
-    try:
-        asyncio.run(serve_forever(config, ready))
-    except OSError as exc:
-        print(
-            f"octosync: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}",
-            file=sys.stderr,
-        )
-        return 2
+    asyncio.run(serve_forever(config, ready))
     return 0
 
 
 def _watch(args: argparse.Namespace) -> int:
     from octosync.client.tools import watch
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(watch(args.url, args.stream, token=args.token, limit=args.limit))
+    asyncio.run(watch(args.url, args.stream, token=args.token, limit=args.limit))
     return 0
 
 
 def _publish_demo(args: argparse.Namespace) -> int:
     from octosync.client.tools import publish_demo
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(
-            publish_demo(
-                args.url, args.stream, token=args.token, ticks=args.ticks, interval=args.interval
-            )
+    asyncio.run(
+        publish_demo(
+            args.url, args.stream, token=args.token, ticks=args.ticks, interval=args.interval
         )
+    )
     return 0
 
 
@@ -95,55 +96,186 @@ def _token(args: argparse.Namespace) -> int:
 
     streams = {}
     for grant in args.grant:
-        name, _, actions = grant.partition("=")
-        streams[name] = [a for a in actions.split(",") if a]
-    print(issue_token(args.secret, args.sub, streams))
+        name, sep, actions = grant.partition("=")
+        wanted = [a for a in actions.split(",") if a]
+        unknown = sorted(set(wanted) - {"read", "publish", "write"})
+        if not sep or not name or not wanted or unknown:
+            raise ConfigError(
+                f"--grant {grant!r}: expected STREAM=ACTIONS with ACTIONS among read, publish, "
+                "write (as in scoreboard=read,publish)"
+            )
+        streams[name] = wanted
+    extra = {} if args.ttl is None else {"exp": int(time.time()) + args.ttl}
+    print(issue_token(args.secret, args.sub, streams, **extra))
+    return 0
+
+
+HINTS: dict[str, str] = {
+    "Unauthorized": "pass a valid --token (octosync token --secret ... issues one)",
+    "Forbidden": "the token lacks that grant; issue one with --grant STREAM=read,publish,write",
+    "ForbiddenPublish": "another producer publishes this stream: stop it or use another name",
+    "HandshakeFailed": "is --url a /lazily endpoint of octosync serve?",
+}
+"""What to do about a refusal the server sent, by its error code."""
+
+
+def describe(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
+    """One line saying what went wrong and how to fix it, and the exit status."""
+    import aiohttp
+
+    url = getattr(args, "url", None)
+    if isinstance(exc, ConfigError):
+        return str(exc), 2
+    if isinstance(exc, OctosyncError):
+        hint = HINTS.get(exc.name)
+        if hint:  # a refusal from the server: its code and message, then what to do
+            return f"{exc.name}: {exc.message} ({hint})", 1
+        return f"{exc.name}: {exc}", 1
+    if isinstance(exc, aiohttp.WSServerHandshakeError):
+        return (
+            f"{url}: the server refused the WebSocket upgrade (HTTP {exc.status} {exc.message}); "
+            "is the path /lazily?",
+            1,
+        )
+    if isinstance(exc, aiohttp.InvalidURL):
+        return f"--url {url!r} is not a URL (expected ws://HOST:PORT/lazily)", 2
+    if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError) and url:
+        cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+        why = os.strerror(cause.errno) if cause.errno else str(cause)
+        return f"cannot reach {url}: {why}; is octosync serve running there?", 1
+    if isinstance(exc, aiohttp.ClientError | ConnectionError | TimeoutError) and url:
+        return f"lost the connection to {url}: {exc or type(exc).__name__}", 1
+    return f"unexpected {type(exc).__name__}: {exc} (run again with --debug for the traceback)", 1
+
+
+DEFAULT_URL = "ws://127.0.0.1:8765/lazily"
+
+
+def _stream_client(parser: argparse.ArgumentParser) -> None:
+    """The arguments every command that connects to a stream takes."""
+    parser.add_argument("stream", help="stream name")
+    parser.add_argument(
+        "--url", default=DEFAULT_URL, help=f"the server's lazily endpoint (default {DEFAULT_URL})"
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="JWT from 'octosync token' (needed unless the server runs --insecure-dev)",
+    )
+
+
+def _mint(args: argparse.Namespace) -> int:
+    from octosync.server.dataspace_key import load_or_create_secret
+
+    try:
+        secret = load_or_create_secret(Path(args.data))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot read or create the dataspace key in {args.data}: {exc}"
+        ) from None
+    print(mint_text(secret, args.name))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="octosync")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the server")
+    parser = argparse.ArgumentParser(
+        prog="octosync", description="Live state shared between one server and many clients."
+    )
+    parser.add_argument("--version", action="version", version=f"octosync {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (anywhere on the line)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="run the server", description="Run the server.")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="HTTP/WebSocket port (8765)")
     serve.add_argument("--data", default=None, help="data directory (default ./var)")
-    serve.add_argument("--tcp-port", type=int, default=None, help="lazily over plain TCP")
-    serve.add_argument("--config", default=None, help="TOML file: [server] [auth] [hub] ...")
-    serve.add_argument("--insecure-dev", action="store_true", help="allow anonymous use")
+    serve.add_argument(
+        "--tcp-port", type=int, default=None, help="also serve lazily over plain TCP on this port"
+    )
+    serve.add_argument(
+        "--config", default=None, help="TOML file: [server] [auth] [hub] [signaling]"
+    )
+    serve.add_argument(
+        "--insecure-dev", action="store_true", help="allow anonymous use (loopback only)"
+    )
+    serve.add_argument(
+        "--dataspace-port",
+        type=int,
+        default=None,
+        help="also serve the Syndicate protocol over TCP",
+    )
     serve.add_argument(
         "--no-journal", action="store_true", help="do not journal accepted stream frames"
     )
     serve.set_defaults(func=_serve)
-    default_url = "ws://127.0.0.1:8765/lazily"
-    watch = sub.add_parser("watch", help="print a stream's mirrored state as JSON lines")
-    watch.add_argument("stream")
-    watch.add_argument("--url", default=default_url)
-    watch.add_argument("--token", default=None)
+    watch = sub.add_parser(
+        "watch",
+        help="print a stream's mirrored state as JSON lines",
+        description="Print a stream's mirrored state as one JSON line per state.",
+    )
+    _stream_client(watch)
     watch.add_argument("--limit", type=int, default=None, help="stop after N states")
     watch.set_defaults(func=_watch)
-    demo = sub.add_parser("publish-demo", help="publish a demo scoreboard that keeps scoring")
-    demo.add_argument("stream")
-    demo.add_argument("--url", default=default_url)
-    demo.add_argument("--token", default=None)
+    demo = sub.add_parser(
+        "publish-demo",
+        help="publish a demo scoreboard that keeps scoring",
+        description="Publish a scoreboard (home, away, total) that scores a point per interval.",
+    )
+    _stream_client(demo)
     demo.add_argument("--ticks", type=int, default=None, help="stop after N points")
-    demo.add_argument("--interval", type=float, default=1.0)
+    demo.add_argument("--interval", type=float, default=1.0, help="seconds between points (1)")
     demo.set_defaults(func=_publish_demo)
-    token = sub.add_parser("token", help="issue an HS256 JWT granting stream actions")
-    token.add_argument("--secret", required=True)
-    token.add_argument("--sub", default="dev")
+    token = sub.add_parser(
+        "token",
+        help="issue an HS256 JWT granting stream actions",
+        description="Issue an HS256 JWT granting read, publish or write per stream.",
+    )
+    token.add_argument("--secret", required=True, help="the server's [auth] hs256_secret")
+    token.add_argument("--sub", default="dev", help="subject (who the token is for)")
     token.add_argument(
         "--grant", action="append", default=[], help="STREAM=read,publish,write (repeatable)"
     )
+    token.add_argument(
+        "--ttl", type=int, default=None, help="seconds until the token expires (default: never)"
+    )
     token.set_defaults(func=_token)
+    dataspace = sub.add_parser("dataspace", help="the dataspace face (Syndicate protocol)")
+    dataspace_sub = dataspace.add_subparsers(dest="dataspace_command", required=True)
+    mint = dataspace_sub.add_parser("mint", help="print a sturdy ref to dataspace NAME")
+    mint.add_argument("name", help="the dataspace the ref opens")
+    mint.add_argument("--data", default="./var", help="data directory holding dataspace.key")
+    mint.set_defaults(func=_mint)
     store_cli.register(sub)
     pipeline_cli.register(sub)
     return parser
 
 
+def _command(args: argparse.Namespace) -> str:
+    """The command as typed (``journal export``), for the error line."""
+    words = [args.command]
+    for sub in ("journal_command", "pipeline_command"):
+        if getattr(args, sub, None):
+            words.append(getattr(args, sub))
+    return " ".join(words)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    result: int = args.func(args)
+    """Run one command; a mistake ends in one line on stderr and a non-zero exit."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in words
+    words = [w for w in words if w != "--debug"]
+    args = build_parser().parse_args(words)
+    try:
+        result: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        line, status = describe(exc, args)
+        print(f"octosync {_command(args)}: {line}", file=sys.stderr)
+        return status
     return result
 
 

@@ -204,6 +204,13 @@ class InvalidRecord(StorageError):
     code = 32
 
 
+class TrimRefused(StorageError):
+    """A journal trim that would drop records not yet exported or not covered by a checkpoint."""
+
+    name = "TrimRefused"
+    code = 33
+
+
 class ReplicationError(OctosyncError):
     """Chain replication broke an invariant (ordering, bootstrap, trim)."""
 
@@ -237,6 +244,20 @@ class InternalError(ServerError):
 
     name = "InternalError"
     code = 93
+
+
+class ListenError(ServerError):
+    """The server could not listen where it was told to (a port in use, an address not here)."""
+
+    name = "ListenError"
+    code = 94
+
+
+class ConfigError(OctosyncError):
+    """A configuration file or a command-line setting is missing, malformed or unknown."""
+
+    name = "ConfigError"
+    code = 100
 
 
 class PipelineError(OctosyncError):
@@ -298,3 +319,24 @@ class UnknownTarget(RemoteProtocolError):
 
     name = "UnknownTarget"
     code = 62
+
+
+class RelayError(RemoteProtocolError):
+    """A Syndicate relay peer broke the protocol (the relay answers ``Error`` and closes)."""
+
+    name = "RelayError"
+    code = 82
+
+
+class UnknownOid(RelayError):
+    """A turn event or wire ref naming an OID the connection does not hold."""
+
+    name = "UnknownOid"
+    code = 83
+
+
+class HandleInUse(RelayError):
+    """An ``Assert`` reusing a handle that is still live on that connection."""
+
+    name = "HandleInUse"
+    code = 84

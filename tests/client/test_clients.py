@@ -10,7 +10,7 @@ import pytest
 import octosync
 from octosync import Context
 from octosync.client import Backoff, SignalingClient, SignalingRefused, WvpClient
-from octosync.errors import ForbiddenPublish, Unauthorized
+from octosync.errors import Forbidden, ForbiddenPublish, Unauthorized
 from octosync.server.auth import AuthConfig, issue_token
 from octosync.signaling.messages import OfferFrom, PeerJoined
 from octosync.wire import wvp
@@ -66,12 +66,10 @@ async def test_second_publisher_gets_forbidden_publish(tmp_path: Path) -> None:
         b.cell(2, type_tag="i64")
         async with octosync.connect(url) as first, octosync.connect(url) as second:
             await first.publish("p", a)
-            pub = await second.publish("p", b)
-            for _ in range(100):
-                if pub.errors:
-                    break
-                await asyncio.sleep(0.01)
-            assert isinstance(pub.errors[0], ForbiddenPublish)
+            watcher = await first.subscribe("p")
+            await watcher.wait_for(lambda s: s.values == {0: 1})  # "p" has its producer now
+            with pytest.raises(ForbiddenPublish, match="another connection"):
+                await second.publish("p", b)
 
 
 async def test_token_is_sent_and_refusal_is_typed(tmp_path: Path) -> None:
@@ -102,8 +100,10 @@ async def test_wvp_client_roundtrip(tmp_path: Path) -> None:
                 wvp.WarpStream(3, wvp.WarpDiff(0, 1, [{"n": 2}])),
             ]
             await view.publish_snapshot(3, 9, None)
-            with pytest.raises(ForbiddenPublish):
+            with pytest.raises(ForbiddenPublish) as refused:
                 await view.receive(5)
+            assert refused.value.path == "stream"
+            assert not refused.value.message.startswith("stream:")
 
 
 async def test_signaling_client(tmp_path: Path) -> None:
@@ -208,3 +208,62 @@ async def test_closing_the_client_ends_the_subscription(tmp_path: Path) -> None:
             sub = await client.subscribe("nothing-here")
         states = [s async for s in sub]
         assert states == []
+
+
+async def test_subscriber_writes_by_name_and_the_producer_applies_it(tmp_path: Path) -> None:
+    async with serve(tmp_path) as srv:
+        url = f"{srv.ws_url}/lazily"
+        ctx = Context()
+        score = ctx.cell(0, type_tag="i64", name="score")
+        ctx.memo(lambda: score.get() * 2, type_tag="i64", name="double")
+        unnamed = ctx.cell("x", type_tag="string")
+        async with octosync.connect(url) as producer, octosync.connect(url) as viewer:
+            await producer.publish("game", ctx)
+            sub = await viewer.subscribe("game")
+            first = await asyncio.wait_for(sub.wait_for(lambda s: "score" in s.names), 5)
+            assert first.by_name == {"score": 0, "double": 0}
+            assert first.names == {"score": score.id, "double": score.id + 1}
+            await sub.write("score", 21)
+            state = await asyncio.wait_for(sub.wait_for(lambda s: s.by_name["double"] == 42), 5)
+            assert state.by_name["score"] == 21
+            assert score.get() == 21  # the producer's own graph took the write
+            await sub.write(unnamed.id, "y")  # by id works for unnamed nodes
+            await asyncio.wait_for(sub.wait_for(lambda s: s.values[unnamed.id] == "y"), 5)
+            assert unnamed.get() == "y"
+            assert sub.errors == []
+
+
+async def test_a_write_without_the_grant_is_refused_with_forbidden(tmp_path: Path) -> None:
+    secret = "client-test-secret-client-test-secret!!"
+    async with serve(tmp_path, insecure_dev=False, auth=AuthConfig(hs256_secret=secret)) as srv:
+        url = f"{srv.ws_url}/lazily"
+        ctx = Context()
+        score = ctx.cell(0, type_tag="i64", name="score")
+        owner = issue_token(secret, "o", {"w": ["publish", "read", "write"]})
+        reader = issue_token(secret, "r", {"w": ["read"]})
+        async with (
+            octosync.connect(url, token=owner) as p,
+            octosync.connect(url, token=reader) as v,
+        ):
+            await p.publish("w", ctx)
+            sub = await v.subscribe("w")
+            await asyncio.wait_for(sub.wait_for(lambda s: "score" in s.names), 5)
+            await sub.write("score", 5)
+            for _ in range(500):  # bounded: the refusal comes back on the same connection
+                if sub.errors:
+                    break
+                await asyncio.sleep(0.01)
+            assert [type(e) for e in sub.errors] == [Forbidden]
+            assert "not granted write" in sub.errors[0].message
+            assert score.get() == 0
+
+
+async def test_a_refused_publication_raises_from_publish(tmp_path: Path) -> None:
+    secret = "client-test-secret-client-test-secret!!"
+    async with serve(tmp_path, insecure_dev=False, auth=AuthConfig(hs256_secret=secret)) as srv:
+        reader = issue_token(secret, "r", {"s": ["read"]})
+        async with octosync.connect(f"{srv.ws_url}/lazily", token=reader) as client:
+            with pytest.raises(Forbidden, match="not granted publish"):
+                await client.publish("s", Context())
+            with pytest.raises(Forbidden, match="not granted read"):
+                await client.subscribe("other")

@@ -42,6 +42,7 @@ class Running:
     tcp_port: int | None
     runtime: Runtime
     runner: web.AppRunner
+    dataspace_port: int | None = None
 
 
 @contextlib.asynccontextmanager
@@ -60,6 +61,7 @@ async def serve(
             started.tcp_port,
             app[RUNTIME],
             started.runner,
+            started.dataspace_port,
         )
     finally:
         await started.stop()
@@ -215,20 +217,18 @@ class Spawned:
 
 @contextlib.asynccontextmanager
 async def spawn_server(tmp_path: Path, *args: str) -> AsyncIterator[Spawned]:
-    """``octosync serve --insecure-dev`` in a child process, ready when ``/healthz`` answers."""
+    """``octosync serve --insecure-dev`` in a child process, ready when it prints so."""
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev"]
     command += ["--port", str(port), "--data", str(tmp_path), *args]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(200):
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/healthz"):
-                        break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.05)
+        # Ready when it says so: "octosync serving" is printed only once every port is bound
+        # (polling /healthz for a fixed while failed on a loaded machine).
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 120)
+        assert b"octosync serving" in line, (line, proc.poll())
         yield Spawned(proc, port)
     finally:
         if proc.poll() is None:

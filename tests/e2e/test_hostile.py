@@ -132,7 +132,7 @@ def server_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 # 1. nothing is read (or decoded) before credentials -------------------------------------
 
 
-@pytest.mark.parametrize("face", ["/lazily", "/wvp", "/signal"])
+@pytest.mark.parametrize("face", ["/lazily", "/wvp", "/signal", "/dataspace"])
 async def test_no_frame_is_read_before_credentials(tmp_path: Path, face: str) -> None:
     auth = AuthConfig(hs256_secret=SECRET)
     token = issue_token(SECRET, "c", {"canary": ["read", "publish"]})

@@ -42,15 +42,32 @@ async def test_second_publisher_is_refused_and_not_fanned_out(tmp_path: Path) ->
     async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
         sub, _ = await ws_lazily(http, srv.ws_url, "s")
         owner, _ = await ws_lazily(http, srv.ws_url, "s", publish=True)
+        early, _ = await ws_lazily(http, srv.ws_url, "s", publish=True)  # before any frame
         await owner.send_bytes(snap(0, {1: b"mine"}))
-        thief, _ = await ws_lazily(http, srv.ws_url, "s", publish=True)
-        await thief.send_bytes(snap(0, {1: b"stolen"}))
-        err = await recv_json(thief)
-        assert err == {"type": "error", "code": "ForbiddenPublish", "message": err["message"]}
-        await thief.send_bytes(delta(0, 1, b"stolen"))
-        assert (await recv_json(thief))["code"] == "ForbiddenPublish"
+        seen = await follow_until(sub, Follower(), 0)
+        # Once the stream has a producer, another is refused in place of the handshake reply.
+        thief, refusal = await ws_lazily(http, srv.ws_url, "s", publish=True)
+        assert refusal == {
+            "type": "error",
+            "code": "ForbiddenPublish",
+            "message": refusal["message"],
+            "path": "stream",
+        }
+        assert "another connection" in refusal["message"]
+        await thief.close()
+        # One that joined before the owner's first frame is refused frame by frame.
+        await early.send_bytes(snap(0, {1: b"stolen"}))
+        err = await recv_json(early)
+        assert err == {
+            "type": "error",
+            "code": "ForbiddenPublish",
+            "message": err["message"],
+            "path": "stream",
+        }
+        await early.send_bytes(delta(0, 1, b"stolen"))
+        assert (await recv_json(early))["code"] == "ForbiddenPublish"
         await owner.send_bytes(delta(0, 1, b"still mine"))
-        seen = await follow_until(sub, Follower(), 1)
+        seen = await follow_until(sub, seen, 1)
         assert seen.values == {1: b"still mine"}
         await sub.send_bytes(snap(5, {1: b"sub"}))  # a subscriber may not publish either
         assert (await recv_json(sub))["code"] == "ForbiddenPublish"
@@ -127,7 +144,8 @@ async def test_subscriber_writes_reach_the_producer(tmp_path: Path) -> None:
         await sub.send_str(bad)
         err = await recv_json(sub)
         assert err["code"] == "Forbidden"
-        assert "ops[0]" in err["message"]
+        assert err["path"] == "ops[0]"
+        assert err["message"] == "a subscriber may only send cell_set writes"
 
 
 async def test_garbage_and_oversize_get_typed_errors_others_keep_working(tmp_path: Path) -> None:
@@ -144,7 +162,8 @@ async def test_garbage_and_oversize_get_typed_errors_others_keep_working(tmp_pat
         await bad.send_str(json.dumps({"type": "resync_request", "last_epoch": -1}))
         err = await recv_json(bad)
         assert err["code"] == "DecodeError"
-        assert "last_epoch" in err["message"]
+        assert "last_epoch" in err["path"]
+        assert "last_epoch" not in err["message"]
         await bad.send_str("x" * 5000)
         err = await recv_json(bad)
         assert err["code"] == "Oversize"
@@ -161,7 +180,8 @@ async def test_handshake_fails_closed(tmp_path: Path) -> None:
         await ws.send_str(handshake("s", protocol_major_version=2).decode())
         err = await recv_json(ws)
         assert err["code"] == "HandshakeFailed"
-        assert "protocol_major_version" in err["message"]
+        assert err["path"] == "protocol_major_version"
+        assert err["message"] == "major version 2 (remote) != 1 (local)"
         closed = await asyncio.wait_for(ws.receive(), 5)
         assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
         ws = await http.ws_connect(f"{srv.ws_url}/lazily")

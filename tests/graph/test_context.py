@@ -87,3 +87,26 @@ def test_lazy_flushes_and_eager_values_match_themodel(
                 assert node.get() == expected[i]  # type: ignore[attr-defined]
         # glitch-free: the effect saw exactly the model's values, never a mix
         assert observed[-1] == [expected[n.id] for n in signals]
+
+
+def test_names_are_unique_valid_keys_and_freed_on_dispose() -> None:
+    import pytest
+
+    from octosync.errors import GraphError
+
+    ctx = Context()
+    score = ctx.cell(1, type_tag="i64", name="score")
+    double = ctx.memo(lambda: score.get() * 2, type_tag="i64", name="stats/double")
+    assert (score.name, double.name) == ("score", "stats/double")
+    assert ctx.named("stats/double") is double
+    assert ctx.cell(0).name is None
+    with pytest.raises(GraphError, match="taken by node"):
+        ctx.signal(lambda: 0, name="score")
+    for bad in ("", "/lead", "trail/", "a//b"):
+        with pytest.raises(GraphError, match="bad node name"):
+            ctx.cell(0, name=bad)
+    double.dispose()
+    with pytest.raises(GraphError, match="no live node named"):
+        ctx.named("stats/double")
+    again = ctx.cell(5, name="stats/double")
+    assert ctx.named("stats/double") is again

@@ -7,6 +7,7 @@ import pytest
 
 from octosync.errors import Desync, EpochGap, Forbidden, ForbiddenPublish, SnapshotRequired
 from octosync.hub import (
+    AllowAll,
     DiffFrame,
     Hub,
     HubConfig,
@@ -272,6 +273,26 @@ def test_writes_go_to_the_producer_only_when_granted() -> None:
     assert hub.take(1) == []
 
 
+def test_check_join_refuses_what_subscribe_and_publish_would() -> None:
+    class ReadOnly:
+        def allows(self, stream: object, action: str) -> bool:
+            return action == "read"
+
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    everyone = AllowAll()
+    hub.check_join(everyone, "s", publish=True)  # no producer yet: anyone granted may
+    hub.check_join(ReadOnly(), "s", publish=False)
+    with pytest.raises(Forbidden, match="not granted publish"):
+        hub.check_join(ReadOnly(), "s", publish=True)
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    with pytest.raises(ForbiddenPublish, match="another connection"):
+        hub.check_join(everyone, "s", publish=True)
+    hub.check_join(everyone, "s", publish=False)
+    hub.disconnect(1)
+    hub.check_join(everyone, "s", publish=True)  # the producer left: the stream is free again
+
+
 def test_on_accept_hook_sees_only_accepted_frames() -> None:
     seen: list[tuple[object, int, object]] = []
     hub = Hub(
@@ -341,11 +362,9 @@ def test_ts_is_monotonic_across_streams() -> None:
 
 
 def test_backlog_collapses_to_one_snapshot_per_the_reliable_sync_fixture(
-    conformance_dir: Path,
+    vectors_dir: Path,
 ) -> None:
-    doc = json.loads(
-        (conformance_dir / "lazily/reliable-sync/coalesce_bounds_outbox.json").read_text()
-    )
+    doc = json.loads((vectors_dir / "lazily/reliable-sync/coalesce_bounds_outbox.json").read_text())
     scenario = next(s for s in doc["scenarios"] if s["id"] == "state_suffix_collapses_to_snapshot")
     appended = [json_tagged.decode(json.dumps({"Delta": d}).encode()) for d in scenario["appended"]]
     expected = {

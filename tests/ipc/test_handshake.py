@@ -17,15 +17,15 @@ from octosync.wire import json as wire_json
 from tests.strategies import handshakes
 
 
-def _scenarios(conformance_dir: Path) -> list[dict[str, Any]]:
-    doc = json.loads((conformance_dir / "lazily/codec/capability_handshake.json").read_text())
+def _scenarios(vectors_dir: Path) -> list[dict[str, Any]]:
+    doc = json.loads((vectors_dir / "lazily/codec/capability_handshake.json").read_text())
     assert doc["kind"] == "CapabilityHandshake"
     scenarios: list[dict[str, Any]] = doc["scenarios"]
     return scenarios
 
 
-def test_capability_handshake_fixture_every_scenario(conformance_dir: Path) -> None:
-    scenarios = _scenarios(conformance_dir)
+def test_capability_handshake_fixture_every_scenario(vectors_dir: Path) -> None:
+    scenarios = _scenarios(vectors_dir)
     assert len(scenarios) == 5
     for sc in scenarios:
         # Through the wire decoder, as a face would receive them.

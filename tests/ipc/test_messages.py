@@ -10,7 +10,7 @@ _decode = msgspec.json.Decoder(IpcMessage).decode
 
 def test_delta_epoch_must_follow_base() -> None:
     with pytest.raises(msgspec.ValidationError, match="base_epoch"):
-        _decode(b'{"type":"delta","base_epoch":3,"epoch":5,"ops":[]}')
+        _decode(b'{"type":"delta","base_epoch":5,"epoch":5,"ops":[]}')
 
 
 def test_ids_above_2_pow_53_are_rejected() -> None:
@@ -37,3 +37,23 @@ def test_seed_dialect_shape_round_trips() -> None:
     assert _decode(raw) == snap
     delta = Delta(base_epoch=2, epoch=3, ops=(CellSet(1, b"\x01"),))
     assert _decode(msgspec.json.encode(delta)) == delta
+
+
+def test_blob_backend_null_is_the_absent_form_in_the_seed_dialect() -> None:
+    from octosync.ipc.messages import BlobRef
+    from octosync.wire import json as seed
+
+    raw = b'{"offset":1,"len":2,"generation":3,"epoch":4,"checksum":5,"backend":null}'
+    ref = msgspec.json.decode(raw, type=BlobRef)
+    assert ref.backend == "shm"
+    assert b"backend" not in msgspec.json.encode(ref)
+    assert msgspec.json.decode(raw.replace(b"null", b'"arrow"'), type=BlobRef).backend == "arrow"
+    with pytest.raises(msgspec.ValidationError, match="backend"):
+        msgspec.json.decode(raw.replace(b"null", b'"tape"'), type=BlobRef)
+    msg = seed.decode(
+        b'{"type":"delta","base_epoch":0,"epoch":1,"ops":[{"op":"cell_set","slot_id":1,"payload":'
+        + raw
+        + b"}]}"
+    )
+    assert isinstance(msg, Delta)
+    assert msg.ops[0].payload == BlobRef(1, 2, 3, 4, 5)  # type: ignore[union-attr]

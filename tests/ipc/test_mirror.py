@@ -422,6 +422,40 @@ def test_a_snapshot_from_a_restarted_sender_may_go_back_in_epochs() -> None:
     assert m.values() == {1: 10, 2: 3}
 
 
+def test_names_from_snapshot_and_node_add_and_writes_by_name() -> None:
+    from octosync import Context
+    from octosync.errors import UnknownHandle
+    from octosync.ipc.permissions import PeerPermissions
+    from octosync.ipc.publisher import Publisher
+
+    ctx = Context()
+    score = ctx.cell(3, type_tag="i64", name="score")
+    pub = Publisher(ctx, permissions=PeerPermissions.allow_all())
+    snap = pub.snapshot()
+    assert [n.key for n in snap.nodes] == ["score"]
+    label = ctx.cell("hi", type_tag="string", name="label")
+    (delta,) = pub.drain()
+    assert [op.key for op in delta.ops if isinstance(op, NodeAdd)] == ["label"]
+    m = Mirror()
+    with pytest.raises(SnapshotRequired):
+        m.write("score", 1)
+    m.apply(snap)
+    m.apply(delta)
+    assert m.names() == {"score": score.id, "label": label.id}
+    write = m.write("score", 9)
+    assert (write.base_epoch, write.epoch) == (delta.epoch, delta.epoch + 1)
+    pub.apply_remote(list(write.ops))  # the producer's side accepts it as a cell_set
+    assert score.get() == 9
+    assert m.write(label.id, "yo").ops[0].payload == b"yo"
+    with pytest.raises(UnknownHandle, match="no node is named 'nope'"):
+        m.write("nope", 1)
+    with pytest.raises(UnknownHandle):
+        m.write(999, 1)
+    with pytest.raises(TypeTagError):
+        m.write("score", "not an int")
+    assert m.values() == {score.id: 3, label.id: "hi"}  # writes change nothing locally
+
+
 def test_a_removed_nodes_edges_come_back_when_the_delta_is_refused() -> None:
     from octosync.ipc.messages import Edge, EdgeAdd, NodeRemove, NodeSnapshot
 

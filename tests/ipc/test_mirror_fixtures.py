@@ -14,8 +14,8 @@ from octosync.ipc.mirror import Applied, Ignored, Mirror
 from octosync.wire import json_tagged
 
 
-def load(conformance_dir: Path, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads((conformance_dir / "lazily" / name).read_text())
+def load(vectors_dir: Path, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((vectors_dir / "lazily" / name).read_text())
     return doc
 
 
@@ -35,8 +35,8 @@ def raw_values(m: Mirror) -> dict[str, list[int]]:
     return {str(k): list(v) for k, v in m.values().items()}
 
 
-def test_idempotent_redelivery(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/idempotent_redelivery.json")
+def test_idempotent_redelivery(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/idempotent_redelivery.json")
     assert len(doc["scenarios"]) == 2
     for sc in doc["scenarios"]:
         m = mirror_with(sc["start_last_epoch"], sc["state_before"])
@@ -51,8 +51,8 @@ def test_idempotent_redelivery(conformance_dir: Path) -> None:
         assert m.in_sync
 
 
-def test_non_sequential_delta_after_epoch_10_requests_resync(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "delta_non_sequential.json")
+def test_non_sequential_delta_after_epoch_10_requests_resync(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "delta_non_sequential.json")
     assert doc["assertions"]["resync_after_epoch_10"] is True
     m = mirror_with(10, {})
     result = m.apply(frame(doc["wire"]))
@@ -62,9 +62,9 @@ def test_non_sequential_delta_after_epoch_10_requests_resync(conformance_dir: Pa
 
 
 def test_sequential_delta_fixture_applies_on_a_graph_that_has_its_nodes(
-    conformance_dir: Path,
+    vectors_dir: Path,
 ) -> None:
-    doc = load(conformance_dir, "delta_sequential.json")
+    doc = load(vectors_dir, "delta_sequential.json")
     m = mirror_with(40, {"1": [0], "2": [0], "3": [0], "5": [0]})
     assert m.apply(frame(doc["wire"])) == Applied(41)
     # CellSet 1 -> [10], SlotValue 2 -> [20], Invalidate 3, NodeAdd 4 (u64, [64]), NodeRemove 5.
@@ -78,8 +78,8 @@ def test_sequential_delta_fixture_applies_on_a_graph_that_has_its_nodes(
     assert raw_values(fresh) == {"1": [0]}
 
 
-def test_state_suffix_collapses_to_snapshot(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+def test_state_suffix_collapses_to_snapshot(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
     sc = {s["id"]: s for s in doc["scenarios"]}["state_suffix_collapses_to_snapshot"]
     start = sc["expect"]["receiver_from_last_epoch"]
     full_run = mirror_with(start, {"1": [], "2": []})
@@ -108,23 +108,64 @@ def test_state_suffix_collapses_to_snapshot(conformance_dir: Path) -> None:
     assert full_run.last_epoch == adopter.last_epoch == 3
 
 
-def test_queue_cell_ops_and_multi_epoch_deltas_are_refused_typed(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
-    fused = doc["wire"]  # base 0 -> epoch 3 of QueuePush ops: neither is supported
+def test_queue_cell_ops_are_refused_typed_but_the_fused_span_decodes(
+    vectors_dir: Path,
+) -> None:
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
+    fused = doc["wire"]  # base 0 -> epoch 3 of QueuePush ops: the ops are not supported
     with pytest.raises(DecodeError) as info:
         frame(fused)
     assert info.value.path == "$.Delta.ops[0].QueuePush"
-    with pytest.raises(DecodeError) as info:
-        frame({"Delta": {**fused["Delta"], "ops": []}})
-    assert info.value.path == "$.Delta.epoch"
+    empty = frame({"Delta": {**fused["Delta"], "ops": []}})
+    assert (empty.base_epoch, empty.epoch, empty.span) == (0, 3, 3)
     unit = {s["id"]: s for s in doc["scenarios"]}["oplog_declines_snapshot_fuses_batch"]
     with pytest.raises(DecodeError) as info:
         frame({"Delta": unit["appended"][0]})
     assert info.value.path == "$.Delta.ops[0].QueuePush"
 
 
-def test_outbox_ack_is_not_applied_by_the_mirror(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/coalesce_bounds_outbox.json")
+def test_a_fused_state_suffix_applies_like_its_unit_deltas(vectors_dir: Path) -> None:
+    """The fixture's three unit deltas, fused into one span-3 delta (lazily-spec's batch
+    fusion), land where the fold of the units lands and where the coalesced snapshot does."""
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
+    sc = {s["id"]: s for s in doc["scenarios"]}["state_suffix_collapses_to_snapshot"]
+    units = sc["appended"]
+    fused = frame(
+        {
+            "Delta": {
+                "base_epoch": units[0]["base_epoch"],
+                "epoch": units[-1]["epoch"],
+                "ops": [op for u in units for op in u["ops"]],
+            }
+        }
+    )
+    assert fused.span == len(units) == 3
+    start = sc["peer_acked_through"]
+    folded = mirror_with(start, {"1": [], "2": []})
+    for u in units:
+        assert folded.apply(frame({"Delta": u})) == Applied(u["epoch"])
+    batch = mirror_with(start, {"1": [], "2": []})
+    assert batch.apply(fused) == Applied(sc["expect"]["receiver_last_epoch_after"])
+    assert batch.snapshot() == folded.snapshot()
+    coalesced = sc["coalesce"]["wire"]["Snapshot"]  # schematic: compare the values it names
+    assert batch.last_epoch == coalesced["epoch"]
+    assert raw_values(batch) == {str(n["node"]): n["payload"]["Inline"] for n in coalesced["nodes"]}
+    # Re-delivered after it applied: ignored, not applied twice.
+    assert batch.apply(fused) == Ignored(3, "already_applied")
+
+
+def test_the_gap_rule_applies_to_base_epoch_at_any_span(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
+    span = frame({"Delta": {**doc["wire"]["Delta"], "ops": []}})  # 0 -> 3
+    for last in (1, 2):  # inside the span but not at its base: a gap, not a re-delivery
+        m = mirror_with(last, {})
+        assert m.apply(span) == ResyncRequest(last_epoch=last, reason="EpochGap")
+        assert m.last_epoch == last
+        assert not m.in_sync
+
+
+def test_outbox_ack_is_not_applied_by_the_mirror(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/coalesce_bounds_outbox.json")
     sc = {s["id"]: s for s in doc["scenarios"]}["non_ack_fills_then_ack_drains_cursor_queue"]
     ack = frame({"OutboxAck": sc["outbox_ack"]})
     m = mirror_with(4, {})

@@ -25,6 +25,21 @@ def test_defaults_are_ui_off_utc_and_overridable() -> None:
     assert "spark.driver.bindAddress" not in cluster
 
 
+def test_quiet_sessions_log_errors_only_and_show_no_progress_bars() -> None:
+    from octosync.pipeline.spark import QUIET_LOG4J
+
+    quiet = session_conf("local[*]", verbose=False)
+    assert quiet["spark.ui.showConsoleProgress"] == "false"
+    assert (
+        f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
+        in (quiet["spark.driver.extraJavaOptions"])
+    )
+    assert "rootLogger.level = error" in QUIET_LOG4J.read_text()
+    loud = session_conf("local[*]")
+    assert loud["spark.ui.showConsoleProgress"] == "true"
+    assert "log4j2" not in loud["spark.driver.extraJavaOptions"]
+
+
 @pytest.mark.spark
 def test_the_shared_session_runs_in_utc_without_ui(spark: Any) -> None:
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"

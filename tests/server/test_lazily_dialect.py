@@ -54,7 +54,8 @@ def test_tagged_producer_is_sniffed_and_errors_keep_the_connection_encoding() ->
     assert sniff_producer_dialect(SEED_JSON, b'{"type":"snapshot","epoch":0}') is SEED_JSON
     err = Forbidden("no", path="ops[0]")
     assert (
-        SEED_JSON.encode_error(err) == b'{"type":"error","code":"Forbidden","message":"ops[0]: no"}'
+        SEED_JSON.encode_error(err)
+        == b'{"type":"error","code":"Forbidden","message":"no","path":"ops[0]"}'
     )
     packed = DIALECT_SET["msgpack"].encode_error(HandshakeFailed("x"))
     assert packed[:1] != b"{"

@@ -10,6 +10,7 @@ import pytest
 from octosync.errors import LocalProtocolError, OctosyncError
 from octosync.server.auth import ANONYMOUS_DEV
 from octosync.server.config import ServerConfig
+from octosync.server.dataspace_session import DataspaceSession
 from octosync.server.lazily_session import LazilySession, State
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
@@ -19,7 +20,9 @@ from octosync.wire.websocket import ws_frame
 from tests.e2e.helpers import delta, handshake, snap
 
 
-def feed(session: LazilySession | WvpSession | SignalSession, data: bytes) -> str | None:
+def feed(
+    session: LazilySession | WvpSession | SignalSession | DataspaceSession, data: bytes
+) -> str | None:
     """What the connection loop does with one frame: the error's name, or None."""
     try:
         session.handle(session.decode(data))

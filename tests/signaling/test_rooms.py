@@ -29,8 +29,8 @@ client_dec = msgspec.json.Decoder(ClientSignal)
 server_dec = msgspec.json.Decoder(ServerSignal)
 
 
-def test_fixture_frames_roundtrip(conformance_dir: Path) -> None:
-    doc = json.loads((conformance_dir / "lazily/signaling/frames.json").read_text())
+def test_fixture_frames_roundtrip(vectors_dir: Path) -> None:
+    doc = json.loads((vectors_dir / "lazily/signaling/frames.json").read_text())
     for frame in doc["frames"]:
         raw = json.dumps(frame["wire"]).encode()
         dec = client_dec if frame["direction"] == "client" else server_dec

@@ -43,4 +43,4 @@ def test_export_of_a_missing_journal_fails_clearly(
         main(["journal", "export", "--data", str(tmp_path / "none"), "--to", str(tmp_path / "o")])
         == 2
     )
-    assert "no journal here" in capsys.readouterr().err
+    assert "--data " + str(tmp_path / "none") + " does not exist" in capsys.readouterr().err

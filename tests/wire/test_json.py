@@ -146,7 +146,7 @@ def test_handshake_is_a_bare_object() -> None:
             b'{"type":"delta","base_epoch":0,"epoch":1,"ops":[{"op":"invalidate","slot_id":1,"x":2}]}',
             "$.ops[0].x",
         ),
-        (b'{"type":"delta","base_epoch":0,"epoch":2,"ops":[]}', "$.epoch"),
+        (b'{"type":"delta","base_epoch":2,"epoch":2,"ops":[]}', "$.epoch"),
         (b'{"type":"delta","base_epoch":0,"epoch":1,"ops":{}}', "$.ops"),
         (b'{"type":"teleport"}', "$.type"),
         (b'{"epoch":1}', "$.type"),

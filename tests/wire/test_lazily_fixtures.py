@@ -7,6 +7,7 @@ the exact input bytes are checked by their FNV-1a-64.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,8 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.wire import json_tagged, msgpack
+from tests.vectors.extract import LAZILY_FILES
 
-LAZILY = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "lazily"
 OP_VARIANT = {
     CellSet: "CellSet",
     SlotValue: "SlotValue",
@@ -44,8 +45,8 @@ OP_VARIANT = {
 }
 
 
-def load(conformance_dir: Path, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads((conformance_dir / "lazily" / name).read_text())
+def load(vectors_dir: Path, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((vectors_dir / "lazily" / name).read_text())
     return doc
 
 
@@ -160,19 +161,16 @@ def check(message: IpcMessage, a: dict[str, Any]) -> None:
         check_crdt(message, a)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "snapshot_minimal.json",
-        "snapshot_multi_node.json",
-        "snapshot_shared_blob.json",
-        "delta_sequential.json",
-        "delta_non_sequential.json",
-        "delta_shared_blob.json",
-    ],
-)
-def test_top_level_fixture(conformance_dir: Path, name: str) -> None:
-    doc = load(conformance_dir, name)
+TOP_LEVEL = [name for name in LAZILY_FILES if "/" not in name]
+
+
+def test_every_top_level_fixture_is_tested() -> None:
+    assert len(TOP_LEVEL) == 6
+
+
+@pytest.mark.parametrize("name", TOP_LEVEL)
+def test_top_level_fixture(vectors_dir: Path, name: str) -> None:
+    doc = load(vectors_dir, name)
     message = from_json(doc["wire"])
     assert type(message).__name__ == doc["kind"]
     check(message, doc["assertions"])
@@ -187,8 +185,8 @@ def test_top_level_fixture(conformance_dir: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("codec", ["json", "msgpack"])
-def test_frame_roundtrip_fixture(conformance_dir: Path, codec: str) -> None:
-    doc = load(conformance_dir, f"codec/frame_roundtrip_{codec}.json")
+def test_frame_roundtrip_fixture(vectors_dir: Path, codec: str) -> None:
+    doc = load(vectors_dir, f"codec/frame_roundtrip_{codec}.json")
     assert doc["assertions"]["scenario_count"] == len(doc["scenarios"]) == 3
     mod = json_tagged if codec == "json" else msgpack
     for sc in doc["scenarios"]:
@@ -216,8 +214,8 @@ def test_frame_roundtrip_fixture(conformance_dir: Path, codec: str) -> None:
             assert raw == sc["wire"]
 
 
-def test_nodekey_null_leniency_fixture(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "codec/nodekey_null_leniency.json")
+def test_nodekey_null_leniency_fixture(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "codec/nodekey_null_leniency.json")
     scenarios = doc["scenarios"]
     assert len(scenarios) == doc["assertions"]["scenario_count"] == 12
     for sc in scenarios:
@@ -268,8 +266,8 @@ def test_msgpack_accepts_bin_payloads_too() -> None:
     assert msgpack.decode(raw) == Delta(0, 1, (CellSet(1, b"\x01\xff"),))
 
 
-def test_crdt_sync_frames_fixture(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "distributed/crdt_sync_frames.json")
+def test_crdt_sync_frames_fixture(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "distributed/crdt_sync_frames.json")
     assert len(doc["frames"]) == 4
     for frame in doc["frames"]:
         message = from_json(frame["wire"])
@@ -282,8 +280,8 @@ def test_crdt_sync_frames_fixture(conformance_dir: Path) -> None:
         assert msgpack.decode(msgpack.encode(message)) == message
 
 
-def test_outbox_ack_frames(conformance_dir: Path) -> None:
-    doc = load(conformance_dir, "reliable-sync/idempotent_redelivery.json")
+def test_outbox_ack_frames(vectors_dir: Path) -> None:
+    doc = load(vectors_dir, "reliable-sync/idempotent_redelivery.json")
     ack = from_json(doc["wire"])
     assert ack == OutboxAck(through_epoch=42)
     assert json.loads(json_tagged.encode(ack)) == doc["wire"]
@@ -299,7 +297,7 @@ def test_outbox_ack_frames(conformance_dir: Path) -> None:
             "$.Delta",
         ),
         ({"OutboxAck": {"through_epoch": 1}, "ResyncRequest": {"from_epoch": 1}}, "$"),
-        ({"Delta": {"base_epoch": 0, "epoch": 3, "ops": []}}, "$.Delta.epoch"),
+        ({"Delta": {"base_epoch": 3, "epoch": 3, "ops": []}}, "$.Delta.epoch"),
         ({"Delta": {"base_epoch": -1, "epoch": 0, "ops": []}}, "$.Delta.base_epoch"),
         (
             {"Delta": {"base_epoch": 0, "epoch": 1, "ops": [{"QueuePush": {"node": 7}}]}},
@@ -416,3 +414,51 @@ def test_looks_tagged_tells_the_dialects_apart() -> None:
     assert json_tagged.looks_tagged(b' { "Snapshot": {}}')
     assert not json_tagged.looks_tagged(seed_json.encode(delta))
     assert not json_tagged.looks_tagged(b"")
+
+
+@pytest.mark.parametrize("fixture", ["delta_shared_blob.json", "snapshot_shared_blob.json"])
+def test_blob_backend_null_reads_as_shm_and_goes_out_omitted(
+    vectors_dir: Path, fixture: str
+) -> None:
+    """lazily-spec § Zero-copy transport: an explicit ``backend: null`` is the absent form."""
+    doc = json.loads((vectors_dir / "lazily" / fixture).read_text())
+    blobs: list[dict[str, Any]] = []
+
+    def find(node: Any) -> None:
+        if isinstance(node, dict):
+            if "SharedBlob" in node:
+                blobs.append(node["SharedBlob"])
+            for v in node.values():
+                find(v)
+        elif isinstance(node, list):
+            for v in node:
+                find(v)
+
+    wire = copy.deepcopy(doc["wire"])
+    find(wire)
+    assert blobs, "the fixture carries a shared blob"
+    for blob in blobs:
+        blob["backend"] = None
+    for mod, data in (
+        (json_tagged, json.dumps(wire).encode()),
+        (msgpack, msgspec.msgpack.encode(wire)),
+    ):
+        msg = mod.decode(data)
+        refs = [
+            p
+            for p in _payloads(msg)  # every payload the message carries
+            if isinstance(p, BlobRef)
+        ]
+        assert refs
+        assert all(r.backend == "shm" for r in refs)
+        assert b"backend" not in mod.encode(msg)
+    for blob in blobs:
+        blob["backend"] = "tape"
+    with pytest.raises(DecodeError, match=r"tape|backend"):
+        json_tagged.decode(json.dumps(wire).encode())
+
+
+def _payloads(msg: Any) -> list[Any]:
+    if isinstance(msg, Snapshot):
+        return [n.payload for n in msg.nodes]
+    return [getattr(op, "payload", None) for op in msg.ops]

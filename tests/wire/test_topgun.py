@@ -70,8 +70,8 @@ REQUIRED = [
 ]
 
 
-def fixtures(conformance: Path) -> list[Path]:
-    return sorted((conformance / "topgun").glob("*.msgpack"))
+def fixtures(vectors: Path) -> list[Path]:
+    return sorted((vectors / "topgun").glob("*.msgpack"))
 
 
 def normalise(value: Any) -> Any:
@@ -92,12 +92,12 @@ def test_every_required_type_is_in_the_union() -> None:
     assert set(REQUIRED) <= tags
 
 
-def test_fixture_set_is_present(conformance_dir: Path) -> None:
-    assert len(fixtures(conformance_dir)) >= 30
+def test_fixture_set_is_present(vectors_dir: Path) -> None:
+    assert len(fixtures(vectors_dir)) >= 30
 
 
-def test_every_fixture_decodes_and_reencodes_to_an_equal_value(conformance_dir: Path) -> None:
-    for path in fixtures(conformance_dir):
+def test_every_fixture_decodes_and_reencodes_to_an_equal_value(vectors_dir: Path) -> None:
+    for path in fixtures(vectors_dir):
         raw = path.read_bytes()
         msg = decode(raw)
         assert msg.__struct_config__.tag == path.stem, path.name
@@ -109,8 +109,8 @@ def test_every_fixture_decodes_and_reencodes_to_an_equal_value(conformance_dir: 
         assert normalise(as_json) == generic_fixture, path.name
 
 
-def test_fixture_details(conformance_dir: Path) -> None:
-    topgun_dir = conformance_dir / "topgun"
+def test_fixture_details(vectors_dir: Path) -> None:
+    topgun_dir = vectors_dir / "topgun"
     op = decode((topgun_dir / "CLIENT_OP.msgpack").read_bytes())
     assert isinstance(op, ClientOpMessage)
     record = op.payload.record
@@ -138,9 +138,9 @@ def test_fixture_details(conformance_dir: Path) -> None:
 
 
 def test_reference_batch_fixture_is_opaque_and_its_frames_do_not_tile(
-    conformance_dir: Path,
+    vectors_dir: Path,
 ) -> None:
-    batch = decode((conformance_dir / "topgun" / "BATCH.msgpack").read_bytes())
+    batch = decode((vectors_dir / "topgun" / "BATCH.msgpack").read_bytes())
     assert isinstance(batch, Batch)
     assert (batch.count, batch.data) == (3, bytes.fromhex("deadbeef"))
     with pytest.raises(DecodeError):

@@ -27,7 +27,7 @@ import aiohttp
 import msgspec
 
 from octosync.client.ws import connect_ws
-from octosync.errors import OctosyncError, ProtocolError, by_name
+from octosync.errors import AuthError, ForbiddenPublish, OctosyncError, ProtocolError, by_name
 from octosync.graph import Context
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
 from octosync.ipc.messages import Delta, Handshake, ResyncRequest
@@ -39,10 +39,17 @@ from octosync.wire import json as wire_json
 
 @dataclass(frozen=True, slots=True)
 class State:
-    """A mirrored state: the stream's epoch and ``{node_id: decoded value}``."""
+    """A mirrored state: the stream's epoch, ``{node_id: decoded value}`` and, for nodes the
+    producer named (``Context.cell(..., name=...)``), ``{name: node_id}``."""
 
     epoch: int
     values: dict[int, Any]
+    names: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def by_name(self) -> dict[str, Any]:
+        """``{name: value}`` of the named nodes that hold a value."""
+        return {n: self.values[i] for n, i in self.names.items() if i in self.values}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,7 @@ class _ErrorFrame(msgspec.Struct, frozen=True):
     type: str
     code: str
     message: str
+    path: str | None = None
 
 
 def remote_error(raw: bytes | str) -> OctosyncError | None:
@@ -75,7 +83,7 @@ def remote_error(raw: bytes | str) -> OctosyncError | None:
         cls = by_name(frame.code)
     except KeyError:
         cls = ProtocolError
-    return cls(frame.message)
+    return cls(frame.message, path=frame.path)
 
 
 def _handshake(stream: str, *, publish: bool, max_frame: int) -> Handshake:
@@ -184,12 +192,17 @@ class Client:
                         continue
                     sub.reconnects += 1
                 attempt = 0
+                sub._ws = current
                 await self._pump(sub, current)
+                sub._ws = None
                 current = None
+        except OctosyncError as exc:  # refused (a token that expired, a revoked grant)
+            sub._finish(exc)
         except BaseException as exc:  # cancelled by close() too: end the iteration
             sub._finish(exc)
             raise
         finally:
+            sub._ws = None
             if current is not None:
                 await current.close()
 
@@ -209,7 +222,7 @@ class Client:
                 continue
             last = mirror.last_epoch
             if mirror.in_sync and last is not None and last != sub._last_yielded:
-                sub._push(State(last, mirror.values()))
+                sub._push(State(last, mirror.values(), mirror.names()))
 
     # --- publishing -----------------------------------------------------------------------
 
@@ -222,29 +235,43 @@ class Client:
         task = asyncio.get_running_loop().create_task(self._serve(pub, ws))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        await pub.started.wait()
+        started = asyncio.ensure_future(pub.started.wait())
+        ended = asyncio.ensure_future(pub.ended.wait())
+        await asyncio.wait({started, ended}, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        ended.cancel()
+        if not pub.started.is_set():
+            await pub.wait()  # raises the refusal that ended it
         return pub
 
     async def _serve(self, pub: Publication, ws: aiohttp.ClientWebSocketResponse) -> None:
         attempt = 0
         current: aiohttp.ClientWebSocketResponse | None = ws
-        while not pub.closed:
-            if current is None:
+        try:
+            while not pub.closed:
+                if current is None:
+                    try:
+                        current = await self._open(pub.stream, publish=True)
+                    except (aiohttp.ClientError, ConnectionError, OSError, ForbiddenPublish):
+                        # ForbiddenPublish: the server has not yet noticed our old connection
+                        # went away; it releases the stream when it does.
+                        await self._sleep_backoff(attempt)
+                        attempt += 1
+                        continue
+                    pub.reconnects += 1
+                attempt = 0
                 try:
-                    current = await self._open(pub.stream, publish=True)
-                except (aiohttp.ClientError, ConnectionError, OSError):
-                    await self._sleep_backoff(attempt)
-                    attempt += 1
-                    continue
-                pub.reconnects += 1
-            attempt = 0
-            try:
-                await self._stream_context(pub, current)
-            except (aiohttp.ClientError, ConnectionError):
-                pass  # dropped mid-send: reconnect and start again from a snapshot
-            finally:
-                await current.close()
-                current = None
+                    await self._stream_context(pub, current)
+                except (aiohttp.ClientError, ConnectionError):
+                    pass  # dropped mid-send: reconnect and start again from a snapshot
+                finally:
+                    await current.close()
+                    current = None
+        except OctosyncError as exc:  # refused for good: no grant, a token that expired
+            pub.failed = exc
+        finally:
+            pub.closed = True
+            pub.ended.set()
 
     async def _stream_context(self, pub: Publication, ws: aiohttp.ClientWebSocketResponse) -> None:
         publisher = Publisher(pub.ctx, pub.permissions)
@@ -258,8 +285,14 @@ class Client:
                 err = remote_error(msg.data)
                 if err is not None:
                     pub.errors.append(err)
+                    if isinstance(err, AuthError):  # the server closes after these
+                        raise err
                     continue
-                write = wire_json.decode(msg.data)
+                try:
+                    write = wire_json.decode(msg.data)
+                except OctosyncError as exc:
+                    pub.errors.append(exc)
+                    continue
                 if isinstance(write, Delta):
                     try:
                         publisher.apply_remote(list(write.ops))
@@ -287,8 +320,8 @@ class Client:
             unsubscribe()
             publisher.close()
             read_task.cancel()
-            with contextlib.suppress(BaseException):
-                await read_task
+            with contextlib.suppress(asyncio.CancelledError):
+                await read_task  # re-raises a refusal the reader saw
 
 
 @dataclass(eq=False)
@@ -301,7 +334,10 @@ class Subscription:
     errors: list[OctosyncError] = field(default_factory=list)
     resyncs: int = 0
     reconnects: int = 0
+    failed: OctosyncError | None = None
+    """Why the server ended this subscription for good (a refused reconnect), if it did."""
     _queue: asyncio.Queue[State | BaseException] = field(init=False)
+    _ws: aiohttp.ClientWebSocketResponse | None = None
     _last_yielded: int | None = None
     _finished: bool = False
 
@@ -319,6 +355,8 @@ class Subscription:
         if self._finished:
             return
         self._finished = True
+        if isinstance(exc, OctosyncError):
+            self.failed = exc
         if self._queue.full():
             with contextlib.suppress(asyncio.QueueEmpty):
                 self._queue.get_nowait()
@@ -329,9 +367,26 @@ class Subscription:
 
     async def __anext__(self) -> State:
         item = await self._queue.get()
+        if isinstance(item, OctosyncError):
+            self._queue.put_nowait(item)  # every later call raises it too
+            raise item
         if isinstance(item, BaseException):
+            self._queue.put_nowait(item)
             raise StopAsyncIteration from item
         return item
+
+    async def write(self, node: int | str, value: Any) -> None:
+        """Ask the producer to set cell ``node`` (its id, or its name) to ``value``.
+
+        Sent as a ``cell_set`` on the current connection; the producer applies it if the peer
+        may write that cell, and the new value comes back as an ordinary state. A refusal
+        (``Forbidden``: no write grant, or the producer's permissions) arrives later in
+        ``errors``; a write is never queued across a reconnect.
+        """
+        ws = self._ws
+        if ws is None or ws.closed:
+            raise ConnectionError(f"stream {self.stream!r} is not connected; write not sent")
+        await ws.send_bytes(wire_json.encode(self.mirror.write(node, value)))
 
     async def wait_for(self, predicate: Callable[[State], bool]) -> State:
         """The first state (from now on) that satisfies ``predicate``."""
@@ -351,6 +406,15 @@ class Publication:
     reconnects: int = 0
     closed: bool = False
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    failed: OctosyncError | None = None
+    """Why the server refused this publication for good, if it did."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def wait(self) -> None:
+        """Return when the publication ends; raise the server's refusal if that is why."""
+        await self.ended.wait()
+        if self.failed is not None:
+            raise self.failed
 
 
 def connect(url: str, *, token: str | None = None, **options: Any) -> Client:

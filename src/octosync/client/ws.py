@@ -23,9 +23,26 @@ async def connect_ws(
     except aiohttp.WSServerHandshakeError as exc:
         if exc.status == 401:
             why = "no token was given" if token is None else "the token was refused"
-            raise Unauthorized(f"{url}: {why} (HTTP 401 at the upgrade)") from None
+            reason = await _refusal_reason(http, url, headers)
+            raise Unauthorized(f"{why}: {reason}" if reason else why) from None
         raise
     return ws
+
+
+async def _refusal_reason(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None
+) -> str | None:
+    """The server's own words for a refused upgrade (``{"code", "message"}`` in the 401 body,
+    which the WebSocket handshake error does not carry): asked once more with a plain GET."""
+    plain = "http" + url[2:] if url.startswith("ws") else url
+    try:
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with http.get(plain, headers=headers, timeout=timeout) as resp:
+            body = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    message = body.get("message") if isinstance(body, dict) else None
+    return message if isinstance(message, str) else None
 
 
 async def close_ws(

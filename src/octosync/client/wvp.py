@@ -19,7 +19,9 @@ def as_error(payload: wvp.ErrorPayload) -> OctosyncError:
         cls = by_name(payload.name)
     except KeyError:
         cls = ProtocolError
-    return cls(payload.message)
+    details = payload.details
+    path = details.get("path") if isinstance(details, dict) else None
+    return cls(payload.message, path=path if isinstance(path, str) else None)
 
 
 class WvpClient:

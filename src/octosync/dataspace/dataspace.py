@@ -100,16 +100,19 @@ class Dataspace:
         on_add: Callback | None = None,
         on_remove: Callback | None = None,
         on_message: Callback | None = None,
+        *,
+        interest: Value = _MISSING,
     ) -> int:
         """Install interest in ``pattern``; callbacks get the tuple of captured values.
 
-        First ``Observe(pattern)`` is asserted (existing observers of interest hear of it),
-        then the handler is installed and told ``+`` for what already matches. Retract the
-        returned handle to remove both.
+        First the interest is asserted (``Observe(pattern)`` unless ``interest`` names the
+        value to assert, as a relay does with the wire's own ``Observe`` record), so existing
+        observers of interest hear of it; then the handler is installed and told ``+`` for
+        what already matches. Retract the returned handle to remove both.
         """
         skeleton = analyse(pattern)
-        interest_value = Observe(pattern)
-        k = key(interest_value)
+        interest_value = Observe(pattern) if interest is _MISSING else interest
+        k = checked_key(interest_value, "interest")
         h = self._next_handle
         self._next_handle = h + 1
         self._handles[h] = k

@@ -37,6 +37,8 @@ def canonical_text(v: Value) -> str:
     if t is dict:
         entries = sorted(f"{canonical_text(k)}={canonical_text(x)}" for k, x in v.items())
         return "dict{" + ",".join(entries) + "}"
+    if t is frozenset:
+        return "set{" + ",".join(sorted(canonical_text(x) for x in v)) + "}"
     if t is Capture:
         return f"capture({canonical_text(v.sub)})"
     if t is Discard:

@@ -6,8 +6,10 @@ hashable object that is equal to another value's key exactly when the two values
 *and of the same types all the way down*. Strings, ints, bytes and ``None`` are their own keys
 (the common case costs one type check); the rest are wrapped with a private tag.
 
-Values are atoms (``str``, ``int``, ``float``, ``bool``, ``bytes``, ``None``), records
-(:class:`Record`), lists and dicts (keys are atoms or records). Pattern operators
+Values are atoms (``str``, ``int``, ``float``, ``bool``, ``bytes``, ``None``, :class:`Symbol`,
+and :class:`Opaque` objects such as a relay's entity references), records (:class:`Record`),
+lists, dicts (keys are atoms or records) and frozensets (Preserves sets, matched only as
+constants). Pattern operators
 (:data:`_`, :func:`capture`) are values too, so an ``Observe(pattern)`` can itself be asserted.
 Values must not be mutated once asserted (like dict keys).
 """
@@ -47,8 +49,37 @@ SEQ: Final = _Tag("seq")
 DICT: Final = _Tag("dict")
 _CAPTURE: Final = _Tag("capture")
 _DISCARD: Final = _Tag("discard")
+_SYMBOL: Final = _Tag("symbol")
+_SET: Final = _Tag("set")
+_OPAQUE: Final = _Tag("opaque")
 
-_ATOMS: Final = (str, int, float, bool, bytes, type(None))
+
+class Symbol:
+    """A Preserves symbol: a name distinct from the string with the same characters."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Symbol and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash((_SYMBOL, self.name))
+
+    def __repr__(self) -> str:
+        return f"Symbol({self.name!r})"
+
+
+class Opaque:
+    """Base of values the dataspace holds but never looks into (entity references): equal
+    only to themselves, so the index keys them by identity."""
+
+    __slots__ = ()
+
+
+_ATOMS: Final = (str, int, float, bool, bytes, type(None), Symbol)
 PLAIN: Final = frozenset({str, int, bytes, type(None)})
 """Types whose values are their own keys (Python never conflates them with another type)."""
 
@@ -172,6 +203,12 @@ def _wrapped_key(v: Value, t: type) -> Key:
         return (_CAPTURE, key(v.sub))
     if t is Discard:
         return _DISCARD
+    if t is Symbol:
+        return (_SYMBOL, v.name)
+    if t is frozenset:
+        return (_SET, frozenset(map(key, v)))
+    if isinstance(v, Opaque):
+        return (_OPAQUE, v)
     raise InvalidValue(f"unsupported value type {t.__name__}")
 
 
@@ -191,7 +228,7 @@ def classof(v: Value) -> Class | None:
 def locate_invalid(v: Value, path: str = "$") -> InvalidValue | None:
     """The error for the first unsupported part of ``v``, with its path (slow; error path only)."""
     t = type(v)
-    if t in _ATOMS or t is Discard:
+    if t in _ATOMS or t is Discard or isinstance(v, Opaque):
         return None
     if t is Record:
         children: list[tuple[str, Value]] = [
@@ -201,6 +238,8 @@ def locate_invalid(v: Value, path: str = "$") -> InvalidValue | None:
         children = [(f"{path}.sub", v.sub)]
     elif t is list:
         children = [(f"{path}[{i}]", x) for i, x in enumerate(v)]
+    elif t is frozenset:
+        children = [(f"{path}.<member {i}>", x) for i, x in enumerate(v)]
     elif t is dict:
         children = []
         for k, x in v.items():
@@ -250,4 +289,8 @@ def values_equal(a: Value, b: Value) -> bool:
         return True
     if ta is Capture:
         return values_equal(a.sub, b.sub)
+    if ta is frozenset:
+        return len(a) == len(b) and all(any(values_equal(x, y) for y in b) for x in a)
+    if isinstance(a, Opaque):
+        return a is b
     return bool(a == b)

@@ -6,12 +6,14 @@ its own batch. The context epoch counts flushes whose change set was not empty.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from types import TracebackType
 from typing import TypeVar
 
 from octosync.bounds import MAX_SAFE_INTEGER as MAX_SAFE_ID
+from octosync.bounds import NODE_KEY_MAX, NODE_KEY_PATTERN
 from octosync.errors import GraphError
 from octosync.graph.changes import ChangeSet
 from octosync.graph.flush import run_flush
@@ -62,6 +64,7 @@ class Context:
         self.registry = registry or default_registry
         self.epoch = 0
         self._nodes: list[Node | None] = []
+        self._names: dict[str, Node] = {}
         self._free: list[int] = []
         self._depth = 0
         self._computing = 0
@@ -76,9 +79,11 @@ class Context:
 
     # --- creating nodes ----------------------------------------------------------------------
 
-    def cell(self, value: T, type_tag: str = "json") -> Cell[T]:
+    def cell(self, value: T, type_tag: str = "json", *, name: str | None = None) -> Cell[T]:
         node: Cell[T] = Cell()
+        self._check_name(name)
         node._init(self, self._next_id(), type_tag)
+        node._name = name
         assert node._encode is not None
         node._payload = node._encode(value)
         node._value = value
@@ -86,16 +91,24 @@ class Context:
         self._add(node)
         return node
 
-    def memo(self, fn: Callable[[], T], type_tag: str = "json") -> Memo[T]:
+    def memo(
+        self, fn: Callable[[], T], type_tag: str = "json", *, name: str | None = None
+    ) -> Memo[T]:
         node: Memo[T] = Memo()
+        self._check_name(name)
         node._init(self, self._next_id(), type_tag)
+        node._name = name
         node._fn = fn
         self._add(node)
         return node
 
-    def signal(self, fn: Callable[[], T], type_tag: str = "json") -> Signal[T]:
+    def signal(
+        self, fn: Callable[[], T], type_tag: str = "json", *, name: str | None = None
+    ) -> Signal[T]:
         node: Signal[T] = Signal()
+        self._check_name(name)
         node._init(self, self._next_id(), type_tag)
+        node._name = name
         node._fn = fn
         self._add(node)
         return node
@@ -159,6 +172,28 @@ class Context:
 
     # --- internals ---------------------------------------------------------------------------
 
+    def named(self, name: str) -> Node:
+        """The live node called ``name``; GraphError if there is none."""
+        node = self._names.get(name)
+        if node is None:
+            raise GraphError(f"no live node named {name!r}", path=f"name/{name}")
+        return node
+
+    def _check_name(self, name: str | None) -> None:
+        """A name is a node key on the wire (``a`` or ``a/b``), unique among live nodes."""
+        if name is None:
+            return
+        if len(name) > NODE_KEY_MAX or not re.fullmatch(NODE_KEY_PATTERN, name):
+            raise GraphError(
+                f"bad node name {name!r}: 1 to {NODE_KEY_MAX} characters, non-empty parts "
+                "joined by '/' (like 'score' or 'players/ada')",
+                path="name",
+            )
+        if name in self._names:
+            raise GraphError(
+                f"name {name!r} is taken by node {self._names[name].id}", path=f"name/{name}"
+            )
+
     def _next_id(self) -> int:
         if self._free:
             return self._free.pop()
@@ -173,6 +208,8 @@ class Context:
             self._free.append(node.id)
             raise GraphError("nodes cannot be created while a memo or signal computes")
         self._nodes[node.id] = node
+        if node._name is not None:
+            self._names[node._name] = node
         if node._wire:
             node._gen = self._gen
             node._start = ADDED
@@ -216,6 +253,8 @@ class Context:
         if node._wire and node._gen != self._gen:
             node._record()
         node._disposed = True
+        if node._name is not None:
+            del self._names[node._name]
         self._nodes[node.id] = None
         self._free.append(node.id)
         for source in node._sources:

@@ -60,6 +60,7 @@ class Node:
         "_encode",
         "_fn",
         "_gen",
+        "_name",
         "_observers",
         "_payload",
         "_queued",
@@ -107,6 +108,7 @@ class Node:
         self._queued = False
         self._computing = False
         self._type_tag = type_tag
+        self._name: str | None = None
         self._encode: Callable[[Any], bytes] | None = (
             ctx.registry.get(type_tag).encode if type_tag is not None else None
         )
@@ -114,6 +116,11 @@ class Node:
     @property
     def type_tag(self) -> str | None:
         return self._type_tag
+
+    @property
+    def name(self) -> str | None:
+        """The node's name (``Context.cell(..., name=...)``), sent to peers as its key."""
+        return self._name
 
     @property
     def disposed(self) -> bool:

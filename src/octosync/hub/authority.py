@@ -10,7 +10,7 @@ measured on the injected clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from octosync.errors import (
@@ -65,6 +65,15 @@ class Authority:
         if isinstance(stream_id, str):
             self.config.limits.check_stream_name(stream_id)
 
+    def check_producer(self, stream_id: StreamId, conn: ConnId | None) -> None:
+        """``ForbiddenPublish`` if the stream has a producer other than ``conn`` (None: a
+        connection that has not joined yet)."""
+        stream = self.streams.get(stream_id)
+        if stream is not None and stream.producer not in (None, conn):
+            raise ForbiddenPublish(
+                f"stream {stream_id!r} is produced by another connection", path="stream"
+            )
+
     def accept(self, c: Connection, stream_id: StreamId, frame: Frame[object]) -> StreamState:
         """Apply ``frame`` from ``c`` to its stream, or raise and change nothing."""
         try:
@@ -75,11 +84,8 @@ class Authority:
                 limits.check_epoch(frame.epoch)
             else:
                 limits.check_epoch(frame.to_epoch, "to_epoch")
+            self.check_producer(stream_id, c.id)
             stream = self.streams.get(stream_id)
-            if stream is not None and stream.producer not in (None, c.id):
-                raise ForbiddenPublish(
-                    f"stream {stream_id!r} is produced by another connection", path="stream"
-                )
             prepared = self._prepare(stream_id, c.id, frame)
             stream = self._apply(stream or StreamState(stream_id), frame)
         except Exception:
@@ -126,6 +132,26 @@ class Authority:
             raise LimitExceeded(
                 f"the frame cannot be journaled: {exc.message}", path=exc.path
             ) from exc
+
+    def restore(self, stream_id: StreamId, frames: Sequence[Frame[object]]) -> None:
+        """Install state rebuilt from the journal: a snapshot, then the diffs since.
+
+        No producer and no TTL: the state stays until a producer connects and publishes its
+        own snapshot (a diff from it first is ``SnapshotRequired``, as for any new producer).
+        """
+        if not frames:
+            return
+        current = self.streams.get(stream_id)
+        if current is not None and current.has_state():
+            raise ValueError(f"stream {stream_id!r} already has a state")
+        if not isinstance(frames[0], SnapshotFrame):
+            raise SnapshotRequired(f"restoring stream {stream_id!r} needs a snapshot first")
+        stream = self._apply(StreamState(stream_id), frames[0])
+        stream.producer_has_snapshot = True  # lets the fold below apply the diffs
+        for frame in frames[1:]:
+            self._apply(stream, frame)
+        stream.producer_has_snapshot = False
+        self.streams[stream_id] = stream
 
     def release(self, conn: ConnId, produced: set[StreamId]) -> list[StreamId]:
         """A producer left: its streams keep their state for the TTL (or drop it at once).

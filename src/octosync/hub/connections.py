@@ -31,8 +31,13 @@ class Connection:
 
     def require(self, stream: StreamId, action: Action) -> None:
         """``Forbidden`` unless the connection's grants allow ``action`` on ``stream``."""
-        if not self.grants.allows(stream, action):
-            raise Forbidden(f"not granted {action} on stream {stream!r}")
+        require(self.grants, stream, action)
+
+
+def require(grants: Grants, stream: StreamId, action: Action) -> None:
+    """``Forbidden`` unless ``grants`` allow ``action`` on ``stream``."""
+    if not grants.allows(stream, action):
+        raise Forbidden(f"not granted {action} on stream {stream!r}")
 
 
 class Connections:

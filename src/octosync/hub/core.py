@@ -14,11 +14,11 @@ grants, producer, gaps, journal), ``fanout.py`` encodes and queues what was acce
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from octosync.errors import Forbidden
 from octosync.hub.authority import Authority
-from octosync.hub.connections import Connections
+from octosync.hub.connections import Connections, require
 from octosync.hub.fanout import Fanout
 from octosync.hub.model import Frame
 from octosync.hub.streams import encoder_face
@@ -132,6 +132,14 @@ class Hub:
         asked before connecting (a handshake that names a stream fails closed on it)."""
         self._authority.check_stream(encoder_face(view.encoder), stream_id)
 
+    def check_join(self, grants: Grants, stream_id: StreamId, *, publish: bool) -> None:
+        """What ``subscribe`` (or, with ``publish``, ``publish``) will refuse a new connection
+        holding ``grants``, asked before its handshake is answered, so that the refusal arrives
+        in place of the reply instead of after it (a client learns at once, not never)."""
+        require(grants, stream_id, "publish" if publish else "read")
+        if publish:
+            self._authority.check_producer(stream_id, None)
+
     def view_of(self, conn: ConnId) -> ViewKey:
         return self._conns.get(conn).view
 
@@ -143,6 +151,13 @@ class Hub:
         if self._on_accept is not None:
             self._on_accept(stream_id, conn, frame)
         self._fanout.publish(stream_id, frame)
+
+    def restore(self, stream_id: StreamId, frames: Sequence[Frame[object]]) -> None:
+        """Install a stream's state rebuilt from the journal (at start-up, before connections):
+        a snapshot, then the diffs since. Late joiners get it until a producer connects and
+        publishes its own snapshot; nothing is journaled or fanned out."""
+        self._authority.restore(stream_id, frames)
+        self._fanout.invalidate(stream_id)
 
     def producer_of(self, stream: StreamId) -> ConnId | None:
         return self._authority.producer_of(stream)

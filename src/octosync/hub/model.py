@@ -34,7 +34,8 @@ class SnapshotFrame(Generic[P]):
 
 @dataclass(frozen=True, slots=True)
 class DiffFrame(Generic[P]):
-    """A change from ``from_epoch`` to ``to_epoch`` (must be ``from_epoch + 1``)."""
+    """A change from ``from_epoch`` to ``to_epoch`` (``from_epoch + 1`` on WVP streams; a
+    lazily delta may span several epochs)."""
 
     from_epoch: int
     to_epoch: int
@@ -45,14 +46,23 @@ class DiffFrame(Generic[P]):
 Frame = SnapshotFrame[P] | DiffFrame[P]
 
 
-def check_contiguous(last_epoch: int | None, frame: DiffFrame[P]) -> None:
-    """The WVP gapless rule: ``from == last`` and ``to == from + 1``."""
+def check_contiguous(
+    last_epoch: int | None, frame: DiffFrame[P], *, multi_epoch: bool = False
+) -> None:
+    """The gapless rule: ``from == last``, and ``to == from + 1`` (WVP) or, with
+    ``multi_epoch`` (lazily-spec's multi-epoch-span deltas), ``to > from``."""
     if last_epoch is None:
         raise SnapshotRequired("a diff arrived before any snapshot for this stream")
-    if frame.from_epoch != last_epoch or frame.to_epoch != frame.from_epoch + 1:
+    if frame.from_epoch != last_epoch:
         raise EpochGap(
             f"diff {frame.from_epoch}->{frame.to_epoch} is not contiguous with epoch {last_epoch}",
-            path="from_epoch" if frame.from_epoch != last_epoch else "to_epoch",
+            path="from_epoch",
+        )
+    if frame.to_epoch <= frame.from_epoch if multi_epoch else frame.to_epoch != last_epoch + 1:
+        raise EpochGap(
+            f"diff {frame.from_epoch}->{frame.to_epoch} must advance "
+            + ("the epoch" if multi_epoch else "by exactly one epoch"),
+            path="to_epoch",
         )
 
 
@@ -85,7 +95,7 @@ class GraphModel:
         delta = frame.body
         if not isinstance(delta, Delta):
             raise DecodeError("a graph stream only carries lazily deltas", path="body")
-        check_contiguous(self.epoch, frame)
+        check_contiguous(self.epoch, frame, multi_epoch=True)
         self._mirror.apply_checked(delta)
         self._cached = None
 

@@ -20,6 +20,8 @@ length-prefixed stream) cannot be recovered, so the connection is closed after t
 | Desync             | no     | reported to the producer, which re-snapshots                |
 | LimitExceeded      | no     | the frame is refused whole; framing and identity are intact |
 | RemoteProtocolError| no     | an op that breaks the graph: that frame is refused, unchanged|
+| RelayError         | yes    | a Syndicate relay ends on its ``Error`` packet (the protocol |
+|                    |        | has no way to resynchronise a peer's handles and OIDs)      |
 | ShuttingDown       | yes    | the server is draining                                      |
 | Overloaded         | yes    | a connection cap is reached                                 |
 | InternalError      | yes    | serving this connection failed; only it is reset            |
@@ -47,6 +49,7 @@ from octosync.errors import (
     Overloaded,
     Oversize,
     ProtocolError,
+    RelayError,
     RemoteProtocolError,
     ShuttingDown,
     SnapshotRequired,
@@ -67,6 +70,7 @@ ERROR_POLICY: dict[type[OctosyncError], Disposition] = {
     Desync: "keep",
     LimitExceeded: "keep",
     RemoteProtocolError: "keep",
+    RelayError: "close",
     ShuttingDown: "close",
     Overloaded: "close",
     InternalError: "close",

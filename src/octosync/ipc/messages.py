@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from octosync.bounds import MAX_SAFE_INTEGER
+from octosync.bounds import MAX_SAFE_INTEGER, NODE_KEY_MAX, NODE_KEY_PATTERN
 
 MAX_SAFE_ID = MAX_SAFE_INTEGER
 """Largest identifier or epoch accepted anywhere (JavaScript's exact-integer bound)."""
@@ -26,7 +26,9 @@ U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 NodeId = U53
 PeerId = U53
 Epoch = U53
-NodeKey = Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=r"^[^/]+(/[^/]+)*$")]
+NodeKey = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=NODE_KEY_MAX, pattern=NODE_KEY_PATTERN)
+]
 """Optional keyed address of a node: a '/'-joined path such as ``scores/alice``."""
 
 NodeState = Literal["resolved", "dirty", "unset", "opaque"]
@@ -37,15 +39,27 @@ class _Frozen(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     """Base for all state-plane structs: immutable, strict, absent-when-default on the wire."""
 
 
+BlobBackend = Literal["shm", "arrow", "in_process"]
+
+
 class BlobRef(_Frozen, frozen=True):
-    """A payload that lives in a blob backend (shared memory, Arrow, in-process arena)."""
+    """A payload that lives in a blob backend (shared memory, Arrow, in-process arena).
+
+    ``backend`` omitted or an explicit null both read as ``shm`` (lazily-spec § Zero-copy
+    transport: null is the absent form); it is omitted again on the way out. A token outside
+    the enum is refused, never normalised.
+    """
 
     offset: U64
     len: U64
     generation: U64
     epoch: U64
     checksum: U64
-    backend: Literal["shm", "arrow", "in_process"] = "shm"
+    backend: BlobBackend | None = "shm"
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            msgspec.structs.force_setattr(self, "backend", "shm")
 
 
 Payload = bytes | BlobRef
@@ -150,7 +164,13 @@ class Snapshot(_Msg, frozen=True, tag="snapshot"):
 
 
 class Delta(_Msg, frozen=True, tag="delta"):
-    """The change set of one outermost flush: ``epoch == base_epoch + 1``."""
+    """The change set of one or more flushes: from ``base_epoch`` to ``epoch > base_epoch``.
+
+    Octosync's publishers send one flush per delta (``epoch == base_epoch + 1``); lazily-spec
+    producers may fold several accepted events into one (a multi-epoch span, ``epoch -
+    base_epoch`` of them), which applies exactly like that many unit deltas carrying the same
+    ops in order. Receivers accept it only at ``base_epoch == last_epoch`` (the gap rule) and
+    advance to ``epoch`` at once."""
 
     base_epoch: Epoch
     epoch: Epoch
@@ -158,8 +178,13 @@ class Delta(_Msg, frozen=True, tag="delta"):
     state_hash: bytes | None = None
 
     def __post_init__(self) -> None:
-        if self.epoch != self.base_epoch + 1:
-            raise ValueError(f"epoch {self.epoch} is not base_epoch {self.base_epoch} + 1")
+        if self.epoch <= self.base_epoch:
+            raise ValueError(f"epoch {self.epoch} must be above base_epoch {self.base_epoch}")
+
+    @property
+    def span(self) -> int:
+        """How many epochs the delta advances (1 for a single flush)."""
+        return self.epoch - self.base_epoch
 
 
 class ResyncRequest(_Msg, frozen=True, tag="resync_request"):

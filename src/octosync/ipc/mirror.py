@@ -39,6 +39,7 @@ from octosync.errors import (
     RemoteProtocolError,
     SnapshotRequired,
     TypeTagError,
+    UnknownHandle,
 )
 from octosync.graph.type_tags import TypeRegistry, default_registry
 from octosync.ipc.messages import (
@@ -165,6 +166,31 @@ class Mirror:
             except TypeTagError as exc:
                 raise TypeTagError(f"node {sid}: {exc.message}", path=f"nodes[{sid}]") from exc
         return out
+
+    def names(self) -> dict[str, int]:
+        """``{name: node_id}`` for nodes the producer named (their wire ``key``)."""
+        return {key: sid for sid, key in self._keys.items()}
+
+    def write(self, node: int | str, value: Any) -> Delta:
+        """A one-op ``cell_set`` of ``value`` on ``node`` (its id or name), encoded with the
+        node's type tag, to send to the producer, which may accept or refuse it. Changes
+        nothing here: the mirror learns the outcome from the producer's next delta."""
+        if self._last_epoch is None:
+            raise SnapshotRequired("nothing is mirrored yet: wait for the first state")
+        if isinstance(node, str):
+            sid = self.names().get(node)
+            if sid is None:
+                raise UnknownHandle(f"no node is named {node!r}", path="node")
+        else:
+            sid = node
+        tag = self._tags.get(sid)
+        if tag is None:
+            raise UnknownHandle(f"no node {sid} in the mirrored graph", path="node")
+        try:
+            payload = self._registry.get(tag).encode(value)
+        except TypeTagError as exc:
+            raise TypeTagError(f"node {sid}: {exc.message}", path="value") from exc
+        return Delta(self._last_epoch, self._last_epoch + 1, (CellSet(sid, payload),))
 
     def resync_request(self) -> ResyncRequest:
         """The request to (re)send while out of sync."""

@@ -140,6 +140,7 @@ class Publisher:
                     type_tag=node._type_tag or "",
                     state=state,
                     payload=self._payload(node) if state == "resolved" else None,
+                    key=node._name,
                 )
             )
             if not node._derived:
@@ -220,9 +221,9 @@ def _build_ops(
         for node in changes.added:
             state = node_state(node)
             if state == "resolved":
-                ops.append(NodeAdd(node.id, node._type_tag or "", payload(node)))
+                ops.append(NodeAdd(node.id, node._type_tag or "", payload(node), node._name))
             else:
-                ops.append(NodeAdd(node.id, node._type_tag or "", None, None, state))
+                ops.append(NodeAdd(node.id, node._type_tag or "", None, node._name, state))
         ops.extend([EdgeAdd(a.id, b.id) for a, b in changes.edges_added])
     if shared:  # the context's own encoding: read the cached payloads directly
         ops.extend([CellSet(c.id, c._payload) for c in changes.cells])  # type: ignore[arg-type]

@@ -9,14 +9,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from octosync.errors import OctosyncError
+from octosync.errors import ConfigError, OctosyncError
+from octosync.paths import data_dir
 from octosync.pipeline.jobs._stages import stderr_progress
 from octosync.pipeline.spark import DEFAULT_MASTER, build_session, parse_conf
 
 
 def _session(args: argparse.Namespace) -> Any:
+    """Check the inputs first (seconds before Spark could say so), then start Spark."""
+    data_dir(Path(args.journal), "--journal", create=False)
+    out = getattr(args, "out", None)
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise ConfigError(f"--out {out} is a file; point --out at a directory")
+    conf = parse_conf(args.conf)
+    local = args.master.startswith("local")
     return build_session(
-        args.master, parse_conf(args.conf), app_name=f"octosync-{args.pipeline_command}"
+        args.master,
+        conf,
+        app_name=f"octosync-{args.pipeline_command}",
+        verbose=args.verbose,
+        start_timeout=None if local else args.master_timeout,
     )
 
 
@@ -76,6 +88,8 @@ def _guarded(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             code: int = func(args)
+        except ConfigError:
+            raise  # the main command line says it, with exit status 2
         except OctosyncError as exc:
             print(f"octosync pipeline {args.pipeline_command}: {exc}", file=sys.stderr)
             return 2
@@ -95,6 +109,16 @@ def register(sub: Any) -> None:
         p.add_argument(
             "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
         )
+        p.add_argument(
+            "-v", "--verbose", action="store_true", help="show Spark's own log and progress bars"
+        )
+        p.add_argument(
+            "--master-timeout",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="give up on a --master that has not answered in this time (60)",
+        )
         p.set_defaults(func=_guarded(func))
         return p
 
@@ -111,5 +135,10 @@ def register(sub: Any) -> None:
     v.add_argument("--json", action="store_true", help="machine-readable output")
     r = job("report", "ops per minute, conflicts, hot keys: HTML with PNG charts", _report)
     r.add_argument("--out", required=True, help="directory for index.html, charts and CSVs")
-    r.add_argument("--top", type=int, default=20)
-    r.add_argument("--conflict-window-ms", type=int, default=1_000)
+    r.add_argument("--top", type=int, default=20, help="hot keys to list (20)")
+    r.add_argument(
+        "--conflict-window-ms",
+        type=int,
+        default=1_000,
+        help="writes to one key from different origins this close count as a conflict (1000)",
+    )

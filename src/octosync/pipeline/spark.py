@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from octosync.errors import PipelineError
@@ -30,13 +32,22 @@ def parse_conf(pairs: Iterable[str]) -> dict[str, str]:
     return conf
 
 
-def session_conf(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+"""Errors only: a job prints its own line per stage (``verbose`` keeps Spark's defaults)."""
+
+
+def session_conf(
+    master: str, conf: Mapping[str, str] | None = None, *, verbose: bool = True
+) -> dict[str, str]:
     local = master.startswith("local")
+    driver_opts = "-Duser.timezone=UTC"
+    if not verbose:
+        driver_opts += f" -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
     settings = {
         "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "true",
+        "spark.ui.showConsoleProgress": "true" if verbose else "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": driver_opts,
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
@@ -55,17 +66,59 @@ def build_session(
     conf: Mapping[str, str] | None = None,
     *,
     app_name: str = "octosync",
+    verbose: bool = True,
+    start_timeout: float | None = None,
 ) -> Any:
-    """A ``pyspark.sql.SparkSession`` (typed ``Any``: pyspark ships no usable stubs here)."""
+    """A ``pyspark.sql.SparkSession`` (typed ``Any``: pyspark ships no usable stubs here).
+
+    ``verbose=False`` keeps Spark to errors (no JVM log lines, no console progress bars).
+    ``start_timeout`` bounds the wait for the session (a ``--master`` nobody answers at keeps
+    Spark retrying for minutes): past it, a ``PipelineError`` says so in one line.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use our interpreter
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to loopback" warning
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in session_conf(master, conf).items():
+    for key, value in session_conf(master, conf, verbose=verbose).items():
         builder = builder.config(key, value)
-    try:
-        session = builder.getOrCreate()
-    except Exception as exc:  # the JVM did not start: say why in our terms
-        raise PipelineError(f"cannot start Spark ({master}): {exc}", path="spark") from exc
-    session.sparkContext.setLogLevel("WARN")
+    if start_timeout is None:
+        session = _start(builder, master)
+    else:
+        session = _start_within(builder, master, start_timeout)
+    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return session
+
+
+def _start_within(builder: Any, master: str, timeout: float) -> Any:
+    """``_start`` on a daemon thread, given up after ``timeout`` seconds (the thread is left to
+    Spark's own retries; the JVM exits with this process)."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(_start(builder, master))
+        except BaseException as exc:
+            box.append(exc)
+
+    thread = threading.Thread(target=run, name="spark-start", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        raise PipelineError(
+            f"no Spark session from {master} within {timeout:g}s; is the master running and "
+            "reachable from here? (--master-timeout waits longer)",
+            path="--master",
+        )
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def _start(builder: Any, master: str) -> Any:
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # the JVM did not start: say why in our terms, in one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PipelineError(f"cannot start Spark ({master}): {first}", path="--master") from exc

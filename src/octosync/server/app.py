@@ -17,6 +17,7 @@ from octosync import __version__
 from octosync.hub.types import AcceptHook
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws
+from octosync.server.dataspace_session import open_ws_session as open_dataspace_session
 from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.lazily_session import open_ws_session
 from octosync.server.metrics import registry_for, render
@@ -25,8 +26,11 @@ from octosync.server.signal_session import SignalSession
 from octosync.server.wvp_session import WvpSession
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
+from octosync.store.retention import JournalKeeper
 
 CONFIG_KEY = web.AppKey("config", ServerConfig)
+KEEPER = web.AppKey("journal_keeper", JournalKeeper)
+KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 
 __all__ = ["CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
@@ -83,15 +87,29 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/lazily", _face(open_ws_session))
     app.router.add_get("/wvp", _face(WvpSession))
     app.router.add_get("/signal", _signal)
+    app.router.add_get("/dataspace", _face(open_dataspace_session))
     add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
 
     async def on_startup(app: web.Application) -> None:
+        if writer is not None:  # every stream's state is back before the port opens
+            keeper, _ = await asyncio.to_thread(
+                JournalKeeper.start,
+                runtime.hub,
+                config.data_dir,
+                export_dir=config.export_dir,
+                durability=config.journal_durability,
+            )
+            app[KEEPER] = keeper
+            app[KEEPER_TASK] = asyncio.create_task(keeper.run_every(config.checkpoint_interval))
         await runtime.start()
 
     async def on_shutdown(app: web.Application) -> None:
         await runtime.shutdown()
 
     async def on_cleanup(app: web.Application) -> None:
+        if KEEPER_TASK in app:
+            app[KEEPER_TASK].cancel()
+            app[KEEPER].close()
         if writer is not None:
             await asyncio.to_thread(writer.close)  # drains: every accepted frame is committed
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from octosync.errors import ConfigError
 from octosync.hub.limits import Limits
 from octosync.server.auth import AuthConfig
 from octosync.signaling import SignalingPolicy
@@ -20,6 +23,10 @@ class ServerConfig:
     data_dir: Path = Path("./var")
     insecure_dev: bool = False
     tcp_port: int | None = None
+    dataspace_port: int | None = None
+    """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
+    dataspace_secret: bytes | None = None
+    """The sturdy-ref secret; None: ``<data_dir>/dataspace.key`` (made on first use)."""
     auth: AuthConfig = field(default_factory=AuthConfig)
     max_frame_size: int = 1024 * 1024
     outbox_max_bytes: int = 4 * 1024 * 1024
@@ -51,6 +58,15 @@ class ServerConfig:
     journal: bool = False
     """Journal every accepted stream frame under ``data_dir`` (``serve`` turns it on)."""
     journal_durability: Literal["full", "normal"] = "full"
+    checkpoint_interval: float = 30.0
+    """Seconds between journal maintenance rounds (checkpoint, export, trim)."""
+    journal_retention: bool = True
+    """Export the journal to ``data_dir/export`` each round and trim what is exported and
+    checkpointed, so the journal stays bounded; off: the journal keeps every record."""
+
+    @property
+    def export_dir(self) -> Path | None:
+        return self.data_dir / "export" if self.journal_retention else None
 
     def with_auth_mode(self) -> ServerConfig:
         return replace(self, auth=replace(self.auth, insecure_dev=self.insecure_dev))
@@ -82,62 +98,168 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
-    """Apply a TOML file's ``[server]``, ``[auth]``, ``[hub]`` and ``[signaling]`` tables."""
-    doc: dict[str, Any] = tomllib.loads(path.read_text())
-    cfg = base
-    server = doc.get("server", {})
-    for key in (
-        "host",
-        "port",
-        "tcp_port",
-        "max_frame_size",
-        "shutdown_deadline",
-        "journal",
-        "journal_durability",
-        "close_timeout",
-        "handshake_timeout",
-        "request_timeout",
-        "heartbeat",
-        "max_connections",
-        "max_connections_per_address",
-        "frames_per_second",
-        "bytes_per_second",
-        "offload_decode_bytes",
-    ):
-        if key in server:
-            cfg = replace(cfg, **{key: server[key]})
-    if "data" in server:
-        cfg = replace(cfg, data_dir=Path(server["data"]))
-    auth = doc.get("auth", {})
-    secret = auth.get("hs256_secret")
-    public_key = auth.get("rs256_public_key")
-    if "rs256_public_key_file" in auth:
-        key_path = Path(auth["rs256_public_key_file"])
-        if not key_path.is_absolute():
-            key_path = path.parent / key_path
-        public_key = key_path.read_text()
-    cfg = replace(
-        cfg,
-        auth=AuthConfig(
-            hs256_secret=secret, rs256_public_key=public_key, audience=auth.get("audience")
-        ),
+@dataclass(frozen=True)
+class Key:
+    """One TOML key: the types it takes and how it changes the config (``apply``)."""
+
+    types: tuple[type, ...]
+    apply: Callable[[ServerConfig, Any, Path], ServerConfig]
+    choices: tuple[object, ...] = ()
+    """The only values allowed, when the key takes one of a few."""
+
+
+def _set(name: str, *types: type, choices: tuple[object, ...] = ()) -> Key:
+    """A key that sets the ``ServerConfig`` field ``name`` as it is."""
+    return Key(types, lambda cfg, v, _p: replace(cfg, **{name: v}), choices)
+
+
+def _auth(name: str) -> Key:
+    return Key((str,), lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, **{name: v})))
+
+
+def _key_file(cfg: ServerConfig, value: str, config_path: Path) -> ServerConfig:
+    key_path = Path(value)
+    if not key_path.is_absolute():
+        key_path = config_path.parent / key_path
+    try:
+        key = key_path.read_text()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the public key file {str(key_path)!r}: {exc.strerror or exc}",
+            path="auth.rs256_public_key_file",
+        ) from None
+    return replace(cfg, auth=replace(cfg.auth, rs256_public_key=key))
+
+
+def _retain(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
+    return replace(cfg, retain_after_producer_leaves=None if value < 0 else float(value))
+
+
+def _signaling_allow(cfg: ServerConfig, value: dict[str, Any], _p: Path) -> ServerConfig:
+    try:
+        grants = {int(k): frozenset(int(p) for p in v) for k, v in value.items()}
+    except (TypeError, ValueError):
+        raise ConfigError(
+            "must map peer ids to lists of peer ids, as in allow = { 1 = [2, 3] }",
+            path="signaling.allow",
+        ) from None
+    return replace(cfg, signaling=replace(cfg.signaling, grants=grants))
+
+
+def _signaling_mode(cfg: ServerConfig, value: str, _p: Path) -> ServerConfig:
+    return replace(cfg, signaling=replace(cfg.signaling, mode=value))  # type: ignore[arg-type]
+
+
+_NUMBER = (int, float)
+SECTIONS: dict[str, dict[str, Key]] = {
+    "server": {
+        "host": _set("host", str),
+        "port": _set("port", int),
+        "tcp_port": _set("tcp_port", int),
+        "dataspace_port": _set("dataspace_port", int),
+        "data": Key((str,), lambda cfg, v, _p: replace(cfg, data_dir=Path(v))),
+        "max_frame_size": _set("max_frame_size", int),
+        "shutdown_deadline": _set("shutdown_deadline", *_NUMBER),
+        "journal": _set("journal", bool),
+        "journal_durability": _set("journal_durability", str, choices=("full", "normal")),
+        "close_timeout": _set("close_timeout", *_NUMBER),
+        "handshake_timeout": _set("handshake_timeout", *_NUMBER),
+        "request_timeout": _set("request_timeout", *_NUMBER),
+        "heartbeat": _set("heartbeat", *_NUMBER),
+        "max_connections": _set("max_connections", int),
+        "max_connections_per_address": _set("max_connections_per_address", int),
+        "frames_per_second": _set("frames_per_second", *_NUMBER),
+        "bytes_per_second": _set("bytes_per_second", *_NUMBER),
+        "offload_decode_bytes": _set("offload_decode_bytes", int),
+        "checkpoint_interval": _set("checkpoint_interval", *_NUMBER),
+        "journal_retention": _set("journal_retention", bool),
+    },
+    "auth": {
+        "hs256_secret": _auth("hs256_secret"),
+        "rs256_public_key": _auth("rs256_public_key"),
+        "rs256_public_key_file": Key((str,), _key_file),
+        "audience": _auth("audience"),
+    },
+    "hub": {
+        "outbox_max_bytes": _set("outbox_max_bytes", int),
+        "outbox_max_frames": _set("outbox_max_frames", int),
+        "socket_high_water": _set("socket_high_water", int),
+        "coalesce_backlog": _set("coalesce_backlog", bool),
+        "max_replay_diffs": _set("max_replay_diffs", int),
+        "retain_seconds": Key(_NUMBER, _retain),
+    },
+    "signaling": {
+        "mode": Key((str,), _signaling_mode, ("open", "allowlist")),
+        "allow": Key((dict,), _signaling_allow),
+    },
+}
+"""Every key a config file may hold, per section: adding a setting is one line here."""
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _suggest(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(sorted(choices))}"
+
+
+def _check_type(where: str, value: Any, key: Key) -> None:
+    ok = isinstance(value, key.types) and not (
+        isinstance(value, bool) and bool not in key.types  # TOML true is not a port number
     )
-    hub = doc.get("hub", {})
-    for key in (
-        "outbox_max_bytes",
-        "outbox_max_frames",
-        "socket_high_water",
-        "coalesce_backlog",
-        "max_replay_diffs",
-    ):
-        if key in hub:
-            cfg = replace(cfg, **{key: hub[key]})
-    if "retain_seconds" in hub:
-        retain = hub["retain_seconds"]
-        cfg = replace(cfg, retain_after_producer_leaves=None if retain < 0 else float(retain))
-    sig = doc.get("signaling", {})
-    if sig:
-        grants = {int(k): frozenset(int(p) for p in v) for k, v in sig.get("allow", {}).items()}
-        cfg = replace(cfg, signaling=SignalingPolicy(sig.get("mode", "open"), grants))
+    if not ok:
+        wanted = " or ".join(dict.fromkeys(_TYPE_NAMES.get(t, t.__name__) for t in key.types))
+        raise ConfigError(f"must be {wanted}, not {value!r}", path=where)
+    if key.choices and value not in key.choices:
+        allowed = " or ".join(repr(c) for c in key.choices)
+        raise ConfigError(f"must be {allowed}, not {value!r}", path=where)
+
+
+def parse_config(doc: dict[str, Any], path: Path, base: ServerConfig) -> ServerConfig:
+    """Apply a parsed TOML document; an unknown section or key is a ``ConfigError`` naming it
+    and the nearest valid name (a typo must not silently leave a secret unset)."""
+    cfg = base
+    for section, table in doc.items():
+        keys = SECTIONS.get(section)
+        if keys is None:
+            raise ConfigError(
+                f"unknown section [{section}]{_suggest(section, list(SECTIONS))}", path=section
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{section}] must be a table of settings", path=section)
+        for name, value in table.items():
+            where = f"{section}.{name}"
+            key = keys.get(name)
+            if key is None:
+                elsewhere = [s for s, ks in SECTIONS.items() if name in ks]
+                hint = (
+                    f"; it belongs in [{elsewhere[0]}]" if elsewhere else _suggest(name, list(keys))
+                )
+                raise ConfigError(f"unknown key {name!r} in [{section}]{hint}", path=where)
+            _check_type(where, value, key)
+            cfg = key.apply(cfg, value, path)
     return cfg
+
+
+def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
+    """Apply a TOML file's ``[server]``, ``[auth]``, ``[hub]`` and ``[signaling]`` tables.
+
+    A missing, unreadable or malformed file, an unknown key or a value of the wrong type is a
+    ``ConfigError`` naming the file and the key.
+    """
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError("no such file", path=str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a TOML file", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read it: {exc}", path=str(path)) from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=str(path)) from None
+    try:
+        return parse_config(doc, path, base)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, path=f"{path}: {exc.path}") from None

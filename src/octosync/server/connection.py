@@ -228,6 +228,15 @@ TcpSessionFactory = Callable[[Runtime, int], Session]
 """A TCP face's session: the identity comes with its handshake frame."""
 
 
+class StreamFramer(Protocol):
+    """Splits a TCP byte stream into frames (``wire.framing.FrameDecoder``: u32 prefixes;
+    ``wire.syndicate.PacketStream``: self-delimiting Preserves values)."""
+
+    max_frame_size: int
+
+    def feed(self, data: bytes) -> list[bytes]: ...
+
+
 def refuse(status: int, err: OctosyncError) -> web.Response:
     """An HTTP refusal carrying the typed error (what a browser can read, unlike a close)."""
     return web.json_response({"code": err.name, "message": err.message}, status=status)
@@ -316,8 +325,10 @@ async def serve_tcp(
     open_session: TcpSessionFactory,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
+    framer: Callable[[int], StreamFramer] = FrameDecoder,
 ) -> None:
-    """The plain-TCP loop (u32-framed): credentials come with the handshake frame."""
+    """The plain-TCP loop (u32-framed unless ``framer`` says otherwise): credentials come
+    with the handshake frame."""
     transport = writer.transport
     loop = asyncio.get_running_loop()
     conn = rt.new_conn_id()
@@ -335,7 +346,7 @@ async def serve_tcp(
         return
     link = Link(rt, conn, session, transport, closer)
     rt.attach(conn, link)
-    decoder = FrameDecoder(rt.limits.max_preauth_frame_bytes)
+    decoder = framer(rt.limits.max_preauth_frame_bytes)
     budget = InputBudget(rt.limits, loop.time())
     deadline = loop.time() + rt.config.handshake_timeout
     try:
@@ -372,7 +383,7 @@ async def serve_tcp(
         release(transport, rt.config.close_timeout)
 
 
-async def _receive_all(link: Link, frames: list[bytes], decoder: FrameDecoder) -> bool:
+async def _receive_all(link: Link, frames: list[bytes], decoder: StreamFramer) -> bool:
     for frame in frames:
         if not await link.receive(frame):
             return False

@@ -24,9 +24,10 @@ from octosync.wire import json as wire_json
 from octosync.wire.json_tagged import looks_tagged
 
 
-class ErrorFrame(msgspec.Struct, frozen=True, tag_field="type", tag="error"):
+class ErrorFrame(msgspec.Struct, frozen=True, tag_field="type", tag="error", omit_defaults=True):
     code: str
     message: str
+    path: str | None = None
 
 
 _json_errors = msgspec.json.Encoder()
@@ -56,7 +57,7 @@ class FaceDialect:
         return self.codec.encode(msg)
 
     def encode_error(self, err: OctosyncError) -> bytes:
-        frame = ErrorFrame(code=err.name, message=str(err))
+        frame = ErrorFrame(code=err.name, message=err.message, path=err.path)
         return (_json_errors if self.text else _msgpack_errors).encode(frame)
 
 

@@ -174,6 +174,7 @@ class LazilySession:
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="session_id") from exc
         publish = "publish" in remote.features
+        hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
         hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id

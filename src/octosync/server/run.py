@@ -1,30 +1,36 @@
 """Start and stop the server: guarded listening sockets, signals, an orderly drain.
 
-``start`` binds the HTTP/WebSocket port (and the lazily TCP port when configured) behind the
-connection guard and returns a handle; ``serve_forever`` is what ``octosync serve`` runs: it
-binds first, reports, then waits for SIGTERM/SIGINT and drains within the configured deadlines.
+``start`` binds the HTTP/WebSocket port (and the lazily and dataspace TCP ports when
+configured) behind the connection guard and returns a handle; ``serve_forever`` is what
+``octosync serve`` runs: it binds first, reports, then waits for SIGTERM/SIGINT and drains
+within the configured deadlines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
+import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from octosync.errors import ListenError
 from octosync.server.app import build_app
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, serve_tcp
+from octosync.server.dataspace_session import open_tcp_session as open_dataspace_tcp_session
 from octosync.server.guard import GuardedProtocol
 from octosync.server.lazily_session import open_tcp_session
 from octosync.server.runtime import Runtime
 from octosync.server.throttled_log import ThrottledLog
+from octosync.wire.syndicate import PacketStream
 
 log = logging.getLogger("octosync.server")
 
@@ -36,6 +42,7 @@ class Started:
     servers: list[asyncio.Server]
     port: int
     tcp_port: int | None
+    dataspace_port: int | None = None
 
     async def stop(self) -> None:
         for server in self.servers:
@@ -55,6 +62,26 @@ def _loop_errors(
         throttle.exception(message, exc if isinstance(exc, BaseException) else None)
 
     return handler
+
+
+@contextlib.contextmanager
+def _listening(host: str, port: int, option: str) -> Iterator[None]:
+    """Turn a failed bind into a ``ListenError`` that says which port and what to do."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            fix = (
+                f"another process listens there (another octosync serve?); choose another {option}"
+            )
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            fix = "this machine has no such address; use --host 127.0.0.1"
+        elif exc.errno == errno.EACCES:
+            fix = f"ports below 1024 need privileges; choose another {option}"
+        else:
+            fix = f"check --host and {option}"
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ListenError(f"cannot listen on {host}:{port}: {why}; {fix}") from exc
 
 
 async def start(app: web.Application, config: ServerConfig) -> Started:
@@ -82,22 +109,34 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
 
     servers: list[asyncio.Server] = []
     try:
-        http = await loop.create_server(guarded, config.host, config.port, reuse_address=True)
+        with _listening(config.host, config.port, "--port"):
+            http = await loop.create_server(guarded, config.host, config.port, reuse_address=True)
         servers.append(http)
         port = int(http.sockets[0].getsockname()[1])
         tcp_port = None
         if config.tcp_port is not None:
-            tcp = await asyncio.start_server(
-                functools.partial(serve_tcp, rt, open_tcp_session), config.host, config.tcp_port
-            )
+            with _listening(config.host, config.tcp_port, "--tcp-port"):
+                tcp = await asyncio.start_server(
+                    functools.partial(serve_tcp, rt, open_tcp_session),
+                    config.host,
+                    config.tcp_port,
+                )
             servers.append(tcp)
             tcp_port = int(tcp.sockets[0].getsockname()[1])
+        dataspace_port = None
+        if config.dataspace_port is not None:
+            serve = functools.partial(
+                serve_tcp, rt, open_dataspace_tcp_session, framer=PacketStream
+            )
+            dataspace = await asyncio.start_server(serve, config.host, config.dataspace_port)
+            servers.append(dataspace)
+            dataspace_port = int(dataspace.sockets[0].getsockname()[1])
     except BaseException:
         for server in servers:
             server.close()
         await runner.cleanup()
         raise
-    return Started(runner, rt, servers, port, tcp_port)
+    return Started(runner, rt, servers, port, tcp_port, dataspace_port)
 
 
 async def serve_forever(config: ServerConfig, on_ready: Callable[[Started], None]) -> None:

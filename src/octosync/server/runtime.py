@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -14,15 +15,17 @@ from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.streams import warp_id_of
 from octosync.hub.types import AcceptHook, Recorder
 from octosync.server.config import ServerConfig
+from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.flusher import Flusher
 from octosync.server.guard import ConnectionGuard, default_max_connections
 from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
 from octosync.signaling import SignalingHub
+from octosync.syndicate import Relay
 from octosync.wire import wvp
 from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
-FACES = ("lazily", "tcp", "wvp", "signal")
+FACES = ("lazily", "tcp", "wvp", "signal", "dataspace")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 
 
@@ -109,12 +112,25 @@ class Runtime:
         self.http_conns: dict[asyncio.BaseTransport, HttpConnection] = {}
         """Open HTTP connections by transport (``server.guard``), to lift their deadline."""
         self.closing = False
+        self._relay: Relay | None = None
+        self.relay_framing: dict[int, Callable[[bytes], bytes]] = {}
+        """Each dataspace connection's transport framing (WebSocket message or raw TCP)."""
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
         self._lag: asyncio.Task[None] | None = None
         for dialect in DIALECT_SET.values():
             self.register_lazily_dialect(dialect)
         self.hub.register_encoder("wvp/ws", self._encode_wvp)
+
+    @property
+    def relay(self) -> Relay:
+        """The dataspace face's relay, made with the server's sturdy-ref secret on first use."""
+        if self._relay is None:
+            secret = self.config.dataspace_secret
+            if secret is None:
+                secret = load_or_create_secret(self.config.data_dir)
+            self._relay = Relay(secret)
+        return self._relay
 
     def new_conn_id(self) -> int:
         return next(self._ids)

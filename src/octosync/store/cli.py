@@ -1,4 +1,4 @@
-"""``octosync journal export|generate``: registered on the main parser by ``register(sub)``."""
+"""``octosync journal export|generate|checkpoint|trim``: registered by ``register(sub)``."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from octosync.errors import OctosyncError
-from octosync.store.export import export
-from octosync.store.journal import Journal
-from octosync.store.synthetic import generate_records
+from octosync.paths import data_dir
 
 
 def _export(args: argparse.Namespace) -> int:
+    from octosync.store.export import export
+    from octosync.store.journal import Journal
+
     def progress(seq: int, stop: int) -> None:
         print(f"exported up to seq {seq} of {stop}", file=sys.stderr, flush=True)
 
+    data = data_dir(Path(args.data), "--data", create=False)
     try:
-        with Journal(Path(args.data), readonly=True) as journal:
+        with Journal(data, readonly=True) as journal:
             result = export(journal, Path(args.to), chunk=args.chunk, progress=progress)
     except OctosyncError as exc:
         print(f"octosync journal export: {exc}", file=sys.stderr)
@@ -35,10 +37,14 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from octosync.store.journal import Journal
+    from octosync.store.synthetic import generate_records
+
     started = time.perf_counter()
+    data = data_dir(Path(args.data), "--data", create=True)
     try:
         records = generate_records(args.ops, seed=args.seed)
-        with Journal(Path(args.data), durability=args.durability) as journal:
+        with Journal(data, durability=args.durability) as journal:
             first = journal.latest_seq() + 1
             for i in range(0, len(records), 10_000):
                 journal.append(records[i : i + 10_000])
@@ -51,8 +57,43 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checkpoint(args: argparse.Namespace) -> int:
+    from octosync.store.journal import Journal
+    from octosync.store.recovery import JournalState
+
+    data = data_dir(Path(args.data), "--data", create=False)
+    try:
+        with Journal(data) as journal:
+            state = JournalState.load(journal)
+            due = state.checkpoints_due()
+            journal.put_checkpoints(due)
+    except OctosyncError as exc:
+        print(f"octosync journal checkpoint: {exc}", file=sys.stderr)
+        return 2
+    print(f"checkpointed {len(due)} streams through seq {state.through_seq}")
+    return 0
+
+
+def _trim(args: argparse.Namespace) -> int:
+    from octosync.store.export import read_watermark
+    from octosync.store.journal import Journal
+
+    data = data_dir(Path(args.data), "--data", create=False)
+    try:
+        watermark = read_watermark(Path(args.exported_to)) if args.exported_to else 0
+        with Journal(data) as journal:
+            result = journal.trim(args.before, exported_through=watermark)
+    except OctosyncError as exc:
+        print(f"octosync journal trim: {exc}", file=sys.stderr)
+        return 2
+    print(f"trimmed {result.deleted} records below seq {result.before}")
+    return 0
+
+
 def register(sub: Any) -> None:
-    journal = sub.add_parser("journal", help="the durable journal: export, generate")
+    journal = sub.add_parser(
+        "journal", help="the durable journal: export, generate, checkpoint, trim"
+    )
     jsub = journal.add_subparsers(dest="journal_command", required=True)
     exp = jsub.add_parser("export", help="export new records to a Parquet dataset")
     exp.add_argument("--data", default="./var", help="data directory holding the journal")
@@ -62,6 +103,25 @@ def register(sub: Any) -> None:
     gen = jsub.add_parser("generate", help="append a synthetic op history")
     gen.add_argument("--data", default="./var", help="data directory holding the journal")
     gen.add_argument("--ops", type=int, required=True, help="number of op records")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--durability", choices=["full", "normal"], default="normal")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (same seed, same history)")
+    gen.add_argument(
+        "--durability",
+        choices=["full", "normal"],
+        default="normal",
+        help="fsync every commit (full) or at checkpoints (normal, the default)",
+    )
     gen.set_defaults(func=_generate)
+    ckp = jsub.add_parser("checkpoint", help="checkpoint every stream with frames since its last")
+    ckp.add_argument("--data", default="./var", help="data directory holding the journal")
+    ckp.set_defaults(func=_checkpoint)
+    trim = jsub.add_parser(
+        "trim", help="delete records below a seq (refused unless exported and checkpointed)"
+    )
+    trim.add_argument("--data", default="./var", help="data directory holding the journal")
+    trim.add_argument("--before", type=int, required=True, help="delete records with seq < SEQ")
+    trim.add_argument(
+        "--exported-to",
+        default=None,
+        help="the export dataset whose watermark says what is exported (none: nothing is)",
+    )
+    trim.set_defaults(func=_trim)

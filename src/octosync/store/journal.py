@@ -31,8 +31,17 @@ Two ways to append (both acknowledge only after the commit):
                                                     snapshot=True, payload=frame_bytes)])
       writer.close()                                                # drains, then stops
 
-Reading: ``read(start, stop)`` by seq range, ``ops(map)``, ``frames(stream)``, ``latest_seq()``.
-Readers in other processes see committed records only (WAL snapshot isolation).
+Reading: ``read(start, stop)`` by seq range, ``ops(map)``, ``frames(stream)``, ``latest_seq()``,
+``scopes(kind)`` (every stream or map that ever had a record, kept in a side table so listing
+them does not scan the log). Readers in other processes see committed records only (WAL
+snapshot isolation).
+
+Retention: ``put_checkpoints`` stores per-stream checkpoints (``StreamCheckpoint``: the frames
+that rebuild a stream as of a seq) in the same file, and ``trim(before, exported_through=W)``
+deletes records with ``seq < before`` only when every one of them is exported (``seq <= W``)
+and every stream frame among them is covered by its stream's checkpoint; otherwise it raises
+``TrimRefused`` and deletes nothing. Seqs stay unique after a trim: the trim point is recorded,
+and appends continue above it even when every row was trimmed.
 """
 
 from __future__ import annotations
@@ -49,13 +58,16 @@ from typing import Final, Literal
 
 import msgspec
 
-from octosync.errors import StorageError
+from octosync.errors import StorageError, TrimRefused
 from octosync.store.records import (
     KIND_FRAME,
     KIND_OP,
     EncodedRecord,
     Record,
+    StreamCheckpoint,
+    decode_checkpoint,
     decode_record,
+    encode_checkpoint,
     encode_record,
 )
 
@@ -73,7 +85,26 @@ CREATE TABLE IF NOT EXISTS journal (
 );
 CREATE INDEX IF NOT EXISTS journal_by_scope ON journal (kind, scope, seq);
 CREATE TABLE IF NOT EXISTS journal_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS journal_scopes (
+    kind TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    PRIMARY KEY (kind, scope)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    stream TEXT PRIMARY KEY,
+    through_seq INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
 """
+_TRIMMED_BEFORE: Final = "trimmed_before"
+_SCOPES_INDEXED: Final = "scopes_indexed"
+_LATEST_SQL: Final = (
+    "SELECT max(coalesce((SELECT max(seq) FROM journal), 0), "
+    "coalesce((SELECT CAST(value AS INTEGER) FROM journal_meta WHERE name = 'trimmed_before'), 1)"
+    " - 1)"
+)
+"""The highest seq ever committed: the last row, or the trim point if every row was trimmed."""
+_TRIM_CHUNK: Final = 50_000
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -124,11 +155,28 @@ def _connect(path: Path, durability: Durability, *, readonly: bool) -> sqlite3.C
                 "INSERT OR IGNORE INTO journal_meta VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
+            _index_scopes_once(conn)
         conn.execute(f"PRAGMA synchronous={durability.upper()}")
         conn.execute("PRAGMA busy_timeout=10000")
     except sqlite3.Error as exc:
         raise StorageError(f"cannot open journal: {exc}", path=str(path)) from exc
     return conn
+
+
+def _index_scopes_once(conn: sqlite3.Connection) -> None:
+    """A journal written before ``journal_scopes`` existed gets its scopes listed once."""
+    done = conn.execute("SELECT 1 FROM journal_meta WHERE name = ?", (_SCOPES_INDEXED,))
+    if done.fetchone() is not None:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT OR IGNORE INTO journal_scopes SELECT DISTINCT kind, scope FROM journal")
+    conn.execute("INSERT OR IGNORE INTO journal_meta VALUES (?, '1')", (_SCOPES_INDEXED,))
+    conn.execute("COMMIT")
+
+
+class TrimResult(msgspec.Struct, frozen=True):
+    before: int
+    deleted: int
 
 
 class Journal:
@@ -162,11 +210,15 @@ class Journal:
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                (last,) = conn.execute("SELECT coalesce(max(seq), 0) FROM journal").fetchone()
+                (last,) = conn.execute(_LATEST_SQL).fetchone()
                 first = int(last) + 1
                 conn.executemany(
                     "INSERT INTO journal (seq, kind, scope, recorded_ms, body) VALUES (?,?,?,?,?)",
                     [(first + i, e.kind, e.scope, now, e.body) for i, e in enumerate(encoded)],
+                )
+                conn.executemany(
+                    "INSERT OR IGNORE INTO journal_scopes (kind, scope) VALUES (?, ?)",
+                    {(e.kind, e.scope) for e in encoded},
                 )
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -178,10 +230,30 @@ class Journal:
     # -- reading -------------------------------------------------------------------------------
 
     def latest_seq(self) -> int:
-        """The highest committed seq, 0 for an empty journal."""
+        """The highest committed seq (trimmed rows included), 0 for an empty journal."""
         with self._lock:
-            (last,) = self._conn.execute("SELECT coalesce(max(seq), 0) FROM journal").fetchone()
+            (last,) = self._conn.execute(_LATEST_SQL).fetchone()
         return int(last)
+
+    def trimmed_before(self) -> int:
+        """Every record below this seq was trimmed (1 when nothing was)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT CAST(value AS INTEGER) FROM journal_meta WHERE name = ?",
+                (_TRIMMED_BEFORE,),
+            ).fetchone()
+        return 1 if row is None else int(row[0])
+
+    def scopes(self, kind: str) -> list[str]:
+        """Every scope (stream id, map name) that has had a record of ``kind``, sorted."""
+        with self._lock:
+            return self._scopes_locked(kind)
+
+    def _scopes_locked(self, kind: str) -> list[str]:
+        rows = self._conn.execute(
+            "SELECT scope FROM journal_scopes WHERE kind = ? ORDER BY scope", (kind,)
+        ).fetchall()
+        return [r[0] for r in rows]
 
     def raw_rows(self, start: int, stop: int, *, limit: int) -> list[RawRow]:
         """Rows with ``start <= seq <= stop`` in seq order, at most ``limit`` of them."""
@@ -211,15 +283,21 @@ class Journal:
                 )
             start = rows[-1].seq + 1
 
-    def _scoped(self, kind: str, scope: str, start: int) -> Iterator[Entry]:
+    def scoped_rows(self, kind: str, scope: str, start: int, stop: int) -> list[RawRow]:
+        """The rows of one scope with ``start <= seq <= stop``, undecoded, in seq order."""
         with self._lock:
             rows = self._conn.execute(
                 "SELECT seq, kind, recorded_ms, body FROM journal "
-                "WHERE kind = ? AND scope = ? AND seq >= ? ORDER BY seq",
-                (kind, scope, start),
+                "WHERE kind = ? AND scope = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+                (kind, scope, start, stop),
             ).fetchall()
-        for seq, k, recorded_ms, body in rows:
-            yield Entry(seq, k, recorded_ms, decode_record(k, body, seq=seq))
+        return [RawRow(*row) for row in rows]
+
+    def _scoped(self, kind: str, scope: str, start: int) -> Iterator[Entry]:
+        for row in self.scoped_rows(kind, scope, start, 2**63 - 1):
+            yield Entry(
+                row.seq, row.kind, row.recorded_ms, decode_record(kind, row.body, seq=row.seq)
+            )
 
     def ops(self, map_name: str, start: int = 1) -> Iterator[Entry]:
         """The op records of one map, in seq order."""
@@ -228,6 +306,111 @@ class Journal:
     def frames(self, stream: str, start: int = 1) -> Iterator[Entry]:
         """The frames of one stream, in seq (acceptance) order."""
         return self._scoped(KIND_FRAME, stream, start)
+
+    # -- checkpoints and retention -------------------------------------------------------------
+
+    def put_checkpoints(self, checkpoints: Iterable[StreamCheckpoint]) -> int:
+        """Store (replace) checkpoints in one transaction; one never moves back in seq."""
+        rows = [(c.stream, c.through_seq, encode_checkpoint(c)) for c in checkpoints]
+        if not rows:
+            return 0
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(
+                    "INSERT INTO checkpoints (stream, through_seq, body) VALUES (?, ?, ?) "
+                    "ON CONFLICT (stream) DO UPDATE SET through_seq = excluded.through_seq, "
+                    "body = excluded.body WHERE excluded.through_seq >= checkpoints.through_seq",
+                    rows,
+                )
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StorageError(f"checkpoint failed: {exc}", path=str(self.path)) from exc
+        return len(rows)
+
+    def checkpoints(self) -> dict[str, StreamCheckpoint]:
+        """The newest checkpoint of every stream that has one."""
+        with self._lock:
+            rows = self._conn.execute("SELECT stream, body FROM checkpoints").fetchall()
+        return {stream: decode_checkpoint(body, stream=stream) for stream, body in rows}
+
+    def uncovered_frames(self, before: int) -> list[tuple[str, int]]:
+        """``(stream, seq)`` of each stream's newest frame below ``before`` that its checkpoint
+        does not cover: what a trim to ``before`` would lose."""
+        out = []
+        with self._lock:
+            conn = self._conn
+            covered = dict(conn.execute("SELECT stream, through_seq FROM checkpoints").fetchall())
+            for stream in self._scopes_locked(KIND_FRAME):
+                # One index seek per stream: O(streams), whatever the journal's length.
+                (last,) = conn.execute(
+                    "SELECT max(seq) FROM journal WHERE kind = ? AND scope = ? AND seq < ?",
+                    (KIND_FRAME, stream, before),
+                ).fetchone()
+                if last is not None and covered.get(stream, 0) < last:
+                    out.append((stream, int(last)))
+        return out
+
+    def trim(self, before: int, *, exported_through: int) -> TrimResult:
+        """Delete every record with ``seq < before``, or raise ``TrimRefused`` and delete none.
+
+        Refused when a record below ``before`` is not exported (``seq > exported_through``)
+        or is a stream frame its stream's checkpoint does not cover. Op records are covered by
+        the export alone: the server rebuilds no map from the journal. Deletes run in chunks,
+        so a concurrent writer waits for one chunk at a time, never for the whole trim.
+        """
+        if before < 1:
+            raise TrimRefused("the trim point must be a seq of at least 1", path="before")
+        latest = self.latest_seq()
+        if before > latest + 1:
+            raise TrimRefused(
+                f"seq {before} is beyond the journal's latest seq {latest}", path="before"
+            )
+        if before - 1 > exported_through:
+            raise TrimRefused(
+                f"records {exported_through + 1}..{before - 1} are not exported yet "
+                f"(export watermark at seq {exported_through})",
+                path="before",
+            )
+        uncovered = self.uncovered_frames(before)
+        if uncovered:
+            stream, seq = uncovered[0]
+            raise TrimRefused(
+                f"{len(uncovered)} stream(s) have frames below seq {before} that no checkpoint "
+                f"covers (first: stream {stream!r} at seq {seq})",
+                path="before",
+            )
+        deleted = 0
+        with self._lock:
+            conn = self._conn
+            try:
+                while True:
+                    conn.execute("BEGIN IMMEDIATE")
+                    cur = conn.execute(
+                        "DELETE FROM journal WHERE seq IN "
+                        "(SELECT seq FROM journal WHERE seq < ? ORDER BY seq LIMIT ?)",
+                        (before, _TRIM_CHUNK),
+                    )
+                    count = cur.rowcount
+                    deleted += count
+                    if count < _TRIM_CHUNK:
+                        conn.execute(
+                            "INSERT INTO journal_meta VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
+                            "SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS "
+                            "INTEGER))",
+                            (_TRIMMED_BEFORE, str(before)),
+                        )
+                        conn.execute("COMMIT")
+                        break
+                    conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StorageError(f"trim failed: {exc}", path=str(self.path)) from exc
+        return TrimResult(before, deleted)
 
     def close(self) -> None:
         with self._lock:

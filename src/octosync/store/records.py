@@ -88,6 +88,35 @@ def encode_record(record: Record) -> EncodedRecord:
     raise InvalidRecord(f"cannot journal a {type(record).__name__}", path="$")
 
 
+class StreamCheckpoint(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A stream's state as of journal seq ``through_seq``: the frames that rebuild it.
+
+    ``frames`` is a snapshot followed by the diffs since (the state-plane streams need only the
+    snapshot; WVP streams keep the diffs the hub cannot apply). Empty ``frames`` with an
+    ``epoch`` means the state cannot be rebuilt (a WVP replay log that overflowed): the stream
+    waits for its producer's next snapshot, as it did before the checkpoint.
+    """
+
+    stream: StreamId
+    through_seq: Annotated[int, msgspec.Meta(ge=0)]
+    epoch: Epoch | None
+    frames: tuple[StreamFrame, ...] = ()
+
+
+_CHECKPOINT_DECODER = msgspec.msgpack.Decoder(StreamCheckpoint)
+
+
+def encode_checkpoint(checkpoint: StreamCheckpoint) -> bytes:
+    return _ENCODER.encode(checkpoint)
+
+
+def decode_checkpoint(body: bytes, *, stream: str) -> StreamCheckpoint:
+    try:
+        return _CHECKPOINT_DECODER.decode(body)
+    except msgspec.DecodeError as exc:
+        raise JournalCorrupt(str(exc), path=f"checkpoint {stream!r}") from None
+
+
 def decode_record(kind: str, body: bytes, *, seq: int) -> Record:
     decoder = _DECODERS.get(kind)
     if decoder is None:

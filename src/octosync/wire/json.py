@@ -45,6 +45,6 @@ def _located(exc: msgspec.DecodeError | UnicodeDecodeError) -> DecodeError:
     err = decode_error(exc, dialect=DIALECT)
     # The only message-level check msgspec cannot place is Delta's epoch rule (a root
     # __post_init__); name the field it is about.
-    if err.path == "$" and "is not base_epoch" in err.message:
+    if err.path == "$" and "must be above base_epoch" in err.message:
         return DecodeError(err.message, path="$.epoch")
     return err

@@ -9,8 +9,9 @@ and read as absent when null; a ``CrdtOp`` always carries ``key``.
 
 octosync extensions, each omitted or unused by a spec-only producer: unit states ``"Dirty"`` and
 ``"Unset"`` (the spec has no way to say either; mapping them to ``Opaque`` would lose them), and
-an optional ``state_hash`` (u8 array) on Snapshot and Delta. Not supported (a ``DecodeError``):
-multi-epoch-span deltas (``epoch > base_epoch + 1``) and the QueueCell ops.
+an optional ``state_hash`` (u8 array) on Snapshot and Delta. Multi-epoch-span deltas
+(``epoch > base_epoch + 1``) decode like any delta. Not supported (a ``DecodeError``): the
+QueueCell ops.
 
 Every enum is a Struct whose fields are its variants (absent = ``UNSET``; an explicit null is a
 type error); decoding checks exactly one is present,
@@ -250,9 +251,9 @@ def from_wire(env: WEnvelope[Any], dialect: str) -> IpcMessage:
         raise _variant_error(env, "$", dialect)
     kind = _ENVELOPE_FIELDS[index]
     if kind == "Delta":
-        if body.epoch != body.base_epoch + 1:
+        if body.epoch <= body.base_epoch:
             raise DecodeError(
-                f"{dialect}: epoch {body.epoch} is not base_epoch {body.base_epoch} + 1",
+                f"{dialect}: epoch {body.epoch} must be above base_epoch {body.base_epoch}",
                 path="$.Delta.epoch",
             )
         ops = tuple([_op(op, i, dialect) for i, op in enumerate(body.ops)])

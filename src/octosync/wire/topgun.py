@@ -46,6 +46,7 @@ from octosync.crdt.sync_messages import (
 )
 from octosync.errors import DecodeError, Oversize
 from octosync.wire.strict import too_deep
+from octosync.wire.topgun_services import ServiceMessage
 
 MAX_FRAME = 8 * 1024 * 1024
 
@@ -103,6 +104,10 @@ class ClientOp(TopGunStruct, frozen=True):
     or_tag: str | None = None
     write_concern: str | None = None
     timeout: JsInt | None = None
+    timestamp: WireTimestamp | None = None
+    """The op's HLC; the real client sends it on every op in an ``OP_BATCH``."""
+    synced: bool | None = None
+    """The real client's own bookkeeping, sent as it is stored (always false on the wire)."""
 
     integral = ("timeout",)
 
@@ -426,6 +431,7 @@ Message = (
     | ServerBatchEvent
     | Error
     | Batch
+    | ServiceMessage
 )
 
 _decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
@@ -444,6 +450,8 @@ def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
         raise Oversize(f"frame of {len(data)} bytes exceeds {max_size}")
     try:
         return _decoder.decode(data)
+    except UnicodeDecodeError as exc:  # a str field holding bytes that are not UTF-8
+        raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}") from exc
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         text = str(exc)
         found = _AT.search(text)

@@ -1,0 +1,74 @@
+"""Config files: unknown sections and keys, wrong types and unreadable files are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from octosync.errors import ConfigError
+from octosync.server.config import SECTIONS, ServerConfig, load_config_file
+
+
+def load(tmp_path: Path, text: str) -> ServerConfig:
+    path = tmp_path / "octosync.toml"
+    path.write_text(text)
+    return load_config_file(path, ServerConfig())
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "words"),
+    [
+        ('[auth]\nhs256_secrett = "x"\n', "auth.hs256_secrett", "did you mean 'hs256_secret'"),
+        ("[server]\nprot = 1\n", "server.prot", "did you mean 'port'"),
+        ("[hubb]\nx = 1\n", "hubb", "unknown section [hubb]; did you mean 'hub'"),
+        ("[server]\noutbox_max_frames = 5\n", "server.outbox_max_frames", "belongs in [hub]"),
+        ("[server]\nzzz = 5\n", "server.zzz", "valid: "),
+        ('[server]\nport = "80"\n', "server.port", "must be an integer"),
+        ("[server]\nport = true\n", "server.port", "must be an integer"),
+        ("[hub]\ncoalesce_backlog = 1\n", "hub.coalesce_backlog", "must be true or false"),
+        ('[server]\njournal_durability = "fast"\n', "server.journal_durability", "'full'"),
+        ('[signaling]\nmode = "closed"\n', "signaling.mode", "'allowlist'"),
+        ("[signaling]\nallow = { a = [1] }\n", "signaling.allow", "peer ids"),
+        ("port = 1\n", "port", "unknown section [port]"),
+    ],
+)
+def test_mistakes_name_the_key_and_a_fix(tmp_path: Path, text: str, where: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text)
+    assert info.value.path == f"{tmp_path / 'octosync.toml'}: {where}"
+    assert words in info.value.message
+
+
+def test_every_table_key_is_accepted_with_a_value_of_its_type(tmp_path: Path) -> None:
+    samples = {str: '"x"', int: "3", float: "1.5", bool: "true", dict: "{}"}
+    skip = {"rs256_public_key_file"}  # reads a file: covered by test_auth_config
+    for section, keys in SECTIONS.items():
+        for name, key in keys.items():
+            if name in skip:
+                continue
+            value = repr(key.choices[0]).replace("'", '"') if key.choices else samples[key.types[0]]
+            load(tmp_path, f"[{section}]\n{name} = {value}\n")
+
+
+def test_values_land_where_they_belong(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        '[server]\nport = 9100\ndata = "elsewhere"\nheartbeat = 5\n'
+        '[auth]\nhs256_secret = "s3cret-s3cret"\n[hub]\nretain_seconds = 12\n',
+    )
+    assert (cfg.port, cfg.data_dir, cfg.heartbeat) == (9100, Path("elsewhere"), 5)
+    assert cfg.auth.hs256_secret == "s3cret-s3cret"
+    assert cfg.retain_after_producer_leaves == 12.0
+    assert cfg.host == ServerConfig().host  # untouched keys keep their defaults
+
+
+def test_missing_malformed_and_directory_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config_file(tmp_path / "absent.toml", ServerConfig())
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config_file(tmp_path, ServerConfig())
+    with pytest.raises(ConfigError, match=r"not valid TOML.*line 2"):
+        load(tmp_path, "[server]\nport = = 1\n")
+    with pytest.raises(ConfigError, match="cannot read the public key file"):
+        load(tmp_path, '[auth]\nrs256_public_key_file = "nope.pem"\n')

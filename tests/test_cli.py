@@ -1,0 +1,256 @@
+"""The command line as a user meets it: real ``octosync`` processes, a real server on loopback.
+
+Every mistake ends in exactly one line on stderr (what is wrong and what to do), a non-zero
+exit and no traceback; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from octosync import __version__
+from octosync.cli import build_parser
+from tests.e2e.helpers import free_port
+
+SECRET = "cli-test-secret-cli-test-secret-cli-test"
+TIMEOUT = 60
+CLI = [sys.executable, "-m", "octosync.cli"]
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def one_line(self) -> str:
+        """The single stderr line of a refused command (asserting there is exactly one)."""
+        lines = self.err.strip().splitlines()
+        assert len(lines) == 1, self.err
+        assert "Traceback" not in self.err
+        return lines[0]
+
+
+def octosync(*args: str, cwd: Path | None = None) -> Ran:
+    proc = subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=cwd,
+    )
+    return Ran(proc.returncode, proc.stdout, proc.stderr)
+
+
+def token(*grants: str, ttl: int | None = None) -> str:
+    extra = [] if ttl is None else ["--ttl", str(ttl)]
+    args = [a for g in grants for a in ("--grant", g)]
+    ran = octosync("token", "--secret", SECRET, "--sub", "t", *args, *extra)
+    assert ran.code == 0, ran.err
+    return ran.out.strip()
+
+
+@dataclass
+class Server:
+    url: str
+    port: int
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``octosync serve`` with an HS256 key, in its own process."""
+    root = tmp_path_factory.mktemp("cli-server")
+    config = root / "octosync.toml"
+    config.write_text(f'[auth]\nhs256_secret = "{SECRET}"\n')
+    port = free_port()
+    data = ("--data", str(root / "data"), "--no-journal")
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--config", str(config), "--port", str(port), *data],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "octosync serving" in line, (line, proc.stderr and proc.stderr.read())
+        yield Server(f"ws://127.0.0.1:{port}/lazily", port)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=TIMEOUT)
+
+
+def test_version() -> None:
+    ran = octosync("--version")
+    assert (ran.code, ran.out.strip()) == (0, f"octosync {__version__}")
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    seen = 0
+    for parser in _parsers(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            assert action.help, f"{parser.prog}: {action.option_strings or action.dest}"
+            seen += 1
+    assert seen > 30
+
+
+def test_missing_and_malformed_config(tmp_path: Path) -> None:
+    ran = octosync("serve", "--config", str(tmp_path / "absent.toml"))
+    assert ran.code == 2
+    assert "absent.toml: no such file" in ran.one_line
+    (tmp_path / "bad.toml").write_text("[server]\nport = = 1\n")
+    ran = octosync("serve", "--config", str(tmp_path / "bad.toml"))
+    assert ran.code == 2
+    assert "not valid TOML" in ran.one_line
+    assert "line 2" in ran.one_line
+    (tmp_path / "typo.toml").write_text('[auth]\nhs256_secrett = "x"\n')
+    ran = octosync("serve", "--config", str(tmp_path / "typo.toml"))
+    assert ran.code == 2
+    assert "unknown key 'hs256_secrett' in [auth]; did you mean 'hs256_secret'?" in ran.one_line
+
+
+def test_data_pointing_at_a_file(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    ran = octosync("serve", "--insecure-dev", "--data", str(tmp_path / "afile"))
+    assert ran.code == 2
+    assert "is a file; point --data at a directory" in ran.one_line
+    ran = octosync("journal", "export", "--data", str(tmp_path / "afile"), "--to", str(tmp_path))
+    assert ran.code != 0
+    assert "afile" in ran.one_line
+
+
+def test_port_in_use_prints_nothing_as_serving(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        ran = octosync("serve", "--insecure-dev", "--port", port, "--data", str(tmp_path))
+        assert ran.code == 1
+        assert ran.out == ""
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in ran.one_line
+        assert "choose another --port" in ran.one_line
+        other = str(free_port())
+        ran = octosync(
+            "serve", "--insecure-dev", "--port", other, "--tcp-port", port, "--data", str(tmp_path)
+        )
+        assert ran.out == ""
+        assert f"127.0.0.1:{port}" in ran.one_line
+        assert "choose another --tcp-port" in ran.one_line
+
+
+def test_server_unreachable() -> None:
+    url = f"ws://127.0.0.1:{free_port()}/lazily"
+    for command in ("watch", "publish-demo"):
+        ran = octosync(command, "s", "--url", url)
+        assert ran.code == 1
+        assert f"cannot reach {url}: Connection refused" in ran.one_line
+        assert "is octosync serve running there?" in ran.one_line
+
+
+def test_missing_bad_and_expired_tokens(server: Server) -> None:
+    ran = octosync("watch", "s", "--url", server.url)
+    assert ran.code == 1
+    assert ran.one_line.startswith("octosync watch: Unauthorized: no token was given")
+    ran = octosync("watch", "s", "--url", server.url, "--token", "not-a-jwt")
+    assert ran.code == 1
+    assert "Unauthorized: the token was refused: invalid token" in ran.one_line
+    expired = token("s=read", ttl=-60)
+    ran = octosync("publish-demo", "s", "--url", server.url, "--token", expired)
+    assert ran.code == 1
+    assert "Signature has expired" in ran.one_line
+    assert "--token" in ran.one_line
+
+
+def test_refused_publish_and_subscribe_show_the_servers_code(server: Server) -> None:
+    reader = token("s=read")
+    ran = octosync("publish-demo", "s", "--url", server.url, "--token", reader, "--ticks", "1")
+    assert ran.code == 1
+    assert "publishing" not in ran.out
+    assert "Forbidden: not granted publish on stream 's'" in ran.one_line
+    ran = octosync("watch", "s", "--url", server.url, "--token", token("other=read"))
+    assert ran.code == 1
+    assert "Forbidden: not granted read on stream 's'" in ran.one_line
+
+
+def test_second_producer_is_refused_and_the_first_keeps_publishing(server: Server) -> None:
+    owner = token("board=read,publish")
+    fast = ("--interval", "0.05")
+    first = subprocess.Popen(
+        [*CLI, "publish-demo", "board", "--url", server.url, "--token", owner, *fast],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None
+        assert first.stdout.readline().startswith("publishing 'board'")
+        ran = octosync("publish-demo", "board", "--url", server.url, "--token", owner)
+        assert ran.code == 1
+        assert ran.out == ""
+        assert "ForbiddenPublish: " in ran.one_line
+        assert "stream 'board' is produced by another connection" in ran.one_line
+        watched = octosync("watch", "board", "--url", server.url, "--token", owner, "--limit", "2")
+        assert watched.code == 0, watched.err
+        assert '"by_name": {"home": ' in watched.out
+    finally:
+        first.terminate()
+        first.wait(timeout=TIMEOUT)
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    ran = octosync("serve", "--config", str(tmp_path / "absent.toml"), "--debug")
+    assert ran.code != 0
+    assert "Traceback" in ran.err
+    assert "ConfigError" in ran.err
+
+
+def test_bad_grant_syntax() -> None:
+    ran = octosync("token", "--secret", SECRET, "--grant", "scoreboard")
+    assert ran.code == 2
+    assert "expected STREAM=ACTIONS" in ran.one_line
+
+
+def test_pipeline_refuses_a_missing_input_before_spark_starts(tmp_path: Path) -> None:
+    for job in ("verify", "compact", "report"):
+        extra = [] if job == "verify" else ["--out", str(tmp_path / "out")]
+        ran = octosync("pipeline", job, "--journal", str(tmp_path / "nowhere"), *extra)
+        assert ran.code == 2
+        assert f"--journal {tmp_path / 'nowhere'} does not exist" in ran.one_line  # no JVM lines
+    (tmp_path / "file").write_text("")
+    ran = octosync(
+        "pipeline", "compact", "--journal", str(tmp_path), "--out", str(tmp_path / "file")
+    )
+    assert ran.code == 2
+    assert "--out" in ran.one_line
+
+
+@pytest.mark.spark
+def test_pipeline_gives_up_on_an_unanswering_master_in_one_line(tmp_path: Path) -> None:
+    master = f"spark://127.0.0.1:{free_port()}"
+    ran = octosync(
+        "pipeline", "verify", "--journal", str(tmp_path), "--master", master,
+        "--master-timeout", "1",
+    )  # fmt: skip
+    assert ran.code == 2
+    (ours,) = [line for line in ran.err.splitlines() if line.startswith("octosync ")]
+    assert f"no Spark session from {master} within 1s" in ours  # (the JVM may still print)
+    assert "Traceback" not in ran.err
