@@ -1,15 +1,13 @@
 """What the browser-side tests need from the machine: Node, Chromium, a server in a thread.
 
 A missing tool skips its tests with a one-line reason, except under ``OCTOSYNC_REQUIRE_PEERS=1``
-(CI), where the skip becomes a failure: CI must never pass by not running them.
+(CI), where the skip becomes a failure (``tests.conftest.missing``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Coroutine, Iterator
@@ -18,8 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
-
+from tests.conftest import missing, node_executable
 from tests.e2e.helpers import Running, serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,19 +38,9 @@ reach; ``--no-sandbox`` because CI runs as root."""
 T = TypeVar("T")
 
 
-def missing(reason: str) -> None:
-    """Skip with ``reason``, or fail when the environment requires every peer to be present."""
-    if os.environ.get("OCTOSYNC_REQUIRE_PEERS") == "1":
-        pytest.fail(f"{reason} (OCTOSYNC_REQUIRE_PEERS=1: required here)")
-    pytest.skip(reason)
-
-
 def node_command() -> list[str]:
     """``node`` plus the flag that gives it a global WebSocket, or a skip saying why not."""
-    node = shutil.which("node")
-    if node is None:
-        missing("node is not installed (apt-get install nodejs): JavaScript client tests skipped")
-    assert node is not None
+    node = node_executable()
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
     match = re.match(r"v(\d+)\.(\d+)", version.stdout)
     major, minor = (int(match.group(1)), int(match.group(2))) if match else (0, 0)

@@ -74,11 +74,12 @@ const KEEPING = new Set([
   "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError",
 ]);
 
-/** The typed error for a server error frame `{type: "error", code, message}`. */
+/** The typed error for a server error frame `{type: "error", code, message, path?}`. */
 export function errorFromFrame(frame) {
   const cls = errors[frame.code] ?? OctosyncError;
   const closes = CLOSING.has(frame.code) || !KEEPING.has(frame.code);
-  return new cls(String(frame.message), { code: String(frame.code), closes });
+  const path = typeof frame.path === "string" ? frame.path : undefined;
+  return new cls(String(frame.message), { code: String(frame.code), closes, path });
 }
 
 function fail(cls, message, path) {
@@ -346,8 +347,9 @@ export function decodeMessage(text) {
   obj(doc, "$");
   switch (doc.type) {
     case "error":
-      known(doc, ["type", "code", "message"], "$");
-      return { type: "error", error: errorFromFrame({ code: str(doc.code, "$.code"), message: str(doc.message, "$.message") }) };
+      known(doc, ["type", "code", "message", "path"], "$");
+      if (doc.path !== undefined) str(doc.path, "$.path");
+      return { type: "error", error: errorFromFrame({ code: str(doc.code, "$.code"), message: str(doc.message, "$.message"), path: doc.path }) };
     case "snapshot":
       known(doc, ["type", "epoch", "nodes", "edges", "roots", "state_hash"], "$");
       return {
@@ -1052,9 +1054,10 @@ export class Store {
 /**
  * Serves a Store as a stream: a snapshot on every (re)connect, one delta per flush. Writes from
  * subscribers are applied to cells unless `accept(id, value)` returns false. Events: "error",
- * "status", "write" ({id, value}). `ready` resolves once the first snapshot is sent: the hub
- * does not acknowledge frames, it refuses them (an "error" event; a refused producer, such as
- * a second one on a stream, stops with status "failed").
+ * "status", "write" ({id, value}). `ready` resolves once the first snapshot is sent (the hub
+ * does not acknowledge frames, it refuses them: an "error" event) and rejects when the
+ * handshake is refused (a second producer on a stream: ForbiddenPublish); a refused producer
+ * stops with status "failed".
  */
 export class Publication extends Channel {
   constructor(client, stream, store, { accept } = {}) {
