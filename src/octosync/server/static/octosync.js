@@ -790,6 +790,16 @@ class Channel extends Emitter {
     this.#fatal(err);
   }
 
+  /** The decoded message, or null once a DecodeError has been reported. */
+  decoded(text) {
+    try {
+      return decodeMessage(text);
+    } catch (err) {
+      this.report(err);
+      return null;
+    }
+  }
+
   // hooks
   opened() {}
   received() {}
@@ -816,12 +826,9 @@ export class Subscription extends Channel {
   }
 
   received(text) {
-    let msg;
-    try {
-      msg = decodeMessage(text);
-    } catch (err) {
-      this.report(err);
-      this.#resync(this.mirror.lose(err));
+    const msg = this.decoded(text);
+    if (msg === null) {
+      this.#resync(this.mirror.lose(this.errors.at(-1)));
       return;
     }
     if (msg.type === "error") {
@@ -1097,13 +1104,8 @@ export class Publication extends Channel {
   }
 
   received(text) {
-    let msg;
-    try {
-      msg = decodeMessage(text);
-    } catch (err) {
-      this.report(err);
-      return;
-    }
+    const msg = this.decoded(text);
+    if (msg === null) return;
     if (msg.type === "error") {
       this.report(msg.error);
       if (FATAL_CODES.has(msg.error.code)) this.failWith(null);
