@@ -34,6 +34,8 @@ class StreamState:
     producer: ConnId | None = None
     producer_has_snapshot: bool = False
     expires_at: float | None = None
+    frames: int = 0
+    """Frames accepted on this stream (inspection: the inspector's frames/s)."""
 
     def has_state(self) -> bool:
         return self.model is not None and self.model.epoch is not None
@@ -94,6 +96,7 @@ class Authority:
         stream.producer_has_snapshot = True
         stream.expires_at = None
         c.produces.add(stream_id)
+        stream.frames += 1
         self.stats.frames_in += 1
         if self._recorder is not None:
             self._recorder.commit(prepared)

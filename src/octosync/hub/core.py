@@ -266,6 +266,15 @@ class Hub:
         """Frames waiting for connections: control frames plus every subscriber's backlog."""
         return sum(c.outbox.depth_frames for c in self._conns) + self._fanout.backlog()
 
+    def backlog_of(self, stream: StreamId) -> int:
+        """Frames of ``stream`` queued for its subscribers (snapshots pending not counted)."""
+        return self._fanout.backlog_of(stream)
+
+    def frames_accepted_of(self, stream: StreamId) -> int:
+        """Frames accepted on ``stream`` since the hub first saw it."""
+        s = self._authority.get(stream)
+        return 0 if s is None else s.frames
+
     def stream_ids(self) -> list[StreamId]:
         return list(dict.fromkeys([*self._authority.streams, *self._fanout.audiences]))
 

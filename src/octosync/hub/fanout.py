@@ -308,6 +308,11 @@ class Fanout:
         c.pending_snapshot.clear()
         c.wake(c.id)
 
+    def backlog_of(self, stream_id: StreamId) -> int:
+        """Frames of one stream waiting in its logs, summed over the subscribers behind."""
+        a = self.audiences.get(stream_id)
+        return 0 if a is None else sum(log.total_backlog() for log in a.logs.values())
+
     def backlog(self) -> int:
         """Frames waiting in shared logs, summed over their members."""
         return sum(log.total_backlog() for a in self.audiences.values() for log in a.logs.values())

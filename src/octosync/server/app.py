@@ -1,4 +1,5 @@
-"""aiohttp application: one port, one route per wire face, plus ``/healthz`` and ``/metrics``.
+"""aiohttp application: one port, one route per wire face, plus ``/healthz``, ``/metrics`` and
+the browser's routes (``server.inspect``: the inspector at ``/`` and the JavaScript client).
 
 Every face runs the same connection loop (``server.connection``); a face is only the session
 class that turns its frames into hub calls. Ports are bound by ``server.run``.
@@ -17,6 +18,7 @@ from octosync.hub.types import AcceptHook
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws, serve_ws_in_band
 from octosync.server.dataspace_session import open_ws_session as open_dataspace_session
+from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.lazily_session import open_ws_session
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
@@ -94,6 +96,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/signal", _signal)
     app.router.add_get("/dataspace", _face(open_dataspace_session))
     app.router.add_get("/topgun", _topgun)
+    add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
 
     async def on_startup(app: web.Application) -> None:
         if writer is not None:  # every stream's state is back before the port opens

@@ -242,23 +242,34 @@ class StreamFramer(Protocol):
     def feed(self, data: bytes) -> list[bytes]: ...
 
 
-def _refuse(status: int, err: OctosyncError) -> web.Response:
+def refuse(status: int, err: OctosyncError) -> web.Response:
+    """An HTTP refusal carrying the typed error (what a browser can read, unlike a close)."""
     return web.json_response({"code": err.name, "message": err.message}, status=status)
+
+
+def request_identity(rt: Runtime, request: web.Request) -> ClaimGrants:
+    """Who an HTTP request is (``?token=`` or ``Authorization: Bearer``), or ``Unauthorized``;
+    counted as a refused upgrade when refused."""
+    token = bearer_token(request.headers.get("Authorization"), request.query.get("token"))
+    try:
+        identity = authenticate(token, rt.config.auth)
+        if identity.expired(time.time()):
+            raise Unauthorized("the token expired", path="exp")
+    except Unauthorized:
+        rt.counters.refused_upgrades += 1
+        raise
+    return identity
 
 
 async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.StreamResponse:
     """The WebSocket loop of every face whose credentials come with the upgrade."""
     rt = request.app[RUNTIME]
     if rt.closing:
-        return _refuse(503, ShuttingDown("the server is shutting down; reconnect later"))
-    token = bearer_token(request.headers.get("Authorization"), request.query.get("token"))
+        return refuse(503, ShuttingDown("the server is shutting down; reconnect later"))
     try:
-        identity = authenticate(token, rt.config.auth)
-        if identity.expired(time.time()):
-            raise Unauthorized("the token expired", path="exp")
+        identity = request_identity(rt, request)
     except Unauthorized as err:
-        rt.counters.refused_upgrades += 1
-        return _refuse(401, err)
+        return refuse(401, err)
     return await _serve_ws(request, rt, lambda conn: open_session(rt, conn, identity))
 
 
@@ -270,7 +281,7 @@ async def serve_ws_in_band(
     the session refuses everything but its handshake until it knows who the peer is."""
     rt = request.app[RUNTIME]
     if rt.closing:
-        return _refuse(503, ShuttingDown("the server is shutting down; reconnect later"))
+        return refuse(503, ShuttingDown("the server is shutting down; reconnect later"))
     return await _serve_ws(request, rt, lambda conn: open_session(rt, conn))
 
 

@@ -1,0 +1,1 @@
+../../src/octosync/server/static/octosync.js

@@ -1,0 +1,135 @@
+"""The browser routes: ``/api/streams`` rows from the hub, credentials, and the shipped files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import jwt
+import pytest
+
+from octosync.hub import lazily_frame
+from octosync.server.auth import ANONYMOUS_DEV, AuthConfig, ClaimGrants
+from octosync.server.inspect import ASSETS, stream_rows
+from tests.e2e.helpers import delta, handshake, serve, snap, ws_lazily
+from tests.hub.helpers import cell_set
+from tests.hub.helpers import snap as hub_snap
+from tests.hub.test_core import join, make_hub
+from tests.protocol_schemas import check
+
+SECRET = "inspect-test-secret-of-at-least-32-bytes"
+
+
+def test_rows_report_producer_epoch_subscribers_backlog_and_frames() -> None:
+    hub, _, woken = make_hub()
+    for conn in (1, 2, 3):
+        join(hub, conn, woken)
+    hub.publish(1, "b", lazily_frame(hub_snap(0, {1: b"x"})))
+    hub.subscribe(2, "b")
+    hub.subscribe(3, "b")
+    hub.take(2)
+    hub.take(3)
+    for epoch in range(3):
+        hub.publish(1, "b", lazily_frame(cell_set(epoch, 1, b"y")))
+    hub.take(2)  # 2 caught up; 3 is three deltas behind
+    hub.subscribe(2, "a")  # a stream with subscribers and no producer yet
+    rows = stream_rows(hub, ANONYMOUS_DEV)
+    assert rows == [
+        {
+            "stream": "a",
+            "face": "lazily",
+            "producer": None,
+            "epoch": None,
+            "subscribers": 1,
+            "backlog": 0,
+            "frames": 0,
+        },
+        {
+            "stream": "b",
+            "face": "lazily",
+            "producer": 1,
+            "epoch": 3,
+            "subscribers": 2,
+            "backlog": 3,
+            "frames": 4,
+        },
+    ]
+    for row in rows:
+        check("api-streams", {"streams": [row], "connections": 3})
+    hub.take(3)
+    assert stream_rows(hub, ANONYMOUS_DEV)[1]["backlog"] == 0
+
+
+def test_rows_list_only_streams_the_identity_may_read() -> None:
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    for name in ("public", "secret"):
+        hub.publish(1, name, lazily_frame(hub_snap(0, {1: b"x"})))
+    reader = ClaimGrants("r", streams={"public": frozenset({"read"})})
+    assert [row["stream"] for row in stream_rows(hub, reader)] == ["public"]
+    assert stream_rows(hub, ClaimGrants("nobody")) == []
+
+
+async def test_api_streams_takes_credentials_like_an_upgrade(tmp_path: Path) -> None:
+    auth = AuthConfig(hs256_secret=SECRET)
+    async with (
+        serve(tmp_path, insecure_dev=False, auth=auth) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        publisher = jwt.encode({"sub": "p", "streams": {"*": ["publish"]}}, SECRET)
+        for name in ("seen", "hidden"):
+            ws, _ = await ws_lazily(http, srv.ws_url, name, publish=True, token=publisher)
+            await ws.send_bytes(snap(0, {1: b"a"}))
+            await ws.send_bytes(delta(0, 1, b"b"))
+        async with http.get(f"{srv.url}/api/streams") as res:
+            assert res.status == 401
+            body = await res.json()
+            check("http-error", body)
+            assert body["code"] == "Unauthorized"
+        reader = jwt.encode({"sub": "r", "streams": {"seen": ["read"]}}, SECRET)
+        for kwargs in (
+            {"params": {"token": reader}},
+            {"headers": {"Authorization": f"Bearer {reader}"}},
+        ):
+            for _ in range(50):  # the deltas were sent, not yet necessarily accepted
+                async with http.get(f"{srv.url}/api/streams", **kwargs) as res:  # type: ignore[arg-type]
+                    assert res.status == 200
+                    body = await res.json()
+                if body["streams"] and body["streams"][0]["epoch"] == 1:
+                    break
+            check("api-streams", body)
+            assert [(r["stream"], r["epoch"], r["frames"]) for r in body["streams"]] == [
+                ("seen", 1, 2)
+            ]
+        expired = jwt.encode({"sub": "r", "exp": 1}, SECRET)
+        async with http.get(f"{srv.url}/api/streams", params={"token": expired}) as res:
+            assert res.status == 401
+
+
+@pytest.mark.parametrize("path", sorted(ASSETS))
+async def test_shipped_files_are_served(tmp_path: Path, path: str) -> None:
+    name, content_type = ASSETS[path]
+    shipped = (Path(__file__).parents[2] / "src/octosync/server/static" / name).read_bytes()
+    async with (
+        serve(tmp_path) as srv,
+        aiohttp.ClientSession() as http,
+        http.get(f"{srv.url}{path}") as res,
+    ):
+        assert res.status == 200
+        assert res.content_type == content_type
+        assert await res.read() == shipped
+        cors = res.headers.get("Access-Control-Allow-Origin")
+        assert cors == ("*" if path == "/client/octosync.js" else None)
+
+
+def test_the_js_client_in_clients_js_is_the_shipped_one() -> None:
+    root = Path(__file__).parents[2]
+    assert (root / "clients/js/octosync.js").resolve() == (
+        root / "src/octosync/server/static/octosync.js"
+    ).resolve()
+
+
+def test_handshake_helper_matches_the_schema() -> None:
+    import json
+
+    check("lazily-handshake", json.loads(handshake("s", publish=True)))
