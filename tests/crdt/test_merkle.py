@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.crdt import MerkleTree, Timestamp
-from octosync.crdt.hashing import combine, fnv1a32, lww_item_hash
+from octosync.crdt.hashing import combine, fmix32, fnv1a32, fnv1a32_many, lww_item_hash
+from octosync.crdt.merkle import leaf_indices, node_path, nodes_from_leaves
 from octosync.errors import InvalidBucketPath, LocalProtocolError
 
 # TopGun merkle_vectors.json "lww: eight keys across partitions": leaf hashes fed in directly.
@@ -184,3 +185,31 @@ def test_update_many_equals_updates_in_order(
             assert many.buckets(path) == one.buckets(path)
     # and both equal a tree built from scratch on the final items
     assert MerkleTree.from_items(one.items().items(), depth).root() == many.root()
+
+
+@given(
+    st.lists(st.tuples(st.text(max_size=6), st.integers(0, 2**32 - 1)), max_size=60),
+    st.integers(1, 4),
+)
+def test_nodes_from_leaf_hashes_equal_the_tree(items: list[tuple[str, int]], depth: int) -> None:
+    tree = MerkleTree.from_items(items, depth)
+    last = dict(items)  # a later item for the same key replaces the earlier one, as in the tree
+    leaves: dict[int, int] = {}
+    indices = leaf_indices(fnv1a32_many(list(last)), depth).tolist()
+    for idx, h in zip(indices, last.values(), strict=True):
+        leaves[idx] = (leaves.get(idx, 0) + fmix32(h)) % 2**32
+    assert tree.leaf_hashes() == {i: h for i, h in leaves.items() if h}
+    nodes = nodes_from_leaves(leaves, depth)
+    assert {node_path(level, idx): h for level, idx, h in nodes} == {
+        path: tree.node_hash(path) for path in _all_paths(tree) if tree.node_hash(path)
+    }
+    assert (nodes[-1][:2] == (0, 0)) if nodes else tree.root() == 0
+    assert all(h for _, _, h in nodes)
+
+
+def _all_paths(tree: MerkleTree) -> list[str]:
+    paths, frontier = [""], [""]
+    for _ in range(tree.depth):
+        frontier = [p + d for p in frontier for d in tree.buckets(p)]
+        paths.extend(frontier)
+    return paths

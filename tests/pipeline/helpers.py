@@ -6,7 +6,10 @@ from typing import Any
 
 import msgspec
 
-from octosync.store.export import OPS_SCHEMA
+from octosync.crdt.op import OpKind, OpRecord
+from octosync.crdt.timestamp import Timestamp
+from octosync.store.op_table import OPS_SCHEMA
+from octosync.store.op_table import op_row as table_row
 
 
 def fnv1a32_utf16(text: str) -> int:
@@ -56,19 +59,8 @@ def op_row(
     op_id: str,
 ) -> dict[str, Any]:
     raw = value if isinstance(value, bytes) else msgspec.msgpack.encode(value)
-    return {
-        "seq": seq,
-        "map": map_name,
-        "key": key,
-        "op": op,
-        "value": raw,
-        "millis": millis,
-        "counter": counter,
-        "node": node,
-        "origin": node,
-        "op_id": op_id,
-        "recorded_ms": 0,
-    }
+    rec = OpRecord(map_name, key, OpKind(op), raw, Timestamp(millis, counter, node), node, op_id)
+    return table_row(rec, seq)
 
 
 def ops_df(spark: Any, rows: list[dict[str, Any]]) -> Any:

@@ -1,5 +1,5 @@
-"""Spark compaction == in-process ``crdt.fold``: same rows, same Merkle trees, whatever the
-number of input files and shuffle partitions."""
+"""The compact job == in-process ``crdt.fold``: same rows, same Merkle trees, whatever the
+number of input files, shuffle partitions, duplicate deliveries and GC horizon."""
 
 from __future__ import annotations
 
@@ -15,34 +15,19 @@ from hypothesis import strategies as st
 from octosync.crdt.fold import MapStore, fold
 from octosync.crdt.op import OpRecord
 from octosync.crdt.testing.strategies import op_histories
-from octosync.pipeline import transforms as tf
-from octosync.pipeline.inputs import read_ops
-from octosync.store.export import OPS_SCHEMA
+from octosync.pipeline.jobs import compact
+from octosync.pipeline.layout import MERKLE_DIR, SNAPSHOT_DIR
+from octosync.store.op_table import op_table
 
 pytestmark = pytest.mark.spark
 
 
 def write_ops(records: list[OpRecord], out: Path, n_files: int) -> None:
-    rows = [
-        {
-            "seq": i + 1,
-            "map": r.map,
-            "key": r.key,
-            "op": r.op.value,
-            "value": r.value,
-            "millis": r.ts.millis,
-            "counter": r.ts.counter,
-            "node": r.ts.node_id,
-            "origin": r.origin,
-            "op_id": r.op_id,
-            "recorded_ms": 0,
-        }
-        for i, r in enumerate(records)
-    ]
+    table = op_table(records)
     out.mkdir(parents=True)
     for f in range(n_files):
-        part = rows[f::n_files]
-        pq.write_table(pa.Table.from_pylist(part, schema=OPS_SCHEMA), out / f"part-{f}.parquet")
+        rows = pa.array(range(f, len(records), n_files), pa.int64())
+        pq.write_table(table.take(rows), out / f"part-{f}.parquet")
 
 
 def crdt_nodes(store: MapStore, map_name: str) -> dict[str, int]:
@@ -66,12 +51,13 @@ def _order(row: tuple[Any, ...]) -> tuple[Any, ...]:
 def spark_result(
     spark: Any, path: Path, horizon: int | None
 ) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, int]]]:
-    ops = read_ops(spark, path)
-    rows = sorted(
-        (tuple(r) for r in tf.compact(ops, gc_horizon_millis=horizon).collect()), key=_order
-    )
+    """What ``octosync pipeline compact`` writes for the ops at ``path``."""
+    out = path.parent / "compacted"
+    compact.run(spark, path, out, gc_horizon_millis=horizon)
+    snapshot = spark.read.parquet(str(out / SNAPSHOT_DIR)).collect()
+    rows = sorted((tuple(r) for r in snapshot), key=_order)
     trees: dict[str, dict[str, int]] = {}
-    for r in tf.merkle_tree(tf.entry_hashes(ops, gc_horizon_millis=horizon)).collect():
+    for r in pq.read_table(out / MERKLE_DIR).to_pylist():
         trees.setdefault(r["map"], {})[r["path"]] = r["hash"]
     return rows, trees
 

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.cli import main
-from octosync.pipeline import transforms as tf
 from octosync.pipeline.jobs import verify
+from octosync.pipeline.transforms import frames as tf
 from octosync.store.export import FRAMES_SCHEMA
 from octosync.store.journal import Journal
 from octosync.store.records import StreamFrame

@@ -31,7 +31,7 @@ import msgspec
 
 from octosync.crdt.hashing import MASK32, fmix32, fnv1a32, lww_item_hash
 from octosync.crdt.lww_map import LWWRecord
-from octosync.crdt.merkle import MerkleTree
+from octosync.crdt.merkle import DEFAULT_DEPTH, MerkleTree
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import CrdtValueError
@@ -103,7 +103,7 @@ def _account(entry: _OrEntry | _CounterEntry, rec: OpRecord) -> None:
 class MapStore:
     """In-memory fold of :class:`OpRecord` s into LWW, OR and counter state, per map."""
 
-    def __init__(self, merkle_depth: int = 3) -> None:
+    def __init__(self, merkle_depth: int = DEFAULT_DEPTH) -> None:
         self._depth = merkle_depth
         self._lww: dict[tuple[str, str], OpRecord] = {}
         self._or: dict[tuple[str, str], _OrEntry] = {}
@@ -400,7 +400,7 @@ class MapStore:
         return self.merkle(map_name).buckets(path)
 
 
-def fold(records: Iterable[OpRecord], merkle_depth: int = 3) -> MapStore:
+def fold(records: Iterable[OpRecord], merkle_depth: int = DEFAULT_DEPTH) -> MapStore:
     """A fresh :class:`MapStore` with ``records`` folded in."""
     store = MapStore(merkle_depth)
     store.apply_all(records)

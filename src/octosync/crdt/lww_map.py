@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from octosync.crdt.hlc import HLC
-from octosync.crdt.merkle import MerkleTree
+from octosync.crdt.merkle import DEFAULT_DEPTH, MerkleTree
 from octosync.crdt.registers import value_order
 from octosync.crdt.timestamp import Timestamp
 
@@ -36,7 +36,7 @@ def _wins(new: LWWRecord, cur: LWWRecord) -> bool:
 
 
 class LWWMap:
-    def __init__(self, hlc: HLC, merkle_depth: int = 3) -> None:
+    def __init__(self, hlc: HLC, merkle_depth: int = DEFAULT_DEPTH) -> None:
         self.hlc = hlc
         self._records: dict[str, LWWRecord] = {}
         self.merkle = MerkleTree(merkle_depth)

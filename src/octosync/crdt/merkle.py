@@ -27,8 +27,42 @@ from octosync.crdt.hashing import (
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import InvalidBucketPath, LocalProtocolError
 
+DEFAULT_DEPTH = 3
+"""TopGun's trie depth: 3 hex digits, 4,096 leaves per map (the pipeline uses the same)."""
 MAX_DEPTH = 8
 _HEX = "0123456789abcdef"
+
+
+def leaf_indices(routes: U32Array, depth: int = DEFAULT_DEPTH) -> U32Array:
+    """The leaf each route hash (``fnv1a32(key)``) lands in: its first ``depth`` hex digits."""
+    return routes.astype(np.uint32) >> np.uint32(32 - 4 * depth)
+
+
+def node_path(level: int, index: int) -> str:
+    """The hex path of node ``index`` at ``level`` (``""`` for the root)."""
+    return format(index, f"0{level}x") if level else ""
+
+
+def nodes_from_leaves(
+    leaves: Mapping[int, int], depth: int = DEFAULT_DEPTH
+) -> list[tuple[int, int, int]]:
+    """Every non-zero node ``(level, index, hash)`` of a tree given its leaf hashes.
+
+    A leaf's hash is the fmix32 sum of its items, and sums of disjoint item sets add, so a
+    distributed job can sum partial leaves and build the (at most ``16**depth``) inner nodes here,
+    with the same combine :class:`MerkleTree` uses. Leaves come first, the root last.
+    """
+    out: list[tuple[int, int, int]] = []
+    level_nodes = {idx: h & MASK32 for idx, h in leaves.items() if h & MASK32}
+    for level in range(depth, -1, -1):
+        out.extend((level, idx, h) for idx, h in sorted(level_nodes.items()))
+        if level == 0:
+            break
+        up: dict[int, int] = {}
+        for idx, h in level_nodes.items():
+            up[idx >> 4] = (up.get(idx >> 4, 0) + fmix32(h)) & MASK32
+        level_nodes = {idx: h for idx, h in up.items() if h}
+    return out
 
 
 class MerkleTree:
@@ -36,7 +70,7 @@ class MerkleTree:
 
     __slots__ = ("_depth", "_leaves", "_levels", "_mixed", "_shift")
 
-    def __init__(self, depth: int = 3) -> None:
+    def __init__(self, depth: int = DEFAULT_DEPTH) -> None:
         if not 1 <= depth <= MAX_DEPTH:
             raise LocalProtocolError(f"depth must be 1..{MAX_DEPTH}, got {depth}", path="depth")
         self._depth = depth
@@ -51,7 +85,7 @@ class MerkleTree:
         return self._depth
 
     @classmethod
-    def from_items(cls, items: Iterable[tuple[str, int]], depth: int = 3) -> MerkleTree:
+    def from_items(cls, items: Iterable[tuple[str, int]], depth: int = DEFAULT_DEPTH) -> MerkleTree:
         tree = cls(depth)
         tree.set_items(list(items))
         return tree
@@ -93,7 +127,7 @@ class MerkleTree:
 
     def _set_many(self, keys: list[str], routes: U32Array, item_hashes: U32Array) -> None:
         leaves = self._leaves
-        leaf_ids = (routes >> np.uint32(self._shift)).tolist()
+        leaf_ids = leaf_indices(routes, self._depth).tolist()
         olds: list[int] = []
         for key, idx, h in zip(keys, leaf_ids, item_hashes.tolist(), strict=True):
             entries = leaves.get(idx)
@@ -197,6 +231,10 @@ class MerkleTree:
 
     def root(self) -> int:
         return self._levels[0].get(0, 0)
+
+    def leaf_hashes(self) -> dict[int, int]:
+        """``leaf index -> hash`` of the non-empty leaves (see :func:`nodes_from_leaves`)."""
+        return dict(self._levels[self._depth])
 
     def leaf_path(self, key: str) -> str:
         """The ``depth`` hex digits that route ``key`` to its leaf bucket."""

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from octosync.errors import PipelineError
-from octosync.store.export import FRAMES_DIR, FRAMES_SCHEMA, OPS_DIR, OPS_SCHEMA, export
+from octosync.pipeline.layout import EXPORT_SUBDIR
+from octosync.store.export import FRAMES_DIR, FRAMES_SCHEMA, OPS_DIR, export
 from octosync.store.journal import Journal, journal_path
-
-EXPORT_SUBDIR = "export"
+from octosync.store.op_table import OPS_SCHEMA
 
 
 def resolve_export(journal_dir: Path, progress: Callable[[str], None] | None = None) -> Path:

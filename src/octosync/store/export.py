@@ -32,27 +32,13 @@ import pyarrow.parquet as pq
 from octosync.crdt.op import OpRecord
 from octosync.errors import StorageError
 from octosync.store.journal import Journal, RawRow
+from octosync.store.op_table import OPS_SCHEMA, op_row
 from octosync.store.records import StreamFrame, decode_record
 
 WATERMARK_FILE: Final = "_watermark.json"
 OPS_DIR: Final = "ops"
 FRAMES_DIR: Final = "frames"
 
-OPS_SCHEMA: Final = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("map", pa.string()),
-        ("key", pa.string()),
-        ("op", pa.string()),
-        ("value", pa.binary()),
-        ("millis", pa.int64()),
-        ("counter", pa.int32()),
-        ("node", pa.string()),
-        ("origin", pa.string()),
-        ("op_id", pa.string()),
-        ("recorded_ms", pa.int64()),
-    ]
-)
 FRAMES_SCHEMA: Final = pa.schema(
     [
         ("seq", pa.int64()),
@@ -117,22 +103,6 @@ def _hour(recorded_ms: int) -> str:
     return datetime.fromtimestamp(recorded_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H")
 
 
-def _op_row(row: RawRow, rec: OpRecord) -> dict[str, Any]:
-    return {
-        "seq": row.seq,
-        "map": rec.map,
-        "key": rec.key,
-        "op": rec.op.value,
-        "value": rec.value,
-        "millis": rec.ts.millis,
-        "counter": rec.ts.counter,
-        "node": rec.ts.node_id,
-        "origin": rec.origin,
-        "op_id": rec.op_id,
-        "recorded_ms": row.recorded_ms,
-    }
-
-
 def _frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
     return {
         "seq": row.seq,
@@ -151,7 +121,7 @@ def _write_chunk(rows: list[RawRow], out_dir: Path) -> int:
     for row in rows:
         rec = decode_record(row.kind, row.body, seq=row.seq)
         if isinstance(rec, OpRecord):
-            groups[(OPS_DIR, _hour(row.recorded_ms))].append(_op_row(row, rec))
+            groups[(OPS_DIR, _hour(row.recorded_ms))].append(op_row(rec, row.seq, row.recorded_ms))
         elif isinstance(rec, StreamFrame):
             groups[(FRAMES_DIR, _hour(row.recorded_ms))].append(_frame_row(row, rec))
     name = f"part-{rows[0].seq:020d}.parquet"

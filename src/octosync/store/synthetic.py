@@ -5,9 +5,9 @@ per-origin skew, counters for events in the same millisecond), interleaved so th
 write the same hot keys at overlapping times, a share of deletes, and a share of exact duplicate
 deliveries (same op id). Besides the LWW map, small OR-Map and PN-counter maps can be mixed in.
 
-The result is an Arrow table with the journal export's op columns (minus ``seq`` and
-``recorded_ms``, which the journal or the caller assigns), so benchmarks write it straight to
-Parquet and ``octosync journal generate`` appends it to a journal.
+The result is an Arrow table in ``store.op_table.RECORD_SCHEMA`` (the export's op columns minus
+``seq`` and ``recorded_ms``, which the journal or the caller assigns), so benchmarks write it
+straight to Parquet and ``octosync journal generate`` appends it to a journal.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.timestamp import Timestamp
+from octosync.store.op_table import RECORD_SCHEMA, iter_op_records
 
 LWW_MAP: Final = "players"
 OR_MAP: Final = "tags"
@@ -115,7 +116,8 @@ def generate_lww_table(
             "node": node,
             "origin": node,
             "op_id": op_id,
-        }
+        },
+        schema=RECORD_SCHEMA,
     )
 
 
@@ -128,18 +130,7 @@ def generate_records(n_ops: int, *, seed: int = 0, n_keys: int | None = None) ->
     keys = n_keys if n_keys is not None else max(10, n_ops // 20)
     rate = max(n_lww / 3_600_000, 0.01)  # spread over about an hour, as a live service would
     table = generate_lww_table(n_lww, n_keys=keys, seed=seed, ops_per_ms=rate)
-    records = [
-        OpRecord(
-            map=row["map"],
-            key=row["key"],
-            op=OpKind(row["op"]),
-            value=row["value"],
-            ts=Timestamp(row["millis"], row["counter"], row["node"]),
-            origin=row["origin"],
-            op_id=row["op_id"],
-        )
-        for row in table.to_pylist()
-    ]
+    records = list(iter_op_records(table.to_batches()))
     last_millis = BASE_MILLIS + int(n_lww / rate) + 1
     records.extend(_or_and_counter_ops(rng, n_or, n_inc, last_millis))
     order = rng.permutation(len(records))  # journals are not in HLC order

@@ -10,9 +10,9 @@ from typing import Any
 
 import msgspec
 
-from octosync.pipeline import transforms
 from octosync.pipeline.inputs import read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
+from octosync.pipeline.transforms import activity as transforms
 
 
 class ReportResult(msgspec.Struct, frozen=True):

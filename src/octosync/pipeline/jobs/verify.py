@@ -1,6 +1,6 @@
 """``octosync pipeline verify``: replay every stream's frames and report what is wrong.
 
-Checks are those of :func:`octosync.pipeline.transforms.frame_problems` (gaps, duplicate
+Checks are those of :func:`octosync.pipeline.transforms.frames.frame_problems` (gaps, duplicate
 epochs, overlaps, deltas before a snapshot, state hashes that disagree about one epoch). The
 frames' payloads are the producers' own encodings, so verify compares the hashes producers
 sent; it does not recompute them.
@@ -13,9 +13,9 @@ from typing import Any
 
 import msgspec
 
-from octosync.pipeline import transforms
 from octosync.pipeline.inputs import read_frames, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
+from octosync.pipeline.transforms import frames as transforms
 
 
 class StreamReport(msgspec.Struct, frozen=True):

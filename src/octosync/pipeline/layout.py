@@ -1,0 +1,20 @@
+"""Names of what the pipeline writes, in one place: the compaction's output directory (read back
+by ``resume``), the export a job makes of a journal, and the standalone cluster's state."""
+
+from __future__ import annotations
+
+from typing import Final
+
+SNAPSHOT_DIR: Final = "snapshot"
+"""One row per key: ``map, key, value, millis, counter, node, tombstone``."""
+MERKLE_DIR: Final = "merkle"
+"""Every non-zero Merkle node: ``map, path, level, hash``."""
+RECORDS_DIR: Final = "records"
+"""The op records that still carry state, in the ops schema."""
+META_FILE: Final = "compaction.json"
+"""``as_of_seq``, counts, the GC horizon and each map's Merkle root."""
+
+EXPORT_SUBDIR: Final = "export"
+"""Where a job exports a journal directory before reading it."""
+CLUSTER_SUBDIR: Final = "spark-cluster"
+"""Pid files, logs and work directories of ``octosync pipeline cluster up``."""

@@ -1,0 +1,94 @@
+"""Op families, the HLC order, and the one pass over the input that the compaction makes
+first: a per-key summary from which the job learns its totals and picks the rows it needs."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from pyspark.sql import functions as sf
+
+from octosync.crdt.fold import SnapshotRow
+from octosync.crdt.op import OpKind
+
+DataFrame = Any  # pyspark.sql.DataFrame; pyspark ships no stubs mypy can use here
+
+LWW_OPS = (OpKind.PUT.value, OpKind.REMOVE.value)
+OR_OPS = (OpKind.OR_ADD.value, OpKind.OR_REMOVE.value)
+COUNTER_OPS = (OpKind.INC.value,)
+FAMILY_OPS = {"lww": LWW_OPS, "or": OR_OPS, "counter": COUNTER_OPS}
+FAMILIES = frozenset(FAMILY_OPS)
+SNAPSHOT_COLUMNS = list(SnapshotRow.__struct_fields__)
+"""One converged key, as ``crdt.fold`` emits it."""
+
+BROADCAST_KEYS = 2_000_000
+"""Up to this many keys the per-key summary is broadcast to every task (no shuffle of the ops);
+above it, the carriers are found with a shuffle join."""
+CARRIERS_PER_PARTITION = 500_000
+"""About this many carriers per fold partition (one ``MapStore`` in one Python worker)."""
+
+
+def is_family(family: str) -> Any:
+    return sf.col("op").isin(*FAMILY_OPS[family])
+
+
+def as_of(ops: DataFrame, seq: int | None) -> DataFrame:
+    """The ops committed at or before ``seq`` (all of them when ``seq`` is None)."""
+    return ops if seq is None else ops.where(sf.col("seq") <= seq)
+
+
+def key_summary(ops: DataFrame) -> DataFrame:
+    """Per ``(map, key)``: ``ops``, ``other_ops`` (not LWW), ``last_seq``, ``newest`` (the
+    greatest LWW ``millis``, null without LWW ops) and which families occur. One hash aggregate
+    over narrow columns."""
+    return ops.groupBy("map", "key").agg(
+        sf.count("*").alias("ops"),
+        sf.count(sf.when(~is_family("lww"), 1)).alias("other_ops"),
+        sf.max("seq").alias("last_seq"),
+        sf.max(sf.when(is_family("lww"), sf.col("millis"))).alias("newest"),
+        *(sf.max(is_family(f)).alias(f"has_{f}") for f in sorted(FAMILIES)),
+    )
+
+
+class Totals(NamedTuple):
+    ops: int
+    keys: int
+    other_ops: int
+    last_seq: int
+    families: frozenset[str]
+
+    def fold_partitions(self, parallelism: int) -> int:
+        """Partitions for :func:`fold.fold_carriers`: every core busy, bounded memory each."""
+        carriers = self.keys + self.other_ops
+        return max(1, parallelism, -(-carriers // CARRIERS_PER_PARTITION))
+
+
+def totals(summary: DataFrame) -> Totals:
+    """Op count, key count, last seq and the families present, from :func:`key_summary`."""
+    row = summary.agg(
+        sf.sum("ops").alias("ops"),
+        sf.count("*").alias("keys"),
+        sf.sum("other_ops").alias("other_ops"),
+        sf.max("last_seq").alias("last_seq"),
+        *(sf.max(f"has_{f}").alias(f) for f in sorted(FAMILIES)),
+    ).first()
+    present = frozenset(f for f in FAMILIES if row[f])
+    return Totals(
+        int(row["ops"] or 0),
+        int(row["keys"]),
+        int(row["other_ops"] or 0),
+        int(row["last_seq"] or 0),
+        present,
+    )
+
+
+def carriers(ops: DataFrame, summary: DataFrame, t: Totals) -> DataFrame:
+    """The ops that can carry state: LWW ops at their key's newest millisecond (about one per
+    key; the winner is among them) and every op of the other families. The summary is
+    broadcast when it is small, so the ops are filtered where they are read, never shuffled."""
+    newest = summary.select("map", "key", "newest")
+    if t.keys <= BROADCAST_KEYS:
+        newest = sf.broadcast(newest)
+    keep = is_family("lww") & (sf.col("millis") == sf.col("newest"))
+    if t.families - {"lww"}:
+        keep = keep | ~is_family("lww")
+    return ops.join(newest, ["map", "key"]).where(keep).select(*ops.columns)
