@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from octosync.bounds import MAX_SAFE_INTEGER as MAX_SAFE_ID
 from octosync.bounds import NODE_KEY_MAX, NODE_KEY_PATTERN
@@ -31,6 +31,7 @@ from octosync.graph.nodes import (
 from octosync.graph.type_tags import TypeRegistry, default_registry
 
 T = TypeVar("T")
+D = TypeVar("D", bound="Memo[Any] | Signal[Any]")
 Listener = Callable[[ChangeSet], None]
 Resolver = Callable[[Node], bool]
 
@@ -94,18 +95,15 @@ class Context:
     def memo(
         self, fn: Callable[[], T], type_tag: str = "json", *, name: str | None = None
     ) -> Memo[T]:
-        node: Memo[T] = Memo()
-        self._check_name(name)
-        node._init(self, self._next_id(), type_tag)
-        node._name = name
-        node._fn = fn
-        self._add(node)
-        return node
+        return self._derived(Memo(), fn, type_tag, name)
 
     def signal(
         self, fn: Callable[[], T], type_tag: str = "json", *, name: str | None = None
     ) -> Signal[T]:
-        node: Signal[T] = Signal()
+        return self._derived(Signal(), fn, type_tag, name)
+
+    def _derived(self, node: D, fn: Callable[[], T], type_tag: str, name: str | None) -> D:
+        """A memo or signal: named, numbered and added like every node."""
         self._check_name(name)
         node._init(self, self._next_id(), type_tag)
         node._name = name
