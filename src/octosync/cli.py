@@ -49,7 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
     data_dir(config.data_dir, "--data", create=True)
     from octosync.server.run import Started, serve_forever  # the server, once the input is good
 
-    faces = "/lazily /wvp /signal /dataspace /metrics /healthz, the inspector at /"
+    faces = "/lazily /wvp /signal /dataspace /topgun /metrics /healthz, the inspector at /"
 
     def ready(started: Started) -> None:
         # Only once every port is bound: a failed bind prints its one error line and nothing else.
