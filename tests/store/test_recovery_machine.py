@@ -23,13 +23,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from octosync.errors import SnapshotRequired, TrimRefused
 from octosync.hub import Hub, HubConfig, OutFrame, ViewKey, lazily_frame
-from octosync.hub.model import DiffFrame, Frame, SnapshotFrame
+from octosync.hub.model import DiffFrame, Frame, Sent, SnapshotFrame
 from octosync.ipc.messages import CellSet, Delta, NodeAdd, NodeSnapshot, Snapshot
 from octosync.store.export import export, read_watermark
 from octosync.store.hub_hook import frame_record
 from octosync.store.journal import Journal
 from octosync.store.retention import JournalKeeper
-from octosync.wire import wvp
+from octosync.wire import DIALECTS, dialect, wvp
 from octosync.wire.wvp import WarpDiff, WarpSnapshot
 
 GRAPH, WARP = "scores", "warp:7"
@@ -38,6 +38,8 @@ MAX_DIFFS = 3
 PRODUCER, WVP_PRODUCER, JOINER = 1, 2, 3
 VIEWS = {GRAPH: ViewKey("t"), WARP: ViewKey("wvp-t")}
 PRODUCERS = {GRAPH: PRODUCER, WARP: WVP_PRODUCER}
+CODECS = st.sampled_from([None, *sorted(DIALECTS)])
+"""How a lazily frame reaches the journal: each dialect's own bytes, or built in-process."""
 
 
 def graph_encoder(frame: OutFrame) -> bytes:
@@ -132,6 +134,13 @@ class RestartMachine(RuleBasedStateMachine):
             self.hub.connect(conn, VIEWS[stream])
         self.has_snapshot: set[str] = set()
 
+    def _lazily(self, msg: Snapshot | Delta, codec: str | None) -> Frame[object]:
+        """A lazily frame as a face makes it: with the producer's bytes in ``codec`` (journaled
+        as they are, decoded by recovery in that dialect), or built in-process (``None``)."""
+        if codec is None:
+            return lazily_frame(msg)
+        return lazily_frame(msg, Sent(codec, dialect(codec).encode(msg)))
+
     def _publish(self, stream: str, frame: Frame[object]) -> None:
         self.hub.publish(PRODUCERS[stream], stream, frame)
         self.has_snapshot.add(stream)
@@ -142,11 +151,14 @@ class RestartMachine(RuleBasedStateMachine):
         stream=st.sampled_from(STREAMS),
         epoch=st.integers(0, 30),
         values=st.dictionaries(st.integers(1, 4), st.binary(max_size=3), max_size=3),
+        codec=CODECS,
     )
-    def publish_snapshot(self, stream: str, epoch: int, values: dict[int, bytes]) -> None:
+    def publish_snapshot(
+        self, stream: str, epoch: int, values: dict[int, bytes], codec: str | None
+    ) -> None:
         if stream == GRAPH:
             nodes = tuple(NodeSnapshot(k, "b", "resolved", v) for k, v in sorted(values.items()))
-            self._publish(stream, lazily_frame(Snapshot(epoch, nodes)))
+            self._publish(stream, self._lazily(Snapshot(epoch, nodes), codec))
         else:
             snap = WarpSnapshot(epoch, {str(k): v for k, v in values.items()})
             self._publish(stream, SnapshotFrame(epoch, snap))
@@ -158,15 +170,18 @@ class RestartMachine(RuleBasedStateMachine):
         node=st.integers(1, 6),
         value=st.binary(max_size=3),
         span=st.integers(1, 3),
+        codec=CODECS,
     )
-    def publish_delta(self, data: st.DataObject, node: int, value: bytes, span: int) -> None:
+    def publish_delta(
+        self, data: st.DataObject, node: int, value: bytes, span: int, codec: str | None
+    ) -> None:
         stream = data.draw(st.sampled_from(sorted(self.has_snapshot)))
         exp = self.expected[stream]
         assert exp.epoch is not None
         base = exp.epoch
         if stream == GRAPH:
             op = CellSet(node, value) if node in exp.values else NodeAdd(node, "b", value)
-            self._publish(stream, lazily_frame(Delta(base, base + span, (op,))))
+            self._publish(stream, self._lazily(Delta(base, base + span, (op,)), codec))
             exp.epoch = base + span
         else:  # WVP diffs advance one epoch at a time
             diff = WarpDiff(base, base + 1, [node, value])

@@ -7,7 +7,7 @@ changes) is a new Struct plus one entry in ``_KINDS``; the table does not change
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -20,10 +20,17 @@ StreamId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_STREAM_NAME)
 """The hub refuses what these bounds refuse (``hub.limits``), before it changes state."""
 
 
+FrameCodec = Literal["json", "json_tagged", "msgpack"]
+"""The lazily dialects a producer may send in (``wire.DIALECTS``)."""
+
+
 class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A frame the hub accepted on a stream: a snapshot at ``epoch`` or a delta ``base -> epoch``.
 
-    ``payload`` is the frame exactly as the producer encoded it (the journal never re-encodes);
+    ``payload`` is the frame as the producer sent it, in the lazily dialect ``codec`` (the
+    journal never re-encodes). With no ``codec`` it is the server's own form: a WVP frame's
+    canonical CBOR (the producer's graph and ops spliced in verbatim), or a state-plane message
+    as MsgPack of its Struct (checkpoints, and records written before ``codec`` existed).
     ``state_hash`` is the producer's hash of the state after the frame, when it sent one. A
     snapshot has ``base_epoch == epoch``; a delta has ``base_epoch < epoch``.
     """
@@ -34,6 +41,7 @@ class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     snapshot: bool
     payload: bytes
     state_hash: bytes | None = None
+    codec: FrameCodec | None = None
 
 
 Record = OpRecord | StreamFrame

@@ -29,12 +29,23 @@ from octosync.hub.streams import stream_face
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.journal import Journal
 from octosync.store.records import KIND_FRAME, StreamCheckpoint, StreamFrame, decode_record
-from octosync.wire import wvp
+from octosync.wire import dialect, wvp
 
 _CHUNK: Final = 20_000
 
 _lazily = msgspec.msgpack.Decoder(Snapshot | Delta)
 _encode = msgspec.msgpack.Encoder().encode
+
+
+def _lazily_message(record: StreamFrame) -> Snapshot | Delta:
+    """A journaled state-plane frame, decoded from the dialect its producer sent it in."""
+    if record.codec is None:
+        legacy: Snapshot | Delta = _lazily.decode(record.payload)
+        return legacy
+    msg = dialect(record.codec).decode(record.payload)
+    if not isinstance(msg, Snapshot | Delta):
+        raise DecodeError(f"journaled {type(msg).__name__} is not a stream frame", path="payload")
+    return msg
 
 
 def is_wvp_stream(stream: str) -> bool:
@@ -156,7 +167,7 @@ class JournalState:
                 else:
                     model.apply(DiffFrame(record.base_epoch, record.epoch, record))
             else:
-                msg = _lazily.decode(record.payload)
+                msg = _lazily_message(record)
                 if isinstance(msg, Snapshot):
                     model.reset(SnapshotFrame(msg.epoch, msg))
                 else:
