@@ -34,6 +34,7 @@ from octosync.errors import (
 from octosync.hub.limits import InputBudget
 from octosync.hub.policy import close_code, closes_connection
 from octosync.server.auth import ClaimGrants, authenticate, bearer_token
+from octosync.server.flusher import writable
 from octosync.server.guard import peer_address
 from octosync.server.runtime import Runtime
 from octosync.server.throttled_log import ThrottledLog
@@ -153,8 +154,8 @@ class Link:
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
-            t = self.transport
-            if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+            t = writable(self.transport)
+            if t is not None:
                 t.write(data)
 
     def fail(self, err: OctosyncError) -> bool:
@@ -171,8 +172,8 @@ class Link:
     def fault(self, err: OctosyncError) -> None:
         """Serving this connection failed outside its own frames (the flusher): reset it."""
         self.counters.errors += 1
-        t = self.transport
-        if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+        t = writable(self.transport)
+        if t is not None:
             t.write(self.session.error_frame(err))
         self.close_soon(close_code(err))
 

@@ -16,7 +16,7 @@ from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.types import AcceptHook, Recorder
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
-from octosync.server.flusher import Flusher
+from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
@@ -159,8 +159,8 @@ class Runtime:
         """Write ``data`` to another connection now (signaling relays); a peer that cannot
         keep up is dropped, never waited for."""
         link = self.links.get(conn)
-        t = None if link is None else link.transport
-        if link is None or not isinstance(t, asyncio.WriteTransport) or t.is_closing():
+        t = None if link is None else writable(link.transport)
+        if link is None or t is None:
             return
         if t.get_write_buffer_size() > self.config.socket_high_water:
             link.abort()
