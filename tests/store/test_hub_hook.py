@@ -10,7 +10,7 @@ from octosync.hub.model import DiffFrame, Sent, SnapshotFrame
 from octosync.ipc.messages import Snapshot
 from octosync.store.hub_hook import JournalRecorder, frame_record, journal_hook
 from octosync.store.journal import GroupCommitWriter, Journal
-from octosync.store.records import StreamFrame
+from octosync.store.records import KIND_DROP, StreamDropped, StreamFrame, decode_record
 
 
 def test_accepted_frames_are_journalled_in_order(tmp_path: Path) -> None:
@@ -90,3 +90,12 @@ def test_a_dialect_the_journal_does_not_know_is_refused_before_anything_changes(
     assert caught.value.path == "$.codec"
     with Journal(tmp_path) as j:
         assert list(j.frames("scores")) == []
+
+
+def test_a_drop_is_journalled_as_its_own_record(tmp_path: Path) -> None:
+    with GroupCommitWriter(tmp_path) as writer:
+        recorder = JournalRecorder(writer)
+        recorder.commit(recorder.prepare_drop("scores"))
+    with Journal(tmp_path) as j:
+        rows = j.scoped_rows(KIND_DROP, "scores", 1, j.latest_seq())
+    assert [decode_record(r.kind, r.body, seq=r.seq) for r in rows] == [StreamDropped("scores")]

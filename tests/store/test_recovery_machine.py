@@ -28,6 +28,7 @@ from octosync.ipc.messages import CellSet, Delta, NodeAdd, NodeSnapshot, Snapsho
 from octosync.store.export import export, read_watermark
 from octosync.store.hub_hook import frame_record
 from octosync.store.journal import Journal
+from octosync.store.records import EncodedRecord, StreamDropped, encode_record
 from octosync.store.retention import JournalKeeper
 from octosync.wire import DIALECTS, dialect, wvp
 from octosync.wire.wvp import WarpDiff, WarpSnapshot
@@ -36,6 +37,7 @@ GRAPH, WARP = "scores", "warp:7"
 STREAMS = (GRAPH, WARP)
 MAX_DIFFS = 3
 PRODUCER, WVP_PRODUCER, JOINER = 1, 2, 3
+TTL = 300.0
 VIEWS = {GRAPH: ViewKey("t"), WARP: ViewKey("wvp-t")}
 PRODUCERS = {GRAPH: PRODUCER, WARP: WVP_PRODUCER}
 CODECS = st.sampled_from([None, *sorted(DIALECTS)])
@@ -110,22 +112,30 @@ class RestartMachine(RuleBasedStateMachine):
         self.covered: dict[str, int] = {}
         self.latest = 0
         self.restarts = 0
+        self.now = 0.0
         self.journal = Journal(self.data, durability="normal")
         self._boot()
 
     # --- the "server" ---------------------------------------------------------------------
 
-    def _on_accept(self, stream: Any, conn: Any, frame: Frame[object]) -> None:
-        (seq,) = self.journal.append([frame_record(stream, frame)])
+    # the hub's recorder, journaling synchronously (the server's goes through its writer)
+    def prepare(self, stream: Any, conn: Any, frame: Frame[object]) -> EncodedRecord:
+        return encode_record(frame_record(stream, frame))
+
+    def prepare_drop(self, stream: Any) -> EncodedRecord:
+        return encode_record(StreamDropped(stream))
+
+    def commit(self, prepared: EncodedRecord) -> None:
+        (seq,) = self.journal.append_encoded([prepared])
         self.latest = seq
-        self.frame_seqs[stream].append(seq)
+        self.frame_seqs[prepared.scope].append(seq)  # a drop, like a frame, needs covering
 
     def _boot(self) -> None:
         self.hub = Hub(
-            HubConfig(max_replay_diffs=MAX_DIFFS),
-            clock=lambda: 0.0,
+            HubConfig(max_replay_diffs=MAX_DIFFS, retain_after_producer_leaves=TTL),
+            clock=lambda: self.now,
             encoders={"t": graph_encoder, "wvp-t": warp_encoder},
-            on_accept=self._on_accept,
+            recorder=self,
         )
         self.keeper, _ = JournalKeeper.start(
             self.hub, self.data, export_dir=None, trim=False, durability="normal"
@@ -233,6 +243,19 @@ class RestartMachine(RuleBasedStateMachine):
         self.journal = Journal(self.data, durability="normal")
         self._boot()
         self.restarts += 1
+
+    @precondition(lambda self: self.has_snapshot)
+    @rule(data=st.data())
+    def producer_leaves_and_the_retention_passes(self, data: st.DataObject) -> None:
+        """The hub drops the state; no restart may bring it back."""
+        stream = data.draw(st.sampled_from(sorted(self.has_snapshot)))
+        conn = PRODUCERS[stream]
+        self.hub.disconnect(conn)
+        self.now += TTL + 1
+        assert self.hub.expire() == [stream]
+        self.hub.connect(conn, VIEWS[stream])
+        self.has_snapshot.discard(stream)
+        self.expected[stream] = Expected()
 
     @precondition(lambda self: any(e.epoch is not None for e in self.expected.values()))
     @rule(stream=st.sampled_from(STREAMS))

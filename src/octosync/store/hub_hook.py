@@ -20,7 +20,13 @@ import msgspec
 from octosync.errors import InvalidRecord, StorageError
 from octosync.hub.model import DiffFrame, SnapshotFrame
 from octosync.store.journal import GroupCommitWriter
-from octosync.store.records import EncodedRecord, FrameCodec, StreamFrame, encode_record
+from octosync.store.records import (
+    EncodedRecord,
+    FrameCodec,
+    StreamDropped,
+    StreamFrame,
+    encode_record,
+)
 from octosync.wire import wvp
 
 Encode = Callable[[Any], bytes]
@@ -78,6 +84,13 @@ class JournalRecorder:
                 f"the frame's body cannot be stored: {exc}", path="payload"
             ) from exc
         return encode_record(record)
+
+    def prepare_drop(self, stream: Any) -> EncodedRecord:
+        """The record that the hub dropped ``stream``'s state; ``StorageError`` when the
+        writer's queue is full (the hub keeps the state and tries again later)."""
+        if not self.writer.has_room():
+            raise StorageError("the journal writer is behind: its queue is full")
+        return encode_record(StreamDropped(str(stream)))
 
     def commit(self, prepared: EncodedRecord) -> None:
         self.writer.submit_encoded([prepared], block=False)

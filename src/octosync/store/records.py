@@ -44,13 +44,22 @@ class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     codec: FrameCodec | None = None
 
 
-Record = OpRecord | StreamFrame
+class StreamDropped(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The hub let ``stream``'s state go (its producer left and the retention passed): a
+    restart rebuilds the stream only from frames journaled after this record."""
+
+    stream: StreamId
+
+
+Record = OpRecord | StreamFrame | StreamDropped
 
 KIND_OP: Final = "op"
 KIND_FRAME: Final = "frame"
-_KINDS: dict[str, type[OpRecord] | type[StreamFrame]] = {
+KIND_DROP: Final = "drop"
+_KINDS: dict[str, type[OpRecord] | type[StreamFrame] | type[StreamDropped]] = {
     KIND_OP: OpRecord,
     KIND_FRAME: StreamFrame,
+    KIND_DROP: StreamDropped,
 }
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS = {kind: msgspec.msgpack.Decoder(cls) for kind, cls in _KINDS.items()}
@@ -93,6 +102,8 @@ def encode_record(record: Record) -> EncodedRecord:
         return EncodedRecord(KIND_OP, record.map, _encode_checked(record))
     if isinstance(record, StreamFrame):
         return EncodedRecord(KIND_FRAME, record.stream, _encode_checked(record))
+    if isinstance(record, StreamDropped):
+        return EncodedRecord(KIND_DROP, record.stream, _encode_checked(record))
     raise InvalidRecord(f"cannot journal a {type(record).__name__}", path="$")
 
 

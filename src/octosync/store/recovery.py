@@ -28,7 +28,14 @@ from octosync.hub.model import DiffFrame, Frame, GraphModel, ReplayModel, Snapsh
 from octosync.hub.streams import stream_face
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.journal import Journal
-from octosync.store.records import KIND_FRAME, StreamCheckpoint, StreamFrame, decode_record
+from octosync.store.records import (
+    KIND_DROP,
+    KIND_FRAME,
+    StreamCheckpoint,
+    StreamDropped,
+    StreamFrame,
+    decode_record,
+)
 from octosync.wire import dialect, wvp
 
 _CHUNK: Final = 20_000
@@ -111,6 +118,10 @@ class JournalState:
                 state._load_checkpoint(stream, fold, cp)
                 start = cp.through_seq + 1
                 state.checkpoints_used += 1
+            drops = journal.scoped_rows(KIND_DROP, stream, start, latest)
+            if drops:  # the hub let the state go: only frames after the last drop count
+                fold = state._drop(stream, drops[-1].seq)
+                start = drops[-1].seq + 1
             for row in journal.scoped_rows(KIND_FRAME, stream, start, latest):
                 record = decode_record(KIND_FRAME, row.body, seq=row.seq)
                 assert isinstance(record, StreamFrame)
@@ -127,6 +138,10 @@ class JournalState:
             if not rows:
                 break
             for row in rows:
+                if row.kind == KIND_DROP:
+                    dropped = decode_record(row.kind, row.body, seq=row.seq)
+                    assert isinstance(dropped, StreamDropped)
+                    self._drop(dropped.stream, row.seq)
                 if row.kind != KIND_FRAME:
                     continue
                 record = decode_record(row.kind, row.body, seq=row.seq)
@@ -150,6 +165,14 @@ class JournalState:
         for frame in cp.frames:
             self._apply(stream, fold, frame)
         fold.through_seq = fold.checkpointed_seq = cp.through_seq
+
+    def _drop(self, stream: str, seq: int) -> _Fold:
+        """The hub dropped ``stream``'s state at ``seq``: fold it from nothing again (the next
+        checkpoint records the empty state, so a trim cannot bring the old one back)."""
+        old = self._fold_of(stream)
+        fold = self._folds[stream] = _Fold(_new_model(stream, self.max_replay_diffs))
+        fold.through_seq, fold.checkpointed_seq = seq, old.checkpointed_seq
+        return fold
 
     def _fold_record(self, stream: str, fold: _Fold, seq: int, record: StreamFrame) -> None:
         self._apply(stream, fold, record)
