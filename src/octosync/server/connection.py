@@ -290,12 +290,10 @@ async def _serve_ws(
     request: web.Request, rt: Runtime, open_session: Callable[[int], Session]
 ) -> web.StreamResponse:
     limit = rt.limits.max_frame_bytes
-    ws = web.WebSocketResponse(
-        max_msg_size=2 * limit + 1024,
-        compress=False,
-        autoping=True,
-        heartbeat=rt.config.heartbeat,
-    )
+    # Pings are ours (``_pump_ws``), not aiohttp's: aiohttp 3.14 re-arms its heartbeat timer
+    # when the peer's close reply arrives after ``close()``, and that timer keeps the whole
+    # closed connection in memory for a further heartbeat period or more.
+    ws = web.WebSocketResponse(max_msg_size=2 * limit + 1024, compress=False, autoping=False)
     await ws.prepare(request)
     transport = request.transport
     assert transport is not None
@@ -321,17 +319,37 @@ async def _serve_ws(
 
 
 async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: Link) -> None:
+    """Read frames into ``link`` until the peer closes or the policy does. A peer silent for
+    ``heartbeat`` seconds is pinged, and dropped if it stays silent as long again."""
     loop = asyncio.get_running_loop()
     budget = InputBudget(rt.limits, loop.time())
     deadline = loop.time() + rt.config.handshake_timeout
+    idle = rt.config.heartbeat or None
+    pinged = False
     session = link.session
     while True:
-        timeout = None if session.ready else max(0.0, deadline - loop.time())
+        timeout = idle if session.ready else max(0.0, deadline - loop.time())
         try:
             msg = await ws.receive(timeout=timeout)
         except TimeoutError:
-            link.fail(HandshakeFailed(f"no handshake within {rt.config.handshake_timeout} s"))
-            return
+            if not session.ready:
+                link.fail(HandshakeFailed(f"no handshake within {rt.config.handshake_timeout} s"))
+                return
+            if pinged:
+                link.abort()  # no answer to our ping: the peer is gone
+                return
+            pinged = True
+            try:
+                await ws.ping()
+            except ConnectionError:
+                return
+            continue
+        pinged = False  # anything the peer sends shows it is there
+        if msg.type == WSMsgType.PING:
+            await ws.pong(msg.data)
+            continue
+        if msg.type == WSMsgType.PONG:
+            continue
         if msg.type == WSMsgType.BINARY:
             data: bytes = msg.data
         elif msg.type == WSMsgType.TEXT:
