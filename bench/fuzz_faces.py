@@ -1,13 +1,14 @@
 """Malformed frames at every face of a real server while a canary must not notice.
 
-For each face (``/lazily``, lazily over TCP, ``/wvp``, ``/signal``) the harness sends
-``--frames`` malformed frames (random bytes, truncated and mistyped JSON, integers such as
-2^64 and 2^53+1, nesting 100,000 deep, frames over the limit, bad JS-ABI magic, version,
-length and checksum, CBOR with indefinite lengths and duplicate keys, MessagePack ext types),
+For each face (``/lazily``, lazily over TCP, ``/wvp``, ``/signal``, ``/topgun``,
+``/dataspace``) the harness sends ``--frames`` malformed frames (random bytes, truncated and
+mistyped JSON and MessagePack, integers such as 2^64 and 2^53+1, nesting 100,000 deep, frames
+over the limit, bad JS-ABI magic, version, length and checksum, CBOR with indefinite lengths and
+duplicate keys, MessagePack ext types, Preserves packets of the wrong shape and length),
 reconnecting whenever the server closes a connection as its policy says. Reported per face:
 frames sent, typed errors received (by name), closes, crashes (the server died, or wrote a
 traceback: must be 0), the canary's gaps (must be 0) and longest pause, the server's RSS
-before and after. The seeded generator makes a run repeatable (``--seed``).
+before, after and by tenths of the run. The seeded generator makes a run repeatable (``--seed``).
 
     python bench/fuzz_faces.py                       # 1,000,000 frames per face (long)
     python bench/fuzz_faces.py --frames 2000         # what CI runs
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec.msgpack as msgpack
+import preserves
 
 from _harness import AUTH, TOKEN, Canary, Server, lazily_handshake, rss_mb, run_canary
 from octosync.wire import cbor, jsabi
@@ -77,11 +80,39 @@ def _wvp_frames() -> list[Gen]:
     ]
 
 
+def _topgun_frames() -> list[Gen]:
+    good = msgpack.encode({"type": "PING", "timestamp": 1})
+    op = {"type": "CLIENT_OP", "payload": {"mapName": "m", "key": "k", "opType": "PUT"}}
+    return [
+        lambda r: r.randbytes(r.randint(0, 64)),
+        lambda r: good[: r.randint(0, len(good) - 1)],
+        lambda r: msgpack.encode({"type": "NOT_A_TYPE"}),
+        lambda r: msgpack.encode({**op, "payload": {**op["payload"], "opType": 5}}),
+        lambda r: msgpack.encode({"type": "PING", "timestamp": r.choice([2**64 - 1, -(2**63)])}),
+        lambda r: b"\x91" * 100_000 + b"\x00",  # arrays 100,000 deep
+        lambda r: msgpack.encode({"type": "PING", "timestamp": 1, "x": "a" * LIMIT}),
+        lambda r: b"\xd4\x01\x00",  # an ext type
+    ]
+
+
+def _dataspace_frames() -> list[Gen]:
+    return [
+        lambda r: r.randbytes(r.randint(0, 64)),
+        lambda r: preserves.encode(preserves.Record(preserves.Symbol("turn"), [[1, 2]])),
+        lambda r: preserves.encode([preserves.Symbol("nonsense"), 2**70]),
+        lambda r: b"\xb5" * 100_000,  # sequences 100,000 deep
+        lambda r: b"\xb1" + b"\xff" * 9,  # a string with an impossible length
+        lambda r: b"\x00" * (LIMIT + 1),
+    ]
+
+
 FACES: dict[str, list[Gen]] = {
     "lazily": _json_frames(),
     "tcp": _json_frames(),
     "wvp": _wvp_frames(),
     "signal": _json_frames(),
+    "topgun": _topgun_frames(),
+    "dataspace": _dataspace_frames(),
 }
 
 
@@ -97,6 +128,17 @@ class Tally:
 
 def _error_name(face: str, data: bytes | str) -> str | None:
     try:
+        if face == "topgun":
+            doc = msgpack.decode(data if isinstance(data, bytes) else data.encode())
+            if isinstance(doc, dict) and doc.get("type") == "ERROR":
+                return str(doc["payload"]["details"]["name"])
+            return None
+        if face == "dataspace":
+            packet = preserves.decode(data if isinstance(data, bytes) else data.encode())
+            detail = packet[1] if isinstance(packet, preserves.Record) else None
+            if isinstance(detail, preserves.Record) and detail.key == preserves.Symbol("octosync"):
+                return str(detail[0])
+            return None
         if face == "wvp":
             from octosync.wire import wvp
 
@@ -109,6 +151,14 @@ def _error_name(face: str, data: bytes | str) -> str | None:
 
 
 async def _open_ws(http: aiohttp.ClientSession, srv: Server, face: str) -> Any:
+    if face == "topgun":  # authenticates in its first frames
+        ws = await http.ws_connect(f"{srv.ws}/topgun", max_msg_size=0)
+        await ws.receive()  # AUTH_REQUIRED
+        await ws.send_bytes(msgpack.encode({"type": "AUTH", "token": TOKEN}))
+        await ws.receive()  # AUTH_ACK
+        return ws
+    if face == "dataspace":
+        return await http.ws_connect(f"{srv.ws}/dataspace", headers=AUTH, max_msg_size=0)
     if face == "signal":
         return await http.ws_connect(f"{srv.ws}/signal", headers=AUTH)
     if face == "lazily":
