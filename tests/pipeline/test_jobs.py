@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import re
@@ -203,3 +204,38 @@ def test_report_real_times_partial_minutes_sections_and_stream_traffic(
     assert "2026-03-04 10:04" in page
     for chart in result.charts:
         assert f'src="{chart}"' in page
+
+
+async def test_report_lists_the_streams_of_a_journal_written_by_a_real_server(
+    spark: Any, tmp_path: Path
+) -> None:
+    import aiohttp
+
+    from tests.e2e.helpers import delta, serve, snap, ws_lazily
+
+    data = tmp_path / "data"
+    async with serve(data, journal=True) as srv, aiohttp.ClientSession() as http:
+        for stream, producers in (("board", 2), ("lobby", 1)):
+            for _ in range(producers):  # a second producer takes over after the first left
+                prod, reply = await ws_lazily(http, srv.ws_url, stream, publish=True)
+                assert reply.get("type") != "error", reply
+                await prod.send_bytes(snap(0, {1: b"a"}))
+                for epoch in range(3):
+                    await prod.send_bytes(delta(epoch, 1, b"v%d" % epoch))
+                await prod.close()
+                for _ in range(500):  # until the hub has seen the producer leave
+                    if srv.runtime.hub.producer_of(stream) is None:
+                        break
+                    await asyncio.sleep(0.01)
+    result = report.run(spark, data, tmp_path / "report")
+    assert result.streams == ["board", "lobby"]
+    with (tmp_path / "report" / "streams.csv").open() as f:
+        streams = {row["stream"]: row for row in csv.DictReader(f)}
+    assert {s: (r["frames"], r["producers"], r["resyncs"]) for s, r in streams.items()} == {
+        "board": ("8", "2", "0"),
+        "lobby": ("4", "1", "0"),
+    }
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "<td>board</td>" in page
+    assert "<td>lobby</td>" in page
+    assert "No CRDT ops in this journal." in page
