@@ -157,6 +157,17 @@ def test_port_in_use_prints_nothing_as_serving(tmp_path: Path) -> None:
         assert "choose another --tcp-port" in ran.one_line
 
 
+def test_a_port_out_of_range_is_refused_before_any_bind(tmp_path: Path) -> None:
+    ran = octosync("serve", "--insecure-dev", "--port", "99999", "--data", str(tmp_path))
+    assert ran.code == 2
+    assert ran.out == ""
+    assert "--port ([server] port): 99999 is not a port number: use 0..65535" in ran.one_line
+    (tmp_path / "p.toml").write_text("[server]\ndataspace_port = -1\n")
+    ran = octosync("serve", "--insecure-dev", "--config", str(tmp_path / "p.toml"), "--port", "0")
+    assert ran.code == 2
+    assert "--dataspace-port ([server] dataspace_port): -1 is not a port number" in ran.one_line
+
+
 def test_server_unreachable() -> None:
     url = f"ws://127.0.0.1:{free_port()}/lazily"
     for command in ("watch", "publish-demo"):

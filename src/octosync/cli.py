@@ -42,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
+    config.check_ports()
     try:
         config.check_exposure()
     except ValueError as exc:
