@@ -234,6 +234,16 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert "ConfigError" in ran.err
 
 
+def test_a_short_secret_gets_one_warning_line_and_still_a_token() -> None:
+    ran = octosync("token", "--secret", "short", "--grant", "s=read")
+    assert ran.code == 0
+    assert ran.out.count(".") == 2  # header.claims.signature
+    line = ran.one_line
+    assert line.startswith("octosync token: warning: --secret is 5 bytes; HS256 wants at least 32")
+    ran = octosync("token", "--secret", SECRET, "--grant", "s=read")
+    assert ran.err == ""
+
+
 def test_bad_grant_syntax() -> None:
     ran = octosync("token", "--secret", SECRET, "--grant", "scoreboard")
     assert ran.code == 2
