@@ -122,7 +122,7 @@ def test_report_writes_page_charts_and_tables(
         hot = [(row["map"], row["key"], int(row["ops"])) for row in csv.DictReader(f)]
     best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     assert hot == [(m, k, n) for (m, k), n in best]
-    with (tmp_path / "report" / "ops_per_minute_by_origin.csv").open() as f:
+    with (tmp_path / "report" / "ops_over_time_by_origin.csv").open() as f:
         assert sum(int(row["ops"]) for row in csv.DictReader(f)) == len(distinct)
     millis = [r.ts.millis for r in distinct.values()]
     assert result.axes["ops_per_second_by_map.png"] == (min(millis), max(millis))
@@ -186,8 +186,8 @@ def test_report_real_times_partial_minutes_sections_and_stream_traffic(
     )
     assert (lobby["frames"], lobby["producers"], lobby["resyncs"]) == ("3", "1", "1")
     assert board["first"] == "2026-03-04 10:00:20 UTC"
-    with (out / "frames_per_minute_by_stream.csv").open() as f:
-        minutes = [(r["minute"], r["stream"], r["frames"], r["partial"]) for r in csv.DictReader(f)]
+    with (out / "frames_over_time_by_stream.csv").open() as f:
+        minutes = [(r["bucket"], r["stream"], r["frames"], r["partial"]) for r in csv.DictReader(f)]
     assert [m for m in minutes if m[1] == "board"] == [
         ("2026-03-04T10:00Z", "board", "2", "True"),  # 10:00:20 .. 10:01:00: partial
         ("2026-03-04T10:01Z", "board", "2", "False"),
@@ -200,7 +200,7 @@ def test_report_real_times_partial_minutes_sections_and_stream_traffic(
     assert headings == ["CRDT ops", "Hottest keys", "Concurrent writes", "Stream frames"]
     assert "1970" not in page
     assert "from 2026-03-04 10:00:20 UTC to 2026-03-04 10:04:05 UTC" in page
-    assert "Partial minutes" in page
+    assert "Partial buckets (each a minute;" in page
     assert "2026-03-04 10:04" in page
     for chart in result.charts:
         assert f'src="{chart}"' in page

@@ -53,9 +53,14 @@ def _partial_note(drawn: charts.Drawn) -> str:
         return ""
     which = ", ".join(charts.utc_text(m)[:-7] for m in drawn.partial_labels)
     return (
-        f"<p class='note'>Partial minutes (the data covers only part of them; their rate is "
-        f"taken over the covered seconds, drawn hollow): {html.escape(which)} UTC.</p>"
+        f"<p class='note'>Partial buckets (each a {drawn.bucket}; the data covers only part of "
+        f"them, so their rate is taken over the covered seconds, drawn hollow): "
+        f"{html.escape(which)} UTC.</p>"
     )
+
+
+def _per(span: tuple[int, int]) -> str:
+    return f"average per {charts.BUCKETS[charts.bucket_size(*span)]}"
 
 
 def _span_text(span: tuple[int, int]) -> str:
@@ -152,14 +157,14 @@ def _ops_section(
             table,
             by,
             span,
-            title=f"CRDT ops per second by {what} (per-minute average)",
+            title=f"CRDT ops per second by {what} ({_per(span)})",
             ylabel="ops/s",
             clock="HLC time",
             path=out / name,
         )
         drawn.append(name)
         axes[name] = (shown.x_from_ms, shown.x_to_ms)
-        tables[f"ops_per_minute_by_{by}.csv"] = table
+        tables[f"ops_over_time_by_{by}.csv"] = table
         section.body.append(_img(name, f"ops per second by {what}"))
         if by == "map":
             section.body.append(_partial_note(shown))
@@ -231,14 +236,14 @@ def _streams_section(
         table,
         "stream",
         span,
-        title="Stream frames per second (per-minute average)",
+        title=f"Stream frames per second ({_per(span)})",
         ylabel="frames/s",
         clock="server time when journalled",
         path=out / "frames_per_second_by_stream.png",
     )
     drawn.append("frames_per_second_by_stream.png")
     axes["frames_per_second_by_stream.png"] = (shown.x_from_ms, shown.x_to_ms)
-    tables["frames_per_minute_by_stream.csv"] = table
+    tables["frames_over_time_by_stream.csv"] = table
     seconds = [
         max((b - a) / 1000, charts.MIN_COVERED_S)
         for a, b in zip(streams["first_ms"], streams["last_ms"], strict=True)
