@@ -32,10 +32,12 @@ frame_rows = st.lists(
 def frames_df(spark: Any, rows: list[tuple[str, str | None, bool, int]]) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    data = [
-        (seq, stream, 0, seq, snap, b"p", None, at, producer)
-        for seq, (stream, producer, snap, at) in enumerate(rows, start=1)
-    ]
+    def row(seq: int, stream: str, producer: str | None, snap: bool, at: int) -> tuple[Any, ...]:
+        named = {"seq": seq, "stream": stream, "base_epoch": 0, "epoch": seq, "snapshot": snap}
+        named |= {"payload": b"p", "recorded_ms": at, "producer": producer}
+        return tuple(named.get(n) for n in FRAMES_SCHEMA.names)  # codec, state_hash: null
+
+    data = [row(seq, *frame) for seq, frame in enumerate(rows, start=1)]
     return spark.createDataFrame(data, from_arrow_schema(FRAMES_SCHEMA))
 
 
