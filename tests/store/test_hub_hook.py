@@ -99,3 +99,32 @@ def test_a_drop_is_journalled_as_its_own_record(tmp_path: Path) -> None:
     with Journal(tmp_path) as j:
         rows = j.scoped_rows(KIND_DROP, "scores", 1, j.latest_seq())
     assert [decode_record(r.kind, r.body, seq=r.seq) for r in rows] == [StreamDropped("scores")]
+
+
+def test_each_frame_names_its_producing_connection_and_server_run(tmp_path: Path) -> None:
+    from octosync.store.hub_hook import JournalRecorder
+
+    with GroupCommitWriter(tmp_path) as writer:
+        first, second = JournalRecorder(writer, run="r1"), JournalRecorder(writer, run="r2")
+        first.commit(first.prepare("s", 1, SnapshotFrame(0, Snapshot(epoch=0))))
+        first.commit(first.prepare("s", 2, SnapshotFrame(1, Snapshot(epoch=1))))
+        second.commit(second.prepare("s", 1, SnapshotFrame(2, Snapshot(epoch=2))))
+        default = JournalRecorder(writer)
+        default.commit(default.prepare("s", 1, SnapshotFrame(3, Snapshot(epoch=3))))
+    with Journal(tmp_path) as j:
+        producers = [e.record.producer for e in j.frames("s")]  # type: ignore[union-attr]
+    assert producers[:3] == ["r1.1", "r1.2", "r2.1"]
+    run, conn = producers[3].split(".")  # type: ignore[union-attr]
+    assert conn == "1"
+    assert int(run, 16) > 0  # the start time in ms, hex
+
+
+def test_a_frame_journalled_before_producers_were_named_reads_as_unnamed() -> None:
+    from octosync.store.records import KIND_FRAME
+
+    old = msgspec.msgpack.encode(
+        {"stream": "s", "base_epoch": 0, "epoch": 0, "snapshot": True, "payload": b"p"}
+    )
+    record = decode_record(KIND_FRAME, old, seq=1)
+    assert isinstance(record, StreamFrame)
+    assert record.producer is None

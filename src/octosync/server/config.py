@@ -80,6 +80,19 @@ class ServerConfig:
             offload_decode_bytes=self.offload_decode_bytes,
         )
 
+    def check_ports(self) -> None:
+        """Each port is 0..65535 (0: any free port), said before anything tries to bind it."""
+        for option, port in (
+            ("port", self.port),
+            ("tcp-port", self.tcp_port),
+            ("dataspace-port", self.dataspace_port),
+        ):
+            if port is not None and not 0 <= port <= 65535:
+                raise ConfigError(
+                    f"{port} is not a port number: use 0..65535 (0 picks a free port)",
+                    path=f"--{option} ([server] {option.replace('-', '_')})",
+                )
+
     def check_exposure(self) -> None:
         """``--insecure-dev`` grants everything to anyone: refuse it on a non-loopback host."""
         if self.insecure_dev and not is_loopback(self.host):

@@ -135,6 +135,11 @@ class Runtime:
             self._relay = Relay(secret)
         return self._relay
 
+    def started_relay(self) -> Relay | None:
+        """The dataspace relay if the face has been used (the inspector lists it); never
+        creates it (that would make the sturdy-ref key file)."""
+        return self._relay
+
     def new_conn_id(self) -> int:
         return next(self._ids)
 

@@ -50,8 +50,11 @@ FRAMES_SCHEMA: Final = pa.schema(
         ("codec", pa.string()),
         ("state_hash", pa.binary()),
         ("recorded_ms", pa.int64()),
+        ("producer", pa.string()),
     ]
 )
+"""``recorded_ms`` is the server's wall clock when the frame was journalled (UTC
+milliseconds since the epoch); ``producer`` is null for records that name none."""
 
 
 class ExportResult(msgspec.Struct, frozen=True):
@@ -115,6 +118,7 @@ def _frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
         "codec": rec.codec,
         "state_hash": rec.state_hash,
         "recorded_ms": row.recorded_ms,
+        "producer": rec.producer,
     }
 
 

@@ -12,6 +12,7 @@ into the hub.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -39,7 +40,9 @@ def body_bytes(body: Any) -> bytes:
     return msgspec.msgpack.encode(body)
 
 
-def frame_record(stream: str, frame: Any, encode: Encode = body_bytes) -> StreamFrame:
+def frame_record(
+    stream: str, frame: Any, encode: Encode = body_bytes, producer: str | None = None
+) -> StreamFrame:
     """The journal record of one accepted hub frame."""
     if isinstance(frame, DiffFrame):
         base, epoch, snapshot = frame.from_epoch, frame.to_epoch, False
@@ -58,6 +61,7 @@ def frame_record(stream: str, frame: Any, encode: Encode = body_bytes) -> Stream
         state_hash=frame.state_hash,
         # a codec outside FrameCodec is refused by encode_record's strict check
         codec=None if sent is None else cast("FrameCodec", sent.codec),
+        producer=producer,
     )
 
 
@@ -67,18 +71,23 @@ class JournalRecorder:
     ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store, or
     ``StorageError`` when the writer's queue is full (the hub refuses the frame, unchanged:
     the event loop never waits for the disk); ``commit`` queues the prepared record once the
-    hub has accepted the frame.
+    hub has accepted the frame. Each record names its producer as ``<run>.<connection id>``:
+    connection ids restart with every server run, so ``run`` (by default the start time in
+    milliseconds, hex) keeps two runs' producers apart.
     """
 
-    def __init__(self, writer: GroupCommitWriter, encode: Encode = body_bytes):
+    def __init__(
+        self, writer: GroupCommitWriter, encode: Encode = body_bytes, run: str | None = None
+    ):
         self.writer = writer
         self.encode = encode
+        self.run = run if run is not None else f"{time.time_ns() // 1_000_000:x}"
 
     def prepare(self, stream: Any, conn: Any, frame: Any) -> EncodedRecord:
         if not self.writer.has_room():
             raise StorageError("the journal writer is behind: its queue is full")
         try:
-            record = frame_record(stream, frame, self.encode)
+            record = frame_record(stream, frame, self.encode, f"{self.run}.{conn}")
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidRecord(
                 f"the frame's body cannot be stored: {exc}", path="payload"

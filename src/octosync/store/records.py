@@ -32,7 +32,10 @@ class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     canonical CBOR (the producer's graph and ops spliced in verbatim), or a state-plane message
     as MsgPack of its Struct (checkpoints, and records written before ``codec`` existed).
     ``state_hash`` is the producer's hash of the state after the frame, when it sent one. A
-    snapshot has ``base_epoch == epoch``; a delta has ``base_epoch < epoch``.
+    snapshot has ``base_epoch == epoch``; a delta has ``base_epoch < epoch``. ``producer``
+    names the producing connection (``<server run>.<connection>``) so that the report can count
+    producers and tell a producer's resync from a new producer; records written before it
+    existed (and records written without a hub) have none.
     """
 
     stream: StreamId
@@ -42,6 +45,7 @@ class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     payload: bytes
     state_hash: bytes | None = None
     codec: FrameCodec | None = None
+    producer: Annotated[str, msgspec.Meta(max_length=64)] | None = None
 
 
 class StreamDropped(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
