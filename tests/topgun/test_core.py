@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.crdt import HLC, LWWMap, SyncRequester
+from octosync.crdt.op import OpKind
 from octosync.crdt.sync_messages import SyncInit
 from octosync.errors import DecodeError, Forbidden
 from octosync.server.auth import ClaimGrants
@@ -15,7 +16,17 @@ from octosync.store.records import decode_record
 from octosync.topgun import TopGunCore
 from octosync.wire import topgun as tg
 from octosync.wire.topgun_services import GcPrune
-from tests.topgun.helpers import ALL, Clock, batch, core, or_add, or_remove, put, sent
+from tests.topgun.helpers import (
+    ALL,
+    Clock,
+    after_commit,
+    batch,
+    core,
+    or_add,
+    or_remove,
+    put,
+    sent,
+)
 
 READER = ClaimGrants(subject="reader", maps={"users": frozenset({"read"})})
 
@@ -284,14 +295,56 @@ def test_locks_through_the_core_need_the_grant_and_are_released_on_disconnect() 
     c.connect(3, ClaimGrants(subject="no-locks"))
     with pytest.raises(Forbidden):
         c.handle(3, tg.LockRequest(tg.LockRequestPayload("r0", "res", 1000)))
-    (granted,) = sent(c.handle(1, tg.LockRequest(tg.LockRequestPayload("r1", "res", 1000))), 1)
+    fx = c.handle(1, tg.LockRequest(tg.LockRequestPayload("r1", "res", 1000)))
+    assert sent(fx, 1) == []  # a grant waits for its fencing token's commit
+    (granted,) = after_commit(fx, 1)
     assert isinstance(granted, tg.LockGranted)
-    assert sent(c.handle(2, tg.LockRequest(tg.LockRequestPayload("r2", "res", 1000))), 2) == []
+    assert len(fx.records) == 1
+    fx = c.handle(2, tg.LockRequest(tg.LockRequestPayload("r2", "res", 1000)))
+    assert sent(fx, 2) == after_commit(fx, 2) == []
     wrong = tg.LockRelease(tg.LockReleasePayload("res", granted.payload.fencing_token + 1, "r1"))
     (refused,) = sent(c.handle(1, wrong), 1)
     assert isinstance(refused, tg.LockReleased)
     assert refused.payload.success is False
-    (next_grant,) = sent(c.disconnect(1), 2)  # the holder went away: the waiter gets it
+    (next_grant,) = after_commit(c.disconnect(1), 2)  # the holder went: the waiter gets it
     assert isinstance(next_grant, tg.LockGranted)
     assert next_grant.payload.request_id == "r2"
     assert next_grant.payload.fencing_token > granted.payload.fencing_token
+
+
+@given(
+    writes=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 5_000), st.booleans()),
+        min_size=1,
+        max_size=20,
+    ),
+    steps=st.lists(st.integers(1, 3_000), min_size=1, max_size=8),
+)
+@settings(max_examples=80, deadline=None)
+def test_the_tick_prunes_tombstones_past_the_age_on_its_schedule(
+    writes: list[tuple[str, int, bool]], steps: list[int]
+) -> None:
+    clock = Clock(5_000)
+    age, every = 1_000, 2_000
+    c = TopGunCore(clock, persistent=True, gc_age_ms=age, gc_every_ms=every)
+    opened(c, 1)
+    ops = [put(str(i), k, None if dead else i, ms) for i, (k, ms, dead) in enumerate(writes)]
+    c.handle(1, batch(*ops))
+    winners = {k: c.maps.store.lww_winner("users", k) for k, _, _ in writes}
+    next_gc, horizon = 5_000 + every, 0
+    for dt in steps:
+        clock.now += dt
+        fx = c.tick()
+        if clock.now >= next_gc:  # due: one GC_PRUNE to every connection
+            next_gc, horizon = clock.now + every, clock.now - age
+            (prune,) = sent(fx, 1)
+            assert isinstance(prune, GcPrune)
+            assert prune.payload.older_than.millis == horizon
+        else:
+            assert sent(fx, 1) == []
+        for key, win in winners.items():
+            assert win is not None
+            pruned = win.op is OpKind.REMOVE and win.ts.millis < horizon
+            assert (c.maps.store.lww_winner("users", key) is None) == pruned
+    (reply,) = sent(c.handle(1, SyncInit("users", max(horizon - 1, 1))), 1)
+    assert isinstance(reply, tg.SyncResetRequired) == (horizon > 1)

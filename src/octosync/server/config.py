@@ -63,6 +63,11 @@ class ServerConfig:
     journal_retention: bool = True
     """Export the journal to ``data_dir/export`` each round and trim what is exported and
     checkpointed, so the journal stays bounded; off: the journal keeps every record."""
+    topgun_gc_age: float | None = 30 * 24 * 3600.0
+    """Seconds after which TopGun tombstones are pruned (clients that last synced before
+    that are told ``SYNC_RESET_REQUIRED``); None: never."""
+    topgun_gc_interval: float = 3600.0
+    """Seconds between TopGun tombstone GC rounds."""
 
     @property
     def export_dir(self) -> Path | None:
@@ -150,6 +155,10 @@ def _signaling_mode(cfg: ServerConfig, value: str, _p: Path) -> ServerConfig:
     return replace(cfg, signaling=replace(cfg.signaling, mode=value))  # type: ignore[arg-type]
 
 
+def _gc_age(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
+    return replace(cfg, topgun_gc_age=None if value < 0 else float(value))
+
+
 _NUMBER = (int, float)
 SECTIONS: dict[str, dict[str, Key]] = {
     "server": {
@@ -173,6 +182,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "offload_decode_bytes": _set("offload_decode_bytes", int),
         "checkpoint_interval": _set("checkpoint_interval", *_NUMBER),
         "journal_retention": _set("journal_retention", bool),
+        "topgun_gc_age": Key(_NUMBER, _gc_age),
+        "topgun_gc_interval": _set("topgun_gc_interval", *_NUMBER),
     },
     "auth": {
         "hs256_secret": _auth("hs256_secret"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,10 +25,12 @@ from octosync.signaling import SignalingHub
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
-from octosync.topgun import Outbound, TopGunCore
+from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.wire import wvp
 from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
+
+log = logging.getLogger(__name__)
 
 FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
@@ -114,7 +117,12 @@ class Runtime:
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
         self.signaling = SignalingHub(config.signaling)
-        self.topgun = TopGunCore(_wall_ms, persistent=writer is not None)
+        self.topgun = TopGunCore(
+            _wall_ms,
+            persistent=writer is not None,
+            gc_age_ms=None if config.topgun_gc_age is None else int(config.topgun_gc_age * 1000),
+            gc_every_ms=int(config.topgun_gc_interval * 1000),
+        )
         self.counters = Counters()
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
@@ -183,6 +191,19 @@ class Runtime:
             for target in ob.targets:
                 self.deliver(target, data)
 
+    def apply_topgun(self, fx: Effects) -> None:
+        """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``
+        now, ``durable`` once ``records`` are committed."""
+        self.deliver_all(fx.out)
+        if self.writer is None or not (fx.records or fx.durable):
+            self.deliver_all(fx.durable)
+            return
+        durable = list(fx.durable)
+        try:
+            self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
+        except OctosyncError as err:  # the writer is full: these grants time out client-side
+            log.warning("TopGun effects not journaled, not sent: %s", err)
+
     def after_commit(
         self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
     ) -> None:
@@ -247,7 +268,7 @@ class Runtime:
         while True:
             await asyncio.sleep(1.0)
             self.hub.expire()
-            self.deliver_all(self.topgun.tick().out)
+            self.apply_topgun(self.topgun.tick())
 
     async def shutdown(self) -> None:
         """Stop taking work, flush until the deadline, close everyone, drop who is stuck.

@@ -50,6 +50,7 @@ from octosync.errors import (
     RemoteProtocolError,
 )
 from octosync.store.records import EncodedRecord, encode_op_records, encode_record
+from octosync.topgun import durable
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.maps import Maps
@@ -63,6 +64,12 @@ DEFAULT_LEVEL = "MEMORY"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9_\-.:/]{1,256}$")
 SERVER_NODE = "octosync"
 FORBIDDEN_CODE = 403
+
+_MAX_COUNTER_NAME = 4096
+"""The journal's key bound (``crdt.op.Key``): a counter's state is journaled under its name."""
+
+_MAX_TALLY = 2**53
+"""JavaScript's safe integers: what the client can count to, and what MsgPack encodes."""
 
 _ENC = msgspec.msgpack.Encoder()
 
@@ -115,11 +122,18 @@ class TopGunCore:
         *,
         persistent: bool,
         node_id: str = SERVER_NODE,
+        gc_age_ms: int | None = None,
+        gc_every_ms: int = 3_600_000,
     ) -> None:
         """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
-        (without one, ``PERSISTED`` cannot be achieved and the ack says so)."""
+        (without one, ``PERSISTED`` cannot be achieved and the ack says so, and lock grants
+        and counters are not journaled); ``gc_age_ms``: tombstones older than this are pruned
+        by :meth:`tick` every ``gc_every_ms`` (None: never)."""
         self.clock = clock
         self.persistent = persistent
+        self.gc_age_ms = gc_age_ms
+        self.gc_every_ms = gc_every_ms
+        self._next_gc = clock() + gc_every_ms
         self.hlc = HLC(node_id, clock)
         self.maps = Maps(self.hlc)
         self.locks = LockTable()
@@ -155,17 +169,41 @@ class TopGunCore:
         return fx
 
     def tick(self) -> Effects:
-        """Time passed (the server calls this about once a second): lock TTLs."""
+        """Time passed (the server calls this about once a second): lock TTLs, and the
+        tombstone GC when it is due."""
         fx = Effects()
-        self._granted(fx, self.locks.expire(self.clock()))
+        now = self.clock()
+        self._granted(fx, self.locks.expire(now))
+        if self.gc_age_ms is not None and now >= self._next_gc:
+            self._next_gc = now + self.gc_every_ms
+            pruned = self.gc(now - self.gc_age_ms)
+            fx.out.extend(pruned.out)
         return fx
 
     def topic_subscribers(self, topic: str) -> set[int]:
         return set(self._topics.get(topic, ()))
 
     def load(self, records: Iterable[OpRecord]) -> int:
-        """Rebuild the maps from journaled records (start-up)."""
-        return self.maps.load(records)
+        """Rebuild from journaled records (start-up): the maps, and from the reserved records
+        (``topgun.durable``) the fencing-token high-water mark and the counters. Returns how
+        many map records changed state."""
+        reserved: list[OpRecord] = []
+
+        def maps_only() -> Iterable[OpRecord]:
+            for rec in records:
+                if durable.is_reserved(rec.map):
+                    reserved.append(rec)
+                else:
+                    yield rec
+
+        changed = self.maps.load(maps_only())
+        if reserved:
+            self.hlc.update(max(rec.ts for rec in reserved))
+            state = durable.restore(reserved)
+            self.locks.resume_after(state.fencing_token)
+            for name, sides in state.counters.items():
+                self.counters.restore(name, sides.positive, sides.negative)
+        return changed
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -188,7 +226,7 @@ class TopGunCore:
             case tg.Ping(timestamp=ts):
                 fx.send(conn, tg.Pong(timestamp=ts, server_time=self.clock()))
             case tg.QuerySub(payload=p):
-                self._require(c.grants.may_map(p.map_name, "read"), "read the map", p.map_name)
+                self._require_map(c, p.map_name, "read")
                 query = Query(conn, p.query_id, p.map_name, parse_spec(bytes(p.query)))
                 rows = self.queries.subscribe(query, self.maps.live_items(p.map_name))
                 results = [tg.QueryResult(k, msgspec.Raw(v)) for k, v in rows.items()]
@@ -294,7 +332,9 @@ class TopGunCore:
             name = op.map_name
             may = allowed.get(name)
             if may is None:
-                may = allowed[name] = c.grants.may_map(name, "write")
+                may = allowed[name] = not durable.is_reserved(name) and c.grants.may_map(
+                    name, "write"
+                )
                 if may and c.grants.may_map(name, "read"):
                     c.maps.add(name)
             if not may:
@@ -392,7 +432,7 @@ class TopGunCore:
 
     def _sync(self, fx: Effects, conn: int, c: _Conn, message: SyncMessage) -> None:
         name = message.map_name if isinstance(message, SyncInit) else message.payload.map_name
-        self._require(c.grants.may_map(name, "read"), "read the map", name)
+        self._require_map(c, name, "read")
         c.maps.add(name)
         responder = SyncResponder(
             name,
@@ -411,7 +451,7 @@ class TopGunCore:
         message: OrMapSyncInit | tg.ORMapMerkleReqBucket | tg.ORMapDiffRequest,
     ) -> None:
         name = message.map_name if isinstance(message, OrMapSyncInit) else message.payload.map_name
-        self._require(c.grants.may_map(name, "read"), "read the map", name)
+        self._require_map(c, name, "read")
         c.maps.add(name)
         tree = self.maps.or_trees.tree(name)
         if isinstance(message, OrMapSyncInit):
@@ -447,7 +487,7 @@ class TopGunCore:
         """A client's records for keys the server may lack: adds, and removes of tags the
         server holds live (a client's tombstone list is map-wide; the rest are no news)."""
         name = p.map_name
-        self._require(c.grants.may_map(name, "write"), "write the map", name)
+        self._require_map(c, name, "write")
         events: list[tg.ServerEventPayload] = []
         for entry in p.entries:
             live_tags = {r.op_id for r in self.maps.store.or_entry(name, entry.key)[0]}
@@ -497,8 +537,17 @@ class TopGunCore:
 
     def _counter_sync(self, fx: Effects, conn: int, c: _Conn, p: tg.CounterStatePayload) -> None:
         self._require(c.grants.may_counter(p.name, "write"), "write the counter", p.name)
+        if len(p.name) > _MAX_COUNTER_NAME:
+            raise DecodeError(
+                f"a counter name is at most {_MAX_COUNTER_NAME} characters", path="payload.name"
+            )
+        positive, negative = p.state.sides()
+        if any(v > _MAX_TALLY for side in (positive, negative) for v in side.values()):
+            raise DecodeError(f"a tally is at most {_MAX_TALLY}", path="payload.state")
         counter = self.counters.get(p.name)
-        counter.merge(*p.state.sides())
+        if counter.merge(positive, negative) and self.persistent:
+            rec = durable.counter_record(p.name, counter.positive, counter.negative, self.hlc.now())
+            fx.records.append(encode_record(rec))
         counter.subscribers.add(conn)
         state = tg.CounterState.of(counter.positive, counter.negative)
         update = tg.CounterUpdate(tg.CounterStatePayload(p.name, state))
@@ -507,9 +556,25 @@ class TopGunCore:
     # -- helpers --------------------------------------------------------------------------
 
     def _granted(self, fx: Effects, grants: list[Grant]) -> None:
+        """Grants go out once the highest token among them is journaled (with a journal), so
+        a restart can never grant a token a client already holds."""
+        if not grants:
+            return
+        out = fx.durable if self.persistent else fx.out
         for g in grants:
             payload = tg.LockGrantedPayload(g.request_id, g.fencing_token, g.name)
-            fx.send(g.conn, tg.LockGranted(payload))
+            out.append(Outbound((g.conn,), tg.encode(tg.LockGranted(payload))))
+        if self.persistent:
+            top = max(g.fencing_token for g in grants)
+            fx.records.append(encode_record(durable.fence_record(top, self.hlc.now())))
+
+    def _require_map(self, c: _Conn, name: str, action: str) -> None:
+        if durable.is_reserved(name):
+            raise Forbidden(
+                f"map names starting with {durable.RESERVED_PREFIX!r} are the server's own",
+                path="payload.mapName",
+            )
+        self._require(c.grants.may_map(name, action), f"{action} the map", name)
 
     @staticmethod
     def _require(allowed: bool, what: str, name: str) -> None:
