@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from octosync.errors import ConfigError
 from octosync.hub.limits import Limits
+from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
 from octosync.server.auth import AuthConfig
 from octosync.signaling import SignalingPolicy
 
@@ -72,6 +73,11 @@ class ServerConfig:
     @property
     def export_dir(self) -> Path | None:
         return self.data_dir / "export" if self.journal_retention else None
+
+    @property
+    def compaction_dir(self) -> Path:
+        """The ``pipeline compact`` output TopGun's maps restart from, when there is one."""
+        return self.data_dir / SERVER_COMPACTION_SUBDIR
 
     def with_auth_mode(self) -> ServerConfig:
         return replace(self, auth=replace(self.auth, insecure_dev=self.insecure_dev))
