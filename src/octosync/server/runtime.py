@@ -13,9 +13,11 @@ from typing import Protocol
 
 from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
+from octosync.hub.model import lazily_frame
 from octosync.hub.policy import CLOSE_GOING_AWAY
-from octosync.hub.streams import warp_id_of
+from octosync.hub.streams import map_name_of, map_stream_id, warp_id_of
 from octosync.hub.types import AcceptHook, Recorder
+from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.flusher import Flusher
@@ -191,10 +193,25 @@ class Runtime:
             for target in ob.targets:
                 self.deliver(target, data)
 
+    def follow_map(self, stream: str) -> None:
+        """A lazily client asked for ``map:<name>``: the server starts producing it (once)."""
+        name = map_name_of(stream)
+        if name is None:
+            return
+        snapshot = self.topgun.follow_map(name)
+        if snapshot is not None:
+            self.hub.publish_from_server(stream, lazily_frame(snapshot))
+
+    def publish_map_frames(self, frames: Sequence[tuple[str, Snapshot | Delta]]) -> None:
+        """The ``map:`` streams' frames the TopGun core made, into the hub."""
+        for name, msg in frames:
+            self.hub.publish_from_server(map_stream_id(name), lazily_frame(msg))
+
     def apply_topgun(self, fx: Effects) -> None:
         """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``
         now, ``durable`` once ``records`` are committed."""
         self.deliver_all(fx.out)
+        self.publish_map_frames(fx.frames)
         if self.writer is None or not (fx.records or fx.durable):
             self.deliver_all(fx.durable)
             return

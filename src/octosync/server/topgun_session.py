@@ -110,6 +110,8 @@ class TopGunSession:
             else:
                 others.append(ob)
         self.rt.deliver_all(others)
+        if fx.frames:
+            self.rt.publish_map_frames(fx.frames)
         if self.rt.writer is None or not (fx.records or fx.durable):
             return
         if not fx.durable:

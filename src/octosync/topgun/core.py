@@ -49,10 +49,12 @@ from octosync.errors import (
     OctosyncError,
     RemoteProtocolError,
 )
+from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import EncodedRecord, encode_op_records, encode_record
 from octosync.topgun import durable
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
+from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.wire import topgun as tg
@@ -72,6 +74,7 @@ _MAX_TALLY = 2**53
 """JavaScript's safe integers: what the client can count to, and what MsgPack encodes."""
 
 _ENC = msgspec.msgpack.Encoder()
+_DEC = msgspec.msgpack.Decoder()
 
 
 class Grants(Protocol):
@@ -103,6 +106,8 @@ class Effects:
     records: list[EncodedRecord] = field(default_factory=list)
     durable: list[Outbound] = field(default_factory=list)
     """Sent once ``records`` and everything journaled before them are committed."""
+    frames: list[tuple[str, Snapshot | Delta]] = field(default_factory=list)
+    """For the lazily stream of each named map (``map:<name>``), in order."""
 
     def send(self, conn: int, message: tg.Message) -> None:
         self.out.append(Outbound((conn,), tg.encode(message)))
@@ -139,6 +144,7 @@ class TopGunCore:
         self.locks = LockTable()
         self.counters = CounterTable()
         self.queries = QueryTable()
+        self.map_streams = MapStreams()
         self.gc_horizon_ms = 0
         self._conns: dict[int, _Conn] = {}
         self._topics: dict[str, set[int]] = {}
@@ -204,6 +210,42 @@ class TopGunCore:
             for name, sides in state.counters.items():
                 self.counters.restore(name, sides.positive, sides.negative)
         return changed
+
+    def follow_map(self, name: str) -> Snapshot | None:
+        """A lazily client asked for ``map:<name>``: the snapshot that starts the stream (None
+        when it runs already); from now on every applied batch adds a delta to
+        ``Effects.frames``."""
+        if durable.is_reserved(name):
+            raise Forbidden(
+                f"map names starting with {durable.RESERVED_PREFIX!r} are the server's own",
+                path="session_id",
+            )
+        if self.map_streams.followed(name):
+            return None
+        store = self.maps.store
+        keys = dict.fromkeys(row.key for row in store.rows(name))
+        values = ((k, v) for k in keys if (v := self._stream_value(name, k)) is not None)
+        return self.map_streams.follow(name, values)
+
+    def _stream_value(self, name: str, key: str) -> bytes | None:
+        """A key's live value as the ``map:`` stream shows it (JSON), None when absent."""
+        store = self.maps.store
+        win = store.lww_winner(name, key)
+        if win is not None:
+            return to_json(_DEC.decode(win.value)) if win.op is OpKind.PUT else None
+        live = store.or_values(name, key)
+        return to_json([_DEC.decode(v) for _, v in live]) if live else None
+
+    def _map_deltas(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
+        by_map: dict[str, dict[str, bytes | None]] = {}
+        for e in events:
+            if self.map_streams.followed(e.map_name):
+                by_map.setdefault(e.map_name, {})[e.key] = None
+        for name, keys in by_map.items():
+            values = {k: self._stream_value(name, k) for k in keys}
+            delta = self.map_streams.changed(name, values)
+            if delta is not None:
+                fx.frames.append((name, delta))
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -397,6 +439,8 @@ class TopGunCore:
         if not events:
             return
         self._query_updates(fx, events)
+        if self.map_streams.any_followed():
+            self._map_deltas(fx, events)
         touched = {e.map_name for e in events}
         groups: dict[frozenset[str], list[int]] = {}
         for target, tc in self._conns.items():
