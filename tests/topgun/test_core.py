@@ -48,10 +48,11 @@ def test_write_is_acked_and_fanned_out_to_other_connections_with_the_map_open() 
     assert ack.payload.last_id == "2"
     assert ack.payload.achieved_level == "MEMORY"
     assert ack.payload.results is None  # nothing was asked explicitly
-    (event,) = sent(fx, 2)
+    assert sent(fx, 2) == []  # events wait for the flush at the end of the loop's turn
+    (event,) = sent(c.flush(), 2)
     assert isinstance(event, tg.ServerBatchEvent)
     assert [(e.key, e.event_type) for e in event.payload.events] == [("u1", "PUT"), ("u2", "PUT")]
-    assert sent(fx, 3) == []
+    assert c.flush().out == []
     assert len(fx.records) == 2
     assert fx.durable == []
 
@@ -61,8 +62,9 @@ def test_a_remove_event_carries_a_record_with_a_null_value() -> None:
     opened(c, 1)
     opened(c, 2, maps=("users",))
     c.handle(1, batch(put("1", "u1", "x", 10)))
-    fx = c.handle(1, batch(put("2", "u1", None, 11)))
-    (event,) = sent(fx, 2)
+    c.flush()
+    c.handle(1, batch(put("2", "u1", None, 11)))
+    (event,) = sent(c.flush(), 2)
     assert isinstance(event, tg.ServerEvent)
     assert event.payload.event_type == "REMOVE"
     assert event.payload.record is not None
@@ -75,10 +77,11 @@ def test_resent_ops_change_nothing_and_are_acked_again() -> None:
     opened(c, 1)
     opened(c, 2, maps=("users",))
     first = c.handle(1, batch(put("1", "u1", 1, 10)))
+    c.flush()
     again = c.handle(1, batch(put("1", "u1", 1, 10), put("2", "u2", 2, 12)))
     assert len(first.records) == 1
     assert [decode_record(r.kind, r.body, seq=0).key for r in again.records] == ["u2"]  # type: ignore[union-attr]
-    (event,) = sent(again, 2)
+    (event,) = sent(c.flush(), 2)
     assert isinstance(event, tg.ServerEvent)
     assert event.payload.key == "u2"
     (ack,) = sent(again, 1)
@@ -153,8 +156,9 @@ def test_or_adds_and_removes_fan_out_and_fold() -> None:
     opened(c, 1)
     opened(c, 2, maps=("tags",))
     c.handle(1, batch(or_add("1", "p", "rust", 10), or_add("2", "p", "py", 11)))
-    fx = c.handle(1, batch(or_remove("3", "p", "10:0:n1", 12)))
-    (event,) = sent(fx, 2)
+    c.flush()
+    c.handle(1, batch(or_remove("3", "p", "10:0:n1", 12)))
+    (event,) = sent(c.flush(), 2)
     assert isinstance(event, tg.ServerEvent)
     assert (event.payload.event_type, event.payload.or_tag) == ("OR_REMOVE", "10:0:n1")
     live = c.maps.store.or_values("tags", "p")
@@ -348,3 +352,60 @@ def test_the_tick_prunes_tombstones_past_the_age_on_its_schedule(
             assert (c.maps.store.lww_winner("users", key) is None) == pruned
     (reply,) = sent(c.handle(1, SyncInit("users", max(horizon - 1, 1))), 1)
     assert isinstance(reply, tg.SyncResetRequired) == (horizon > 1)
+
+
+@given(
+    opens=st.lists(st.sets(st.sampled_from(["a", "b", "c"])), min_size=1, max_size=5),
+    writes=st.lists(
+        st.tuples(
+            st.integers(0, 4),
+            st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 3)), min_size=1),
+        ),
+        max_size=6,
+    ),
+)
+@settings(max_examples=100, deadline=None)
+def test_one_flush_carries_every_batch_to_each_reader_but_its_writer_in_order(
+    opens: list[set[str]], writes: list[tuple[int, list[tuple[str, int]]]]
+) -> None:
+    c = core()
+    for conn, maps in enumerate(opens):
+        opened(c, conn, maps=tuple(sorted(maps)))
+    millis = 100
+    written: list[tuple[int, str, str]] = []
+    for writer, ops in writes:
+        writer %= len(opens)
+        batch_ops = []
+        for name, k in ops:
+            millis += 1
+            batch_ops.append(put(str(millis), f"k{k}", millis, millis, map_name=name))
+            written.append((writer, name, f"k{k}"))
+        c.handle(writer, batch(*batch_ops))
+        opens[writer] |= {name for name, _ in ops}  # writing a map opens it for its writer
+    fx = c.flush()  # to every connection with the map open by now, but the writer
+    expected = {
+        conn: [(name, key) for writer, name, key in written if writer != conn and name in maps]
+        for conn, maps in enumerate(opens)
+    }
+    assert c.flush().out == []  # nothing twice
+    for conn in expected:
+        got: list[tuple[str, str]] = []
+        messages = sent(fx, conn)
+        assert len(messages) <= 1  # one message per connection per flush
+        for msg in messages:
+            events = (
+                [msg.payload] if isinstance(msg, tg.ServerEvent) else msg.payload.events  # type: ignore[union-attr]
+            )
+            got.extend((e.map_name, e.key) for e in events)
+        assert got == expected[conn]
+
+
+def test_events_encoded_once_are_the_messages_byte_for_byte() -> None:
+    events = [
+        tg.ServerEventPayload("m", "PUT", f"k{i}", record=put(str(i), "k", i, i).record)
+        for i in range(3)
+    ]
+    raws = [msgspec.Raw(tg.encode_event(e)) for e in events]
+    batch_bytes = tg.encode(tg.ServerBatchEvent(tg.ServerBatchEventPayload(events)))
+    assert tg.encode_events(raws) == batch_bytes
+    assert tg.encode_events(raws[:1]) == tg.encode(tg.ServerEvent(events[0]))

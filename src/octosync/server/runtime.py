@@ -126,6 +126,9 @@ class Runtime:
             gc_every_ms=int(config.topgun_gc_interval * 1000),
         )
         self.counters = Counters()
+        self._topgun_flush_due = False
+        self._commits: list[tuple[int, Sequence[EncodedRecord], Callable[[], None]]] = []
+        """Journal submissions of this event-loop turn, sent together at its end."""
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
@@ -207,6 +210,16 @@ class Runtime:
         for name, msg in frames:
             self.hub.publish_from_server(map_stream_id(name), lazily_frame(msg))
 
+    def flush_topgun_soon(self) -> None:
+        """Send the TopGun events applied in this event-loop turn at its end, all at once."""
+        if not self._topgun_flush_due and self.topgun.has_pending_events():
+            self._topgun_flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush_topgun)
+
+    def _flush_topgun(self) -> None:
+        self._topgun_flush_due = False
+        self.apply_topgun(self.topgun.flush())
+
     def apply_topgun(self, fx: Effects) -> None:
         """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``
         now, ``durable`` once ``records`` are committed."""
@@ -216,26 +229,45 @@ class Runtime:
             self.deliver_all(fx.durable)
             return
         durable = list(fx.durable)
-        try:
-            self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
-        except OctosyncError as err:  # the writer is full: these grants time out client-side
-            log.warning("TopGun effects not journaled, not sent: %s", err)
+        self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
 
     def after_commit(
         self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
     ) -> None:
         """Journal ``records`` and call ``then`` on the loop once they, and everything queued
-        before them, are committed (an empty list is a barrier). A failed commit resets the
-        connection: what it was told nothing about, it resends."""
+        before them, are committed (an empty list is a barrier). What is asked in one turn of
+        the event loop goes to the writer as one submission at its end (one wake-up of the
+        writer thread, one callback back). A failed commit resets the connections: what they
+        were told nothing about, they resend."""
         assert self.writer is not None
+        self._commits.append((conn, records, then))
+        if len(self._commits) == 1:
+            asyncio.get_running_loop().call_soon(self._submit_commits)
+
+    def _submit_commits(self) -> None:
+        assert self.writer is not None
+        batch, self._commits = self._commits, []
         loop = asyncio.get_running_loop()
-        future = self.writer.submit_encoded(records, block=False)
+
+        def failed(err: OctosyncError) -> None:
+            log.warning("journal commit failed: %s", err)
+            for conn, _, _ in batch:
+                self._fault(conn, err)
+
+        try:
+            future = self.writer.submit_encoded(
+                [r for _, records, _ in batch for r in records], block=False
+            )
+        except OctosyncError as err:
+            failed(err)
+            return
 
         def done(f: concurrent.futures.Future[list[int]]) -> None:
             if f.exception() is None:
-                then()
+                for _, _, then in batch:
+                    then()
             else:
-                self._fault(conn, InternalError(f"journal commit failed: {f.exception()}"))
+                failed(InternalError(f"journal commit failed: {f.exception()}"))
 
         future.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
 

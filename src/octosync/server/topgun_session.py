@@ -110,6 +110,7 @@ class TopGunSession:
             else:
                 others.append(ob)
         self.rt.deliver_all(others)
+        self.rt.flush_topgun_soon()
         if fx.frames:
             self.rt.publish_map_frames(fx.frames)
         if self.rt.writer is None or not (fx.records or fx.durable):

@@ -145,6 +145,8 @@ class TopGunCore:
         self.counters = CounterTable()
         self.queries = QueryTable()
         self.map_streams = MapStreams()
+        self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
+        """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
         self.gc_horizon_ms = 0
         self._conns: dict[int, _Conn] = {}
         self._topics: dict[str, set[int]] = {}
@@ -433,30 +435,52 @@ class TopGunCore:
         return tg.OpAck(tg.OpAckPayload(last_id, level, results))
 
     def _fan_out(self, fx: Effects, sender: int, events: list[tg.ServerEventPayload]) -> None:
-        """Each other connection with a map open gets that map's events, one message per
-        distinct set of maps (encoded once for every connection with the same set); live
-        queries on those maps (the sender's too) get their changes."""
+        """Live queries on the touched maps (the sender's too) get their changes now, and the
+        ``map:`` streams their delta; the events wait for :meth:`flush`."""
         if not events:
             return
         self._query_updates(fx, events)
         if self.map_streams.any_followed():
             self._map_deltas(fx, events)
-        touched = {e.map_name for e in events}
-        groups: dict[frozenset[str], list[int]] = {}
+        maps = {e.map_name for e in events} if len(events) > 1 else {events[0].map_name}
+        self._pending.append((sender, frozenset(maps), events))
+
+    def has_pending_events(self) -> bool:
+        return bool(self._pending)
+
+    def flush(self) -> Effects:
+        """The events applied since the last flush, for every connection with their map open
+        (by now) but the one that wrote them: each event encoded once, then one message per distinct
+        (maps open, writer left out) group, the same bytes for every connection in it. The
+        server flushes once per event-loop turn, so the writes of many batches and clients
+        reach a subscriber as one message and one socket write."""
+        fx = Effects()
+        chunks, self._pending = self._pending, []
+        if not chunks:
+            return fx
+        touched = frozenset().union(*(maps for _, maps, _ in chunks))
+        senders = {sender for sender, _, _ in chunks}
+        groups: dict[tuple[frozenset[str], int | None], list[int]] = {}
         for target, tc in self._conns.items():
-            if target == sender:
-                continue
-            seen = frozenset(touched & tc.maps)
+            seen = touched & tc.maps
             if seen:
-                groups.setdefault(seen, []).append(target)
-        for seen, targets in groups.items():
-            mine = [e for e in events if e.map_name in seen]
-            message: tg.Message = (
-                tg.ServerEvent(mine[0])
-                if len(mine) == 1
-                else tg.ServerBatchEvent(tg.ServerBatchEventPayload(mine))
-            )
-            fx.out.append(Outbound(tuple(targets), tg.encode(message)))
+                key = (seen, target if target in senders else None)
+                groups.setdefault(key, []).append(target)
+        if not groups:
+            return fx
+        encoded = [[msgspec.Raw(tg.encode_event(e)) for e in events] for _, _, events in chunks]
+        for (seen, left_out), targets in groups.items():
+            raws: list[msgspec.Raw] = []
+            for (sender, maps, events), raw in zip(chunks, encoded, strict=True):
+                if sender == left_out:
+                    continue
+                if maps <= seen:
+                    raws.extend(raw)
+                else:
+                    raws.extend(r for e, r in zip(events, raw, strict=True) if e.map_name in seen)
+            if raws:
+                fx.out.append(Outbound(tuple(targets), tg.encode_events(raws)))
+        return fx
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
         by_map: dict[str, dict[str, bytes | None]] = {}

@@ -493,6 +493,33 @@ class ServerBatchEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_
     payload: ServerBatchEventPayload
 
 
+class _EncodedEvents(TopGunStruct, frozen=True):
+    events: list[msgspec.Raw]
+
+
+class _EncodedBatchEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_BATCH_EVENT"):
+    """``ServerBatchEvent`` with events encoded already: the same bytes, built by copying."""
+
+    payload: _EncodedEvents
+
+
+def encode_event(event: ServerEventPayload) -> bytes:
+    """One event's payload, for :func:`encode_events`."""
+    return _encoder.encode(event)
+
+
+def encode_events(events: list[msgspec.Raw]) -> bytes:
+    """The ``SERVER_EVENT`` (one) or ``SERVER_BATCH_EVENT`` (several) message for events
+    encoded once by :func:`encode_event` and shared by every message that carries them."""
+    if len(events) == 1:
+        return _encoder.encode(_EncodedEvent(events[0]))
+    return _encoder.encode(_EncodedBatchEvent(_EncodedEvents(events)))
+
+
+class _EncodedEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_EVENT"):
+    payload: msgspec.Raw
+
+
 class ErrorPayload(TopGunStruct, frozen=True):
     code: JsInt
     message: str
