@@ -147,7 +147,11 @@ def test_an_unknown_write_concern_is_refused_whole() -> None:
     opened(c, 1)
     with pytest.raises(DecodeError) as err:
         c.handle(1, batch(put("1", "u1", 1, 10), write_concern="SOMETIMES"))
-    assert err.value.path == "payload.ops[0].writeConcern"
+    assert err.value.path == "payload.writeConcern"  # the batch's own field
+    one = put("2", "u1", 1, 10, write_concern="NOW")
+    with pytest.raises(DecodeError) as err:
+        c.handle(1, batch(put("1", "u0", 1, 10), one))
+    assert err.value.path == "payload.ops[1].writeConcern"
     assert c.maps.live_items("users") == {}
 
 

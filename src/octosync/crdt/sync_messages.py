@@ -63,6 +63,11 @@ class WireTimestamp(TopGunStruct, frozen=True):
 
     integral = ("millis", "counter")
 
+    def __post_init__(self) -> None:
+        m, c = self.millis, self.counter  # two of these in every op: the common case first
+        if type(m) is not int or type(c) is not int or m < 0 or c < 0:
+            super().__post_init__()
+
     def to_ts(self) -> Timestamp:
         return Timestamp(int(self.millis), int(self.counter), self.node_id)
 

@@ -326,17 +326,25 @@ class TopGunCore:
         ops: list[tg.ClientOp],
         batch_level: str | None,
     ) -> None:
-        levels: list[str] = []
-        for i, op in enumerate(ops):
-            level = op.write_concern or batch_level or DEFAULT_LEVEL
-            if level not in RANK:
-                raise DecodeError(
-                    f"unknown write concern {level!r}, expected one of {LEVELS}",
-                    path=f"payload.ops[{i}].writeConcern",
-                )
-            levels.append(level)
-        wanted = max(levels, key=RANK.__getitem__) if levels else DEFAULT_LEVEL
-        explicit = batch_level is not None or any(op.write_concern for op in ops)
+        per_op = any(op.write_concern for op in ops)
+        if batch_level is not None and batch_level not in RANK:
+            raise DecodeError(
+                f"unknown write concern {batch_level!r}, expected one of {LEVELS}",
+                path="payload.writeConcern",
+            )
+        wanted = (batch_level or DEFAULT_LEVEL) if ops else DEFAULT_LEVEL
+        if per_op:
+            levels: list[str] = []
+            for i, op in enumerate(ops):
+                level = op.write_concern or batch_level or DEFAULT_LEVEL
+                if level not in RANK:
+                    raise DecodeError(
+                        f"unknown write concern {level!r}, expected one of {LEVELS}",
+                        path=f"payload.ops[{i}].writeConcern",
+                    )
+                levels.append(level)
+            wanted = max(levels, key=RANK.__getitem__)
+        explicit = batch_level is not None or per_op
         last_id = next((op.id for op in reversed(ops) if op.id is not None), None)
         if wanted == "FIRE_AND_FORGET" and last_id is not None:
             fx.send(conn, self._ack(last_id, wanted, ops, {}, explicit, True))
