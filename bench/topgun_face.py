@@ -180,7 +180,10 @@ async def _writer(
             sent[last] = time.monotonic()
         if not sent:
             return acked
-        msg = decode(await asyncio.wait_for(ws.receive_bytes(), 30))
+        data = await asyncio.wait_for(ws.receive_bytes(), 30)
+        if b"OP_ACK" not in data[:16]:
+            continue  # the other writers' events (a writer has its map open): not decoded
+        msg = decode(data)
         if msg.get("type") != "OP_ACK":
             continue
         at = sent.pop(msg["payload"]["lastId"], None)
