@@ -45,6 +45,7 @@ from octosync.crdt.sync_messages import (
     WireLWWRecord,
     WireTimestamp,
 )
+from octosync.crdt.timestamp import Timestamp
 from octosync.errors import DecodeError, Oversize
 from octosync.wire.strict import too_deep
 from octosync.wire.topgun_services import ServiceMessage
@@ -590,6 +591,7 @@ Message = (
 
 _decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
 _encoder = msgspec.msgpack.Encoder()
+_NIL_BYTES = bytes(NIL)
 _AT = re.compile(r" - at `\$\.?(.*)`$")
 _FIELD = re.compile(r"^(\w+(?:\.\w+)*): ")
 
@@ -678,13 +680,15 @@ def client_op_to_record(op: ClientOp) -> OpRecord:
         return OpRecord(
             op.map_name, op.key, OpKind.OR_REMOVE, tags, ts, ts.node_id, f"rm:{op.or_tag}"
         )
-    if op.record is None:
+    record = op.record
+    if record is None:
         raise DecodeError("op has neither record nor orRecord", path="payload.record")
-    ts = op.record.timestamp.to_ts()
-    removed = op.op_type == "REMOVE" or bytes(op.record.value) == bytes(NIL)
-    kind = OpKind.REMOVE if removed else OpKind.PUT
-    value = b"" if removed else bytes(op.record.value)
-    return OpRecord(op.map_name, op.key, kind, value, ts, ts.node_id, str(ts))
+    stamp = record.timestamp
+    ts = Timestamp(int(stamp.millis), int(stamp.counter), stamp.node_id)
+    value = bytes(record.value)
+    if op.op_type == "REMOVE" or value == _NIL_BYTES:
+        return OpRecord(op.map_name, op.key, OpKind.REMOVE, b"", ts, ts.node_id, str(ts))
+    return OpRecord(op.map_name, op.key, OpKind.PUT, value, ts, ts.node_id, str(ts))
 
 
 __all__ = [
