@@ -127,8 +127,6 @@ class Runtime:
         )
         self.counters = Counters()
         self._topgun_flush_due = False
-        self._commits: list[tuple[int, Sequence[EncodedRecord], Callable[[], None]]] = []
-        """Journal submissions of this event-loop turn, sent together at its end."""
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
@@ -229,45 +227,27 @@ class Runtime:
             self.deliver_all(fx.durable)
             return
         durable = list(fx.durable)
-        self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
+        try:
+            self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
+        except OctosyncError as err:  # the writer is full: these grants time out client-side
+            log.warning("TopGun effects not journaled, not sent: %s", err)
 
     def after_commit(
         self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
     ) -> None:
         """Journal ``records`` and call ``then`` on the loop once they, and everything queued
-        before them, are committed (an empty list is a barrier). What is asked in one turn of
-        the event loop goes to the writer as one submission at its end (one wake-up of the
-        writer thread, one callback back). A failed commit resets the connections: what they
-        were told nothing about, they resend."""
+        before them, are committed (an empty list is a barrier). Submitted at once, so the
+        writer thread commits while the loop goes on (it groups whatever queued meanwhile). A
+        failed commit resets the connection: what it was told nothing about, it resends."""
         assert self.writer is not None
-        self._commits.append((conn, records, then))
-        if len(self._commits) == 1:
-            asyncio.get_running_loop().call_soon(self._submit_commits)
-
-    def _submit_commits(self) -> None:
-        assert self.writer is not None
-        batch, self._commits = self._commits, []
         loop = asyncio.get_running_loop()
-
-        def failed(err: OctosyncError) -> None:
-            log.warning("journal commit failed: %s", err)
-            for conn, _, _ in batch:
-                self._fault(conn, err)
-
-        try:
-            future = self.writer.submit_encoded(
-                [r for _, records, _ in batch for r in records], block=False
-            )
-        except OctosyncError as err:
-            failed(err)
-            return
+        future = self.writer.submit_encoded(records, block=False)
 
         def done(f: concurrent.futures.Future[list[int]]) -> None:
             if f.exception() is None:
-                for _, _, then in batch:
-                    then()
+                then()
             else:
-                failed(InternalError(f"journal commit failed: {f.exception()}"))
+                self._fault(conn, InternalError(f"journal commit failed: {f.exception()}"))
 
         future.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
 
