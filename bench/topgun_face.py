@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -342,6 +343,7 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
             if proc is not None:
                 proc.terminate()
                 proc.wait(10)
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def _report(name: str, results: list[Result], ceiling: float, core: float, subs: int) -> None:
