@@ -126,10 +126,14 @@ async def _open_ws(http: aiohttp.ClientSession, srv: Server, face: str) -> Any:
 
 
 async def fuzz_ws(
-    http: aiohttp.ClientSession, srv: Server, face: str, n: int, rng: random.Random
+    http: aiohttp.ClientSession,
+    srv: Server,
+    face: str,
+    n: int,
+    rng: random.Random,
+    tally: Tally,
 ) -> Tally:
     """One frame at a time: each gets its typed error (or the policy's close) before the next."""
-    tally = Tally()
     gens = FACES[face]
     ws = await _open_ws(http, srv, face)
     while tally.sent < n:
@@ -145,8 +149,7 @@ async def fuzz_ws(
     return tally
 
 
-async def fuzz_tcp(srv: Server, n: int, rng: random.Random) -> Tally:
-    tally = Tally()
+async def fuzz_tcp(srv: Server, n: int, rng: random.Random, tally: Tally) -> Tally:
     gens = FACES["tcp"]
     port = srv.tcp_port
     assert port is not None
@@ -186,12 +189,22 @@ class Row:
     rss_after: float
     crashed: bool
     tracebacks: int
+    rss_tenths: list[float] = field(default_factory=list)
+    """The server's RSS after each tenth of the frames: a leak grows to the end, a high-water
+    mark levels off."""
 
 
-async def run_face(face: str, n: int, seed: int) -> Row:
+async def rss_by_tenths(pid: int, tally: Tally, n: int, out: list[float]) -> None:
+    for k in range(1, 11):
+        while tally.sent < n * k // 10:
+            await asyncio.sleep(0.05)
+        out.append(rss_mb(pid))
+
+
+async def run_face(face: str, n: int, seed: int, journal: bool = True) -> Row:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp:
-        srv = Server(Path(tmp), tcp=face == "tcp", max_frame_size=LIMIT)
+        srv = Server(Path(tmp), tcp=face == "tcp", max_frame_size=LIMIT, journal=journal)
         crashed = False
         try:
             async with aiohttp.ClientSession() as http:
@@ -201,10 +214,13 @@ async def run_face(face: str, n: int, seed: int) -> Row:
                 await asyncio.sleep(0.5)
                 canary.reset_window()
                 rss0 = rss_mb(srv.proc.pid)
+                tally, tenths = Tally(), list[float]()
+                sampler = asyncio.create_task(rss_by_tenths(srv.proc.pid, tally, n, tenths))
                 if face == "tcp":
-                    tally = await fuzz_tcp(srv, n, rng)
+                    await fuzz_tcp(srv, n, rng, tally)
                 else:
-                    tally = await fuzz_ws(http, srv, face, n, rng)
+                    await fuzz_ws(http, srv, face, n, rng, tally)
+                sampler.cancel()
                 await asyncio.sleep(0.5)
                 crashed = srv.proc.poll() is not None
                 rss1 = rss_mb(srv.proc.pid) if not crashed else float("nan")
@@ -212,13 +228,13 @@ async def run_face(face: str, n: int, seed: int) -> Row:
                 await task
         finally:
             log = srv.stop()
-    return Row(face, tally, canary, rss0, rss1, crashed, log.count("Traceback"))
+    return Row(face, tally, canary, rss0, rss1, crashed, log.count("Traceback"), tenths)
 
 
-async def main_async(frames: int, seed: int, faces: list[str]) -> list[Row]:
+async def main_async(frames: int, seed: int, faces: list[str], journal: bool = True) -> list[Row]:
     rows = []
     for face in faces:
-        row = await run_face(face, frames, seed)
+        row = await run_face(face, frames, seed, journal)
         rows.append(row)
         t = row.tally
         print(
@@ -226,6 +242,7 @@ async def main_async(frames: int, seed: int, faces: list[str]) -> list[Row]:
             f"  closes {t.closes:>7,}  crashes {int(row.crashed) + row.tracebacks}"
             f"  canary gaps {row.canary.gaps} (longest pause {row.canary.longest * 1000:.0f} ms,"
             f" {row.canary.received} deltas)  RSS {row.rss_before:.0f}->{row.rss_after:.0f} MB"
+            f" (by tenths: {' '.join(f'{r:.0f}' for r in row.rss_tenths)})"
             f"  {dict(sorted(t.errors.items(), key=lambda kv: -kv[1]))}",
             flush=True,
         )
@@ -237,8 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=1_000_000, help="per face")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--faces", default=",".join(FACES))
+    parser.add_argument(
+        "--no-journal", action="store_true", help="serve without the journal (RSS baseline)"
+    )
     args = parser.parse_args(argv)
-    rows = asyncio.run(main_async(args.frames, args.seed, args.faces.split(",")))
+    rows = asyncio.run(
+        main_async(args.frames, args.seed, args.faces.split(","), not args.no_journal)
+    )
     bad = [r for r in rows if r.crashed or r.tracebacks or r.canary.gaps]
     return 1 if bad else 0
 

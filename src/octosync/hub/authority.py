@@ -19,6 +19,7 @@ from octosync.errors import (
     OctosyncError,
     RemoteProtocolError,
     SnapshotRequired,
+    StorageError,
 )
 from octosync.hub.connections import Connection
 from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame
@@ -196,8 +197,9 @@ class Authority:
             stream.producer_has_snapshot = False
             ttl = self.config.retain_after_producer_leaves
             if ttl is not None and ttl <= 0:
-                self._drop_state(stream)
-                dropped.append(sid)
+                stream.expires_at = self._clock()
+                if self._drop_state(stream):
+                    dropped.append(sid)
             elif ttl is not None:
                 stream.expires_at = self._clock() + ttl
         return dropped
@@ -208,16 +210,28 @@ class Authority:
         gone = []
         for stream in list(self.streams.values()):
             expires = stream.expires_at
-            if stream.producer is None and expires is not None and now >= expires:
-                self._drop_state(stream)
+            due = stream.producer is None and expires is not None and now >= expires
+            if due and self._drop_state(stream):
                 gone.append(stream.id)
         return gone
 
-    def _drop_state(self, stream: StreamState) -> None:
+    def _drop_state(self, stream: StreamState) -> bool:
+        """Drop the stream's state, once the recorder has room to say so; False: kept (its
+        expiry stays due, so the next ``expire`` round tries again)."""
+        prepared = None
+        if self._recorder is not None and stream.model is not None:
+            try:
+                prepared = self._recorder.prepare_drop(stream.id)
+            except StorageError:
+                return False
         stream.model = None
         stream.expires_at = None
         if stream.producer is None:
             del self.streams[stream.id]
+        if prepared is not None:
+            assert self._recorder is not None
+            self._recorder.commit(prepared)
+        return True
 
     def get(self, stream_id: StreamId) -> StreamState | None:
         return self.streams.get(stream_id)

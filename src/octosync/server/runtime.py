@@ -12,24 +12,22 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from octosync.errors import InternalError, OctosyncError
-from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
+from octosync.hub import Hub, HubConfig, OutboxLimits
 from octosync.hub.model import lazily_frame
 from octosync.hub.policy import CLOSE_GOING_AWAY
-from octosync.hub.streams import map_name_of, map_stream_id, warp_id_of
+from octosync.hub.streams import map_name_of, map_stream_id
 from octosync.hub.types import AcceptHook, Recorder
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
-from octosync.server.flusher import Flusher
+from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
-from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
+from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
-from octosync.wire import wvp
-from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
 log = logging.getLogger(__name__)
@@ -87,10 +85,6 @@ class HttpConnection(Protocol):
     def request_started(self) -> None: ...
 
 
-def lazily_dialect_key(dialect: FaceDialect, transport: str) -> str:
-    return f"lazily-{dialect.name}/{transport}"
-
-
 class Runtime:
     def __init__(
         self,
@@ -114,6 +108,7 @@ class Runtime:
                 max_replay_diffs=config.max_replay_diffs,
             ),
             clock=time.monotonic,
+            encoders=view_encoders(),
             on_accept=on_accept,
             recorder=recorder,
         )
@@ -141,9 +136,6 @@ class Runtime:
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
         self._lag: asyncio.Task[None] | None = None
-        for dialect in DIALECT_SET.values():
-            self.register_lazily_dialect(dialect)
-        self.hub.register_encoder("wvp/ws", self._encode_wvp)
 
     @property
     def relay(self) -> Relay:
@@ -179,8 +171,8 @@ class Runtime:
         """Write ``data`` to another connection now (signaling relays); a peer that cannot
         keep up is dropped, never waited for."""
         link = self.links.get(conn)
-        t = None if link is None else link.transport
-        if link is None or not isinstance(t, asyncio.WriteTransport) or t.is_closing():
+        t = None if link is None else writable(link.transport)
+        if link is None or t is None:
             return
         if t.get_write_buffer_size() > self.config.socket_high_water:
             link.abort()
@@ -255,23 +247,6 @@ class Runtime:
         link = self.links.get(conn)
         if link is not None:
             link.fault(err)
-
-    def register_lazily_dialect(self, dialect: FaceDialect) -> None:
-        def for_ws(frame: OutFrame) -> bytes:
-            return ws_frame(dialect.encode(frame.body), text=dialect.text)
-
-        def for_tcp(frame: OutFrame) -> bytes:
-            return encode_frame(dialect.encode(frame.body))
-
-        self.hub.register_encoder(lazily_dialect_key(dialect, "ws"), for_ws)
-        self.hub.register_encoder(lazily_dialect_key(dialect, "tcp"), for_tcp)
-
-    def _encode_wvp(self, frame: OutFrame) -> bytes:
-        body = frame.body
-        if not isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
-            raise TypeError(f"{type(body).__name__} is not a WVP stream frame")
-        msg = wvp.WarpStream(warp_id_of(frame.stream), body)
-        return ws_frame(wvp.encode(msg, frame.ts), text=False)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

@@ -47,6 +47,7 @@ FRAMES_SCHEMA: Final = pa.schema(
         ("epoch", pa.int64()),
         ("snapshot", pa.bool_()),
         ("payload", pa.binary()),
+        ("codec", pa.string()),
         ("state_hash", pa.binary()),
         ("recorded_ms", pa.int64()),
     ]
@@ -111,6 +112,7 @@ def _frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
         "epoch": rec.epoch,
         "snapshot": rec.snapshot,
         "payload": rec.payload,
+        "codec": rec.codec,
         "state_hash": rec.state_hash,
         "recorded_ms": row.recorded_ms,
     }

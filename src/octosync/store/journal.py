@@ -63,6 +63,7 @@ import msgspec
 from octosync.crdt.op import OpRecord
 from octosync.errors import StorageError, TrimRefused
 from octosync.store.records import (
+    KIND_DROP,
     KIND_FRAME,
     KIND_OP,
     EncodedRecord,
@@ -359,21 +360,22 @@ class Journal:
         return {stream: decode_checkpoint(body, stream=stream) for stream, body in rows}
 
     def uncovered_frames(self, before: int) -> list[tuple[str, int]]:
-        """``(stream, seq)`` of each stream's newest frame below ``before`` that its checkpoint
-        does not cover: what a trim to ``before`` would lose."""
-        out = []
+        """``(stream, seq)`` of each stream's newest frame (or drop) below ``before`` that its
+        checkpoint does not cover: what a trim to ``before`` would lose."""
+        out: dict[str, int] = {}
         with self._lock:
             conn = self._conn
             covered = dict(conn.execute("SELECT stream, through_seq FROM checkpoints").fetchall())
-            for stream in self._scopes_locked(KIND_FRAME):
-                # One index seek per stream: O(streams), whatever the journal's length.
-                (last,) = conn.execute(
-                    "SELECT max(seq) FROM journal WHERE kind = ? AND scope = ? AND seq < ?",
-                    (KIND_FRAME, stream, before),
-                ).fetchone()
-                if last is not None and covered.get(stream, 0) < last:
-                    out.append((stream, int(last)))
-        return out
+            for kind in (KIND_FRAME, KIND_DROP):
+                for stream in self._scopes_locked(kind):
+                    # One index seek per stream: O(streams), whatever the journal's length.
+                    (last,) = conn.execute(
+                        "SELECT max(seq) FROM journal WHERE kind = ? AND scope = ? AND seq < ?",
+                        (kind, stream, before),
+                    ).fetchone()
+                    if last is not None and covered.get(stream, 0) < last:
+                        out[stream] = max(out.get(stream, 0), int(last))
+        return sorted(out.items())
 
     def ops_trimmed_before(self) -> int:
         """Every op record below this seq was trimmed (1 when none was): a restart needs a

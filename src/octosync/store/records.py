@@ -7,7 +7,7 @@ changes) is a new Struct plus one entry in ``_KINDS``; the table does not change
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -21,10 +21,17 @@ StreamId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_STREAM_NAME)
 """The hub refuses what these bounds refuse (``hub.limits``), before it changes state."""
 
 
+FrameCodec = Literal["json", "json_tagged", "msgpack"]
+"""The lazily dialects a producer may send in (``wire.DIALECTS``)."""
+
+
 class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A frame the hub accepted on a stream: a snapshot at ``epoch`` or a delta ``base -> epoch``.
 
-    ``payload`` is the frame exactly as the producer encoded it (the journal never re-encodes);
+    ``payload`` is the frame as the producer sent it, in the lazily dialect ``codec`` (the
+    journal never re-encodes). With no ``codec`` it is the server's own form: a WVP frame's
+    canonical CBOR (the producer's graph and ops spliced in verbatim), or a state-plane message
+    as MsgPack of its Struct (checkpoints, and records written before ``codec`` existed).
     ``state_hash`` is the producer's hash of the state after the frame, when it sent one. A
     snapshot has ``base_epoch == epoch``; a delta has ``base_epoch < epoch``.
     """
@@ -35,15 +42,25 @@ class StreamFrame(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     snapshot: bool
     payload: bytes
     state_hash: bytes | None = None
+    codec: FrameCodec | None = None
 
 
-Record = OpRecord | StreamFrame
+class StreamDropped(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The hub let ``stream``'s state go (its producer left and the retention passed): a
+    restart rebuilds the stream only from frames journaled after this record."""
+
+    stream: StreamId
+
+
+Record = OpRecord | StreamFrame | StreamDropped
 
 KIND_OP: Final = "op"
 KIND_FRAME: Final = "frame"
-_KINDS: dict[str, type[OpRecord] | type[StreamFrame]] = {
+KIND_DROP: Final = "drop"
+_KINDS: dict[str, type[OpRecord] | type[StreamFrame] | type[StreamDropped]] = {
     KIND_OP: OpRecord,
     KIND_FRAME: StreamFrame,
+    KIND_DROP: StreamDropped,
 }
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS = {kind: msgspec.msgpack.Decoder(cls) for kind, cls in _KINDS.items()}
@@ -86,6 +103,8 @@ def encode_record(record: Record) -> EncodedRecord:
         return EncodedRecord(KIND_OP, record.map, _encode_checked(record))
     if isinstance(record, StreamFrame):
         return EncodedRecord(KIND_FRAME, record.stream, _encode_checked(record))
+    if isinstance(record, StreamDropped):
+        return EncodedRecord(KIND_DROP, record.stream, _encode_checked(record))
     raise InvalidRecord(f"cannot journal a {type(record).__name__}", path="$")
 
 
