@@ -512,3 +512,28 @@ def test_a_subscriber_changing_view_restarts_from_a_snapshot_in_the_new_dialect(
         cell_set(1, 1, b"c"),
         cell_set(2, 1, b"d"),
     ]
+
+
+def test_map_streams_are_the_servers_and_read_only_for_peers() -> None:
+    hub, clock, woken = make_hub(retain_after_producer_leaves=1.0)
+    for c in (1, 2):
+        join(hub, c, woken)
+    with pytest.raises(ForbiddenPublish):  # even before the server produced it
+        hub.publish(1, "map:users", lazily_frame(snap(0, {1: b"evil"})))
+    with pytest.raises(ForbiddenPublish):
+        hub.check_join(AllowAll(), "map:users", publish=True)
+    hub.check_join(AllowAll(), "map:users", publish=False)
+    hub.subscribe(2, "map:users")
+    hub.publish_from_server("map:users", lazily_frame(snap(0, {1: b"a"})))
+    hub.publish_from_server("map:users", lazily_frame(cell_set(0, 1, b"b")))
+    sub = RefSubscriber()
+    sub.feed(hub.take(2))
+    assert (sub.epoch, sub.values) == (1, {1: b"b"})
+    with pytest.raises(ForbiddenPublish):
+        hub.publish(1, "map:users", lazily_frame(cell_set(1, 1, b"evil")))
+    with pytest.raises(Forbidden):
+        hub.write(2, "map:users", cell_set(1, 1, b"evil"))
+    clock.now += 10
+    assert hub.expire() == []  # the server never leaves: its state is kept
+    assert hub.epoch_of("map:users") == 1
+    hub.publish(1, "users", lazily_frame(snap(0, {1: b"mine"})))  # other names stay open

@@ -173,6 +173,22 @@ class MapStore:
             changed += 1
         return changed
 
+    def apply_lww(self, rec: OpRecord) -> bool:
+        """:meth:`apply` for a ``PUT`` or ``REMOVE`` (the caller knows which): the hot path of
+        a server folding client batches, one call instead of three."""
+        slot = (rec.map, rec.key)
+        cur = self._lww.get(slot)
+        if cur is not None:
+            ts, cur_ts = rec.ts, cur.ts
+            if ts < cur_ts or (ts == cur_ts and rec.op_id <= cur.op_id):
+                return False
+        self._lww[slot] = rec
+        keys = self._dirty.get(rec.map)
+        if keys is None:
+            keys = self._dirty[rec.map] = set()
+        keys.add(rec.key)
+        return True
+
     def _apply_lww(self, rec: OpRecord) -> bool:
         slot = (rec.map, rec.key)
         cur = self._lww.get(slot)

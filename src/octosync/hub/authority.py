@@ -23,7 +23,12 @@ from octosync.errors import (
 )
 from octosync.hub.connections import Connection
 from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame
-from octosync.hub.streams import Face, check_face
+from octosync.hub.streams import (
+    SERVER_PRODUCER,
+    Face,
+    check_face,
+    check_peer_may_produce,
+)
 from octosync.hub.types import ConnId, HubConfig, HubStats, Recorder, StreamId
 from octosync.ipc.messages import Snapshot
 
@@ -68,7 +73,9 @@ class Authority:
 
     def check_producer(self, stream_id: StreamId, conn: ConnId | None) -> None:
         """``ForbiddenPublish`` if the stream has a producer other than ``conn`` (None: a
-        connection that has not joined yet)."""
+        connection that has not joined yet); peers never produce the server's streams."""
+        if conn != SERVER_PRODUCER:
+            check_peer_may_produce(stream_id)
         stream = self.streams.get(stream_id)
         if stream is not None and stream.producer not in (None, conn):
             raise ForbiddenPublish(
@@ -101,6 +108,29 @@ class Authority:
         self.stats.frames_in += 1
         if self._recorder is not None:
             self._recorder.commit(prepared)
+        return stream
+
+    def accept_from_server(self, stream_id: StreamId, frame: Frame[object]) -> StreamState:
+        """Apply a frame of a stream the server produces itself (``map:``): the same checks
+        but grants, no recorder (its state is rebuilt from elsewhere at start-up)."""
+        try:
+            self.check_stream("lazily", stream_id)
+            limits = self.config.limits
+            if isinstance(frame, SnapshotFrame):
+                limits.check_epoch(frame.epoch)
+            else:
+                limits.check_epoch(frame.to_epoch, "to_epoch")
+            self.check_producer(stream_id, SERVER_PRODUCER)
+            stream = self._apply(self.streams.get(stream_id) or StreamState(stream_id), frame)
+        except Exception:
+            self.stats.rejected += 1
+            raise
+        self.streams[stream_id] = stream
+        stream.producer = SERVER_PRODUCER
+        stream.producer_has_snapshot = True
+        stream.expires_at = None
+        stream.frames += 1
+        self.stats.frames_in += 1
         return stream
 
     def _apply(self, stream: StreamState, frame: Frame[object]) -> StreamState:

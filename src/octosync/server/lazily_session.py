@@ -177,6 +177,8 @@ class LazilySession:
             raise HandshakeFailed(exc.message, path="session_id") from exc
         publish = "publish" in remote.features
         hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
+        if not publish:
+            self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
         hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
