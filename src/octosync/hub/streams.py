@@ -4,17 +4,28 @@ WVP streams are ``warp:<u64>``; every other name is a lazily state-plane stream,
 peer may not name a stream with the reserved ``warp:`` prefix. The hub refuses a connection of
 one face that names a stream of the other (``Forbidden``), so a frame can only ever reach the
 encoders of the face that produced it.
+
+Chain streams are ``chain:<name>``: lazily streams carrying a chain's computed state
+(``octosync chain publish``). Only the chain's publisher may produce one: a connection needs
+``publish`` on the stream *and* on its publisher scope ``$chain:<name>``. Names starting with
+``$`` are never granted by a wildcard, so a token granting ``publish`` on ``*`` cannot pose as
+the chain. The chain's state changes only through its devices' events, so nobody may ``write``
+to a chain stream (the publisher would have nothing to do with the write).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from octosync.errors import Forbidden
 
+if TYPE_CHECKING:
+    from octosync.hub.types import Grants
+
 Face = Literal["lazily", "wvp"]
 WARP_PREFIX: Final = "warp:"
+CHAIN_PREFIX: Final = "chain:"
 
 
 def warp_stream_id(warp_id: int) -> str:
@@ -44,4 +55,41 @@ def check_face(face: Face, stream: Hashable) -> None:
     if owner != face:
         raise Forbidden(
             f"stream {stream!r} belongs to the {owner} face, not the {face} face", path="stream"
+        )
+
+
+def chain_stream_id(chain: str) -> str:
+    """The hub's name for the computed state of chain ``chain``."""
+    return f"{CHAIN_PREFIX}{chain}"
+
+
+def is_chain_stream(stream: Hashable) -> bool:
+    return isinstance(stream, str) and stream.startswith(CHAIN_PREFIX)
+
+
+def chain_publisher_scope(stream: str) -> str:
+    """The grant that makes a connection the publisher of chain stream ``stream``."""
+    return f"${stream}"
+
+
+def check_chain_publisher(grants: Grants, stream: Hashable) -> None:
+    """``Forbidden`` when ``stream`` is a chain stream and ``grants`` do not name its publisher."""
+    if not is_chain_stream(stream):
+        return
+    assert isinstance(stream, str)
+    scope = chain_publisher_scope(stream)
+    if not grants.allows(scope, "publish"):
+        raise Forbidden(
+            f"stream {stream!r} is a chain's state: only its publisher (granted publish on "
+            f"{scope!r}) may produce it",
+            path="stream",
+        )
+
+
+def check_chain_write(stream: Hashable) -> None:
+    """``Forbidden`` for a write to a chain stream: its state changes only through events."""
+    if is_chain_stream(stream):
+        raise Forbidden(
+            f"stream {stream!r} is a chain's state: it changes only through the chain's events",
+            path="stream",
         )
