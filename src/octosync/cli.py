@@ -274,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _command(args: argparse.Namespace) -> str:
     """The command as typed (``journal export``), for the error line."""
     words = [args.command]
-    for sub in ("journal_command", "pipeline_command"):
+    for sub in ("journal_command", "pipeline_command", "chain_command"):
         if getattr(args, sub, None):
             words.append(getattr(args, sub))
     return " ".join(words)
