@@ -37,6 +37,7 @@ STREAM = f"chain:{CHAIN}"
 APP = "octosync.chain.game:compute"
 SECRET = "o" * 32
 DEVICES = 4
+PUBLISH = [sys.executable, "-m", "octosync.cli", "chain", "publish"]
 MAX_EVENTS = 300
 """Per device: the load is bounded in count as well as in time."""
 
@@ -85,8 +86,7 @@ async def test_lazily_subscribers_see_the_chain_through_tail_and_head_failures(
                 SECRET, "publisher", {STREAM: ["publish"], f"${STREAM}": ["publish"]}
             )
             publisher = subprocess.Popen(
-                [sys.executable, "-m", "octosync.cli", "chain", "publish", "--chain", CHAIN]
-                + ["--config", url, "--server", lazily, "--token", token],
+                [*PUBLISH, "--chain", CHAIN, "--config", url, "--server", lazily, "--token", token],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -153,7 +153,8 @@ async def test_lazily_subscribers_see_the_chain_through_tail_and_head_failures(
                     member = config.members[victim]
                     os.kill(links[member.id].pid, signal.SIGKILL)
                     await asyncio.to_thread(links[member.id].wait, 10)
-                    await until(lambda n=len(config.members) - 1: members(n), "the chain to heal")
+                    left = len(config.members) - 1
+                    await until(lambda n=left: members(n), "the chain to heal")
                     mark = seen()
                     await until(lambda m=mark: beyond(m + 20), f"states after killing {member.id}")
 
@@ -182,9 +183,11 @@ async def test_lazily_subscribers_see_the_chain_through_tail_and_head_failures(
                 assert sequencers == sorted(sequencers)  # the chain's order, never backwards
                 epochs = [s.epoch for s in states]
                 assert epochs == sorted(set(epochs))
-                assert sub.resyncs == 0 and sub.reconnects == 0
+                assert sub.resyncs == 0
+                assert sub.reconnects == 0
                 assert follower.snapshots == 1, "one snapshot, then deltas only"
-                assert follower.gaps == 0 and follower.errors == []
+                assert follower.gaps == 0
+                assert follower.errors == []
                 assert follower.deltas >= len(states) - 1
                 assert publisher.poll() is None  # the publisher rode out both failures
     finally:

@@ -11,7 +11,8 @@ bootstrap request. Identity follows the other faces: a bearer token (``?token=``
 When the head fails, the TCP connection drops and the WebSocket is closed with 1012 (service
 restart): the browser reconnects and bootstraps with the new head, as the protocol expects.
 
-Wiring: ``add_routes(app, config_url, auth)`` adds the route to any aiohttp application.
+Wiring: ``add_routes(app, config_url, auth)`` adds the route to any aiohttp application;
+``octosync serve --chain-config nats://HOST:PORT`` mounts it on the server (``server/app.py``).
 """
 
 from __future__ import annotations
@@ -113,7 +114,10 @@ class ChainFace:
     async def _connect_head(
         self, chain: str
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        config, _ = await (await self._configs(chain)).read()
+        try:
+            config, _ = await (await self._configs(chain)).read()
+        except Exception:  # NATS unreachable or no such chain: the device retries later
+            return None
         for member in config.members:  # the head first; the rest in order if it is gone
             with contextlib.suppress(OSError):
                 return await asyncio.open_connection(member.host, member.port)
