@@ -252,7 +252,7 @@ def _publish(args: argparse.Namespace) -> int:
             publish_chain(
                 args.chain,
                 args.config,
-                args.server,
+                args.url,
                 token=args.token,
                 name=args.name,
                 ready=ready,
@@ -311,7 +311,11 @@ def register(sub: Any) -> None:
     publish.add_argument("--chain", default="demo", help="chain name (demo)")
     publish.add_argument("--config", default=url, help=f"NATS URL ({url})")
     publish.add_argument(
-        "--server", default=server, help=f"the server's lazily endpoint ({server})"
+        "--server",
+        "--url",
+        dest="url",
+        default=server,
+        help=f"the octosync server's lazily endpoint ({server})",
     )
     publish.add_argument(
         "--token",
