@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from octosync.errors import ConfigError
+from octosync.errors import ConfigError, ReplicationError
 from octosync.links import nats_server
 from octosync.links.cli import start_node
 from octosync.links.config_store import ConfigStore
@@ -97,6 +97,16 @@ async def test_a_websocket_device_through_the_server_reaches_a_running_chain(
                 other.emit("join", json.dumps({"name": "Carol"}))
                 other.emit("move", json.dumps({"dx": 3, "dy": 0}))
                 assert (await state_where(ws, ("players", "carol", "x"))) == 3
+
+            unknown = f"{server.url}/chain/nobody?device=erin"
+            async with http.ws_connect(unknown) as ws:
+                closing = await asyncio.wait_for(ws.receive(), 10)
+                assert closing.type is aiohttp.WSMsgType.CLOSE
+                assert closing.data == 1013  # no such chain: try later, nothing was created
+            with pytest.raises(ReplicationError, match="no chain 'nobody'"):
+                await ConfigStore(nats_url, "nobody").open(create=False)
+            async with http.get(f"{server.url}/chain/not.a.chain?device=erin") as response:
+                assert response.status == 404
 
             anonymous = f"{base}?device=dave"  # --insecure-dev: a device names itself
             async with http.ws_connect(anonymous) as ws:

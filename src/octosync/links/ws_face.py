@@ -8,6 +8,10 @@ bootstrap request. Identity follows the other faces: a bearer token (``?token=``
 ``Authorization``) whose ``sub`` is the device name and which grants ``publish`` on stream
 ``chain/{name}``; with ``--insecure-dev`` an anonymous device names itself with ``?device=``.
 
+A chain nobody started is not created by asking for it: the face opens only existing
+configurations (the WebSocket closes with 1013, try again later), and a name that cannot be a
+chain's is 404 before the upgrade.
+
 When the head fails, the TCP connection drops and the WebSocket is closed with 1012 (service
 restart): the browser reconnects and bootstraps with the new head, as the protocol expects.
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 
 from aiohttp import WSMsgType, web
 
@@ -34,6 +39,8 @@ TO_DEVICE: ChainCodec[HeadToDevice] = ChainCodec(HeadToDevice, "json")
 CLOSE_RESTART = 1012
 CLOSE_POLICY = 1008
 CLOSE_UNAVAILABLE = 1013
+CHAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a chain's NATS buckets (``chain_<name>``) can be named."""
 
 
 class ChainFace:
@@ -45,7 +52,7 @@ class ChainFace:
     async def _configs(self, chain: str) -> ConfigStore:
         store = self._stores.get(chain)
         if store is None:
-            store = await ConfigStore(self.config_url, chain).open()
+            store = await ConfigStore(self.config_url, chain).open(create=False)
             self._stores[chain] = store
         return store
 
@@ -67,6 +74,9 @@ class ChainFace:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         chain = request.match_info["name"]
+        if CHAIN_NAME.fullmatch(chain) is None:
+            message = "a chain name is 1 to 64 letters, digits, '_' or '-'"
+            return web.json_response({"code": "NotFound", "message": message}, status=404)
         try:
             device = self.device_name(request, chain)
         except OctosyncError as exc:
