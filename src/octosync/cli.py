@@ -28,7 +28,7 @@ INSECURE_BANNER = """
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from octosync.server.config import ServerConfig, load_config_file
+    from octosync.server.config import ServerConfig, chain_url, load_config_file
 
     config = ServerConfig()
     if args.config:
@@ -38,6 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
         "port": args.port,
         "tcp_port": args.tcp_port,
         "dataspace_port": args.dataspace_port,
+        "chain_config": None if args.chain_config is None else chain_url(args.chain_config),
         "data_dir": Path(args.data) if args.data else None,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
@@ -51,6 +52,8 @@ def _serve(args: argparse.Namespace) -> int:
     from octosync.server.run import Started, serve_forever  # the server, once the input is good
 
     faces = "/lazily /wvp /signal /dataspace /topgun /metrics /healthz, the inspector at /"
+    if config.chain_config is not None:
+        faces += f", /chain/NAME (chains configured at {config.chain_config})"
 
     def ready(started: Started) -> None:
         # Only once every port is bound: a failed bind prints its one error line and nothing else.
@@ -225,6 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve the Syndicate protocol over TCP",
     )
     serve.add_argument(
+        "--chain-config",
+        default=None,
+        metavar="NATS_URL",
+        help="serve /chain/NAME: relay WebSocket devices to the head of the chains configured "
+        "at this NATS URL (nats://HOST:PORT)",
+    )
+    serve.add_argument(
         "--no-journal", action="store_true", help="do not journal accepted stream frames"
     )
     serve.set_defaults(func=_serve)
@@ -274,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _command(args: argparse.Namespace) -> str:
     """The command as typed (``journal export``), for the error line."""
     words = [args.command]
-    for sub in ("journal_command", "pipeline_command"):
+    for sub in ("journal_command", "pipeline_command", "chain_command"):
         if getattr(args, sub, None):
             words.append(getattr(args, sub))
     return " ".join(words)

@@ -1,7 +1,8 @@
 """Streams and authority: the one place that decides whether a frame is accepted.
 
 A frame is accepted when, in this order: the stream belongs to the connection's face and its
-name and epochs are within the limits; the connection is granted ``publish``; nobody else
+name and epochs are within the limits; the connection is granted ``publish`` (on a chain
+stream, as the chain's publisher: ``streams.check_chain_publisher``); nobody else
 produces the stream; the stream's model accepts it (a snapshot first, then gapless diffs the
 state plane's own ``Mirror`` applies); and the recorder (the journal) can store it. Anything
 refused changes nothing. Producers that leave keep their stream's last state for a TTL
@@ -21,15 +22,16 @@ from octosync.errors import (
     SnapshotRequired,
     StorageError,
 )
-from octosync.hub.connections import Connection
+from octosync.hub.connections import Connection, require
 from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame
 from octosync.hub.streams import (
     SERVER_PRODUCER,
     Face,
+    check_chain_publisher,
     check_face,
     check_peer_may_produce,
 )
-from octosync.hub.types import ConnId, HubConfig, HubStats, Recorder, StreamId
+from octosync.hub.types import ConnId, Grants, HubConfig, HubStats, Recorder, StreamId
 from octosync.ipc.messages import Snapshot
 
 
@@ -71,6 +73,11 @@ class Authority:
         if isinstance(stream_id, str):
             self.config.limits.check_stream_name(stream_id)
 
+    def check_publisher(self, grants: Grants, stream_id: StreamId) -> None:
+        """``grants`` allow publishing ``stream_id`` (a chain stream: only its publisher)."""
+        require(grants, stream_id, "publish")
+        check_chain_publisher(grants, stream_id)
+
     def check_producer(self, stream_id: StreamId, conn: ConnId | None) -> None:
         """``ForbiddenPublish`` if the stream has a producer other than ``conn`` (None: a
         connection that has not joined yet); peers never produce the server's streams."""
@@ -86,7 +93,7 @@ class Authority:
         """Apply ``frame`` from ``c`` to its stream, or raise and change nothing."""
         try:
             self.check_stream(c.face, stream_id)
-            c.require(stream_id, "publish")
+            self.check_publisher(c.grants, stream_id)
             limits = self.config.limits
             if isinstance(frame, SnapshotFrame):
                 limits.check_epoch(frame.epoch)

@@ -21,7 +21,7 @@ from octosync.hub.authority import Authority
 from octosync.hub.connections import Connections, require
 from octosync.hub.fanout import Fanout
 from octosync.hub.model import Frame
-from octosync.hub.streams import check_peer_may_write, encoder_face
+from octosync.hub.streams import check_chain_write, check_peer_may_write, encoder_face
 from octosync.hub.types import (
     GLOBAL_SCOPE,
     AcceptHook,
@@ -136,9 +136,11 @@ class Hub:
         """What ``subscribe`` (or, with ``publish``, ``publish``) will refuse a new connection
         holding ``grants``, asked before its handshake is answered, so that the refusal arrives
         in place of the reply instead of after it (a client learns at once, not never)."""
-        require(grants, stream_id, "publish" if publish else "read")
         if publish:
+            self._authority.check_publisher(grants, stream_id)
             self._authority.check_producer(stream_id, None)
+        else:
+            require(grants, stream_id, "read")
 
     def view_of(self, conn: ConnId) -> ViewKey:
         return self._conns.get(conn).view
@@ -201,6 +203,7 @@ class Hub:
         self._authority.check_stream(c.face, stream_id)
         check_peer_may_write(stream_id)
         c.require(stream_id, "write")
+        check_chain_write(stream_id)
         stream = self._authority.get(stream_id)
         if stream is None or stream.producer is None:
             raise Forbidden(f"stream {stream_id!r} has no producer to take writes")

@@ -8,18 +8,29 @@ encoders of the face that produced it.
 ``map:<name>`` streams are lazily streams the server itself produces: TopGun map ``<name>``
 as a read-only view (``topgun.map_streams``). Lazily peers subscribe to them like any other,
 but none may produce one or write to it (``ForbiddenPublish``, ``Forbidden``).
+
+Chain streams are ``chain:<name>``: lazily streams carrying a chain's computed state
+(``octosync chain publish``). Only the chain's publisher may produce one: a connection needs
+``publish`` on the stream *and* on its publisher scope ``$chain:<name>``. Names starting with
+``$`` are never granted by a wildcard, so a token granting ``publish`` on ``*`` cannot pose as
+the chain. The chain's state changes only through its devices' events, so nobody may ``write``
+to a chain stream (the publisher would have nothing to do with the write).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from octosync.errors import Forbidden, ForbiddenPublish
+
+if TYPE_CHECKING:
+    from octosync.hub.types import Grants
 
 Face = Literal["lazily", "wvp"]
 WARP_PREFIX: Final = "warp:"
 MAP_PREFIX: Final = "map:"
+CHAIN_PREFIX: Final = "chain:"
 SERVER_PRODUCER: Final = -1
 """The producer id of the streams the server produces (no connection has it)."""
 
@@ -80,4 +91,41 @@ def check_face(face: Face, stream: Hashable) -> None:
     if owner != face:
         raise Forbidden(
             f"stream {stream!r} belongs to the {owner} face, not the {face} face", path="stream"
+        )
+
+
+def chain_stream_id(chain: str) -> str:
+    """The hub's name for the computed state of chain ``chain``."""
+    return f"{CHAIN_PREFIX}{chain}"
+
+
+def is_chain_stream(stream: Hashable) -> bool:
+    return isinstance(stream, str) and stream.startswith(CHAIN_PREFIX)
+
+
+def chain_publisher_scope(stream: str) -> str:
+    """The grant that makes a connection the publisher of chain stream ``stream``."""
+    return f"${stream}"
+
+
+def check_chain_publisher(grants: Grants, stream: Hashable) -> None:
+    """``Forbidden`` when ``stream`` is a chain stream and ``grants`` do not name its publisher."""
+    if not is_chain_stream(stream):
+        return
+    assert isinstance(stream, str)
+    scope = chain_publisher_scope(stream)
+    if not grants.allows(scope, "publish"):
+        raise Forbidden(
+            f"stream {stream!r} is a chain's state: only its publisher (granted publish on "
+            f"{scope!r}) may produce it",
+            path="stream",
+        )
+
+
+def check_chain_write(stream: Hashable) -> None:
+    """``Forbidden`` for a write to a chain stream: its state changes only through events."""
+    if is_chain_stream(stream):
+        raise Forbidden(
+            f"stream {stream!r} is a chain's state: it changes only through the chain's events",
+            path="stream",
         )

@@ -241,6 +241,26 @@ def _watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _publish(args: argparse.Namespace) -> int:
+    from octosync.links.publish import publish_chain
+
+    def ready(publication: Any) -> None:
+        print(f"publishing chain {args.chain!r} as stream {publication.stream!r}", flush=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            publish_chain(
+                args.chain,
+                args.config,
+                args.url,
+                token=args.token,
+                name=args.name,
+                ready=ready,
+            )
+        )
+    return 0
+
+
 def register(sub: Any) -> None:
     chain = sub.add_parser("chain", help="Octoprotocol chain replication")
     commands = chain.add_subparsers(dest="chain_command", required=True)
@@ -283,6 +303,29 @@ def register(sub: Any) -> None:
     watch.add_argument("--name", default="observer", help="observer name (never sends events)")
     watch.add_argument("--limit", type=int, default=None, help="stop after N states")
     watch.set_defaults(func=_watch)
+
+    server = "ws://127.0.0.1:8765/lazily"
+    publish = commands.add_parser(
+        "publish", help="serve the chain's state as stream chain:NAME on an octosync server"
+    )
+    publish.add_argument("--chain", default="demo", help="chain name (demo)")
+    publish.add_argument("--config", default=url, help=f"NATS URL ({url})")
+    publish.add_argument(
+        "--server",
+        "--url",
+        dest="url",
+        default=server,
+        help=f"the octosync server's lazily endpoint ({server})",
+    )
+    publish.add_argument(
+        "--token",
+        default=None,
+        help="JWT granting publish on chain:NAME and $chain:NAME (unless --insecure-dev)",
+    )
+    publish.add_argument(
+        "--name", default=None, help="the watcher's device name (default: host and pid)"
+    )
+    publish.set_defaults(func=_publish)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,9 @@ class ConfigStore:
         self._config: KeyValue | None = None
         self._beats: KeyValue | None = None
 
-    async def open(self) -> ConfigStore:
+    async def open(self, *, create: bool = True) -> ConfigStore:
+        """Connect and open the chain's buckets; ``create=False``: a chain nobody started is
+        ``ReplicationError`` instead of new buckets (a relay must not make chains by name)."""
         try:
             self._nc = await nats.connect(
                 self.url, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.2
@@ -42,8 +44,14 @@ class ConfigStore:
         except Exception as exc:
             raise ReplicationError(f"cannot reach NATS at {self.url}: {exc}") from exc
         js = self._nc.jetstream()
-        self._config = await _bucket(js, f"chain_{self.chain}", ttl=None)
-        self._beats = await _bucket(js, f"chain_{self.chain}_alive", ttl=HEARTBEAT_TTL)
+        try:
+            self._config = await _bucket(js, f"chain_{self.chain}", ttl=None, create=create)
+            self._beats = await _bucket(
+                js, f"chain_{self.chain}_alive", ttl=HEARTBEAT_TTL, create=create
+            )
+        except BucketNotFoundError:
+            await self.close()
+            raise ReplicationError(f"no chain {self.chain!r} at {self.url}") from None
         return self
 
     async def close(self) -> None:
@@ -107,11 +115,13 @@ class ConfigStore:
             return set()
 
 
-async def _bucket(js: object, name: str, *, ttl: float | None) -> KeyValue:
+async def _bucket(js: object, name: str, *, ttl: float | None, create: bool) -> KeyValue:
     key_value: Callable[[str], Awaitable[KeyValue]] = js.key_value  # type: ignore[attr-defined]
     try:
         return await key_value(name)
     except BucketNotFoundError:
-        create = js.create_key_value  # type: ignore[attr-defined]
-        bucket: KeyValue = await create(bucket=name, history=1, ttl=ttl)
+        if not create:
+            raise
+        make = js.create_key_value  # type: ignore[attr-defined]
+        bucket: KeyValue = await make(bucket=name, history=1, ttl=ttl)
         return bucket

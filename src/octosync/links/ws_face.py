@@ -8,16 +8,22 @@ bootstrap request. Identity follows the other faces: a bearer token (``?token=``
 ``Authorization``) whose ``sub`` is the device name and which grants ``publish`` on stream
 ``chain/{name}``; with ``--insecure-dev`` an anonymous device names itself with ``?device=``.
 
+A chain nobody started is not created by asking for it: the face opens only existing
+configurations (the WebSocket closes with 1013, try again later), and a name that cannot be a
+chain's is 404 before the upgrade.
+
 When the head fails, the TCP connection drops and the WebSocket is closed with 1012 (service
 restart): the browser reconnects and bootstraps with the new head, as the protocol expects.
 
-Wiring: ``add_routes(app, config_url, auth)`` adds the route to any aiohttp application.
+Wiring: ``add_routes(app, config_url, auth)`` adds the route to any aiohttp application;
+``octosync serve --chain-config nats://HOST:PORT`` mounts it on the server (``server/app.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 
 from aiohttp import WSMsgType, web
 
@@ -33,6 +39,8 @@ TO_DEVICE: ChainCodec[HeadToDevice] = ChainCodec(HeadToDevice, "json")
 CLOSE_RESTART = 1012
 CLOSE_POLICY = 1008
 CLOSE_UNAVAILABLE = 1013
+CHAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a chain's NATS buckets (``chain_<name>``) can be named."""
 
 
 class ChainFace:
@@ -44,7 +52,7 @@ class ChainFace:
     async def _configs(self, chain: str) -> ConfigStore:
         store = self._stores.get(chain)
         if store is None:
-            store = await ConfigStore(self.config_url, chain).open()
+            store = await ConfigStore(self.config_url, chain).open(create=False)
             self._stores[chain] = store
         return store
 
@@ -66,6 +74,9 @@ class ChainFace:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         chain = request.match_info["name"]
+        if CHAIN_NAME.fullmatch(chain) is None:
+            message = "a chain name is 1 to 64 letters, digits, '_' or '-'"
+            return web.json_response({"code": "NotFound", "message": message}, status=404)
         try:
             device = self.device_name(request, chain)
         except OctosyncError as exc:
@@ -113,7 +124,10 @@ class ChainFace:
     async def _connect_head(
         self, chain: str
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        config, _ = await (await self._configs(chain)).read()
+        try:
+            config, _ = await (await self._configs(chain)).read()
+        except Exception:  # NATS unreachable or no such chain: the device retries later
+            return None
         for member in config.members:  # the head first; the rest in order if it is gone
             with contextlib.suppress(OSError):
                 return await asyncio.open_connection(member.host, member.port)

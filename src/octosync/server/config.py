@@ -26,6 +26,9 @@ class ServerConfig:
     tcp_port: int | None = None
     dataspace_port: int | None = None
     """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
+    chain_config: str | None = None
+    """NATS URL of the chain configurations; set: ``/chain/{name}`` relays browser devices to
+    each chain's head (``links.ws_face``). None: no chain face."""
     dataspace_secret: bytes | None = None
     """The sturdy-ref secret; None: ``<data_dir>/dataspace.key`` (made on first use)."""
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -113,6 +116,16 @@ class ServerConfig:
             )
 
 
+def chain_url(url: str) -> str:
+    """``url`` if it names a NATS server (``nats://HOST:PORT``); ``ConfigError`` otherwise."""
+    if not url.startswith(("nats://", "tls://")) or not url.split("://", 1)[1]:
+        raise ConfigError(
+            f"the chain configuration is a NATS URL (nats://HOST:PORT), not {url!r}",
+            path="chain_config",
+        )
+    return url
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -185,6 +198,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "port": _set("port", int),
         "tcp_port": _set("tcp_port", int),
         "dataspace_port": _set("dataspace_port", int),
+        "chain_config": Key((str,), lambda cfg, v, _p: replace(cfg, chain_config=chain_url(v))),
         "data": Key((str,), lambda cfg, v, _p: replace(cfg, data_dir=Path(v))),
         "max_frame_size": _set("max_frame_size", int),
         "shutdown_deadline": _set("shutdown_deadline", *_NUMBER),
