@@ -14,6 +14,8 @@ chain's is 404 before the upgrade.
 
 When the head fails, the TCP connection drops and the WebSocket is closed with 1012 (service
 restart): the browser reconnects and bootstraps with the new head, as the protocol expects.
+The WebSocket itself is served by the shared loop of ``server.connection`` (session:
+``server.chain_session``), so limits, budgets, token expiry and the shutdown drain apply.
 
 Wiring: ``add_routes(app, config_url, auth)`` adds the route to any aiohttp application;
 ``octosync serve --chain-config nats://HOST:PORT`` mounts it on the server (``server/app.py``).
@@ -25,16 +27,19 @@ import asyncio
 import contextlib
 import re
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
-from octosync.chain.records import DeviceToHead, HeadToDevice
+from octosync.chain.records import HeadToDevice
 from octosync.errors import OctosyncError, Unauthorized
 from octosync.links import frames
 from octosync.links.config_store import ConfigStore
-from octosync.server.auth import AuthConfig, authenticate, bearer_token
+from octosync.server.auth import AuthConfig, ClaimGrants, authenticate, bearer_token
+from octosync.server.chain_session import ChainSession
+from octosync.server.connection import serve_ws
+from octosync.server.runtime import Runtime
 from octosync.wire.chain import ChainCodec
+from octosync.wire.websocket import ws_frame
 
-FROM_DEVICE: ChainCodec[DeviceToHead] = ChainCodec(DeviceToHead, "json")
 TO_DEVICE: ChainCodec[HeadToDevice] = ChainCodec(HeadToDevice, "json")
 CLOSE_RESTART = 1012
 CLOSE_POLICY = 1008
@@ -81,45 +86,30 @@ class ChainFace:
             device = self.device_name(request, chain)
         except OctosyncError as exc:
             return web.json_response({"code": exc.name, "message": str(exc)}, status=401)
-        ws = web.WebSocketResponse(heartbeat=20)
-        await ws.prepare(request)
         head = await self._connect_head(chain)
         if head is None:
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
             await ws.close(code=CLOSE_UNAVAILABLE, message=b"no chain head reachable")
             return ws
         reader, writer = head
         writer.write(frames.encode(frames.DeviceHello(0, device)))
-        relay = asyncio.get_running_loop().create_task(self._to_device(reader, ws))
-        try:
-            async for msg in ws:
-                if msg.type is not WSMsgType.TEXT:
-                    await ws.close(code=CLOSE_POLICY, message=b"text frames only")
-                    break
-                try:
-                    record = FROM_DEVICE.decode(msg.data.encode())
-                except OctosyncError as exc:
-                    await ws.send_json({"Type": "Error", "Code": exc.name, "Message": str(exc)})
-                    await ws.close(code=CLOSE_POLICY, message=exc.name.encode())
-                    break
-                writer.write(frames.encode(frames.FromDevice(0, record)))
-        finally:
-            relay.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await relay
-            writer.close()
-        return ws
+        opened: list[bool] = []
 
-    async def _to_device(self, reader: asyncio.StreamReader, ws: web.WebSocketResponse) -> None:
-        try:
-            while True:
-                frame = await frames.read_frame(reader)
-                if isinstance(frame, frames.ForDevice):
-                    await ws.send_str(TO_DEVICE.encode(frame.message).decode())
-                elif isinstance(frame, frames.Refused):
-                    await ws.close(code=CLOSE_RESTART, message=frame.code.encode())
-                    return
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, OctosyncError):
-            await ws.close(code=CLOSE_RESTART, message=b"chain head lost; reconnect")
+        def open_session(rt: Runtime, conn: int, identity: ClaimGrants) -> ChainSession:
+            relay = asyncio.get_running_loop().create_task(_to_device(reader, rt, conn))
+
+            def closed() -> None:
+                relay.cancel()
+                writer.close()
+
+            opened.append(True)
+            return ChainSession(rt, identity, writer.write, closed)
+
+        response = await serve_ws(request, open_session)
+        if not opened:  # refused before the upgrade (shutting down)
+            writer.close()
+        return response
 
     async def _connect_head(
         self, chain: str
@@ -132,6 +122,22 @@ class ChainFace:
             with contextlib.suppress(OSError):
                 return await asyncio.open_connection(member.host, member.port)
         return None
+
+
+async def _to_device(reader: asyncio.StreamReader, rt: Runtime, conn: int) -> None:
+    """The head's records for this device, written to it; a lost head closes it with 1012."""
+    try:
+        while True:
+            frame = await frames.read_frame(reader)
+            if isinstance(frame, frames.ForDevice):
+                rt.deliver(conn, ws_frame(TO_DEVICE.encode(frame.message), text=True))
+            elif isinstance(frame, frames.Refused):
+                break
+    except (asyncio.IncompleteReadError, ConnectionError, OSError, OctosyncError):
+        pass
+    link = rt.links.get(conn)
+    if link is not None:
+        link.close_soon(CLOSE_RESTART)
 
 
 def add_routes(app: web.Application, config_url: str, auth: AuthConfig) -> ChainFace:

@@ -32,7 +32,7 @@ from octosync.wire.websocket import ws_frame
 
 log = logging.getLogger(__name__)
 
-FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun")
+FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun", "chain")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 
 
