@@ -16,7 +16,6 @@ from octosync.server.chain_session import ChainSession
 from octosync.server.config import ServerConfig
 from octosync.server.runtime import Runtime
 
-
 EVENT = b'{"Type": "DeviceEvent", "DeviceSequencer": 1, "Name": "move", "Payload": "{}"}'
 
 
