@@ -1,0 +1,383 @@
+"""A server's link to the cluster over NATS: another transport into the same hub.
+
+It only moves bytes and performs what ``cluster.core.ClusterCore`` decides: it publishes the
+frames the core forwards, feeds frames, heartbeats and ownership entries from NATS into the
+core, performs compare-and-sets in JetStream KV, answers snapshot requests from the hub's own
+mirror, and applies remote frames through one hub connection per remote owner (so the hub's
+authority and fan-out stay the only ones).
+
+Subjects (``PREFIX`` = ``octosync.<cluster>``): ``PREFIX.f.<stream>`` stream frames,
+``PREFIX.hb`` heartbeats, ``PREFIX.snap.<node>`` snapshot requests to a node; the KV bucket
+``octosync_<cluster>_owners`` holds one entry per stream. Stream names are written in subjects
+and keys as unpadded base64url.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import contextlib
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
+
+from octosync.cluster.core import (
+    Apply,
+    Claim,
+    ClusterCore,
+    ClusterTiming,
+    DropRemote,
+    Effect,
+    Forward,
+    Kick,
+    PublishSnapshot,
+    Release,
+    RequestSnapshot,
+)
+from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError, ReplicationError
+from octosync.hub import AllowAll, ViewKey, lazily_frame
+from octosync.hub.model import Frame
+from octosync.hub.types import ConnId, StreamId
+from octosync.ipc.messages import Delta, Snapshot
+from octosync.server.lazily_dialect import DIALECT_SET
+from octosync.server.runtime import Runtime, lazily_dialect_key
+from octosync.wire import cluster as wire
+from octosync.wire.cluster import Heartbeat, NoSnapshot, SnapshotRequest, StreamFrame, StreamLoad
+
+log = logging.getLogger("octosync.cluster")
+
+DEFAULT_CLUSTER = "octosync"
+NODE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+REMOTE_VIEW = ViewKey(lazily_dialect_key(DIALECT_SET["msgpack"], "ws"))
+"""The view of the hub connections that stand for remote owners (they never read)."""
+REQUEST_TIMEOUT = 1.0
+
+
+def check_node_id(node: str) -> str:
+    if not NODE_ID.match(node):
+        raise ConfigError(
+            f"--node-id {node!r}: use 1 to 64 letters, digits, '-' or '_'", path="node_id"
+        )
+    return node
+
+
+def token(stream: str) -> str:
+    """A stream name as one subject token and KV key (unpadded base64url, never empty)."""
+    return "s" + base64.urlsafe_b64encode(stream.encode()).decode().rstrip("=")
+
+
+def stream_of(tok: str) -> str:
+    raw = tok[1:]
+    return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+
+
+class Subjects:
+    def __init__(self, cluster: str) -> None:
+        self.prefix = f"octosync.{cluster}"
+        self.frames = f"{self.prefix}.f.>"
+        self.heartbeat = f"{self.prefix}.hb"
+        self.bucket = f"octosync_{cluster}_owners"
+
+    def frame(self, stream: str) -> str:
+        return f"{self.prefix}.f.{token(stream)}"
+
+    def snapshots(self, node: str) -> str:
+        return f"{self.prefix}.snap.{node}"
+
+
+async def connect(url: str) -> NatsClient:
+    try:
+        return await nats.connect(
+            url,
+            connect_timeout=2,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            no_echo=True,
+            pending_size=64 * 1024 * 1024,
+        )
+    except Exception as exc:
+        raise ReplicationError(f"cannot reach NATS at {url}: {exc}") from exc
+
+
+async def owners_bucket(nc: NatsClient, subjects: Subjects) -> KeyValue:
+    js = nc.jetstream()
+    try:
+        return await js.key_value(subjects.bucket)
+    except BucketNotFoundError:
+        return await js.create_key_value(bucket=subjects.bucket, history=1)
+
+
+class ClusterLink:
+    """Joins one server's runtime to the cluster at ``url`` as node ``node``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        url: str,
+        node: str,
+        *,
+        cluster: str = DEFAULT_CLUSTER,
+        timing: ClusterTiming | None = None,
+    ) -> None:
+        self.rt = runtime
+        self.url = url
+        self.node = check_node_id(node)
+        self.subjects = Subjects(cluster)
+        self.core = ClusterCore(node, time.monotonic, timing)
+        self.public_url = ""
+        """This node's lazily URL, for ``cluster status`` (set once the port is bound)."""
+        self._nc: NatsClient | None = None
+        self._kv: KeyValue | None = None
+        self._remote: dict[str, ConnId] = {}
+        self._out: collections.deque[tuple[str, bytes]] = collections.deque()
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._watcher: Any = None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, read every ownership entry, then follow frames, heartbeats, requests."""
+        nc = self._nc = await connect(self.url)
+        self._kv = await owners_bucket(nc, self.subjects)
+        self._watcher = await self._kv.watchall()
+        while True:  # the entries as they are now, before any frame is taken
+            entry = await self._watcher.updates(timeout=5.0)
+            if entry is None:
+                break
+            self._entry(entry)
+        self._spawn(self._watch())
+        await nc.subscribe(self.subjects.frames, cb=self._on_frame)
+        await nc.subscribe(self.subjects.heartbeat, cb=self._on_heartbeat)
+        await nc.subscribe(self.subjects.snapshots(self.node), cb=self._on_request)
+        self._spawn(self._pump())
+        self._spawn(self._ticker())
+
+    async def stop(self) -> None:
+        """Release what this node owns and leave (the others see the entries go)."""
+        for stream, conn in list(self.core.local_producers().items()):
+            self._run(self.core.local_released(stream))
+            del conn
+        await asyncio.sleep(0)  # let the releases start
+        for task in list(self._tasks):
+            if task.get_name() == "release":
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, 2)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._nc.drain(), 2)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- the hub's side -------------------------------------------------------------------------
+
+    def on_accept(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
+        """The hub's accept hook: a local producer's frame goes through the core."""
+        body = frame.body
+        if not isinstance(stream, str) or not isinstance(body, Snapshot | Delta):
+            return  # WVP streams stay on their node (see the core's docstring)
+        if conn in self._remote.values():
+            return
+        for effect in self.core.local_frame(stream, conn):
+            if isinstance(effect, Forward):
+                self._send(
+                    self.subjects.frame(stream),
+                    wire.encode(wire.frame_of(self.node, stream, effect.claim, body)),
+                )
+            else:
+                self._run([effect])
+
+    def _run(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            match effect:
+                case Apply(frame=frame):
+                    self._apply(frame)
+                case DropRemote(stream=stream):
+                    self._drop_remote(stream)
+                case PublishSnapshot(stream=stream, claim=claim):
+                    snap = self.rt.hub.latest_snapshot(stream)
+                    if snap is not None:
+                        data = wire.encode(wire.frame_of(self.node, stream, claim, snap))
+                        self._send(self.subjects.frame(stream), data)
+                case Kick(stream=stream, conn=conn):
+                    link = self.rt.links.get(conn)
+                    if link is not None:
+                        link.fault(
+                            ForbiddenPublish(
+                                f"stream {stream!r} is produced on another node", path="stream"
+                            )
+                        )
+                case Claim(stream=stream, last=last):
+                    self._spawn(self._claim(stream, last))
+                case Release(stream=stream, last=last):
+                    self._spawn(self._release(stream, last), name="release")
+                case RequestSnapshot(stream=stream, owner=owner):
+                    self._spawn(self._request(stream, owner))
+                case Forward():
+                    raise AssertionError("forwarded frames are sent by on_accept")
+
+    def _apply(self, frame: StreamFrame) -> None:
+        hub = self.rt.hub
+        conn = self._remote.get(frame.stream)
+        if conn is None:
+            conn = self._remote[frame.stream] = self.rt.new_conn_id()
+            hub.connect(conn, REMOTE_VIEW, grants=AllowAll())
+        try:
+            hub.publish(conn, frame.stream, lazily_frame(wire.decode_body(frame)))
+        except OctosyncError as exc:
+            log.warning(
+                "cluster: a frame of %r from %s was refused: %s", frame.stream, frame.node, exc
+            )
+            self.core.apply_failed(frame.stream)
+            self._drop_remote(frame.stream)
+
+    def _drop_remote(self, stream: str) -> None:
+        conn = self._remote.pop(stream, None)
+        if conn is not None:
+            self.rt.hub.disconnect(conn)
+
+    # --- NATS's side ----------------------------------------------------------------------------
+
+    def _send(self, subject: str, data: bytes) -> None:
+        self._out.append((subject, data))
+        self._wake.set()
+
+    async def _pump(self) -> None:
+        """Publish in the order the hub accepted (one task, so one order)."""
+        assert self._nc is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._out:
+                subject, data = self._out.popleft()
+                await self._nc.publish(subject, data)
+
+    async def _on_frame(self, msg: Msg) -> None:
+        try:
+            frame = wire.decode(msg.data)
+        except OctosyncError as exc:
+            log.warning("cluster: undecodable frame on %s: %s", msg.subject, exc)
+            return
+        if isinstance(frame, StreamFrame):
+            self._run(self.core.remote_frame(frame))
+
+    async def _on_heartbeat(self, msg: Msg) -> None:
+        with contextlib.suppress(OctosyncError):
+            beat = wire.decode(msg.data)
+            if isinstance(beat, Heartbeat):
+                self.core.heartbeat(beat.node)
+
+    async def _on_request(self, msg: Msg) -> None:
+        """Another node asks for a stream's snapshot: from this hub, if this node owns it."""
+        try:
+            req = wire.decode(msg.data)
+        except OctosyncError:
+            return
+        if not isinstance(req, SnapshotRequest):
+            return
+        claim = self.core.owns(req.stream)
+        snap = None if claim is None else self.rt.hub.latest_snapshot(req.stream)
+        if claim is None or snap is None:
+            answer: wire.ClusterMessage = NoSnapshot(self.node, req.stream)
+        else:
+            answer = wire.frame_of(self.node, req.stream, claim, snap)
+        await msg.respond(wire.encode(answer))
+
+    async def _request(self, stream: str, owner: str) -> None:
+        assert self._nc is not None
+        request = wire.encode(SnapshotRequest(self.node, stream))
+        try:
+            reply = await self._nc.request(
+                self.subjects.snapshots(owner), request, timeout=REQUEST_TIMEOUT
+            )
+            answer = wire.decode(reply.data)
+        except (OctosyncError, nats.errors.Error, TimeoutError) as exc:
+            log.info("cluster: no snapshot of %r from %s: %s", stream, owner, exc)
+            return
+        if isinstance(answer, StreamFrame) and answer.stream == stream:
+            self._run(self.core.snapshot_reply(stream, answer))
+
+    async def _claim(self, stream: str, last: int) -> None:
+        assert self._kv is not None
+        key, value = token(stream), self.node.encode()
+        try:
+            if last == 0:
+                revision: int | None = await self._kv.create(key, value)
+            else:
+                revision = await self._kv.update(key, value, last=last)
+        except Exception as exc:  # a lost compare-and-set (or NATS unreachable): refused
+            log.info("cluster: claim of %r lost: %s", stream, exc)
+            revision = None
+        self._run(self.core.claim_result(stream, revision))
+
+    async def _release(self, stream: str, last: int) -> None:
+        assert self._kv is not None
+        try:
+            await self._kv.delete(token(stream), last=last)
+        except Exception as exc:  # moved on already: someone else owns it now
+            log.info("cluster: release of %r skipped: %s", stream, exc)
+
+    async def _watch(self) -> None:
+        async for entry in self._watcher:
+            if entry is not None:
+                self._entry(entry)
+
+    def _entry(self, entry: Any) -> None:
+        try:
+            stream = stream_of(entry.key)
+        except ValueError:
+            return
+        deleted = entry.operation in ("DEL", "PURGE") or not entry.value
+        owner = None if deleted else bytes(entry.value).decode()
+        self._run(self.core.ownership(stream, owner, int(entry.revision)))
+
+    async def _ticker(self) -> None:
+        period = self.core.timing.heartbeat_every
+        step = min(0.1, period)
+        beats = max(1, round(period / step))
+        n = 0
+        while True:
+            hub = self.rt.hub
+            for stream, conn in self.core.local_producers().items():
+                if hub.producer_of(stream) != conn:
+                    self._run(self.core.local_released(stream))
+            self._run(self.core.tick())
+            if n % beats == 0:
+                self._send(self.subjects.heartbeat, wire.encode(self.heartbeat()))
+            n += 1
+            await asyncio.sleep(step)
+
+    def heartbeat(self) -> Heartbeat:
+        hub = self.rt.hub
+        streams = {}
+        for sid in hub.stream_ids():
+            if isinstance(sid, str):
+                streams[sid] = StreamLoad(
+                    hub.epoch_of(sid),
+                    len(hub.subscribers_of(sid)),
+                    self.core.owns(sid) is not None,
+                )
+        conns = hub.connection_count() - len(self._remote)
+        return Heartbeat(self.node, self.public_url, streams, conns)
+
+
+def default_node_id() -> str:
+    """The host name and process id, as a node id."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:40] or "node"
+    return f"{host}-{os.getpid()}"
