@@ -17,6 +17,9 @@ Decisions:
   a node drops frames with an older revision than it knows (a stale owner that was presumed
   dead), and adopts a newer one as soon as a frame or the KV watch shows it, whichever comes
   first.
+- **Heartbeats also carry each owned stream's claim and epoch**, so a node whose copy stays
+  behind for ``retry_after`` (the frames that would have shown the gap were lost and the
+  producer went quiet) asks for a snapshot too.
 - **Node loss is seen by heartbeats**, not by entry TTLs (NATS does not tell watchers when an
   entry ages out): every node publishes a heartbeat each ``heartbeat_every`` seconds; a node
   silent for ``dead_after`` is presumed dead, its streams stop having a remote producer here
@@ -41,7 +44,7 @@ Decisions:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from octosync.wire.cluster import StreamFrame
@@ -160,6 +163,8 @@ class StreamView:
     buffer: list[StreamFrame] = field(default_factory=list)
     owner_epoch: int | None = None
     """The owner's epoch as its last frame or heartbeat said (lag = owner_epoch - epoch)."""
+    behind_since: float | None = None
+    """When a heartbeat first showed the owner ahead of what was applied here."""
 
 
 class ClusterCore:
@@ -176,9 +181,21 @@ class ClusterCore:
 
     # --- liveness ---------------------------------------------------------------------------
 
-    def heartbeat(self, node: str) -> None:
-        if node != self.node:
-            self.last_seen[node] = self._clock()
+    def heartbeat(self, node: str, owned: Mapping[str, tuple[int, int]] | None = None) -> None:
+        """``node`` is alive; ``owned``: its streams' ``(claim, epoch)``. A copy here that
+        stays behind that epoch past ``retry_after`` asks for a snapshot (the frames that
+        would have shown the gap were lost, and the producer may have gone quiet)."""
+        if node == self.node:
+            return
+        now = self._clock()
+        self.last_seen[node] = now
+        for stream, (claim, epoch) in (owned or {}).items():
+            v = self.streams.get(stream)
+            if v is None or v.owner != node or v.claim != claim:
+                continue
+            v.owner_epoch = max(v.owner_epoch or 0, epoch)
+            if v.epoch is not None and v.epoch < epoch and v.behind_since is None:
+                v.behind_since = now
 
     def alive(self, node: str) -> bool:
         if node == self.node:
@@ -211,7 +228,7 @@ class ClusterCore:
         if owner is not None and owner != self.node and self.alive(owner):
             # Another live node owns it (its frames have not reached this hub yet).
             return self._kick(v, stream)
-        v.claiming = True
+        v.claiming, v.syncing, v.buffer = True, False, []
         if owner is not None and owner != self.node:
             self.stats.takeovers += 1
         return [Claim(stream, 0 if owner is None else v.claim)]
@@ -275,6 +292,11 @@ class ClusterCore:
 
     def _adopt(self, v: StreamView, stream: str, owner: str | None, revision: int) -> list[Effect]:
         effects: list[Effect] = []
+        if revision != v.claim:
+            # A new claim is a new producer chain (even on the same node): what was applied
+            # here does not continue it, so the next state comes from its snapshot.
+            v.epoch, v.owner_epoch, v.behind_since, v.requested_at = None, None, None, None
+            v.syncing, v.buffer = False, []
         v.claim, v.owner = revision, owner
         if v.mine and owner != self.node:
             effects += self._kick(v, stream)  # taken over while this node was presumed dead
@@ -284,7 +306,7 @@ class ClusterCore:
 
     def _drop_remote(self, v: StreamView, stream: str) -> DropRemote:
         v.applied_owner, v.epoch, v.syncing, v.buffer = None, None, False, []
-        v.requested_at = None
+        v.requested_at = v.behind_since = None
         return DropRemote(stream)
 
     # --- remote frames ------------------------------------------------------------------------
@@ -302,8 +324,8 @@ class ClusterCore:
         if frame.claim > v.claim:
             effects += self._adopt(v, frame.stream, frame.node, frame.claim)
         v.owner_epoch = frame.to_epoch
-        if v.mine or v.claiming:
-            return effects  # not reachable with a higher claim: adopt kicked the producer
+        if v.local_conn is not None:
+            return effects  # this node's producer holds the hub (its claim decides)
         return effects + self._sort(v, frame)
 
     def _sort(self, v: StreamView, frame: StreamFrame) -> list[Effect]:
@@ -327,6 +349,8 @@ class ClusterCore:
 
     def _apply(self, v: StreamView, frame: StreamFrame) -> list[Effect]:
         v.epoch, v.applied_owner = frame.to_epoch, frame.node
+        if v.owner_epoch is None or v.epoch >= v.owner_epoch:
+            v.behind_since = None
         self.stats.applied += 1
         return [Apply(frame)]
 
@@ -346,7 +370,7 @@ class ClusterCore:
     def snapshot_reply(self, stream: str, frame: StreamFrame | None) -> list[Effect]:
         """The owner's answer to ``RequestSnapshot`` (None: it had none to give)."""
         v = self.view(stream)
-        if frame is None or not v.syncing or frame.kind != "snapshot":
+        if frame is None or not v.syncing or frame.kind != "snapshot" or v.local_conn is not None:
             return []
         if frame.claim != v.claim or frame.node != v.owner:
             return []  # ownership moved on since the request; the next tick asks again
@@ -366,14 +390,18 @@ class ClusterCore:
         effects: list[Effect] = []
         for stream, v in self.streams.items():
             owner = v.owner
-            if owner is None or owner == self.node:
+            if owner is None or owner == self.node or v.local_conn is not None:
                 continue
             if not self.alive(owner):
                 if v.applied_owner is not None or v.syncing:
                     effects.append(self._drop_remote(v, stream))
                 continue
             due = v.requested_at is None or now - v.requested_at >= self.timing.retry_after
-            if (v.epoch is None or v.syncing) and due:
+            behind = v.behind_since is not None and now - v.behind_since >= self.timing.retry_after
+            if (v.epoch is None or v.syncing or behind) and due:
+                if behind:
+                    self.stats.gaps += 1
+                    v.behind_since = None
                 v.syncing = True
                 effects += self._request(v, stream, owner)
         return effects

@@ -196,7 +196,7 @@ async def cluster_status(url: str, listen: float = 1.5) -> dict[str, Any]:
     head: dict[str, int] = {}
     for beat in beats.values():
         for name, load in beat.streams.items():
-            if load.owned and load.epoch is not None:
+            if load.claim and load.epoch is not None:
                 head[name] = load.epoch
     nodes = []
     for node in sorted(beats):
@@ -209,7 +209,7 @@ async def cluster_status(url: str, listen: float = 1.5) -> dict[str, Any]:
             streams[name] = {
                 "epoch": load.epoch,
                 "subscribers": load.subscribers,
-                "owner": load.owned,
+                "owner": bool(load.claim),
                 "lag": lag,
             }
         nodes.append(

@@ -281,7 +281,12 @@ class ClusterLink:
         with contextlib.suppress(OctosyncError):
             beat = wire.decode(msg.data)
             if isinstance(beat, Heartbeat):
-                self.core.heartbeat(beat.node)
+                owned = {
+                    s: (load.claim, load.epoch)
+                    for s, load in beat.streams.items()
+                    if load.claim and load.epoch is not None
+                }
+                self.core.heartbeat(beat.node, owned)
 
     async def _on_request(self, msg: Msg) -> None:
         """Another node asks for a stream's snapshot: from this hub, if this node owns it."""
@@ -369,9 +374,7 @@ class ClusterLink:
         for sid in hub.stream_ids():
             if isinstance(sid, str):
                 streams[sid] = StreamLoad(
-                    hub.epoch_of(sid),
-                    len(hub.subscribers_of(sid)),
-                    self.core.owns(sid) is not None,
+                    hub.epoch_of(sid), len(hub.subscribers_of(sid)), self.core.owns(sid) or 0
                 )
         conns = hub.connection_count() - len(self._remote)
         return Heartbeat(self.node, self.public_url, streams, conns)

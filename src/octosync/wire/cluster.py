@@ -54,7 +54,8 @@ class StreamLoad(msgspec.Struct, frozen=True):
 
     epoch: Epoch | None
     subscribers: int
-    owned: bool
+    claim: Epoch = 0
+    """The claim revision under which this node owns the stream (0: it does not)."""
 
 
 class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
