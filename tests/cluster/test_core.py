@@ -28,7 +28,9 @@ from octosync.cluster.core import (
     DropRemote,
     Effect,
     Forward,
+    Hold,
     Kick,
+    PublishHeld,
     PublishSnapshot,
     Release,
     RequestSnapshot,
@@ -69,6 +71,7 @@ class ClusterMachine(RuleBasedStateMachine):
         self.watch: dict[str, list[tuple[str | None, int]]] = {}
         self.kv_ops: list[tuple[str, Claim | Release]] = []
         self.requests: list[tuple[str, str]] = []
+        self.held: dict[str, list[tuple[str, int, int]]] = {}
         self.kv: tuple[str | None, int] = (None, 0)
         self.revision = 0
         self.won: dict[int, str] = {}
@@ -99,6 +102,16 @@ class ClusterMachine(RuleBasedStateMachine):
                     assert frame is not None
                     chain, frm, to = frame
                     self.send(sim, claim, "delta", frm, to, chain)
+                case Hold(first=first):
+                    assert frame is not None
+                    if first:
+                        assert frame[1] == frame[2], "held frames start with a snapshot"
+                        self.held[sim.name] = [frame]
+                    else:
+                        self.held[sim.name].append(frame)
+                case PublishHeld(claim=claim):
+                    for i, (chain, frm, to) in enumerate(self.held.pop(sim.name)):
+                        self.send(sim, claim, "snapshot" if i == 0 else "delta", frm, to, chain)
                 case PublishSnapshot(claim=claim):
                     assert sim.hub.epoch is not None
                     assert sim.hub.chain is not None
@@ -410,8 +423,9 @@ def test_a_local_producer_is_refused_while_the_owner_is_heard_and_claims_once_it
     assert core.local_frame(S, 7) == [Kick(S, 7)]
     clock.now += TIMING.dead_after
     assert core.tick() == [DropRemote(S)]
-    assert core.local_frame(S, 8) == [Claim(S, 1)]
+    assert core.local_frame(S, 8) == [Claim(S, 1), Hold(S, first=True)]
+    assert core.local_frame(S, 8) == [Hold(S, first=False)]
     assert core.stats.takeovers == 1
-    assert core.claim_result(S, 5) == [PublishSnapshot(S, 5)]
+    assert core.claim_result(S, 5) == [PublishHeld(S, 5)]
     assert core.local_frame(S, 8) == [Forward(S, 5)]
     assert core.local_released(S) == [Release(S, 5)]

@@ -31,8 +31,9 @@ Decisions:
   without fetching anything. The cost is that every node applies every frame; following only
   streams with local subscribers is left for later.
 - **The owner publishes each accepted frame once**, as the bytes encoded once (``wire.cluster``
-  frames); frames a producer sends while its node's claim is pending are held back, and once
-  the claim is won the owner publishes its hub's snapshot, so the other nodes start from it.
+  frames). Frames a producer sends while its node's claim is pending are held (its snapshot
+  first) and published in order once the claim is won, so subscribers on every node see every
+  delta; past ``max_held`` the owner publishes its hub's snapshot instead.
 - **Remote frames enter the hub as frames of a remote producer**: the I/O side holds one hub
   connection per remote owner of a stream and publishes through it, so the hub's authority,
   gap checks and fan-out apply unchanged (and a local producer of a remotely owned stream is
@@ -86,6 +87,23 @@ class PublishSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """Keep the frame the local hub just accepted until the claim is decided (``first``: it
+    starts a new producer's held frames, which begin with its snapshot)."""
+
+    stream: str
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PublishHeld:
+    """The claim was won: publish the held frames, in order, under claim ``claim``."""
+
+    stream: str
+    claim: int
+
+
+@dataclass(frozen=True, slots=True)
 class Kick:
     """The local producer ``conn`` lost the stream to another node: refuse it."""
 
@@ -115,7 +133,18 @@ class RequestSnapshot:
     owner: str
 
 
-Effect = Forward | Claim | Release | PublishSnapshot | Kick | Apply | DropRemote | RequestSnapshot
+Effect = (
+    Forward
+    | Claim
+    | Release
+    | Hold
+    | PublishHeld
+    | PublishSnapshot
+    | Kick
+    | Apply
+    | DropRemote
+    | RequestSnapshot
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +155,9 @@ class ClusterTiming:
     max_buffered: int = 4096
     """Frames held per stream while its snapshot is awaited; past that they are dropped and
     the snapshot asked for again."""
+    max_held: int = 1024
+    """A local producer's frames held while its node's claim is decided; past that, the
+    other nodes start from the snapshot instead of every frame."""
 
 
 @dataclass(slots=True)
@@ -154,6 +186,8 @@ class StreamView:
     local_conn: ConnId | None = None
     mine: bool = False
     claiming: bool = False
+    held: int = 0
+    """Frames of the local producer held while the claim is decided."""
     applied_owner: str | None = None
     """The remote owner whose producer connection is in the local hub."""
     epoch: int | None = None
@@ -223,15 +257,19 @@ class ClusterCore:
             self.stats.published += 1
             return [Forward(stream, v.claim)]
         if v.claiming:
+            if v.held < self.timing.max_held:
+                v.held += 1
+                return [Hold(stream, first=False)]
+            v.held = self.timing.max_held + 1  # too many: the snapshot will stand for them
             return []
         owner = v.owner
         if owner is not None and owner != self.node and self.alive(owner):
             # Another live node owns it (its frames have not reached this hub yet).
             return self._kick(v, stream)
-        v.claiming, v.syncing, v.buffer = True, False, []
+        v.claiming, v.syncing, v.buffer, v.held = True, False, [], 1
         if owner is not None and owner != self.node:
             self.stats.takeovers += 1
-        return [Claim(stream, 0 if owner is None else v.claim)]
+        return [Claim(stream, 0 if owner is None else v.claim), Hold(stream, first=True)]
 
     def claim_result(self, stream: str, revision: int | None) -> list[Effect]:
         """The compare-and-set of ``Claim`` succeeded at ``revision``, or lost (None)."""
@@ -245,6 +283,10 @@ class ClusterCore:
         if v.local_conn is None:  # the producer left while the claim was on its way
             return self._release(v, stream)
         v.mine = True
+        held, v.held = v.held, 0
+        if 0 < held <= self.timing.max_held:
+            self.stats.published += held
+            return [PublishHeld(stream, revision)]
         self.stats.published += 1
         return [PublishSnapshot(stream, revision)]
 
@@ -274,7 +316,7 @@ class ClusterCore:
 
     def _kick(self, v: StreamView, stream: str) -> list[Effect]:
         conn = v.local_conn
-        v.local_conn, v.mine, v.claiming = None, False, False
+        v.local_conn, v.mine, v.claiming, v.held = None, False, False, 0
         if conn is None:
             return []
         self.stats.kicks += 1

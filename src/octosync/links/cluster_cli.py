@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,17 @@ def _wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.
 
 
 def start_node(
-    url: str, node_id: str, port: int, data: Path, *, log: Path | None = None
+    url: str | None,
+    node_id: str,
+    port: int,
+    data: Path,
+    *,
+    log: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
-    """``octosync serve --cluster URL --node-id ID`` on loopback, once it answers /healthz."""
+    """``octosync serve --cluster URL --node-id ID`` on loopback, once it answers /healthz
+    (``url`` None: a server alone, for a baseline; ``extra``: more ``serve`` options)."""
+    cluster = [] if url is None else ["--cluster", url, "--node-id", node_id]
     data.mkdir(parents=True, exist_ok=True)
     out = open(log or data / "serve.log", "ab")  # noqa: SIM115 (the child keeps it)
     try:
@@ -73,10 +82,8 @@ def start_node(
                 str(port),
                 "--data",
                 str(data),
-                "--cluster",
-                url,
-                "--node-id",
-                node_id,
+                *cluster,
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

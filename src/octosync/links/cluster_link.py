@@ -40,7 +40,9 @@ from octosync.cluster.core import (
     DropRemote,
     Effect,
     Forward,
+    Hold,
     Kick,
+    PublishHeld,
     PublishSnapshot,
     Release,
     RequestSnapshot,
@@ -140,6 +142,7 @@ class ClusterLink:
         self._nc: NatsClient | None = None
         self._kv: KeyValue | None = None
         self._remote: dict[str, ConnId] = {}
+        self._held: dict[str, list[Snapshot | Delta]] = {}
         self._out: collections.deque[tuple[str, bytes]] = collections.deque()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -200,6 +203,11 @@ class ClusterLink:
                     self.subjects.frame(stream),
                     wire.encode(wire.frame_of(self.node, stream, effect.claim, body)),
                 )
+            elif isinstance(effect, Hold):
+                if effect.first:
+                    self._held[stream] = [body]
+                else:
+                    self._held.setdefault(stream, []).append(body)
             else:
                 self._run([effect])
 
@@ -210,12 +218,20 @@ class ClusterLink:
                     self._apply(frame)
                 case DropRemote(stream=stream):
                     self._drop_remote(stream)
+                case PublishHeld(stream=stream, claim=claim):
+                    subject = self.subjects.frame(stream)
+                    for held in self._held.pop(stream, []):
+                        self._send(
+                            subject, wire.encode(wire.frame_of(self.node, stream, claim, held))
+                        )
                 case PublishSnapshot(stream=stream, claim=claim):
+                    self._held.pop(stream, None)
                     snap = self.rt.hub.latest_snapshot(stream)
                     if snap is not None:
                         data = wire.encode(wire.frame_of(self.node, stream, claim, snap))
                         self._send(self.subjects.frame(stream), data)
                 case Kick(stream=stream, conn=conn):
+                    self._held.pop(stream, None)
                     link = self.rt.links.get(conn)
                     if link is not None:
                         link.fault(
@@ -226,11 +242,12 @@ class ClusterLink:
                 case Claim(stream=stream, last=last):
                     self._spawn(self._claim(stream, last))
                 case Release(stream=stream, last=last):
+                    self._held.pop(stream, None)
                     self._spawn(self._release(stream, last), name="release")
                 case RequestSnapshot(stream=stream, owner=owner):
                     self._spawn(self._request(stream, owner))
-                case Forward():
-                    raise AssertionError("forwarded frames are sent by on_accept")
+                case Forward() | Hold():
+                    raise AssertionError("on_accept sends or holds the frame it was given")
 
     def _apply(self, frame: StreamFrame) -> None:
         hub = self.rt.hub
