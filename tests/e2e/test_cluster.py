@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from octosync.client.lazily import Backoff, Client, Publication, Subscription, connect
@@ -132,6 +133,19 @@ async def _within(coro: Awaitable[None], seconds: float) -> None:
     await asyncio.wait_for(coro, seconds)
 
 
+async def scrape(node: Node) -> dict[str, float]:
+    """The node's unlabelled metrics from ``/metrics``."""
+    http_url = node.url.replace("ws://", "http://").replace("/lazily", "/metrics")
+    async with aiohttp.ClientSession() as http, http.get(http_url) as response:
+        text = await response.text()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
 def _contiguous(values: list[int]) -> bool:
     return all(b == a + 1 for a, b in itertools.pairwise(values))
 
@@ -168,6 +182,14 @@ async def test_deltas_reach_other_nodes_in_order_and_a_second_producer_is_refuse
             assert sorted(by_node) == ["n1", "n2", "n3"]
             assert by_node["n1"]["streams"][STREAM]["owner"] is True
             assert by_node["n3"]["streams"][STREAM]["lag"] == 0
+
+            metrics = {n.id: await scrape(n) for n in cluster.nodes}
+            assert metrics["n1"]["octosync_cluster_published_total"] >= last - first2
+            assert metrics["n1"]["octosync_cluster_claims_won_total"] == 1
+            for other in ("n2", "n3"):
+                assert metrics[other]["octosync_cluster_applied_total"] >= last - first2
+                assert metrics[other]["octosync_cluster_gaps_total"] == 0
+                assert metrics[other]["octosync_cluster_nodes_alive"] == 3
 
             with pytest.raises(ForbiddenPublish):
                 await asyncio.wait_for(rival.publish(STREAM, Counter().ctx), 10)

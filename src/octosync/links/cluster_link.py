@@ -98,18 +98,38 @@ class Subjects:
         return f"{self.prefix}.snap.{node}"
 
 
-async def connect(url: str) -> NatsClient:
+async def connect(url: str, *, timeout: float = 5.0) -> NatsClient:
+    """Connect (bounded: a server that is not there is an error at start-up); once connected,
+    the client reconnects by itself for as long as it takes."""
+    connected = False
+
+    async def errors(exc: Exception) -> None:
+        """Once connected, a lost connection (retried) is one log line, not a traceback."""
+        if connected:
+            log.warning("cluster: NATS: %s", exc or type(exc).__name__)
+
     try:
-        return await nats.connect(
-            url,
-            connect_timeout=2,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.2,
-            no_echo=True,
-            pending_size=64 * 1024 * 1024,
+        nc = await asyncio.wait_for(
+            nats.connect(
+                url,
+                connect_timeout=2,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.2,
+                no_echo=True,
+                pending_size=64 * 1024 * 1024,
+                error_cb=errors,
+            ),
+            timeout,
         )
+    except TimeoutError:
+        raise ReplicationError(
+            f"cannot reach NATS at {url}: no answer within {timeout:g}s (is nats-server running "
+            "there with -js? 'octosync cluster up' starts one)"
+        ) from None
     except Exception as exc:
         raise ReplicationError(f"cannot reach NATS at {url}: {exc}") from exc
+    connected = True
+    return nc
 
 
 async def owners_bucket(nc: NatsClient, subjects: Subjects) -> KeyValue:
