@@ -5,8 +5,8 @@ processes, the same delta bytes, at most ``--window`` deltas in flight as counte
 slowest subscriber process):
 
 - ``single``: one ``octosync serve`` (no cluster, no NATS), every subscriber on it;
-- ``cluster-2``: NATS and two ``serve --cluster`` nodes; the producer on node 1, subscribers
-  split evenly over nodes 1 and 2;
+- ``cluster-2``: NATS and two ``serve --cluster`` nodes; the producer on node 1, the subscriber
+  processes (the same ``--procs`` in every layout) split evenly over nodes 1 and 2;
 - ``cluster-3``: the same over three nodes.
 
 Printed per layout: deltas delivered per second, latency p50/p99 (send to receipt, one
@@ -71,14 +71,20 @@ def _loadavg() -> str:
 
 
 async def run_layout(
-    name: str, nodes: int, clustered: bool, subscribers: int, seconds: float, window: int
+    name: str,
+    nodes: int,
+    clustered: bool,
+    subscribers: int,
+    seconds: float,
+    window: int,
+    sub_procs: int,
 ) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix=f"octosync-bench-{name}-"))
     procs: list[subprocess.Popen[Any]] = []
     subs: list[subprocess.Popen[str]] = []
     fd, progress_path = tempfile.mkstemp(prefix="octosync-cluster-bench-")
     os.close(fd)
-    progress = fanout.Progress(progress_path, nodes, create=True)
+    progress = fanout.Progress(progress_path, sub_procs, create=True)
     try:
         url = None
         if clustered:
@@ -96,10 +102,15 @@ async def run_layout(
             ports.append(port)
         for p in procs:
             subprocess.run(["renice", "-n", "10", "-p", str(p.pid)], capture_output=True)
-        share = [subscribers // nodes + (1 if i < subscribers % nodes else 0) for i in range(nodes)]
-        for slot, (port, n) in enumerate(zip(ports, share, strict=True)):
+        # The same subscriber processes in every layout, spread evenly over the nodes.
+        share = [
+            subscribers // sub_procs + (1 if i < subscribers % sub_procs else 0)
+            for i in range(sub_procs)
+        ]
+        for slot, n in enumerate(share):
+            port = ports[slot % nodes]
             argv = [sys.executable, str(HERE.parent / "fanout.py"), "_subs", "octosync"]
-            argv += [str(port), str(n), str(seconds), progress_path, str(slot), str(nodes)]
+            argv += [str(port), str(n), str(seconds), progress_path, str(slot), str(sub_procs)]
             subs.append(
                 subprocess.Popen(
                     NICE + argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -186,11 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscribers", type=int, default=600, help="subscribers in all (600)")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per layout (5)")
     parser.add_argument("--window", type=int, default=16, help="deltas in flight (16)")
+    parser.add_argument(
+        "--procs", type=int, default=6, help="subscriber processes, in every layout (6)"
+    )
     parser.add_argument("--quick", action="store_true", help="60 subscribers, 2 s per layout")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     args = parser.parse_args(argv)
     if args.quick:
-        args.subscribers, args.seconds = 60, 2.0
+        args.subscribers, args.seconds, args.procs = 60, 2.0, 6
     print(f"load average before: {_loadavg()} ({os.cpu_count()} CPUs)", flush=True)
     rows = []
     for name, nodes, clustered in (
@@ -200,7 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     ):
         rows.append(
             asyncio.run(
-                run_layout(name, nodes, clustered, args.subscribers, args.seconds, args.window)
+                run_layout(
+                    name,
+                    nodes,
+                    clustered,
+                    args.subscribers,
+                    args.seconds,
+                    args.window,
+                    args.procs,
+                )
             )
         )
     print_table(rows)
