@@ -429,3 +429,12 @@ def test_a_local_producer_is_refused_while_the_owner_is_heard_and_claims_once_it
     assert core.claim_result(S, 5) == [PublishHeld(S, 5)]
     assert core.local_frame(S, 8) == [Forward(S, 5)]
     assert core.local_released(S) == [Release(S, 5)]
+
+
+def test_writes_go_to_the_live_owner_under_its_claim_and_nowhere_else() -> None:
+    core, clock = following(claim=4, epoch=3)
+    core.heartbeat("a")
+    assert core.write_target(S) == ("a", 4)
+    assert core.write_target("other") is None
+    clock.now += TIMING.dead_after
+    assert core.write_target(S) is None  # presumed dead: dropped, as with no producer

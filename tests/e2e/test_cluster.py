@@ -193,6 +193,15 @@ async def test_deltas_reach_other_nodes_in_order_and_a_second_producer_is_refuse
 
             with pytest.raises(ForbiddenPublish):
                 await asyncio.wait_for(rival.publish(STREAM, Counter().ctx), 10)
+
+            # A subscriber's write on node 3 reaches the producer on node 1, and its effect
+            # comes back to both subscribers.
+            await c3._subscriptions[0].write("n", 1_000_000)
+            await until(lambda: int(counter.cell.get()) == 1_000_000, "the write on node 1")
+            await until(
+                lambda: on2[-1:] == [1_000_000] and on3[-1:] == [1_000_000],
+                "the written value on nodes 2 and 3",
+            )
             assert not pub.closed
             assert pub.failed is None
 

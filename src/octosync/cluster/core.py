@@ -34,6 +34,9 @@ Decisions:
   frames). Frames a producer sends while its node's claim is pending are held (its snapshot
   first) and published in order once the claim is won, so subscribers on every node see every
   delta; past ``max_held`` the owner publishes its hub's snapshot instead.
+- **Writes follow ownership**: a subscriber's write on a node whose hub holds a remote owner's
+  producer connection goes (after that hub checked the grant) to the owner's node, addressed
+  to the claim it knew; the owner passes it to its producer only while that claim is its own.
 - **Remote frames enter the hub as frames of a remote producer**: the I/O side holds one hub
   connection per remote owner of a stream and publishes through it, so the hub's authority,
   gap checks and fan-out apply unchanged (and a local producer of a remotely owned stream is
@@ -449,6 +452,14 @@ class ClusterCore:
         return effects
 
     # --- what this node serves as owner ---------------------------------------------------------
+
+    def write_target(self, stream: str) -> tuple[str, int] | None:
+        """Where a local subscriber's write to ``stream`` goes: its live remote owner and the
+        claim (None: nowhere; the write is dropped, as one to a stream without a producer)."""
+        v = self.streams.get(stream)
+        if v is None or v.owner is None or v.owner == self.node or not self.alive(v.owner):
+            return None
+        return v.owner, v.claim
 
     def owns(self, stream: str) -> int | None:
         """The claim revision if this node owns ``stream`` and its producer is here."""

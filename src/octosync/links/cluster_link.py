@@ -48,12 +48,11 @@ from octosync.cluster.core import (
     RequestSnapshot,
 )
 from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError, ReplicationError
-from octosync.hub import AllowAll, ViewKey, lazily_frame
+from octosync.hub import AllowAll, OutFrame, ViewKey, lazily_frame
 from octosync.hub.model import Frame
 from octosync.hub.types import ConnId, StreamId
 from octosync.ipc.messages import Delta, Snapshot
-from octosync.server.lazily_dialect import DIALECT_SET
-from octosync.server.runtime import Runtime, lazily_dialect_key
+from octosync.server.runtime import Runtime
 from octosync.wire import cluster as wire
 from octosync.wire.cluster import Heartbeat, NoSnapshot, SnapshotRequest, StreamFrame, StreamLoad
 
@@ -61,8 +60,10 @@ log = logging.getLogger("octosync.cluster")
 
 DEFAULT_CLUSTER = "octosync"
 NODE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-REMOTE_VIEW = ViewKey(lazily_dialect_key(DIALECT_SET["msgpack"], "ws"))
-"""The view of the hub connections that stand for remote owners (they never read)."""
+REMOTE_ENCODER = "lazily-cluster"
+REMOTE_VIEW = ViewKey(REMOTE_ENCODER)
+"""The view of the hub connections that stand for remote owners and writers: what the hub
+queues for them (a subscriber's write to a remote owner) is the body in ``wire.msgpack``."""
 REQUEST_TIMEOUT = 1.0
 
 
@@ -96,6 +97,9 @@ class Subjects:
 
     def snapshots(self, node: str) -> str:
         return f"{self.prefix}.snap.{node}"
+
+    def writes(self, node: str) -> str:
+        return f"{self.prefix}.w.{node}"
 
 
 async def connect(url: str, *, timeout: float = 5.0) -> NatsClient:
@@ -163,6 +167,8 @@ class ClusterLink:
         self._kv: KeyValue | None = None
         self._remote: dict[str, ConnId] = {}
         self._held: dict[str, list[Snapshot | Delta]] = {}
+        self._writer: ConnId | None = None
+        runtime.hub.register_encoder(REMOTE_ENCODER, _encode_body)
         self._out: collections.deque[tuple[str, bytes]] = collections.deque()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -184,14 +190,14 @@ class ClusterLink:
         await nc.subscribe(self.subjects.frames, cb=self._on_frame)
         await nc.subscribe(self.subjects.heartbeat, cb=self._on_heartbeat)
         await nc.subscribe(self.subjects.snapshots(self.node), cb=self._on_request)
+        await nc.subscribe(self.subjects.writes(self.node), cb=self._on_write)
         self._spawn(self._pump())
         self._spawn(self._ticker())
 
     async def stop(self) -> None:
         """Release what this node owns and leave (the others see the entries go)."""
-        for stream, conn in list(self.core.local_producers().items()):
+        for stream in list(self.core.local_producers()):
             self._run(self.core.local_released(stream))
-            del conn
         await asyncio.sleep(0)  # let the releases start
         for task in list(self._tasks):
             if task.get_name() == "release":
@@ -274,7 +280,12 @@ class ClusterLink:
         conn = self._remote.get(frame.stream)
         if conn is None:
             conn = self._remote[frame.stream] = self.rt.new_conn_id()
-            hub.connect(conn, REMOTE_VIEW, grants=AllowAll())
+            stream = frame.stream
+
+            def wake(c: ConnId) -> None:  # called inside hub.write: pass it on afterwards
+                asyncio.get_running_loop().call_soon(self._pass_writes, stream, c)
+
+            hub.connect(conn, REMOTE_VIEW, grants=AllowAll(), wake=wake)
         try:
             hub.publish(conn, frame.stream, lazily_frame(wire.decode_body(frame)))
         except OctosyncError as exc:
@@ -283,6 +294,34 @@ class ClusterLink:
             )
             self.core.apply_failed(frame.stream)
             self._drop_remote(frame.stream)
+
+    def _pass_writes(self, stream: str, conn: ConnId) -> None:
+        """Writes the hub queued for a remote owner's connection go to the owner's node."""
+        bodies = self.rt.hub.take(conn)
+        target = self.core.write_target(stream)
+        if target is None:
+            return
+        owner, claim = target
+        for body in bodies:
+            self._send(
+                self.subjects.writes(owner), wire.encode(wire.Write(self.node, stream, claim, body))
+            )
+
+    async def _on_write(self, msg: Msg) -> None:
+        """Another node passes a subscriber's write: to this node's producer, if it still owns
+        the stream under the claim the writer knew."""
+        try:
+            write = wire.decode(msg.data)
+            if not isinstance(write, wire.Write) or self.core.owns(write.stream) != write.claim:
+                return
+            delta = wire.decode_write(write)
+            hub = self.rt.hub
+            if self._writer is None:
+                self._writer = self.rt.new_conn_id()
+                hub.connect(self._writer, REMOTE_VIEW, grants=AllowAll())
+            hub.write(self._writer, write.stream, delta)
+        except OctosyncError as exc:
+            log.info("cluster: a write from another node was refused: %s", exc)
 
     def _drop_remote(self, stream: str) -> None:
         conn = self._remote.pop(stream, None)
@@ -303,7 +342,12 @@ class ClusterLink:
             self._wake.clear()
             while self._out:
                 subject, data = self._out.popleft()
-                await self._nc.publish(subject, data)
+                try:
+                    await self._nc.publish(subject, data)
+                except nats.errors.Error as exc:
+                    # Closed, or its reconnect buffer is full: this frame is lost to the
+                    # other nodes, who see the gap at the next frame or heartbeat and resync.
+                    log.warning("cluster: a publish on %s failed: %s", subject, exc)
 
     async def _on_frame(self, msg: Msg) -> None:
         try:
@@ -395,13 +439,16 @@ class ClusterLink:
         beats = max(1, round(period / step))
         n = 0
         while True:
-            hub = self.rt.hub
-            for stream, conn in self.core.local_producers().items():
-                if hub.producer_of(stream) != conn:
-                    self._run(self.core.local_released(stream))
-            self._run(self.core.tick())
-            if n % beats == 0:
-                self._send(self.subjects.heartbeat, wire.encode(self.heartbeat()))
+            try:
+                hub = self.rt.hub
+                for stream, conn in self.core.local_producers().items():
+                    if hub.producer_of(stream) != conn:
+                        self._run(self.core.local_released(stream))
+                self._run(self.core.tick())
+                if n % beats == 0:
+                    self._send(self.subjects.heartbeat, wire.encode(self.heartbeat()))
+            except Exception:  # one bad round must not stop the heartbeats for good
+                log.exception("cluster: a heartbeat round failed")
             n += 1
             await asyncio.sleep(step)
 
@@ -413,8 +460,15 @@ class ClusterLink:
                 streams[sid] = StreamLoad(
                     hub.epoch_of(sid), len(hub.subscribers_of(sid)), self.core.owns(sid) or 0
                 )
-        conns = hub.connection_count() - len(self._remote)
+        conns = hub.connection_count() - len(self._remote) - (self._writer is not None)
         return Heartbeat(self.node, self.public_url, streams, conns)
+
+
+def _encode_body(frame: OutFrame) -> bytes:
+    body = frame.body
+    if not isinstance(body, Snapshot | Delta):
+        raise TypeError(f"{type(body).__name__} is not a lazily state-plane message")
+    return wire.encode_body(body)
 
 
 def default_node_id() -> str:

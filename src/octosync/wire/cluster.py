@@ -49,6 +49,17 @@ class NoSnapshot(msgspec.Struct, frozen=True, tag="no_snapshot"):
     stream: str
 
 
+class Write(msgspec.Struct, frozen=True, tag="write"):
+    """A subscriber's ``cell_set`` write, passed to the node whose producer owns the stream
+    under ``claim`` (the writer's node checked its grant); ``body`` is the Delta as
+    ``wire.msgpack``."""
+
+    node: NodeId
+    stream: str
+    claim: Epoch
+    body: bytes
+
+
 class StreamLoad(msgspec.Struct, frozen=True):
     """One stream as a node sees it, for ``octosync cluster status``."""
 
@@ -65,7 +76,7 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
     connections: int
 
 
-ClusterMessage = StreamFrame | SnapshotRequest | NoSnapshot | Heartbeat
+ClusterMessage = StreamFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[ClusterMessage] = msgspec.msgpack.Decoder(ClusterMessage)
@@ -92,6 +103,13 @@ def frame_of(node: str, stream: str, claim: int, message: Snapshot | Delta) -> S
 
 def encode_body(message: Snapshot | Delta) -> bytes:
     return wire_msgpack.encode(message)
+
+
+def decode_write(write: Write) -> Delta:
+    msg = wire_msgpack.decode(write.body)
+    if not isinstance(msg, Delta):
+        raise DecodeError(f"{DIALECT}: a write carries a delta", path="$.body")
+    return msg
 
 
 def decode_body(frame: StreamFrame) -> Snapshot | Delta:
