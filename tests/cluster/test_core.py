@@ -262,7 +262,7 @@ class ClusterMachine(RuleBasedStateMachine):
             claim = sim.core.owns(S)
             owned = {} if claim is None or sim.hub.epoch is None else {S: (claim, sim.hub.epoch)}
             for m in self.live():
-                self.nodes[m].core.heartbeat(n, owned)
+                self.run(self.nodes[m], self.nodes[m].core.heartbeat(n, owned))
 
     @rule(dt=st.sampled_from([0.1, 0.5, 1.0, 3.0]))
     def time_passes(self, dt: float) -> None:
@@ -419,7 +419,7 @@ def test_a_new_claim_of_the_same_node_restarts_from_its_snapshot() -> None:
 
 def test_a_local_producer_is_refused_while_the_owner_is_heard_and_claims_once_it_is_not() -> None:
     core, clock = following(claim=1, epoch=3)
-    core.heartbeat("a")
+    assert core.heartbeat("a", {S: (1, 3)}) == []
     assert core.local_frame(S, 7) == [Kick(S, 7)]
     clock.now += TIMING.dead_after
     assert core.tick() == [DropRemote(S)]
@@ -433,8 +433,25 @@ def test_a_local_producer_is_refused_while_the_owner_is_heard_and_claims_once_it
 
 def test_writes_go_to_the_live_owner_under_its_claim_and_nowhere_else() -> None:
     core, clock = following(claim=4, epoch=3)
-    core.heartbeat("a")
+    core.heartbeat("a", {S: (4, 3)})
     assert core.write_target(S) == ("a", 4)
     assert core.write_target("other") is None
     clock.now += TIMING.dead_after
     assert core.write_target(S) is None  # presumed dead: dropped, as with no producer
+
+
+def test_an_owner_whose_heartbeat_no_longer_lists_the_stream_released_it() -> None:
+    core, _ = following(claim=2, epoch=3)
+    assert core.heartbeat("a", {S: (2, 3)}) == []
+    assert core.heartbeat("a", {}) == [DropRemote(S)]
+    assert core.local_frame(S, 9) == [Claim(S, 0), Hold(S, first=True)]
+
+
+def test_a_heartbeat_older_than_the_claim_releases_nothing() -> None:
+    clock = Clock()
+    core = ClusterCore("b", clock, TIMING)
+    core.ownership(S, "a", 2)  # the watch was quicker than the owner's first frame
+    assert core.heartbeat("a", {}) == []
+    assert core.remote_frame(frame("a", 2, "snapshot", 0, 0)) == [
+        Apply(frame("a", 2, "snapshot", 0, 0))
+    ]

@@ -193,6 +193,8 @@ class StreamView:
     """Frames of the local producer held while the claim is decided."""
     applied_owner: str | None = None
     """The remote owner whose producer connection is in the local hub."""
+    applied_claim: int = 0
+    """The claim of the last remote frame applied here."""
     epoch: int | None = None
     """Epoch of the remote owner's frames applied to the local hub."""
     syncing: bool = False
@@ -218,21 +220,41 @@ class ClusterCore:
 
     # --- liveness ---------------------------------------------------------------------------
 
-    def heartbeat(self, node: str, owned: Mapping[str, tuple[int, int]] | None = None) -> None:
-        """``node`` is alive; ``owned``: its streams' ``(claim, epoch)``. A copy here that
-        stays behind that epoch past ``retry_after`` asks for a snapshot (the frames that
-        would have shown the gap were lost, and the producer may have gone quiet)."""
+    def heartbeat(
+        self, node: str, owned: Mapping[str, tuple[int, int]] | None = None
+    ) -> list[Effect]:
+        """``node`` is alive; ``owned``: its streams' ``(claim, epoch)``.
+
+        A copy here that stays behind that epoch past ``retry_after`` asks for a snapshot
+        (the frames that would have shown the gap were lost, and the producer may have gone
+        quiet). A stream whose frames under its current claim were applied here, and that the
+        owner's heartbeat no longer lists, was released: heartbeats and frames leave a node on
+        one connection, in order, so this heartbeat is newer than those frames. (The KV watch
+        says the same, but a watch does not survive every NATS restart.)
+        """
         if node == self.node:
-            return
+            return []
         now = self._clock()
         self.last_seen[node] = now
-        for stream, (claim, epoch) in (owned or {}).items():
+        owned = owned or {}
+        effects: list[Effect] = []
+        for stream, view in self.streams.items():
+            if (
+                view.owner == node
+                and view.applied_owner == node
+                and view.applied_claim == view.claim
+                and owned.get(stream, (None, 0))[0] != view.claim
+            ):
+                view.owner = None
+                effects.append(self._drop_remote(view, stream))
+        for stream, (claim, epoch) in owned.items():
             v = self.streams.get(stream)
             if v is None or v.owner != node or v.claim != claim:
                 continue
             v.owner_epoch = max(v.owner_epoch or 0, epoch)
             if v.epoch is not None and v.epoch < epoch and v.behind_since is None:
                 v.behind_since = now
+        return effects
 
     def alive(self, node: str) -> bool:
         if node == self.node:
@@ -393,7 +415,7 @@ class ClusterCore:
         return self._request(v, frame.stream, frame.node)
 
     def _apply(self, v: StreamView, frame: StreamFrame) -> list[Effect]:
-        v.epoch, v.applied_owner = frame.to_epoch, frame.node
+        v.epoch, v.applied_owner, v.applied_claim = frame.to_epoch, frame.node, frame.claim
         if v.owner_epoch is None or v.epoch >= v.owner_epoch:
             v.behind_since = None
         self.stats.applied += 1

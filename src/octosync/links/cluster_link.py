@@ -367,7 +367,7 @@ class ClusterLink:
                     for s, load in beat.streams.items()
                     if load.claim and load.epoch is not None
                 }
-                self.core.heartbeat(beat.node, owned)
+                self._run(self.core.heartbeat(beat.node, owned))
 
     async def _on_request(self, msg: Msg) -> None:
         """Another node asks for a stream's snapshot: from this hub, if this node owns it."""
