@@ -168,6 +168,7 @@ class ClusterLink:
         self._remote: dict[str, ConnId] = {}
         self._held: dict[str, list[Snapshot | Delta]] = {}
         self._writer: ConnId | None = None
+        self._stopping = False
         runtime.hub.register_encoder(REMOTE_ENCODER, _encode_body)
         self._out: collections.deque[tuple[str, bytes]] = collections.deque()
         self._wake = asyncio.Event()
@@ -195,7 +196,9 @@ class ClusterLink:
         self._spawn(self._ticker())
 
     async def stop(self) -> None:
-        """Release what this node owns and leave (the others see the entries go)."""
+        """Release what this node owns and leave (the others see the entries go); frames
+        its producers still send while the server drains stay on this node."""
+        self._stopping = True
         for stream in list(self.core.local_producers()):
             self._run(self.core.local_released(stream))
         await asyncio.sleep(0)  # let the releases start
@@ -221,7 +224,7 @@ class ClusterLink:
         body = frame.body
         if not isinstance(stream, str) or not isinstance(body, Snapshot | Delta):
             return  # WVP streams stay on their node (see the core's docstring)
-        if conn in self._remote.values():
+        if self._stopping or conn in self._remote.values():
             return
         for effect in self.core.local_frame(stream, conn):
             if isinstance(effect, Forward):
