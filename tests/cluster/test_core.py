@@ -455,3 +455,13 @@ def test_a_heartbeat_older_than_the_claim_releases_nothing() -> None:
     assert core.remote_frame(frame("a", 2, "snapshot", 0, 0)) == [
         Apply(frame("a", 2, "snapshot", 0, 0))
     ]
+
+
+def test_an_owner_keeps_a_snapshot_only_when_its_epoch_moved() -> None:
+    core = ClusterCore("a", Clock(), TIMING)
+    core.local_frame(S, 1)
+    assert core.checkpoints_due({S: 4}) == []  # not owned until the claim is won
+    core.claim_result(S, 1)
+    assert core.checkpoints_due({S: 4}) == [S]
+    assert core.checkpoints_due({S: 4}) == []
+    assert core.checkpoints_due({S: 5, "other": 9}) == [S]

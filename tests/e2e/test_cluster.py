@@ -320,3 +320,24 @@ async def test_a_nats_restart_under_load_resumes_and_a_release_is_still_seen(
         new.cell.set(424242)
         await until(lambda: seen[-1:] == [424242], "the new producer's value on node 3")
     assert all(b > a for a, b in itertools.pairwise(seen[: seen.index(last) + 1]))
+
+
+@pytest.mark.slow
+async def test_a_node_started_after_the_owner_died_serves_the_snapshot_kept_in_jetstream(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    n1 = cluster.nodes[0]
+    counter = Counter()
+    async with connect(n1.url, backoff=Backoff(max_attempts=1)) as producer:
+        await publish(producer, counter)
+        for _ in range(30):
+            counter.bump()
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(1.5)  # three heartbeats: the owner keeps its snapshot
+        n1.kill()
+    port = free_port()
+    late = await asyncio.to_thread(start_node, cluster.nats_url, "n4", port, tmp_path / "n4")
+    cluster.procs.append(late)
+    async with connect(f"ws://127.0.0.1:{port}/lazily") as client, watching(client) as seen:
+        await until(lambda: bool(seen), "the kept state on the late node")
+    assert seen[-1] == 30

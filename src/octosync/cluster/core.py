@@ -37,6 +37,11 @@ Decisions:
 - **Writes follow ownership**: a subscriber's write on a node whose hub holds a remote owner's
   producer connection goes (after that hub checked the grant) to the owner's node, addressed
   to the claim it knew; the owner passes it to its producer only while that claim is its own.
+- **The owner keeps its stream's snapshot in JetStream** (a KV entry per stream, written on a
+  heartbeat when the epoch moved), so a node that starts after the owner is gone still
+  serves the stream's last state (installed like state recovered from a journal: no
+  producer, until one claims it). While the owner lives, snapshots come from its hub, which
+  is newer.
 - **Remote frames enter the hub as frames of a remote producer**: the I/O side holds one hub
   connection per remote owner of a stream and publishes through it, so the hub's authority,
   gap checks and fan-out apply unchanged (and a local producer of a remotely owned stream is
@@ -191,6 +196,8 @@ class StreamView:
     claiming: bool = False
     held: int = 0
     """Frames of the local producer held while the claim is decided."""
+    kept_epoch: int | None = None
+    """The epoch of the last snapshot this node, as owner, kept in JetStream."""
     applied_owner: str | None = None
     """The remote owner whose producer connection is in the local hub."""
     applied_claim: int = 0
@@ -474,6 +481,17 @@ class ClusterCore:
         return effects
 
     # --- what this node serves as owner ---------------------------------------------------------
+
+    def checkpoints_due(self, epochs: Mapping[str, int | None]) -> list[str]:
+        """Owned streams whose snapshot should be kept in JetStream now: those whose epoch
+        moved since the last one kept (``epochs``: the local hub's, per stream)."""
+        due = []
+        for stream, v in self.streams.items():
+            epoch = epochs.get(stream)
+            if v.mine and epoch is not None and epoch != v.kept_epoch:
+                v.kept_epoch = epoch
+                due.append(stream)
+        return due
 
     def write_target(self, stream: str) -> tuple[str, int] | None:
         """Where a local subscriber's write to ``stream`` goes: its live remote owner and the

@@ -91,6 +91,7 @@ class Subjects:
         self.frames = f"{self.prefix}.f.>"
         self.heartbeat = f"{self.prefix}.hb"
         self.bucket = f"octosync_{cluster}_owners"
+        self.snapshots_bucket = f"octosync_{cluster}_snapshots"
 
     def frame(self, stream: str) -> str:
         return f"{self.prefix}.f.{token(stream)}"
@@ -136,12 +137,13 @@ async def connect(url: str, *, timeout: float = 5.0) -> NatsClient:
     return nc
 
 
-async def owners_bucket(nc: NatsClient, subjects: Subjects) -> KeyValue:
+async def owners_bucket(nc: NatsClient, subjects: Subjects, name: str | None = None) -> KeyValue:
+    """The ownership bucket (or the bucket ``name``), created on first use."""
     js = nc.jetstream()
     try:
-        return await js.key_value(subjects.bucket)
+        return await js.key_value(name or subjects.bucket)
     except BucketNotFoundError:
-        return await js.create_key_value(bucket=subjects.bucket, history=1)
+        return await js.create_key_value(bucket=name or subjects.bucket, history=1)
 
 
 class ClusterLink:
@@ -165,6 +167,7 @@ class ClusterLink:
         """This node's lazily URL, for ``cluster status`` (set once the port is bound)."""
         self._nc: NatsClient | None = None
         self._kv: KeyValue | None = None
+        self._kept: KeyValue | None = None
         self._remote: dict[str, ConnId] = {}
         self._held: dict[str, list[Snapshot | Delta]] = {}
         self._writer: ConnId | None = None
@@ -187,6 +190,8 @@ class ClusterLink:
             if entry is None:
                 break
             self._entry(entry)
+        self._kept = await owners_bucket(nc, self.subjects, self.subjects.snapshots_bucket)
+        await self._restore_kept()
         self._spawn(self._watch())
         await nc.subscribe(self.subjects.frames, cb=self._on_frame)
         await nc.subscribe(self.subjects.heartbeat, cb=self._on_heartbeat)
@@ -450,10 +455,47 @@ class ClusterLink:
                 self._run(self.core.tick())
                 if n % beats == 0:
                     self._send(self.subjects.heartbeat, wire.encode(self.heartbeat()))
+                    self._keep_snapshots()
             except Exception:  # one bad round must not stop the heartbeats for good
                 log.exception("cluster: a heartbeat round failed")
             n += 1
             await asyncio.sleep(step)
+
+    def _keep_snapshots(self) -> None:
+        """Owned streams whose epoch moved: their snapshot into JetStream (for nodes that
+        start after this one is gone)."""
+        hub = self.rt.hub
+        epochs = {s: hub.epoch_of(s) for s in self.core.streams}
+        for stream in self.core.checkpoints_due(epochs):
+            claim, snap = self.core.owns(stream), hub.latest_snapshot(stream)
+            if claim is not None and snap is not None:
+                data = wire.encode(wire.frame_of(self.node, stream, claim, snap))
+                self._spawn(self._put_kept(stream, data))
+
+    async def _put_kept(self, stream: str, data: bytes) -> None:
+        assert self._kept is not None
+        try:
+            await self._kept.put(token(stream), data)
+        except Exception as exc:  # NATS away: the next epoch change tries again
+            log.info("cluster: the snapshot of %r was not kept: %s", stream, exc)
+
+    async def _restore_kept(self) -> None:
+        """At start: streams this hub holds no state for get the snapshot kept in JetStream."""
+        assert self._kept is not None
+        try:
+            keys = await self._kept.keys()
+        except Exception:  # nats-py raises when the bucket is empty
+            return
+        hub = self.rt.hub
+        for key in keys:
+            try:
+                entry = await self._kept.get(key)
+                frame = wire.decode(entry.value or b"")
+                if not isinstance(frame, StreamFrame) or hub.epoch_of(frame.stream) is not None:
+                    continue
+                hub.restore(frame.stream, [lazily_frame(wire.decode_body(frame))])
+            except Exception as exc:  # a bad or vanished entry: the others are still restored
+                log.warning("cluster: a kept snapshot could not be restored: %s", exc)
 
     def heartbeat(self) -> Heartbeat:
         hub = self.rt.hub
