@@ -26,3 +26,18 @@ def test_harness_runs_clean(argv: list[str]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "crashes 0" in done.stdout or "tracebacks 0" in done.stdout
     assert "canary gaps 0" in done.stdout
+
+
+@pytest.mark.slow
+def test_cluster_bench_runs_every_layout() -> None:
+    """``bench/cluster.py`` starts NATS and the nodes, measures, and stops everything."""
+    done = subprocess.run(
+        [sys.executable, "bench/cluster.py", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for layout in ("cluster-2 / single:", "cluster-3 / single:"):
+        assert layout in done.stdout

@@ -14,6 +14,7 @@ from pathlib import Path
 from octosync import __version__
 from octosync.errors import ConfigError, OctosyncError
 from octosync.links import cli as chain_cli
+from octosync.links import cluster_cli
 from octosync.paths import data_dir
 from octosync.pipeline import cli as pipeline_cli
 from octosync.store import cli as store_cli
@@ -40,10 +41,14 @@ def _serve(args: argparse.Namespace) -> int:
         "dataspace_port": args.dataspace_port,
         "chain_config": None if args.chain_config is None else chain_url(args.chain_config),
         "data_dir": Path(args.data) if args.data else None,
+        "cluster_url": args.cluster,
+        "node_id": args.node_id,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
     config.check_ports()
+    if config.cluster_url is not None:
+        cluster_cli.check_serve_options(config.cluster_url, config.node_id)
     try:
         config.check_exposure()
     except ValueError as exc:
@@ -64,6 +69,13 @@ def _serve(args: argparse.Namespace) -> int:
                 "octosync: no JWT key configured (--config with [auth]); every connection will "
                 "be refused as Unauthorized. Use --insecure-dev for local development.",
                 file=sys.stderr,
+            )
+        if config.cluster_url is not None:
+            print(
+                f"octosync: node {config.node_id or '(default id)'} joined the cluster at "
+                f"{config.cluster_url}",
+                file=sys.stderr,
+                flush=True,
             )
         tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
         if started.dataspace_port:
@@ -237,6 +249,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-journal", action="store_true", help="do not journal accepted stream frames"
     )
+    serve.add_argument(
+        "--cluster",
+        default=None,
+        metavar="nats://HOST:PORT",
+        help="join the cluster whose NATS server (with JetStream) is at this URL",
+    )
+    serve.add_argument(
+        "--node-id",
+        default=None,
+        help="this server's id in the cluster (letters, digits, - or _; default: host-pid)",
+    )
     serve.set_defaults(func=_serve)
     watch = sub.add_parser(
         "watch",
@@ -278,13 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
     store_cli.register(sub)
     pipeline_cli.register(sub)
     chain_cli.register(sub)
+    cluster_cli.register(sub)
     return parser
 
 
 def _command(args: argparse.Namespace) -> str:
     """The command as typed (``journal export``), for the error line."""
     words = [args.command]
-    for sub in ("journal_command", "pipeline_command", "chain_command"):
+    for sub in ("journal_command", "pipeline_command", "chain_command", "cluster_command"):
         if getattr(args, sub, None):
             words.append(getattr(args, sub))
     return " ".join(words)

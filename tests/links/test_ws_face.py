@@ -11,11 +11,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from octosync.links.cli import start_node
-from octosync.links.ws_face import add_routes
 from octosync.server.auth import AuthConfig, issue_token
+from tests.e2e.helpers import serve
 
 SECRET = "s" * 32
 
@@ -26,17 +25,11 @@ async def face_url(nats_url: str, tmp_path: Path) -> AsyncIterator[str]:
     proc, _ = await asyncio.to_thread(
         start_node, "ws", "n1", nats_url, "octosync.chain.game:compute", tmp_path / "n1"
     )
-    app = web.Application()
-    add_routes(app, nats_url, AuthConfig(hs256_secret=SECRET))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    auth = AuthConfig(hs256_secret=SECRET)
     try:
-        yield f"http://127.0.0.1:{port}/chain/ws"
+        async with serve(tmp_path, insecure_dev=False, auth=auth, chain_config=nats_url) as srv:
+            yield f"{srv.url}/chain/ws"
     finally:
-        await runner.cleanup()
         proc.kill()
         proc.wait(timeout=10)
 
@@ -78,5 +71,11 @@ async def test_refuses_without_a_grant_and_bad_json(face_url: str) -> None:
             await ws.send_str(json.dumps({"Type": "DeviceEvent", "DeviceSequencer": -1}))
             error = await receive(ws, "Error")
             assert error["Code"] == "DecodeError"
+            # the shared policy: a bad message on a WebSocket is refused, the socket stays; the
+            # first record must still be the bootstrap
+            event = {"Type": "DeviceEvent", "DeviceSequencer": 1, "Name": "join", "Payload": "{}"}
+            await ws.send_str(json.dumps(event))
+            error = await receive(ws, "Error")
+            assert error["Code"] == "HandshakeFailed"
             closing = await asyncio.wait_for(ws.receive(), 10)
             assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)

@@ -9,7 +9,8 @@
 
 Each stream uses its own WebSocket (the handshake's ``session_id`` names the stream). A
 subscription resyncs by itself when its mirror sees a gap or a desync, and reconnects with
-jittered exponential backoff when the connection drops. A publication streams a local
+jittered exponential backoff when the connection drops (to the next of ``fallbacks``, the
+other nodes of a cluster, when the one in use cannot be reached). A publication streams a local
 ``Context`` through a ``Publisher``; after a reconnect it starts again from a snapshot.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -115,8 +116,12 @@ class Client:
         backoff: Backoff | None = None,
         max_frame_size: int = 1 << 20,
         seed: int | None = None,
+        fallbacks: Sequence[str] = (),
     ) -> None:
         self.url = url
+        self.urls = [url, *fallbacks]
+        """Where to connect, in turn: a reconnect that fails moves on to the next."""
+        self._at = 0
         self.token = token
         self.backoff = backoff or Backoff()
         self.max_frame_size = max_frame_size
@@ -149,7 +154,7 @@ class Client:
     async def _open(self, stream: str, *, publish: bool) -> aiohttp.ClientWebSocketResponse:
         if self._http is None:
             raise RuntimeError("use 'async with connect(...)' first")
-        ws = await connect_ws(self._http, self.url, self.token, max_msg_size=0)
+        ws = await connect_ws(self._http, self.urls[self._at], self.token, max_msg_size=0)
         hs = _handshake(stream, publish=publish, max_frame=self.max_frame_size)
         await ws.send_bytes(wire_json.encode_handshake(hs))
         reply = await ws.receive()
@@ -164,6 +169,7 @@ class Client:
         return ws
 
     async def _sleep_backoff(self, attempt: int) -> None:
+        self._at = (self._at + 1) % len(self.urls)
         limit = self.backoff.max_attempts
         if limit is not None and attempt >= limit:
             raise ConnectionError(f"gave up after {attempt} reconnect attempts")

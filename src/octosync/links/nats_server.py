@@ -23,13 +23,17 @@ def binary() -> str:
     return found
 
 
-def start(store_dir: Path, port: int, *, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
-    """Start ``nats-server -js`` and wait (bounded) until it accepts connections."""
+def start(
+    store_dir: Path, port: int, *, host: str = "127.0.0.1", new_session: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start ``nats-server -js`` and wait (bounded) until it accepts connections
+    (``new_session``: in a session of its own, to outlive the command that started it)."""
     store_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [binary(), "-js", "-a", host, "-p", str(port), "-sd", str(store_dir)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=new_session,
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

@@ -15,7 +15,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__
-from octosync.hub.types import AcceptHook
+from octosync.hub.model import Frame
+from octosync.hub.types import AcceptHook, ConnId, StreamId
+from octosync.links.cluster_link import ClusterLink, default_node_id
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws, serve_ws_in_band
@@ -34,8 +36,9 @@ from octosync.store.retention import JournalKeeper
 CONFIG_KEY = web.AppKey("config", ServerConfig)
 KEEPER = web.AppKey("journal_keeper", JournalKeeper)
 KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
+CLUSTER = web.AppKey("cluster_link", ClusterLink)
 
-__all__ = ["CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
+__all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -74,7 +77,21 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         config.data_dir.mkdir(parents=True, exist_ok=True)
         writer = GroupCommitWriter(config.data_dir, durability=config.journal_durability)
         recorder = JournalRecorder(writer)
-    runtime = Runtime(config, on_accept=on_accept, recorder=recorder, writer=writer)
+    link: ClusterLink | None = None
+    hook = on_accept
+    if config.cluster_url is not None:
+        outer = on_accept
+
+        def hook(stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
+            if outer is not None:
+                outer(stream, conn, frame)
+            assert link is not None
+            link.on_accept(stream, conn, frame)
+
+    runtime = Runtime(config, on_accept=hook, recorder=recorder, writer=writer)
+    if config.cluster_url is not None:
+        link = ClusterLink(runtime, config.cluster_url, config.node_id or default_node_id())
+        runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
     registry = registry_for(runtime)
@@ -87,6 +104,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app = web.Application(middlewares=[request_arrived])
     app[CONFIG_KEY] = config
     app[RUNTIME] = runtime
+    if link is not None:
+        app[CLUSTER] = link
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -117,8 +136,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             app[KEEPER] = keeper
             app[KEEPER_TASK] = asyncio.create_task(keeper.run_every(config.checkpoint_interval))
         await runtime.start()
+        if link is not None:  # joins the cluster before the port opens
+            await link.start()
 
     async def on_shutdown(app: web.Application) -> None:
+        if link is not None:  # releases what it owns, so other nodes may take it at once
+            await link.stop()
         await runtime.shutdown()
 
     async def on_cleanup(app: web.Application) -> None:

@@ -72,6 +72,10 @@ class ServerConfig:
     that are told ``SYNC_RESET_REQUIRED``); None: never."""
     topgun_gc_interval: float = 3600.0
     """Seconds between TopGun tombstone GC rounds."""
+    cluster_url: str | None = None
+    """NATS URL of the cluster to join (``--cluster``); None: a single process, no NATS."""
+    node_id: str | None = None
+    """This node's id in the cluster (``--node-id``); default: host name and process id."""
 
     @property
     def export_dir(self) -> Path | None:
@@ -231,6 +235,10 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "coalesce_backlog": _set("coalesce_backlog", bool),
         "max_replay_diffs": _set("max_replay_diffs", int),
         "retain_seconds": Key(_NUMBER, _retain),
+    },
+    "cluster": {
+        "url": Key((str,), lambda cfg, v, _p: replace(cfg, cluster_url=v)),
+        "node_id": _set("node_id", str),
     },
     "signaling": {
         "mode": Key((str,), _signaling_mode, ("open", "allowlist")),

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from octosync.cluster.core import ClusterCore
 from octosync.server.runtime import Runtime
 
 
@@ -98,6 +99,49 @@ class RuntimeCollector(Collector):
         for bound, count in counters.loop_stalls.items():
             lag.add_metric([f"{bound * 1000:g}ms"], count)
         yield lag
+        if rt.cluster is not None:
+            yield from cluster_metrics(rt.cluster)
+
+
+def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
+    """This node's part of the cluster: what it sent and took, its claims, its lag."""
+    node = core.node
+    yield GaugeMetricFamily(
+        "octosync_cluster_nodes_alive",
+        "Nodes this node hears (itself included)",
+        len(core.nodes_alive()),
+    )
+    stats = core.stats
+    for name, help_text, value in (
+        ("published", "Frames this node published to the cluster", stats.published),
+        ("received", "Frames received from other nodes", stats.received),
+        ("applied", "Remote frames applied to this node's hub", stats.applied),
+        ("stale", "Remote frames dropped as already applied", stats.stale),
+        ("fenced", "Remote frames dropped from a superseded owner", stats.fenced),
+        ("gaps", "Gaps seen in remote streams (each resynced from a snapshot)", stats.gaps),
+        ("snapshot_requests", "Snapshots asked of owners", stats.snapshot_requests),
+        ("claims_won", "Stream ownership claims won", stats.claims_won),
+        ("claims_lost", "Stream ownership claims lost", stats.claims_lost),
+        ("kicks", "Local producers refused for another node's ownership", stats.kicks),
+        ("releases", "Stream ownerships released", stats.releases),
+        ("takeovers", "Streams claimed from a node presumed dead", stats.takeovers),
+    ):
+        yield CounterMetricFamily(f"octosync_cluster_{name}", help_text, value)
+    owned = GaugeMetricFamily(
+        "octosync_cluster_owned_streams", "Streams this node owns", labels=["node"]
+    )
+    owned.add_metric([node], sum(1 for s in core.streams if core.owns(s) is not None))
+    yield owned
+    lag = GaugeMetricFamily(
+        "octosync_cluster_lag_epochs",
+        "Epochs this node's copy of a stream is behind its owner",
+        labels=["stream"],
+    )
+    for stream in core.streams:
+        behind = core.lag(stream)
+        if behind is not None:
+            lag.add_metric([stream], behind)
+    yield lag
 
 
 def registry_for(runtime: Runtime) -> CollectorRegistry:

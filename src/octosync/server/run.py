@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from octosync.errors import ListenError
-from octosync.server.app import build_app
+from octosync.server.app import CLUSTER, build_app
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, serve_tcp
 from octosync.server.dataspace_session import open_tcp_session as open_dataspace_tcp_session
@@ -131,6 +131,8 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
             dataspace = await asyncio.start_server(serve, config.host, config.dataspace_port)
             servers.append(dataspace)
             dataspace_port = int(dataspace.sockets[0].getsockname()[1])
+        if CLUSTER in app:
+            app[CLUSTER].public_url = f"ws://{config.host}:{port}/lazily"
     except BaseException:
         for server in servers:
             server.close()

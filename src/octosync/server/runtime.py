@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from octosync.cluster.core import ClusterCore
 from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits
 from octosync.hub.model import lazily_frame
@@ -130,6 +131,8 @@ class Runtime:
         self.http_conns: dict[asyncio.BaseTransport, HttpConnection] = {}
         """Open HTTP connections by transport (``server.guard``), to lift their deadline."""
         self.closing = False
+        self.cluster: ClusterCore | None = None
+        """The cluster's core when the server joined one (``--cluster``), for metrics."""
         self._relay: Relay | None = None
         self.relay_framing: dict[int, Callable[[bytes], bytes]] = {}
         """Each dataspace connection's transport framing (WebSocket message or raw TCP)."""

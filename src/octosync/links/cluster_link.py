@@ -1,0 +1,522 @@
+"""A server's link to the cluster over NATS: another transport into the same hub.
+
+It only moves bytes and performs what ``cluster.core.ClusterCore`` decides: it publishes the
+frames the core forwards, feeds frames, heartbeats and ownership entries from NATS into the
+core, performs compare-and-sets in JetStream KV, answers snapshot requests from the hub's own
+mirror, and applies remote frames through one hub connection per remote owner (so the hub's
+authority and fan-out stay the only ones).
+
+Subjects (``PREFIX`` = ``octosync.<cluster>``): ``PREFIX.f.<stream>`` stream frames,
+``PREFIX.hb`` heartbeats, ``PREFIX.snap.<node>`` snapshot requests to a node; the KV bucket
+``octosync_<cluster>_owners`` holds one entry per stream. Stream names are written in subjects
+and keys as unpadded base64url.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import contextlib
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
+
+from octosync.cluster.core import (
+    Apply,
+    Claim,
+    ClusterCore,
+    ClusterTiming,
+    DropRemote,
+    Effect,
+    Forward,
+    Hold,
+    Kick,
+    PublishHeld,
+    PublishSnapshot,
+    Release,
+    RequestSnapshot,
+)
+from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError, ReplicationError
+from octosync.hub import AllowAll, OutFrame, ViewKey, lazily_frame
+from octosync.hub.model import Frame
+from octosync.hub.types import ConnId, StreamId
+from octosync.ipc.messages import Delta, Snapshot
+from octosync.server.runtime import Runtime
+from octosync.wire import cluster as wire
+from octosync.wire.cluster import Heartbeat, NoSnapshot, SnapshotRequest, StreamFrame, StreamLoad
+
+log = logging.getLogger("octosync.cluster")
+
+DEFAULT_CLUSTER = "octosync"
+NODE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+REMOTE_ENCODER = "lazily-cluster"
+REMOTE_VIEW = ViewKey(REMOTE_ENCODER)
+"""The view of the hub connections that stand for remote owners and writers: what the hub
+queues for them (a subscriber's write to a remote owner) is the body in ``wire.msgpack``."""
+REQUEST_TIMEOUT = 1.0
+
+
+def check_node_id(node: str) -> str:
+    if not NODE_ID.match(node):
+        raise ConfigError(
+            f"--node-id {node!r}: use 1 to 64 letters, digits, '-' or '_'", path="node_id"
+        )
+    return node
+
+
+def token(stream: str) -> str:
+    """A stream name as one subject token and KV key (unpadded base64url, never empty)."""
+    return "s" + base64.urlsafe_b64encode(stream.encode()).decode().rstrip("=")
+
+
+def stream_of(tok: str) -> str:
+    raw = tok[1:]
+    return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+
+
+class Subjects:
+    def __init__(self, cluster: str) -> None:
+        self.prefix = f"octosync.{cluster}"
+        self.frames = f"{self.prefix}.f.>"
+        self.heartbeat = f"{self.prefix}.hb"
+        self.bucket = f"octosync_{cluster}_owners"
+        self.snapshots_bucket = f"octosync_{cluster}_snapshots"
+
+    def frame(self, stream: str) -> str:
+        return f"{self.prefix}.f.{token(stream)}"
+
+    def snapshots(self, node: str) -> str:
+        return f"{self.prefix}.snap.{node}"
+
+    def writes(self, node: str) -> str:
+        return f"{self.prefix}.w.{node}"
+
+
+async def connect(url: str, *, timeout: float = 5.0) -> NatsClient:
+    """Connect (bounded: a server that is not there is an error at start-up); once connected,
+    the client reconnects by itself for as long as it takes."""
+    connected = False
+
+    async def errors(exc: Exception) -> None:
+        """Once connected, a lost connection (retried) is one log line, not a traceback."""
+        if connected:
+            log.warning("cluster: NATS: %s", exc or type(exc).__name__)
+
+    try:
+        nc = await asyncio.wait_for(
+            nats.connect(
+                url,
+                connect_timeout=2,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.2,
+                no_echo=True,
+                pending_size=64 * 1024 * 1024,
+                error_cb=errors,
+            ),
+            timeout,
+        )
+    except TimeoutError:
+        raise ReplicationError(
+            f"cannot reach NATS at {url}: no answer within {timeout:g}s (is nats-server running "
+            "there with -js? 'octosync cluster up' starts one)"
+        ) from None
+    except Exception as exc:
+        raise ReplicationError(f"cannot reach NATS at {url}: {exc}") from exc
+    connected = True
+    return nc
+
+
+async def owners_bucket(nc: NatsClient, subjects: Subjects, name: str | None = None) -> KeyValue:
+    """The ownership bucket (or the bucket ``name``), created on first use."""
+    js = nc.jetstream()
+    try:
+        return await js.key_value(name or subjects.bucket)
+    except BucketNotFoundError:
+        return await js.create_key_value(bucket=name or subjects.bucket, history=1)
+
+
+class ClusterLink:
+    """Joins one server's runtime to the cluster at ``url`` as node ``node``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        url: str,
+        node: str,
+        *,
+        cluster: str = DEFAULT_CLUSTER,
+        timing: ClusterTiming | None = None,
+    ) -> None:
+        self.rt = runtime
+        self.url = url
+        self.node = check_node_id(node)
+        self.subjects = Subjects(cluster)
+        self.core = ClusterCore(node, time.monotonic, timing)
+        self.public_url = ""
+        """This node's lazily URL, for ``cluster status`` (set once the port is bound)."""
+        self._nc: NatsClient | None = None
+        self._kv: KeyValue | None = None
+        self._kept: KeyValue | None = None
+        self._remote: dict[str, ConnId] = {}
+        self._held: dict[str, list[Snapshot | Delta]] = {}
+        self._writer: ConnId | None = None
+        self._stopping = False
+        runtime.hub.register_encoder(REMOTE_ENCODER, _encode_body)
+        self._out: collections.deque[tuple[str, bytes]] = collections.deque()
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._watcher: Any = None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, read every ownership entry, then follow frames, heartbeats, requests."""
+        nc = self._nc = await connect(self.url)
+        self._kv = await owners_bucket(nc, self.subjects)
+        self._watcher = await self._kv.watchall()
+        while True:  # the entries as they are now, before any frame is taken
+            entry = await self._watcher.updates(timeout=5.0)
+            if entry is None:
+                break
+            self._entry(entry)
+        self._kept = await owners_bucket(nc, self.subjects, self.subjects.snapshots_bucket)
+        await self._restore_kept()
+        self._spawn(self._watch())
+        await nc.subscribe(self.subjects.frames, cb=self._on_frame)
+        await nc.subscribe(self.subjects.heartbeat, cb=self._on_heartbeat)
+        await nc.subscribe(self.subjects.snapshots(self.node), cb=self._on_request)
+        await nc.subscribe(self.subjects.writes(self.node), cb=self._on_write)
+        self._spawn(self._pump())
+        self._spawn(self._ticker())
+
+    async def stop(self) -> None:
+        """Release what this node owns and leave (the others see the entries go); frames
+        its producers still send while the server drains stay on this node."""
+        self._stopping = True
+        for stream in list(self.core.local_producers()):
+            self._run(self.core.local_released(stream))
+        await asyncio.sleep(0)  # let the releases start
+        for task in list(self._tasks):
+            if task.get_name() == "release":
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, 2)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._nc.drain(), 2)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- the hub's side -------------------------------------------------------------------------
+
+    def on_accept(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
+        """The hub's accept hook: a local producer's frame goes through the core."""
+        body = frame.body
+        if not isinstance(stream, str) or not isinstance(body, Snapshot | Delta):
+            return  # WVP streams stay on their node (see the core's docstring)
+        if self._stopping or conn in self._remote.values():
+            return
+        for effect in self.core.local_frame(stream, conn):
+            if isinstance(effect, Forward):
+                self._send(
+                    self.subjects.frame(stream),
+                    wire.encode(wire.frame_of(self.node, stream, effect.claim, body)),
+                )
+            elif isinstance(effect, Hold):
+                if effect.first:
+                    self._held[stream] = [body]
+                else:
+                    self._held.setdefault(stream, []).append(body)
+            else:
+                self._run([effect])
+
+    def _run(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            match effect:
+                case Apply(frame=frame):
+                    self._apply(frame)
+                case DropRemote(stream=stream):
+                    self._drop_remote(stream)
+                case PublishHeld(stream=stream, claim=claim):
+                    subject = self.subjects.frame(stream)
+                    for held in self._held.pop(stream, []):
+                        self._send(
+                            subject, wire.encode(wire.frame_of(self.node, stream, claim, held))
+                        )
+                case PublishSnapshot(stream=stream, claim=claim):
+                    self._held.pop(stream, None)
+                    snap = self.rt.hub.latest_snapshot(stream)
+                    if snap is not None:
+                        data = wire.encode(wire.frame_of(self.node, stream, claim, snap))
+                        self._send(self.subjects.frame(stream), data)
+                case Kick(stream=stream, conn=conn):
+                    self._held.pop(stream, None)
+                    link = self.rt.links.get(conn)
+                    if link is not None:
+                        link.fault(
+                            ForbiddenPublish(
+                                f"stream {stream!r} is produced on another node", path="stream"
+                            )
+                        )
+                case Claim(stream=stream, last=last):
+                    self._spawn(self._claim(stream, last))
+                case Release(stream=stream, last=last):
+                    self._held.pop(stream, None)
+                    self._spawn(self._release(stream, last), name="release")
+                case RequestSnapshot(stream=stream, owner=owner):
+                    self._spawn(self._request(stream, owner))
+                case Forward() | Hold():
+                    raise AssertionError("on_accept sends or holds the frame it was given")
+
+    def _apply(self, frame: StreamFrame) -> None:
+        hub = self.rt.hub
+        conn = self._remote.get(frame.stream)
+        if conn is None:
+            conn = self._remote[frame.stream] = self.rt.new_conn_id()
+            stream = frame.stream
+
+            def wake(c: ConnId) -> None:  # called inside hub.write: pass it on afterwards
+                asyncio.get_running_loop().call_soon(self._pass_writes, stream, c)
+
+            hub.connect(conn, REMOTE_VIEW, grants=AllowAll(), wake=wake)
+        try:
+            hub.publish(conn, frame.stream, lazily_frame(wire.decode_body(frame)))
+        except OctosyncError as exc:
+            log.warning(
+                "cluster: a frame of %r from %s was refused: %s", frame.stream, frame.node, exc
+            )
+            self.core.apply_failed(frame.stream)
+            self._drop_remote(frame.stream)
+
+    def _pass_writes(self, stream: str, conn: ConnId) -> None:
+        """Writes the hub queued for a remote owner's connection go to the owner's node."""
+        bodies = self.rt.hub.take(conn)
+        target = self.core.write_target(stream)
+        if target is None:
+            return
+        owner, claim = target
+        for body in bodies:
+            self._send(
+                self.subjects.writes(owner), wire.encode(wire.Write(self.node, stream, claim, body))
+            )
+
+    async def _on_write(self, msg: Msg) -> None:
+        """Another node passes a subscriber's write: to this node's producer, if it still owns
+        the stream under the claim the writer knew."""
+        try:
+            write = wire.decode(msg.data)
+            if not isinstance(write, wire.Write) or self.core.owns(write.stream) != write.claim:
+                return
+            delta = wire.decode_write(write)
+            hub = self.rt.hub
+            if self._writer is None:
+                self._writer = self.rt.new_conn_id()
+                hub.connect(self._writer, REMOTE_VIEW, grants=AllowAll())
+            hub.write(self._writer, write.stream, delta)
+        except OctosyncError as exc:
+            log.info("cluster: a write from another node was refused: %s", exc)
+
+    def _drop_remote(self, stream: str) -> None:
+        conn = self._remote.pop(stream, None)
+        if conn is not None:
+            self.rt.hub.disconnect(conn)
+
+    # --- NATS's side ----------------------------------------------------------------------------
+
+    def _send(self, subject: str, data: bytes) -> None:
+        self._out.append((subject, data))
+        self._wake.set()
+
+    async def _pump(self) -> None:
+        """Publish in the order the hub accepted (one task, so one order)."""
+        assert self._nc is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._out:
+                subject, data = self._out.popleft()
+                try:
+                    await self._nc.publish(subject, data)
+                except nats.errors.Error as exc:
+                    # Closed, or its reconnect buffer is full: this frame is lost to the
+                    # other nodes, who see the gap at the next frame or heartbeat and resync.
+                    log.warning("cluster: a publish on %s failed: %s", subject, exc)
+
+    async def _on_frame(self, msg: Msg) -> None:
+        try:
+            frame = wire.decode(msg.data)
+        except OctosyncError as exc:
+            log.warning("cluster: undecodable frame on %s: %s", msg.subject, exc)
+            return
+        if isinstance(frame, StreamFrame):
+            self._run(self.core.remote_frame(frame))
+
+    async def _on_heartbeat(self, msg: Msg) -> None:
+        with contextlib.suppress(OctosyncError):
+            beat = wire.decode(msg.data)
+            if isinstance(beat, Heartbeat):
+                owned = {
+                    s: (load.claim, load.epoch)
+                    for s, load in beat.streams.items()
+                    if load.claim and load.epoch is not None
+                }
+                self._run(self.core.heartbeat(beat.node, owned))
+
+    async def _on_request(self, msg: Msg) -> None:
+        """Another node asks for a stream's snapshot: from this hub, if this node owns it."""
+        try:
+            req = wire.decode(msg.data)
+        except OctosyncError:
+            return
+        if not isinstance(req, SnapshotRequest):
+            return
+        claim = self.core.owns(req.stream)
+        snap = None if claim is None else self.rt.hub.latest_snapshot(req.stream)
+        if claim is None or snap is None:
+            answer: wire.ClusterMessage = NoSnapshot(self.node, req.stream)
+        else:
+            answer = wire.frame_of(self.node, req.stream, claim, snap)
+        await msg.respond(wire.encode(answer))
+
+    async def _request(self, stream: str, owner: str) -> None:
+        assert self._nc is not None
+        request = wire.encode(SnapshotRequest(self.node, stream))
+        try:
+            reply = await self._nc.request(
+                self.subjects.snapshots(owner), request, timeout=REQUEST_TIMEOUT
+            )
+            answer = wire.decode(reply.data)
+        except (OctosyncError, nats.errors.Error, TimeoutError) as exc:
+            log.info("cluster: no snapshot of %r from %s: %s", stream, owner, exc)
+            return
+        if isinstance(answer, StreamFrame) and answer.stream == stream:
+            self._run(self.core.snapshot_reply(stream, answer))
+
+    async def _claim(self, stream: str, last: int) -> None:
+        assert self._kv is not None
+        key, value = token(stream), self.node.encode()
+        try:
+            if last == 0:
+                revision: int | None = await self._kv.create(key, value)
+            else:
+                revision = await self._kv.update(key, value, last=last)
+        except Exception as exc:  # a lost compare-and-set (or NATS unreachable): refused
+            log.info("cluster: claim of %r lost: %s", stream, exc)
+            revision = None
+        self._run(self.core.claim_result(stream, revision))
+
+    async def _release(self, stream: str, last: int) -> None:
+        assert self._kv is not None
+        try:
+            await self._kv.delete(token(stream), last=last)
+        except Exception as exc:  # moved on already: someone else owns it now
+            log.info("cluster: release of %r skipped: %s", stream, exc)
+
+    async def _watch(self) -> None:
+        async for entry in self._watcher:
+            if entry is not None:
+                self._entry(entry)
+
+    def _entry(self, entry: Any) -> None:
+        try:
+            stream = stream_of(entry.key)
+        except ValueError:
+            return
+        deleted = entry.operation in ("DEL", "PURGE") or not entry.value
+        owner = None if deleted else bytes(entry.value).decode()
+        self._run(self.core.ownership(stream, owner, int(entry.revision)))
+
+    async def _ticker(self) -> None:
+        period = self.core.timing.heartbeat_every
+        step = min(0.1, period)
+        beats = max(1, round(period / step))
+        n = 0
+        while True:
+            try:
+                hub = self.rt.hub
+                for stream, conn in self.core.local_producers().items():
+                    if hub.producer_of(stream) != conn:
+                        self._run(self.core.local_released(stream))
+                self._run(self.core.tick())
+                if n % beats == 0:
+                    self._send(self.subjects.heartbeat, wire.encode(self.heartbeat()))
+                    self._keep_snapshots()
+            except Exception:  # one bad round must not stop the heartbeats for good
+                log.exception("cluster: a heartbeat round failed")
+            n += 1
+            await asyncio.sleep(step)
+
+    def _keep_snapshots(self) -> None:
+        """Owned streams whose epoch moved: their snapshot into JetStream (for nodes that
+        start after this one is gone)."""
+        hub = self.rt.hub
+        epochs = {s: hub.epoch_of(s) for s in self.core.streams}
+        for stream in self.core.checkpoints_due(epochs):
+            claim, snap = self.core.owns(stream), hub.latest_snapshot(stream)
+            if claim is not None and snap is not None:
+                data = wire.encode(wire.frame_of(self.node, stream, claim, snap))
+                self._spawn(self._put_kept(stream, data))
+
+    async def _put_kept(self, stream: str, data: bytes) -> None:
+        assert self._kept is not None
+        try:
+            await self._kept.put(token(stream), data)
+        except Exception as exc:  # NATS away: the next epoch change tries again
+            log.info("cluster: the snapshot of %r was not kept: %s", stream, exc)
+
+    async def _restore_kept(self) -> None:
+        """At start: streams this hub holds no state for get the snapshot kept in JetStream."""
+        assert self._kept is not None
+        try:
+            keys = await self._kept.keys()
+        except Exception:  # nats-py raises when the bucket is empty
+            return
+        hub = self.rt.hub
+        for key in keys:
+            try:
+                entry = await self._kept.get(key)
+                frame = wire.decode(entry.value or b"")
+                if not isinstance(frame, StreamFrame) or hub.epoch_of(frame.stream) is not None:
+                    continue
+                hub.restore(frame.stream, [lazily_frame(wire.decode_body(frame))])
+            except Exception as exc:  # a bad or vanished entry: the others are still restored
+                log.warning("cluster: a kept snapshot could not be restored: %s", exc)
+
+    def heartbeat(self) -> Heartbeat:
+        hub = self.rt.hub
+        streams = {}
+        for sid in hub.stream_ids():
+            if isinstance(sid, str):
+                streams[sid] = StreamLoad(
+                    hub.epoch_of(sid), len(hub.subscribers_of(sid)), self.core.owns(sid) or 0
+                )
+        conns = hub.connection_count() - len(self._remote) - (self._writer is not None)
+        return Heartbeat(self.node, self.public_url, streams, conns)
+
+
+def _encode_body(frame: OutFrame) -> bytes:
+    body = frame.body
+    if not isinstance(body, Snapshot | Delta):
+        raise TypeError(f"{type(body).__name__} is not a lazily state-plane message")
+    return wire.encode_body(body)
+
+
+def default_node_id() -> str:
+    """The host name and process id, as a node id."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:40] or "node"
+    return f"{host}-{os.getpid()}"

@@ -1,0 +1,343 @@
+"""Real processes on loopback: a NATS server (JetStream) and three ``octosync serve --cluster``
+nodes; producers and subscribers are the project's Python client.
+
+Every wait is bounded, every process is killed in the fixture's finalizer, ports are free ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from octosync.client.lazily import Backoff, Client, Publication, Subscription, connect
+from octosync.errors import ForbiddenPublish
+from octosync.graph import Context
+from octosync.links import nats_server
+from octosync.links.cluster_cli import cluster_status, start_node
+from tests.e2e.helpers import free_port
+
+STREAM = "match"
+FAST = Backoff(base=0.05, cap=0.3)
+
+
+@dataclass
+class Node:
+    id: str
+    url: str
+    proc: subprocess.Popen[bytes]
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+@dataclass
+class Cluster:
+    nats_url: str
+    nodes: list[Node]
+    procs: list[subprocess.Popen[bytes]]
+    nats_dir: Path
+
+    def restart_nats(self) -> None:
+        """SIGKILL the NATS server and start it again on the same port and store."""
+        nats = self.procs[0]
+        nats.send_signal(signal.SIGKILL)
+        nats.wait(timeout=10)
+        port = int(self.nats_url.rsplit(":", 1)[1])
+        self.procs[0] = nats_server.start(self.nats_dir, port)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    nats_port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(nats_server.start(tmp_path / "nats", nats_port))
+        url = f"nats://127.0.0.1:{nats_port}"
+        nodes = []
+        for i in (1, 2, 3):
+            port = free_port()
+            proc = start_node(url, f"n{i}", port, tmp_path / f"n{i}")
+            procs.append(proc)
+            nodes.append(Node(f"n{i}", f"ws://127.0.0.1:{port}/lazily", proc))
+        yield Cluster(url, nodes, procs, tmp_path / "nats")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 20) -> float:
+    """Wait (bounded) for ``predicate``; returns the seconds it took."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while loop.time() - start < timeout:
+        if predicate():
+            return loop.time() - start
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Counter:
+    """A producer's context: one named cell that counts its flushes."""
+
+    def __init__(self) -> None:
+        self.ctx = Context()
+        self.cell = self.ctx.cell(0, type_tag="i64", name="n")
+
+    def bump(self) -> int:
+        value = int(self.cell.get()) + 1
+        self.cell.set(value)
+        return value
+
+
+@contextlib.asynccontextmanager
+async def watching(client: Client, stream: str = STREAM) -> AsyncIterator[list[int]]:
+    """Every value of ``n`` the subscription yields, in order, collected in the background."""
+    sub = await client.subscribe(stream, queue_size=100_000)
+    seen: list[int] = []
+
+    async def collect() -> None:
+        async for state in sub:
+            value = state.by_name.get("n")
+            if value is not None:
+                seen.append(int(value))
+
+    task = asyncio.create_task(collect())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def publish(client: Client, counter: Counter) -> Publication:
+    return await asyncio.wait_for(client.publish(STREAM, counter.ctx), 10)
+
+
+async def bump_until(
+    counter: Counter, done: Callable[[], bool], *, limit: int = 2000, every: float = 0.01
+) -> int:
+    """Flush once per ``every`` until ``done`` (bounded by ``limit`` flushes)."""
+    for _ in range(limit):
+        if done():
+            break
+        counter.bump()
+        await asyncio.sleep(every)
+    return int(counter.cell.get())
+
+
+async def _within(coro: Awaitable[None], seconds: float) -> None:
+    await asyncio.wait_for(coro, seconds)
+
+
+async def scrape(node: Node) -> dict[str, float]:
+    """The node's unlabelled metrics from ``/metrics``."""
+    http_url = node.url.replace("ws://", "http://").replace("/lazily", "/metrics")
+    async with aiohttp.ClientSession() as http, http.get(http_url) as response:
+        text = await response.text()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def _contiguous(values: list[int]) -> bool:
+    return all(b == a + 1 for a, b in itertools.pairwise(values))
+
+
+@pytest.mark.slow
+async def test_deltas_reach_other_nodes_in_order_and_a_second_producer_is_refused(
+    cluster: Cluster,
+) -> None:
+    n1, n2, n3 = cluster.nodes
+    counter = Counter()
+    async with (
+        connect(n1.url) as producer,
+        connect(n2.url) as c2,
+        connect(n3.url) as c3,
+        connect(n2.url, backoff=Backoff(max_attempts=1)) as rival,
+    ):
+        pub = await publish(producer, counter)
+        async with watching(c2) as on2, watching(c3) as on3:
+            await until(lambda: bool(on2) and bool(on3), "both subscribers' first state")
+            first2, first3 = on2[0], on3[0]
+            for _ in range(300):
+                counter.bump()
+                await asyncio.sleep(0.002)
+            last = int(counter.cell.get())
+            await until(lambda: on2[-1:] == [last] and on3[-1:] == [last], "the last delta")
+            # Every delta after the snapshot each joined with, once, in order.
+            assert on2 == list(range(first2, last + 1))
+            assert on3 == list(range(first3, last + 1))
+            assert last - max(first2, first3) >= 250
+
+            status = await cluster_status(cluster.nats_url, listen=1.2)
+            assert status["owners"] == {STREAM: "n1"}
+            by_node = {n["node"]: n for n in status["nodes"]}
+            assert sorted(by_node) == ["n1", "n2", "n3"]
+            assert by_node["n1"]["streams"][STREAM]["owner"] is True
+            assert by_node["n3"]["streams"][STREAM]["lag"] == 0
+
+            metrics = {n.id: await scrape(n) for n in cluster.nodes}
+            assert metrics["n1"]["octosync_cluster_published_total"] >= last - first2
+            assert metrics["n1"]["octosync_cluster_claims_won_total"] == 1
+            for other in ("n2", "n3"):
+                assert metrics[other]["octosync_cluster_applied_total"] >= last - first2
+                assert metrics[other]["octosync_cluster_gaps_total"] == 0
+                assert metrics[other]["octosync_cluster_nodes_alive"] == 3
+
+            with pytest.raises(ForbiddenPublish):
+                await asyncio.wait_for(rival.publish(STREAM, Counter().ctx), 10)
+
+            # A subscriber's write on node 3 reaches the producer on node 1, and its effect
+            # comes back to both subscribers.
+            await c3._subscriptions[0].write("n", 1_000_000)
+            await until(lambda: int(counter.cell.get()) == 1_000_000, "the write on node 1")
+            await until(
+                lambda: on2[-1:] == [1_000_000] and on3[-1:] == [1_000_000],
+                "the written value on nodes 2 and 3",
+            )
+            assert not pub.closed
+            assert pub.failed is None
+
+
+@pytest.mark.slow
+async def test_sigkill_of_a_subscriber_node_resumes_on_another_from_a_snapshot(
+    cluster: Cluster,
+) -> None:
+    n1, n2, n3 = cluster.nodes
+    counter = Counter()
+    async with (
+        connect(n1.url) as producer,
+        connect(n3.url, fallbacks=[n2.url], backoff=FAST) as moving,
+    ):
+        await publish(producer, counter)
+        async with watching(moving) as seen:
+            sub: Subscription = moving._subscriptions[0]
+            await bump_until(counter, lambda: len(seen) >= 50)
+            before = len(seen)
+            n3.kill()
+            await bump_until(counter, lambda: sub.reconnects >= 1 and len(seen) >= before + 50)
+            assert sub.reconnects >= 1, "the client never reconnected"
+            last = int(counter.cell.get())
+            await until(lambda: seen[-1:] == [last], "the subscriber to catch up on node 2")
+    assert moving.urls[moving._at] == n2.url
+    # Before the kill: every delta. After it: a snapshot on node 2, then every delta again;
+    # never a value twice or backwards, and the subscriber's mirror never saw a gap.
+    assert _contiguous(seen[:before])
+    assert all(b > a for a, b in itertools.pairwise(seen))
+    jumps = [i for i, (a, b) in enumerate(itertools.pairwise(seen)) if b != a + 1]
+    assert len(jumps) <= 1
+    assert all(j >= before - 1 for j in jumps)
+    assert sub.resyncs == 0
+
+
+@pytest.mark.slow
+async def test_sigkill_of_the_producer_node_releases_the_stream_to_a_new_producer(
+    cluster: Cluster,
+) -> None:
+    n1, n2, n3 = cluster.nodes
+    old, new = Counter(), Counter()
+    async with (
+        connect(n1.url, backoff=Backoff(max_attempts=2)) as producer,
+        connect(n3.url) as watcher,
+        connect(n2.url, backoff=Backoff(max_attempts=1)) as successor,
+    ):
+        await publish(producer, old)
+        async with watching(watcher) as seen:
+            await bump_until(old, lambda: len(seen) >= 20)
+            with pytest.raises(ForbiddenPublish):  # n1 is alive and owns it
+                await asyncio.wait_for(successor.publish(STREAM, new.ctx), 10)
+            n1.kill()
+            loop = asyncio.get_running_loop()
+            killed = loop.time()
+            taken: Publication | None = None
+            while taken is None and loop.time() - killed < 20:
+                try:
+                    taken = await asyncio.wait_for(successor.publish(STREAM, new.ctx), 5)
+                except ForbiddenPublish:
+                    await asyncio.sleep(0.1)
+            assert taken is not None, "no new producer was accepted within 20 s of the kill"
+            took = loop.time() - killed
+            assert took < 10, f"ownership took {took:.1f}s to be released"
+            for _ in range(5):
+                new.bump()
+            target = int(new.cell.get())
+            # The new producer's own state reaches a subscriber on a third node.
+            await until(lambda: seen[-1:] == [target], "the new producer's state on node 3")
+    status = await cluster_status(cluster.nats_url, listen=1.2)
+    assert status["owners"] == {STREAM: "n2"}
+    assert sorted(n["node"] for n in status["nodes"]) == ["n2", "n3"]
+
+
+@pytest.mark.slow
+async def test_a_nats_restart_under_load_resumes_and_a_release_is_still_seen(
+    cluster: Cluster,
+) -> None:
+    n1, n2, n3 = cluster.nodes
+    old, new = Counter(), Counter()
+    async with (
+        connect(n3.url) as watcher,
+        connect(n2.url, backoff=FAST) as successor,
+        watching(watcher) as seen,
+    ):
+        async with connect(n1.url) as producer:
+            await publish(producer, old)
+            await bump_until(old, lambda: len(seen) >= 20)
+            cluster.restart_nats()
+            before = old.cell.get()
+            # Under load across the restart: the subscriber on node 3 follows again.
+            await bump_until(old, lambda: bool(seen) and seen[-1] > before + 20, limit=3000)
+            last = int(old.cell.get())
+            await until(lambda: seen[-1:] == [last], "node 3 to follow after the restart")
+        # The producer left: the stream is released, and node 2 may take it.
+        loop = asyncio.get_running_loop()
+        left = loop.time()
+        taken: Publication | None = None
+        while taken is None and loop.time() - left < 20:
+            try:
+                taken = await asyncio.wait_for(successor.publish(STREAM, new.ctx), 5)
+            except ForbiddenPublish:
+                await asyncio.sleep(0.1)
+        assert taken is not None, "the stream was never released after the NATS restart"
+        took = loop.time() - left
+        assert took < 8, f"the release took {took:.1f}s to be seen after the NATS restart"
+        new.cell.set(424242)
+        await until(lambda: seen[-1:] == [424242], "the new producer's value on node 3")
+    assert all(b > a for a, b in itertools.pairwise(seen[: seen.index(last) + 1]))
+
+
+@pytest.mark.slow
+async def test_a_node_started_after_the_owner_died_serves_the_snapshot_kept_in_jetstream(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    n1 = cluster.nodes[0]
+    counter = Counter()
+    async with connect(n1.url, backoff=Backoff(max_attempts=1)) as producer:
+        await publish(producer, counter)
+        for _ in range(30):
+            counter.bump()
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(1.5)  # three heartbeats: the owner keeps its snapshot
+        n1.kill()
+    port = free_port()
+    late = await asyncio.to_thread(start_node, cluster.nats_url, "n4", port, tmp_path / "n4")
+    cluster.procs.append(late)
+    async with connect(f"ws://127.0.0.1:{port}/lazily") as client, watching(client) as seen:
+        await until(lambda: bool(seen), "the kept state on the late node")
+    assert seen[-1] == 30
