@@ -15,8 +15,6 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow.dataset as ds
-
 from octosync.crdt.fold import MapStore
 from octosync.crdt.op import OpRecord
 from octosync.errors import PipelineError, StorageError
@@ -27,6 +25,10 @@ from octosync.store.op_table import RECORD_SCHEMA, iter_op_records
 
 def read_op_records(path: Path, *, batch_size: int = 65_536) -> Iterator[OpRecord]:
     """Op records from a Parquet dataset in the ops schema, a batch at a time (bounded memory)."""
+    # Imported here: the server imports this module, and pyarrow.dataset brings pandas (about
+    # 60 MB of RSS) into a process that reads a compaction only at start-up.
+    import pyarrow.dataset as ds
+
     dataset = ds.dataset(str(path), format="parquet")
     return iter_op_records(dataset.to_batches(columns=RECORD_SCHEMA.names, batch_size=batch_size))
 
