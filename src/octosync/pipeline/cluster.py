@@ -152,9 +152,9 @@ def _last_line(log: str) -> str:
     return lines[-1].strip() if lines else "empty log"
 
 
-def _spawn(argv: list[str], log: Path, env: Mapping[str, str]) -> int:
+def _spawn(argv: list[str], log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -162,7 +162,20 @@ def _spawn(argv: list[str], log: Path, env: Mapping[str, str]) -> int:
             env=dict(env),
             start_new_session=True,  # a Ctrl-C in the shell that ran `up` leaves it running
         )
-    return proc.pid
+
+
+def _stop_children(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
+    """Stop processes this call of ``up`` started (its own children: no pid check needed)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def up(
@@ -214,62 +227,59 @@ def up(
     }
     env.pop("SPARK_MASTER_HOST", None)
     started: list[Daemon] = []
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         mport, mweb = port or free_port(), webui_port or free_port()
-        log = root / "master.log"
-        pid = _spawn(
-            [
-                spark_class,
-                MASTER_CLASS,
-                *("--host", HOST, "--port", str(mport)),
-                *("--webui-port", str(mweb)),
-            ],
-            log,
-            env,
-        )
-        master = Daemon("master", pid, mport, mweb, str(log))
-        started.append(master)
-        say(f"master pid {pid} on spark://{HOST}:{mport} (web UI port {mweb})")
         url = f"spark://{HOST}:{mport}"
+        commands = [
+            (
+                "master",
+                mport,
+                mweb,
+                [MASTER_CLASS, "--host", HOST, "--port", str(mport), "--webui-port", str(mweb)],
+            )
+        ]
         for i in range(1, workers + 1):
             wport, wweb = free_port(), free_port()
             work = root / f"worker-{i}"
             work.mkdir(exist_ok=True)
-            log = root / f"worker-{i}.log"
-            pid = _spawn(
-                [
-                    spark_class,
-                    WORKER_CLASS,
-                    url,
-                    *("--host", HOST, "--port", str(wport)),
-                    *("--webui-port", str(wweb), "--cores", str(cores), "--memory", memory),
-                    *("--work-dir", str(work)),
-                ],
-                log,
-                env,
-            )
-            started.append(Daemon(f"worker-{i}", pid, wport, wweb, str(log)))
-            say(f"worker-{i} pid {pid} ({cores} core(s), {memory})")
+            argv = [WORKER_CLASS, url, "--host", HOST, "--port", str(wport)]
+            argv += ["--webui-port", str(wweb), "--cores", str(cores), "--memory", memory]
+            commands.append((f"worker-{i}", wport, wweb, [*argv, "--work-dir", str(work)]))
+        for role, rpc, web, argv in commands:
+            log = root / f"{role}.log"
+            procs.append(_spawn([spark_class, *argv], log, env))
+            started.append(Daemon(role, procs[-1].pid, rpc, web, str(log)))
+            say(f"{role} pid {procs[-1].pid} on {HOST}:{rpc} (web UI port {web})")
+        master = started[0]
         state = ClusterState(master, started[1:], cores, memory)
         (root / STATE_FILE).write_bytes(msgspec.json.encode(state))
-        _wait_for_workers(state, timeout)
+        _wait_for_workers(state, procs, timeout)
     except BaseException:
-        _stop(started, grace=5.0)
+        _stop_children(procs, grace=5.0)
         with contextlib.suppress(FileNotFoundError):
             (root / STATE_FILE).unlink()
         raise
     return state
 
 
-def _wait_for_workers(state: ClusterState, timeout: float) -> None:
+def _wait_for_workers(
+    state: ClusterState, procs: list[subprocess.Popen[bytes]], timeout: float
+) -> None:
     deadline = time.monotonic() + timeout
     want = len(state.workers)
     alive = 0
     while time.monotonic() < deadline:
-        for d in state.daemons():
-            if not is_spark_daemon(d.pid):
+        for d, proc in zip(state.daemons(), procs, strict=True):
+            if proc.poll() is not None:
                 raise PipelineError(f"{d.role} exited while starting: {_last_line(d.log)}")
-        alive = _alive_workers(master_json(state))
+        view = master_json(state)
+        if view is not None and view.get("url") != state.url:
+            raise PipelineError(
+                f"port {state.master.webui_port} answers for {view.get('url')}, not {state.url}: "
+                "another process took it; run `up` again"
+            )
+        alive = _alive_workers(view)
         if alive >= want:
             return
         time.sleep(0.5)
