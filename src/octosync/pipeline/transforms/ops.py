@@ -81,14 +81,23 @@ def totals(summary: DataFrame) -> Totals:
     )
 
 
+IN_PYTHON = "in_python"
+"""Column of :func:`carriers`: the key has OR or counter ops, so ``crdt.fold`` folds it in a
+Python worker (:mod:`.fold`); other keys are plain LWW, converged in Spark SQL (:mod:`.lww`)."""
+
+
 def carriers(ops: DataFrame, summary: DataFrame, t: Totals) -> DataFrame:
     """The ops that can carry state: LWW ops at their key's newest millisecond (about one per
-    key; the winner is among them) and every op of the other families. The summary is
-    broadcast when it is small, so the ops are filtered where they are read, never shuffled."""
-    newest = summary.select("map", "key", "newest")
+    key; the winner is among them) and every op of the other families, plus ``IN_PYTHON``. The
+    summary is broadcast when it is small, so the ops are filtered where they are read, never
+    shuffled."""
+    in_python = sf.lit(False)
+    for family in sorted(t.families - {"lww"}):
+        in_python = in_python | sf.col(f"has_{family}")
+    newest = summary.select("map", "key", "newest", in_python.alias(IN_PYTHON))
     if t.keys <= BROADCAST_KEYS:
         newest = sf.broadcast(newest)
     keep = is_family("lww") & (sf.col("millis") == sf.col("newest"))
     if t.families - {"lww"}:
         keep = keep | ~is_family("lww")
-    return ops.join(newest, ["map", "key"]).where(keep).select(*ops.columns)
+    return ops.join(newest, ["map", "key"]).where(keep).select(*ops.columns, IN_PYTHON)
