@@ -110,7 +110,7 @@ def run(
             live = lww.surviving(wins, gc_horizon_millis)
             snapshots = [lww.snapshot(live)]
             records = [wins.select(*OPS_SCHEMA.names)]
-            leaves = [lww.leaves(live)]
+            leaves = [] if t.keys <= lww.DRIVER_MERKLE_KEYS else [lww.leaves(live)]
             partitions = 0
             if mixed:
                 partitions = t.fold_partitions(spark.sparkContext.defaultParallelism)
@@ -127,8 +127,15 @@ def run(
             how = f"; keys with OR or counter ops in {partitions} fold partitions" if mixed else ""
             progress(f"{rows} rows in the snapshot{how}")
         with stage("merkle tree", source, progress):
-            parts = _union(leaves).collect()
-            tree = tree_table((r["map"], r["leaf"], r["hash"]) for r in parts)
+            parts: list[tuple[str, int, int]] = []
+            if t.keys <= lww.DRIVER_MERKLE_KEYS:
+                winners = live.select(*lww.LEAF_INPUT).toArrow()
+                for batch in lww.leaf_sums(winners.to_batches()):
+                    columns = (batch.column(c).to_pylist() for c in lww.LEAF_SCHEMA.names)
+                    parts += zip(*columns, strict=True)
+            if leaves:
+                parts += [(r["map"], r["leaf"], r["hash"]) for r in _union(leaves).collect()]
+            tree = tree_table(parts)
             (staging / MERKLE_DIR).mkdir(parents=True)
             pq.write_table(tree, staging / MERKLE_DIR / "part-00000.parquet")
             roots = merkle_roots(tree)

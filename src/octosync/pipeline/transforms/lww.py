@@ -6,13 +6,14 @@ bytes, Python by code point: the same order).
 The winner is a ``max`` over a struct led by that order and followed by ``(seq, recorded_ms)``,
 so among duplicate deliveries of the winning record the latest one is kept, as the in-process
 fold's records are. Its Merkle entry hash (TopGun's ``fnv1a32("key:millis:counter:node")``) is
-computed on Arrow batches with ``crdt.hashing``'s NumPy kernels, and each partition sends only
-its per-leaf sums to the driver.
+computed on Arrow batches with ``crdt.hashing``'s NumPy kernels: by each partition, which
+sends only its per-leaf sums to the driver, or (for up to ``DRIVER_MERKLE_KEYS`` keys, where
+starting Python workers costs more than moving the winners) on the driver itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import numpy as np
@@ -26,6 +27,7 @@ from octosync.pipeline.transforms.ops import SNAPSHOT_COLUMNS, DataFrame, is_fam
 from octosync.store.op_table import OPS_SCHEMA
 
 WINNER_ORDER: Final = ("millis", "counter", "node", "op_id", "seq", "recorded_ms")
+DRIVER_MERKLE_KEYS: Final = 2_000_000
 LEAF_SCHEMA: Final = pa.schema([("map", pa.string()), ("leaf", pa.int32()), ("hash", pa.int64())])
 
 
@@ -65,7 +67,11 @@ def snapshot(wins: DataFrame) -> DataFrame:
     return wins.select(*(columns.get(c, sf.col(c)).alias(c) for c in SNAPSHOT_COLUMNS))
 
 
-def _leaf_sums(batches: Iterator[pa.RecordBatch], depth: int) -> Iterator[pa.RecordBatch]:
+def leaf_sums(
+    batches: Iterable[pa.RecordBatch], depth: int = DEFAULT_DEPTH
+) -> Iterator[pa.RecordBatch]:
+    """``LEAF_SCHEMA`` sums of the entry hashes of winners (``map, key, millis, counter,
+    node`` batches): the kernel of :func:`leaves`, also run on the driver by the job."""
     sums: dict[tuple[str, int], int] = {}
     for batch in batches:
         if batch.num_rows == 0:
@@ -102,6 +108,9 @@ def _leaf_sums(batches: Iterator[pa.RecordBatch], depth: int) -> Iterator[pa.Rec
         )
 
 
+LEAF_INPUT: Final = ("map", "key", "millis", "counter", "node")
+
+
 def leaves(wins: DataFrame, depth: int = DEFAULT_DEPTH) -> DataFrame:
     """``(map, leaf, hash)``: each partition's fmix32 sum of its winners' entry hashes per leaf
     (the driver adds the partitions' shares, :func:`.merkle.tree_table`)."""
@@ -109,6 +118,6 @@ def leaves(wins: DataFrame, depth: int = DEFAULT_DEPTH) -> DataFrame:
 
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return wins.select("map", "key", "millis", "counter", "node").mapInArrow(
-        partial(_leaf_sums, depth=depth), from_arrow_schema(LEAF_SCHEMA)
+    return wins.select(*LEAF_INPUT).mapInArrow(
+        partial(leaf_sums, depth=depth), from_arrow_schema(LEAF_SCHEMA)
     )

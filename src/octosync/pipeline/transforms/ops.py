@@ -88,16 +88,23 @@ Python worker (:mod:`.fold`); other keys are plain LWW, converged in Spark SQL (
 
 def carriers(ops: DataFrame, summary: DataFrame, t: Totals) -> DataFrame:
     """The ops that can carry state: LWW ops at their key's newest millisecond (about one per
-    key; the winner is among them) and every op of the other families, plus ``IN_PYTHON``. The
-    summary is broadcast when it is small, so the ops are filtered where they are read, never
-    shuffled."""
+    key; the winner is among them) and every op of the other families, plus ``IN_PYTHON``.
+
+    The summary is broadcast when it is small, so the ops are filtered where they are read,
+    never shuffled; and the newest millisecond is part of the join key, so an LWW op that
+    cannot win finds no partner and is dropped by the join itself."""
     in_python = sf.lit(False)
     for family in sorted(t.families - {"lww"}):
         in_python = in_python | sf.col(f"has_{family}")
-    newest = summary.select("map", "key", "newest", in_python.alias(IN_PYTHON))
+    newest = summary.select(
+        "map", "key", sf.col("newest").alias("millis"), in_python.alias(IN_PYTHON)
+    )
     if t.keys <= BROADCAST_KEYS:
         newest = sf.broadcast(newest)
-    keep = is_family("lww") & (sf.col("millis") == sf.col("newest"))
-    if t.families - {"lww"}:
-        keep = keep | ~is_family("lww")
-    return ops.join(newest, ["map", "key"]).where(keep).select(*ops.columns, IN_PYTHON)
+    if not t.families - {"lww"}:
+        return ops.join(newest, ["map", "key", "millis"]).select(*ops.columns, IN_PYTHON)
+    lww = is_family("lww")
+    joined = ops.join(newest, ["map", "key", "millis"], "left")
+    return joined.where(~lww | sf.col(IN_PYTHON).isNotNull()).select(
+        *ops.columns, sf.when(lww, sf.col(IN_PYTHON)).otherwise(True).alias(IN_PYTHON)
+    )
