@@ -4,7 +4,9 @@ from the installed pyspark by ``octosync pipeline cluster up``), against local m
 The cluster is started once for the module and always stopped by the fixture's finalizer. Its
 jobs run as ``octosync pipeline ... --master spark://...`` subprocesses (the test session's own
 local SparkSession cannot be pointed at another master); local mode runs in the shared local
-session. Small inputs and 512 MiB per worker keep the module to about two minutes.
+session. Small inputs and 512 MiB per worker keep it short: four jobs on the cluster, each
+paying a driver JVM start and its executors' start (about two minutes on a quiet 2-core machine,
+several on a loaded one).
 """
 
 from __future__ import annotations
@@ -246,7 +248,7 @@ def test_a_worker_killed_mid_job_means_a_retry_or_one_clear_error(
 ) -> None:
     """Last in the module: it leaves the cluster with one worker."""
     ops = tmp_path / "ops"
-    write_ops(ops, 300_000, 60_000)
+    write_ops(ops, 150_000, 40_000)
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [
