@@ -12,6 +12,9 @@ batch's ``OP_ACK``. Usage::
 
     python bench/topgun_face.py             # 10 writers, 100 subscribers, 5 s per level
     python bench/topgun_face.py --quick     # 4 writers, 20 subscribers, 2 s per level
+    python bench/topgun_face.py --baseline-src ../main/src   # before / after, same run
+
+``OCTOSYNC_BENCH_PROFILE=FILE`` writes a cProfile of the serving process to ``FILE``.
 
 Published figure for comparison: TopGun reports 483,000 ops/s fire-and-forget in-process on
 an M1 Max (not measured here).
@@ -23,6 +26,8 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -59,7 +64,19 @@ async def _serve(port: int, data: str) -> None:
         socket_high_water=8 << 20,
     )
     await start(build_app(config), config)
-    await asyncio.Event().wait()
+    stop = asyncio.Event()
+    profile_to = os.environ.get("OCTOSYNC_BENCH_PROFILE")
+    if profile_to:  # --profile: cProfile the serving process until the harness stops it
+        import cProfile
+
+        profiler = cProfile.Profile()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        profiler.enable()
+        await stop.wait()
+        profiler.disable()
+        profiler.dump_stats(profile_to)
+        return
+    await stop.wait()
 
 
 async def _open(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
@@ -164,7 +181,10 @@ async def _writer(
             sent[last] = time.monotonic()
         if not sent:
             return acked
-        msg = decode(await asyncio.wait_for(ws.receive_bytes(), 30))
+        data = await asyncio.wait_for(ws.receive_bytes(), 30)
+        if b"OP_ACK" not in data[:16]:
+            continue  # the other writers' events (a writer has its map open): not decoded
+        msg = decode(data)
         if msg.get("type") != "OP_ACK":
             continue
         at = sent.pop(msg["payload"]["lastId"], None)
@@ -193,9 +213,12 @@ def _core_in_process(ops: int, batch: int, subscribers: int) -> float:
             core.handle(conn, SyncInit(MAP, 0))
     clock = [0, 0]
     frames = [_batch("w", seq, seq * batch, batch, "APPLIED", clock) for seq in range(ops // batch)]
+    flush = getattr(core, "flush", None)  # a baseline tree may fan out inside handle
     t0 = time.perf_counter()
     for frame in frames:
         core.handle(0, tg.decode(frame))
+        if flush is not None:
+            flush()  # the server flushes once per loop turn: here once per frame, the worst
     return len(frames) * batch / (time.perf_counter() - t0)
 
 
@@ -223,10 +246,47 @@ def _ceiling(ops: int, batch: int) -> float:
     return ops / (time.perf_counter() - t0)
 
 
-async def _main(args: argparse.Namespace) -> None:
+Result = tuple[str, int, float, list[float], int, float]
+"""(write concern, ops acked, seconds, ack latencies, events delivered, server CPU seconds)."""
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (Linux ``/proc``): on a shared machine the
+    server's CPU per op is steadier than its wall-clock rate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _env(src: str | None) -> dict[str, str]:
+    """The environment of a server process importing octosync from ``src`` (None: this one)."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src
+    return env
+
+
+def _core_rate(src: str | None, ops: int, batch: int, subscribers: int, runs: int = 3) -> float:
+    """``_core_in_process`` in a child importing octosync from ``src``: the best of ``runs``
+    (on a shared machine the fastest run is the one least disturbed by others)."""
+    rates = []
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, str(HERE), "_core", str(ops), str(batch), str(subscribers)],
+            env=_env(src),
+            capture_output=True,
+            check=True,
+        )
+        rates.append(float(out.stdout))
+    return max(rates)
+
+
+async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
+    """One full run (server, subscribers, writers at each level) against the server code in
+    ``src`` (None: the tree this script is imported from)."""
     port = _free_port()
     data = tempfile.mkdtemp(prefix="octosync-topgun-bench-")
-    server = subprocess.Popen([sys.executable, str(HERE), "_server", str(port), data])
+    command = [sys.executable, str(HERE), "_server", str(port), data]
+    server = subprocess.Popen(command, env=_env(src))
     subs: subprocess.Popen[bytes] | None = None
     try:
         for _ in range(200):
@@ -253,12 +313,13 @@ async def _main(args: argparse.Namespace) -> None:
             return int(subs.stdout.readline())
 
         url = f"ws://127.0.0.1:{port}/topgun"
-        results = []
+        results: list[Result] = []
         async with aiohttp.ClientSession() as http:
             writers = [await _open(http, url) for _ in range(args.writers)]
             for level in ("APPLIED", "PERSISTED"):
                 latencies: list[float] = []
                 before = events_so_far()
+                cpu0 = _cpu_seconds(server.pid)
                 t0 = time.monotonic()
                 counts = await asyncio.gather(
                     *(
@@ -271,39 +332,67 @@ async def _main(args: argparse.Namespace) -> None:
                 elapsed = time.monotonic() - t0
                 await asyncio.sleep(0.5)  # let the last events arrive
                 events = events_so_far() - before
-                results.append((level, sum(counts), elapsed, latencies, events))
+                cpu = _cpu_seconds(server.pid) - cpu0
+                results.append((level, sum(counts), elapsed, latencies, events, cpu))
             for ws in writers:
                 await ws.close()
         events_so_far(stop=True)
-        total = sum(r[1] for r in results)
-        ceiling = _ceiling(max(total, 10_000), args.batch)
-        in_process = _core_in_process(max(total, 10_000), args.batch, args.subscribers)
-        print(
-            f"topgun face: {args.writers} writers x batches of {args.batch} LWW ops over "
-            f"{KEYS} keys, window {args.window}; {args.subscribers} subscribers; "
-            f"{args.seconds:g} s per level; journal durability full"
-        )
-        for level, ops, elapsed, lat, events in results:
-            rate = ops / elapsed
-            print(
-                f"  {level:9s} {rate:10,.0f} ops/s acked   ack p50 {_pct(lat, 0.5) * 1e3:6.1f} ms"
-                f"  p99 {_pct(lat, 0.99) * 1e3:6.1f} ms   events delivered "
-                f"{events / elapsed:12,.0f}/s   ({rate / ceiling:.1%} of the ceiling)"
-            )
-        print(
-            f"  ceiling   {ceiling:10,.0f} ops/s  (the same ops folded in-process by crdt.MapStore)"
-        )
-        print(
-            f"  core      {in_process:10,.0f} ops/s  (TopGunCore.handle in-process on the same "
-            f"frames, {args.subscribers} subscribers, no sockets)"
-        )
-        print("  published TopGun figure: 483,000 ops/s fire-and-forget, in-process, M1 Max")
-        print(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        return results
     finally:
         for proc in (subs, server):
             if proc is not None:
                 proc.terminate()
                 proc.wait(10)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def _report(name: str, results: list[Result], ceiling: float, core: float, subs: int) -> None:
+    print(f" {name}:")
+    for level, ops, elapsed, lat, events, cpu in results:
+        rate = ops / elapsed
+        print(
+            f"  {level:9s} {rate:10,.0f} ops/s acked   ack p50 {_pct(lat, 0.5) * 1e3:6.1f} ms"
+            f"  p99 {_pct(lat, 0.99) * 1e3:6.1f} ms   events delivered "
+            f"{events / elapsed:12,.0f}/s   ({rate / ceiling:.1%} of the ceiling)   "
+            f"server CPU {cpu / max(ops, 1) * 1e6:5.1f} us/op ({ops / max(cpu, 1e-9):,.0f} ops "
+            "per CPU second)"
+        )
+    print(
+        f"  core      {core:10,.0f} ops/s  (TopGunCore.handle in-process on the same "
+        f"frames, {subs} subscribers, no sockets)"
+    )
+
+
+async def _main(args: argparse.Namespace) -> None:
+    runs: list[tuple[str, str | None, list[Result], float]] = []
+    trees: list[tuple[str, str | None]] = [("this tree", None)]
+    if args.baseline_src:
+        trees.insert(0, (f"baseline {args.baseline_src}", args.baseline_src))
+    for name, src in trees:
+        results = await _measure(args, src)
+        total = max(sum(r[1] for r in results), 10_000)
+        core = _core_rate(src, total, args.batch, args.subscribers)
+        runs.append((name, src, results, core))
+    total = max(sum(r[1] for _, _, res, _ in runs for r in res), 10_000)
+    ceiling = _ceiling(total, args.batch)
+    print(
+        f"topgun face: {args.writers} writers x batches of {args.batch} LWW ops over "
+        f"{KEYS} keys, window {args.window}; {args.subscribers} subscribers; "
+        f"{args.seconds:g} s per level; journal durability full"
+    )
+    for name, _, results, core in runs:
+        _report(name, results, ceiling, core, args.subscribers)
+    print(f"  ceiling   {ceiling:10,.0f} ops/s  (the same ops folded in-process by crdt.MapStore)")
+    if len(runs) == 2:
+        (_, _, before, core_before), (_, _, after, core_after) = runs
+        for (level, ops0, t0, _, _, c0), (_, ops1, t1, _, _, c1) in zip(before, after, strict=True):
+            print(
+                f"  {level:9s} this tree / baseline: {(ops1 / t1) / (ops0 / t0):.2f}x ops/s, "
+                f"{(ops1 / c1) / (ops0 / c0):.2f}x ops per server CPU second"
+            )
+        print(f"  core      this tree / baseline: {core_after / core_before:.2f}x")
+    print("  published TopGun figure: 483,000 ops/s fire-and-forget, in-process, M1 Max")
+    print(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 def main() -> None:
@@ -313,13 +402,22 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_subs":
         asyncio.run(_subscribers(int(sys.argv[2]), int(sys.argv[3])))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "_core":
+        print(_core_in_process(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--writers", type=int, default=10)
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="4 writers, 20 subscribers, 2 s")
+    parser.add_argument(
+        "--baseline-src",
+        metavar="DIR",
+        help="also run the server from this source tree first (e.g. a main checkout's src) "
+        "and print this tree's figures against it",
+    )
     args = parser.parse_args()
     if args.quick:
         args.writers, args.subscribers, args.seconds = 4, 20, 2.0

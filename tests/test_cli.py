@@ -157,6 +157,17 @@ def test_port_in_use_prints_nothing_as_serving(tmp_path: Path) -> None:
         assert "choose another --tcp-port" in ran.one_line
 
 
+def test_a_port_out_of_range_is_refused_before_any_bind(tmp_path: Path) -> None:
+    ran = octosync("serve", "--insecure-dev", "--port", "99999", "--data", str(tmp_path))
+    assert ran.code == 2
+    assert ran.out == ""
+    assert "--port ([server] port): 99999 is not a port number: use 0..65535" in ran.one_line
+    (tmp_path / "p.toml").write_text("[server]\ndataspace_port = -1\n")
+    ran = octosync("serve", "--insecure-dev", "--config", str(tmp_path / "p.toml"), "--port", "0")
+    assert ran.code == 2
+    assert "--dataspace-port ([server] dataspace_port): -1 is not a port number" in ran.one_line
+
+
 def test_server_unreachable() -> None:
     url = f"ws://127.0.0.1:{free_port()}/lazily"
     for command in ("watch", "publish-demo"):
@@ -221,6 +232,16 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert ran.code != 0
     assert "Traceback" in ran.err
     assert "ConfigError" in ran.err
+
+
+def test_a_short_secret_gets_one_warning_line_and_still_a_token() -> None:
+    ran = octosync("token", "--secret", "short", "--grant", "s=read")
+    assert ran.code == 0
+    assert ran.out.count(".") == 2  # header.claims.signature
+    line = ran.one_line
+    assert line.startswith("octosync token: warning: --secret is 5 bytes; HS256 wants at least 32")
+    ran = octosync("token", "--secret", SECRET, "--grant", "s=read")
+    assert ran.err == ""
 
 
 def test_bad_grant_syntax() -> None:

@@ -42,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
+    config.check_ports()
     try:
         config.check_exposure()
     except ValueError as exc:
@@ -93,6 +94,10 @@ def _publish_demo(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
+    import warnings
+
+    from jwt.warnings import InsecureKeyLengthWarning
+
     from octosync.server.auth import issue_token
 
     streams = {}
@@ -107,8 +112,21 @@ def _token(args: argparse.Namespace) -> int:
             )
         streams[name] = wanted
     extra = {} if args.ttl is None else {"exp": int(time.time()) + args.ttl}
-    print(issue_token(args.secret, args.sub, streams, **extra))
+    size = len(args.secret.encode())
+    if size < MIN_HS256_SECRET:  # our one line instead of PyJWT's multi-line warning
+        print(
+            f"octosync token: warning: --secret is {size} bytes; HS256 wants at least "
+            f"{MIN_HS256_SECRET} (a short secret can be guessed, and with it any token minted)",
+            file=sys.stderr,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InsecureKeyLengthWarning)
+        print(issue_token(args.secret, args.sub, streams, **extra))
     return 0
+
+
+MIN_HS256_SECRET = 32
+"""Bytes of an HS256 secret below which ``octosync token`` warns (RFC 7518, section 3.2)."""
 
 
 HINTS: dict[str, str] = {

@@ -316,3 +316,37 @@ def test_threaded_server_stops_cleanly(tmp_path: Path) -> None:
 
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 5):
         pass
+
+
+def test_inspector_lists_topgun_maps_once_a_client_writes(browser: Any, tmp_path: Path) -> None:
+    import aiohttp
+
+    from octosync.wire import topgun as tg
+    from tests.topgun.helpers import batch, put
+
+    with threaded_server(tmp_path / "server") as server, page_of(browser, tmp_path) as page:
+        assert server.running is not None
+        ws_url = server.running.ws_url
+        page.goto(f"{server.running.url}/")
+        page.wait_for_selector("#no-maps", state="visible", timeout=WAIT_MS)
+        assert page.locator("#maps").is_hidden()
+        assert page.locator("#no-dataspaces").is_visible()
+
+        async def write() -> None:
+            async with aiohttp.ClientSession() as http:
+                ws = await http.ws_connect(f"{ws_url}/topgun")
+                await ws.send_bytes(tg.encode(tg.DeviceHello()))
+                await ws.receive()
+                ops = [
+                    put("1", "alice", 1, 100),
+                    put("2", "bob", 2, 101),
+                    put("3", "bob", None, 102),
+                ]
+                await ws.send_bytes(tg.encode(batch(*ops, write_concern="APPLIED")))
+                await ws.receive()
+                await ws.close()
+
+        server.run(write())
+        page.wait_for_selector("#maps tbody tr", timeout=WAIT_MS)
+        assert page.locator("#maps tbody tr td").all_inner_texts() == ["users", "1", "1"]
+        assert page.locator("#no-maps").is_hidden()

@@ -143,9 +143,12 @@ async def ws_lazily(
     *,
     publish: bool = False,
     token: str | None = None,
+    **connect: Any,
 ) -> tuple[aiohttp.ClientWebSocketResponse, dict[str, Any]]:
+    """``connect``: more ``ws_connect`` options (``autoping=False`` for a peer that ignores
+    pings)."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    ws = await http.ws_connect(f"{url}/lazily", headers=headers, max_msg_size=0)
+    ws = await http.ws_connect(f"{url}/lazily", headers=headers, max_msg_size=0, **connect)
     await ws.send_str(handshake(session, publish=publish).decode())
     reply = json.loads(await asyncio.wait_for(ws.receive_str(), TIMEOUT))
     return ws, reply

@@ -28,15 +28,17 @@ from octosync.errors import OctosyncError
 from octosync.ipc.messages import CellSet, Delta, NodeAdd, NodeSnapshot, Snapshot
 from octosync.ipc.mirror import Applied, Mirror
 from octosync.store.journal import Journal
-from octosync.store.records import StreamFrame
+from octosync.store.records import KIND_DROP, StreamFrame
 from tests.e2e.helpers import TIMEOUT, free_port, ws_lazily
 
 STREAM = "board"
 
 
-def start_server(data: Path, port: int, interval: float) -> subprocess.Popen[bytes]:
+def start_server(
+    data: Path, port: int, interval: float, extra: str = ""
+) -> subprocess.Popen[bytes]:
     config = data.parent / f"{data.name}.toml"
-    config.write_text(f"[server]\ncheckpoint_interval = {interval}\n")
+    config.write_text(f"[server]\ncheckpoint_interval = {interval}\n{extra}")
     return subprocess.Popen(
         [
             sys.executable,
@@ -196,6 +198,53 @@ def test_kill_9_then_restart_serves_the_acknowledged_state(
     assert "Traceback" not in err, err
     assert snap.epoch == epoch
     assert snap.nodes == expected.snapshot().nodes
+
+
+async def publish_then_leave_until_dropped(port: int, data: Path) -> None:
+    """A producer publishes and leaves; returns once the journal says the hub let the state go
+    (bounded: 10 s)."""
+    async with aiohttp.ClientSession() as http:
+        await wait_ready(http, port)
+        ws, _ = await ws_lazily(http, f"ws://127.0.0.1:{port}", STREAM, publish=True)
+        await ws.send_bytes(msgspec.json.encode(history([(3, b"x", 1)])[0]))
+        await journaled(data)
+        await ws.close()
+    for _ in range(200):
+        with contextlib.suppress(OctosyncError), Journal(data, readonly=True) as journal:
+            if journal.scoped_rows(KIND_DROP, STREAM, 1, journal.latest_seq()):
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the hub never journaled the drop")
+
+
+async def streams_served(port: int) -> list[str]:
+    async with aiohttp.ClientSession() as http:
+        await wait_ready(http, port)
+        async with http.get(f"http://127.0.0.1:{port}/api/streams") as resp:
+            body = await resp.json()
+    return [row["stream"] for row in body["streams"]]
+
+
+@pytest.mark.slow
+def test_a_stream_the_hub_let_go_stays_gone_after_a_kill_9(tmp_path_factory: object) -> None:
+    base = Path(tempfile_dir(tmp_path_factory))
+    data = base / "data"
+    port = free_port()
+    first = start_server(data, port, 30.0, "[hub]\nretain_seconds = 0.2\n")
+    try:
+        asyncio.run(publish_then_leave_until_dropped(port, data))
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    port = free_port()
+    second = start_server(data, port, 30.0)
+    try:
+        served = asyncio.run(streams_served(port))
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=10)
+    shutil.rmtree(base, ignore_errors=True)
+    assert STREAM not in served
 
 
 def tempfile_dir(factory: object) -> str:

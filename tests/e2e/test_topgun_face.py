@@ -5,16 +5,19 @@ of replies behind a durable ack."""
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 
 import aiohttp
 import msgspec
 
+from octosync.client import lazily
 from octosync.server.auth import AuthConfig, issue_token
 from octosync.store.journal import Journal
 from octosync.wire import topgun as tg
-from tests.e2e.helpers import TIMEOUT, serve
+from tests.e2e.helpers import TIMEOUT, recv_json, serve, spawn_server, ws_lazily
 from tests.e2e.test_hostile import closed_with
+from tests.hub.helpers import cell_set
 from tests.topgun.helpers import batch, put
 
 SECRET = "topgun-face-secret-of-at-least-32-bytes"
@@ -97,4 +100,81 @@ async def test_persisted_is_acknowledged_after_the_commit_and_later_replies_wait
         ack = await recv(ws)
         assert isinstance(ack, tg.OpAck)
         assert ack.payload.achieved_level == "APPLIED"
+        await ws.close()
+
+
+async def _device(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
+    ws = await http.ws_connect(f"{url}/topgun")
+    await ws.send_bytes(tg.encode(tg.DeviceHello()))
+    assert isinstance(await recv(ws), tg.DeviceAck)
+    return ws
+
+
+async def _lock(ws: aiohttp.ClientWebSocketResponse, rid: str, name: str) -> int:
+    await ws.send_bytes(tg.encode(tg.LockRequest(tg.LockRequestPayload(rid, name, 60_000))))
+    granted = await recv(ws)
+    assert isinstance(granted, tg.LockGranted), granted
+    return int(granted.payload.fencing_token)
+
+
+async def test_fencing_tokens_keep_growing_and_counters_survive_a_sigkill(tmp_path: Path) -> None:
+    async with spawn_server(tmp_path) as first, aiohttp.ClientSession() as http:
+        ws = await _device(http, first.url)
+        tokens = [await _lock(ws, "r1", "printer")]
+        release = tg.LockRelease(tg.LockReleasePayload("printer", tokens[0], "r1"))
+        await ws.send_bytes(tg.encode(release))
+        assert isinstance(await recv(ws), tg.LockReleased)
+        tokens.append(await _lock(ws, "r2", "printer"))
+        state = tg.CounterState.of({"n1": 5, "n2": 1}, {"n1": 2})
+        await ws.send_bytes(tg.encode(tg.CounterSync(tg.CounterStatePayload("likes", state))))
+        assert isinstance(await recv(ws), tg.CounterUpdate)
+        # a PERSISTED ack comes after every record queued before it is committed
+        await ws.send_bytes(tg.encode(batch(put("1", "k", 1, 100), write_concern="PERSISTED")))
+        ack = await recv(ws)
+        assert isinstance(ack, tg.OpAck)
+        assert ack.payload.achieved_level == "PERSISTED"
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    async with spawn_server(tmp_path) as second, aiohttp.ClientSession() as http:
+        ws = await _device(http, second.url)
+        after = await _lock(ws, "r3", "scanner")
+        assert after > max(tokens)  # a lock never held before the restart: still a new token
+        await ws.send_bytes(tg.encode(tg.CounterRequest(tg.CounterName("likes"))))
+        reply = await recv(ws)
+        assert isinstance(reply, tg.CounterResponse)
+        assert reply.payload.state.sides() == ({"n1": 5, "n2": 1}, {"n1": 2})
+        await ws.close()
+
+
+async def test_a_topgun_map_is_a_read_only_lazily_stream(tmp_path: Path) -> None:
+    async with serve(tmp_path, journal=True) as srv, aiohttp.ClientSession() as http:
+        ws = await _device(http, srv.ws_url)
+        first = [put("1", "alice", {"age": 30}, 100), put("2", "bob", 1, 101)]
+        await ws.send_bytes(tg.encode(batch(*first, write_concern="APPLIED")))
+        assert isinstance(await recv(ws), tg.OpAck)
+        async with lazily.connect(f"{srv.ws_url}/lazily") as client:
+            sub = await client.subscribe("map:users")
+            state = await sub.wait_for(lambda s: bool(s.values))
+            assert state.by_name == {"alice": {"age": 30}, "bob": 1}
+            more = [put("3", "alice", {"age": 31}, 200), put("4", "bob", None, 201)]
+            more.append(put("5", "carol", "x", 202))
+            await ws.send_bytes(tg.encode(batch(*more, write_concern="APPLIED")))
+            assert isinstance(await recv(ws), tg.OpAck)
+            later = await sub.wait_for(lambda s: s.epoch > state.epoch)
+            assert later.epoch == state.epoch + 1  # one delta for the batch
+            assert later.by_name == {"alice": {"age": 31}, "carol": "x"}
+        producer, reply = await ws_lazily(http, srv.ws_url, "map:users", publish=True)
+        assert reply["type"] == "error"
+        assert reply["code"] == "ForbiddenPublish"
+        assert "read-only" in reply["message"]
+        await producer.close()
+        reader, reply = await ws_lazily(http, srv.ws_url, "map:users")
+        assert reply["session_id"] == "map:users"
+        snapshot = await recv_json(reader)
+        assert snapshot["type"] == "snapshot"
+        await reader.send_str(msgspec.json.encode(cell_set(snapshot["epoch"], 1, b"1")).decode())
+        refused = await recv_json(reader)
+        assert refused["type"] == "error"
+        assert refused["code"] == "Forbidden"
+        await reader.close()
         await ws.close()

@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from octosync.errors import Desync, EpochGap, Forbidden, ForbiddenPublish, SnapshotRequired
+from octosync.errors import (
+    Desync,
+    EpochGap,
+    Forbidden,
+    ForbiddenPublish,
+    SnapshotRequired,
+    StorageError,
+)
 from octosync.hub import (
     AllowAll,
     DiffFrame,
@@ -43,6 +50,51 @@ def make_hub(**config: object) -> tuple[Hub, Clock, list[int]]:
 
 def join(hub: Hub, conn: int, woken: list[int], view: ViewKey = JSON) -> None:
     hub.connect(conn, view, wake=woken.append)
+
+
+class DropRecorder:
+    """Records frames and drops; ``full`` makes it refuse, as a journal whose queue is full."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.records: list[tuple[str, object]] = []
+
+    def prepare(self, stream: object, conn: object, frame: object) -> tuple[str, object]:
+        return ("frame", stream)
+
+    def prepare_drop(self, stream: object) -> tuple[str, object]:
+        if self.full:
+            raise StorageError("the journal writer is behind: its queue is full")
+        return ("drop", stream)
+
+    def commit(self, prepared: tuple[str, object]) -> None:
+        self.records.append(prepared)
+
+
+@pytest.mark.parametrize("ttl", [0.0, 10.0])
+def test_a_drop_is_recorded_and_waits_while_the_recorder_has_no_room(ttl: float) -> None:
+    recorder = DropRecorder()
+    clock = Clock()
+    hub = Hub(
+        HubConfig(retain_after_producer_leaves=ttl),
+        clock=clock,
+        encoders={"json": json_encoder},
+        recorder=recorder,
+    )
+    hub.connect(1, JSON)
+    hub.connect(2, JSON)
+    hub.publish(1, "s", lazily_frame(snap(4, {1: b"a"})))
+    recorder.full = True
+    hub.disconnect(1)
+    clock.now = ttl
+    assert hub.expire() == []  # kept: dropping it now would not survive a restart
+    hub.subscribe(2, "s")
+    assert [decode(b) for b in hub.take(2)] == [snap(4, {1: b"a"})]
+    recorder.full = False
+    assert hub.expire() == ["s"]
+    assert recorder.records == [("frame", "s"), ("drop", "s")]
+    hub.resync(2, "s")
+    assert hub.take(2) == []
 
 
 def test_first_publisher_owns_and_others_are_refused_without_fan_out() -> None:
@@ -460,3 +512,28 @@ def test_a_subscriber_changing_view_restarts_from_a_snapshot_in_the_new_dialect(
         cell_set(1, 1, b"c"),
         cell_set(2, 1, b"d"),
     ]
+
+
+def test_map_streams_are_the_servers_and_read_only_for_peers() -> None:
+    hub, clock, woken = make_hub(retain_after_producer_leaves=1.0)
+    for c in (1, 2):
+        join(hub, c, woken)
+    with pytest.raises(ForbiddenPublish):  # even before the server produced it
+        hub.publish(1, "map:users", lazily_frame(snap(0, {1: b"evil"})))
+    with pytest.raises(ForbiddenPublish):
+        hub.check_join(AllowAll(), "map:users", publish=True)
+    hub.check_join(AllowAll(), "map:users", publish=False)
+    hub.subscribe(2, "map:users")
+    hub.publish_from_server("map:users", lazily_frame(snap(0, {1: b"a"})))
+    hub.publish_from_server("map:users", lazily_frame(cell_set(0, 1, b"b")))
+    sub = RefSubscriber()
+    sub.feed(hub.take(2))
+    assert (sub.epoch, sub.values) == (1, {1: b"b"})
+    with pytest.raises(ForbiddenPublish):
+        hub.publish(1, "map:users", lazily_frame(cell_set(1, 1, b"evil")))
+    with pytest.raises(Forbidden):
+        hub.write(2, "map:users", cell_set(1, 1, b"evil"))
+    clock.now += 10
+    assert hub.expire() == []  # the server never leaves: its state is kept
+    assert hub.epoch_of("map:users") == 1
+    hub.publish(1, "users", lazily_frame(snap(0, {1: b"mine"})))  # other names stay open

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
+import re
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +13,12 @@ import pytest
 
 from octosync.cli import main
 from octosync.crdt.fold import MapStore, fold
-from octosync.crdt.op import OpRecord
+from octosync.crdt.op import OpKind, OpRecord
+from octosync.crdt.timestamp import Timestamp
 from octosync.pipeline.jobs import compact, report
 from octosync.pipeline.resume import load_store
 from octosync.store.journal import Journal
+from octosync.store.records import StreamFrame
 from octosync.store.synthetic import generate_records
 
 pytestmark = pytest.mark.spark
@@ -117,5 +122,120 @@ def test_report_writes_page_charts_and_tables(
         hot = [(row["map"], row["key"], int(row["ops"])) for row in csv.DictReader(f)]
     best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     assert hot == [(m, k, n) for (m, k), n in best]
-    with (tmp_path / "report" / "ops_per_minute_by_origin.csv").open() as f:
+    with (tmp_path / "report" / "ops_over_time_by_origin.csv").open() as f:
         assert sum(int(row["ops"]) for row in csv.DictReader(f)) == len(distinct)
+    millis = [r.ts.millis for r in distinct.values()]
+    assert result.axes["ops_per_second_by_map.png"] == (min(millis), max(millis))
+    assert "Stream frames" in page
+    assert "No stream frames" in page
+
+
+T0 = int(datetime(2026, 3, 4, 10, 0, tzinfo=UTC).timestamp() * 1000)
+
+
+def frame(stream: str, base: int, epoch: int, producer: str | None) -> StreamFrame:
+    return StreamFrame(stream, base, epoch, base == epoch, b"p", producer=producer)
+
+
+def test_report_real_times_partial_minutes_sections_and_stream_traffic(
+    spark: Any, tmp_path: Path
+) -> None:
+    now = [T0 + 20_000]  # the journal's clock: each frame's recorded_ms
+    data = tmp_path / "data"
+    s1 = [
+        frame("board", 0, 0, "r.1"),
+        frame("board", 0, 1, "r.1"),
+        frame("board", 1, 2, "r.1"),
+        frame("board", 2, 2, "r.1"),  # the same producer's second snapshot: a resync
+        frame("board", 2, 3, "r.1"),
+        frame("board", 3, 3, "r.2"),  # a second producer takes over
+        frame("board", 3, 4, "r.2"),
+    ]
+    s2 = [frame("lobby", 0, 0, None), frame("lobby", 0, 1, None), frame("lobby", 5, 5, None)]
+    ops = [
+        OpRecord(
+            "m",
+            f"k{i % 3}",
+            OpKind.PUT,
+            b"\xa1v",
+            Timestamp(T0 + 5_000 + i * 37_000, 0, "n"),
+            "o",
+            f"op{i}",
+        )
+        for i in range(8)
+    ]  # HLC times 10:00:05 .. 10:04:24
+    with Journal(data, clock=lambda: now[0]) as j:
+        for f in s1 + s2:
+            j.append([f])
+            now[0] += 25_000  # ten frames over 10:00:20 .. 10:04:05
+        j.append(ops)
+    out = tmp_path / "report"
+    result = report.run(spark, data, out)
+    frame_times = [T0 + 20_000 + 25_000 * i for i in range(len(s1) + len(s2))]
+    assert result.axes["frames_per_second_by_stream.png"] == (frame_times[0], frame_times[-1])
+    assert result.axes["ops_per_second_by_map.png"] == (T0 + 5_000, T0 + 5_000 + 7 * 37_000)
+    assert result.streams == ["board", "lobby"]
+    with (out / "streams.csv").open() as f:
+        streams = {row["stream"]: row for row in csv.DictReader(f)}
+    board, lobby = streams["board"], streams["lobby"]
+    assert (board["frames"], board["snapshots"], board["producers"], board["resyncs"]) == (
+        "7",
+        "3",
+        "2",
+        "1",
+    )
+    assert (lobby["frames"], lobby["producers"], lobby["resyncs"]) == ("3", "1", "1")
+    assert board["first"] == "2026-03-04 10:00:20 UTC"
+    with (out / "frames_over_time_by_stream.csv").open() as f:
+        minutes = [(r["bucket"], r["stream"], r["frames"], r["partial"]) for r in csv.DictReader(f)]
+    assert [m for m in minutes if m[1] == "board"] == [
+        ("2026-03-04T10:00Z", "board", "2", "True"),  # 10:00:20 .. 10:01:00: partial
+        ("2026-03-04T10:01Z", "board", "2", "False"),
+        ("2026-03-04T10:02Z", "board", "3", "False"),
+        ("2026-03-04T10:03Z", "board", "0", "False"),  # a real zero: lobby's turn
+        ("2026-03-04T10:04Z", "board", "0", "True"),  # up to 10:04:05: partial
+    ]
+    page = (out / "index.html").read_text()
+    headings = re.findall(r"<h2>(.*?)</h2>", page)
+    assert headings == ["CRDT ops", "Hottest keys", "Concurrent writes", "Stream frames"]
+    assert "1970" not in page
+    assert "from 2026-03-04 10:00:20 UTC to 2026-03-04 10:04:05 UTC" in page
+    assert "Partial buckets (each a minute;" in page
+    assert "2026-03-04 10:04" in page
+    for chart in result.charts:
+        assert f'src="{chart}"' in page
+
+
+async def test_report_lists_the_streams_of_a_journal_written_by_a_real_server(
+    spark: Any, tmp_path: Path
+) -> None:
+    import aiohttp
+
+    from tests.e2e.helpers import delta, serve, snap, ws_lazily
+
+    data = tmp_path / "data"
+    async with serve(data, journal=True) as srv, aiohttp.ClientSession() as http:
+        for stream, producers in (("board", 2), ("lobby", 1)):
+            for _ in range(producers):  # a second producer takes over after the first left
+                prod, reply = await ws_lazily(http, srv.ws_url, stream, publish=True)
+                assert reply.get("type") != "error", reply
+                await prod.send_bytes(snap(0, {1: b"a"}))
+                for epoch in range(3):
+                    await prod.send_bytes(delta(epoch, 1, b"v%d" % epoch))
+                await prod.close()
+                for _ in range(500):  # until the hub has seen the producer leave
+                    if srv.runtime.hub.producer_of(stream) is None:
+                        break
+                    await asyncio.sleep(0.01)
+    result = report.run(spark, data, tmp_path / "report")
+    assert result.streams == ["board", "lobby"]
+    with (tmp_path / "report" / "streams.csv").open() as f:
+        streams = {row["stream"]: row for row in csv.DictReader(f)}
+    assert {s: (r["frames"], r["producers"], r["resyncs"]) for s, r in streams.items()} == {
+        "board": ("8", "2", "0"),
+        "lobby": ("4", "1", "0"),
+    }
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "<td>board</td>" in page
+    assert "<td>lobby</td>" in page
+    assert "No CRDT ops in this journal." in page

@@ -33,7 +33,7 @@ def frames_df(spark: Any, frames: list[StreamFrame]) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     rows = [
-        (i + 1, f.stream, f.base_epoch, f.epoch, f.snapshot, f.payload, f.state_hash, 0)
+        (i + 1, *(getattr(f, n) for n in FRAMES_SCHEMA.names[1:-2]), 0, f.producer)
         for i, f in enumerate(frames)
     ]
     return spark.createDataFrame(rows, from_arrow_schema(FRAMES_SCHEMA))

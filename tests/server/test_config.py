@@ -72,3 +72,14 @@ def test_missing_malformed_and_directory_files(tmp_path: Path) -> None:
         load(tmp_path, "[server]\nport = = 1\n")
     with pytest.raises(ConfigError, match="cannot read the public key file"):
         load(tmp_path, '[auth]\nrs256_public_key_file = "nope.pem"\n')
+
+
+def test_topgun_gc_settings_reach_the_core(tmp_path: Path) -> None:
+    from octosync.server.runtime import Runtime
+
+    cfg = load(tmp_path, "[server]\ntopgun_gc_age = 60\ntopgun_gc_interval = 5\n")
+    core = Runtime(cfg).topgun
+    assert (core.gc_age_ms, core.gc_every_ms) == (60_000, 5_000)
+    never = load(tmp_path, "[server]\ntopgun_gc_age = -1\n")
+    assert never.topgun_gc_age is None
+    assert Runtime(never).topgun.gc_age_ms is None

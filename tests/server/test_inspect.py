@@ -133,3 +133,77 @@ def test_handshake_helper_matches_the_schema() -> None:
     import json
 
     check("lazily-handshake", json.loads(handshake("s", publish=True)))
+
+
+def test_map_rows_count_live_keys_and_tombstones_of_readable_maps() -> None:
+    from octosync.crdt.fold import MapStore
+    from octosync.crdt.op import OpKind, OpRecord
+    from octosync.crdt.timestamp import Timestamp
+    from octosync.server.inspect import map_rows
+
+    store = MapStore()
+    writes = [
+        ("users", "a", OpKind.PUT),
+        ("users", "b", OpKind.PUT),
+        ("users", "b", OpKind.REMOVE),
+        ("notes", "x", OpKind.PUT),
+    ]
+    for i, (m, key, op) in enumerate(writes):
+        value = b"\xa1v" if op is OpKind.PUT else b""
+        store.apply(OpRecord(m, key, op, value, Timestamp(100 + i, 0, "n"), "n", f"op{i}"))
+    assert map_rows(store, ANONYMOUS_DEV) == [
+        {"map": "notes", "keys": 1, "tombstones": 0},
+        {"map": "users", "keys": 1, "tombstones": 1},
+    ]
+    reader = ClaimGrants("r", maps={"users": frozenset({"read"})})
+    assert [r["map"] for r in map_rows(store, reader)] == ["users"]
+    assert map_rows(store, ClaimGrants("nobody")) == []
+
+
+async def test_api_streams_lists_topgun_maps_and_dataspaces_of_a_real_server(
+    tmp_path: Path,
+) -> None:
+    from octosync.wire import topgun as tg
+    from tests.e2e.test_dataspace_face import SECRET as DS_SECRET
+    from tests.e2e.test_dataspace_face import Raw
+    from tests.topgun.helpers import batch, put
+
+    async with (
+        serve(tmp_path, dataspace_secret=DS_SECRET) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.get(f"{srv.url}/api/streams") as res:
+            body = await res.json()
+        assert (body["maps"], body["dataspaces"]) == ([], [])
+        topgun = await http.ws_connect(f"{srv.ws_url}/topgun")
+        await topgun.send_bytes(tg.encode(tg.DeviceHello()))
+        await topgun.receive()  # DeviceAck
+        ops = [put("1", "alice", 1, 100), put("2", "bob", 2, 101), put("3", "bob", None, 102)]
+        await topgun.send_bytes(tg.encode(batch(*ops, write_concern="APPLIED")))
+        assert isinstance(tg.decode((await topgun.receive()).data), tg.OpAck)
+        client = Raw(await http.ws_connect(f"{srv.ws_url}/dataspace"))
+        await client.resolved()  # the sturdy ref to dataspace "demo"
+        async with http.get(f"{srv.url}/api/streams") as res:
+            body = await res.json()
+        check("api-streams", body)
+        assert body["maps"] == [{"map": "users", "keys": 1, "tombstones": 1}]
+        assert body["dataspaces"] == [{"dataspace": "demo", "assertions": 0, "observers": 0}]
+        await topgun.close()
+        assert client.ws is not None
+        await client.ws.close()
+
+
+def test_dataspace_rows_list_only_dataspaces_the_identity_may_use() -> None:
+    from octosync.server.inspect import dataspace_rows
+    from octosync.syndicate import Relay
+
+    relay = Relay(b"k" * 32)
+    for name in ("lobby", "secret"):
+        relay.dataspace(name)
+    assert dataspace_rows(None, ANONYMOUS_DEV) == []  # the face was never used
+    assert [r["dataspace"] for r in dataspace_rows(relay, ANONYMOUS_DEV)] == ["lobby", "secret"]
+    member = ClaimGrants("m", streams={"dataspace:lobby": frozenset({"publish"})})
+    assert dataspace_rows(relay, member) == [
+        {"dataspace": "lobby", "assertions": 0, "observers": 0}
+    ]
+    assert dataspace_rows(relay, ClaimGrants("nobody")) == []

@@ -112,3 +112,17 @@ def test_a_bad_watermark_is_a_storage_error(tmp_path: Path) -> None:
     (tmp_path / "_watermark.json").write_text('{"seq": -3}')
     with pytest.raises(StorageError):
         read_watermark(tmp_path)
+
+
+def test_frames_keep_their_payload_and_dialect(tmp_path: Path) -> None:
+    sent = b'{"type":"snapshot","epoch":0,"nodes":[]}'
+    with Journal(tmp_path / "data") as journal:
+        journal.append(
+            [
+                StreamFrame("s", 0, 0, True, sent, None, "json"),
+                StreamFrame("s", 0, 1, False, b"\x81", None),
+            ]
+        )
+        export(journal, tmp_path / "out")
+    rows = _read(tmp_path / "out", "frames")
+    assert [(r["payload"], r["codec"]) for r in rows] == [(sent, "json"), (b"\x81", None)]

@@ -23,21 +23,25 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from octosync.errors import SnapshotRequired, TrimRefused
 from octosync.hub import Hub, HubConfig, OutFrame, ViewKey, lazily_frame
-from octosync.hub.model import DiffFrame, Frame, SnapshotFrame
+from octosync.hub.model import DiffFrame, Frame, Sent, SnapshotFrame
 from octosync.ipc.messages import CellSet, Delta, NodeAdd, NodeSnapshot, Snapshot
 from octosync.store.export import export, read_watermark
 from octosync.store.hub_hook import frame_record
 from octosync.store.journal import Journal
+from octosync.store.records import EncodedRecord, StreamDropped, encode_record
 from octosync.store.retention import JournalKeeper
-from octosync.wire import wvp
+from octosync.wire import DIALECTS, dialect, wvp
 from octosync.wire.wvp import WarpDiff, WarpSnapshot
 
 GRAPH, WARP = "scores", "warp:7"
 STREAMS = (GRAPH, WARP)
 MAX_DIFFS = 3
 PRODUCER, WVP_PRODUCER, JOINER = 1, 2, 3
+TTL = 300.0
 VIEWS = {GRAPH: ViewKey("t"), WARP: ViewKey("wvp-t")}
 PRODUCERS = {GRAPH: PRODUCER, WARP: WVP_PRODUCER}
+CODECS = st.sampled_from([None, *sorted(DIALECTS)])
+"""How a lazily frame reaches the journal: each dialect's own bytes, or built in-process."""
 
 
 def graph_encoder(frame: OutFrame) -> bytes:
@@ -108,22 +112,30 @@ class RestartMachine(RuleBasedStateMachine):
         self.covered: dict[str, int] = {}
         self.latest = 0
         self.restarts = 0
+        self.now = 0.0
         self.journal = Journal(self.data, durability="normal")
         self._boot()
 
     # --- the "server" ---------------------------------------------------------------------
 
-    def _on_accept(self, stream: Any, conn: Any, frame: Frame[object]) -> None:
-        (seq,) = self.journal.append([frame_record(stream, frame)])
+    # the hub's recorder, journaling synchronously (the server's goes through its writer)
+    def prepare(self, stream: Any, conn: Any, frame: Frame[object]) -> EncodedRecord:
+        return encode_record(frame_record(stream, frame))
+
+    def prepare_drop(self, stream: Any) -> EncodedRecord:
+        return encode_record(StreamDropped(stream))
+
+    def commit(self, prepared: EncodedRecord) -> None:
+        (seq,) = self.journal.append_encoded([prepared])
         self.latest = seq
-        self.frame_seqs[stream].append(seq)
+        self.frame_seqs[prepared.scope].append(seq)  # a drop, like a frame, needs covering
 
     def _boot(self) -> None:
         self.hub = Hub(
-            HubConfig(max_replay_diffs=MAX_DIFFS),
-            clock=lambda: 0.0,
+            HubConfig(max_replay_diffs=MAX_DIFFS, retain_after_producer_leaves=TTL),
+            clock=lambda: self.now,
             encoders={"t": graph_encoder, "wvp-t": warp_encoder},
-            on_accept=self._on_accept,
+            recorder=self,
         )
         self.keeper, _ = JournalKeeper.start(
             self.hub, self.data, export_dir=None, trim=False, durability="normal"
@@ -131,6 +143,13 @@ class RestartMachine(RuleBasedStateMachine):
         for stream, conn in PRODUCERS.items():
             self.hub.connect(conn, VIEWS[stream])
         self.has_snapshot: set[str] = set()
+
+    def _lazily(self, msg: Snapshot | Delta, codec: str | None) -> Frame[object]:
+        """A lazily frame as a face makes it: with the producer's bytes in ``codec`` (journaled
+        as they are, decoded by recovery in that dialect), or built in-process (``None``)."""
+        if codec is None:
+            return lazily_frame(msg)
+        return lazily_frame(msg, Sent(codec, dialect(codec).encode(msg)))
 
     def _publish(self, stream: str, frame: Frame[object]) -> None:
         self.hub.publish(PRODUCERS[stream], stream, frame)
@@ -142,11 +161,14 @@ class RestartMachine(RuleBasedStateMachine):
         stream=st.sampled_from(STREAMS),
         epoch=st.integers(0, 30),
         values=st.dictionaries(st.integers(1, 4), st.binary(max_size=3), max_size=3),
+        codec=CODECS,
     )
-    def publish_snapshot(self, stream: str, epoch: int, values: dict[int, bytes]) -> None:
+    def publish_snapshot(
+        self, stream: str, epoch: int, values: dict[int, bytes], codec: str | None
+    ) -> None:
         if stream == GRAPH:
             nodes = tuple(NodeSnapshot(k, "b", "resolved", v) for k, v in sorted(values.items()))
-            self._publish(stream, lazily_frame(Snapshot(epoch, nodes)))
+            self._publish(stream, self._lazily(Snapshot(epoch, nodes), codec))
         else:
             snap = WarpSnapshot(epoch, {str(k): v for k, v in values.items()})
             self._publish(stream, SnapshotFrame(epoch, snap))
@@ -158,15 +180,18 @@ class RestartMachine(RuleBasedStateMachine):
         node=st.integers(1, 6),
         value=st.binary(max_size=3),
         span=st.integers(1, 3),
+        codec=CODECS,
     )
-    def publish_delta(self, data: st.DataObject, node: int, value: bytes, span: int) -> None:
+    def publish_delta(
+        self, data: st.DataObject, node: int, value: bytes, span: int, codec: str | None
+    ) -> None:
         stream = data.draw(st.sampled_from(sorted(self.has_snapshot)))
         exp = self.expected[stream]
         assert exp.epoch is not None
         base = exp.epoch
         if stream == GRAPH:
             op = CellSet(node, value) if node in exp.values else NodeAdd(node, "b", value)
-            self._publish(stream, lazily_frame(Delta(base, base + span, (op,))))
+            self._publish(stream, self._lazily(Delta(base, base + span, (op,)), codec))
             exp.epoch = base + span
         else:  # WVP diffs advance one epoch at a time
             diff = WarpDiff(base, base + 1, [node, value])
@@ -218,6 +243,19 @@ class RestartMachine(RuleBasedStateMachine):
         self.journal = Journal(self.data, durability="normal")
         self._boot()
         self.restarts += 1
+
+    @precondition(lambda self: self.has_snapshot)
+    @rule(data=st.data())
+    def producer_leaves_and_the_retention_passes(self, data: st.DataObject) -> None:
+        """The hub drops the state; no restart may bring it back."""
+        stream = data.draw(st.sampled_from(sorted(self.has_snapshot)))
+        conn = PRODUCERS[stream]
+        self.hub.disconnect(conn)
+        self.now += TTL + 1
+        assert self.hub.expire() == [stream]
+        self.hub.connect(conn, VIEWS[stream])
+        self.has_snapshot.discard(stream)
+        self.expected[stream] = Expected()
 
     @precondition(lambda self: any(e.epoch is not None for e in self.expected.values()))
     @rule(stream=st.sampled_from(STREAMS))

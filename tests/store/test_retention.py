@@ -161,3 +161,42 @@ def test_trim_keeps_op_records_the_topgun_maps_are_rebuilt_from(tmp_path: Path) 
         j.put_checkpoints(JournalState.load(j).checkpoints_due())
         assert j.trim(5, exported_through=4).deleted == 3
         assert list(j.all_ops()) == [put]
+
+
+def test_the_round_trims_op_records_only_below_what_the_compaction_covers(tmp_path: Path) -> None:
+    def put(i: int) -> OpRecord:
+        ts = Timestamp(i, 0, "n")
+        return OpRecord("users", f"u{i}", OpKind.PUT, b"\x01", ts, "n", str(ts))
+
+    hub = Hub(HubConfig(), clock=lambda: 0.0, encoders={"j": json_encoder})
+    covered = [0]
+    keeper, _ = JournalKeeper.start(
+        hub, tmp_path, export_dir=tmp_path / "export", ops_covered=lambda: covered[0]
+    )
+    with Journal(tmp_path) as writer:
+        writer.append([*frames("s", 0, 2), put(4), put(5), *frames("s", 2, 2), put(8)])
+        done = keeper.round()  # no compaction yet: every op record stays
+        assert done.trimmed_before == 9
+        assert [r.key for r in writer.all_ops()] == ["u4", "u5", "u8"]
+        assert writer.ops_trimmed_before() == 1
+        covered[0] = 5  # a compaction folded the journal up to seq 5
+        keeper.round()
+        assert [r.key for r in writer.all_ops()] == ["u8"]
+        assert writer.ops_trimmed_before() == 6
+        writer.append([put(9)])  # seq 9, nothing but an op since the last round
+        covered[0] = 9
+        done = keeper.round()
+        assert done.trimmed_before == 10
+        assert list(writer.all_ops()) == []
+        assert writer.ops_trimmed_before() == 10
+    keeper.close()
+
+
+def test_trim_takes_op_records_no_further_than_the_frames(tmp_path: Path) -> None:
+    op = OpRecord("m", "k", OpKind.PUT, b"\x01", Timestamp(1, 0, "n"), "n", "1:0:n")
+    with Journal(tmp_path) as j:
+        j.append([op, op, op, *frames("a", 0, 1)])  # ops at 1..3
+        j.put_checkpoints(JournalState.load(j).checkpoints_due())
+        assert j.trim(3, exported_through=5, ops_before=100).deleted == 2
+        assert j.ops_trimmed_before() == 3
+        assert len(list(j.all_ops())) == 1

@@ -62,5 +62,10 @@ def sent(fx: Effects, conn: int) -> list[tg.Message]:
     return [tg.decode(ob.data) for ob in fx.out if conn in ob.targets]
 
 
+def after_commit(fx: Effects, conn: int) -> list[tg.Message]:
+    """The messages ``fx`` sends to ``conn`` once its records are committed, decoded."""
+    return [tg.decode(ob.data) for ob in fx.durable if conn in ob.targets]
+
+
 def core(*, persistent: bool = True, clock: Clock | None = None) -> TopGunCore:
     return TopGunCore(clock or Clock(), persistent=persistent)

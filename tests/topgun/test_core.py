@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.crdt import HLC, LWWMap, SyncRequester
+from octosync.crdt.op import OpKind
 from octosync.crdt.sync_messages import SyncInit
 from octosync.errors import DecodeError, Forbidden
 from octosync.server.auth import ClaimGrants
@@ -15,7 +16,17 @@ from octosync.store.records import decode_record
 from octosync.topgun import TopGunCore
 from octosync.wire import topgun as tg
 from octosync.wire.topgun_services import GcPrune
-from tests.topgun.helpers import ALL, Clock, batch, core, or_add, or_remove, put, sent
+from tests.topgun.helpers import (
+    ALL,
+    Clock,
+    after_commit,
+    batch,
+    core,
+    or_add,
+    or_remove,
+    put,
+    sent,
+)
 
 READER = ClaimGrants(subject="reader", maps={"users": frozenset({"read"})})
 
@@ -37,10 +48,11 @@ def test_write_is_acked_and_fanned_out_to_other_connections_with_the_map_open() 
     assert ack.payload.last_id == "2"
     assert ack.payload.achieved_level == "MEMORY"
     assert ack.payload.results is None  # nothing was asked explicitly
-    (event,) = sent(fx, 2)
+    assert sent(fx, 2) == []  # events wait for the flush at the end of the loop's turn
+    (event,) = sent(c.flush(), 2)
     assert isinstance(event, tg.ServerBatchEvent)
     assert [(e.key, e.event_type) for e in event.payload.events] == [("u1", "PUT"), ("u2", "PUT")]
-    assert sent(fx, 3) == []
+    assert c.flush().out == []
     assert len(fx.records) == 2
     assert fx.durable == []
 
@@ -50,8 +62,9 @@ def test_a_remove_event_carries_a_record_with_a_null_value() -> None:
     opened(c, 1)
     opened(c, 2, maps=("users",))
     c.handle(1, batch(put("1", "u1", "x", 10)))
-    fx = c.handle(1, batch(put("2", "u1", None, 11)))
-    (event,) = sent(fx, 2)
+    c.flush()
+    c.handle(1, batch(put("2", "u1", None, 11)))
+    (event,) = sent(c.flush(), 2)
     assert isinstance(event, tg.ServerEvent)
     assert event.payload.event_type == "REMOVE"
     assert event.payload.record is not None
@@ -64,10 +77,11 @@ def test_resent_ops_change_nothing_and_are_acked_again() -> None:
     opened(c, 1)
     opened(c, 2, maps=("users",))
     first = c.handle(1, batch(put("1", "u1", 1, 10)))
+    c.flush()
     again = c.handle(1, batch(put("1", "u1", 1, 10), put("2", "u2", 2, 12)))
     assert len(first.records) == 1
     assert [decode_record(r.kind, r.body, seq=0).key for r in again.records] == ["u2"]  # type: ignore[union-attr]
-    (event,) = sent(again, 2)
+    (event,) = sent(c.flush(), 2)
     assert isinstance(event, tg.ServerEvent)
     assert event.payload.key == "u2"
     (ack,) = sent(again, 1)
@@ -133,7 +147,11 @@ def test_an_unknown_write_concern_is_refused_whole() -> None:
     opened(c, 1)
     with pytest.raises(DecodeError) as err:
         c.handle(1, batch(put("1", "u1", 1, 10), write_concern="SOMETIMES"))
-    assert err.value.path == "payload.ops[0].writeConcern"
+    assert err.value.path == "payload.writeConcern"  # the batch's own field
+    one = put("2", "u1", 1, 10, write_concern="NOW")
+    with pytest.raises(DecodeError) as err:
+        c.handle(1, batch(put("1", "u0", 1, 10), one))
+    assert err.value.path == "payload.ops[1].writeConcern"
     assert c.maps.live_items("users") == {}
 
 
@@ -142,8 +160,9 @@ def test_or_adds_and_removes_fan_out_and_fold() -> None:
     opened(c, 1)
     opened(c, 2, maps=("tags",))
     c.handle(1, batch(or_add("1", "p", "rust", 10), or_add("2", "p", "py", 11)))
-    fx = c.handle(1, batch(or_remove("3", "p", "10:0:n1", 12)))
-    (event,) = sent(fx, 2)
+    c.flush()
+    c.handle(1, batch(or_remove("3", "p", "10:0:n1", 12)))
+    (event,) = sent(c.flush(), 2)
     assert isinstance(event, tg.ServerEvent)
     assert (event.payload.event_type, event.payload.or_tag) == ("OR_REMOVE", "10:0:n1")
     live = c.maps.store.or_values("tags", "p")
@@ -284,14 +303,113 @@ def test_locks_through_the_core_need_the_grant_and_are_released_on_disconnect() 
     c.connect(3, ClaimGrants(subject="no-locks"))
     with pytest.raises(Forbidden):
         c.handle(3, tg.LockRequest(tg.LockRequestPayload("r0", "res", 1000)))
-    (granted,) = sent(c.handle(1, tg.LockRequest(tg.LockRequestPayload("r1", "res", 1000))), 1)
+    fx = c.handle(1, tg.LockRequest(tg.LockRequestPayload("r1", "res", 1000)))
+    assert sent(fx, 1) == []  # a grant waits for its fencing token's commit
+    (granted,) = after_commit(fx, 1)
     assert isinstance(granted, tg.LockGranted)
-    assert sent(c.handle(2, tg.LockRequest(tg.LockRequestPayload("r2", "res", 1000))), 2) == []
+    assert len(fx.records) == 1
+    fx = c.handle(2, tg.LockRequest(tg.LockRequestPayload("r2", "res", 1000)))
+    assert sent(fx, 2) == after_commit(fx, 2) == []
     wrong = tg.LockRelease(tg.LockReleasePayload("res", granted.payload.fencing_token + 1, "r1"))
     (refused,) = sent(c.handle(1, wrong), 1)
     assert isinstance(refused, tg.LockReleased)
     assert refused.payload.success is False
-    (next_grant,) = sent(c.disconnect(1), 2)  # the holder went away: the waiter gets it
+    (next_grant,) = after_commit(c.disconnect(1), 2)  # the holder went: the waiter gets it
     assert isinstance(next_grant, tg.LockGranted)
     assert next_grant.payload.request_id == "r2"
     assert next_grant.payload.fencing_token > granted.payload.fencing_token
+
+
+@given(
+    writes=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 5_000), st.booleans()),
+        min_size=1,
+        max_size=20,
+    ),
+    steps=st.lists(st.integers(1, 3_000), min_size=1, max_size=8),
+)
+@settings(max_examples=80, deadline=None)
+def test_the_tick_prunes_tombstones_past_the_age_on_its_schedule(
+    writes: list[tuple[str, int, bool]], steps: list[int]
+) -> None:
+    clock = Clock(5_000)
+    age, every = 1_000, 2_000
+    c = TopGunCore(clock, persistent=True, gc_age_ms=age, gc_every_ms=every)
+    opened(c, 1)
+    ops = [put(str(i), k, None if dead else i, ms) for i, (k, ms, dead) in enumerate(writes)]
+    c.handle(1, batch(*ops))
+    winners = {k: c.maps.store.lww_winner("users", k) for k, _, _ in writes}
+    next_gc, horizon = 5_000 + every, 0
+    for dt in steps:
+        clock.now += dt
+        fx = c.tick()
+        if clock.now >= next_gc:  # due: one GC_PRUNE to every connection
+            next_gc, horizon = clock.now + every, clock.now - age
+            (prune,) = sent(fx, 1)
+            assert isinstance(prune, GcPrune)
+            assert prune.payload.older_than.millis == horizon
+        else:
+            assert sent(fx, 1) == []
+        for key, win in winners.items():
+            assert win is not None
+            pruned = win.op is OpKind.REMOVE and win.ts.millis < horizon
+            assert (c.maps.store.lww_winner("users", key) is None) == pruned
+    (reply,) = sent(c.handle(1, SyncInit("users", max(horizon - 1, 1))), 1)
+    assert isinstance(reply, tg.SyncResetRequired) == (horizon > 1)
+
+
+@given(
+    opens=st.lists(st.sets(st.sampled_from(["a", "b", "c"])), min_size=1, max_size=5),
+    writes=st.lists(
+        st.tuples(
+            st.integers(0, 4),
+            st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 3)), min_size=1),
+        ),
+        max_size=6,
+    ),
+)
+@settings(max_examples=100, deadline=None)
+def test_one_flush_carries_every_batch_to_each_reader_but_its_writer_in_order(
+    opens: list[set[str]], writes: list[tuple[int, list[tuple[str, int]]]]
+) -> None:
+    c = core()
+    for conn, maps in enumerate(opens):
+        opened(c, conn, maps=tuple(sorted(maps)))
+    millis = 100
+    written: list[tuple[int, str, str]] = []
+    for writer, ops in writes:
+        writer %= len(opens)
+        batch_ops = []
+        for name, k in ops:
+            millis += 1
+            batch_ops.append(put(str(millis), f"k{k}", millis, millis, map_name=name))
+            written.append((writer, name, f"k{k}"))
+        c.handle(writer, batch(*batch_ops))
+        opens[writer] |= {name for name, _ in ops}  # writing a map opens it for its writer
+    fx = c.flush()  # to every connection with the map open by now, but the writer
+    expected = {
+        conn: [(name, key) for writer, name, key in written if writer != conn and name in maps]
+        for conn, maps in enumerate(opens)
+    }
+    assert c.flush().out == []  # nothing twice
+    for conn in expected:
+        got: list[tuple[str, str]] = []
+        messages = sent(fx, conn)
+        assert len(messages) <= 1  # one message per connection per flush
+        for msg in messages:
+            events = (
+                [msg.payload] if isinstance(msg, tg.ServerEvent) else msg.payload.events  # type: ignore[union-attr]
+            )
+            got.extend((e.map_name, e.key) for e in events)
+        assert got == expected[conn]
+
+
+def test_events_encoded_once_are_the_messages_byte_for_byte() -> None:
+    events = [
+        tg.ServerEventPayload("m", "PUT", f"k{i}", record=put(str(i), "k", i, i).record)
+        for i in range(3)
+    ]
+    raws = [msgspec.Raw(tg.encode_event(e)) for e in events]
+    batch_bytes = tg.encode(tg.ServerBatchEvent(tg.ServerBatchEventPayload(events)))
+    assert tg.encode_events(raws) == batch_bytes
+    assert tg.encode_events(raws[:1]) == tg.encode(tg.ServerEvent(events[0]))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -35,6 +35,9 @@ from octosync.ipc.mirror import Mirror
 from octosync.ipc.permissions import PeerPermissions
 from octosync.ipc.publisher import Publisher
 from octosync.wire import json as wire_json
+
+_DROPPED: tuple[type[BaseException], ...] = (aiohttp.ClientError, ConnectionError, OSError)
+"""What a failed (re)connection attempt raises: retried with backoff."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,24 +181,43 @@ class Client:
         task.add_done_callback(self._tasks.discard)
         return sub
 
-    async def _follow(self, sub: Subscription, ws: aiohttp.ClientWebSocketResponse) -> None:
+    async def _reconnecting(
+        self,
+        stream: str,
+        first: aiohttp.ClientWebSocketResponse,
+        *,
+        publish: bool,
+        retry: tuple[type[BaseException], ...],
+    ) -> AsyncGenerator[tuple[aiohttp.ClientWebSocketResponse, bool]]:
+        """``first``, then a new connection each time the caller is done with the last one
+        (each closed after use), as ``(ws, reconnected)``; a failed attempt (``retry``) backs
+        off with jitter, and ``backoff.max_attempts`` failures in a row end it."""
+        current: aiohttp.ClientWebSocketResponse | None = first
         attempt = 0
-        current: aiohttp.ClientWebSocketResponse | None = ws
+        while True:
+            if current is None:
+                try:
+                    current = await self._open(stream, publish=publish)
+                except retry:
+                    await self._sleep_backoff(attempt)
+                    attempt += 1
+                    continue
+            attempt = 0
+            try:
+                yield current, current is not first
+            finally:
+                await current.close()
+            current = None
+
+    async def _follow(self, sub: Subscription, ws: aiohttp.ClientWebSocketResponse) -> None:
+        connections = self._reconnecting(sub.stream, ws, publish=False, retry=_DROPPED)
         try:
-            while True:
-                if current is None:
-                    try:
-                        current = await self._open(sub.stream, publish=False)
-                    except (aiohttp.ClientError, ConnectionError, OSError):
-                        await self._sleep_backoff(attempt)
-                        attempt += 1
-                        continue
-                    sub.reconnects += 1
-                attempt = 0
-                sub._ws = current
-                await self._pump(sub, current)
-                sub._ws = None
-                current = None
+            async with contextlib.aclosing(connections):
+                async for current, reconnected in connections:
+                    sub.reconnects += reconnected
+                    sub._ws = current
+                    await self._pump(sub, current)
+                    sub._ws = None
         except OctosyncError as exc:  # refused (a token that expired, a revoked grant)
             sub._finish(exc)
         except BaseException as exc:  # cancelled by close() too: end the iteration
@@ -203,8 +225,6 @@ class Client:
             raise
         finally:
             sub._ws = None
-            if current is not None:
-                await current.close()
 
     async def _pump(self, sub: Subscription, ws: aiohttp.ClientWebSocketResponse) -> None:
         mirror = sub.mirror = Mirror()
@@ -245,28 +265,19 @@ class Client:
         return pub
 
     async def _serve(self, pub: Publication, ws: aiohttp.ClientWebSocketResponse) -> None:
-        attempt = 0
-        current: aiohttp.ClientWebSocketResponse | None = ws
+        # ForbiddenPublish on reopening: the server has not yet noticed that our old connection
+        # went away; it releases the stream when it does.
+        retry = (*_DROPPED, ForbiddenPublish)
+        connections = self._reconnecting(pub.stream, ws, publish=True, retry=retry)
         try:
-            while not pub.closed:
-                if current is None:
-                    try:
-                        current = await self._open(pub.stream, publish=True)
-                    except (aiohttp.ClientError, ConnectionError, OSError, ForbiddenPublish):
-                        # ForbiddenPublish: the server has not yet noticed our old connection
-                        # went away; it releases the stream when it does.
-                        await self._sleep_backoff(attempt)
-                        attempt += 1
-                        continue
-                    pub.reconnects += 1
-                attempt = 0
-                try:
-                    await self._stream_context(pub, current)
-                except (aiohttp.ClientError, ConnectionError):
-                    pass  # dropped mid-send: reconnect and start again from a snapshot
-                finally:
-                    await current.close()
-                    current = None
+            async with contextlib.aclosing(connections):
+                async for current, reconnected in connections:
+                    pub.reconnects += reconnected
+                    # dropped mid-send: reconnect and start again from a snapshot
+                    with contextlib.suppress(aiohttp.ClientError, ConnectionError):
+                        await self._stream_context(pub, current)
+                    if pub.closed:
+                        break
         except OctosyncError as exc:  # refused for good: no grant, a token that expired
             pub.failed = exc
         finally:

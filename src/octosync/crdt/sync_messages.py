@@ -39,7 +39,14 @@ class TopGunStruct(
     integral: ClassVar[tuple[str, ...]] = ()
     hash32: ClassVar[tuple[str, ...]] = ()
 
-    def __post_init__(self) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Only a Struct with integral fields gets the check as its ``__post_init__``: msgspec
+        calls one at every decode and construction, and most TopGun Structs have none."""
+        super().__init_subclass__(**kwargs)
+        if cls.integral and "__post_init__" not in cls.__dict__:
+            cls.__post_init__ = cls._check_integral  # type: ignore[attr-defined]
+
+    def _check_integral(self) -> None:
         for name in self.integral:
             value = getattr(self, name)
             if value is None or (type(value) is int and value >= 0 and name not in self.hash32):
@@ -62,6 +69,11 @@ class WireTimestamp(TopGunStruct, frozen=True):
     node_id: str
 
     integral = ("millis", "counter")
+
+    def __post_init__(self) -> None:
+        m, c = self.millis, self.counter  # two of these in every op: the common case first
+        if type(m) is not int or type(c) is not int or m < 0 or c < 0:
+            self._check_integral()
 
     def to_ts(self) -> Timestamp:
         return Timestamp(int(self.millis), int(self.counter), self.node_id)
@@ -130,7 +142,7 @@ class LeafDigest(TopGunStruct, frozen=True):
     integral = ("base_millis",)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        self._check_integral()
         n, rest = divmod(len(self.keys), KEY_DIGEST_SIZE)
         if rest:
             raise ValueError(f"keys: {len(self.keys)} bytes is not a whole number of digests")

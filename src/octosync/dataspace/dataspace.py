@@ -56,20 +56,7 @@ class Dataspace:
         h = self._next_handle
         self._next_handle = h + 1
         self._handles[h] = k
-        if self._busy:
-            self._pending.append((self._index.add_assertion, (k, value)))
-            return h
-        # The common case, inlined rather than going through _run: it is the hot path.
-        self._busy = True
-        try:
-            self._index.add_assertion(k, value)
-            if self._pending:
-                self._drain()
-        except BaseException:
-            self._pending.clear()
-            raise
-        finally:
-            self._busy = False
+        self._run(self._index.add_assertion, k, value)
         return h
 
     def retract(self, handle: int) -> None:

@@ -19,10 +19,16 @@ from octosync.errors import (
     OctosyncError,
     RemoteProtocolError,
     SnapshotRequired,
+    StorageError,
 )
 from octosync.hub.connections import Connection
 from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame
-from octosync.hub.streams import Face, check_face
+from octosync.hub.streams import (
+    SERVER_PRODUCER,
+    Face,
+    check_face,
+    check_peer_may_produce,
+)
 from octosync.hub.types import ConnId, HubConfig, HubStats, Recorder, StreamId
 from octosync.ipc.messages import Snapshot
 
@@ -67,7 +73,9 @@ class Authority:
 
     def check_producer(self, stream_id: StreamId, conn: ConnId | None) -> None:
         """``ForbiddenPublish`` if the stream has a producer other than ``conn`` (None: a
-        connection that has not joined yet)."""
+        connection that has not joined yet); peers never produce the server's streams."""
+        if conn != SERVER_PRODUCER:
+            check_peer_may_produce(stream_id)
         stream = self.streams.get(stream_id)
         if stream is not None and stream.producer not in (None, conn):
             raise ForbiddenPublish(
@@ -100,6 +108,29 @@ class Authority:
         self.stats.frames_in += 1
         if self._recorder is not None:
             self._recorder.commit(prepared)
+        return stream
+
+    def accept_from_server(self, stream_id: StreamId, frame: Frame[object]) -> StreamState:
+        """Apply a frame of a stream the server produces itself (``map:``): the same checks
+        but grants, no recorder (its state is rebuilt from elsewhere at start-up)."""
+        try:
+            self.check_stream("lazily", stream_id)
+            limits = self.config.limits
+            if isinstance(frame, SnapshotFrame):
+                limits.check_epoch(frame.epoch)
+            else:
+                limits.check_epoch(frame.to_epoch, "to_epoch")
+            self.check_producer(stream_id, SERVER_PRODUCER)
+            stream = self._apply(self.streams.get(stream_id) or StreamState(stream_id), frame)
+        except Exception:
+            self.stats.rejected += 1
+            raise
+        self.streams[stream_id] = stream
+        stream.producer = SERVER_PRODUCER
+        stream.producer_has_snapshot = True
+        stream.expires_at = None
+        stream.frames += 1
+        self.stats.frames_in += 1
         return stream
 
     def _apply(self, stream: StreamState, frame: Frame[object]) -> StreamState:
@@ -166,8 +197,9 @@ class Authority:
             stream.producer_has_snapshot = False
             ttl = self.config.retain_after_producer_leaves
             if ttl is not None and ttl <= 0:
-                self._drop_state(stream)
-                dropped.append(sid)
+                stream.expires_at = self._clock()
+                if self._drop_state(stream):
+                    dropped.append(sid)
             elif ttl is not None:
                 stream.expires_at = self._clock() + ttl
         return dropped
@@ -178,16 +210,28 @@ class Authority:
         gone = []
         for stream in list(self.streams.values()):
             expires = stream.expires_at
-            if stream.producer is None and expires is not None and now >= expires:
-                self._drop_state(stream)
+            due = stream.producer is None and expires is not None and now >= expires
+            if due and self._drop_state(stream):
                 gone.append(stream.id)
         return gone
 
-    def _drop_state(self, stream: StreamState) -> None:
+    def _drop_state(self, stream: StreamState) -> bool:
+        """Drop the stream's state, once the recorder has room to say so; False: kept (its
+        expiry stays due, so the next ``expire`` round tries again)."""
+        prepared = None
+        if self._recorder is not None and stream.model is not None:
+            try:
+                prepared = self._recorder.prepare_drop(stream.id)
+            except StorageError:
+                return False
         stream.model = None
         stream.expires_at = None
         if stream.producer is None:
             del self.streams[stream.id]
+        if prepared is not None:
+            assert self._recorder is not None
+            self._recorder.commit(prepared)
+        return True
 
     def get(self, stream_id: StreamId) -> StreamState | None:
         return self.streams.get(stream_id)

@@ -21,7 +21,7 @@ from octosync.hub.authority import Authority
 from octosync.hub.connections import Connections, require
 from octosync.hub.fanout import Fanout
 from octosync.hub.model import Frame
-from octosync.hub.streams import encoder_face
+from octosync.hub.streams import check_peer_may_write, encoder_face
 from octosync.hub.types import (
     GLOBAL_SCOPE,
     AcceptHook,
@@ -152,6 +152,12 @@ class Hub:
             self._on_accept(stream_id, conn, frame)
         self._fanout.publish(stream_id, frame)
 
+    def publish_from_server(self, stream_id: StreamId, frame: Frame[object]) -> None:
+        """Accept a frame of a stream the server produces (``map:``) and fan it out; not
+        journaled, not shown to ``on_accept`` (the hook sees what connections publish)."""
+        self._authority.accept_from_server(stream_id, frame)
+        self._fanout.publish(stream_id, frame)
+
     def restore(self, stream_id: StreamId, frames: Sequence[Frame[object]]) -> None:
         """Install a stream's state rebuilt from the journal (at start-up, before connections):
         a snapshot, then the diffs since. Late joiners get it until a producer connects and
@@ -193,6 +199,7 @@ class Hub:
         """
         c = self._conns.get(conn)
         self._authority.check_stream(c.face, stream_id)
+        check_peer_may_write(stream_id)
         c.require(stream_id, "write")
         stream = self._authority.get(stream_id)
         if stream is None or stream.producer is None:

@@ -24,12 +24,22 @@ P = TypeVar("P")
 
 
 @dataclass(frozen=True, slots=True)
+class Sent:
+    """The bytes a producer sent for a frame and the dialect they are in, kept so the journal
+    stores them as they came (no second encode). The hub itself never reads them."""
+
+    codec: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotFrame(Generic[P]):
     """A full-state reset at ``epoch``; ``body`` is the face's message (opaque to the hub)."""
 
     epoch: int
     body: P
     state_hash: bytes | None = None
+    sent: Sent | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,7 @@ class DiffFrame(Generic[P]):
     to_epoch: int
     body: P
     state_hash: bytes | None = None
+    sent: Sent | None = None
 
 
 Frame = SnapshotFrame[P] | DiffFrame[P]
@@ -154,8 +165,9 @@ class ReplayModel:
         return [self.base, *self.diffs]
 
 
-def lazily_frame(msg: Snapshot | Delta) -> Frame[object]:
-    """The hub frame for a lazily state-plane message (any dialect decodes to these)."""
+def lazily_frame(msg: Snapshot | Delta, sent: Sent | None = None) -> Frame[object]:
+    """The hub frame for a lazily state-plane message (any dialect decodes to these);
+    ``sent``: the producer's own bytes of it, for the journal."""
     if isinstance(msg, Snapshot):
-        return SnapshotFrame(msg.epoch, msg, msg.state_hash)
-    return DiffFrame(msg.base_epoch, msg.epoch, msg, msg.state_hash)
+        return SnapshotFrame(msg.epoch, msg, msg.state_hash, sent)
+    return DiffFrame(msg.base_epoch, msg.epoch, msg, msg.state_hash, sent)

@@ -4,6 +4,10 @@ WVP streams are ``warp:<u64>``; every other name is a lazily state-plane stream,
 peer may not name a stream with the reserved ``warp:`` prefix. The hub refuses a connection of
 one face that names a stream of the other (``Forbidden``), so a frame can only ever reach the
 encoders of the face that produced it.
+
+``map:<name>`` streams are lazily streams the server itself produces: TopGun map ``<name>``
+as a read-only view (``topgun.map_streams``). Lazily peers subscribe to them like any other,
+but none may produce one or write to it (``ForbiddenPublish``, ``Forbidden``).
 """
 
 from __future__ import annotations
@@ -11,10 +15,42 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Final, Literal
 
-from octosync.errors import Forbidden
+from octosync.errors import Forbidden, ForbiddenPublish
 
 Face = Literal["lazily", "wvp"]
 WARP_PREFIX: Final = "warp:"
+MAP_PREFIX: Final = "map:"
+SERVER_PRODUCER: Final = -1
+"""The producer id of the streams the server produces (no connection has it)."""
+
+
+def map_stream_id(map_name: str) -> str:
+    """The lazily stream that shows TopGun map ``map_name``."""
+    return f"{MAP_PREFIX}{map_name}"
+
+
+def map_name_of(stream: Hashable) -> str | None:
+    """The TopGun map a ``map:`` stream shows; None for any other stream."""
+    if isinstance(stream, str) and stream.startswith(MAP_PREFIX):
+        return stream[len(MAP_PREFIX) :]
+    return None
+
+
+def check_peer_may_produce(stream: Hashable) -> None:
+    """``ForbiddenPublish`` for a stream only the server produces."""
+    if map_name_of(stream) is not None:
+        raise ForbiddenPublish(
+            f"stream {stream!r} is the server's view of a TopGun map; it is read-only",
+            path="stream",
+        )
+
+
+def check_peer_may_write(stream: Hashable) -> None:
+    """``Forbidden`` for a write to a stream only the server produces."""
+    if map_name_of(stream) is not None:
+        raise Forbidden(
+            f"stream {stream!r} is read-only: write the TopGun map on /topgun", path="stream"
+        )
 
 
 def warp_stream_id(warp_id: int) -> str:

@@ -65,9 +65,13 @@ class Recorder(Protocol):
 
     ``prepare`` runs before the hub changes anything and raises to refuse a frame that could
     not be stored; ``commit`` runs once the frame is accepted, before it is fanned out.
+    ``prepare_drop`` does the same for dropping a stream's state (its producer left and the
+    retention passed), so a restart does not bring back what the hub had let go.
     """
 
     def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> object: ...
+
+    def prepare_drop(self, stream: StreamId) -> object: ...
 
     def commit(self, prepared: Any) -> None: ...
 

@@ -81,7 +81,8 @@ def _report(args: argparse.Namespace) -> int:
         conflict_window_ms=args.conflict_window_ms,
         progress=stderr_progress("report"),
     )
-    print(f"{result.ops} ops, {result.conflicts} concurrent writes: {result.index}")
+    streams = f"{len(result.streams)} stream{'' if len(result.streams) == 1 else 's'}"
+    print(f"{result.ops} ops, {result.conflicts} concurrent writes, {streams}: {result.index}")
     return 0
 
 

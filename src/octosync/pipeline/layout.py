@@ -14,6 +14,10 @@ RECORDS_DIR: Final = "records"
 META_FILE: Final = "compaction.json"
 """``as_of_seq``, counts, the GC horizon and each map's Merkle root."""
 
+SERVER_COMPACTION_SUBDIR: Final = "compacted"
+"""Where ``octosync serve`` looks for the compaction its TopGun maps restart from
+(``<data dir>/compacted``: ``pipeline compact --journal DATA --out DATA/compacted``)."""
+
 EXPORT_SUBDIR: Final = "export"
 """Where a job exports a journal directory before reading it."""
 CLUSTER_SUBDIR: Final = "spark-cluster"

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from octosync.errors import PipelineError
 
@@ -118,25 +119,26 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to loopback" warning
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in session_conf(master, conf, verbose=verbose).items():
+    settings = {"spark.master": master, "spark.app.name": app_name}
+    settings |= session_conf(master, conf, verbose=verbose)
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    if start_timeout is None:
-        session = _start(builder, master)
-    else:
-        session = _start_within(builder, master, start_timeout)
+    _JVM_STDERR.quiet = not verbose
+    start = partial(_start, builder, master, settings)
+    session = start() if start_timeout is None else _start_within(start, master, start_timeout)
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return session
 
 
-def _start_within(builder: Any, master: str, timeout: float) -> Any:
-    """``_start`` on a daemon thread, given up after ``timeout`` seconds (the thread is left to
+def _start_within(start: Callable[[], Any], master: str, timeout: float) -> Any:
+    """``start`` on a daemon thread, given up after ``timeout`` seconds (the thread is left to
     Spark's own retries; the JVM exits with this process)."""
     box: list[Any] = []
 
     def run() -> None:
         try:
-            box.append(_start(builder, master))
+            box.append(start())
         except BaseException as exc:
             box.append(exc)
 
@@ -154,8 +156,58 @@ def _start_within(builder: Any, master: str, timeout: float) -> Any:
     return box[0]
 
 
-def _start(builder: Any, master: str) -> Any:
+JVM_NOTICES = (b"WARNING: Using incubator modules:",)
+"""Lines the JVM itself prints at start-up, whatever log4j says (Spark's launcher always adds
+``--add-modules=jdk.incubator.vector``); a quiet session drops them."""
+
+
+class _JvmStderr:
+    """Copies the JVM's stderr to ours line by line, leaving out ``JVM_NOTICES`` when quiet.
+
+    The JVM is PySpark's child; giving it a pipe instead of our stderr is the only way to keep
+    its own start-up notice off the terminal. Everything else (errors, Python worker
+    tracebacks, ``-v`` output) passes through unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.quiet = True
+
+    def pump(self, pipe: IO[bytes]) -> None:
+        for line in iter(pipe.readline, b""):
+            if self.quiet and line.startswith(JVM_NOTICES):
+                continue
+            try:
+                os.write(2, line)
+            except OSError:
+                return
+
+
+_JVM_STDERR = _JvmStderr()
+
+
+def _launch_gateway(settings: Mapping[str, str]) -> None:
+    """Start PySpark's JVM gateway with its stderr piped through ``_JVM_STDERR`` (once per
+    process; later sessions reuse the gateway, as PySpark does)."""
+    from subprocess import PIPE
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    spark_conf = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        spark_conf.set(key, value)
+    gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": PIPE})  # type: ignore[no-untyped-call]
+    threading.Thread(
+        target=_JVM_STDERR.pump, args=(gateway.proc.stderr,), name="spark-stderr", daemon=True
+    ).start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _start(builder: Any, master: str, settings: Mapping[str, str]) -> Any:
     try:
+        _launch_gateway(settings)
         return builder.getOrCreate()
     except Exception as exc:  # the JVM did not start: say why in our terms, in one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

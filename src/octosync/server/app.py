@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__
 from octosync.hub.types import AcceptHook
+from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws, serve_ws_in_band
 from octosync.server.dataspace_session import open_ws_session as open_dataspace_session
@@ -73,8 +75,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         writer = GroupCommitWriter(config.data_dir, durability=config.journal_durability)
         recorder = JournalRecorder(writer)
     runtime = Runtime(config, on_accept=on_accept, recorder=recorder, writer=writer)
-    if writer is not None:
-        runtime.topgun.load(writer.journal.all_ops())
+    if writer is not None:  # the maps: the newest compaction, then the journal after it
+        runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
     registry = registry_for(runtime)
 
     @web.middleware
@@ -106,6 +108,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
                 config.data_dir,
                 export_dir=config.export_dir,
                 durability=config.journal_durability,
+                ops_covered=partial(compacted_through, config.compaction_dir),
             )
             app[KEEPER] = keeper
             app[KEEPER_TASK] = asyncio.create_task(keeper.run_every(config.checkpoint_interval))

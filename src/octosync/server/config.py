@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from octosync.errors import ConfigError
 from octosync.hub.limits import Limits
+from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
 from octosync.server.auth import AuthConfig
 from octosync.signaling import SignalingPolicy
 
@@ -63,10 +64,20 @@ class ServerConfig:
     journal_retention: bool = True
     """Export the journal to ``data_dir/export`` each round and trim what is exported and
     checkpointed, so the journal stays bounded; off: the journal keeps every record."""
+    topgun_gc_age: float | None = 30 * 24 * 3600.0
+    """Seconds after which TopGun tombstones are pruned (clients that last synced before
+    that are told ``SYNC_RESET_REQUIRED``); None: never."""
+    topgun_gc_interval: float = 3600.0
+    """Seconds between TopGun tombstone GC rounds."""
 
     @property
     def export_dir(self) -> Path | None:
         return self.data_dir / "export" if self.journal_retention else None
+
+    @property
+    def compaction_dir(self) -> Path:
+        """The ``pipeline compact`` output TopGun's maps restart from, when there is one."""
+        return self.data_dir / SERVER_COMPACTION_SUBDIR
 
     def with_auth_mode(self) -> ServerConfig:
         return replace(self, auth=replace(self.auth, insecure_dev=self.insecure_dev))
@@ -79,6 +90,19 @@ class ServerConfig:
             bytes_per_second=self.bytes_per_second,
             offload_decode_bytes=self.offload_decode_bytes,
         )
+
+    def check_ports(self) -> None:
+        """Each port is 0..65535 (0: any free port), said before anything tries to bind it."""
+        for option, port in (
+            ("port", self.port),
+            ("tcp-port", self.tcp_port),
+            ("dataspace-port", self.dataspace_port),
+        ):
+            if port is not None and not 0 <= port <= 65535:
+                raise ConfigError(
+                    f"{port} is not a port number: use 0..65535 (0 picks a free port)",
+                    path=f"--{option} ([server] {option.replace('-', '_')})",
+                )
 
     def check_exposure(self) -> None:
         """``--insecure-dev`` grants everything to anyone: refuse it on a non-loopback host."""
@@ -150,6 +174,10 @@ def _signaling_mode(cfg: ServerConfig, value: str, _p: Path) -> ServerConfig:
     return replace(cfg, signaling=replace(cfg.signaling, mode=value))  # type: ignore[arg-type]
 
 
+def _gc_age(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
+    return replace(cfg, topgun_gc_age=None if value < 0 else float(value))
+
+
 _NUMBER = (int, float)
 SECTIONS: dict[str, dict[str, Key]] = {
     "server": {
@@ -173,6 +201,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "offload_decode_bytes": _set("offload_decode_bytes", int),
         "checkpoint_interval": _set("checkpoint_interval", *_NUMBER),
         "journal_retention": _set("journal_retention", bool),
+        "topgun_gc_age": Key(_NUMBER, _gc_age),
+        "topgun_gc_interval": _set("topgun_gc_interval", *_NUMBER),
     },
     "auth": {
         "hs256_secret": _auth("hs256_secret"),

@@ -34,6 +34,7 @@ from octosync.errors import (
 from octosync.hub.limits import InputBudget
 from octosync.hub.policy import close_code, closes_connection
 from octosync.server.auth import ClaimGrants, authenticate, bearer_token
+from octosync.server.flusher import writable
 from octosync.server.guard import peer_address
 from octosync.server.runtime import Runtime
 from octosync.server.throttled_log import ThrottledLog
@@ -153,8 +154,8 @@ class Link:
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
-            t = self.transport
-            if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+            t = writable(self.transport)
+            if t is not None:
                 t.write(data)
 
     def fail(self, err: OctosyncError) -> bool:
@@ -171,8 +172,8 @@ class Link:
     def fault(self, err: OctosyncError) -> None:
         """Serving this connection failed outside its own frames (the flusher): reset it."""
         self.counters.errors += 1
-        t = self.transport
-        if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+        t = writable(self.transport)
+        if t is not None:
             t.write(self.session.error_frame(err))
         self.close_soon(close_code(err))
 
@@ -289,12 +290,10 @@ async def _serve_ws(
     request: web.Request, rt: Runtime, open_session: Callable[[int], Session]
 ) -> web.StreamResponse:
     limit = rt.limits.max_frame_bytes
-    ws = web.WebSocketResponse(
-        max_msg_size=2 * limit + 1024,
-        compress=False,
-        autoping=True,
-        heartbeat=rt.config.heartbeat,
-    )
+    # Pings are ours (``_pump_ws``), not aiohttp's: aiohttp 3.14 re-arms its heartbeat timer
+    # when the peer's close reply arrives after ``close()``, and that timer keeps the whole
+    # closed connection in memory for a further heartbeat period or more.
+    ws = web.WebSocketResponse(max_msg_size=2 * limit + 1024, compress=False, autoping=False)
     await ws.prepare(request)
     transport = request.transport
     assert transport is not None
@@ -320,17 +319,37 @@ async def _serve_ws(
 
 
 async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: Link) -> None:
+    """Read frames into ``link`` until the peer closes or the policy does. A peer silent for
+    ``heartbeat`` seconds is pinged, and dropped if it stays silent as long again."""
     loop = asyncio.get_running_loop()
     budget = InputBudget(rt.limits, loop.time())
     deadline = loop.time() + rt.config.handshake_timeout
+    idle = rt.config.heartbeat or None
+    pinged = False
     session = link.session
     while True:
-        timeout = None if session.ready else max(0.0, deadline - loop.time())
+        timeout = idle if session.ready else max(0.0, deadline - loop.time())
         try:
             msg = await ws.receive(timeout=timeout)
         except TimeoutError:
-            link.fail(HandshakeFailed(f"no handshake within {rt.config.handshake_timeout} s"))
-            return
+            if not session.ready:
+                link.fail(HandshakeFailed(f"no handshake within {rt.config.handshake_timeout} s"))
+                return
+            if pinged:
+                link.abort()  # no answer to our ping: the peer is gone
+                return
+            pinged = True
+            try:
+                await ws.ping()
+            except ConnectionError:
+                return
+            continue
+        pinged = False  # anything the peer sends shows it is there
+        if msg.type == WSMsgType.PING:
+            await ws.pong(msg.data)
+            continue
+        if msg.type == WSMsgType.PONG:
+            continue
         if msg.type == WSMsgType.BINARY:
             data: bytes = msg.data
         elif msg.type == WSMsgType.TEXT:

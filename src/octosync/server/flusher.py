@@ -22,6 +22,14 @@ from octosync.hub import Hub
 FaultHandler = Callable[[int, OctosyncError], None]
 
 
+def writable(t: asyncio.BaseTransport | None) -> asyncio.WriteTransport | None:
+    """``t`` if bytes can still be written to it, else None: the one "still open?" test for
+    every server write (flusher, sessions' own frames, relays)."""
+    if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+        return t
+    return None
+
+
 @dataclass(eq=False, slots=True)
 class _Link:
     transport: asyncio.WriteTransport | asyncio.BaseTransport
@@ -87,8 +95,8 @@ class Flusher:
         """Bytes still buffered in transports plus frames still in hub outboxes."""
         total = self.hub.outbox_depth()
         for link in self._links.values():
-            t = link.transport
-            if isinstance(t, asyncio.WriteTransport) and not t.is_closing():
+            t = writable(link.transport)
+            if t is not None:
                 total += t.get_write_buffer_size()
         return total
 
@@ -116,8 +124,8 @@ class Flusher:
         link = self._links.get(conn)
         if link is None:
             return False
-        t = link.transport
-        if not isinstance(t, asyncio.WriteTransport) or t.is_closing():
+        t = writable(link.transport)
+        if t is None:
             return False
         if not force and t.get_write_buffer_size() > self.high_water:
             self._blocked.add(conn)

@@ -18,6 +18,7 @@ from octosync.errors import (
     OctosyncError,
 )
 from octosync.hub import ViewKey, lazily_frame
+from octosync.hub.model import Sent
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION, negotiate
 from octosync.ipc.messages import (
     CellSet,
@@ -35,7 +36,8 @@ from octosync.server.lazily_dialect import (
     sniff_producer_dialect,
 )
 from octosync.server.lifecycle import Lifecycle
-from octosync.server.runtime import Runtime, lazily_dialect_key
+from octosync.server.runtime import Runtime
+from octosync.server.view_encoders import lazily_view_key
 from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
@@ -125,10 +127,10 @@ class LazilySession:
             sniffed = sniff_producer_dialect(self.dialect, message)
             if sniffed is not self.dialect:
                 self.dialect = sniffed
-                self.rt.hub.change_view(self.conn, ViewKey(lazily_dialect_key(sniffed, self.kind)))
+                self.rt.hub.change_view(self.conn, ViewKey(lazily_view_key(sniffed, self.kind)))
         msg = self.dialect.decode(message)
         if state is State.PRODUCING:
-            self._produce(msg)
+            self._produce(msg, message)
         else:
             self._subscribe(msg)
 
@@ -168,13 +170,15 @@ class LazilySession:
         if identity is None:
             identity = authenticate(None, self.rt.config.auth)
         hub = self.rt.hub
-        view = ViewKey(lazily_dialect_key(dialect, self.kind))
+        view = ViewKey(lazily_view_key(dialect, self.kind))
         try:
             hub.check_stream(view, remote.session_id)
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="session_id") from exc
         publish = "publish" in remote.features
         hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
+        if not publish:
+            self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
         hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
@@ -184,7 +188,7 @@ class LazilySession:
         if not publish:
             hub.subscribe(self.conn, self.stream)
 
-    def _produce(self, msg: IpcMessage) -> None:
+    def _produce(self, msg: IpcMessage, data: bytes) -> None:
         """What a producer may send: snapshots and deltas of its stream."""
         if not isinstance(msg, Snapshot | Delta):
             what = (
@@ -193,7 +197,9 @@ class LazilySession:
                 else f"{type(msg).__name__} is not served on this face"
             )
             raise Forbidden(what, path="type")
-        self.rt.hub.publish(self.conn, self.stream, lazily_frame(msg))
+        self.rt.hub.publish(
+            self.conn, self.stream, lazily_frame(msg, Sent(self.dialect.name, data))
+        )
 
     def _subscribe(self, msg: IpcMessage) -> None:
         """What a subscriber may send: resync requests and cell_set writes."""

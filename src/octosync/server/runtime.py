@@ -5,29 +5,32 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from octosync.errors import InternalError, OctosyncError
-from octosync.hub import Hub, HubConfig, OutboxLimits, OutFrame
+from octosync.hub import Hub, HubConfig, OutboxLimits
+from octosync.hub.model import lazily_frame
 from octosync.hub.policy import CLOSE_GOING_AWAY
-from octosync.hub.streams import warp_id_of
+from octosync.hub.streams import map_name_of, map_stream_id
 from octosync.hub.types import AcceptHook, Recorder
+from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
-from octosync.server.flusher import Flusher
+from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
-from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
+from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
-from octosync.topgun import Outbound, TopGunCore
-from octosync.wire import wvp
-from octosync.wire.framing import encode_frame
+from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.wire.websocket import ws_frame
+
+log = logging.getLogger(__name__)
 
 FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
@@ -82,10 +85,6 @@ class HttpConnection(Protocol):
     def request_started(self) -> None: ...
 
 
-def lazily_dialect_key(dialect: FaceDialect, transport: str) -> str:
-    return f"lazily-{dialect.name}/{transport}"
-
-
 class Runtime:
     def __init__(
         self,
@@ -109,13 +108,20 @@ class Runtime:
                 max_replay_diffs=config.max_replay_diffs,
             ),
             clock=time.monotonic,
+            encoders=view_encoders(),
             on_accept=on_accept,
             recorder=recorder,
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
         self.signaling = SignalingHub(config.signaling)
-        self.topgun = TopGunCore(_wall_ms, persistent=writer is not None)
+        self.topgun = TopGunCore(
+            _wall_ms,
+            persistent=writer is not None,
+            gc_age_ms=None if config.topgun_gc_age is None else int(config.topgun_gc_age * 1000),
+            gc_every_ms=int(config.topgun_gc_interval * 1000),
+        )
         self.counters = Counters()
+        self._topgun_flush_due = False
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
@@ -130,9 +136,6 @@ class Runtime:
         self._ids = itertools.count(1)
         self._expiry: asyncio.Task[None] | None = None
         self._lag: asyncio.Task[None] | None = None
-        for dialect in DIALECT_SET.values():
-            self.register_lazily_dialect(dialect)
-        self.hub.register_encoder("wvp/ws", self._encode_wvp)
 
     @property
     def relay(self) -> Relay:
@@ -142,6 +145,11 @@ class Runtime:
             if secret is None:
                 secret = load_or_create_secret(self.config.data_dir)
             self._relay = Relay(secret)
+        return self._relay
+
+    def started_relay(self) -> Relay | None:
+        """The dataspace relay if the face has been used (the inspector lists it); never
+        creates it (that would make the sturdy-ref key file)."""
         return self._relay
 
     def new_conn_id(self) -> int:
@@ -168,8 +176,8 @@ class Runtime:
         """Write ``data`` to another connection now (signaling relays); a peer that cannot
         keep up is dropped, never waited for."""
         link = self.links.get(conn)
-        t = None if link is None else link.transport
-        if link is None or not isinstance(t, asyncio.WriteTransport) or t.is_closing():
+        t = None if link is None else writable(link.transport)
+        if link is None or t is None:
             return
         if t.get_write_buffer_size() > self.config.socket_high_water:
             link.abort()
@@ -183,12 +191,51 @@ class Runtime:
             for target in ob.targets:
                 self.deliver(target, data)
 
+    def follow_map(self, stream: str) -> None:
+        """A lazily client asked for ``map:<name>``: the server starts producing it (once)."""
+        name = map_name_of(stream)
+        if name is None:
+            return
+        snapshot = self.topgun.follow_map(name)
+        if snapshot is not None:
+            self.hub.publish_from_server(stream, lazily_frame(snapshot))
+
+    def publish_map_frames(self, frames: Sequence[tuple[str, Snapshot | Delta]]) -> None:
+        """The ``map:`` streams' frames the TopGun core made, into the hub."""
+        for name, msg in frames:
+            self.hub.publish_from_server(map_stream_id(name), lazily_frame(msg))
+
+    def flush_topgun_soon(self) -> None:
+        """Send the TopGun events applied in this event-loop turn at its end, all at once."""
+        if not self._topgun_flush_due and self.topgun.has_pending_events():
+            self._topgun_flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush_topgun)
+
+    def _flush_topgun(self) -> None:
+        self._topgun_flush_due = False
+        self.apply_topgun(self.topgun.flush())
+
+    def apply_topgun(self, fx: Effects) -> None:
+        """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``
+        now, ``durable`` once ``records`` are committed."""
+        self.deliver_all(fx.out)
+        self.publish_map_frames(fx.frames)
+        if self.writer is None or not (fx.records or fx.durable):
+            self.deliver_all(fx.durable)
+            return
+        durable = list(fx.durable)
+        try:
+            self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
+        except OctosyncError as err:  # the writer is full: these grants time out client-side
+            log.warning("TopGun effects not journaled, not sent: %s", err)
+
     def after_commit(
         self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
     ) -> None:
         """Journal ``records`` and call ``then`` on the loop once they, and everything queued
-        before them, are committed (an empty list is a barrier). A failed commit resets the
-        connection: what it was told nothing about, it resends."""
+        before them, are committed (an empty list is a barrier). Submitted at once, so the
+        writer thread commits while the loop goes on (it groups whatever queued meanwhile). A
+        failed commit resets the connection: what it was told nothing about, it resends."""
         assert self.writer is not None
         loop = asyncio.get_running_loop()
         future = self.writer.submit_encoded(records, block=False)
@@ -205,23 +252,6 @@ class Runtime:
         link = self.links.get(conn)
         if link is not None:
             link.fault(err)
-
-    def register_lazily_dialect(self, dialect: FaceDialect) -> None:
-        def for_ws(frame: OutFrame) -> bytes:
-            return ws_frame(dialect.encode(frame.body), text=dialect.text)
-
-        def for_tcp(frame: OutFrame) -> bytes:
-            return encode_frame(dialect.encode(frame.body))
-
-        self.hub.register_encoder(lazily_dialect_key(dialect, "ws"), for_ws)
-        self.hub.register_encoder(lazily_dialect_key(dialect, "tcp"), for_tcp)
-
-    def _encode_wvp(self, frame: OutFrame) -> bytes:
-        body = frame.body
-        if not isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
-            raise TypeError(f"{type(body).__name__} is not a WVP stream frame")
-        msg = wvp.WarpStream(warp_id_of(frame.stream), body)
-        return ws_frame(wvp.encode(msg, frame.ts), text=False)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -247,7 +277,7 @@ class Runtime:
         while True:
             await asyncio.sleep(1.0)
             self.hub.expire()
-            self.deliver_all(self.topgun.tick().out)
+            self.apply_topgun(self.topgun.tick())
 
     async def shutdown(self) -> None:
         """Stop taking work, flush until the deadline, close everyone, drop who is stuck.

@@ -110,18 +110,24 @@ class TopGunSession:
             else:
                 others.append(ob)
         self.rt.deliver_all(others)
+        self.rt.flush_topgun_soon()
+        if fx.frames:
+            self.rt.publish_map_frames(fx.frames)
         if self.rt.writer is None or not (fx.records or fx.durable):
             return
         if not fx.durable:
             self.rt.after_commit(self.conn, fx.records, _nothing)
             return
         slot: tuple[list[bool], list[bytes]] = ([False], [])
-        slot[1].extend(ws_frame(ob.data, text=False) for ob in fx.durable)
+        mine = (self.conn,)
+        slot[1].extend(ws_frame(ob.data, text=False) for ob in fx.durable if ob.targets == mine)
+        theirs = [ob for ob in fx.durable if ob.targets != mine]
         self._held.append(slot)
 
         def committed() -> None:
             slot[0][0] = True
             self._release()
+            self.rt.deliver_all(theirs)
 
         self.rt.after_commit(self.conn, fx.records, committed)
 
@@ -151,7 +157,7 @@ class TopGunSession:
 
     def close(self) -> None:
         self.life.move("close")
-        self.rt.deliver_all(self.rt.topgun.disconnect(self.conn).out)
+        self.rt.apply_topgun(self.rt.topgun.disconnect(self.conn))
 
 
 def _nothing() -> None:

@@ -18,11 +18,12 @@ from octosync.hub.streams import warp_stream_id
 from octosync.server.auth import ClaimGrants
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
+from octosync.server.view_encoders import WVP_VIEW
 from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
 
 SERVER_VERSION = 1
-VIEW = ViewKey("wvp/ws")
+VIEW = ViewKey(WVP_VIEW)
 
 
 class State(Enum):

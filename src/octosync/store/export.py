@@ -47,10 +47,14 @@ FRAMES_SCHEMA: Final = pa.schema(
         ("epoch", pa.int64()),
         ("snapshot", pa.bool_()),
         ("payload", pa.binary()),
+        ("codec", pa.string()),
         ("state_hash", pa.binary()),
         ("recorded_ms", pa.int64()),
+        ("producer", pa.string()),
     ]
 )
+"""``recorded_ms`` is the server's wall clock when the frame was journalled (UTC
+milliseconds since the epoch); ``producer`` is null for records that name none."""
 
 
 class ExportResult(msgspec.Struct, frozen=True):
@@ -111,8 +115,10 @@ def _frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
         "epoch": rec.epoch,
         "snapshot": rec.snapshot,
         "payload": rec.payload,
+        "codec": rec.codec,
         "state_hash": rec.state_hash,
         "recorded_ms": row.recorded_ms,
+        "producer": rec.producer,
     }
 
 

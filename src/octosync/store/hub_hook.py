@@ -3,22 +3,31 @@
 The hub hands its hook ``(stream, conn, frame)`` inline, before fan-out, and the hook must not
 block: it submits to a :class:`GroupCommitWriter` and returns (the commit follows within one
 group-commit round), so frames reach the journal in the order the hub accepted them.
-``encode`` turns a frame's body into the bytes journalled (``body_bytes`` by default: a WVP
-frame as its canonical CBOR, ``wvp.encode_frame``, which splices the producer's raw graph and
-ops; a lazily message as MsgPack). ``serve`` wires a ``JournalRecorder`` into the hub.
+A frame that carries the producer's own bytes (``Sent``: every lazily frame from a face) is
+journalled as those bytes with their dialect; ``encode`` serves the rest (``body_bytes`` by
+default: a WVP frame as its canonical CBOR, ``wvp.encode_frame``, which splices the producer's
+raw graph and ops; a frame built in-process as MsgPack). ``serve`` wires a ``JournalRecorder``
+into the hub.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from octosync.errors import InvalidRecord, StorageError
 from octosync.hub.model import DiffFrame, SnapshotFrame
 from octosync.store.journal import GroupCommitWriter
-from octosync.store.records import EncodedRecord, StreamFrame, encode_record
+from octosync.store.records import (
+    EncodedRecord,
+    FrameCodec,
+    StreamDropped,
+    StreamFrame,
+    encode_record,
+)
 from octosync.wire import wvp
 
 Encode = Callable[[Any], bytes]
@@ -31,7 +40,9 @@ def body_bytes(body: Any) -> bytes:
     return msgspec.msgpack.encode(body)
 
 
-def frame_record(stream: str, frame: Any, encode: Encode = body_bytes) -> StreamFrame:
+def frame_record(
+    stream: str, frame: Any, encode: Encode = body_bytes, producer: str | None = None
+) -> StreamFrame:
     """The journal record of one accepted hub frame."""
     if isinstance(frame, DiffFrame):
         base, epoch, snapshot = frame.from_epoch, frame.to_epoch, False
@@ -40,13 +51,17 @@ def frame_record(stream: str, frame: Any, encode: Encode = body_bytes) -> Stream
         snapshot = True
     else:
         raise InvalidRecord(f"not a hub frame: {type(frame).__name__}", path="frame")
+    sent = frame.sent
     return StreamFrame(
         stream=str(stream),
         base_epoch=base,
         epoch=epoch,
         snapshot=snapshot,
-        payload=encode(frame.body),
+        payload=encode(frame.body) if sent is None else sent.data,
         state_hash=frame.state_hash,
+        # a codec outside FrameCodec is refused by encode_record's strict check
+        codec=None if sent is None else cast("FrameCodec", sent.codec),
+        producer=producer,
     )
 
 
@@ -56,23 +71,35 @@ class JournalRecorder:
     ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store, or
     ``StorageError`` when the writer's queue is full (the hub refuses the frame, unchanged:
     the event loop never waits for the disk); ``commit`` queues the prepared record once the
-    hub has accepted the frame.
+    hub has accepted the frame. Each record names its producer as ``<run>.<connection id>``:
+    connection ids restart with every server run, so ``run`` (by default the start time in
+    milliseconds, hex) keeps two runs' producers apart.
     """
 
-    def __init__(self, writer: GroupCommitWriter, encode: Encode = body_bytes):
+    def __init__(
+        self, writer: GroupCommitWriter, encode: Encode = body_bytes, run: str | None = None
+    ):
         self.writer = writer
         self.encode = encode
+        self.run = run if run is not None else f"{time.time_ns() // 1_000_000:x}"
 
     def prepare(self, stream: Any, conn: Any, frame: Any) -> EncodedRecord:
         if not self.writer.has_room():
             raise StorageError("the journal writer is behind: its queue is full")
         try:
-            record = frame_record(stream, frame, self.encode)
+            record = frame_record(stream, frame, self.encode, f"{self.run}.{conn}")
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidRecord(
                 f"the frame's body cannot be stored: {exc}", path="payload"
             ) from exc
         return encode_record(record)
+
+    def prepare_drop(self, stream: Any) -> EncodedRecord:
+        """The record that the hub dropped ``stream``'s state; ``StorageError`` when the
+        writer's queue is full (the hub keeps the state and tries again later)."""
+        if not self.writer.has_room():
+            raise StorageError("the journal writer is behind: its queue is full")
+        return encode_record(StreamDropped(str(stream)))
 
     def commit(self, prepared: EncodedRecord) -> None:
         self.writer.submit_encoded([prepared], block=False)

@@ -41,7 +41,9 @@ that rebuild a stream as of a seq) in the same file, and ``trim(before, exported
 deletes records with ``seq < before`` only when every one of them is exported (``seq <= W``)
 and every stream frame among them is covered by its stream's checkpoint; otherwise it raises
 ``TrimRefused`` and deletes nothing. Seqs stay unique after a trim: the trim point is recorded,
-and appends continue above it even when every row was trimmed.
+and appends continue above it even when every row was trimmed. Op records (TopGun's maps are
+rebuilt from them) are trimmed only below ``ops_before``, the first seq a ``pipeline compact``
+output does not cover; ``ops_trimmed_before()`` says how far that went.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import msgspec
 from octosync.crdt.op import OpRecord
 from octosync.errors import StorageError, TrimRefused
 from octosync.store.records import (
+    KIND_DROP,
     KIND_FRAME,
     KIND_OP,
     EncodedRecord,
@@ -98,6 +101,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 """
 _TRIMMED_BEFORE: Final = "trimmed_before"
+_OPS_TRIMMED_BEFORE: Final = "ops_trimmed_before"
 _SCOPES_INDEXED: Final = "scopes_indexed"
 _LATEST_SQL: Final = (
     "SELECT max(coalesce((SELECT max(seq) FROM journal), 0), "
@@ -356,30 +360,43 @@ class Journal:
         return {stream: decode_checkpoint(body, stream=stream) for stream, body in rows}
 
     def uncovered_frames(self, before: int) -> list[tuple[str, int]]:
-        """``(stream, seq)`` of each stream's newest frame below ``before`` that its checkpoint
-        does not cover: what a trim to ``before`` would lose."""
-        out = []
+        """``(stream, seq)`` of each stream's newest frame (or drop) below ``before`` that its
+        checkpoint does not cover: what a trim to ``before`` would lose."""
+        out: dict[str, int] = {}
         with self._lock:
             conn = self._conn
             covered = dict(conn.execute("SELECT stream, through_seq FROM checkpoints").fetchall())
-            for stream in self._scopes_locked(KIND_FRAME):
-                # One index seek per stream: O(streams), whatever the journal's length.
-                (last,) = conn.execute(
-                    "SELECT max(seq) FROM journal WHERE kind = ? AND scope = ? AND seq < ?",
-                    (KIND_FRAME, stream, before),
-                ).fetchone()
-                if last is not None and covered.get(stream, 0) < last:
-                    out.append((stream, int(last)))
-        return out
+            for kind in (KIND_FRAME, KIND_DROP):
+                for stream in self._scopes_locked(kind):
+                    # One index seek per stream: O(streams), whatever the journal's length.
+                    (last,) = conn.execute(
+                        "SELECT max(seq) FROM journal WHERE kind = ? AND scope = ? AND seq < ?",
+                        (kind, stream, before),
+                    ).fetchone()
+                    if last is not None and covered.get(stream, 0) < last:
+                        out[stream] = max(out.get(stream, 0), int(last))
+        return sorted(out.items())
 
-    def trim(self, before: int, *, exported_through: int) -> TrimResult:
+    def ops_trimmed_before(self) -> int:
+        """Every op record below this seq was trimmed (1 when none was): a restart needs a
+        compaction that covers them (``pipeline.resume``)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT CAST(value AS INTEGER) FROM journal_meta WHERE name = ?",
+                (_OPS_TRIMMED_BEFORE,),
+            ).fetchone()
+        return 1 if row is None else int(row[0])
+
+    def trim(self, before: int, *, exported_through: int, ops_before: int = 1) -> TrimResult:
         """Delete every record with ``seq < before``, or raise ``TrimRefused`` and delete none.
 
         Refused when a record below ``before`` is not exported (``seq > exported_through``)
-        or is a stream frame its stream's checkpoint does not cover. Op records are kept: the
-        server rebuilds its TopGun maps from them at start-up (``TopGunCore.load``), and no
-        checkpoint covers maps yet. Deletes run in chunks,
-        so a concurrent writer waits for one chunk at a time, never for the whole trim.
+        or is a stream frame its stream's checkpoint does not cover. Op records are kept below
+        ``min(before, ops_before)`` only: the server rebuilds its TopGun maps from them at
+        start-up, so they go only once a ``pipeline compact`` output covers them (its
+        ``as_of_seq + 1`` is ``ops_before``; the default keeps every op record). Deletes run
+        in chunks, so a concurrent writer waits for one chunk at a time, never for the whole
+        trim.
         """
         if before < 1:
             raise TrimRefused("the trim point must be a seq of at least 1", path="before")
@@ -403,6 +420,7 @@ class Journal:
                 path="before",
             )
         deleted = 0
+        ops_cut = max(1, min(before, ops_before))
         with self._lock:
             conn = self._conn
             try:
@@ -410,19 +428,23 @@ class Journal:
                     conn.execute("BEGIN IMMEDIATE")
                     cur = conn.execute(
                         "DELETE FROM journal WHERE seq IN "
-                        "(SELECT seq FROM journal WHERE seq < ? AND kind != ? ORDER BY seq "
-                        "LIMIT ?)",
-                        (before, KIND_OP, _TRIM_CHUNK),
+                        "(SELECT seq FROM journal WHERE seq < ? AND (kind != ? OR seq < ?) "
+                        "ORDER BY seq LIMIT ?)",
+                        (before, KIND_OP, ops_cut, _TRIM_CHUNK),
                     )
                     count = cur.rowcount
                     deleted += count
                     if count < _TRIM_CHUNK:
-                        conn.execute(
-                            "INSERT INTO journal_meta VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
-                            "SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS "
-                            "INTEGER))",
-                            (_TRIMMED_BEFORE, str(before)),
-                        )
+                        for name, value in (
+                            (_TRIMMED_BEFORE, before),
+                            (_OPS_TRIMMED_BEFORE, ops_cut),
+                        ):
+                            conn.execute(
+                                "INSERT INTO journal_meta VALUES (?, ?) ON CONFLICT (name) DO "
+                                "UPDATE SET value = max(CAST(value AS INTEGER), "
+                                "CAST(excluded.value AS INTEGER))",
+                                (name, str(value)),
+                            )
                         conn.execute("COMMIT")
                         break
                     conn.execute("COMMIT")

@@ -28,13 +28,31 @@ from octosync.hub.model import DiffFrame, Frame, GraphModel, ReplayModel, Snapsh
 from octosync.hub.streams import stream_face
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.journal import Journal
-from octosync.store.records import KIND_FRAME, StreamCheckpoint, StreamFrame, decode_record
-from octosync.wire import wvp
+from octosync.store.records import (
+    KIND_DROP,
+    KIND_FRAME,
+    StreamCheckpoint,
+    StreamDropped,
+    StreamFrame,
+    decode_record,
+)
+from octosync.wire import dialect, wvp
 
 _CHUNK: Final = 20_000
 
 _lazily = msgspec.msgpack.Decoder(Snapshot | Delta)
 _encode = msgspec.msgpack.Encoder().encode
+
+
+def _lazily_message(record: StreamFrame) -> Snapshot | Delta:
+    """A journaled state-plane frame, decoded from the dialect its producer sent it in."""
+    if record.codec is None:
+        legacy: Snapshot | Delta = _lazily.decode(record.payload)
+        return legacy
+    msg = dialect(record.codec).decode(record.payload)
+    if not isinstance(msg, Snapshot | Delta):
+        raise DecodeError(f"journaled {type(msg).__name__} is not a stream frame", path="payload")
+    return msg
 
 
 def is_wvp_stream(stream: str) -> bool:
@@ -100,6 +118,10 @@ class JournalState:
                 state._load_checkpoint(stream, fold, cp)
                 start = cp.through_seq + 1
                 state.checkpoints_used += 1
+            drops = journal.scoped_rows(KIND_DROP, stream, start, latest)
+            if drops:  # the hub let the state go: only frames after the last drop count
+                fold = state._drop(stream, drops[-1].seq)
+                start = drops[-1].seq + 1
             for row in journal.scoped_rows(KIND_FRAME, stream, start, latest):
                 record = decode_record(KIND_FRAME, row.body, seq=row.seq)
                 assert isinstance(record, StreamFrame)
@@ -116,6 +138,10 @@ class JournalState:
             if not rows:
                 break
             for row in rows:
+                if row.kind == KIND_DROP:
+                    dropped = decode_record(row.kind, row.body, seq=row.seq)
+                    assert isinstance(dropped, StreamDropped)
+                    self._drop(dropped.stream, row.seq)
                 if row.kind != KIND_FRAME:
                     continue
                 record = decode_record(row.kind, row.body, seq=row.seq)
@@ -140,6 +166,14 @@ class JournalState:
             self._apply(stream, fold, frame)
         fold.through_seq = fold.checkpointed_seq = cp.through_seq
 
+    def _drop(self, stream: str, seq: int) -> _Fold:
+        """The hub dropped ``stream``'s state at ``seq``: fold it from nothing again (the next
+        checkpoint records the empty state, so a trim cannot bring the old one back)."""
+        old = self._fold_of(stream)
+        fold = self._folds[stream] = _Fold(_new_model(stream, self.max_replay_diffs))
+        fold.through_seq, fold.checkpointed_seq = seq, old.checkpointed_seq
+        return fold
+
     def _fold_record(self, stream: str, fold: _Fold, seq: int, record: StreamFrame) -> None:
         self._apply(stream, fold, record)
         fold.through_seq = seq
@@ -156,7 +190,7 @@ class JournalState:
                 else:
                     model.apply(DiffFrame(record.base_epoch, record.epoch, record))
             else:
-                msg = _lazily.decode(record.payload)
+                msg = _lazily_message(record)
                 if isinstance(msg, Snapshot):
                     model.reset(SnapshotFrame(msg.epoch, msg))
                 else:

@@ -6,7 +6,9 @@ worker thread, so the event loop never waits on SQLite or Parquet):
 1. fold the frames appended since the last round into the ``JournalState`` recovery built;
 2. store a checkpoint for every stream with new frames (one transaction);
 3. export the new records to the Parquet dataset, when an export directory is set;
-4. trim below ``min(export watermark, checkpoint coverage) + 1`` when trimming is on.
+4. trim below ``min(export watermark, checkpoint coverage) + 1`` when trimming is on; op
+   records only below the newest compaction's ``as_of_seq + 1`` (``ops_covered``), because
+   TopGun's maps restart from that compaction plus the op records after it.
 
 Under a steady stream the journal then holds about one round of records (plus the rows not
 yet exported), and SQLite reuses the freed pages, so the file stops growing. Without an
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -48,11 +51,14 @@ class JournalKeeper:
         *,
         export_dir: Path | None = None,
         trim: bool = True,
+        ops_covered: Callable[[], int] | None = None,
     ) -> None:
+        """``ops_covered()``: the last seq whose op records a compaction holds (0: none)."""
         self.journal = journal
         self.state = state
         self.export_dir = export_dir
         self.trim = trim
+        self.ops_covered = ops_covered
 
     @classmethod
     def start(
@@ -63,12 +69,14 @@ class JournalKeeper:
         export_dir: Path | None = None,
         trim: bool = True,
         durability: Durability = "full",
+        ops_covered: Callable[[], int] | None = None,
     ) -> tuple[JournalKeeper, RecoveryReport]:
         """Open the journal, rebuild every stream into ``hub``; blocking (run it in a thread)."""
         journal = Journal(data_dir, durability=durability)
         state = JournalState.load(journal, max_replay_diffs=hub.config.max_replay_diffs)
         report = state.restore_into(hub)
-        return cls(journal, state, export_dir=export_dir, trim=trim), report
+        keeper = cls(journal, state, export_dir=export_dir, trim=trim, ops_covered=ops_covered)
+        return keeper, report
 
     def round(self) -> RoundReport:
         folded = self.state.advance(self.journal)
@@ -82,8 +90,14 @@ class JournalKeeper:
             watermark = read_watermark(self.export_dir)
         trimmed = 0
         before = min(watermark, self.state.covered_through()) + 1
-        if self.trim and self.export_dir is not None and before > self.journal.trimmed_before():
-            trimmed = self.journal.trim(before, exported_through=watermark).deleted
+        ops_before = 1 if self.ops_covered is None else self.ops_covered() + 1
+        moved = before > self.journal.trimmed_before() or (
+            min(before, ops_before) > self.journal.ops_trimmed_before()
+        )
+        if self.trim and self.export_dir is not None and moved:
+            trimmed = self.journal.trim(
+                before, exported_through=watermark, ops_before=ops_before
+            ).deleted
         return RoundReport(
             folded,
             len(due),

@@ -49,9 +49,12 @@ from octosync.errors import (
     OctosyncError,
     RemoteProtocolError,
 )
+from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import EncodedRecord, encode_op_records, encode_record
+from octosync.topgun import durable
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
+from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.wire import topgun as tg
@@ -64,7 +67,14 @@ TOPIC_NAME = re.compile(r"^[A-Za-z0-9_\-.:/]{1,256}$")
 SERVER_NODE = "octosync"
 FORBIDDEN_CODE = 403
 
+_MAX_COUNTER_NAME = 4096
+"""The journal's key bound (``crdt.op.Key``): a counter's state is journaled under its name."""
+
+_MAX_TALLY = 2**53
+"""JavaScript's safe integers: what the client can count to, and what MsgPack encodes."""
+
 _ENC = msgspec.msgpack.Encoder()
+_DEC = msgspec.msgpack.Decoder()
 
 
 class Grants(Protocol):
@@ -96,6 +106,8 @@ class Effects:
     records: list[EncodedRecord] = field(default_factory=list)
     durable: list[Outbound] = field(default_factory=list)
     """Sent once ``records`` and everything journaled before them are committed."""
+    frames: list[tuple[str, Snapshot | Delta]] = field(default_factory=list)
+    """For the lazily stream of each named map (``map:<name>``), in order."""
 
     def send(self, conn: int, message: tg.Message) -> None:
         self.out.append(Outbound((conn,), tg.encode(message)))
@@ -115,16 +127,26 @@ class TopGunCore:
         *,
         persistent: bool,
         node_id: str = SERVER_NODE,
+        gc_age_ms: int | None = None,
+        gc_every_ms: int = 3_600_000,
     ) -> None:
         """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
-        (without one, ``PERSISTED`` cannot be achieved and the ack says so)."""
+        (without one, ``PERSISTED`` cannot be achieved and the ack says so, and lock grants
+        and counters are not journaled); ``gc_age_ms``: tombstones older than this are pruned
+        by :meth:`tick` every ``gc_every_ms`` (None: never)."""
         self.clock = clock
         self.persistent = persistent
+        self.gc_age_ms = gc_age_ms
+        self.gc_every_ms = gc_every_ms
+        self._next_gc = clock() + gc_every_ms
         self.hlc = HLC(node_id, clock)
         self.maps = Maps(self.hlc)
         self.locks = LockTable()
         self.counters = CounterTable()
         self.queries = QueryTable()
+        self.map_streams = MapStreams()
+        self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
+        """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
         self.gc_horizon_ms = 0
         self._conns: dict[int, _Conn] = {}
         self._topics: dict[str, set[int]] = {}
@@ -155,17 +177,77 @@ class TopGunCore:
         return fx
 
     def tick(self) -> Effects:
-        """Time passed (the server calls this about once a second): lock TTLs."""
+        """Time passed (the server calls this about once a second): lock TTLs, and the
+        tombstone GC when it is due."""
         fx = Effects()
-        self._granted(fx, self.locks.expire(self.clock()))
+        now = self.clock()
+        self._granted(fx, self.locks.expire(now))
+        if self.gc_age_ms is not None and now >= self._next_gc:
+            self._next_gc = now + self.gc_every_ms
+            pruned = self.gc(now - self.gc_age_ms)
+            fx.out.extend(pruned.out)
         return fx
 
     def topic_subscribers(self, topic: str) -> set[int]:
         return set(self._topics.get(topic, ()))
 
     def load(self, records: Iterable[OpRecord]) -> int:
-        """Rebuild the maps from journaled records (start-up)."""
-        return self.maps.load(records)
+        """Rebuild from journaled records (start-up): the maps, and from the reserved records
+        (``topgun.durable``) the fencing-token high-water mark and the counters. Returns how
+        many map records changed state."""
+        reserved: list[OpRecord] = []
+
+        def maps_only() -> Iterable[OpRecord]:
+            for rec in records:
+                if durable.is_reserved(rec.map):
+                    reserved.append(rec)
+                else:
+                    yield rec
+
+        changed = self.maps.load(maps_only())
+        if reserved:
+            self.hlc.update(max(rec.ts for rec in reserved))
+            state = durable.restore(reserved)
+            self.locks.resume_after(state.fencing_token)
+            for name, sides in state.counters.items():
+                self.counters.restore(name, sides.positive, sides.negative)
+        return changed
+
+    def follow_map(self, name: str) -> Snapshot | None:
+        """A lazily client asked for ``map:<name>``: the snapshot that starts the stream (None
+        when it runs already); from now on every applied batch adds a delta to
+        ``Effects.frames``."""
+        if durable.is_reserved(name):
+            raise Forbidden(
+                f"map names starting with {durable.RESERVED_PREFIX!r} are the server's own",
+                path="session_id",
+            )
+        if self.map_streams.followed(name):
+            return None
+        store = self.maps.store
+        keys = dict.fromkeys(row.key for row in store.rows(name))
+        values = ((k, v) for k in keys if (v := self._stream_value(name, k)) is not None)
+        return self.map_streams.follow(name, values)
+
+    def _stream_value(self, name: str, key: str) -> bytes | None:
+        """A key's live value as the ``map:`` stream shows it (JSON), None when absent."""
+        store = self.maps.store
+        win = store.lww_winner(name, key)
+        if win is not None:
+            return to_json(_DEC.decode(win.value)) if win.op is OpKind.PUT else None
+        live = store.or_values(name, key)
+        return to_json([_DEC.decode(v) for _, v in live]) if live else None
+
+    def _map_deltas(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
+        by_map: dict[str, dict[str, bytes | None]] = {}
+        for e in events:
+            if self.map_streams.followed(e.map_name):
+                by_map.setdefault(e.map_name, {})[e.key] = None
+        for name, keys in by_map.items():
+            values = {k: self._stream_value(name, k) for k in keys}
+            delta = self.map_streams.changed(name, values)
+            if delta is not None:
+                fx.frames.append((name, delta))
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -188,7 +270,7 @@ class TopGunCore:
             case tg.Ping(timestamp=ts):
                 fx.send(conn, tg.Pong(timestamp=ts, server_time=self.clock()))
             case tg.QuerySub(payload=p):
-                self._require(c.grants.may_map(p.map_name, "read"), "read the map", p.map_name)
+                self._require_map(c, p.map_name, "read")
                 query = Query(conn, p.query_id, p.map_name, parse_spec(bytes(p.query)))
                 rows = self.queries.subscribe(query, self.maps.live_items(p.map_name))
                 results = [tg.QueryResult(k, msgspec.Raw(v)) for k, v in rows.items()]
@@ -244,17 +326,25 @@ class TopGunCore:
         ops: list[tg.ClientOp],
         batch_level: str | None,
     ) -> None:
-        levels: list[str] = []
-        for i, op in enumerate(ops):
-            level = op.write_concern or batch_level or DEFAULT_LEVEL
-            if level not in RANK:
-                raise DecodeError(
-                    f"unknown write concern {level!r}, expected one of {LEVELS}",
-                    path=f"payload.ops[{i}].writeConcern",
-                )
-            levels.append(level)
-        wanted = max(levels, key=RANK.__getitem__) if levels else DEFAULT_LEVEL
-        explicit = batch_level is not None or any(op.write_concern for op in ops)
+        per_op = any(op.write_concern for op in ops)
+        if batch_level is not None and batch_level not in RANK:
+            raise DecodeError(
+                f"unknown write concern {batch_level!r}, expected one of {LEVELS}",
+                path="payload.writeConcern",
+            )
+        wanted = (batch_level or DEFAULT_LEVEL) if ops else DEFAULT_LEVEL
+        if per_op:
+            levels: list[str] = []
+            for i, op in enumerate(ops):
+                level = op.write_concern or batch_level or DEFAULT_LEVEL
+                if level not in RANK:
+                    raise DecodeError(
+                        f"unknown write concern {level!r}, expected one of {LEVELS}",
+                        path=f"payload.ops[{i}].writeConcern",
+                    )
+                levels.append(level)
+            wanted = max(levels, key=RANK.__getitem__)
+        explicit = batch_level is not None or per_op
         last_id = next((op.id for op in reversed(ops) if op.id is not None), None)
         if wanted == "FIRE_AND_FORGET" and last_id is not None:
             fx.send(conn, self._ack(last_id, wanted, ops, {}, explicit, True))
@@ -294,7 +384,9 @@ class TopGunCore:
             name = op.map_name
             may = allowed.get(name)
             if may is None:
-                may = allowed[name] = c.grants.may_map(name, "write")
+                may = allowed[name] = not durable.is_reserved(name) and c.grants.may_map(
+                    name, "write"
+                )
                 if may and c.grants.may_map(name, "read"):
                     c.maps.add(name)
             if not may:
@@ -351,28 +443,52 @@ class TopGunCore:
         return tg.OpAck(tg.OpAckPayload(last_id, level, results))
 
     def _fan_out(self, fx: Effects, sender: int, events: list[tg.ServerEventPayload]) -> None:
-        """Each other connection with a map open gets that map's events, one message per
-        distinct set of maps (encoded once for every connection with the same set); live
-        queries on those maps (the sender's too) get their changes."""
+        """Live queries on the touched maps (the sender's too) get their changes now, and the
+        ``map:`` streams their delta; the events wait for :meth:`flush`."""
         if not events:
             return
         self._query_updates(fx, events)
-        touched = {e.map_name for e in events}
-        groups: dict[frozenset[str], list[int]] = {}
+        if self.map_streams.any_followed():
+            self._map_deltas(fx, events)
+        maps = {e.map_name for e in events} if len(events) > 1 else {events[0].map_name}
+        self._pending.append((sender, frozenset(maps), events))
+
+    def has_pending_events(self) -> bool:
+        return bool(self._pending)
+
+    def flush(self) -> Effects:
+        """The events applied since the last flush, for every connection with their map open
+        (by now) but the one that wrote them: each event encoded once, then one message per distinct
+        (maps open, writer left out) group, the same bytes for every connection in it. The
+        server flushes once per event-loop turn, so the writes of many batches and clients
+        reach a subscriber as one message and one socket write."""
+        fx = Effects()
+        chunks, self._pending = self._pending, []
+        if not chunks:
+            return fx
+        touched = frozenset().union(*(maps for _, maps, _ in chunks))
+        senders = {sender for sender, _, _ in chunks}
+        groups: dict[tuple[frozenset[str], int | None], list[int]] = {}
         for target, tc in self._conns.items():
-            if target == sender:
-                continue
-            seen = frozenset(touched & tc.maps)
+            seen = touched & tc.maps
             if seen:
-                groups.setdefault(seen, []).append(target)
-        for seen, targets in groups.items():
-            mine = [e for e in events if e.map_name in seen]
-            message: tg.Message = (
-                tg.ServerEvent(mine[0])
-                if len(mine) == 1
-                else tg.ServerBatchEvent(tg.ServerBatchEventPayload(mine))
-            )
-            fx.out.append(Outbound(tuple(targets), tg.encode(message)))
+                key = (seen, target if target in senders else None)
+                groups.setdefault(key, []).append(target)
+        if not groups:
+            return fx
+        encoded = [[msgspec.Raw(tg.encode_event(e)) for e in events] for _, _, events in chunks]
+        for (seen, left_out), targets in groups.items():
+            raws: list[msgspec.Raw] = []
+            for (sender, maps, events), raw in zip(chunks, encoded, strict=True):
+                if sender == left_out:
+                    continue
+                if maps <= seen:
+                    raws.extend(raw)
+                else:
+                    raws.extend(r for e, r in zip(events, raw, strict=True) if e.map_name in seen)
+            if raws:
+                fx.out.append(Outbound(tuple(targets), tg.encode_events(raws)))
+        return fx
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
         by_map: dict[str, dict[str, bytes | None]] = {}
@@ -392,7 +508,7 @@ class TopGunCore:
 
     def _sync(self, fx: Effects, conn: int, c: _Conn, message: SyncMessage) -> None:
         name = message.map_name if isinstance(message, SyncInit) else message.payload.map_name
-        self._require(c.grants.may_map(name, "read"), "read the map", name)
+        self._require_map(c, name, "read")
         c.maps.add(name)
         responder = SyncResponder(
             name,
@@ -411,7 +527,7 @@ class TopGunCore:
         message: OrMapSyncInit | tg.ORMapMerkleReqBucket | tg.ORMapDiffRequest,
     ) -> None:
         name = message.map_name if isinstance(message, OrMapSyncInit) else message.payload.map_name
-        self._require(c.grants.may_map(name, "read"), "read the map", name)
+        self._require_map(c, name, "read")
         c.maps.add(name)
         tree = self.maps.or_trees.tree(name)
         if isinstance(message, OrMapSyncInit):
@@ -447,7 +563,7 @@ class TopGunCore:
         """A client's records for keys the server may lack: adds, and removes of tags the
         server holds live (a client's tombstone list is map-wide; the rest are no news)."""
         name = p.map_name
-        self._require(c.grants.may_map(name, "write"), "write the map", name)
+        self._require_map(c, name, "write")
         events: list[tg.ServerEventPayload] = []
         for entry in p.entries:
             live_tags = {r.op_id for r in self.maps.store.or_entry(name, entry.key)[0]}
@@ -497,8 +613,17 @@ class TopGunCore:
 
     def _counter_sync(self, fx: Effects, conn: int, c: _Conn, p: tg.CounterStatePayload) -> None:
         self._require(c.grants.may_counter(p.name, "write"), "write the counter", p.name)
+        if len(p.name) > _MAX_COUNTER_NAME:
+            raise DecodeError(
+                f"a counter name is at most {_MAX_COUNTER_NAME} characters", path="payload.name"
+            )
+        positive, negative = p.state.sides()
+        if any(v > _MAX_TALLY for side in (positive, negative) for v in side.values()):
+            raise DecodeError(f"a tally is at most {_MAX_TALLY}", path="payload.state")
         counter = self.counters.get(p.name)
-        counter.merge(*p.state.sides())
+        if counter.merge(positive, negative) and self.persistent:
+            rec = durable.counter_record(p.name, counter.positive, counter.negative, self.hlc.now())
+            fx.records.append(encode_record(rec))
         counter.subscribers.add(conn)
         state = tg.CounterState.of(counter.positive, counter.negative)
         update = tg.CounterUpdate(tg.CounterStatePayload(p.name, state))
@@ -507,9 +632,25 @@ class TopGunCore:
     # -- helpers --------------------------------------------------------------------------
 
     def _granted(self, fx: Effects, grants: list[Grant]) -> None:
+        """Grants go out once the highest token among them is journaled (with a journal), so
+        a restart can never grant a token a client already holds."""
+        if not grants:
+            return
+        out = fx.durable if self.persistent else fx.out
         for g in grants:
             payload = tg.LockGrantedPayload(g.request_id, g.fencing_token, g.name)
-            fx.send(g.conn, tg.LockGranted(payload))
+            out.append(Outbound((g.conn,), tg.encode(tg.LockGranted(payload))))
+        if self.persistent:
+            top = max(g.fencing_token for g in grants)
+            fx.records.append(encode_record(durable.fence_record(top, self.hlc.now())))
+
+    def _require_map(self, c: _Conn, name: str, action: str) -> None:
+        if durable.is_reserved(name):
+            raise Forbidden(
+                f"map names starting with {durable.RESERVED_PREFIX!r} are the server's own",
+                path="payload.mapName",
+            )
+        self._require(c.grants.may_map(name, action), f"{action} the map", name)
 
     @staticmethod
     def _require(allowed: bool, what: str, name: str) -> None:

@@ -40,6 +40,10 @@ class CounterTable:
             counter = self._counters[name] = Counter()
         return counter
 
+    def restore(self, name: str, positive: dict[str, int], negative: dict[str, int]) -> None:
+        """Seed a counter with a journaled state (start-up)."""
+        self.get(name).merge(positive, negative)
+
     def disconnect(self, conn: int) -> None:
         for counter in self._counters.values():
             counter.subscribers.discard(conn)

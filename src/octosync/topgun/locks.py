@@ -1,8 +1,9 @@
 """Named locks with queued waiters, TTL expiry and monotonic fencing tokens.
 
 A request for a free lock is granted at once with a fencing token larger than every token
-issued before (by any lock), so a resource guarded by tokens can refuse a late writer whose
-lock expired. A busy lock queues the request until it is released, its holder's TTL passes,
+issued before (by any lock, and before a restart: the core journals the high-water mark,
+``topgun.durable``), so a resource guarded by tokens can refuse a late writer whose lock
+expired. A busy lock queues the request until it is released, its holder's TTL passes,
 or the holder disconnects; a waiter whose own TTL passes first is dropped without a reply (the
 real client reads an immediate refusal as a grant without a token, so silence is the safe
 answer: it times out). Time is milliseconds from the caller.
@@ -49,6 +50,15 @@ class LockTable:
     def __init__(self) -> None:
         self._locks: dict[str, _Lock] = {}
         self._next_token = 1
+
+    @property
+    def last_token(self) -> int:
+        """The highest fencing token granted so far (0: none)."""
+        return self._next_token - 1
+
+    def resume_after(self, token: int) -> None:
+        """Grant only tokens above ``token`` from now on (a restart: the journaled high-water)."""
+        self._next_token = max(self._next_token, token + 1)
 
     def holder(self, name: str) -> tuple[int, int] | None:
         """``(conn, fencing token)`` of the current holder."""

@@ -16,6 +16,7 @@ from octosync.crdt.op import OpKind, OpRecord
 from octosync.topgun.or_merkle import ORTrees
 
 _OR = (OpKind.OR_ADD, OpKind.OR_REMOVE)
+_PUT, _REMOVE = OpKind.PUT, OpKind.REMOVE
 
 
 class Maps:
@@ -31,6 +32,8 @@ class Maps:
         newest of its batch already); ``True`` when state changed."""
         if not clock_merged:
             self.hlc.update(rec.ts)
+        if rec.op is _PUT or rec.op is _REMOVE:
+            return self.store.apply_lww(rec)
         changed = self.store.apply(rec)
         if changed and rec.op in _OR:
             self.or_trees.touched(rec.map, rec.key)

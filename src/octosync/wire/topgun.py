@@ -45,6 +45,7 @@ from octosync.crdt.sync_messages import (
     WireLWWRecord,
     WireTimestamp,
 )
+from octosync.crdt.timestamp import Timestamp
 from octosync.errors import DecodeError, Oversize
 from octosync.wire.strict import too_deep
 from octosync.wire.topgun_services import ServiceMessage
@@ -493,6 +494,33 @@ class ServerBatchEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_
     payload: ServerBatchEventPayload
 
 
+class _EncodedEvents(TopGunStruct, frozen=True):
+    events: list[msgspec.Raw]
+
+
+class _EncodedBatchEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_BATCH_EVENT"):
+    """``ServerBatchEvent`` with events encoded already: the same bytes, built by copying."""
+
+    payload: _EncodedEvents
+
+
+def encode_event(event: ServerEventPayload) -> bytes:
+    """One event's payload, for :func:`encode_events`."""
+    return _encoder.encode(event)
+
+
+def encode_events(events: list[msgspec.Raw]) -> bytes:
+    """The ``SERVER_EVENT`` (one) or ``SERVER_BATCH_EVENT`` (several) message for events
+    encoded once by :func:`encode_event` and shared by every message that carries them."""
+    if len(events) == 1:
+        return _encoder.encode(_EncodedEvent(events[0]))
+    return _encoder.encode(_EncodedBatchEvent(_EncodedEvents(events)))
+
+
+class _EncodedEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_EVENT"):
+    payload: msgspec.Raw
+
+
 class ErrorPayload(TopGunStruct, frozen=True):
     code: JsInt
     message: str
@@ -563,6 +591,7 @@ Message = (
 
 _decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
 _encoder = msgspec.msgpack.Encoder()
+_NIL_BYTES = bytes(NIL)
 _AT = re.compile(r" - at `\$\.?(.*)`$")
 _FIELD = re.compile(r"^(\w+(?:\.\w+)*): ")
 
@@ -651,13 +680,15 @@ def client_op_to_record(op: ClientOp) -> OpRecord:
         return OpRecord(
             op.map_name, op.key, OpKind.OR_REMOVE, tags, ts, ts.node_id, f"rm:{op.or_tag}"
         )
-    if op.record is None:
+    record = op.record
+    if record is None:
         raise DecodeError("op has neither record nor orRecord", path="payload.record")
-    ts = op.record.timestamp.to_ts()
-    removed = op.op_type == "REMOVE" or bytes(op.record.value) == bytes(NIL)
-    kind = OpKind.REMOVE if removed else OpKind.PUT
-    value = b"" if removed else bytes(op.record.value)
-    return OpRecord(op.map_name, op.key, kind, value, ts, ts.node_id, str(ts))
+    stamp = record.timestamp
+    ts = Timestamp(int(stamp.millis), int(stamp.counter), stamp.node_id)
+    value = bytes(record.value)
+    if op.op_type == "REMOVE" or value == _NIL_BYTES:
+        return OpRecord(op.map_name, op.key, OpKind.REMOVE, b"", ts, ts.node_id, str(ts))
+    return OpRecord(op.map_name, op.key, OpKind.PUT, value, ts, ts.node_id, str(ts))
 
 
 __all__ = [

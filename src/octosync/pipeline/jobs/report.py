@@ -1,18 +1,20 @@
-"""``octosync pipeline report``: activity, conflicts and hot keys as CSV tables, PNG charts
-and one HTML page (``OUT/index.html``)."""
+"""``octosync pipeline report``: one HTML page (``OUT/index.html``) with a section each for
+CRDT ops, hot keys, concurrent writes and the server's stream frames, as PNG charts and CSV
+tables."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from octosync.pipeline.inputs import read_ops, resolve_export
+from octosync.pipeline import charts
+from octosync.pipeline.inputs import read_frames, read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.transforms import activity as transforms
+from octosync.pipeline.transforms import traffic
 
 
 class ReportResult(msgspec.Struct, frozen=True):
@@ -20,43 +22,17 @@ class ReportResult(msgspec.Struct, frozen=True):
     conflicts: int
     index: str
     charts: list[str]
+    streams: list[str] = []
+    """The streams whose frames the journal holds (the stream section lists each)."""
+    axes: dict[str, tuple[int, int]] = {}
+    """Each time chart's x axis as drawn, in UTC milliseconds since the epoch."""
 
 
-def _line_chart(pdf: Any, by: str, title: str, path: Path) -> None:
-    import matplotlib
+class _Section(msgspec.Struct):
+    """One ``<h2>`` of the page and what goes under it."""
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4))
-    if len(pdf):
-        wide = pdf.pivot_table(index="minute", columns=by, values="ops", fill_value=0)
-        for column in wide.columns:
-            ax.plot(wide.index, wide[column], marker=".", label=str(column))
-        ax.legend(loc="upper left", fontsize="small")
-    ax.set_title(title)
-    ax.set_xlabel("minute (UTC, HLC time)")
-    ax.set_ylabel("ops")
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
-def _bar_chart(pdf: Any, value: str, title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    labels = [f"{m}/{k}" for m, k in zip(pdf["map"], pdf["key"], strict=True)]
-    ax.barh(labels[::-1], list(pdf[value])[::-1])
-    ax.set_title(title)
-    ax.set_xlabel(value)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    heading: str
+    body: list[str]
 
 
 def _table_html(pdf: Any, limit: int = 20) -> str:
@@ -66,6 +42,29 @@ def _table_html(pdf: Any, limit: int = 20) -> str:
         for row in pdf.head(limit).itertuples(index=False)
     )
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _img(name: str, alt: str) -> str:
+    return f'<p><img src="{html.escape(name)}" alt="{html.escape(alt)}"></p>'
+
+
+def _partial_note(drawn: charts.Drawn) -> str:
+    if not drawn.partial_labels:
+        return ""
+    which = ", ".join(charts.utc_text(m)[:-7] for m in drawn.partial_labels)
+    return (
+        f"<p class='note'>Partial buckets (each a {drawn.bucket}; the data covers only part of "
+        f"them, so their rate is taken over the covered seconds, drawn hollow): "
+        f"{html.escape(which)} UTC.</p>"
+    )
+
+
+def _per(span: tuple[int, int]) -> str:
+    return f"average per {charts.BUCKETS[charts.bucket_size(*span)]}"
+
+
+def _span_text(span: tuple[int, int]) -> str:
+    return f"from {charts.utc_text(span[0])} to {charts.utc_text(span[1])}"
 
 
 def run(
@@ -82,55 +81,198 @@ def run(
     with stage("read journal", journal, progress):
         source = resolve_export(journal, progress)
         ops = transforms.distinct_ops(read_ops(spark, source)).cache()
+        frames = read_frames(spark, source).cache()
         n_ops = ops.count()
-        progress(f"{n_ops} distinct ops")
+        n_frames = frames.count()
+        progress(f"{n_ops} distinct ops, {n_frames} stream frames")
     with stage("aggregate", source, progress):
+        op_span = transforms.time_range(ops, "millis")
         per_map = transforms.ops_per_minute(ops, "map").toPandas()
         per_origin = transforms.ops_per_minute(ops, "origin").toPandas()
         conflicts = transforms.write_conflicts(ops, conflict_window_ms).cache()
         n_conflicts = conflicts.count()
         conflict_keys = transforms.conflicts_per_key(conflicts, top).toPandas()
         hot = transforms.hottest_keys(ops, top).toPandas()
+        frame_span = transforms.time_range(frames, "recorded_ms")
+        per_stream = traffic.frames_per_minute(frames).toPandas()
+        streams = traffic.stream_traffic(frames).toPandas()
         ops.unpersist()
+        frames.unpersist()
         conflicts.unpersist()
     with stage("charts and page", out, progress):
-        charts: dict[str, Callable[[Path], None]] = {
-            "ops_per_minute_by_map.png": lambda p: _line_chart(
-                per_map, "map", "Ops per minute by map", p
-            ),
-            "ops_per_minute_by_origin.png": lambda p: _line_chart(
-                per_origin, "origin", "Ops per minute by origin", p
-            ),
-            "hottest_keys.png": lambda p: _bar_chart(hot, "ops", f"Top {top} keys by ops", p),
-            "conflicts.png": lambda p: _bar_chart(
-                conflict_keys, "conflicts", f"Top {top} keys by concurrent writes", p
-            ),
-        }
-        for name, draw in charts.items():
-            draw(out / name)
-        for name, pdf in {
-            "ops_per_minute_by_map.csv": per_map,
-            "ops_per_minute_by_origin.csv": per_origin,
-            "hottest_keys.csv": hot,
-            "conflicts_per_key.csv": conflict_keys,
-        }.items():
+        drawn: list[str] = []
+        axes: dict[str, tuple[int, int]] = {}
+        tables: dict[str, Any] = {"hottest_keys.csv": hot, "conflicts_per_key.csv": conflict_keys}
+        sections = [
+            _ops_section(per_map, per_origin, op_span, n_ops, out, drawn, tables, axes),
+            _keys_section(hot, top, out, drawn),
+            _conflicts_section(conflict_keys, n_conflicts, conflict_window_ms, top, out, drawn),
+            _streams_section(per_stream, streams, frame_span, n_frames, out, drawn, tables, axes),
+        ]
+        for name, pdf in tables.items():
             pdf.to_csv(out / name, index=False)
-        images = "".join(
-            f'<h2>{html.escape(n[:-4].replace("_", " "))}</h2><img src="{n}">' for n in charts
-        )
-        summary = (
-            f"{n_ops} distinct ops from {html.escape(str(journal))}; {n_conflicts} concurrent "
-            f"writes (different origins, HLCs within {conflict_window_ms} ms)."
-        )
+        body = "".join(f"<h2>{html.escape(s.heading)}</h2>{''.join(s.body)}" for s in sections)
         page = (
             "<!doctype html><html><head><meta charset='utf-8'>"
             "<title>octosync journal report</title>"
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:2px 6px}</style></head><body>"
-            f"<h1>octosync journal report</h1><p>{summary}</p>"
-            f"{images}<h2>Hottest keys</h2>{_table_html(hot)}"
-            f"<h2>Keys with most concurrent writes</h2>{_table_html(conflict_keys)}</body></html>"
+            "td,th{border:1px solid #ccc;padding:2px 6px}.note{color:#555}</style></head><body>"
+            f"<h1>octosync journal report</h1>"
+            f"<p>{html.escape(str(journal))}: {n_ops} distinct CRDT ops, {n_frames} stream "
+            f"frames, {n_conflicts} concurrent writes.</p>{body}</body></html>"
         )
         (out / "index.html").write_text(page, encoding="utf-8")
     progress(f"report in {out / 'index.html'}")
-    return ReportResult(n_ops, n_conflicts, str(out / "index.html"), sorted(charts))
+    return ReportResult(
+        n_ops,
+        n_conflicts,
+        str(out / "index.html"),
+        sorted(drawn),
+        sorted(streams["stream"]),
+        axes,
+    )
+
+
+def _ops_section(
+    per_map: Any,
+    per_origin: Any,
+    span: tuple[int, int] | None,
+    n_ops: int,
+    out: Path,
+    drawn: list[str],
+    tables: dict[str, Any],
+    axes: dict[str, tuple[int, int]],
+) -> _Section:
+    section = _Section("CRDT ops", [])
+    if span is None:
+        section.body.append("<p>No CRDT ops in this journal.</p>")
+        return section
+    section.body.append(
+        f"<p>{n_ops} distinct ops {_span_text(span)} (HLC time: each op's own clock).</p>"
+    )
+    for pdf, by, what in ((per_map, "map", "map"), (per_origin, "origin", "origin")):
+        table = charts.rate_table(pdf, by, "ops", span)
+        name = f"ops_per_second_by_{by}.png"
+        shown = charts.rate_chart(
+            table,
+            by,
+            span,
+            title=f"CRDT ops per second by {what} ({_per(span)})",
+            ylabel="ops/s",
+            clock="HLC time",
+            path=out / name,
+        )
+        drawn.append(name)
+        axes[name] = (shown.x_from_ms, shown.x_to_ms)
+        tables[f"ops_over_time_by_{by}.csv"] = table
+        section.body.append(_img(name, f"ops per second by {what}"))
+        if by == "map":
+            section.body.append(_partial_note(shown))
+    return section
+
+
+def _keys_section(hot: Any, top: int, out: Path, drawn: list[str]) -> _Section:
+    section = _Section("Hottest keys", [])
+    if not len(hot):
+        section.body.append("<p>No keys.</p>")
+        return section
+    labels = [f"{m}/{k}" for m, k in zip(hot["map"], hot["key"], strict=True)]
+    charts.bar_chart(
+        labels,
+        list(hot["ops"]),
+        title=f"Top {top} keys by ops",
+        xlabel="ops",
+        path=out / "hottest_keys.png",
+    )
+    drawn.append("hottest_keys.png")
+    section.body += [_img("hottest_keys.png", "hottest keys"), _table_html(hot)]
+    return section
+
+
+def _conflicts_section(
+    conflict_keys: Any, n: int, window_ms: int, top: int, out: Path, drawn: list[str]
+) -> _Section:
+    section = _Section(
+        "Concurrent writes",
+        [
+            f"<p>{n} concurrent writes: consecutive writes to one key from different origins "
+            f"whose HLCs are within {window_ms} ms.</p>"
+        ],
+    )
+    if not len(conflict_keys):
+        return section
+    labels = [f"{m}/{k}" for m, k in zip(conflict_keys["map"], conflict_keys["key"], strict=True)]
+    charts.bar_chart(
+        labels,
+        list(conflict_keys["conflicts"]),
+        title=f"Top {top} keys by concurrent writes",
+        xlabel="concurrent writes",
+        path=out / "conflicts.png",
+    )
+    drawn.append("conflicts.png")
+    section.body += [
+        _img("conflicts.png", "keys with most concurrent writes"),
+        _table_html(conflict_keys),
+    ]
+    return section
+
+
+def _streams_section(
+    per_stream: Any,
+    streams: Any,
+    span: tuple[int, int] | None,
+    n_frames: int,
+    out: Path,
+    drawn: list[str],
+    tables: dict[str, Any],
+    axes: dict[str, tuple[int, int]],
+) -> _Section:
+    section = _Section("Stream frames", [])
+    if span is None:
+        section.body.append("<p>No stream frames in this journal (a server journals them).</p>")
+        return section
+    table = charts.rate_table(per_stream, "stream", "frames", span)
+    shown = charts.rate_chart(
+        table,
+        "stream",
+        span,
+        title=f"Stream frames per second ({_per(span)})",
+        ylabel="frames/s",
+        clock="server time when journalled",
+        path=out / "frames_per_second_by_stream.png",
+    )
+    drawn.append("frames_per_second_by_stream.png")
+    axes["frames_per_second_by_stream.png"] = (shown.x_from_ms, shown.x_to_ms)
+    tables["frames_over_time_by_stream.csv"] = table
+    seconds = [
+        max((b - a) / 1000, charts.MIN_COVERED_S)
+        for a, b in zip(streams["first_ms"], streams["last_ms"], strict=True)
+    ]
+    listed = streams.assign(
+        frames_per_s=[round(f / s, 2) for f, s in zip(streams["frames"], seconds, strict=True)],
+        first=[charts.utc_text(int(m)) for m in streams["first_ms"]],
+        last=[charts.utc_text(int(m)) for m in streams["last_ms"]],
+    )[
+        [
+            "stream",
+            "frames",
+            "frames_per_s",
+            "snapshots",
+            "deltas",
+            "producers",
+            "resyncs",
+            "max_epoch",
+            "first",
+            "last",
+        ]
+    ]
+    tables["streams.csv"] = listed
+    section.body += [
+        f"<p>{n_frames} frames the server accepted on {len(listed)} streams "
+        f"{_span_text(span)} (a producer is one producing connection; a resync is a "
+        "snapshot from a producer that had already sent one).</p>",
+        _img("frames_per_second_by_stream.png", "stream frames per second"),
+        _partial_note(shown),
+        _table_html(listed, limit=len(listed)),
+    ]
+    return section

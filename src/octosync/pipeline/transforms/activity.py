@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pyspark.sql import Column
 from pyspark.sql import functions as sf
 
 from octosync.pipeline.transforms.ops import LWW_OPS, OR_OPS, DataFrame
@@ -12,14 +13,36 @@ def distinct_ops(ops: DataFrame) -> DataFrame:
     return ops.drop("seq", "recorded_ms").distinct()
 
 
-def ops_per_minute(ops: DataFrame, by: str) -> DataFrame:
-    """``(minute, <by>, ops)``: ops per HLC minute (UTC) per map or per origin."""
-    minute = sf.timestamp_millis(sf.col("millis") - sf.pmod(sf.col("millis"), sf.lit(60_000)))
+MINUTE_MS = 60_000
+
+
+def minute_of(millis_col: str) -> Column:
+    """The start of the UTC minute holding ``millis_col`` (milliseconds since the epoch), as
+    milliseconds since the epoch: a plain long, so no time-zone or unit conversion happens
+    between Spark and the chart (the chart turns it into a UTC datetime once)."""
+    return sf.col(millis_col) - sf.pmod(sf.col(millis_col), sf.lit(MINUTE_MS))
+
+
+def per_minute(rows: DataFrame, millis_col: str, by: str, count_as: str) -> DataFrame:
+    """``(minute_ms, <by>, <count_as>)``: rows per UTC minute of ``millis_col`` per ``by``."""
     return (
-        ops.groupBy(minute.alias("minute"), sf.col(by))
-        .agg(sf.count("*").alias("ops"))
-        .orderBy("minute", by)
+        rows.groupBy(minute_of(millis_col).alias("minute_ms"), sf.col(by))
+        .agg(sf.count("*").alias(count_as))
+        .orderBy("minute_ms", by)
     )
+
+
+def ops_per_minute(ops: DataFrame, by: str) -> DataFrame:
+    """``(minute_ms, <by>, ops)``: ops per HLC minute (UTC) per map or per origin."""
+    return per_minute(ops, "millis", by, "ops")
+
+
+def time_range(rows: DataFrame, millis_col: str) -> tuple[int, int] | None:
+    """The first and last ``millis_col`` (ms since the epoch), or None for no rows."""
+    row = rows.agg(sf.min(millis_col).alias("lo"), sf.max(millis_col).alias("hi")).first()
+    if row is None or row["lo"] is None:
+        return None
+    return int(row["lo"]), int(row["hi"])
 
 
 def write_conflicts(ops: DataFrame, window_ms: int = 1_000) -> DataFrame:

@@ -88,7 +88,22 @@ function render(body) {
     tbody.append(tr);
   }
   $("#no-streams").hidden = body.streams.length > 0;
+  renderList("maps", body.maps ?? [], (r) => [r.map, r.keys, r.tombstones]);
+  renderList("dataspaces", body.dataspaces ?? [], (r) => [r.dataspace, r.assertions, r.observers]);
   $("#summary").textContent = `${body.streams.length} streams, ${body.connections} connections · ${new Date().toLocaleTimeString()}`;
+}
+
+// TopGun maps and dataspaces: a plain table each, hidden (with a hint shown) while empty.
+function renderList(id, rows, columns) {
+  $(`#${id} tbody`).replaceChildren(
+    ...rows.map((row) => {
+      const tr = document.createElement("tr");
+      tr.append(...columns(row).map((v) => cell(String(v))));
+      return tr;
+    }),
+  );
+  $(`#${id}`).hidden = rows.length === 0;
+  $(`#no-${id}`).hidden = rows.length > 0;
 }
 
 function show(value) {
