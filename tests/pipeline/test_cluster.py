@@ -188,15 +188,15 @@ def test_report_on_the_cluster_equals_local_mode(
     assert done.returncode == 0, done.stderr
     local = report.run(spark, journal, tmp_path / "local")
     assert f"{local.ops} ops, {local.conflicts} concurrent writes" in done.stdout
-    for name in (
-        "hottest_keys.csv",
-        "conflicts_per_key.csv",
-        "ops_per_minute_by_map.csv",
-        "ops_per_minute_by_origin.csv",
-    ):
+    tables = sorted(p.name for p in (tmp_path / "local").glob("*.csv"))
+    assert {"hottest_keys.csv", "conflicts_per_key.csv"} <= set(tables)
+    assert sorted(p.name for p in out.glob("*.csv")) == tables
+    for name in tables:
         with (out / name).open() as a, (tmp_path / "local" / name).open() as b:
             assert list(csv.reader(a)) == list(csv.reader(b)), name
-    assert (out / "index.html").read_text().count("<img") == 4
+    for chart in local.charts:
+        assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f'src="{chart}"' in (out / "index.html").read_text()
 
 
 def test_cli_mistakes_are_one_line_and_a_nonzero_exit(
