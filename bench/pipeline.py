@@ -1,11 +1,23 @@
-"""Pipeline benchmark: Spark compaction vs the in-process fold, and journal append throughput.
+"""Pipeline benchmark: Spark compaction against DuckDB and the in-process fold, on one machine
+and on a standalone cluster; and journal append throughput.
 
 Full run (the issue's figures): 10,000,000 LWW ops, 100,000 keys with Zipf skew, 5 origins,
-10% deletes, written as Parquet; ``octosync pipeline compact`` on ``local[2]`` timed as a job
-and as a whole command (JVM start included); the in-process ``crdt.fold`` of the same Parquet
-timed in the same run (the baseline); both results compared (rows and Merkle roots). Then
-journal appends per second with group commit in both durability modes, against one commit per
-append (the baseline).
+10% deletes, written as Parquet. In one run, on the same files:
+
+* ``octosync pipeline compact --master local[2]`` as a whole command (JVM start included), with
+  the CPU-seconds of every process it started;
+* the same job twice in one long-lived session (warm), the second timed stage by stage;
+* DuckDB (a dev dependency, used only here) with as many threads: the same LWW compaction (one
+  ``GROUP BY map, key`` with ``arg_max`` over ``(millis, counter, node, op_id)``, snapshot and
+  records written as Parquet), without and with the Merkle step done in Python on its output
+  (the same kernels the pipeline uses), so the ratio is of equal work;
+* a standalone cluster started from the installed pyspark (``pipeline.cluster``) with 1 and 2
+  workers of 1 core each, ``compact`` against it, reported per CPU-second of every process
+  (master, workers, executors, driver) since on one 2-core machine wall time cannot scale;
+* the in-process ``crdt.fold`` (one core): the reference result.
+
+Every result's Merkle roots are compared with Spark's local result. Then journal appends per
+second with group commit in both durability modes, against one commit per append.
 
     python bench/pipeline.py            # full size
     python bench/pipeline.py --quick    # 200,000 ops, a smoke run
@@ -15,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,7 +44,10 @@ import pyarrow.parquet as pq
 
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.timestamp import Timestamp
+from octosync.pipeline import cluster
 from octosync.pipeline.resume import fold_dataset
+from octosync.pipeline.transforms.lww import leaf_sums
+from octosync.pipeline.transforms.merkle import merkle_roots, tree_table
 from octosync.store.journal import GroupCommitWriter, Journal
 from octosync.store.synthetic import generate_lww_table
 
@@ -48,54 +65,170 @@ def generate(out: Path, n_ops: int, n_keys: int, n_origins: int, n_files: int) -
     return time.perf_counter() - started
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants (a driver's JVM, Python workers) are re-parented to this process,
+    so reaping them adds their CPU time to ``RUSAGE_CHILDREN`` (Linux)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def children_cpu(settle: float = 0.0) -> float:
+    """CPU-seconds of every descendant reaped so far; first waits up to ``settle`` seconds for
+    orphans still exiting and reaps them."""
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def tree_cpu(pids: list[int]) -> float:
+    """CPU-seconds of ``pids`` and of their exited, reaped children (executors, Python workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / tick
+
+
+class Compact:
+    """One ``octosync pipeline compact`` command: job and whole-command seconds, CPU-seconds of
+    every process it used, and the Merkle roots it wrote."""
+
+    def __init__(self, job: float, whole: float, cpu: float, roots: dict[str, int]) -> None:
+        self.job, self.whole, self.cpu, self.roots = job, whole, cpu, roots
+
+
 def spark_compact(
-    ops_dir: Path, out: Path, master: str, memory: str
-) -> tuple[float, float, dict[str, int]]:
+    ops_dir: Path,
+    out: Path,
+    master: str,
+    memory: str,
+    conf: tuple[str, ...] = (),
+    cluster_pids: list[int] | None = None,
+) -> Compact:
+    argv = [sys.executable, "-m", "octosync.cli", "pipeline", "compact"]
+    argv += ["--journal", str(ops_dir), "--out", str(out), "--master", master]
+    for setting in (f"spark.driver.memory={memory}", *conf):
+        argv += ["--conf", setting]
+    cpu_before = children_cpu() + tree_cpu(cluster_pids or [])
     started = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "octosync.cli",
-            "pipeline",
-            "compact",
-            "--journal",
-            str(ops_dir),
-            "--out",
-            str(out),
-            "--master",
-            master,
-            "--conf",
-            f"spark.driver.memory={memory}",
-            "--conf",
-            "spark.ui.showConsoleProgress=false",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     whole = time.perf_counter() - started
+    # the driver's JVM and Python workers exit after the command: reap them (executors are
+    # reaped by their workers, whose counters include them)
+    cpu = children_cpu(settle=5.0) + tree_cpu(cluster_pids or []) - cpu_before
     if proc.returncode != 0:
         sys.exit(f"compact failed:\n{proc.stderr[-4000:]}")
     job = float(re.search(r"in ([0-9.]+)s job", proc.stdout).group(1))  # type: ignore[union-attr]
     roots = json.loads((out / "compaction.json").read_text())["merkle_roots"]
-    return job, whole, roots
+    return Compact(job, whole, cpu, roots)
 
 
-def spark_compact_warm(ops_dir: Path, out: Path, master: str, memory: str) -> float:
-    """Job time of a second compaction in one long-lived session (JIT and workers warm)."""
+def spark_compact_warm(
+    ops_dir: Path, out: Path, master: str, memory: str
+) -> tuple[float, list[tuple[str, float]]]:
+    """Job time of a second compaction in one long-lived session (JIT and workers warm), and
+    its stages' seconds."""
     from octosync.pipeline.jobs import compact
     from octosync.pipeline.spark import build_session
 
     conf = {"spark.driver.memory": memory, "spark.ui.showConsoleProgress": "false"}
-    spark = build_session(master, conf, app_name="octosync-bench")
+    spark = build_session(master, conf, app_name="octosync-bench", verbose=False)
     try:
         compact.run(spark, ops_dir, out)
+        marks: list[tuple[float, str]] = []
         started = time.perf_counter()
-        compact.run(spark, ops_dir, out)
-        return time.perf_counter() - started
+        compact.run(spark, ops_dir, out, progress=lambda m: marks.append((time.perf_counter(), m)))
+        total = time.perf_counter() - started
     finally:
         spark.stop()
+    starts = [(t, m[: -len(" ...")]) for t, m in marks if m.endswith(" ...")]
+    ends = [t for t, _ in starts[1:]] + [started + total]
+    return total, [(name, end - t) for (t, name), end in zip(starts, ends, strict=True)]
+
+
+def duckdb_compact(
+    ops_dir: Path, out: Path, threads: int, merkle: bool
+) -> tuple[float, dict[str, int], int]:
+    """DuckDB's LWW compaction of the same files: the winner per ``(map, key)`` by
+    ``(millis, counter, node, op_id)`` (the latest delivery of it by ``seq``), snapshot and
+    records written as Parquet; with ``merkle``, the tree built from its winners in Python
+    with the pipeline's kernels and written too. Returns seconds, roots ({} without Merkle),
+    rows."""
+    import duckdb
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    started = time.perf_counter()
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    con.execute(
+        "CREATE TEMP TABLE w AS SELECT map, key, arg_max("
+        "struct_pack(seq, op, value, millis, counter, node, origin, op_id, recorded_ms), "
+        "(millis, counter, node, op_id, seq, recorded_ms)) AS r "
+        f"FROM read_parquet('{ops_dir}/*.parquet') WHERE op IN ('PUT', 'REMOVE') "
+        "GROUP BY map, key"
+    )
+    con.execute(
+        "COPY (SELECT map, key, CASE WHEN r.op = 'REMOVE' THEN NULL ELSE r.value END AS value, "
+        "r.millis AS millis, r.counter AS counter, r.node AS node, "
+        "r.op = 'REMOVE' AS tombstone FROM w) "
+        f"TO '{out}/snapshot.parquet' (FORMAT parquet)"
+    )
+    con.execute(
+        "COPY (SELECT r.seq AS seq, map, key, r.op AS op, r.value AS value, r.millis AS millis, "
+        "r.counter AS counter, r.node AS node, r.origin AS origin, r.op_id AS op_id, "
+        f"r.recorded_ms AS recorded_ms FROM w) TO '{out}/records.parquet' (FORMAT parquet)"
+    )
+    roots: dict[str, int] = {}
+    if merkle:
+        winners = con.sql(
+            "SELECT map, key, r.millis AS millis, r.counter AS counter, r.node AS node FROM w"
+        ).to_arrow_table()
+        parts = []
+        for batch in leaf_sums(winners.to_batches()):
+            parts += zip(*(batch.column(c).to_pylist() for c in batch.schema.names), strict=True)
+        tree = tree_table(parts)
+        pq.write_table(tree, out / "merkle.parquet")
+        roots = merkle_roots(tree)
+    rows = con.execute("SELECT count(*) FROM w").fetchone()[0]  # type: ignore[index]
+    elapsed = time.perf_counter() - started
+    con.close()
+    return elapsed, roots, int(rows)
+
+
+def on_cluster(ops_dir: Path, tmp: Path, workers: int, memory: str, master_memory: str) -> Compact:
+    """``compact`` against a fresh standalone cluster of ``workers`` 1-core workers."""
+    data = tmp / f"cluster-{workers}"
+    state = cluster.up(data, workers=workers, cores=1, memory=memory, timeout=180.0)
+    try:
+        conf = (f"spark.executor.memory={memory}", "spark.ui.showConsoleProgress=false")
+        return spark_compact(
+            ops_dir,
+            tmp / f"compacted-cluster-{workers}",
+            state.url,
+            master_memory,
+            conf,
+            [d.pid for d in state.daemons()],
+        )
+    finally:
+        cluster.down(data)
 
 
 def in_process_fold(ops_dir: Path) -> tuple[float, dict[str, int], int]:
@@ -140,60 +273,111 @@ def append_throughput(tmp: Path, durability: str, n: int, threads: int) -> tuple
     return group, single, commits
 
 
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="200,000 ops, 20,000 keys")
-    ap.add_argument("--ops", type=int, default=10_000_000)
-    ap.add_argument("--keys", type=int, default=100_000)
-    ap.add_argument("--origins", type=int, default=5)
-    ap.add_argument("--files", type=int, default=8)
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--driver-memory", default="4g")
-    ap.add_argument("--appends", type=int, default=20_000)
-    ap.add_argument("--threads", type=int, default=16)
-    ap.add_argument("--skip-fold", action="store_true", help="do not run the in-process baseline")
+    ap.add_argument("--ops", type=int, default=10_000_000, help="ops to generate")
+    ap.add_argument("--keys", type=int, default=100_000, help="distinct keys (Zipf)")
+    ap.add_argument("--origins", type=int, default=5, help="writing nodes")
+    ap.add_argument("--files", type=int, default=8, help="Parquet files")
+    ap.add_argument("--master", default="local[2]", help="Spark master of the local runs")
+    ap.add_argument("--driver-memory", default="4g", help="Spark driver memory")
+    ap.add_argument("--worker-memory", default="2g", help="memory of each cluster worker")
+    ap.add_argument("--duckdb-threads", type=int, default=2, help="DuckDB threads (2)")
+    ap.add_argument("--appends", type=int, default=20_000, help="journal appends to time")
+    ap.add_argument("--threads", type=int, default=16, help="threads appending")
+    ap.add_argument("--skip-fold", action="store_true", help="do not run the in-process fold")
+    ap.add_argument("--skip-cluster", action="store_true", help="do not start a cluster")
+    ap.add_argument("--ops-dir", default=None, help="reuse this generated dataset")
     args = ap.parse_args()
     if args.quick:
         args.ops, args.keys, args.appends = 200_000, 20_000, 4_000
 
+    become_subreaper()
     tmp = Path(tempfile.mkdtemp(prefix="octosync-bench-"))
     try:
-        ops_dir = tmp / "ops"
-        gen = generate(ops_dir, args.ops, args.keys, args.origins, args.files)
-        size = sum(p.stat().st_size for p in ops_dir.iterdir()) / 2**20
+        if args.ops_dir:
+            ops_dir = Path(args.ops_dir)
+            args.ops = sum(pq.ParquetFile(p).metadata.num_rows for p in ops_dir.glob("*.parquet"))
+            print(f"reusing {args.ops:,} ops in {ops_dir}")
+        else:
+            ops_dir = tmp / "ops"
+            gen = generate(ops_dir, args.ops, args.keys, args.origins, args.files)
+            size = sum(p.stat().st_size for p in ops_dir.iterdir()) / 2**20
+            print(
+                f"generated {args.ops:,} ops ({args.keys:,} keys, {args.origins} origins, "
+                f"10% deletes) as {args.files} Parquet files, {size:.0f} MiB, in {gen:.1f}s"
+            )
+        n = args.ops
+
+        def check(name: str, roots: dict[str, int]) -> None:
+            if roots != cold.roots:
+                sys.exit(f"MISMATCH {name}={roots} spark={cold.roots}")
+
+        cold = spark_compact(ops_dir, tmp / "compacted", args.master, args.driver_memory)
         print(
-            f"generated {args.ops:,} ops ({args.keys:,} keys, {args.origins} origins, 10% deletes) "
-            f"as {args.files} Parquet files, {size:.0f} MiB, in {gen:.1f}s"
+            f"spark compact ({args.master}), whole command: {cold.whole:.1f}s = "
+            f"{n / cold.whole:,.0f} ops/s (job {cold.job:.1f}s = {n / cold.job:,.0f} ops/s); "
+            f"{cold.cpu:.1f} CPU-s = {n / cold.cpu:,.0f} ops per CPU-second; {load()}"
+        )
+        warm, stages = spark_compact_warm(
+            ops_dir, tmp / "compacted-warm", args.master, args.driver_memory
+        )
+        print(
+            f"spark compact ({args.master}), warm session: job {warm:.1f}s = "
+            f"{n / warm:,.0f} ops/s; {load()}"
+        )
+        for name, seconds in stages:
+            print(f"  stage {name}: {seconds:.1f}s ({seconds / warm:.0%})")
+
+        duck: dict[bool, float] = {}
+        for merkle in (False, True):
+            best = float("inf")
+            for _ in range(2):
+                took, roots, rows = duckdb_compact(
+                    ops_dir, tmp / "duckdb", args.duckdb_threads, merkle
+                )
+                best = min(best, took)
+            duck[merkle] = best
+            what = "with the Merkle step in Python" if merkle else "LWW winners only"
+            print(
+                f"duckdb ({args.duckdb_threads} threads), {what}: {best:.1f}s = "
+                f"{n / best:,.0f} ops/s, {rows:,} rows; {load()}"
+            )
+            if merkle:
+                check("duckdb", roots)
+        print(
+            f"ratio: spark warm job / duckdb with Merkle (equal work) = {warm / duck[True]:.1f}x "
+            f"(target <= 3x); / duckdb winners only = {warm / duck[False]:.1f}x; "
+            f"spark whole command / duckdb with Merkle = {cold.whole / duck[True]:.1f}x"
         )
 
-        job, whole, spark_roots = spark_compact(
-            ops_dir, tmp / "compacted", args.master, args.driver_memory
-        )
-        print(
-            f"spark compact ({args.master}): job {job:.1f}s = {args.ops / job:,.0f} ops/s; "
-            f"whole command {whole:.1f}s = {args.ops / whole:,.0f} ops/s (JVM start included)"
-        )
-        warm = spark_compact_warm(ops_dir, tmp / "compacted-warm", args.master, args.driver_memory)
-        print(
-            f"spark compact, second run in a long-lived session: job {warm:.1f}s = "
-            f"{args.ops / warm:,.0f} ops/s"
-        )
+        if not args.skip_cluster:
+            for workers in (1, 2):
+                run = on_cluster(ops_dir, tmp, workers, args.worker_memory, args.driver_memory)
+                check(f"cluster-{workers}", run.roots)
+                print(
+                    f"standalone cluster, {workers} worker(s) x 1 core: whole command "
+                    f"{run.whole:.1f}s (job {run.job:.1f}s = {n / run.job:,.0f} ops/s); "
+                    f"{run.cpu:.1f} CPU-s = {n / run.cpu:,.0f} ops per CPU-second "
+                    f"(local[2] whole command: {n / cold.cpu:,.0f}); {load()}"
+                )
+
         if not args.skip_fold:
             fold_s, fold_roots, rows = in_process_fold(ops_dir)
+            check("in-process fold", fold_roots)
             print(
-                f"in-process fold (baseline, one core): {fold_s:.1f}s = "
-                f"{args.ops / fold_s:,.0f} ops/s, {rows:,} rows"
+                f"in-process fold (one core): {fold_s:.1f}s = {n / fold_s:,.0f} ops/s, "
+                f"{rows:,} rows; spark warm job is {fold_s / warm:.1f}x faster, whole command "
+                f"{fold_s / cold.whole:.1f}x; {load()}"
             )
-            print(
-                f"ratio: spark job is {fold_s / job:.1f}x the in-process fold "
-                f"({fold_s / whole:.1f}x counting JVM start, {fold_s / warm:.1f}x warm)"
-            )
-            same = fold_roots == spark_roots
-            print(f"merkle roots identical: {same}")
-            if not same:
-                sys.exit(f"MISMATCH spark={spark_roots} fold={fold_roots}")
+        print("merkle roots identical across every run: True")
 
         for durability in ("full", "normal"):
             group, single, commits = append_throughput(tmp, durability, args.appends, args.threads)

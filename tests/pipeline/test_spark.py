@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
 from octosync.errors import PipelineError
-from octosync.pipeline.spark import parse_conf, session_conf
+from octosync.pipeline.spark import is_loopback_cluster, local_cores, parse_conf, session_conf
 
 
 def test_conf_pairs_parse_and_bad_ones_name_the_option() -> None:
@@ -46,3 +47,23 @@ def test_the_shared_session_runs_in_utc_without_ui(spark: Any) -> None:
     assert spark.sparkContext.uiWebUrl is None
     row = spark.sql("SELECT CAST(timestamp_millis(0) AS STRING) AS t").first()
     assert row["t"] == "1970-01-01 00:00:00"
+
+
+def test_shuffle_partitions_follow_the_cores_and_loopback_clusters_stay_on_loopback() -> None:
+    assert session_conf("local")["spark.sql.shuffle.partitions"] == "2"
+    assert session_conf("local[3]")["spark.sql.shuffle.partitions"] == "6"
+    assert session_conf("local[2,4]")["spark.sql.shuffle.partitions"] == "4"  # N cores, retries
+    assert local_cores("local[*]") == (os.cpu_count() or 1)
+    assert local_cores("spark://127.0.0.1:7077") is None
+    with pytest.raises(PipelineError) as info:
+        local_cores("local[two]")
+    assert info.value.path == "--master"
+    on_this_machine = session_conf("spark://127.0.0.1:7077")
+    assert on_this_machine["spark.driver.bindAddress"] == "127.0.0.1"
+    assert on_this_machine["spark.sql.shuffle.partitions"] == "8"
+    assert is_loopback_cluster("spark://localhost:7077")
+    remote = session_conf("spark://10.0.0.5:7077")
+    assert not is_loopback_cluster("spark://10.0.0.5:7077")
+    assert "spark.sql.shuffle.partitions" not in remote  # the cluster's own choice
+    for conf in (on_this_machine, remote, session_conf("local[2]")):
+        assert conf["spark.sql.adaptive.enabled"] == "true"

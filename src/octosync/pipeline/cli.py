@@ -1,4 +1,5 @@
-"""``octosync pipeline compact|verify|report``: registered on the main parser by ``register``."""
+"""``octosync pipeline compact|verify|report|cluster``: registered on the main parser by
+``register``."""
 
 from __future__ import annotations
 
@@ -85,6 +86,48 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_up(args: argparse.Namespace) -> int:
+    from octosync.pipeline import cluster
+
+    data = data_dir(Path(args.data), "--data", create=True)
+    state = cluster.up(
+        data,
+        workers=args.workers,
+        cores=args.worker_cores,
+        memory=args.worker_memory,
+        port=args.port,
+        webui_port=args.webui_port,
+        timeout=args.timeout,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(
+        f"spark standalone cluster up: {len(state.workers)} workers "
+        f"({state.cores} core(s), {state.memory} each); master web UI "
+        f"http://{cluster.HOST}:{state.master.webui_port}/"
+    )
+    print(f"use: --master {state.url} --conf spark.executor.memory={state.memory}")
+    print(f"stop: octosync pipeline cluster down --data {args.data}")
+    return 0
+
+
+def _cluster_down(args: argparse.Namespace) -> int:
+    from octosync.pipeline import cluster
+
+    for line in cluster.down(Path(args.data), grace=args.grace):
+        print(line)
+    return 0
+
+
+def _cluster_status(args: argparse.Namespace) -> int:
+    from octosync.pipeline import cluster
+
+    state, lines = cluster.status(Path(args.data))
+    print(f"cluster at {state.url}")
+    for line in lines:
+        print(f"  {line}")
+    return 0
+
+
 def _guarded(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -92,7 +135,10 @@ def _guarded(func: Any) -> Any:
         except ConfigError:
             raise  # the main command line says it, with exit status 2
         except OctosyncError as exc:
-            print(f"octosync pipeline {args.pipeline_command}: {exc}", file=sys.stderr)
+            words = " ".join(
+                w for w in (args.pipeline_command, getattr(args, "cluster_command", None)) if w
+            )
+            print(f"octosync pipeline {words}: {exc}", file=sys.stderr)
             return 2
         return code
 
@@ -143,3 +189,49 @@ def register(sub: Any) -> None:
         default=1_000,
         help="writes to one key from different origins this close count as a conflict (1000)",
     )
+
+    _register_cluster(psub)
+
+
+def _register_cluster(psub: Any) -> None:
+    cluster = psub.add_parser(
+        "cluster", help="a Spark standalone cluster on loopback, from the installed pyspark"
+    )
+    csub = cluster.add_subparsers(dest="cluster_command", required=True)
+
+    def command(name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = csub.add_parser(name, help=help_text)
+        p.add_argument(
+            "--data",
+            default="./var",
+            help="data dir; the cluster's pids, ports and logs go to DATA/spark-cluster",
+        )
+        p.set_defaults(func=_guarded(func))
+        return p
+
+    up = command(
+        "up", "start a master and workers on 127.0.0.1; prints the --master URL", _cluster_up
+    )
+    up.add_argument("--workers", type=int, default=2, help="workers to start (2)")
+    up.add_argument("--worker-cores", type=int, default=1, help="cores each worker offers (1)")
+    up.add_argument("--worker-memory", default="1g", help="memory each worker offers (1g)")
+    up.add_argument("--port", type=int, default=None, help="master port (default: a free port)")
+    up.add_argument(
+        "--webui-port", type=int, default=None, help="master web UI port (default: a free port)"
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        metavar="SECONDS",
+        help="give up when the workers have not registered in this time (90)",
+    )
+    down = command("down", "stop the cluster (SIGTERM, then SIGKILL after --grace)", _cluster_down)
+    down.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="wait this long after SIGTERM before SIGKILL (10)",
+    )
+    command("status", "the cluster's processes and what the master says of them", _cluster_status)

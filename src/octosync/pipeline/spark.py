@@ -1,9 +1,10 @@
 """SparkSession factory: the same jobs run on a laptop (``local[*]``) or any Spark cluster.
 
 Defaults chosen for octosync: UI off (no port opened behind the user's back), UTC session time
-zone (hour/minute buckets mean the same everywhere), the driver bound to loopback in local mode,
-and a modest shuffle-partition count for local mode (Spark's default of 200 is tuned for
-clusters and costs seconds of task overhead per job on two cores). ``--conf k=v`` overrides any
+zone (hour/minute buckets mean the same everywhere), the driver bound to loopback in local mode
+and on a cluster on this machine, adaptive execution on, and a shuffle-partition count sized
+for the cores (Spark's default of 200 is tuned for big clusters and costs seconds of task
+overhead per job on two cores). ``--conf k=v`` overrides any
 of them.
 """
 
@@ -33,14 +34,45 @@ def parse_conf(pairs: Iterable[str]) -> dict[str, str]:
     return conf
 
 
+SMALL_CLUSTER_SHUFFLE_PARTITIONS = 8
+"""Shuffle partitions on a cluster on this machine (a handful of cores, not Spark's 200)."""
+
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 """Errors only: a job prints its own line per stage (``verbose`` keeps Spark's defaults)."""
+
+
+def local_cores(master: str) -> int | None:
+    """Cores of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master; None for
+    any other master."""
+    if master == "local":
+        return 1
+    if not (master.startswith("local[") and master.endswith("]")):
+        return None
+    first = master[len("local[") : -1].split(",")[0].strip()
+    if first == "*":
+        return os.cpu_count() or 1
+    try:
+        return max(1, int(first))
+    except ValueError:
+        raise PipelineError(f"not a Spark master URL: {master!r}", path="--master") from None
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def is_loopback_cluster(master: str) -> bool:
+    """A standalone master on this machine (what ``octosync pipeline cluster up`` starts)."""
+    if not master.startswith("spark://"):
+        return False
+    host = master[len("spark://") :].rsplit(":", 1)[0]
+    return host in LOOPBACK_HOSTS
 
 
 def session_conf(
     master: str, conf: Mapping[str, str] | None = None, *, verbose: bool = True
 ) -> dict[str, str]:
-    local = master.startswith("local")
+    cores = local_cores(master)
+    local = cores is not None
     driver_opts = "-Duser.timezone=UTC"
     if not verbose:
         driver_opts += f" -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
@@ -51,13 +83,19 @@ def session_conf(
         "spark.driver.extraJavaOptions": driver_opts,
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # adaptive execution: joins turn into broadcasts and small shuffles are coalesced
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
     }
-    if local:
-        settings |= {
+    if local or is_loopback_cluster(master):
+        settings |= {  # executors reach the driver on loopback; nothing listens elsewhere
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "8",
         }
+    if cores is not None:
+        settings["spark.sql.shuffle.partitions"] = str(max(2, 2 * cores))
+    elif is_loopback_cluster(master):
+        settings["spark.sql.shuffle.partitions"] = str(SMALL_CLUSTER_SHUFFLE_PARTITIONS)
     settings |= dict(conf or {})
     return settings
 
@@ -77,7 +115,7 @@ def build_session(
     Spark retrying for minutes): past it, a ``PipelineError`` says so in one line.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use our interpreter
-    if master.startswith("local"):
+    if local_cores(master) is not None or is_loopback_cluster(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to loopback" warning
     from pyspark.sql import SparkSession
 

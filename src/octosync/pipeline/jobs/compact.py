@@ -12,9 +12,13 @@ never see a half-written compaction.
 The input is read twice: once narrow (``map, key, op, seq, millis``) into a per-key summary
 held in memory, which gives the totals and each key's newest LWW millisecond; once whole, where
 a broadcast lookup of that summary keeps only the carriers (the rows at each key's newest
-millisecond, plus any OR and counter ops) before anything is shuffled. The carriers, about one
-row per key, are folded by ``crdt.fold.MapStore`` per partition (``transforms.fold``), which
-also gives the Merkle leaves; the driver builds the upper levels.
+millisecond, plus any OR and counter ops) before anything is shuffled. (One pass is not
+cheaper in Spark: a per-key ``max`` over a struct holding strings and bytes cannot use the hash
+aggregate, and the sort-based one sorts every op.) Keys written only by LWW ops, almost always
+all of them, converge in Spark SQL (``transforms.lww``: a ``max`` over about one carrier per
+key, Merkle leaves on Arrow batches); keys with OR or counter ops are folded by
+``crdt.fold.MapStore`` per partition (``transforms.fold``). Either way only the winners are
+hashed, and the driver builds the Merkle levels above the leaves.
 """
 
 from __future__ import annotations
@@ -25,13 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from pyspark.sql import functions as sf
 
 from octosync.pipeline.inputs import read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.layout import MERKLE_DIR, META_FILE, RECORDS_DIR, SNAPSHOT_DIR
+from octosync.pipeline.transforms import lww
 from octosync.pipeline.transforms import ops as tf_ops
 from octosync.pipeline.transforms.fold import fold_carriers, leaves_of, records_of, snapshot_of
 from octosync.pipeline.transforms.merkle import merkle_roots, tree_table
+from octosync.store.op_table import OPS_SCHEMA
 
 
 class CompactResult(msgspec.Struct, frozen=True):
@@ -49,6 +56,13 @@ def _swap_in(staging: Path, out: Path) -> None:
         out.rename(old)
     staging.rename(out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _union(frames: list[Any]) -> Any:
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.unionByName(df)
+    return out
 
 
 def _parquet_rows(path: Path) -> int:
@@ -72,38 +86,64 @@ def run(
     journal, out = Path(journal), Path(out)
     staging = out.with_name(f".{out.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
-    summary = folded = None
+    cached: list[Any] = []
     try:
         with stage("read journal", journal, progress):
             source = resolve_export(journal, progress)
             ops = tf_ops.as_of(read_ops(spark, source), as_of_seq)
             summary = tf_ops.key_summary(ops).persist()
+            cached.append(summary)
             t = tf_ops.totals(summary)
             progress(
                 f"{t.ops} ops on {t.keys} keys up to seq {t.last_seq}; "
                 f"families: {', '.join(sorted(t.families))}"
             )
         with stage("fold ops into state", source, progress):
-            partitions = t.fold_partitions(spark.sparkContext.defaultParallelism)
             carriers = tf_ops.carriers(ops, summary, t)
-            folded = fold_carriers(
-                carriers, partitions, gc_horizon_millis=gc_horizon_millis
-            ).persist()
-            snapshot_of(folded).write.mode("overwrite").parquet(str(staging / SNAPSHOT_DIR))
+            mixed = bool(t.families - {"lww"})
+            if mixed:  # read by both paths below: filter the input once
+                carriers = carriers.persist()
+                cached.append(carriers)
+            in_python = sf.col(tf_ops.IN_PYTHON)
+            wins = lww.winners(carriers.where(~in_python) if mixed else carriers).persist()
+            cached.append(wins)
+            live = lww.surviving(wins, gc_horizon_millis)
+            snapshots = [lww.snapshot(live)]
+            records = [wins.select(*OPS_SCHEMA.names)]
+            leaves = [] if t.keys <= lww.DRIVER_MERKLE_KEYS else [lww.leaves(live)]
+            partitions = 0
+            if mixed:
+                partitions = t.fold_partitions(spark.sparkContext.defaultParallelism)
+                python_keys = carriers.where(in_python).drop(tf_ops.IN_PYTHON)
+                folded = fold_carriers(
+                    python_keys, partitions, gc_horizon_millis=gc_horizon_millis
+                ).persist()
+                cached.append(folded)
+                snapshots.append(snapshot_of(folded))
+                records.append(records_of(folded))
+                leaves.append(leaves_of(folded))
+            _union(snapshots).write.mode("overwrite").parquet(str(staging / SNAPSHOT_DIR))
             rows = _parquet_rows(staging / SNAPSHOT_DIR)
-            progress(f"{rows} rows in the snapshot ({partitions} fold partitions)")
+            how = f"; keys with OR or counter ops in {partitions} fold partitions" if mixed else ""
+            progress(f"{rows} rows in the snapshot{how}")
         with stage("merkle tree", source, progress):
-            leaves = leaves_of(folded).collect()
-            tree = tree_table((r["map"], r["leaf"], r["hash"]) for r in leaves)
+            parts: list[tuple[str, int, int]] = []
+            if t.keys <= lww.DRIVER_MERKLE_KEYS:
+                winners = live.select(*lww.LEAF_INPUT).toArrow()
+                for batch in lww.leaf_sums(winners.to_batches()):
+                    columns = (batch.column(c).to_pylist() for c in lww.LEAF_SCHEMA.names)
+                    parts += zip(*columns, strict=True)
+            if leaves:
+                parts += [(r["map"], r["leaf"], r["hash"]) for r in _union(leaves).collect()]
+            tree = tree_table(parts)
             (staging / MERKLE_DIR).mkdir(parents=True)
             pq.write_table(tree, staging / MERKLE_DIR / "part-00000.parquet")
             roots = merkle_roots(tree)
         with stage("state records", source, progress):
-            records_of(folded).write.mode("overwrite").parquet(str(staging / RECORDS_DIR))
+            _union(records).write.mode("overwrite").parquet(str(staging / RECORDS_DIR))
     finally:
-        for df in (summary, folded):
-            if df is not None:
-                df.unpersist()
+        for df in cached:
+            df.unpersist()
     with stage("write result", out, progress):
         meta = {
             "as_of_seq": t.last_seq,

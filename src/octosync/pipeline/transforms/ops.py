@@ -36,16 +36,30 @@ def as_of(ops: DataFrame, seq: int | None) -> DataFrame:
     return ops if seq is None else ops.where(sf.col("seq") <= seq)
 
 
+FAMILY_BITS = {"lww": 1, "or": 2, "counter": 4}
+"""Each family's bit in the ``families`` mask of :func:`key_summary`."""
+
+
+def family_code() -> Any:
+    """The op's family bit, worked out once per row (the aggregates below test the bit)."""
+    code = sf.when(is_family("lww"), FAMILY_BITS["lww"])
+    for family in ("or", "counter"):
+        code = code.when(is_family(family), FAMILY_BITS[family])
+    return code.otherwise(0)
+
+
 def key_summary(ops: DataFrame) -> DataFrame:
     """Per ``(map, key)``: ``ops``, ``other_ops`` (not LWW), ``last_seq``, ``newest`` (the
-    greatest LWW ``millis``, null without LWW ops) and which families occur. One hash aggregate
-    over narrow columns."""
-    return ops.groupBy("map", "key").agg(
+    greatest LWW ``millis``, null without LWW ops) and ``families`` (a ``FAMILY_BITS`` mask).
+    One hash aggregate over narrow columns, the op's family computed once per row."""
+    lww = sf.col("code") == FAMILY_BITS["lww"]
+    coded = ops.select("map", "key", "seq", "millis", family_code().alias("code"))
+    return coded.groupBy("map", "key").agg(
         sf.count("*").alias("ops"),
-        sf.count(sf.when(~is_family("lww"), 1)).alias("other_ops"),
+        sf.count(sf.when(~lww, 1)).alias("other_ops"),
         sf.max("seq").alias("last_seq"),
-        sf.max(sf.when(is_family("lww"), sf.col("millis"))).alias("newest"),
-        *(sf.max(is_family(f)).alias(f"has_{f}") for f in sorted(FAMILIES)),
+        sf.max(sf.when(lww, sf.col("millis"))).alias("newest"),
+        sf.bit_or("code").alias("families"),
     )
 
 
@@ -69,9 +83,10 @@ def totals(summary: DataFrame) -> Totals:
         sf.count("*").alias("keys"),
         sf.sum("other_ops").alias("other_ops"),
         sf.max("last_seq").alias("last_seq"),
-        *(sf.max(f"has_{f}").alias(f) for f in sorted(FAMILIES)),
+        sf.bit_or("families").alias("families"),
     ).first()
-    present = frozenset(f for f in FAMILIES if row[f])
+    mask = int(row["families"] or 0)
+    present = frozenset(f for f, bit in FAMILY_BITS.items() if mask & bit)
     return Totals(
         int(row["ops"] or 0),
         int(row["keys"]),
@@ -81,14 +96,29 @@ def totals(summary: DataFrame) -> Totals:
     )
 
 
+IN_PYTHON = "in_python"
+"""Column of :func:`carriers`: the key has OR or counter ops, so ``crdt.fold`` folds it in a
+Python worker (:mod:`.fold`); other keys are plain LWW, converged in Spark SQL (:mod:`.lww`)."""
+
+
 def carriers(ops: DataFrame, summary: DataFrame, t: Totals) -> DataFrame:
     """The ops that can carry state: LWW ops at their key's newest millisecond (about one per
-    key; the winner is among them) and every op of the other families. The summary is
-    broadcast when it is small, so the ops are filtered where they are read, never shuffled."""
-    newest = summary.select("map", "key", "newest")
+    key; the winner is among them) and every op of the other families, plus ``IN_PYTHON``.
+
+    The summary is broadcast when it is small, so the ops are filtered where they are read,
+    never shuffled; and the newest millisecond is part of the join key, so an LWW op that
+    cannot win finds no partner and is dropped by the join itself."""
+    others = sum(bit for family, bit in FAMILY_BITS.items() if family != "lww")
+    in_python = (sf.col("families").bitwiseAND(others)) != 0
+    newest = summary.select(
+        "map", "key", sf.col("newest").alias("millis"), in_python.alias(IN_PYTHON)
+    )
     if t.keys <= BROADCAST_KEYS:
         newest = sf.broadcast(newest)
-    keep = is_family("lww") & (sf.col("millis") == sf.col("newest"))
-    if t.families - {"lww"}:
-        keep = keep | ~is_family("lww")
-    return ops.join(newest, ["map", "key"]).where(keep).select(*ops.columns)
+    if not t.families - {"lww"}:
+        return ops.join(newest, ["map", "key", "millis"]).select(*ops.columns, IN_PYTHON)
+    lww = is_family("lww")
+    joined = ops.join(newest, ["map", "key", "millis"], "left")
+    return joined.where(~lww | sf.col(IN_PYTHON).isNotNull()).select(
+        *ops.columns, sf.when(lww, sf.col(IN_PYTHON)).otherwise(True).alias(IN_PYTHON)
+    )
