@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from octosync.errors import ConfigConflict
+from octosync.errors import ConfigConflict, ReplicationError
 from octosync.links.config import ChainConfig, Member
 from octosync.links.config_store import ConfigStore
 
@@ -46,3 +46,16 @@ async def test_heartbeats_list_alive_links(store: ConfigStore) -> None:
     assert await store.alive() == set()
     await store.beat("a")
     assert await store.alive() == {"a"}
+
+
+async def test_no_nats_there_is_one_error_in_bounded_time() -> None:
+    from octosync.links import nats_server
+    from tests.e2e.helpers import free_port
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(ReplicationError, match="octosync chain up"):
+        await nats_server.connect(
+            f"nats://127.0.0.1:{free_port()}", timeout=0.5, starts_one="octosync chain up"
+        )
+    assert loop.time() - start < 3.0

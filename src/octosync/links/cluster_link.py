@@ -47,11 +47,12 @@ from octosync.cluster.core import (
     Release,
     RequestSnapshot,
 )
-from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError, ReplicationError
+from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError
 from octosync.hub import AllowAll, OutFrame, ViewKey, lazily_frame
 from octosync.hub.model import Frame
 from octosync.hub.types import ConnId, StreamId
 from octosync.ipc.messages import Delta, Snapshot
+from octosync.links import nats_server
 from octosync.server.runtime import Runtime
 from octosync.wire import cluster as wire
 from octosync.wire.cluster import Heartbeat, NoSnapshot, SnapshotRequest, StreamFrame, StreamLoad
@@ -104,37 +105,10 @@ class Subjects:
 
 
 async def connect(url: str, *, timeout: float = 5.0) -> NatsClient:
-    """Connect (bounded: a server that is not there is an error at start-up); once connected,
-    the client reconnects by itself for as long as it takes."""
-    connected = False
-
-    async def errors(exc: Exception) -> None:
-        """Once connected, a lost connection (retried) is one log line, not a traceback."""
-        if connected:
-            log.warning("cluster: NATS: %s", exc or type(exc).__name__)
-
-    try:
-        nc = await asyncio.wait_for(
-            nats.connect(
-                url,
-                connect_timeout=2,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.2,
-                no_echo=True,
-                pending_size=64 * 1024 * 1024,
-                error_cb=errors,
-            ),
-            timeout,
-        )
-    except TimeoutError:
-        raise ReplicationError(
-            f"cannot reach NATS at {url}: no answer within {timeout:g}s (is nats-server running "
-            "there with -js? 'octosync cluster up' starts one)"
-        ) from None
-    except Exception as exc:
-        raise ReplicationError(f"cannot reach NATS at {url}: {exc}") from exc
-    connected = True
-    return nc
+    """The cluster's NATS client (``nats_server.connect``: bounded, then reconnecting)."""
+    return await nats_server.connect(
+        url, timeout=timeout, no_echo=True, pending_size=64 * 1024 * 1024
+    )
 
 
 async def owners_bucket(nc: NatsClient, subjects: Subjects, name: str | None = None) -> KeyValue:

@@ -12,12 +12,12 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 import msgspec
-import nats
 from nats.aio.client import Client as NatsClient
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from octosync.errors import ConfigConflict, ReplicationError
+from octosync.links import nats_server
 from octosync.links.config import ChainConfig
 from octosync.wire.strict import strict
 
@@ -37,12 +37,7 @@ class ConfigStore:
     async def open(self, *, create: bool = True) -> ConfigStore:
         """Connect and open the chain's buckets; ``create=False``: a chain nobody started is
         ``ReplicationError`` instead of new buckets (a relay must not make chains by name)."""
-        try:
-            self._nc = await nats.connect(
-                self.url, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.2
-            )
-        except Exception as exc:
-            raise ReplicationError(f"cannot reach NATS at {self.url}: {exc}") from exc
+        self._nc = await nats_server.connect(self.url, starts_one="octosync chain up")
         js = self._nc.jetstream()
         try:
             self._config = await _bucket(js, f"chain_{self.chain}", ttl=None, create=create)

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NatsClient
 
 from octosync.errors import ReplicationError
+
+log = logging.getLogger("octosync.nats")
 
 
 def binary() -> str:
@@ -46,3 +54,38 @@ def start(
             time.sleep(0.05)
     proc.kill()
     raise ReplicationError(f"nats-server did not start listening on {host}:{port}")
+
+
+async def connect(
+    url: str, *, timeout: float = 5.0, starts_one: str = "octosync cluster up", **options: Any
+) -> NatsClient:
+    """Connect, bounded: a server that is not there is one ``ReplicationError`` (naming the
+    command that ``starts_one``) after ``timeout``; once connected, the client reconnects by
+    itself for as long as it takes, and a lost connection is one log line, not a traceback."""
+    connected = False
+
+    async def errors(exc: Exception) -> None:
+        if connected:
+            log.warning("NATS: %s", exc or type(exc).__name__)
+
+    try:
+        nc = await asyncio.wait_for(
+            nats.connect(
+                url,
+                connect_timeout=2,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.2,
+                error_cb=errors,
+                **options,
+            ),
+            timeout,
+        )
+    except TimeoutError:
+        raise ReplicationError(
+            f"cannot reach NATS at {url}: no answer within {timeout:g}s (is nats-server running "
+            f"there with -js? '{starts_one}' starts one)"
+        ) from None
+    except Exception as exc:
+        raise ReplicationError(f"cannot reach NATS at {url}: {exc}") from exc
+    connected = True
+    return nc
