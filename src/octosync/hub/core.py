@@ -21,7 +21,7 @@ from octosync.hub.authority import Authority
 from octosync.hub.connections import Connections, require
 from octosync.hub.fanout import Fanout
 from octosync.hub.model import Frame
-from octosync.hub.streams import check_chain_write, check_peer_may_write, encoder_face
+from octosync.hub.streams import check_peer_may_write, encoder_face
 from octosync.hub.types import (
     GLOBAL_SCOPE,
     AcceptHook,
@@ -203,7 +203,6 @@ class Hub:
         self._authority.check_stream(c.face, stream_id)
         check_peer_may_write(stream_id)
         c.require(stream_id, "write")
-        check_chain_write(stream_id)
         stream = self._authority.get(stream_id)
         if stream is None or stream.producer is None:
             raise Forbidden(f"stream {stream_id!r} has no producer to take writes")

@@ -57,7 +57,9 @@ def check_peer_may_produce(stream: Hashable) -> None:
 
 
 def check_peer_may_write(stream: Hashable) -> None:
-    """``Forbidden`` for a write to a stream only the server produces."""
+    """``Forbidden`` for a write to a read-only stream: one the server produces (``map:``) or
+    a chain's state (``chain:``)."""
+    check_chain_write(stream)
     if map_name_of(stream) is not None:
         raise Forbidden(
             f"stream {stream!r} is read-only: write the TopGun map on /topgun", path="stream"
