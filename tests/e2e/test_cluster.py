@@ -280,9 +280,15 @@ async def test_sigkill_of_the_producer_node_releases_the_stream_to_a_new_produce
             target = int(new.cell.get())
             # The new producer's own state reaches a subscriber on a third node.
             await until(lambda: seen[-1:] == [target], "the new producer's state on node 3")
-    status = await cluster_status(cluster.nats_url, listen=1.2)
-    assert status["owners"] == {STREAM: "n2"}
-    assert sorted(n["node"] for n in status["nodes"]) == ["n2", "n3"]
+            status = await cluster_status(cluster.nats_url, listen=1.2)
+            assert status["owners"] == {STREAM: "n2"}
+            assert sorted(n["node"] for n in status["nodes"]) == ["n2", "n3"]
+    # The new producer has left: its node releases the stream at once (the hub's release
+    # hook), well within one heartbeat.
+    left = asyncio.get_running_loop().time()
+    while (await cluster_status(cluster.nats_url, listen=0))["owners"]:
+        assert asyncio.get_running_loop().time() - left < 2, "the stream was not released"
+        await asyncio.sleep(0.05)
 
 
 @pytest.mark.slow

@@ -363,6 +363,31 @@ def test_on_accept_hook_sees_only_accepted_frames() -> None:
     assert seen == [("s", 1, f0)]
 
 
+@pytest.mark.parametrize("ttl", [None, 0.0, 5.0])
+def test_on_release_hook_names_only_the_streams_the_leaving_connection_produced(
+    ttl: float | None,
+) -> None:
+    released: list[tuple[object, int]] = []
+    hub = Hub(
+        HubConfig(retain_after_producer_leaves=ttl),
+        clock=Clock(),
+        encoders={"json": json_encoder},
+        on_release=lambda s, c: released.append((s, c)),
+    )
+    for conn in (1, 2):
+        hub.connect(conn, JSON)
+    hub.publish(1, "a", lazily_frame(snap(0, {1: b"a"})))
+    hub.publish(1, "b", lazily_frame(snap(0, {1: b"b"})))
+    hub.publish(2, "c", lazily_frame(snap(0, {1: b"c"})))
+    hub.subscribe(1, "c")
+    hub.disconnect(2)
+    assert released == [("c", 2)]
+    hub.disconnect(1)
+    assert sorted(released) == [("a", 1), ("b", 1), ("c", 2)]
+    hub.disconnect(1)  # twice: nothing more
+    assert len(released) == 3
+
+
 def test_replay_model_keeps_snapshot_plus_diffs_and_goes_stale_past_bound() -> None:
     encoded: list[OutFrame] = []
 

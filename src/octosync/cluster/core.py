@@ -311,16 +311,16 @@ class ClusterCore:
             self.stats.claims_lost += 1
             return self._kick(v, stream) if v.local_conn is not None else []
         self.stats.claims_won += 1
-        self._own(v, revision)
+        effects = self._own(v, stream, revision)
         if v.local_conn is None:  # the producer left while the claim was on its way
-            return self._release(v, stream)
+            return effects + self._release(v, stream)
         v.mine = True
         held, v.held = v.held, 0
         if 0 < held <= self.timing.max_held:
             self.stats.published += held
-            return [PublishHeld(stream, revision)]
+            return [*effects, PublishHeld(stream, revision)]
         self.stats.published += 1
-        return [PublishSnapshot(stream, revision)]
+        return [*effects, PublishSnapshot(stream, revision)]
 
     def local_released(self, stream: str) -> list[Effect]:
         """The local producer of ``stream`` is no longer the hub's producer (it left)."""
@@ -332,13 +332,19 @@ class ClusterCore:
         return []
 
     def local_producers(self) -> dict[str, ConnId]:
-        """Streams with a local producer that claimed or owns them (the I/O side checks that
-        each is still the hub's producer and calls ``local_released`` when not)."""
+        """Streams with a local producer that claimed or owns them (the hub's release hook
+        calls ``local_released`` when one disconnects; a stopping node releases them all)."""
         return {s: v.local_conn for s, v in self.streams.items() if v.local_conn is not None}
 
-    def _own(self, v: StreamView, revision: int) -> None:
+    def _own(self, v: StreamView, stream: str, revision: int) -> list[Effect]:
+        """This node owns the stream now. A remote owner this node followed while the claim
+        was on its way (its producer had left) leaves the hub with it."""
+        effects: list[Effect] = []
+        if v.applied_owner is not None:
+            effects.append(self._drop_remote(v, stream))
         v.owner, v.claim = self.node, max(v.claim, revision)
         v.applied_owner, v.epoch, v.syncing, v.buffer = None, None, False, []
+        return effects
 
     def _release(self, v: StreamView, stream: str) -> list[Effect]:
         self.stats.releases += 1

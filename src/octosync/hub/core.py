@@ -34,6 +34,7 @@ from octosync.hub.types import (
     HubStats,
     OutFrame,
     Recorder,
+    ReleaseHook,
     StreamId,
     ViewFilter,
     ViewKey,
@@ -51,6 +52,7 @@ __all__ = [
     "HubStats",
     "OutFrame",
     "Recorder",
+    "ReleaseHook",
     "StreamId",
     "ViewKey",
 ]
@@ -65,11 +67,13 @@ class Hub:
         encoders: dict[str, Encoder] | None = None,
         views: dict[str, ViewFilter] | None = None,
         on_accept: AcceptHook | None = None,
+        on_release: ReleaseHook | None = None,
         recorder: Recorder | None = None,
     ) -> None:
         self.config = config or HubConfig()
         self.stats = HubStats()
         self._on_accept = on_accept
+        self._on_release = on_release
         self._conns = Connections(self.config.outbox)
         self._authority = Authority(self.config, self.stats, clock, recorder)
         self._fanout = Fanout(
@@ -117,8 +121,12 @@ class Hub:
         if c is None:
             return
         self._fanout.leave_all(c)
+        released = [s for s in c.produces if self._authority.producer_of(s) == conn]
         for sid in self._authority.release(conn, c.produces):
             self._fanout.invalidate(sid)
+        if self._on_release is not None:
+            for sid in released:
+                self._on_release(sid, conn)
 
     def expire(self) -> list[StreamId]:
         """Drop retained states whose TTL passed; returns their stream ids."""

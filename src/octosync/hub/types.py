@@ -58,6 +58,8 @@ class AllowAll:
 
 
 AcceptHook = Callable[[StreamId, ConnId, Frame[object]], None]
+ReleaseHook = Callable[[StreamId, ConnId], None]
+"""Called when ``conn`` stops producing the stream (it disconnected)."""
 
 
 class Recorder(Protocol):

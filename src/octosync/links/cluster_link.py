@@ -219,6 +219,11 @@ class ClusterLink:
             else:
                 self._run([effect])
 
+    def on_release(self, stream: StreamId, conn: ConnId) -> None:
+        """The hub's release hook: the local producer of ``stream`` disconnected."""
+        if isinstance(stream, str) and self.core.local_producers().get(stream) == conn:
+            self._run(self.core.local_released(stream))
+
     def _run(self, effects: list[Effect]) -> None:
         for effect in effects:
             match effect:
@@ -422,10 +427,6 @@ class ClusterLink:
         n = 0
         while True:
             try:
-                hub = self.rt.hub
-                for stream, conn in self.core.local_producers().items():
-                    if hub.producer_of(stream) != conn:
-                        self._run(self.core.local_released(stream))
                 self._run(self.core.tick())
                 if n % beats == 0:
                     self._send(self.subjects.heartbeat, wire.encode(self.heartbeat()))
