@@ -60,6 +60,8 @@ class Sim:
     alive: bool = True
     conn: int | None = None
     """This node's local producer connection, if any."""
+    follows: bool = True
+    """The node has local subscribers of the stream."""
 
 
 class ClusterMachine(RuleBasedStateMachine):
@@ -86,6 +88,7 @@ class ClusterMachine(RuleBasedStateMachine):
     def start(self) -> None:
         for n in NODES:
             self.nodes[n] = Sim(n, ClusterCore(n, self.clock, TIMING))
+            assert self.nodes[n].core.follow(S) == []  # no owner yet: nothing to ask
             self.watch[n] = []
             for m in NODES:
                 if m != n:
@@ -154,6 +157,7 @@ class ClusterMachine(RuleBasedStateMachine):
     def apply(self, sim: Sim, f: StreamFrame) -> None:
         hub = sim.hub
         assert self.won.get(f.claim) == f.node, "applied a frame of a claim never won"
+        assert sim.follows, f"{sim.name} applied a frame of a stream nobody reads there"
         producer = ("remote", f.node)
         assert hub.producer in (None, producer), f"remote frame while {hub.producer} produces"
         if f.kind == "snapshot":
@@ -261,8 +265,9 @@ class ClusterMachine(RuleBasedStateMachine):
             sim = self.nodes[n]
             claim = sim.core.owns(S)
             owned = {} if claim is None or sim.hub.epoch is None else {S: (claim, sim.hub.epoch)}
+            released = sim.core.released_claims()
             for m in self.live():
-                self.run(self.nodes[m], self.nodes[m].core.heartbeat(n, owned))
+                self.run(self.nodes[m], self.nodes[m].core.heartbeat(n, owned, released))
 
     @rule(dt=st.sampled_from([0.1, 0.5, 1.0, 3.0]))
     def time_passes(self, dt: float) -> None:
@@ -273,6 +278,16 @@ class ClusterMachine(RuleBasedStateMachine):
                 if sim.hub.producer != ("local", conn):
                     self.run(sim, sim.core.local_released(stream))
             self.run(sim, sim.core.tick())
+
+    @rule(data=st.data())
+    def interest_changes(self, data: st.DataObject) -> None:
+        """The node's first subscriber arrives, or its last leaves."""
+        sim = self.nodes[data.draw(st.sampled_from(self.live()))]
+        sim.follows = not sim.follows
+        core = sim.core
+        self.run(sim, core.follow(S) if sim.follows else core.unfollow(S))
+        if not sim.follows:
+            assert sim.hub.producer is None or sim.hub.producer[0] == "local"  # type: ignore[index]
 
     @precondition(lambda self: len(self.live()) == len(NODES))
     @rule(data=st.data())
@@ -318,7 +333,7 @@ class ClusterMachine(RuleBasedStateMachine):
             return
         o = self.nodes[owner]
         for n in self.live():
-            if n == owner:
+            if n == owner or not self.nodes[n].follows:
                 continue
             sim = self.nodes[n]
             assert (sim.hub.chain, sim.hub.epoch) == (o.hub.chain, o.hub.epoch), (
@@ -381,6 +396,7 @@ def following(claim: int = 1, epoch: int = 3) -> tuple[ClusterCore, Clock]:
     """Node ``b`` following ``a``'s stream under ``claim`` at ``epoch``."""
     clock = Clock()
     core = ClusterCore("b", clock, TIMING)
+    core.follow(S)
     core.ownership(S, "a", claim)
     assert core.remote_frame(frame("a", claim, "snapshot", epoch, epoch)) == [
         Apply(frame("a", claim, "snapshot", epoch, epoch))
@@ -450,6 +466,7 @@ def test_an_owner_whose_heartbeat_no_longer_lists_the_stream_released_it() -> No
 def test_a_heartbeat_older_than_the_claim_releases_nothing() -> None:
     clock = Clock()
     core = ClusterCore("b", clock, TIMING)
+    core.follow(S)
     core.ownership(S, "a", 2)  # the watch was quicker than the owner's first frame
     assert core.heartbeat("a", {}) == []
     assert core.remote_frame(frame("a", 2, "snapshot", 0, 0)) == [
@@ -472,6 +489,7 @@ def test_a_claim_won_after_the_producer_left_drops_the_remote_owner_it_followed_
     meantime; the claim then wins (``c`` had released) and is released at once. The hub must
     not keep ``c``'s producer connection: the next owner's frames would meet it."""
     core = ClusterCore("b", Clock(), TIMING)
+    core.follow(S)
     assert core.local_frame(S, 7) == [Claim(S, 0), Hold(S, first=True)]
     assert core.local_released(S) == []
     snap = frame("c", 1, "snapshot", 2, 2)
@@ -479,3 +497,88 @@ def test_a_claim_won_after_the_producer_left_drops_the_remote_owner_it_followed_
     assert core.claim_result(S, 3) == [DropRemote(S), Release(S, 3)]
     next_owner = frame("a", 5, "snapshot", 0, 0)
     assert core.remote_frame(next_owner) == [Apply(next_owner)]
+
+
+def test_a_node_without_subscribers_applies_nothing_but_knows_the_owner() -> None:
+    core = ClusterCore("b", Clock(), TIMING)
+    core.ownership(S, "a", 1)
+    core.heartbeat("a", {S: (1, 3)})
+    assert core.remote_frame(frame("a", 1, "snapshot", 3, 3)) == []
+    assert core.remote_frame(frame("a", 1, "delta", 3, 4)) == []
+    assert core.write_target(S) == ("a", 1)
+    assert core.tick() == []  # nothing to ask for while nobody reads it here
+    assert core.follow(S) == [RequestSnapshot(S, "a")]
+    assert core.follow(S) == []  # a second subscriber changes nothing
+    snap = frame("a", 1, "snapshot", 4, 4)
+    assert core.snapshot_reply(S, snap) == [Apply(snap)]
+    assert core.remote_frame(frame("a", 1, "delta", 4, 5)) == [Apply(frame("a", 1, "delta", 4, 5))]
+    assert core.following() == [S]
+
+
+def test_the_last_subscriber_leaving_drops_the_remote_producer_and_the_next_one_resyncs() -> None:
+    core, clock = following(claim=1, epoch=3)
+    assert core.unfollow(S) == [DropRemote(S)]
+    assert core.unfollow(S) == []
+    assert core.remote_frame(frame("a", 1, "delta", 3, 4)) == []
+    assert core.lag(S) is None
+    clock.now += TIMING.retry_after
+    assert core.tick() == []
+    assert core.follow(S) == [RequestSnapshot(S, "a")]
+    assert core.snapshot_reply(S, frame("a", 1, "snapshot", 4, 4)) == [
+        Apply(frame("a", 1, "snapshot", 4, 4))
+    ]
+    assert core.lag(S) == 0
+
+
+def test_a_live_remote_owner_refuses_producers_here_until_it_is_presumed_dead() -> None:
+    core, clock = following(claim=1, epoch=3)
+    core.heartbeat("a", {S: (1, 3)})
+    assert core.produced_elsewhere(S) == "a"
+    assert core.produced_elsewhere("other") is None
+    clock.now += TIMING.dead_after
+    assert core.produced_elsewhere(S) is None
+    own = ClusterCore("a", Clock(), TIMING)
+    own.local_frame(S, 1)
+    own.claim_result(S, 1)
+    assert own.produced_elsewhere(S) is None
+
+
+def test_heartbeats_tell_a_node_without_subscribers_of_claims_and_releases() -> None:
+    """With the KV watch lost (a NATS restart), a node that follows nothing still learns
+    who owns a stream, and that it was released, from the owner's heartbeats."""
+    core = ClusterCore("b", Clock(), TIMING)
+    assert core.heartbeat("a", {}) == []
+    assert core.heartbeat("a", {S: (4, 7)}) == []
+    assert core.produced_elsewhere(S) == "a"
+    assert core.write_target(S) == ("a", 4)
+    assert core.heartbeat("a", {S: (2, 9)}) == []  # an older claim changes nothing
+    assert core.heartbeat("a", {}) == []  # released
+    assert core.produced_elsewhere(S) is None
+    assert core.local_frame(S, 5) == [Claim(S, 0), Hold(S, first=True)]  # the entry is gone
+
+
+def test_a_heartbeat_sent_before_the_claim_was_won_releases_nothing() -> None:
+    core = ClusterCore("b", Clock(), TIMING)
+    core.ownership(S, "a", 3)  # the watch shows the claim before a's next heartbeat lists it
+    core.heartbeat("a", {})
+    assert core.produced_elsewhere(S) == "a"
+
+
+def test_a_release_in_a_heartbeat_frees_the_stream_on_a_node_that_missed_everything_else() -> None:
+    """NATS restarted: ``b``'s ownership watch is gone and ``a``'s heartbeats never listed
+    the stream there before its producer left; the release named in them still frees it."""
+    clock = Clock()
+    a, b = ClusterCore("a", clock, TIMING), ClusterCore("b", clock, TIMING)
+    b.ownership(S, "a", 3)
+    a.local_frame(S, 1)
+    assert a.claim_result(S, 3) == [PublishHeld(S, 3)]
+    assert a.released_claims() == {}
+    assert a.local_released(S) == [Release(S, 3)]
+    a.ownership(S, None, 4)  # a's own watch sees its delete
+    assert a.released_claims() == {S: 3}
+    b.heartbeat("a", {}, {S: 2})  # not the claim b knows: nothing
+    assert b.produced_elsewhere(S) == "a"
+    b.heartbeat("a", {}, a.released_claims())
+    assert b.produced_elsewhere(S) is None
+    clock.now += 4 * TIMING.dead_after + 0.1
+    assert a.released_claims() == {}

@@ -217,6 +217,40 @@ async def test_deltas_reach_other_nodes_in_order_and_a_second_producer_is_refuse
 
 
 @pytest.mark.slow
+async def test_a_node_takes_a_streams_frames_only_while_it_has_subscribers(
+    cluster: Cluster,
+) -> None:
+    n1, n2, n3 = cluster.nodes
+    counter = Counter()
+    async with connect(n1.url) as producer, connect(n2.url) as c2:
+        await publish(producer, counter)
+        async with watching(c2) as on2:
+            await bump_until(counter, lambda: len(on2) >= 50)
+            idle = await scrape(n3)
+            assert idle["octosync_cluster_received_total"] == 0  # nobody reads it on node 3
+            assert idle["octosync_cluster_applied_total"] == 0
+            so_far = on2[-1]
+            async with connect(n3.url) as c3, watching(c3) as on3:
+                await until(lambda: bool(on3), "node 3's first state")
+                first = on3[0]
+                assert first >= so_far  # the state so far, from the owner's snapshot
+                last = await bump_until(counter, lambda: len(on3) >= 30)
+                await until(lambda: on3[-1:] == [last], "node 3 to catch up")
+                assert on3 == list(range(first, last + 1))
+            # Its last subscriber left: node 3 lets the stream go.
+            await asyncio.sleep(0.5)
+            left = await scrape(n3)
+            await bump_until(counter, lambda: False, limit=40)
+            await until(lambda: on2[-1:] == [int(counter.cell.get())], "node 2, still following")
+            after = await scrape(n3)
+            assert after["octosync_cluster_applied_total"] == left["octosync_cluster_applied_total"]
+            assert (
+                after["octosync_cluster_received_total"]
+                < left["octosync_cluster_received_total"] + 5
+            )  # at most what was in flight as it unsubscribed
+
+
+@pytest.mark.slow
 async def test_sigkill_of_a_subscriber_node_resumes_on_another_from_a_snapshot(
     cluster: Cluster,
 ) -> None:

@@ -388,6 +388,50 @@ def test_on_release_hook_names_only_the_streams_the_leaving_connection_produced(
     assert len(released) == 3
 
 
+def test_on_interest_hook_sees_a_streams_first_subscriber_and_its_last_leaving() -> None:
+    seen: list[tuple[object, bool]] = []
+    hub = Hub(
+        clock=Clock(),
+        encoders={"json": json_encoder},
+        on_interest=lambda s, wanted: seen.append((s, wanted)),
+    )
+    for conn in (1, 2, 3):
+        hub.connect(conn, JSON)
+    hub.subscribe(1, "s")  # before the stream exists: a node may have to fetch it
+    hub.subscribe(2, "s")
+    hub.subscribe(2, "s")
+    hub.subscribe(2, "t")
+    assert seen == [("s", True), ("t", True)]
+    hub.publish(3, "s", lazily_frame(snap(0, {1: b"a"})))  # a producer is no subscriber
+    hub.unsubscribe(1, "s")
+    hub.unsubscribe(1, "s")
+    assert seen == [("s", True), ("t", True)]
+    hub.disconnect(2)
+    assert sorted(seen[2:]) == [("s", False), ("t", False)]
+    hub.disconnect(3)
+    hub.subscribe(1, "s")
+    assert seen[-1] == ("s", True)
+    assert len(seen) == 5
+
+
+def test_a_stream_produced_on_another_node_refuses_producers_here_but_its_stand_in() -> None:
+    owners = {"s": "n1"}
+    hub, _, woken = make_hub()
+    hub.register_remote_owners(lambda s, c: None if c == 9 else owners.get(str(s)))
+    for conn in (1, 9):
+        join(hub, conn, woken)
+    with pytest.raises(ForbiddenPublish, match="node 'n1'"):
+        hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    with pytest.raises(ForbiddenPublish):
+        hub.check_join(AllowAll(), "s", publish=True)
+    assert hub.stream_ids() == []
+    hub.publish(9, "s", lazily_frame(snap(0, {1: b"n1's"})))  # the owner's stand-in
+    hub.publish(1, "t", lazily_frame(snap(0, {1: b"b"})))
+    owners["t"] = "n2"  # known only after this node's producer was accepted: it stays
+    hub.publish(1, "t", lazily_frame(cell_set(0, 1, b"c")))
+    assert (hub.producer_of("s"), hub.producer_of("t")) == (9, 1)
+
+
 def test_replay_model_keeps_snapshot_plus_diffs_and_goes_stale_past_bound() -> None:
     encoded: list[OutFrame] = []
 

@@ -26,10 +26,12 @@ Decisions:
   (their last state is kept by the hub's own retention), and a local producer may take them
   over by compare-and-set on the dead owner's revision. Nodes never heard of are given
   ``dead_after`` from this core's start.
-- **Every node mirrors every stream** (it follows all stream subjects), so a late joiner on
-  any node is served from that node's own hub at once, and a node can take over a stream
-  without fetching anything. The cost is that every node applies every frame; following only
-  streams with local subscribers is left for later.
+- **A node follows a stream only while it has local subscribers** (the hub's interest hook
+  says when the first arrives and the last leaves): it takes that stream's frames and asks
+  the owner for a snapshot at once; when the last subscriber leaves it drops the remote
+  producer and ignores the stream's frames, so a node applies only what it serves. Ownership
+  entries are watched for every stream (they are small), so a node knows every owner, routes
+  writes, and can take a stream over without following it first.
 - **The owner publishes each accepted frame once**, as the bytes encoded once (``wire.cluster``
   frames). Frames a producer sends while its node's claim is pending are held (its snapshot
   first) and published in order once the claim is won, so subscribers on every node see every
@@ -211,6 +213,13 @@ class StreamView:
     """The owner's epoch as its last frame or heartbeat said (lag = owner_epoch - epoch)."""
     behind_since: float | None = None
     """When a heartbeat first showed the owner ahead of what was applied here."""
+    followed: bool = False
+    """Local subscribers want the stream: its remote frames are applied here."""
+    heard_claim: int = 0
+    """The claim under which the owner's heartbeat last listed the stream."""
+    released_claim: int = 0
+    """The claim this node held when it last released the stream."""
+    released_at: float = 0.0
 
 
 class ClusterCore:
@@ -228,16 +237,22 @@ class ClusterCore:
     # --- liveness ---------------------------------------------------------------------------
 
     def heartbeat(
-        self, node: str, owned: Mapping[str, tuple[int, int]] | None = None
+        self,
+        node: str,
+        owned: Mapping[str, tuple[int, int]] | None = None,
+        released: Mapping[str, int] | None = None,
     ) -> list[Effect]:
         """``node`` is alive; ``owned``: its streams' ``(claim, epoch)``.
 
-        A copy here that stays behind that epoch past ``retry_after`` asks for a snapshot
-        (the frames that would have shown the gap were lost, and the producer may have gone
-        quiet). A stream whose frames under its current claim were applied here, and that the
-        owner's heartbeat no longer lists, was released: heartbeats and frames leave a node on
-        one connection, in order, so this heartbeat is newer than those frames. (The KV watch
-        says the same, but a watch does not survive every NATS restart.)
+        Heartbeats are a second source of ownership beside the KV watch, which does not
+        survive every NATS restart: a newer claim listed is adopted, and a stream that the
+        owner listed under its current claim (in a heartbeat, or by a frame applied here) and
+        no longer lists was released: heartbeats and frames leave a node on one connection,
+        in order, so this heartbeat is newer than those. A copy here that stays behind the
+        listed epoch past ``retry_after`` asks for a snapshot (the frames that would have
+        shown the gap were lost, and the producer may have gone quiet). ``released`` names
+        the claims ``node`` gave up: a release of the claim known here is one, whatever the
+        order in which the heartbeat and the ownership entries arrive.
         """
         if node == self.node:
             return []
@@ -245,19 +260,31 @@ class ClusterCore:
         self.last_seen[node] = now
         owned = owned or {}
         effects: list[Effect] = []
+        for stream, claim in (released or {}).items():
+            v = self.streams.get(stream)
+            if v is not None and v.owner == node and v.claim == claim:
+                v.owner = None
+                if v.applied_owner is not None or v.syncing:
+                    effects.append(self._drop_remote(v, stream))
         for stream, view in self.streams.items():
+            listed_before = view.heard_claim == view.claim or (
+                view.applied_owner == node and view.applied_claim == view.claim
+            )
             if (
                 view.owner == node
-                and view.applied_owner == node
-                and view.applied_claim == view.claim
+                and listed_before
                 and owned.get(stream, (None, 0))[0] != view.claim
             ):
                 view.owner = None
-                effects.append(self._drop_remote(view, stream))
+                if view.applied_owner is not None or view.syncing:
+                    effects.append(self._drop_remote(view, stream))
         for stream, (claim, epoch) in owned.items():
-            v = self.streams.get(stream)
-            if v is None or v.owner != node or v.claim != claim:
+            v = self.view(stream)
+            if claim > v.claim:
+                effects += self._adopt(v, stream, node, claim)
+            if v.owner != node or v.claim != claim:
                 continue
+            v.heard_claim = claim
             v.owner_epoch = max(v.owner_epoch or 0, epoch)
             if v.epoch is not None and v.epoch < epoch and v.behind_since is None:
                 v.behind_since = now
@@ -348,7 +375,8 @@ class ClusterCore:
 
     def _release(self, v: StreamView, stream: str) -> list[Effect]:
         self.stats.releases += 1
-        last = v.claim
+        last = v.released_claim = v.claim
+        v.released_at = self._clock()
         v.owner = None
         return [Release(stream, last)]
 
@@ -389,6 +417,33 @@ class ClusterCore:
         v.requested_at = v.behind_since = None
         return DropRemote(stream)
 
+    # --- interest -------------------------------------------------------------------------------
+
+    def follow(self, stream: str) -> list[Effect]:
+        """The stream has local subscribers now: take its frames, from a snapshot on."""
+        v = self.view(stream)
+        if v.followed:
+            return []
+        v.followed = True
+        owner = v.owner
+        if owner is None or owner == self.node or v.local_conn is not None or not self.alive(owner):
+            return []  # a producer's first frames (a snapshot first) or the next claim will do
+        v.syncing, v.buffer = True, []
+        return self._request(v, stream, owner)
+
+    def unfollow(self, stream: str) -> list[Effect]:
+        """The last local subscriber left: stop applying the stream's frames here."""
+        v = self.view(stream)
+        v.followed = False
+        if v.applied_owner is None and not v.syncing:
+            return []
+        effect = self._drop_remote(v, stream)
+        v.owner_epoch = None
+        return [effect]
+
+    def following(self) -> list[str]:
+        return sorted(s for s, v in self.streams.items() if v.followed)
+
     # --- remote frames ------------------------------------------------------------------------
 
     def remote_frame(self, frame: StreamFrame) -> list[Effect]:
@@ -404,8 +459,8 @@ class ClusterCore:
         if frame.claim > v.claim:
             effects += self._adopt(v, frame.stream, frame.node, frame.claim)
         v.owner_epoch = frame.to_epoch
-        if v.local_conn is not None:
-            return effects  # this node's producer holds the hub (its claim decides)
+        if v.local_conn is not None or not v.followed:
+            return effects  # this node's producer holds the hub, or nobody here reads it
         return effects + self._sort(v, frame)
 
     def _sort(self, v: StreamView, frame: StreamFrame) -> list[Effect]:
@@ -452,6 +507,8 @@ class ClusterCore:
         v = self.view(stream)
         if frame is None or not v.syncing or frame.kind != "snapshot" or v.local_conn is not None:
             return []
+        if not v.followed:
+            return []
         if frame.claim != v.claim or frame.node != v.owner:
             return []  # ownership moved on since the request; the next tick asks again
         v.owner_epoch = max(v.owner_epoch or 0, frame.to_epoch)
@@ -470,7 +527,7 @@ class ClusterCore:
         effects: list[Effect] = []
         for stream, v in self.streams.items():
             owner = v.owner
-            if owner is None or owner == self.node or v.local_conn is not None:
+            if owner is None or owner == self.node or v.local_conn is not None or not v.followed:
                 continue
             if not self.alive(owner):
                 if v.applied_owner is not None or v.syncing:
@@ -499,6 +556,15 @@ class ClusterCore:
                 due.append(stream)
         return due
 
+    def produced_elsewhere(self, stream: str) -> str | None:
+        """The live node that owns ``stream``, if not this one: a producer here is refused
+        before its first frame is accepted (the claim's compare-and-set stays the arbiter
+        when the ownership entry has not arrived yet)."""
+        v = self.streams.get(stream)
+        if v is None or v.owner is None or v.owner == self.node or not self.alive(v.owner):
+            return None
+        return v.owner
+
     def write_target(self, stream: str) -> tuple[str, int] | None:
         """Where a local subscriber's write to ``stream`` goes: its live remote owner and the
         claim (None: nowhere; the write is dropped, as one to a stream without a producer)."""
@@ -506,6 +572,20 @@ class ClusterCore:
         if v is None or v.owner is None or v.owner == self.node or not self.alive(v.owner):
             return None
         return v.owner, v.claim
+
+    def released_claims(self) -> dict[str, int]:
+        """Streams this node released lately and nobody has claimed since (as far as it
+        knows), for its heartbeats. Past ``4 * dead_after`` a node that has not heard of the
+        release presumes this one dead, which frees the stream there anyway."""
+        since = self._clock() - 4 * self.timing.dead_after
+        return {
+            s: v.released_claim
+            for s, v in self.streams.items()
+            if v.released_claim
+            and v.released_at >= since
+            and not v.mine
+            and v.owner in (None, self.node)
+        }
 
     def owns(self, stream: str) -> int | None:
         """The claim revision if this node owns ``stream`` and its producer is here."""

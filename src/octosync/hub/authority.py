@@ -31,7 +31,15 @@ from octosync.hub.streams import (
     check_face,
     check_peer_may_produce,
 )
-from octosync.hub.types import ConnId, Grants, HubConfig, HubStats, Recorder, StreamId
+from octosync.hub.types import (
+    ConnId,
+    Grants,
+    HubConfig,
+    HubStats,
+    Recorder,
+    RemoteOwner,
+    StreamId,
+)
 from octosync.ipc.messages import Snapshot
 
 
@@ -66,6 +74,9 @@ class Authority:
         self._clock = clock
         self._recorder = recorder
         self.streams: dict[StreamId, StreamState] = {}
+        self.remote_owner: RemoteOwner | None = None
+        """Who produces a stream on another node (a cluster), asked before a connection here
+        becomes a stream's producer."""
 
     def check_stream(self, face: Face, stream_id: StreamId) -> None:
         """The stream belongs to ``face`` and its name is within the limits."""
@@ -88,6 +99,12 @@ class Authority:
             raise ForbiddenPublish(
                 f"stream {stream_id!r} is produced by another connection", path="stream"
             )
+        if self.remote_owner is not None and (stream is None or stream.producer is None):
+            node = self.remote_owner(stream_id, conn)
+            if node is not None:
+                raise ForbiddenPublish(
+                    f"stream {stream_id!r} is produced on node {node!r}", path="stream"
+                )
 
     def accept(self, c: Connection, stream_id: StreamId, frame: Frame[object]) -> StreamState:
         """Apply ``frame`` from ``c`` to its stream, or raise and change nothing."""

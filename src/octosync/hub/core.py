@@ -32,9 +32,11 @@ from octosync.hub.types import (
     Grants,
     HubConfig,
     HubStats,
+    InterestHook,
     OutFrame,
     Recorder,
     ReleaseHook,
+    RemoteOwner,
     StreamId,
     ViewFilter,
     ViewKey,
@@ -50,6 +52,7 @@ __all__ = [
     "Hub",
     "HubConfig",
     "HubStats",
+    "InterestHook",
     "OutFrame",
     "Recorder",
     "ReleaseHook",
@@ -68,12 +71,14 @@ class Hub:
         views: dict[str, ViewFilter] | None = None,
         on_accept: AcceptHook | None = None,
         on_release: ReleaseHook | None = None,
+        on_interest: InterestHook | None = None,
         recorder: Recorder | None = None,
     ) -> None:
         self.config = config or HubConfig()
         self.stats = HubStats()
         self._on_accept = on_accept
         self._on_release = on_release
+        self._on_interest = on_interest
         self._conns = Connections(self.config.outbox)
         self._authority = Authority(self.config, self.stats, clock, recorder)
         self._fanout = Fanout(
@@ -89,6 +94,11 @@ class Hub:
 
     def register_encoder(self, name: str, encoder: Encoder) -> None:
         self._fanout.encoders[name] = encoder
+
+    def register_remote_owners(self, lookup: RemoteOwner) -> None:
+        """In a cluster: a stream produced on another node refuses producers here, as one
+        produced by another connection does."""
+        self._authority.remote_owner = lookup
 
     def register_view(self, name: str, view: ViewFilter) -> None:
         self._fanout.views[name] = view
@@ -120,7 +130,9 @@ class Hub:
         c = self._conns.pop(conn)
         if c is None:
             return
+        watched = list(c.subscriptions)
         self._fanout.leave_all(c)
+        self._lost_interest(watched)
         released = [s for s in c.produces if self._authority.producer_of(s) == conn]
         for sid in self._authority.release(conn, c.produces):
             self._fanout.invalidate(sid)
@@ -189,10 +201,24 @@ class Hub:
         c = self._conns.get(conn)
         self._authority.check_stream(c.face, stream_id)
         c.require(stream_id, "read")
+        first = not self._fanout.subscribers_of(stream_id)
         self._fanout.subscribe(c, stream_id)
+        if first and self._on_interest is not None:
+            self._on_interest(stream_id, True)
 
     def unsubscribe(self, conn: ConnId, stream_id: StreamId) -> None:
-        self._fanout.unsubscribe(self._conns.get(conn), stream_id)
+        c = self._conns.get(conn)
+        watched = stream_id in c.subscriptions
+        self._fanout.unsubscribe(c, stream_id)
+        if watched:
+            self._lost_interest([stream_id])
+
+    def _lost_interest(self, streams: list[StreamId]) -> None:
+        if self._on_interest is None:
+            return
+        for sid in streams:
+            if not self._fanout.subscribers_of(sid):
+                self._on_interest(sid, False)
 
     def resync(self, conn: ConnId, stream_id: StreamId) -> None:
         """A subscriber lost sync: it gets a fresh snapshot from the hub's mirror."""

@@ -60,6 +60,11 @@ class AllowAll:
 AcceptHook = Callable[[StreamId, ConnId, Frame[object]], None]
 ReleaseHook = Callable[[StreamId, ConnId], None]
 """Called when ``conn`` stops producing the stream (it disconnected)."""
+RemoteOwner = Callable[[StreamId, ConnId | None], str | None]
+"""The node that produces the stream elsewhere in a cluster (None: nobody, or ``conn`` is the
+connection that stands for that node here)."""
+InterestHook = Callable[[StreamId, bool], None]
+"""Called when a stream gets its first subscriber (True) or loses its last (False)."""
 
 
 class Recorder(Protocol):

@@ -89,7 +89,6 @@ def stream_of(tok: str) -> str:
 class Subjects:
     def __init__(self, cluster: str) -> None:
         self.prefix = f"octosync.{cluster}"
-        self.frames = f"{self.prefix}.f.>"
         self.heartbeat = f"{self.prefix}.hb"
         self.bucket = f"octosync_{cluster}_owners"
         self.snapshots_bucket = f"octosync_{cluster}_snapshots"
@@ -147,10 +146,15 @@ class ClusterLink:
         self._writer: ConnId | None = None
         self._stopping = False
         runtime.hub.register_encoder(REMOTE_ENCODER, _encode_body)
+        runtime.hub.register_remote_owners(self._remote_owner)
         self._out: collections.deque[tuple[str, bytes]] = collections.deque()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watcher: Any = None
+        self._interest: set[str] = set()
+        """Streams with local subscribers (the hub's interest hook keeps it)."""
+        self._subs: dict[str, Any] = {}
+        """The NATS subscription to each followed stream's frames."""
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -167,7 +171,8 @@ class ClusterLink:
         self._kept = await owners_bucket(nc, self.subjects, self.subjects.snapshots_bucket)
         await self._restore_kept()
         self._spawn(self._watch())
-        await nc.subscribe(self.subjects.frames, cb=self._on_frame)
+        for stream in sorted(self._interest):  # subscribers that came before the link
+            await self._follow(stream)
         await nc.subscribe(self.subjects.heartbeat, cb=self._on_heartbeat)
         await nc.subscribe(self.subjects.snapshots(self.node), cb=self._on_request)
         await nc.subscribe(self.subjects.writes(self.node), cb=self._on_write)
@@ -223,6 +228,41 @@ class ClusterLink:
         """The hub's release hook: the local producer of ``stream`` disconnected."""
         if isinstance(stream, str) and self.core.local_producers().get(stream) == conn:
             self._run(self.core.local_released(stream))
+
+    def _remote_owner(self, stream: StreamId, conn: ConnId | None) -> str | None:
+        if not isinstance(stream, str) or conn in self._remote.values():
+            return None  # the connection that stands for the owner here may produce
+        return self.core.produced_elsewhere(stream)
+
+    def on_interest(self, stream: StreamId, wanted: bool) -> None:
+        """The hub's interest hook: follow a stream while it has local subscribers."""
+        if not isinstance(stream, str):
+            return  # WVP streams stay on their node (see the core's docstring)
+        if wanted:
+            self._interest.add(stream)
+            if self._nc is not None:
+                self._spawn(self._follow(stream))
+            return
+        self._interest.discard(stream)
+        self._run(self.core.unfollow(stream))
+        sub = self._subs.pop(stream, None)
+        if sub is not None:
+            self._spawn(_unsubscribe(sub))
+
+    async def _follow(self, stream: str) -> None:
+        """Subscribe to the stream's frames, then let the core ask for its snapshot (frames
+        published before the subscription took are covered by that snapshot)."""
+        assert self._nc is not None
+        if stream in self._subs:
+            return
+        sub = await self._nc.subscribe(self.subjects.frame(stream), cb=self._on_frame)
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await self._nc.flush(timeout=1)
+        if stream not in self._interest or stream in self._subs:
+            await _unsubscribe(sub)  # the last subscriber left meanwhile, or a twin won
+            return
+        self._subs[stream] = sub
+        self._run(self.core.follow(stream))
 
     def _run(self, effects: list[Effect]) -> None:
         for effect in effects:
@@ -354,7 +394,7 @@ class ClusterLink:
                     for s, load in beat.streams.items()
                     if load.claim and load.epoch is not None
                 }
-                self._run(self.core.heartbeat(beat.node, owned))
+                self._run(self.core.heartbeat(beat.node, owned, beat.released))
 
     async def _on_request(self, msg: Msg) -> None:
         """Another node asks for a stream's snapshot: from this hub, if this node owns it."""
@@ -481,7 +521,12 @@ class ClusterLink:
                     hub.epoch_of(sid), len(hub.subscribers_of(sid)), self.core.owns(sid) or 0
                 )
         conns = hub.connection_count() - len(self._remote) - (self._writer is not None)
-        return Heartbeat(self.node, self.public_url, streams, conns)
+        return Heartbeat(self.node, self.public_url, streams, conns, self.core.released_claims())
+
+
+async def _unsubscribe(sub: Any) -> None:
+    with contextlib.suppress(nats.errors.Error):
+        await sub.unsubscribe()
 
 
 def _encode_body(frame: OutFrame) -> bytes:

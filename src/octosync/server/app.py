@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__
 from octosync.hub.model import Frame
-from octosync.hub.types import AcceptHook, ConnId, ReleaseHook, StreamId
+from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
 from octosync.links.cluster_link import ClusterLink, default_node_id
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
@@ -80,6 +80,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     link: ClusterLink | None = None
     hook = on_accept
     released: ReleaseHook | None = None
+    interest: InterestHook | None = None
     if config.cluster_url is not None:
         outer = on_accept
 
@@ -93,7 +94,18 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             assert link is not None
             link.on_release(stream, conn)
 
-    runtime = Runtime(config, on_accept=hook, on_release=released, recorder=recorder, writer=writer)
+        def interest(stream: StreamId, wanted: bool) -> None:
+            assert link is not None
+            link.on_interest(stream, wanted)
+
+    runtime = Runtime(
+        config,
+        on_accept=hook,
+        on_release=released,
+        on_interest=interest,
+        recorder=recorder,
+        writer=writer,
+    )
     if config.cluster_url is not None:
         link = ClusterLink(runtime, config.cluster_url, config.node_id or default_node_id())
         runtime.cluster = link.core

@@ -17,7 +17,7 @@ from octosync.hub import Hub, HubConfig, OutboxLimits
 from octosync.hub.model import lazily_frame
 from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.streams import map_name_of, map_stream_id
-from octosync.hub.types import AcceptHook, Recorder, ReleaseHook
+from octosync.hub.types import AcceptHook, InterestHook, Recorder, ReleaseHook
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
@@ -93,6 +93,7 @@ class Runtime:
         on_accept: AcceptHook | None = None,
         recorder: Recorder | None = None,
         on_release: ReleaseHook | None = None,
+        on_interest: InterestHook | None = None,
         writer: GroupCommitWriter | None = None,
     ) -> None:
         self.config = config
@@ -113,6 +114,7 @@ class Runtime:
             encoders=view_encoders(),
             on_accept=on_accept,
             on_release=on_release,
+            on_interest=on_interest,
             recorder=recorder,
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)

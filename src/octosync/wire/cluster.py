@@ -74,6 +74,9 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
     url: str
     streams: dict[str, StreamLoad]
     connections: int
+    released: dict[str, Epoch] = {}
+    """Streams this node released, with the claim it held (so nodes whose ownership watch
+    was lost, and that follow none of its frames, still see the release)."""
 
 
 ClusterMessage = StreamFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write
