@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -53,10 +54,72 @@ def _free_port() -> int:
         return port
 
 
+class _Stages:
+    """CPU time of the serving process's main thread by stage (``time.thread_time`` around
+    the methods each stage is; a stage's own time, without the stages it calls), plus the CPU
+    of the whole process by thread. The serving process dumps it to ``FILE`` on ``SIGUSR1``
+    (``OCTOSYNC_BENCH_STAGES=FILE``); what the main thread spent outside every stage is the
+    event loop, aiohttp's frame reading and the session glue left unmeasured."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._stack: list[float] = []
+
+    def wrap(self, owner: type, name: str, stage: str) -> None:
+        inner = getattr(owner, name)
+        seconds, stack, clock = self.seconds, self._stack, time.thread_time
+        seconds.setdefault(stage, 0.0)
+
+        def timed(*args: object, **kwargs: object) -> object:
+            stack.append(0.0)
+            t0 = clock()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent = clock() - t0
+                children = stack.pop()
+                seconds[stage] += spent - children
+                if stack:
+                    stack[-1] += spent
+
+        setattr(owner, name, timed)
+
+    def snapshot(self) -> dict[str, float]:
+        out = dict(self.seconds)
+        tick = os.sysconf("SC_CLK_TCK")
+        main = str(os.getpid())
+        for task in Path("/proc/self/task").iterdir():
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            who = "main thread" if task.name == main else "other threads (journal writer)"
+            for i, kind in ((11, "user"), (12, "system")):
+                key = f"{who} {kind}"
+                out[key] = out.get(key, 0.0) + int(fields[i]) / tick
+        return out
+
+
+def _instrument() -> _Stages:
+    """Stage accounting in the serving process (the methods each stage runs)."""
+    from octosync.server.runtime import Runtime
+    from octosync.server.topgun_session import TopGunSession
+    from octosync.topgun.core import TopGunCore
+
+    stages = _Stages()
+    stages.wrap(TopGunSession, "decode", "decode OP_BATCH (msgspec)")
+    stages.wrap(TopGunSession, "handle", "session glue")
+    stages.wrap(TopGunCore, "handle", "core: validate, records, HLC, merge, events")
+    stages.wrap(TopGunCore, "flush", "core: fan-out encode (flush)")
+    stages.wrap(Runtime, "deliver_all", "write to connections")
+    stages.wrap(Runtime, "deliver", "write to connections")
+    stages.wrap(Runtime, "after_commit", "journal submit")
+    return stages
+
+
 async def _serve(port: int, data: str) -> None:
     from octosync.server.app import ServerConfig, build_app
     from octosync.server.run import start
 
+    stages_to = os.environ.get("OCTOSYNC_BENCH_STAGES")
+    stages = _instrument() if stages_to else None
     config = ServerConfig(
         port=port,
         data_dir=Path(data),
@@ -67,12 +130,22 @@ async def _serve(port: int, data: str) -> None:
     )
     await start(build_app(config), config)
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    if stages is not None and stages_to:
+        import json
+
+        def dump() -> None:
+            tmp = stages_to + ".tmp"
+            Path(tmp).write_text(json.dumps(stages.snapshot()))
+            os.replace(tmp, stages_to)
+
+        loop.add_signal_handler(signal.SIGUSR1, dump)
     profile_to = os.environ.get("OCTOSYNC_BENCH_PROFILE")
     if profile_to:  # --profile: cProfile the serving process until the harness stops it
         import cProfile
 
         profiler = cProfile.Profile()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
         profiler.enable()
         await stop.wait()
         profiler.disable()
@@ -410,6 +483,8 @@ class Result:
     server_sys: float
     subscribers_cpu: float
     writers_cpu: float
+    stages: dict[str, float]
+    """Server CPU seconds by stage and thread (``--stages``)."""
 
     @property
     def server_cpu(self) -> float:
@@ -458,7 +533,24 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
     port = _free_port()
     data = tempfile.mkdtemp(prefix="octosync-topgun-bench-")
     command = [sys.executable, str(HERE), "_server", str(port), data]
-    server = subprocess.Popen(command, env=_env(src))
+    env = _env(src)
+    stages_file = Path(data) / "stages.json"
+    if args.stages:
+        env["OCTOSYNC_BENCH_STAGES"] = str(stages_file)
+    server = subprocess.Popen(command, env=env)
+
+    async def stages() -> dict[str, float]:
+        """The serving process's stage accounting so far (``--stages``), else nothing."""
+        if not args.stages:
+            return {}
+        stages_file.unlink(missing_ok=True)
+        server.send_signal(signal.SIGUSR1)
+        for _ in range(100):
+            if stages_file.exists():
+                return dict(json.loads(stages_file.read_text()))
+            await asyncio.sleep(0.05)
+        raise RuntimeError("the server wrote no stage accounting")
+
     subs: subprocess.Popen[bytes] | None = None
     try:
         for _ in range(200):
@@ -496,6 +588,7 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
                 clock = [0, 0]
                 events0, reference0, other0, _ = delivered()
                 user0, sys0 = _cpu_seconds(server.pid)
+                stages0 = await stages()
                 subs0, own0 = sum(_cpu_seconds(subs.pid)), _own_cpu()
                 t0 = time.monotonic()
                 counts = await asyncio.gather(
@@ -527,6 +620,7 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
                     await asyncio.sleep(0.2)
                 drained = time.monotonic() - t0
                 user1, sys1 = _cpu_seconds(server.pid)
+                stages1 = await stages()
                 results.append(
                     Result(
                         level,
@@ -542,6 +636,7 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
                         sys1 - sys0,
                         sum(_cpu_seconds(subs.pid)) - subs0,
                         own1 - own0,
+                        {k: v - stages0.get(k, 0.0) for k, v in stages1.items()},
                     )
                 )
             for ws in writers:
@@ -578,10 +673,25 @@ def _report(name: str, results: list[Result], ceiling: float, core: float, subs:
             f"subscribers {_us(r.subscribers_cpu, r.ops):.1f} us, "
             f"writers {_us(r.writers_cpu, r.ops):.1f} us"
         )
+        if r.stages:
+            _report_stages(r)
     print(
         f"  core      {core:10,.0f} ops/s  (TopGunCore.handle in-process on the same "
         f"frames, {subs} subscribers, no sockets)"
     )
+
+
+def _report_stages(r: Result) -> None:
+    """The serving process's CPU per op acked, by stage of its main thread and by thread."""
+    threads = {k: v for k, v in r.stages.items() if "thread" in k}
+    measured = {k: v for k, v in r.stages.items() if "thread" not in k}
+    main = sum(v for k, v in threads.items() if k.startswith("main"))
+    rest = main - sum(measured.values())
+    print("            server CPU per op by stage (main thread; thread_time, own time):")
+    for stage, seconds in [*measured.items(), ("event loop, aiohttp reading, the rest", rest)]:
+        print(f"              {_us(seconds, r.ops):6.2f} us  {stage}")
+    for thread, seconds in threads.items():
+        print(f"              {_us(seconds, r.ops):6.2f} us  {thread} (/proc, 10 ms ticks)")
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -634,6 +744,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="account the server's CPU by stage (wraps its methods: adds a little overhead)",
+    )
     parser.add_argument("--quick", action="store_true", help="4 writers, 20 subscribers, 2 s")
     parser.add_argument(
         "--baseline-src",

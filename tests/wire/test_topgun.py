@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octosync.crdt import OpKind
-from octosync.crdt.sync_messages import SyncInit, SyncRespRoot
+from octosync.crdt.sync_messages import SyncInit, SyncRespRoot, WireLWWRecord, WireTimestamp
 from octosync.errors import DecodeError, Oversize
 from octosync.wire import topgun
 from octosync.wire.topgun import (
@@ -338,3 +338,35 @@ def test_invalid_utf8_in_a_string_is_a_decode_error() -> None:
     # found by the face fuzz test: msgspec raised UnicodeDecodeError, not a typed error
     with pytest.raises(DecodeError, match="UTF-8"):
         decode(b"\x81\xa4type\xa3\x80\x80\x80")
+
+
+def _event(i: int, map_name: str = "m") -> topgun.ServerEventPayload:
+    stamp = WireTimestamp(1_700_000_000_000 + i, i, "node")
+    record = WireLWWRecord(msgspec.Raw(msgspec.msgpack.encode({"v": i})), stamp)
+    return topgun.ServerEventPayload(map_name, "PUT", f"k{i}", record=record)
+
+
+@given(st.lists(st.integers(0, 20), min_size=1, max_size=6))
+def test_joined_event_runs_are_the_message_of_their_events(sizes: list[int]) -> None:
+    runs, events = [], []
+    for n, size in enumerate(sizes):
+        batch = [_event(100 * n + i) for i in range(size)]
+        events.extend(batch)
+        runs.append((size, topgun.encode_event_run(batch)))
+    if not events:
+        return
+    joined = topgun.join_event_runs(runs)
+    if len(events) == 1:
+        assert joined == topgun.encode(topgun.ServerEvent(events[0]))
+    else:
+        batch_event = topgun.ServerBatchEvent(topgun.ServerBatchEventPayload(events))
+        assert joined == topgun.encode(batch_event)
+
+
+@pytest.mark.parametrize("count", [15, 16, 65_535, 65_536])
+def test_joined_event_runs_use_every_array_header_size(count: int) -> None:
+    one = topgun.encode_event_run([_event(7)])
+    joined = topgun.join_event_runs([(1, one)] * count)
+    message = topgun.decode(joined)
+    assert isinstance(message, topgun.ServerBatchEvent)
+    assert message.payload.events == [_event(7)] * count
