@@ -370,3 +370,27 @@ def test_joined_event_runs_use_every_array_header_size(count: int) -> None:
     message = topgun.decode(joined)
     assert isinstance(message, topgun.ServerBatchEvent)
     assert message.payload.events == [_event(7)] * count
+
+
+@given(
+    st.integers(0, 2**53),
+    st.integers(0, 2**31 - 1),
+    st.text(min_size=1, max_size=8).filter(lambda n: ":" not in n),
+    st.sampled_from([None, "PUT", "REMOVE"]),
+    st.one_of(st.none(), st.integers(-(2**63), 2**63), st.text(max_size=5)),
+    st.booleans(),
+)
+def test_lww_ops_become_records_identified_by_their_hlc(
+    millis: int, counter: int, node: str, op_type: str | None, value: Any, as_float: bool
+) -> None:
+    stamp = WireTimestamp(float(millis) if as_float else millis, counter, node)
+    raw = msgspec.Raw(msgspec.msgpack.encode(value))
+    op = topgun.ClientOp("m", "k", "1", op_type, WireLWWRecord(raw, stamp))
+    rec = client_op_to_record(op)
+    removed = op_type == "REMOVE" or value is None
+    assert rec.op is (OpKind.REMOVE if removed else OpKind.PUT)
+    assert rec.value == (b"" if removed else bytes(raw))
+    assert (rec.ts.millis, rec.ts.counter, rec.ts.node_id) == (millis, counter, node)
+    assert type(rec.ts.millis) is int
+    assert rec.op_id == str(rec.ts) == f"{millis}:{counter}:{node}"
+    assert rec.origin == node

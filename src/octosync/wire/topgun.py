@@ -698,6 +698,14 @@ def client_op_to_record(op: ClientOp) -> OpRecord:
     an LWW op is identified by its HLC (unique per node), an OR add by its tag, an OR remove
     by the tag it removes (removing a tag twice is removing it once).
     """
+    record = op.record
+    if record is not None and op.or_record is None and op.or_tag is None:
+        value = bytes(record.value)
+        stamp = record.timestamp
+        m, c, node = stamp.millis, stamp.counter, stamp.node_id
+        if type(m) is int and type(c) is int and op.op_type != "REMOVE" and value != _NIL_BYTES:
+            ts = Timestamp(m, c, node)  # a PUT, the usual op: ``str(ts)`` spelled out
+            return OpRecord(op.map_name, op.key, OpKind.PUT, value, ts, node, f"{m}:{c}:{node}")
     if op.or_record is not None:
         r = op.or_record
         ts = r.timestamp.to_ts()
