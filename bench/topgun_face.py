@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,15 +64,34 @@ class _Stages:
     event loop, aiohttp's frame reading and the session glue left unmeasured."""
 
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
+        self.seconds: dict[str, float] = {"cycle collector (gc)": 0.0}
         self._stack: list[float] = []
+        self._gc_started = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        """Time in the cycle collector (main thread only), taken out of the stage it
+        interrupted, like a stage of its own."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if phase == "start":
+            self._gc_started = time.thread_time()
+            return
+        spent = time.thread_time() - self._gc_started
+        self.seconds["cycle collector (gc)"] += spent
+        if self._stack:
+            self._stack[-1] += spent
 
     def wrap(self, owner: type, name: str, stage: str) -> None:
         inner = getattr(owner, name)
         seconds, stack, clock = self.seconds, self._stack, time.thread_time
         seconds.setdefault(stage, 0.0)
 
+        calls = f"calls: {stage}"
+        seconds.setdefault(calls, 0)
+
         def timed(*args: object, **kwargs: object) -> object:
+            seconds[calls] += 1
             stack.append(0.0)
             t0 = clock()
             try:
@@ -684,7 +705,10 @@ def _report(name: str, results: list[Result], ceiling: float, core: float, subs:
 def _report_stages(r: Result) -> None:
     """The serving process's CPU per op acked, by stage of its main thread and by thread."""
     threads = {k: v for k, v in r.stages.items() if "thread" in k}
-    measured = {k: v for k, v in r.stages.items() if "thread" not in k}
+    calls = {k.removeprefix("calls: "): v for k, v in r.stages.items() if k.startswith("calls")}
+    measured = {
+        k: v for k, v in r.stages.items() if "thread" not in k and not k.startswith("calls")
+    }
     main = sum(v for k, v in threads.items() if k.startswith("main"))
     rest = main - sum(measured.values())
     print("            server CPU per op by stage (main thread; thread_time, own time):")
@@ -692,6 +716,12 @@ def _report_stages(r: Result) -> None:
         print(f"              {_us(seconds, r.ops):6.2f} us  {stage}")
     for thread, seconds in threads.items():
         print(f"              {_us(seconds, r.ops):6.2f} us  {thread} (/proc, 10 ms ticks)")
+    flushes = calls.get("core: fan-out encode (flush)", 0)
+    print(
+        f"            {r.ops / max(flushes, 1):,.0f} ops per fan-out flush "
+        f"({calls.get('core: validate, records, HLC, merge, events', 0):,.0f} frames handled, "
+        f"{flushes:,.0f} flushes)"
+    )
 
 
 async def _main(args: argparse.Namespace) -> None:
