@@ -100,6 +100,10 @@ class WireLWWRecord(TopGunStruct, frozen=True):
 
     integral = ("ttl_ms",)
 
+    def __post_init__(self) -> None:
+        if self.ttl_ms is not None:  # absent in nearly every record: no check to run
+            self._check_integral()
+
 
 class LeafRecord(TopGunStruct, frozen=True):
     key: str

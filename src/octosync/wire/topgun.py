@@ -126,6 +126,10 @@ class ClientOp(TopGunStruct, frozen=True):
 
     integral = ("timeout",)
 
+    def __post_init__(self) -> None:
+        if self.timeout is not None:  # absent in nearly every op: no check to run
+            self._check_integral()
+
 
 class ClientOpMessage(TopGunStruct, frozen=True, tag_field="type", tag="CLIENT_OP"):
     payload: ClientOp
@@ -701,8 +705,8 @@ def client_op_to_record(op: ClientOp) -> OpRecord:
     record = op.record
     if record is not None and op.or_record is None and op.or_tag is None:
         value = bytes(record.value)
-        stamp = record.timestamp
-        m, c, node = stamp.millis, stamp.counter, stamp.node_id
+        hlc = record.timestamp
+        m, c, node = hlc.millis, hlc.counter, hlc.node_id
         if type(m) is int and type(c) is int and op.op_type != "REMOVE" and value != _NIL_BYTES:
             ts = Timestamp(m, c, node)  # a PUT, the usual op: ``str(ts)`` spelled out
             return OpRecord(op.map_name, op.key, OpKind.PUT, value, ts, node, f"{m}:{c}:{node}")
