@@ -220,6 +220,23 @@ def test_leaf_digest_decodes_strictly(doc: dict[str, Any], path: str) -> None:
             "payload.buckets",
         ),
         ({"type": "AUTH_FAIL", "code": "x"}, "code"),
+        ({"type": "CLIENT_OP", "payload": {"mapName": "m", "key": "k", "timeout": -1}}, "payload"),
+        ({"type": "CLIENT_OP", "payload": {"mapName": "m", "key": "k", "timeout": 0.5}}, "payload"),
+        (
+            {
+                "type": "CLIENT_OP",
+                "payload": {
+                    "mapName": "m",
+                    "key": "k",
+                    "record": {
+                        "value": 1,
+                        "timestamp": {"millis": 1, "counter": 0, "nodeId": "n"},
+                        "ttlMs": -5,
+                    },
+                },
+            },
+            "payload.record",
+        ),
         ({"type": "LOCK_GRANTED", "payload": {"requestId": "r"}}, "payload"),
         (
             {
@@ -242,6 +259,13 @@ def test_integral_floats_are_accepted_as_ints() -> None:
     msg = decode(msgspec.msgpack.encode({"type": "AUTH_FAIL", "code": 401.0}))
     assert msg == AuthFail(code=401)
     assert type(msg.code) is int
+    op = decode(
+        msgspec.msgpack.encode(
+            {"type": "CLIENT_OP", "payload": {"mapName": "m", "key": "k", "timeout": 5.0}}
+        )
+    )
+    assert isinstance(op, ClientOpMessage)
+    assert type(op.payload.timeout) is int
 
 
 def test_oversize_and_garbage() -> None:
