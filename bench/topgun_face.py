@@ -16,6 +16,7 @@ machine's cores, so what the clients cost is taken from the server. Usage::
     python bench/topgun_face.py             # 10 writers, 100 subscribers, 5 s per level
     python bench/topgun_face.py --quick     # 4 writers, 20 subscribers, 2 s per level
     python bench/topgun_face.py --baseline-src ../main/src   # before / after, same run
+    python bench/topgun_face.py --stages    # also the server's CPU per op by stage
 
 ``OCTOSYNC_BENCH_PROFILE=FILE`` writes a cProfile of the serving process to ``FILE``.
 
