@@ -460,9 +460,9 @@ class TopGunCore:
         """The events applied since the last flush, for every connection with their map open
         (by now) but the one that wrote them: each batch's events encoded once (one encode
         call), then one message per distinct (maps open, writer left out) group, the same
-        bytes for every connection in it. The
-        server flushes once per event-loop turn, so the writes of many batches and clients
-        reach a subscriber as one message and one socket write."""
+        bytes for every connection in it. The server flushes once per event-loop turn, so
+        the writes of many batches and clients reach a subscriber as one message and one
+        socket write."""
         fx = Effects()
         chunks, self._pending = self._pending, []
         if not chunks:
