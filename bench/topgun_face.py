@@ -3,16 +3,20 @@ receiving the events, and the same ops folded in-process by ``crdt/`` (the ceili
 
 The octosync server runs in its own process (the real serving path: ``build_app`` with the
 journal on, ``--insecure-dev`` so clients send ``DEVICE_HELLO``). Subscribers (``--subscribers``,
-default 100) run in a second process: each opens the map with ``SYNC_INIT`` and counts the
-events it receives (scanning the MsgPack headers, so the harness stays cheap). This process
-runs the writers (``--writers``, default 10): each sends ``OP_BATCH`` frames of ``--batch``
-(100) PUTs over 1,000 keys with fresh HLC timestamps, at most ``--window`` batches in flight,
-for ``--seconds`` per write concern (``APPLIED``, then ``PERSISTED``), and times each
-batch's ``OP_ACK``. Usage::
+default 100) run in a second process: each opens the map with ``SYNC_INIT``; one of them
+decodes every message in full and counts its events (the reference), the others read each
+WebSocket frame's header and the message's first bytes (type and event count) and skip the
+rest, and must count exactly what the reference counts. This process runs the writers
+(``--writers``, default 10): each sends ``OP_BATCH`` frames of ``--batch`` (100) PUTs over
+1,000 keys with fresh HLC timestamps, at most ``--window`` batches in flight, for
+``--seconds`` per write concern (``APPLIED``, then ``PERSISTED``), and times each batch's
+``OP_ACK``. The CPU each process spends is reported per op acked: the three share this
+machine's cores, so what the clients cost is taken from the server. Usage::
 
     python bench/topgun_face.py             # 10 writers, 100 subscribers, 5 s per level
     python bench/topgun_face.py --quick     # 4 writers, 20 subscribers, 2 s per level
     python bench/topgun_face.py --baseline-src ../main/src   # before / after, same run
+    python bench/topgun_face.py --stages    # also the server's CPU per op by stage
 
 ``OCTOSYNC_BENCH_PROFILE=FILE`` writes a cProfile of the serving process to ``FILE``.
 
@@ -24,15 +28,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import json
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -41,7 +48,6 @@ import msgspec
 HERE = Path(__file__).resolve()
 MAP = "bench"
 KEYS = 1000
-_EVENTS = re.compile(rb"\xa6events(?:\xdc(..)|([\x90-\x9f]))|(\xacSERVER_EVENT)", re.DOTALL)
 
 
 def _free_port() -> int:
@@ -51,10 +57,91 @@ def _free_port() -> int:
         return port
 
 
+class _Stages:
+    """CPU time of the serving process's main thread by stage (``time.thread_time`` around
+    the methods each stage is; a stage's own time, without the stages it calls), plus the CPU
+    of the whole process by thread. The serving process dumps it to ``FILE`` on ``SIGUSR1``
+    (``OCTOSYNC_BENCH_STAGES=FILE``); what the main thread spent outside every stage is the
+    event loop, aiohttp's frame reading and the session glue left unmeasured."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {"cycle collector (gc)": 0.0}
+        self._stack: list[float] = []
+        self._gc_started = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        """Time in the cycle collector (main thread only), taken out of the stage it
+        interrupted, like a stage of its own."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if phase == "start":
+            self._gc_started = time.thread_time()
+            return
+        spent = time.thread_time() - self._gc_started
+        self.seconds["cycle collector (gc)"] += spent
+        if self._stack:
+            self._stack[-1] += spent
+
+    def wrap(self, owner: type, name: str, stage: str) -> None:
+        inner = getattr(owner, name)
+        seconds, stack, clock = self.seconds, self._stack, time.thread_time
+        seconds.setdefault(stage, 0.0)
+
+        calls = f"calls: {stage}"
+        seconds.setdefault(calls, 0)
+
+        def timed(*args: object, **kwargs: object) -> object:
+            seconds[calls] += 1
+            stack.append(0.0)
+            t0 = clock()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent = clock() - t0
+                children = stack.pop()
+                seconds[stage] += spent - children
+                if stack:
+                    stack[-1] += spent
+
+        setattr(owner, name, timed)
+
+    def snapshot(self) -> dict[str, float]:
+        out = dict(self.seconds)
+        tick = os.sysconf("SC_CLK_TCK")
+        main = str(os.getpid())
+        for task in Path("/proc/self/task").iterdir():
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            who = "main thread" if task.name == main else "other threads (journal writer)"
+            for i, kind in ((11, "user"), (12, "system")):
+                key = f"{who} {kind}"
+                out[key] = out.get(key, 0.0) + int(fields[i]) / tick
+        return out
+
+
+def _instrument() -> _Stages:
+    """Stage accounting in the serving process (the methods each stage runs)."""
+    from octosync.server.runtime import Runtime
+    from octosync.server.topgun_session import TopGunSession
+    from octosync.topgun.core import TopGunCore
+
+    stages = _Stages()
+    stages.wrap(TopGunSession, "decode", "decode OP_BATCH (msgspec)")
+    stages.wrap(TopGunSession, "handle", "session glue")
+    stages.wrap(TopGunCore, "handle", "core: validate, records, HLC, merge, events")
+    stages.wrap(TopGunCore, "flush", "core: fan-out encode (flush)")
+    stages.wrap(Runtime, "deliver_all", "write to connections")
+    stages.wrap(Runtime, "deliver", "write to connections")
+    stages.wrap(Runtime, "after_commit", "journal submit")
+    return stages
+
+
 async def _serve(port: int, data: str) -> None:
     from octosync.server.app import ServerConfig, build_app
     from octosync.server.run import start
 
+    stages_to = os.environ.get("OCTOSYNC_BENCH_STAGES")
+    stages = _instrument() if stages_to else None
     config = ServerConfig(
         port=port,
         data_dir=Path(data),
@@ -65,12 +152,22 @@ async def _serve(port: int, data: str) -> None:
     )
     await start(build_app(config), config)
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    if stages is not None and stages_to:
+        import json
+
+        def dump() -> None:
+            tmp = stages_to + ".tmp"
+            Path(tmp).write_text(json.dumps(stages.snapshot()))
+            os.replace(tmp, stages_to)
+
+        loop.add_signal_handler(signal.SIGUSR1, dump)
     profile_to = os.environ.get("OCTOSYNC_BENCH_PROFILE")
     if profile_to:  # --profile: cProfile the serving process until the harness stops it
         import cProfile
 
         profiler = cProfile.Profile()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
         profiler.enable()
         await stop.wait()
         profiler.disable()
@@ -88,35 +185,133 @@ async def _open(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocke
     return ws
 
 
-class Counting(asyncio.Protocol):
-    """Counts SERVER_EVENT / SERVER_BATCH_EVENT events from raw socket bytes."""
+_BATCH_PREFIX = b"\x82\xa4type\xb2SERVER_BATCH_EVENT\xa7payload\x81\xa6events"
+_ONE_PREFIX = b"\x82\xa4type\xacSERVER_EVENT\xa7payload"
+_PEEK = 64
+"""Bytes looked at per frame: the longest WebSocket header (10) plus the batch prefix (41)
+and its array header (up to 5)."""
+_SHARED = bytearray(1 << 20)
+"""One receive buffer for every subscriber: each chunk is counted before the next read."""
+
+
+def _event_count(payload: bytes) -> int | None:
+    """Events in a server message from the start of its payload; None for other messages."""
+    if payload.startswith(_BATCH_PREFIX):
+        at = len(_BATCH_PREFIX)
+        tag = payload[at]
+        if 0x90 <= tag <= 0x9F:
+            return tag - 0x90
+        if tag == 0xDC:
+            return int.from_bytes(payload[at + 1 : at + 3], "big")
+        if tag == 0xDD:
+            return int.from_bytes(payload[at + 1 : at + 5], "big")
+        raise ValueError(f"SERVER_BATCH_EVENT without an events array: {payload[:48]!r}")
+    if payload.startswith(_ONE_PREFIX):
+        return 1
+    return None
+
+
+class Counting(asyncio.BufferedProtocol):
+    """Counts SERVER_EVENT / SERVER_BATCH_EVENT events on one socket: it walks the WebSocket
+    frames by their headers and reads each message's type and event count from its first
+    bytes (a frame that is neither is counted in ``other``), skipping the rest unread. Reads
+    land in one shared buffer, so a subscriber costs a header parse per message, not a pass
+    over every byte."""
 
     def __init__(self) -> None:
         self.events = 0
-        self.tail = b""
+        self.messages = 0
+        self.other = 0
+        self.lost = False
+        self._skip = 0
+        self._head = b""
 
-    def data_received(self, data: bytes) -> None:
-        buf = self.tail + data
-        end = 0
-        for m in _EVENTS.finditer(buf):
-            end = m.end()
-            if m.group(1) is not None:
-                self.events += int.from_bytes(m.group(1), "big")
-            elif m.group(2) is not None:
-                self.events += m.group(2)[0] - 0x90
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(_SHARED)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = memoryview(_SHARED)[:nbytes]
+        pos = 0
+        while True:
+            if self._skip:
+                take = min(self._skip, nbytes - pos)
+                self._skip -= take
+                pos += take
+                if self._skip:
+                    return
+            if pos >= nbytes:
+                return
+            head = self._head + bytes(data[pos : pos + _PEEK])
+            frame = _frame(head)
+            if frame is None:  # the header or the prefix continues in the next read
+                self._head = head
+                return
+            size, count = frame
+            self._skip = size - len(self._head)
+            self._head = b""
+            self.messages += 1
+            if count is None:
+                self.other += 1
             else:
-                self.events += 1
-        self.tail = buf[max(end, len(buf) - 16) :]
+                self.events += count
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+
+def _frame(head: bytes) -> tuple[int, int | None] | None:
+    """(frame size, events in it) for the unmasked frame starting ``head``; None when ``head``
+    is too short to say."""
+    if len(head) < 2:
+        return None
+    code = head[1] & 0x7F
+    if head[1] & 0x80:
+        raise ValueError("a server frame is never masked")
+    if code < 126:
+        hl, size = 2, code
+    elif code == 126:
+        hl, size = 4, int.from_bytes(head[2:4], "big")
+    else:
+        hl, size = 10, int.from_bytes(head[2:10], "big")
+    if len(head) < hl + min(size, _PEEK - 10):
+        return None
+    opcode = head[0] & 0x0F
+    count = _event_count(head[hl : hl + size]) if opcode == 0x2 else None
+    return hl + size, count
+
+
+class _Reference:
+    """One subscriber that decodes every message in full (MsgPack into Python objects) and
+    counts the events in it: the count every header-counting subscriber must match."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.events = 0
+        self.ws = ws
+
+    async def run(self) -> None:
+        decode = msgspec.msgpack.Decoder().decode
+        async for msg in self.ws:
+            if msg.type != aiohttp.WSMsgType.BINARY:
+                break
+            body = decode(msg.data)
+            if body["type"] == "SERVER_BATCH_EVENT":
+                self.events += sum(e["mapName"] == MAP for e in body["payload"]["events"])
+            elif body["type"] == "SERVER_EVENT":
+                self.events += body["payload"]["mapName"] == MAP
 
 
 async def _subscribers(port: int, n: int) -> None:
-    """Subscriber process: open ``n`` connections, count events until stdin closes."""
+    """Subscriber process: open ``n`` connections (one of them the fully decoding reference),
+    count events until stdin says stop; each line in gets one line out: events counted by
+    the header-counting subscribers, by the reference, other messages, connections lost."""
     url = f"ws://127.0.0.1:{port}/topgun"
     counters: list[Counting] = []
     async with aiohttp.ClientSession() as http:
         socks = [await _open(http, url) for _ in range(n)]
         loop = asyncio.get_running_loop()
-        for ws in socks:
+        reference = _Reference(socks[0])
+        reading = loop.create_task(reference.run())
+        for ws in socks[1:]:
             # hand each socket to a counting protocol: no per-frame Python after this point
             conn = ws._response.connection
             assert conn is not None
@@ -128,33 +323,69 @@ async def _subscribers(port: int, n: int) -> None:
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         while line := await reader.readline():
-            print(sum(c.events for c in counters), flush=True)
+            events = sum(c.events for c in counters)
+            other = sum(c.other for c in counters)
+            lost = sum(c.lost for c in counters) + reading.done()
+            print(events, reference.events, other, lost, flush=True)
             if line.strip() == b"stop":
                 break
+        reading.cancel()
+
+
+class _Ts(msgspec.Struct, rename="camel"):
+    millis: int
+    counter: int
+    node_id: str
+
+
+class _Record(msgspec.Struct):
+    value: msgspec.Raw
+    timestamp: _Ts
+
+
+class _Op(msgspec.Struct, rename="camel"):
+    map_name: str
+    key: str
+    id: str
+    op_type: str
+    record: _Record
+
+
+class _Payload(msgspec.Struct, rename="camel"):
+    ops: list[_Op]
+    write_concern: str
+
+
+class _OpBatch(msgspec.Struct, tag_field="type", tag="OP_BATCH"):
+    """The client's ``OP_BATCH`` as its own Structs (the bench is a separate client: it does
+    not borrow the server's wire module), so building a batch costs no dicts."""
+
+    payload: _Payload
+
+
+_KEYS = [f"k{i}" for i in range(KEYS)]
+_VALUE = msgspec.msgpack.Encoder().encode
 
 
 def _batch(node: str, seq: int, start: int, size: int, level: str, clock: list[int]) -> bytes:
+    """One ``OP_BATCH`` with fresh HLC timestamps (every op is newer than what it overwrites,
+    so each one changes state, is journaled and fans out)."""
     millis = time.time_ns() // 1_000_000
     if millis > clock[0]:
         clock[0], clock[1] = millis, 0
-    ops = []
-    for i in range(size):
-        clock[1] += 1
-        ops.append(
-            {
-                "mapName": MAP,
-                "key": f"k{(start + i) % KEYS}",
-                "id": str(seq * size + i + 1),
-                "opType": "PUT",
-                "record": {
-                    "value": {"v": seq * size + i},
-                    "timestamp": {"millis": clock[0], "counter": clock[1], "nodeId": node},
-                },
-            }
+    first, counter = seq * size, clock[1]
+    clock[1] += size
+    ops = [
+        _Op(
+            MAP,
+            _KEYS[(start + i) % KEYS],
+            str(first + i + 1),
+            "PUT",
+            _Record(msgspec.Raw(_VALUE({"v": first + i})), _Ts(millis, counter + i + 1, node)),
         )
-    return msgspec.msgpack.encode(
-        {"type": "OP_BATCH", "payload": {"ops": ops, "writeConcern": level}}
-    )
+        for i in range(size)
+    ]
+    return _VALUE(_OpBatch(_Payload(ops, level)))
 
 
 async def _writer(
@@ -165,8 +396,14 @@ async def _writer(
     batch: int,
     window: int,
     latencies: list[float],
+    offset: int,
+    clock: list[int],
 ) -> int:
-    """Send batches for ``seconds`` with at most ``window`` in flight; returns ops acked."""
+    """Send batches for ``seconds`` with at most ``window`` in flight; returns ops acked.
+    Writers start ``offset`` keys apart, so two of them rarely write one key in the same
+    millisecond, and share one ``clock`` (the bench's HLC: every op a newer timestamp than
+    the ops built before it): an op that loses to a newer one is no change and makes no
+    event, so only ops reordered in flight on one key can lose."""
     sent: dict[str, float] = {}
     clock = [0, 0]
     acked = 0
@@ -177,7 +414,7 @@ async def _writer(
         while len(sent) < window and time.monotonic() < deadline:
             seq += 1
             last = str(seq * batch)
-            await ws.send_bytes(_batch(node, seq - 1, seq * batch, batch, level, clock))
+            await ws.send_bytes(_batch(node, seq - 1, seq * batch + offset, batch, level, clock))
             sent[last] = time.monotonic()
         if not sent:
             return acked
@@ -246,15 +483,47 @@ def _ceiling(ops: int, batch: int) -> float:
     return ops / (time.perf_counter() - t0)
 
 
-Result = tuple[str, int, float, list[float], int, float]
-"""(write concern, ops acked, seconds, ack latencies, events delivered, server CPU seconds)."""
+@dataclass
+class Result:
+    """One write concern's run: what was acked, what reached the subscribers, and the CPU
+    each process spent meanwhile (they share this machine's cores)."""
+
+    level: str
+    ops: int
+    seconds: float
+    """Writing time: from the first batch to the last ack."""
+    drained: float
+    """Until the subscribers had the last events (or stopped receiving any)."""
+    latencies: list[float]
+    events: int
+    """Counted by the header-counting subscribers (all but the reference)."""
+    reference_events: int
+    """Counted by the reference subscriber, which decodes every message."""
+    other_messages: int
+    subscribers_lost: int
+    server_user: float
+    server_sys: float
+    subscribers_cpu: float
+    writers_cpu: float
+    stages: dict[str, float]
+    """Server CPU seconds by stage and thread (``--stages``)."""
+
+    @property
+    def server_cpu(self) -> float:
+        return self.server_user + self.server_sys
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used (Linux ``/proc``): on a shared machine the
-    server's CPU per op is steadier than its wall-clock rate."""
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time a process has used (Linux ``/proc``): on a shared machine the
+    CPU per op is steadier than the wall-clock rate."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def _env(src: str | None) -> dict[str, str]:
@@ -286,7 +555,24 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
     port = _free_port()
     data = tempfile.mkdtemp(prefix="octosync-topgun-bench-")
     command = [sys.executable, str(HERE), "_server", str(port), data]
-    server = subprocess.Popen(command, env=_env(src))
+    env = _env(src)
+    stages_file = Path(data) / "stages.json"
+    if args.stages:
+        env["OCTOSYNC_BENCH_STAGES"] = str(stages_file)
+    server = subprocess.Popen(command, env=env)
+
+    async def stages() -> dict[str, float]:
+        """The serving process's stage accounting so far (``--stages``), else nothing."""
+        if not args.stages:
+            return {}
+        stages_file.unlink(missing_ok=True)
+        server.send_signal(signal.SIGUSR1)
+        for _ in range(100):
+            if stages_file.exists():
+                return dict(json.loads(stages_file.read_text()))
+            await asyncio.sleep(0.05)
+        raise RuntimeError("the server wrote no stage accounting")
+
     subs: subprocess.Popen[bytes] | None = None
     try:
         for _ in range(200):
@@ -304,13 +590,16 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
         assert subs.stdin is not None
         assert subs.stdout.readline().strip() == b"ready"
 
-        def events_so_far(stop: bool = False) -> int:
+        def delivered(stop: bool = False) -> tuple[int, int, int, int]:
+            """What the subscribers counted so far: (events at the header-counting ones,
+            events at the reference, other messages, connections lost)."""
             assert subs is not None
             assert subs.stdin is not None
             assert subs.stdout is not None
             subs.stdin.write(b"stop\n" if stop else b"count\n")
             subs.stdin.flush()
-            return int(subs.stdout.readline())
+            events, reference, other, lost = map(int, subs.stdout.readline().split())
+            return events, reference, other, lost
 
         url = f"ws://127.0.0.1:{port}/topgun"
         results: list[Result] = []
@@ -318,25 +607,63 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
             writers = [await _open(http, url) for _ in range(args.writers)]
             for level in ("APPLIED", "PERSISTED"):
                 latencies: list[float] = []
-                before = events_so_far()
-                cpu0 = _cpu_seconds(server.pid)
+                clock = [0, 0]
+                events0, reference0, other0, _ = delivered()
+                user0, sys0 = _cpu_seconds(server.pid)
+                stages0 = await stages()
+                subs0, own0 = sum(_cpu_seconds(subs.pid)), _own_cpu()
                 t0 = time.monotonic()
                 counts = await asyncio.gather(
                     *(
                         _writer(
-                            ws, f"w{i}", level, args.seconds, args.batch, args.window, latencies
+                            ws,
+                            f"w{i}",
+                            level,
+                            args.seconds,
+                            args.batch,
+                            args.window,
+                            latencies,
+                            i * KEYS // args.writers,
+                            clock,
                         )
                         for i, ws in enumerate(writers)
                     )
                 )
-                elapsed = time.monotonic() - t0
-                await asyncio.sleep(0.5)  # let the last events arrive
-                events = events_so_far() - before
-                cpu = _cpu_seconds(server.pid) - cpu0
-                results.append((level, sum(counts), elapsed, latencies, events, cpu))
+                ops = sum(counts)
+                own1 = _own_cpu()
+                writing = time.monotonic() - t0
+                # the events still on their way: wait while they keep arriving (bounded)
+                last: tuple[int, int] | None = None
+                for _ in range(100):
+                    events, reference, other, lost = delivered()
+                    if last == (events, reference):
+                        break
+                    last = (events, reference)
+                    await asyncio.sleep(0.2)
+                drained = time.monotonic() - t0
+                user1, sys1 = _cpu_seconds(server.pid)
+                stages1 = await stages()
+                results.append(
+                    Result(
+                        level,
+                        ops,
+                        writing,
+                        drained,
+                        latencies,
+                        events - events0,
+                        reference - reference0,
+                        other - other0,
+                        lost,
+                        user1 - user0,
+                        sys1 - sys0,
+                        sum(_cpu_seconds(subs.pid)) - subs0,
+                        own1 - own0,
+                        {k: v - stages0.get(k, 0.0) for k, v in stages1.items()},
+                    )
+                )
             for ws in writers:
                 await ws.close()
-        events_so_far(stop=True)
+        delivered(stop=True)
         return results
     finally:
         for proc in (subs, server):
@@ -346,20 +673,55 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def _us(seconds: float, ops: int) -> float:
+    return seconds / max(ops, 1) * 1e6
+
+
 def _report(name: str, results: list[Result], ceiling: float, core: float, subs: int) -> None:
     print(f" {name}:")
-    for level, ops, elapsed, lat, events, cpu in results:
-        rate = ops / elapsed
+    for r in results:
+        rate = r.ops / r.seconds
+        lat = r.latencies
+        expected = max(r.reference_events * (subs - 1), 1)
         print(
-            f"  {level:9s} {rate:10,.0f} ops/s acked   ack p50 {_pct(lat, 0.5) * 1e3:6.1f} ms"
-            f"  p99 {_pct(lat, 0.99) * 1e3:6.1f} ms   events delivered "
-            f"{events / elapsed:12,.0f}/s   ({rate / ceiling:.1%} of the ceiling)   "
-            f"server CPU {cpu / max(ops, 1) * 1e6:5.1f} us/op ({ops / max(cpu, 1e-9):,.0f} ops "
-            "per CPU second)"
+            f"  {r.level:9s} {rate:10,.0f} ops/s acked ({rate / ceiling:.1%} of the ceiling)   "
+            f"ack p50 {_pct(lat, 0.5) * 1e3:6.1f} ms  p99 {_pct(lat, 0.99) * 1e3:6.1f} ms\n"
+            f"            events delivered {(r.events + r.reference_events) / r.drained:,.0f}/s; "
+            f"the reference subscriber decoded {r.reference_events / max(r.ops, 1):.1%} of the "
+            f"ops acked as events, the others counted {r.events / expected:.2%} of that "
+            f"({r.other_messages} other messages, {r.subscribers_lost} subscribers lost)\n"
+            f"            CPU per op: server {_us(r.server_cpu, r.ops):5.1f} us (user "
+            f"{_us(r.server_user, r.ops):.1f}, system {_us(r.server_sys, r.ops):.1f}), "
+            f"subscribers {_us(r.subscribers_cpu, r.ops):.1f} us, "
+            f"writers {_us(r.writers_cpu, r.ops):.1f} us"
         )
+        if r.stages:
+            _report_stages(r)
     print(
         f"  core      {core:10,.0f} ops/s  (TopGunCore.handle in-process on the same "
         f"frames, {subs} subscribers, no sockets)"
+    )
+
+
+def _report_stages(r: Result) -> None:
+    """The serving process's CPU per op acked, by stage of its main thread and by thread."""
+    threads = {k: v for k, v in r.stages.items() if "thread" in k}
+    calls = {k.removeprefix("calls: "): v for k, v in r.stages.items() if k.startswith("calls")}
+    measured = {
+        k: v for k, v in r.stages.items() if "thread" not in k and not k.startswith("calls")
+    }
+    main = sum(v for k, v in threads.items() if k.startswith("main"))
+    rest = main - sum(measured.values())
+    print("            server CPU per op by stage (main thread; thread_time, own time):")
+    for stage, seconds in [*measured.items(), ("event loop, aiohttp reading, the rest", rest)]:
+        print(f"              {_us(seconds, r.ops):6.2f} us  {stage}")
+    for thread, seconds in threads.items():
+        print(f"              {_us(seconds, r.ops):6.2f} us  {thread} (/proc, 10 ms ticks)")
+    flushes = calls.get("core: fan-out encode (flush)", 0)
+    print(
+        f"            {r.ops / max(flushes, 1):,.0f} ops per fan-out flush "
+        f"({calls.get('core: validate, records, HLC, merge, events', 0):,.0f} frames handled, "
+        f"{flushes:,.0f} flushes)"
     )
 
 
@@ -370,10 +732,10 @@ async def _main(args: argparse.Namespace) -> None:
         trees.insert(0, (f"baseline {args.baseline_src}", args.baseline_src))
     for name, src in trees:
         results = await _measure(args, src)
-        total = max(sum(r[1] for r in results), 10_000)
+        total = max(sum(r.ops for r in results), 10_000)
         core = _core_rate(src, total, args.batch, args.subscribers)
         runs.append((name, src, results, core))
-    total = max(sum(r[1] for _, _, res, _ in runs for r in res), 10_000)
+    total = max(sum(r.ops for _, _, res, _ in runs for r in res), 10_000)
     ceiling = _ceiling(total, args.batch)
     print(
         f"topgun face: {args.writers} writers x batches of {args.batch} LWW ops over "
@@ -385,10 +747,12 @@ async def _main(args: argparse.Namespace) -> None:
     print(f"  ceiling   {ceiling:10,.0f} ops/s  (the same ops folded in-process by crdt.MapStore)")
     if len(runs) == 2:
         (_, _, before, core_before), (_, _, after, core_after) = runs
-        for (level, ops0, t0, _, _, c0), (_, ops1, t1, _, _, c1) in zip(before, after, strict=True):
+        for r0, r1 in zip(before, after, strict=True):
             print(
-                f"  {level:9s} this tree / baseline: {(ops1 / t1) / (ops0 / t0):.2f}x ops/s, "
-                f"{(ops1 / c1) / (ops0 / c0):.2f}x ops per server CPU second"
+                f"  {r0.level:9s} this tree / baseline: "
+                f"{(r1.ops / r1.seconds) / (r0.ops / r0.seconds):.2f}x ops/s, "
+                f"{(r1.ops / r1.server_cpu) / (r0.ops / r0.server_cpu):.2f}x ops per server "
+                "CPU second"
             )
         print(f"  core      this tree / baseline: {core_after / core_before:.2f}x")
     print("  published TopGun figure: 483,000 ops/s fire-and-forget, in-process, M1 Max")
@@ -411,6 +775,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="account the server's CPU by stage (wraps its methods: adds a little overhead)",
+    )
     parser.add_argument("--quick", action="store_true", help="4 writers, 20 subscribers, 2 s")
     parser.add_argument(
         "--baseline-src",

@@ -247,3 +247,22 @@ def test_gc_drops_only_old_tombstones(records: list[OpRecord]) -> None:
     )
     for m in ("m1", "m2"):
         assert store.merkle_root(m) == rebuilt.merkle_root(m)
+
+
+@given(op_histories(kinds=(OpKind.PUT, OpKind.REMOVE)), st.integers(0, 25))
+def test_apply_lww_many_is_apply_lww_one_by_one(records: list[OpRecord], cut: int) -> None:
+    one, many = MapStore(), MapStore()
+    head, tail = records[:cut], records[cut:] + records[:cut]  # replays are no change
+    for batch in (head, tail):
+        flags = [one.apply_lww(r) for r in batch]
+        assert many.apply_lww_many(batch) == flags
+    assert many.snapshot_rows() == one.snapshot_rows()
+    assert many.merkle("m1").root() == one.merkle("m1").root()
+
+
+def test_op_records_are_not_tracked_by_the_cycle_collector() -> None:
+    import gc
+
+    record = rec(OpKind.PUT, "k", 1, (1, 1, "n"), "op-1")
+    assert not gc.is_tracked(record)
+    assert not gc.is_tracked(record.ts)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octosync.crdt import OpKind
-from octosync.crdt.sync_messages import SyncInit, SyncRespRoot
+from octosync.crdt.sync_messages import SyncInit, SyncRespRoot, WireLWWRecord, WireTimestamp
 from octosync.errors import DecodeError, Oversize
 from octosync.wire import topgun
 from octosync.wire.topgun import (
@@ -220,6 +220,23 @@ def test_leaf_digest_decodes_strictly(doc: dict[str, Any], path: str) -> None:
             "payload.buckets",
         ),
         ({"type": "AUTH_FAIL", "code": "x"}, "code"),
+        ({"type": "CLIENT_OP", "payload": {"mapName": "m", "key": "k", "timeout": -1}}, "payload"),
+        ({"type": "CLIENT_OP", "payload": {"mapName": "m", "key": "k", "timeout": 0.5}}, "payload"),
+        (
+            {
+                "type": "CLIENT_OP",
+                "payload": {
+                    "mapName": "m",
+                    "key": "k",
+                    "record": {
+                        "value": 1,
+                        "timestamp": {"millis": 1, "counter": 0, "nodeId": "n"},
+                        "ttlMs": -5,
+                    },
+                },
+            },
+            "payload.record",
+        ),
         ({"type": "LOCK_GRANTED", "payload": {"requestId": "r"}}, "payload"),
         (
             {
@@ -242,6 +259,13 @@ def test_integral_floats_are_accepted_as_ints() -> None:
     msg = decode(msgspec.msgpack.encode({"type": "AUTH_FAIL", "code": 401.0}))
     assert msg == AuthFail(code=401)
     assert type(msg.code) is int
+    op = decode(
+        msgspec.msgpack.encode(
+            {"type": "CLIENT_OP", "payload": {"mapName": "m", "key": "k", "timeout": 5.0}}
+        )
+    )
+    assert isinstance(op, ClientOpMessage)
+    assert type(op.payload.timeout) is int
 
 
 def test_oversize_and_garbage() -> None:
@@ -338,3 +362,59 @@ def test_invalid_utf8_in_a_string_is_a_decode_error() -> None:
     # found by the face fuzz test: msgspec raised UnicodeDecodeError, not a typed error
     with pytest.raises(DecodeError, match="UTF-8"):
         decode(b"\x81\xa4type\xa3\x80\x80\x80")
+
+
+def _event(i: int, map_name: str = "m") -> topgun.ServerEventPayload:
+    stamp = WireTimestamp(1_700_000_000_000 + i, i, "node")
+    record = WireLWWRecord(msgspec.Raw(msgspec.msgpack.encode({"v": i})), stamp)
+    return topgun.ServerEventPayload(map_name, "PUT", f"k{i}", record=record)
+
+
+@given(st.lists(st.integers(0, 20), min_size=1, max_size=6))
+def test_joined_event_runs_are_the_message_of_their_events(sizes: list[int]) -> None:
+    runs, events = [], []
+    for n, size in enumerate(sizes):
+        batch = [_event(100 * n + i) for i in range(size)]
+        events.extend(batch)
+        runs.append((size, topgun.encode_event_run(batch)))
+    if not events:
+        return
+    joined = topgun.join_event_runs(runs)
+    if len(events) == 1:
+        assert joined == topgun.encode(topgun.ServerEvent(events[0]))
+    else:
+        batch_event = topgun.ServerBatchEvent(topgun.ServerBatchEventPayload(events))
+        assert joined == topgun.encode(batch_event)
+
+
+@pytest.mark.parametrize("count", [15, 16, 65_535, 65_536])
+def test_joined_event_runs_use_every_array_header_size(count: int) -> None:
+    one = topgun.encode_event_run([_event(7)])
+    joined = topgun.join_event_runs([(1, one)] * count)
+    message = topgun.decode(joined)
+    assert isinstance(message, topgun.ServerBatchEvent)
+    assert message.payload.events == [_event(7)] * count
+
+
+@given(
+    st.integers(0, 2**53),
+    st.integers(0, 2**31 - 1),
+    st.text(min_size=1, max_size=8).filter(lambda n: ":" not in n),
+    st.sampled_from([None, "PUT", "REMOVE"]),
+    st.one_of(st.none(), st.integers(-(2**63), 2**63), st.text(max_size=5)),
+    st.booleans(),
+)
+def test_lww_ops_become_records_identified_by_their_hlc(
+    millis: int, counter: int, node: str, op_type: str | None, value: Any, as_float: bool
+) -> None:
+    stamp = WireTimestamp(float(millis) if as_float else millis, counter, node)
+    raw = msgspec.Raw(msgspec.msgpack.encode(value))
+    op = topgun.ClientOp("m", "k", "1", op_type, WireLWWRecord(raw, stamp))
+    rec = client_op_to_record(op)
+    removed = op_type == "REMOVE" or value is None
+    assert rec.op is (OpKind.REMOVE if removed else OpKind.PUT)
+    assert rec.value == (b"" if removed else bytes(raw))
+    assert (rec.ts.millis, rec.ts.counter, rec.ts.node_id) == (millis, counter, node)
+    assert type(rec.ts.millis) is int
+    assert rec.op_id == str(rec.ts) == f"{millis}:{counter}:{node}"
+    assert rec.origin == node

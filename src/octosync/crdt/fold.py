@@ -189,6 +189,27 @@ class MapStore:
         keys.add(rec.key)
         return True
 
+    def apply_lww_many(self, records: list[OpRecord]) -> list[bool]:
+        """:meth:`apply_lww` for each of ``records`` (all ``PUT`` or ``REMOVE``), in order, in
+        one loop: a server's client batch. Returns which changed state."""
+        lww, dirty = self._lww, self._dirty
+        flags: list[bool] = []
+        for rec in records:
+            slot = (rec.map, rec.key)
+            cur = lww.get(slot)
+            if cur is not None:
+                ts, cur_ts = rec.ts, cur.ts
+                if ts < cur_ts or (ts == cur_ts and rec.op_id <= cur.op_id):
+                    flags.append(False)
+                    continue
+            lww[slot] = rec
+            keys = dirty.get(rec.map)
+            if keys is None:
+                keys = dirty[rec.map] = set()
+            keys.add(rec.key)
+            flags.append(True)
+        return flags
+
     def _apply_lww(self, rec: OpRecord) -> bool:
         slot = (rec.map, rec.key)
         cur = self._lww.get(slot)

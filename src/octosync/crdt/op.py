@@ -34,7 +34,10 @@ Key = Annotated[str, msgspec.Meta(max_length=4096)]
 OpId = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 
 
-class OpRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class OpRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One op (fields: see above). Untracked by the cycle collector: it holds only strings,
+    bytes and a :class:`Timestamp`, and a server keeps one per key."""
+
     map: MapName
     key: Key
     op: OpKind

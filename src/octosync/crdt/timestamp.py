@@ -12,11 +12,12 @@ NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^
 """A node id may not contain ``:`` because ``key:millis:counter:nodeId`` is hashed for Merkle."""
 
 
-class Timestamp(msgspec.Struct, frozen=True, order=True, forbid_unknown_fields=True):
+class Timestamp(msgspec.Struct, frozen=True, order=True, forbid_unknown_fields=True, gc=False):
     """``(millis, counter, node_id)``, compared in that order; node ids compare as UTF-8 bytes.
 
     Python compares ``str`` by code point, which is the same order as their UTF-8 bytes, so the
-    generated ordering is the byte order the reference implementation specifies.
+    generated ordering is the byte order the reference implementation specifies. Untracked
+    by the cycle collector (``gc=False``): it holds an int pair and a string, never a cycle.
     """
 
     millis: Millis

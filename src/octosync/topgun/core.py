@@ -75,6 +75,8 @@ _MAX_TALLY = 2**53
 
 _ENC = msgspec.msgpack.Encoder()
 _DEC = msgspec.msgpack.Decoder()
+_PUT = OpKind.PUT
+_NIL = bytes(NIL)
 
 
 class Grants(Protocol):
@@ -353,15 +355,13 @@ class TopGunCore:
         valid = self._validated(fx, conn, c, ops, errors)
         if valid:
             self.maps.hlc.update(max(rec.ts for _, _, rec, _ in valid))
-        for i, op, rec, encoded in valid:
-            try:
-                changed = self.maps.apply(rec, clock_merged=True)
-            except CrdtValueError as err:
-                self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
-                continue
-            if changed:
+        outcomes = self.maps.apply_many([rec for _, _, rec, _ in valid])
+        for (i, op, rec, encoded), outcome in zip(valid, outcomes, strict=True):
+            if outcome is True:
                 fx.records.append(encoded)
                 events.append(_event(op, rec))
+            elif isinstance(outcome, CrdtValueError):
+                self._reject(fx, conn, op, errors, i, f"{outcome.name}: {outcome.message}", 400)
         self._fan_out(fx, conn, events)
         if last_id is None or wanted == "FIRE_AND_FORGET":
             return
@@ -458,10 +458,11 @@ class TopGunCore:
 
     def flush(self) -> Effects:
         """The events applied since the last flush, for every connection with their map open
-        (by now) but the one that wrote them: each event encoded once, then one message per distinct
-        (maps open, writer left out) group, the same bytes for every connection in it. The
-        server flushes once per event-loop turn, so the writes of many batches and clients
-        reach a subscriber as one message and one socket write."""
+        (by now) but the one that wrote them: each batch's events encoded once (one encode
+        call), then one message per distinct (maps open, writer left out) group, the same
+        bytes for every connection in it. The server flushes once per event-loop turn, so
+        the writes of many batches and clients reach a subscriber as one message and one
+        socket write."""
         fx = Effects()
         chunks, self._pending = self._pending, []
         if not chunks:
@@ -476,18 +477,19 @@ class TopGunCore:
                 groups.setdefault(key, []).append(target)
         if not groups:
             return fx
-        encoded = [[msgspec.Raw(tg.encode_event(e)) for e in events] for _, _, events in chunks]
+        runs = [(len(events), tg.encode_event_run(events)) for _, _, events in chunks]
         for (seen, left_out), targets in groups.items():
-            raws: list[msgspec.Raw] = []
-            for (sender, maps, events), raw in zip(chunks, encoded, strict=True):
+            parts: list[tuple[int, bytes]] = []
+            for (sender, maps, events), run in zip(chunks, runs, strict=True):
                 if sender == left_out:
                     continue
                 if maps <= seen:
-                    raws.extend(raw)
-                else:
-                    raws.extend(r for e, r in zip(events, raw, strict=True) if e.map_name in seen)
-            if raws:
-                fx.out.append(Outbound(tuple(targets), tg.encode_events(raws)))
+                    parts.append(run)
+                else:  # a batch over several maps, not all open here: the rare path
+                    some = [e for e in events if e.map_name in seen]
+                    parts.append((len(some), tg.encode_event_run(some)))
+            if sum(n for n, _ in parts):
+                fx.out.append(Outbound(tuple(targets), tg.join_event_runs(parts)))
         return fx
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
@@ -680,7 +682,9 @@ def _event(op: tg.ClientOp, rec: OpRecord) -> tg.ServerEventPayload:
         return tg.ServerEventPayload(op.map_name, "OR_ADD", op.key, or_record=op.or_record)
     if rec.op is OpKind.OR_REMOVE:
         return tg.ServerEventPayload(op.map_name, "OR_REMOVE", op.key, or_tag=op.or_tag)
-    if op.record is not None and (rec.op is OpKind.PUT or bytes(op.record.value) == bytes(NIL)):
+    if op.record is not None and rec.op is _PUT:  # the usual op, first
+        return tg.ServerEventPayload(op.map_name, "PUT", op.key, record=op.record)
+    if op.record is not None and bytes(op.record.value) == _NIL:
         return tg.ServerEventPayload(op.map_name, rec.op.value, op.key, record=op.record)
     value = NIL if rec.op is OpKind.REMOVE else msgspec.Raw(rec.value)
     record = WireLWWRecord(value, WireTimestamp.of(rec.ts))

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from octosync.crdt.fold import MapStore, StoreSyncView
 from octosync.crdt.hlc import HLC
 from octosync.crdt.op import OpKind, OpRecord
+from octosync.errors import CrdtValueError
 from octosync.topgun.or_merkle import ORTrees
 
 _OR = (OpKind.OR_ADD, OpKind.OR_REMOVE)
@@ -38,6 +39,20 @@ class Maps:
         if changed and rec.op in _OR:
             self.or_trees.touched(rec.map, rec.key)
         return changed
+
+    def apply_many(self, records: list[OpRecord]) -> list[bool | CrdtValueError]:
+        """:meth:`apply` with ``clock_merged`` for a batch, in order: which records changed
+        state, or the error that refused one (the others still apply). A batch of LWW
+        records (the usual client batch) is folded in one loop."""
+        if all(rec.op is _PUT or rec.op is _REMOVE for rec in records):
+            return list(self.store.apply_lww_many(records))
+        out: list[bool | CrdtValueError] = []
+        for rec in records:
+            try:
+                out.append(self.apply(rec, clock_merged=True))
+            except CrdtValueError as err:
+                out.append(err)
+        return out
 
     def load(self, records: Iterable[OpRecord]) -> int:
         """Rebuild from journaled records (start-up); returns how many changed state."""

@@ -126,6 +126,10 @@ class ClientOp(TopGunStruct, frozen=True):
 
     integral = ("timeout",)
 
+    def __post_init__(self) -> None:
+        if self.timeout is not None:  # absent in nearly every op: no check to run
+            self._check_integral()
+
 
 class ClientOpMessage(TopGunStruct, frozen=True, tag_field="type", tag="CLIENT_OP"):
     payload: ClientOp
@@ -521,6 +525,35 @@ class _EncodedEvent(TopGunStruct, frozen=True, tag_field="type", tag="SERVER_EVE
     payload: msgspec.Raw
 
 
+def encode_event_run(events: list[ServerEventPayload]) -> bytes:
+    """Events encoded back to back, in one encode call (a client batch's events), for
+    :func:`join_event_runs`: the MsgPack array of them without its header."""
+    return _encoder.encode(events)[_array_header_size(len(events)) :]
+
+
+def join_event_runs(runs: list[tuple[int, bytes]]) -> bytes:
+    """The ``SERVER_EVENT`` (one event) or ``SERVER_BATCH_EVENT`` message carrying the
+    events of ``runs`` ((how many, :func:`encode_event_run` bytes)) in order: the same bytes
+    as :func:`encode_events` of those events, built by copying."""
+    count = sum(n for n, _ in runs)
+    if count == 1:
+        single = next(body for n, body in runs if n)
+        return _encoder.encode(_EncodedEvent(msgspec.Raw(single)))
+    return b"".join([_BATCH_EVENT_HEAD, _array_header(count), *(body for _, body in runs)])
+
+
+def _array_header_size(n: int) -> int:
+    return 1 if n < 16 else 3 if n < 1 << 16 else 5
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
 class ErrorPayload(TopGunStruct, frozen=True):
     code: JsInt
     message: str
@@ -591,6 +624,8 @@ Message = (
 
 _decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)
 _encoder = msgspec.msgpack.Encoder()
+_BATCH_EVENT_HEAD = _encoder.encode(_EncodedBatchEvent(_EncodedEvents([])))[:-1]
+"""``SERVER_BATCH_EVENT`` up to its events array (the empty one's header, 0x90, cut off)."""
 _NIL_BYTES = bytes(NIL)
 _AT = re.compile(r" - at `\$\.?(.*)`$")
 _FIELD = re.compile(r"^(\w+(?:\.\w+)*): ")
@@ -667,6 +702,14 @@ def client_op_to_record(op: ClientOp) -> OpRecord:
     an LWW op is identified by its HLC (unique per node), an OR add by its tag, an OR remove
     by the tag it removes (removing a tag twice is removing it once).
     """
+    record = op.record
+    if record is not None and op.or_record is None and op.or_tag is None:
+        value = bytes(record.value)
+        hlc = record.timestamp
+        m, c, node = hlc.millis, hlc.counter, hlc.node_id
+        if type(m) is int and type(c) is int and op.op_type != "REMOVE" and value != _NIL_BYTES:
+            ts = Timestamp(m, c, node)  # a PUT, the usual op: ``str(ts)`` spelled out
+            return OpRecord(op.map_name, op.key, OpKind.PUT, value, ts, node, f"{m}:{c}:{node}")
     if op.or_record is not None:
         r = op.or_record
         ts = r.timestamp.to_ts()
