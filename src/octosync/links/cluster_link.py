@@ -152,6 +152,12 @@ class ClusterLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watcher: Any = None
 
+    @property
+    def nats(self) -> NatsClient:
+        """The cluster's NATS connection (once started), shared with ``cluster_maps``."""
+        assert self._nc is not None, "the cluster link is not started"
+        return self._nc
+
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
