@@ -236,6 +236,23 @@ async def test_a_write_on_one_node_is_seen_live_on_another(cluster: Cluster) -> 
         await until(lambda: "k1" in writer.event_keys(), "node 2's write on node 1")
         assert await writer.read() == await watcher.read()
         assert await writer.root() == await watcher.root()
+    metrics = await scrape(n2)
+    assert metrics["octosync_cluster_maps_applied_total"] >= 3
+    assert metrics["octosync_cluster_maps_published_total"] >= 1
+
+
+async def scrape(node: Node) -> dict[str, float]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{node.port}/metrics") as response,
+    ):
+        text = await response.text()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
 
 
 @pytest.mark.slow
@@ -252,6 +269,26 @@ async def test_a_replicated_ack_survives_sigkill_of_the_writing_node(cluster: Cl
     await read_until(n2.topgun, want)
     n3 = cluster.start("n3")  # a node that never saw the writer: from JetStream alone
     await read_until(n3.topgun, want, timeout=5)
+
+
+@pytest.mark.slow
+async def test_a_replicated_ack_waits_until_jetstream_stored_the_batch(cluster: Cluster) -> None:
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    async with peer(n1.topgun) as writer:
+        cluster.nats.send_signal(signal.SIGKILL)
+        cluster.nats.wait(timeout=10)
+        await writer.send(batch(*ops(1, 5, node="alice"), write_concern="REPLICATED"))
+        await writer.send(tg.Ping(timestamp=1))
+        await asyncio.sleep(2.0)
+        assert not any(isinstance(m, tg.OpAck | tg.Pong) for m in writer.inbox), (
+            "acknowledged (or overtaken) while no JetStream was there to store it"
+        )
+        port = int(cluster.url.rsplit(":", 1)[1])
+        cluster.nats = await asyncio.to_thread(nats_server.start, cluster.root / "nats", port)
+        ack = await writer.first(tg.OpAck)
+        assert ack.payload.achieved_level == "REPLICATED"
+        assert isinstance(writer.inbox[0], tg.Pong)  # the reply queued behind the ack
+    await read_until(n2.topgun, {f"k{i}": {"v": i, "by": "alice"} for i in range(1, 6)})
 
 
 @pytest.mark.slow
@@ -337,3 +374,57 @@ async def test_nats_restarted_under_load_loses_nothing_acknowledged(cluster: Clu
     await read_until(n2.topgun, acked, timeout=30)
     async with peer(n1.topgun) as a, peer(n2.topgun) as b:
         assert await a.read() == await b.read()
+
+
+@pytest.mark.slow
+@pytest.mark.peer
+async def test_the_real_client_on_two_nodes_sees_one_state(
+    cluster: Cluster, topgun_peer: tuple[str, Path]
+) -> None:
+    """TopGun's own client: writers on both nodes, a watcher on each sees every write live,
+    and a client that connects late to either node gets it all by Merkle sync."""
+    from tests.e2e.test_topgun_interop import EXPECTED, maps_of, start
+
+    n1, n2 = (f"ws://127.0.0.1:{cluster.nodes[n].port}" for n in ("n1", "n2"))
+    watchers = [
+        await start(topgun_peer, url, "watch", seconds=8, node_id=f"w{i}")
+        for i, url in enumerate((n1, n2))
+    ]
+    for w in watchers:
+        await w.until("ready")
+    alice = await start(
+        topgun_peer,
+        n1,
+        "ops",
+        'put=u1={"name":"Alice","age":30}',
+        'put=u2={"name":"Bob","age":25}',
+        "remove=u2",
+        'oradd=post-1="rust"',
+        'oradd=post-1="python"',
+        'orremove=post-1="rust"',
+        node_id="alice",
+    )
+    bob = await start(
+        topgun_peer,
+        n2,
+        "ops",
+        'put=u3={"name":"Carol","age":41}',
+        'oradd=post-2="go"',
+        node_id="bob",
+    )
+    for writer in (alice, bob):
+        await writer.until("synced")
+        await writer.end()
+    lates = [
+        await start(topgun_peer, url, "watch", seconds=6, node_id=f"late{i}")
+        for i, url in enumerate((n1, n2))
+    ]
+    for client in (*watchers, *lates):
+        await client.until("maps", lambda line: maps_of(line) == EXPECTED)
+        await client.stop()
+    # Each watcher saw the other node's writer live, not only by a later sync.
+    for w, other_keys in zip(watchers, ({"u3", "post-2"}, {"u1", "post-1"}), strict=True):
+        live = [m["payload"]["key"] for m in w.frames("in", "SERVER_EVENT")] + [
+            e["key"] for m in w.frames("in", "SERVER_BATCH_EVENT") for e in m["payload"]["events"]
+        ]
+        assert other_keys <= set(live), f"events seen live: {sorted(set(live))}"

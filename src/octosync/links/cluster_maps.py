@@ -411,6 +411,7 @@ class MapsLink:
                 )
                 answer_ = wire.decode(reply.data)
                 if isinstance(answer_, wire.LeavesReply):
+                    self.repair.know([walk.map])
                     if answer_.records:
                         fx = self.rt.topgun.apply_remote(answer_.records)
                         self.stats.repaired += sum(not is_reserved(r.scope) for r in fx.records)
