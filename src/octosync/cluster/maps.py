@@ -13,7 +13,9 @@ Decisions:
 - **Every node applies every other node's batches** through the same merge as its own ops.
   LWW and OR merges are commutative, associative and idempotent, so the order between nodes,
   a batch delivered twice or replayed after a restart change nothing (:class:`Intake` still
-  skips its own batches and sequences it has passed, to save the work).
+  skips the batches its own process published and sequences it has passed, to save the
+  work; a batch an earlier run of the node published is applied, since its records may have
+  been acknowledged by JetStream before that run's journal committed them).
 - **Catching up is replaying the stream from the position journaled last.** The position is
   journaled after the records it covers, in one queue, so a position on disk implies its
   records are on disk; a node with no journal replays the whole stream.
@@ -103,7 +105,8 @@ class MapStats:
 
 
 class Intake:
-    """Batches read from the op stream: which records this node applies, and how far it got."""
+    """Batches read from the op stream: which records this node applies, and how far it got.
+    ``node``: the name this process signs its batches with (one per run)."""
 
     def __init__(self, node: str, position: int = 0) -> None:
         self.node = node

@@ -125,7 +125,10 @@ class MapsLink:
         self.node = node
         self.settings = settings or MapSettings()
         self.subjects = MapSubjects(cluster)
-        self.intake = Intake(node, runtime.topgun.replica_position)
+        self._boot = f"{node}-{os.getpid()}-{time.time_ns():x}"
+        """This process's name on its batches: it skips its own, never those of an earlier
+        run of this node (their records may have missed its journal)."""
+        self.intake = Intake(self._boot, runtime.topgun.replica_position)
         self.repair = Repair(
             node,
             time.monotonic,
@@ -144,7 +147,6 @@ class MapsLink:
         replays from before the records that were not stored."""
         self._last_in = time.monotonic()
         self._ids = itertools.count(1)
-        self._boot = f"{node}-{os.getpid()}-{time.time_ns():x}"
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -193,15 +195,19 @@ class MapsLink:
         self._apply_incoming()
         self._spawn(self._ticker())
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 2.0) -> None:
+        """Give publishes in flight ``grace`` seconds to be stored, then stop everything."""
+        publishing = [t for t in self._tasks if t.get_name() == "publish"]
+        if publishing:
+            await asyncio.wait(publishing, timeout=grace)
         for task in list(self._tasks):
             task.cancel()
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -249,9 +255,9 @@ class MapsLink:
                 self._send(name, bodies, list(waiters.values()))
 
     def _send(self, name: str, bodies: list[bytes], waiters: list[_Waiter]) -> None:
-        data = wire.encode_batch(self.node, bodies)
+        data = wire.encode_batch(self._boot, bodies)
         msg_id = f"{self._boot}-{next(self._ids)}"
-        self._spawn(self._publish(self.subjects.map(name), data, msg_id, waiters))
+        self._spawn(self._publish(self.subjects.map(name), data, msg_id, waiters), "publish")
 
     async def _publish(
         self, subject: str, data: bytes, msg_id: str, waiters: list[_Waiter]

@@ -32,7 +32,8 @@ MAX_PATHS = 4096
 
 
 class OpBatch(msgspec.Struct, frozen=True, tag="ops"):
-    """Op records accepted on ``node`` (one map per batch), after that node's grant checks."""
+    """Op records accepted on a node (one map per batch), after that node's grant checks;
+    ``node`` names the node's process that published them (one name per run)."""
 
     node: NodeId
     records: list[OpRecord]
