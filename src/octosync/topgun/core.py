@@ -55,7 +55,7 @@ from octosync.errors import (
     RemoteProtocolError,
 )
 from octosync.ipc.messages import Delta, Snapshot
-from octosync.store.records import EncodedRecord, encode_op_records, encode_record
+from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
 from octosync.topgun import durable
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
@@ -631,13 +631,28 @@ class TopGunCore:
             except CrdtValueError:
                 continue
         if changed:
-            fx.records.extend(encode_op_records(changed))
-            self._fan_out(fx, 0, [e for rec in changed for e in record_events(rec)])
+            # Records from another node come out of a strict decode (``wire.cluster_maps``):
+            # valid as they are, encoded for the journal without a second check.
+            fx.records.extend(EncodedRecord(KIND_OP, rec.map, _ENC.encode(rec)) for rec in changed)
+            seen = {rec.map for rec in changed}
+            seen = {name for name in seen if self._watched(name)}
+            if seen:
+                events = [e for rec in changed if rec.map in seen for e in record_events(rec)]
+                self._fan_out(fx, 0, events)
         if position is not None and position > self.replica_position:
             self.replica_position = position
             if self.persistent:
                 fx.records.append(encode_record(durable.position_record(position, self.hlc.now())))
         return fx
+
+    def _watched(self, name: str) -> bool:
+        """Someone here follows map ``name`` (a connection with it open, a live query, its
+        ``map:`` stream): only then are its events built."""
+        return (
+            self.map_streams.followed(name)
+            or name in self.queries.watched()
+            or any(name in c.maps for c in self._conns.values())
+        )
 
     def gc(self, horizon_ms: int) -> Effects:
         """Forget tombstones older than ``horizon_ms`` and tell every client (``GC_PRUNE``);
