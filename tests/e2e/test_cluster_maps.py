@@ -277,6 +277,13 @@ async def test_a_replicated_ack_waits_until_jetstream_stored_the_batch(cluster: 
     async with peer(n1.topgun) as writer:
         cluster.nats.send_signal(signal.SIGKILL)
         cluster.nats.wait(timeout=10)
+        # Below REPLICATED nothing waits for the cluster, nor do the replies after it.
+        await writer.send(batch(*ops(100, 2, node="alice"), write_concern="APPLIED"))
+        await writer.send(tg.Ping(timestamp=0))
+        async with asyncio.timeout(2):
+            applied = await writer.first(tg.OpAck)
+            await writer.first(tg.Pong)
+        assert applied.payload.achieved_level == "APPLIED"
         await writer.send(batch(*ops(1, 5, node="alice"), write_concern="REPLICATED"))
         await writer.send(tg.Ping(timestamp=1))
         await asyncio.sleep(2.0)

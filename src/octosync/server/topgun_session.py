@@ -111,11 +111,16 @@ class TopGunSession:
         rt = self.rt
         journal = rt.writer is not None and bool(fx.records or fx.durable)
         replicator = rt.replicator if fx.replicate or fx.replicated else None
-        wait_replica = replicator is not None and bool(fx.replicated or fx.replicate)
+        # What waits for the cluster: REPLICATED acks, and durable acks of a batch it stores.
+        wait_replica = replicator is not None and bool(
+            fx.replicated or (fx.durable and fx.replicate)
+        )
         if not (fx.durable or wait_replica):
             self._send_now(fx.replicated)  # no cluster here: nothing to wait for
             if journal:
                 rt.after_commit(self.conn, fx.records, _nothing)
+            if replicator is not None:
+                replicator.replicate(self.conn, fx.replicate, None)
             return
         # Acks that wait: for the commit (durable), for the cluster (replicated; a durable
         # ack in a cluster waits for both). The slot goes out when every wait is over.
