@@ -337,6 +337,27 @@ async def test_a_node_restarted_after_missing_writes_catches_up(cluster: Cluster
     assert _position(positions) >= 5
 
 
+@pytest.mark.slow
+async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) -> None:
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    n2.kill()
+    async with peer(n1.topgun) as writer:
+        ack = await writer.write(ops(1, 30, node="alice"), "REPLICATED")
+        assert ack.payload.achieved_level == "REPLICATED"
+    # The stream loses them (as limits or an operator's purge would): only node 1 has them.
+    nc = await nats_server.connect(cluster.url)
+    try:
+        await nc.jetstream().purge_stream("octosync_octosync_maps")
+    finally:
+        await nc.close()
+    n2 = cluster.start("n2")
+    want = {f"k{i}": {"v": i, "by": "alice"} for i in range(1, 31)}
+    await read_until(n2.topgun, want, timeout=20)  # a sync round each second (CONFIG)
+    metrics = await scrape(n2)
+    assert metrics["octosync_cluster_maps_repaired_total"] >= 30
+    assert metrics["octosync_cluster_maps_applied_total"] == 0
+
+
 def _position(records: list[OpRecord]) -> int:
     winner = max(records, key=lambda r: (r.ts, r.op_id))
     return int(msgspec.msgpack.decode(winner.value))

@@ -180,7 +180,9 @@ class MapsLink:
         self.repair.know(self.rt.topgun.maps.store.maps())
         await nc.subscribe(self.subjects.roots, cb=self._on_roots)
         await nc.subscribe(self.subjects.sync(self.node), cb=self._on_sync)
-        last = int(info.state.last_seq or 0)
+        # The last sequence there is to replay (none when the stream holds no message: a
+        # purge keeps the sequence numbers, and anti-entropy repairs what went with it).
+        last = int(info.state.last_seq or 0) if info.state.messages else 0
         await self._follow()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.catch_up_timeout
