@@ -88,6 +88,8 @@ def pack(
 
 @dataclass(slots=True)
 class MapStats:
+    """What the I/O side counts, for ``/metrics`` (``octosync_cluster_maps_*``)."""
+
     published: int = 0
     """Op stream messages this node published and JetStream stored (acked)."""
     republished: int = 0
@@ -133,6 +135,7 @@ class RepairTiming:
     max_leaves: int = 256
     """Leaves pulled per map per round; more differing leaves wait for the next round."""
     max_reply_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    """What this node puts in one answer to a leaf request at most (the rest: next round)."""
 
 
 @dataclass(slots=True)

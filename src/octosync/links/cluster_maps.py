@@ -441,7 +441,7 @@ class MapsLink:
             return
         if not isinstance(request, wire.BucketsRequest | wire.LeavesRequest):
             return
-        reply = answer(request, self.rt.topgun.maps.store)
+        reply = answer(request, self.rt.topgun.maps.store, self.repair.timing.max_reply_bytes)
         await msg.respond(wire.encode(reply))
 
 
