@@ -41,3 +41,21 @@ def test_cluster_bench_runs_every_layout() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     for layout in ("cluster-2 / single:", "cluster-3 / single:"):
         assert layout in done.stdout
+
+
+@pytest.mark.slow
+def test_cluster_maps_bench_runs_both_layouts() -> None:
+    """``bench/cluster_maps.py`` starts NATS and the nodes, measures, and stops everything."""
+    done = subprocess.run(
+        [sys.executable, "bench/cluster_maps.py", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for row in ("cluster-2 APPLIED / single:", "cluster-2 REPLICATED / single:"):
+        assert row in done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("cluster-2  ")]
+    assert len(rows) == 2
+    assert all("nan" not in row for row in rows), "a node never applied every op"

@@ -156,6 +156,12 @@ class ClusterLink:
         self._subs: dict[str, Any] = {}
         """The NATS subscription to each followed stream's frames."""
 
+    @property
+    def nats(self) -> NatsClient:
+        """The cluster's NATS connection (once started), shared with ``cluster_maps``."""
+        assert self._nc is not None, "the cluster link is not started"
+        return self._nc
+
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -17,7 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from octosync import __version__
 from octosync.hub.model import Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
-from octosync.links.cluster_link import ClusterLink, default_node_id
+from octosync.links.cluster_link import DEFAULT_CLUSTER, ClusterLink, default_node_id
+from octosync.links.cluster_maps import MapSettings, MapsLink
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, SessionFactory, serve_ws, serve_ws_in_band
@@ -37,6 +38,7 @@ CONFIG_KEY = web.AppKey("config", ServerConfig)
 KEEPER = web.AppKey("journal_keeper", JournalKeeper)
 KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 CLUSTER = web.AppKey("cluster_link", ClusterLink)
+CLUSTER_MAPS = web.AppKey("cluster_maps", MapsLink)
 
 __all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
@@ -98,6 +100,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             assert link is not None
             link.on_interest(stream, wanted)
 
+    node = None if config.cluster_url is None else config.node_id or default_node_id()
     runtime = Runtime(
         config,
         on_accept=hook,
@@ -105,12 +108,24 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         on_interest=interest,
         recorder=recorder,
         writer=writer,
+        node_id=node,
     )
-    if config.cluster_url is not None:
-        link = ClusterLink(runtime, config.cluster_url, config.node_id or default_node_id())
+    if config.cluster_url is not None and node is not None:
+        link = ClusterLink(runtime, config.cluster_url, node)
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
+    maps_link: MapsLink | None = None
+    if link is not None:  # TopGun maps across the nodes (after the load: its position)
+        settings = MapSettings(
+            replicas=config.map_replicas,
+            sync_interval=config.map_sync_interval,
+            settle=config.map_settle,
+            replicate_timeout=config.map_replicate_timeout,
+        )
+        maps_link = MapsLink(runtime, link.node, cluster=DEFAULT_CLUSTER, settings=settings)
+        runtime.replicator = maps_link
+        runtime.topgun.replicated = True
     registry = registry_for(runtime)
 
     @web.middleware
@@ -123,6 +138,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app[RUNTIME] = runtime
     if link is not None:
         app[CLUSTER] = link
+    if maps_link is not None:
+        app[CLUSTER_MAPS] = maps_link
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -155,8 +172,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         await runtime.start()
         if link is not None:  # joins the cluster before the port opens
             await link.start()
+        if maps_link is not None and link is not None:  # and replays the maps' op stream
+            await maps_link.start(link.nats)
 
     async def on_shutdown(app: web.Application) -> None:
+        if maps_link is not None:
+            await maps_link.stop()
         if link is not None:  # releases what it owns, so other nodes may take it at once
             await link.stop()
         await runtime.shutdown()

@@ -76,6 +76,14 @@ class ServerConfig:
     """NATS URL of the cluster to join (``--cluster``); None: a single process, no NATS."""
     node_id: str | None = None
     """This node's id in the cluster (``--node-id``); default: host name and process id."""
+    map_replicas: int = 1
+    """JetStream replicas of the cluster's TopGun op stream (1 for one NATS server)."""
+    map_sync_interval: float = 30.0
+    """Seconds between the cluster's anti-entropy rounds for TopGun maps."""
+    map_settle: float = 2.0
+    """A map written within this many seconds sits out an anti-entropy round."""
+    map_replicate_timeout: float = 30.0
+    """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
 
     @property
     def export_dir(self) -> Path | None:
@@ -239,6 +247,10 @@ SECTIONS: dict[str, dict[str, Key]] = {
     "cluster": {
         "url": Key((str,), lambda cfg, v, _p: replace(cfg, cluster_url=v)),
         "node_id": _set("node_id", str),
+        "map_replicas": _set("map_replicas", int),
+        "map_sync_interval": _set("map_sync_interval", *_NUMBER),
+        "map_settle": _set("map_settle", *_NUMBER),
+        "map_replicate_timeout": _set("map_replicate_timeout", *_NUMBER),
     },
     "signaling": {
         "mode": Key((str,), _signaling_mode, ("open", "allowlist")),

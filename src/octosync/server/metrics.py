@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from octosync.cluster.core import ClusterCore
+from octosync.cluster.maps import MapStats
 from octosync.server.runtime import Runtime
 
 
@@ -101,6 +102,8 @@ class RuntimeCollector(Collector):
         yield lag
         if rt.cluster is not None:
             yield from cluster_metrics(rt.cluster)
+        if rt.replicator is not None:
+            yield from map_metrics(rt.replicator.stats, rt.replicator.position)
 
 
 def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
@@ -142,6 +145,29 @@ def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
         if behind is not None:
             lag.add_metric([stream], behind)
     yield lag
+
+
+def map_metrics(stats: MapStats, position: int) -> Iterator[Metric]:
+    """TopGun maps across the cluster: the op stream both ways, and anti-entropy."""
+    for name, help_text, value in (
+        ("published", "Op batches this node stored in the cluster's op stream", stats.published),
+        ("republished", "Op batch publishes sent again for want of an ack", stats.republished),
+        ("failed", "Op batches given up on (their writers were reset)", stats.failed),
+        ("batches_in", "Op batches read from the op stream", stats.batches_in),
+        ("applied", "Other nodes' op records that changed a map here", stats.applied),
+        ("repaired", "Op records pulled by anti-entropy that changed a map here", stats.repaired),
+        ("walks", "Anti-entropy pulls started", stats.walks),
+        (
+            "resubscribed",
+            "Times the op stream was followed again after silence",
+            stats.resubscribed,
+        ),
+        ("undecodable", "Op stream messages that did not decode", stats.undecodable),
+    ):
+        yield CounterMetricFamily(f"octosync_cluster_maps_{name}", help_text, value)
+    yield GaugeMetricFamily(
+        "octosync_cluster_maps_position", "The op stream's sequence taken up to", position
+    )
 
 
 def registry_for(runtime: Runtime) -> CollectorRegistry:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from octosync.cluster.core import ClusterCore
+from octosync.cluster.maps import MapStats
 from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits
 from octosync.hub.model import lazily_frame
@@ -29,6 +30,7 @@ from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.topgun.core import SERVER_NODE
 from octosync.wire.websocket import ws_frame
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,22 @@ class LiveConnection(Protocol):
     def abort(self) -> None: ...
 
 
+class Replicator(Protocol):
+    """Stores TopGun op records in the cluster (``links.cluster_maps.MapsLink``)."""
+
+    @property
+    def stats(self) -> MapStats: ...
+
+    @property
+    def position(self) -> int:
+        """The cluster op stream's sequence this node has taken up to."""
+        ...
+
+    def replicate(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None] | None
+    ) -> None: ...
+
+
 class HttpConnection(Protocol):
     def request_started(self) -> None: ...
 
@@ -95,7 +113,11 @@ class Runtime:
         on_release: ReleaseHook | None = None,
         on_interest: InterestHook | None = None,
         writer: GroupCommitWriter | None = None,
+        *,
+        node_id: str | None = None,
     ) -> None:
+        """``node_id``: this node's id in a cluster, also its TopGun HLC's (servers of one
+        cluster must never stamp alike)."""
         self.config = config
         self.writer = writer
         """The journal's writer (TopGun ops are journaled through it); None: no journal."""
@@ -124,7 +146,10 @@ class Runtime:
             persistent=writer is not None,
             gc_age_ms=None if config.topgun_gc_age is None else int(config.topgun_gc_age * 1000),
             gc_every_ms=int(config.topgun_gc_interval * 1000),
+            node_id=node_id or SERVER_NODE,
         )
+        self.replicator: Replicator | None = None
+        """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self.counters = Counters()
         self._topgun_flush_due = False
         self.links: dict[int, LiveConnection] = {}
@@ -227,6 +252,8 @@ class Runtime:
         now, ``durable`` once ``records`` are committed."""
         self.deliver_all(fx.out)
         self.publish_map_frames(fx.frames)
+        if fx.replicate and self.replicator is not None:
+            self.replicator.replicate(0, fx.replicate, None)
         if self.writer is None or not (fx.records or fx.durable):
             self.deliver_all(fx.durable)
             return

@@ -7,8 +7,9 @@ takes ``AUTH {token}`` (the server's JWT keys, ``server.auth``), answering exact
 loop's handshake deadline closes an idle socket. After it, the rules are ``topgun.TopGunCore``'s.
 
 Bytes for this connection go out through ``outgoing`` (written after each frame) or, when they
-wait for the journal (``PERSISTED`` acks), through ``Runtime.deliver`` once committed; replies
-stay in order behind a pending durable ack. Messages for other connections go through
+wait for the journal (``PERSISTED`` acks) or the cluster (``REPLICATED`` acks, through
+``Runtime.replicator``), through ``Runtime.deliver`` once that is done; replies stay in order
+behind a pending ack. Messages for other connections go through
 ``Runtime.deliver``: a peer that cannot keep up is dropped, and resyncs by Merkle on reconnect.
 """
 
@@ -22,7 +23,7 @@ from octosync.errors import Forbidden, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants, authenticate
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
-from octosync.topgun import Effects
+from octosync.topgun import Effects, Outbound
 from octosync.topgun.core import SERVER_NODE
 from octosync.wire import topgun as tg
 from octosync.wire.websocket import ws_frame
@@ -103,33 +104,54 @@ class TopGunSession:
         self.life.move("auth")
 
     def _apply(self, fx: Effects) -> None:
+        self._send_now(fx.out)
+        self.rt.flush_topgun_soon()
+        if fx.frames:
+            self.rt.publish_map_frames(fx.frames)
+        rt = self.rt
+        journal = rt.writer is not None and bool(fx.records or fx.durable)
+        replicator = rt.replicator if fx.replicate or fx.replicated else None
+        # What waits for the cluster: REPLICATED acks, and durable acks of a batch it stores.
+        wait_replica = replicator is not None and bool(
+            fx.replicated or (fx.durable and fx.replicate)
+        )
+        if not (fx.durable or wait_replica):
+            self._send_now(fx.replicated)  # no cluster here: nothing to wait for
+            if journal:
+                rt.after_commit(self.conn, fx.records, _nothing)
+            if replicator is not None:
+                replicator.replicate(self.conn, fx.replicate, None)
+            return
+        # Acks that wait: for the commit (durable), for the cluster (replicated; a durable
+        # ack in a cluster waits for both). The slot goes out when every wait is over.
+        waits = [int(bool(fx.durable)) + int(wait_replica)]
+        held = [*fx.durable, *fx.replicated]
+        slot: tuple[list[bool], list[bytes]] = ([False], [])
+        mine = (self.conn,)
+        slot[1].extend(ws_frame(ob.data, text=False) for ob in held if ob.targets == mine)
+        theirs = [ob for ob in held if ob.targets != mine]
+        self._held.append(slot)
+
+        def one_done() -> None:
+            waits[0] -= 1
+            if waits[0] == 0:
+                slot[0][0] = True
+                self._release()
+                rt.deliver_all(theirs)
+
+        if journal:
+            rt.after_commit(self.conn, fx.records, one_done if fx.durable else _nothing)
+        if replicator is not None:
+            replicator.replicate(self.conn, fx.replicate, one_done if wait_replica else None)
+
+    def _send_now(self, out: list[Outbound]) -> None:
         others = []
-        for ob in fx.out:
+        for ob in out:
             if ob.targets == (self.conn,):
                 self._reply(ob.data)
             else:
                 others.append(ob)
         self.rt.deliver_all(others)
-        self.rt.flush_topgun_soon()
-        if fx.frames:
-            self.rt.publish_map_frames(fx.frames)
-        if self.rt.writer is None or not (fx.records or fx.durable):
-            return
-        if not fx.durable:
-            self.rt.after_commit(self.conn, fx.records, _nothing)
-            return
-        slot: tuple[list[bool], list[bytes]] = ([False], [])
-        mine = (self.conn,)
-        slot[1].extend(ws_frame(ob.data, text=False) for ob in fx.durable if ob.targets == mine)
-        theirs = [ob for ob in fx.durable if ob.targets != mine]
-        self._held.append(slot)
-
-        def committed() -> None:
-            slot[0][0] = True
-            self._release()
-            self.rt.deliver_all(theirs)
-
-        self.rt.after_commit(self.conn, fx.records, committed)
 
     def _reply(self, data: bytes) -> None:
         frame = ws_frame(data, text=False)

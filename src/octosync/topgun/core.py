@@ -10,9 +10,14 @@ Write concerns (TopGun's ``WriteConcern``, lowest to highest): ``FIRE_AND_FORGET
 acknowledged on receipt (the ack is the first thing sent, before the ops are applied);
 ``MEMORY`` (the default) once the op is validated and in memory, ``APPLIED`` once merged into
 the map; both are immediate here because validation and the merge happen in the same step.
-``PERSISTED`` waits for the journal's group commit. ``REPLICATED`` (a cluster concept) is
-achieved as ``APPLIED`` with ``success: false``, as is ``PERSISTED`` on a server without a
-journal: the ack says what was achieved, never more. One ``OP_ACK`` per batch, at the batch's
+``PERSISTED`` waits for the journal's group commit. ``REPLICATED`` is a cluster's: with
+``replicated`` set (``serve --cluster``) every op that changed a map goes to ``replicate`` (the
+cluster's op stream, ``cluster.maps``), and a ``REPLICATED`` batch puts every valid op there,
+changed or not (a client resending what this node has already must not get an ack for what the
+cluster never stored), with its ack in ``replicated``: sent once the cluster stored them. A
+``PERSISTED`` ack in a cluster waits for both. Alone, ``REPLICATED`` is achieved as
+``APPLIED`` with ``success: false``, as is ``PERSISTED`` on a server without a journal: the
+ack says what was achieved, never more. One ``OP_ACK`` per batch, at the batch's
 strongest requested level; ``results`` (per op) are sent when a level was asked for
 explicitly. Ops the token may not write get ``OP_REJECTED`` and are not applied; they are
 still covered by ``lastId`` so the client stops resending them.
@@ -21,7 +26,7 @@ still covered by ``lastId`` so the client stops resending them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -50,7 +55,7 @@ from octosync.errors import (
     RemoteProtocolError,
 )
 from octosync.ipc.messages import Delta, Snapshot
-from octosync.store.records import EncodedRecord, encode_op_records, encode_record
+from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
 from octosync.topgun import durable
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
@@ -110,6 +115,11 @@ class Effects:
     """Sent once ``records`` and everything journaled before them are committed."""
     frames: list[tuple[str, Snapshot | Delta]] = field(default_factory=list)
     """For the lazily stream of each named map (``map:<name>``), in order."""
+    replicate: list[EncodedRecord] = field(default_factory=list)
+    """Op records for the cluster's op stream (only with ``TopGunCore.replicated``)."""
+    replicated: list[Outbound] = field(default_factory=list)
+    """Sent once ``replicate`` is stored by the cluster (``REPLICATED`` acks); ``durable``
+    waits for that too when ``replicate`` is not empty."""
 
     def send(self, conn: int, message: tg.Message) -> None:
         self.out.append(Outbound((conn,), tg.encode(message)))
@@ -150,6 +160,11 @@ class TopGunCore:
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
         """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
         self.gc_horizon_ms = 0
+        self.replicated = False
+        """Set by a server in a cluster: map ops go to ``Effects.replicate``."""
+        self.replica_position = 0
+        """The cluster op stream's sequence applied and journaled through (restored by
+        :meth:`load` from the reserved record :meth:`apply_remote` journals)."""
         self._conns: dict[int, _Conn] = {}
         self._topics: dict[str, set[int]] = {}
 
@@ -210,6 +225,7 @@ class TopGunCore:
         if reserved:
             self.hlc.update(max(rec.ts for rec in reserved))
             state = durable.restore(reserved)
+            self.replica_position = state.replica_position
             self.locks.resume_after(state.fencing_token)
             for name, sides in state.counters.items():
                 self.counters.restore(name, sides.positive, sides.negative)
@@ -362,8 +378,16 @@ class TopGunCore:
                 events.append(_event(op, rec))
             elif isinstance(outcome, CrdtValueError):
                 self._reject(fx, conn, op, errors, i, f"{outcome.name}: {outcome.message}", 400)
+                continue
+            if self.replicated and (outcome is True or RANK[wanted] >= RANK["REPLICATED"]):
+                fx.replicate.append(encoded)
         self._fan_out(fx, conn, events)
         if last_id is None or wanted == "FIRE_AND_FORGET":
+            return
+        if wanted == "REPLICATED" and self.replicated:
+            fx.replicated.append(
+                Outbound((conn,), tg.encode(self._ack(last_id, wanted, ops, errors, explicit)))
+            )
             return
         if wanted == "PERSISTED" and self.persistent:
             fx.durable.append(
@@ -587,7 +611,51 @@ class TopGunCore:
                 if self.maps.apply(rec):
                     fx.records.append(encoded)
                     events.append(_event(op, rec))
+                    if self.replicated:
+                        fx.replicate.append(encoded)
         self._fan_out(fx, conn, events)
+
+    def apply_remote(self, records: Sequence[OpRecord], position: int | None = None) -> Effects:
+        """Op records another node of the cluster accepted (its grants were checked there):
+        merged like local ones, with the HLC moved past theirs; what changed is journaled here
+        and reaches this node's map subscribers (none left out), live queries and ``map:``
+        streams. ``position``: the cluster op stream's sequence these records reach, journaled
+        after them, so a restart replays from there. Records that cannot be folded (a value
+        that is not what its op needs) and reserved maps are skipped."""
+        fx = Effects()
+        mine = [rec for rec in records if not durable.is_reserved(rec.map)]
+        if mine:
+            self.hlc.update(max(rec.ts for rec in mine))
+        changed: list[OpRecord] = []
+        for rec in mine:
+            try:
+                if self.maps.apply(rec, clock_merged=True):
+                    changed.append(rec)
+            except CrdtValueError:
+                continue
+        if changed:
+            # Records from another node come out of a strict decode (``wire.cluster_maps``):
+            # valid as they are, encoded for the journal without a second check.
+            fx.records.extend(EncodedRecord(KIND_OP, rec.map, _ENC.encode(rec)) for rec in changed)
+            seen = {rec.map for rec in changed}
+            seen = {name for name in seen if self._watched(name)}
+            if seen:
+                events = [e for rec in changed if rec.map in seen for e in record_events(rec)]
+                self._fan_out(fx, 0, events)
+        if position is not None and position > self.replica_position:
+            self.replica_position = position
+            if self.persistent:
+                fx.records.append(encode_record(durable.position_record(position, self.hlc.now())))
+        return fx
+
+    def _watched(self, name: str) -> bool:
+        """Someone here follows map ``name`` (a connection with it open, a live query, its
+        ``map:`` stream): only then are its events built."""
+        return (
+            self.map_streams.followed(name)
+            or name in self.queries.watched()
+            or any(name in c.maps for c in self._conns.values())
+        )
 
     def gc(self, horizon_ms: int) -> Effects:
         """Forget tombstones older than ``horizon_ms`` and tell every client (``GC_PRUNE``);
@@ -689,3 +757,20 @@ def _event(op: tg.ClientOp, rec: OpRecord) -> tg.ServerEventPayload:
     value = NIL if rec.op is OpKind.REMOVE else msgspec.Raw(rec.value)
     record = WireLWWRecord(value, WireTimestamp.of(rec.ts))
     return tg.ServerEventPayload(op.map_name, rec.op.value, op.key, record=record)
+
+
+def record_events(rec: OpRecord) -> list[tg.ServerEventPayload]:
+    """The ``SERVER_EVENT`` payloads of an op record that changed a map (one per tag an OR
+    remove lists), for records that came without the client's op (other nodes, repairs)."""
+    stamp = WireTimestamp.of(rec.ts)
+    if rec.op is OpKind.OR_ADD:
+        or_rec = tg.WireORRecord(msgspec.Raw(rec.value), stamp, rec.op_id)
+        return [tg.ServerEventPayload(rec.map, "OR_ADD", rec.key, or_record=or_rec)]
+    if rec.op is OpKind.OR_REMOVE:
+        tags: list[str] = msgspec.msgpack.decode(rec.value, type=list[str])
+        return [tg.ServerEventPayload(rec.map, "OR_REMOVE", rec.key, or_tag=t) for t in tags]
+    if rec.op is OpKind.INC:
+        return []
+    value = NIL if rec.op is OpKind.REMOVE else msgspec.Raw(rec.value)
+    record = WireLWWRecord(value, stamp)
+    return [tg.ServerEventPayload(rec.map, rec.op.value, rec.key, record=record)]

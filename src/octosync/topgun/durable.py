@@ -9,6 +9,9 @@ the one record a compaction keeps, is all a restart needs:
 - ``$topgun/locks`` key ``fencing-token``: the highest fencing token granted; a restarted
   server grants from the next one, so a guarded resource never sees a token twice.
 - ``$topgun/counters`` key = counter name: ``{positive, negative}`` per node after a merge.
+- ``$topgun/cluster`` key ``maps-position``: in a cluster, the sequence of the cluster's op
+  stream (``cluster.maps``) that this node applied and journaled through; a restarted node
+  replays the stream from the next one. Positions only grow.
 
 Clients may not read or write maps under the prefix (:func:`is_reserved`).
 """
@@ -29,6 +32,8 @@ RESERVED_PREFIX: Final = "$topgun/"
 LOCKS_MAP: Final = f"{RESERVED_PREFIX}locks"
 COUNTERS_MAP: Final = f"{RESERVED_PREFIX}counters"
 FENCE_KEY: Final = "fencing-token"
+CLUSTER_MAP: Final = f"{RESERVED_PREFIX}cluster"
+POSITION_KEY: Final = "maps-position"
 
 
 class CounterSides(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -54,6 +59,11 @@ def fence_record(token: int, ts: Timestamp) -> OpRecord:
     return _put(LOCKS_MAP, FENCE_KEY, _ENC.encode(token), ts)
 
 
+def position_record(seq: int, ts: Timestamp) -> OpRecord:
+    """The record saying the cluster's op stream is applied and journaled through ``seq``."""
+    return _put(CLUSTER_MAP, POSITION_KEY, _ENC.encode(seq), ts)
+
+
 def counter_record(
     name: str, positive: dict[str, int], negative: dict[str, int], ts: Timestamp
 ) -> OpRecord:
@@ -64,6 +74,8 @@ class Restored(msgspec.Struct, frozen=True):
     fencing_token: int
     """The highest token granted before (0: none)."""
     counters: dict[str, CounterSides]
+    replica_position: int = 0
+    """The cluster op stream's sequence journaled through (0: none)."""
 
 
 def restore(records: Iterable[OpRecord]) -> Restored:
@@ -71,11 +83,14 @@ def restore(records: Iterable[OpRecord]) -> Restored:
     store = MapStore()
     for rec in records:
         store.apply(rec)
-    token = 0
+    token = position = 0
     raw = store.get(LOCKS_MAP, FENCE_KEY)
     try:
         if raw is not None:
             token = _TOKEN.decode(raw)
+        raw = store.get(CLUSTER_MAP, POSITION_KEY)
+        if raw is not None:
+            position = _TOKEN.decode(raw)
         counters = {}
         for row in store.rows(COUNTERS_MAP):
             value = store.get(COUNTERS_MAP, row.key)
@@ -83,4 +98,4 @@ def restore(records: Iterable[OpRecord]) -> Restored:
                 counters[row.key] = _SIDES.decode(value)
     except msgspec.DecodeError as exc:
         raise JournalCorrupt(f"a reserved TopGun record does not decode: {exc}") from None
-    return Restored(token, counters)
+    return Restored(token, counters, position)
