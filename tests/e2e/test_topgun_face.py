@@ -69,6 +69,7 @@ async def test_nothing_but_auth_is_served_before_the_token_and_an_idle_socket_is
         await ws.send_bytes(tg.encode(tg.Auth(token=token)))
         ack = await recv(ws)
         assert isinstance(ack, tg.AuthAck)
+        assert ack.server_node_id == "octosync"  # a single server; in a cluster, its node id
         await ws.send_bytes(tg.encode(tg.Auth(token=token)))  # exactly one AUTH_ACK
         assert error_name(await recv(ws)) == "RemoteProtocolError"
         await ws.close()

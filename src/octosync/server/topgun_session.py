@@ -24,7 +24,6 @@ from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants, authenticate
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
 from octosync.topgun import Effects, Outbound
-from octosync.topgun.core import SERVER_NODE
 from octosync.wire import topgun as tg
 from octosync.wire.websocket import ws_frame
 
@@ -85,7 +84,8 @@ class TopGunSession:
                 if identity.expired(self.rt.topgun.clock() / 1000):
                     raise Unauthorized("the token expired", path="exp")
                 self._open(identity)
-                ack = tg.AuthAck(connection_id=str(self.conn), server_node_id=SERVER_NODE)
+                node = self.rt.topgun.hlc.node_id  # the cluster node id, in a cluster
+                ack = tg.AuthAck(connection_id=str(self.conn), server_node_id=node)
                 self._reply(tg.encode(ack))
             case tg.DeviceHello():
                 if not self.rt.config.insecure_dev:
