@@ -123,17 +123,19 @@ class ChainDevice:
         writer.write(frames.encode(frames.FromDevice(self.epoch, request)))
         self._writer = writer
         self.connections += 1
+        incoming = frames.FrameReader(reader)
         while True:
-            frame = self._decode(await frames.read_payload(reader))
-            if isinstance(frame, frames.Refused):
-                return
-            if not isinstance(frame, frames.ForDevice):
-                continue
-            outgoing = self.client.receive(frame.message)
-            self._note_durable(frame.message)
-            self._send(outgoing)
-            if self.listener is not None:
-                self.listener(frame.message)
+            for payload in await incoming.payloads():
+                frame = self._decode(payload)
+                if isinstance(frame, frames.Refused):
+                    return
+                if not isinstance(frame, frames.ForDevice):
+                    continue
+                outgoing = self.client.receive(frame.message)
+                self._note_durable(frame.message)
+                self._send(outgoing)
+                if self.listener is not None:
+                    self.listener(frame.message)
             self.changed.set()
 
     def _note_durable(self, message: HeadToDevice) -> None:

@@ -202,10 +202,11 @@ class Node:
         await self._read_loop(conn)
 
     async def _read_loop(self, conn: Conn) -> None:
+        incoming = frames.FrameReader(conn.reader)
         try:
             while not conn.closed:
-                frame = await frames.read_frame(conn.reader)
-                self.inbox.put_nowait(_Input("frame", conn, frame))
+                for payload in await incoming.payloads():
+                    self.inbox.put_nowait(_Input("frame", conn, frames.decode(payload)))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         except OctosyncError as exc:
