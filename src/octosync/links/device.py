@@ -57,6 +57,8 @@ class ChainDevice:
         self._decode = shared.decode if shared else frames.decode
         self._saved_version = self.client.version
         self._writer: asyncio.StreamWriter | None = None
+        self._outbox: list[bytes] = []
+        self._flush_due = False
         self.epoch = 0
         self.acked: set[int] = set()
         """Every sequencer the chain said is durable at its tail, over all connections."""
@@ -113,6 +115,7 @@ class ChainDevice:
                 finally:
                     self.client.disconnect()
                     self._writer = None
+                    self._outbox.clear()
                     writer.close()
                 break
             await asyncio.sleep(RETRY)
@@ -149,12 +152,22 @@ class ChainDevice:
             self.acked.update(message.kill)
 
     def _send(self, events: list[DeviceEvent]) -> None:
+        """Save, then queue the events for this loop turn's one write (saved before sent)."""
         self._save()
         if self._writer is None or not events:
             return
-        self._writer.write(
-            b"".join(frames.encode(frames.FromDevice(self.epoch, e)) for e in events)
-        )
+        self._outbox.extend(frames.encode(frames.FromDevice(self.epoch, e)) for e in events)
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Everything emitted during one loop turn in one write. What a session that ended
+        had queued was dropped with it: those events go out again with the next bootstrap."""
+        self._flush_due = False
+        outbox, self._outbox = self._outbox, []
+        if self._writer is not None and outbox:
+            self._writer.write(b"".join(outbox))
 
     def _save(self) -> None:
         if self.store is not None and self.client.version != self._saved_version:
