@@ -104,6 +104,14 @@ class _Input:
     extra: Any = None
 
 
+BATCH_FRAMES = 4096
+"""Inputs taken into one batch (one commit), counting each frame of a burst."""
+
+
+def _weight(item: _Input) -> int:
+    return len(item.frame) if item.kind == "frames" else 1
+
+
 @dataclass
 class Node:
     options: NodeOptions
@@ -210,8 +218,13 @@ class Node:
         incoming = frames.FrameReader(conn.reader)
         try:
             while not conn.closed:
-                for payload in await incoming.payloads():
-                    self.inbox.put_nowait(_Input("frame", conn, frames.decode(payload)))
+                burst: list[frames.AnyFrame] = []
+                try:
+                    for payload in await incoming.payloads():
+                        burst.append(frames.decode(payload))
+                finally:  # what decoded before a bad frame is handled, as it arrived
+                    if burst:
+                        self.inbox.put_nowait(_Input("frames", conn, burst))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         except OctosyncError as exc:
@@ -277,8 +290,10 @@ class Node:
     async def _process(self) -> None:
         while True:
             batch = [await self.inbox.get()]
-            while not self.inbox.empty() and len(batch) < 4096:
+            size = _weight(batch[0])
+            while not self.inbox.empty() and size < BATCH_FRAMES:
                 batch.append(self.inbox.get_nowait())
+                size += _weight(batch[-1])
             outputs: list[tuple[Output, int]] = []
             for item in batch:
                 self._handle(item, outputs)
@@ -294,14 +309,13 @@ class Node:
     def _handle(self, item: _Input, outputs: list[tuple[Output, int]]) -> None:
         if item.kind == "config":
             self._reconfigure(item.extra, outputs)
+        elif item.kind == "frames":  # one read's worth, from one connection
+            assert item.conn is not None
+            for frame in item.frame:
+                self._handle_frame(item.conn, frame, outputs)
         elif item.kind == "frame":
             assert item.conn is not None
-            try:
-                self._frame(item.conn, item.frame, outputs)
-            except OctosyncError as exc:
-                log.warning("%s: %s from %s: %s", self.me.id, exc.name, item.conn.kind, exc)
-                item.conn.send(frames.Refused(self.epoch, exc.name, str(exc)))
-                item.conn.close()
+            self._handle_frame(item.conn, item.frame, outputs)
         elif item.kind == "dialed":
             assert item.conn is not None
             if self.down is None and item.conn.since_epoch == self.epoch:
@@ -314,6 +328,16 @@ class Node:
             member, epoch = item.extra
             if epoch == self.epoch:
                 self._spawn(self._remove_if_dead(member))
+
+    def _handle_frame(
+        self, conn: Conn, frame: frames.AnyFrame, outputs: list[tuple[Output, int]]
+    ) -> None:
+        try:
+            self._frame(conn, frame, outputs)
+        except OctosyncError as exc:
+            log.warning("%s: %s from %s: %s", self.me.id, exc.name, conn.kind, exc)
+            conn.send(frames.Refused(self.epoch, exc.name, str(exc)))
+            conn.close()
 
     def _frame(self, conn: Conn, frame: frames.AnyFrame, outputs: list[tuple[Output, int]]) -> None:
         if isinstance(frame, frames.Link):
