@@ -10,10 +10,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+from octosync.chain.game import compute
 from octosync.chain.records import DeviceEvent, Event
 from octosync.links import frames
 from octosync.links.cli import start_node
+from octosync.links.config import Member
 from octosync.links.config_store import ConfigStore
+from octosync.links.node import Node, NodeOptions
 
 
 async def test_link_refuses_a_peer_that_is_not_its_predecessor(
@@ -73,3 +76,31 @@ async def test_hung_link_is_removed_and_stops_when_it_wakes(nats_url: str, tmp_p
                 os.kill(proc.pid, signal.SIGCONT)
                 proc.kill()
             proc.wait(timeout=10)
+
+
+async def test_probe_needs_an_answer_not_just_an_accepted_connection(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A SIGKILLed link's listening socket can accept for an instant while it dies; such a
+    link must be found dead (removed now), not alive (left to its heartbeat's expiry)."""
+
+    async def dying(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.transport.abort()
+
+    server = await asyncio.start_server(dying, "127.0.0.1", 0)
+    dying_port = server.sockets[0].getsockname()[1]
+    app = "octosync.chain.game:compute"
+    proc, live_port = await asyncio.to_thread(
+        start_node, "probe", "live", nats_url, app, tmp_path / "live"
+    )
+    prober = Node(
+        NodeOptions("probe", "prober", "127.0.0.1", 0, nats_url, compute, tmp_path / "prober")
+    )
+    try:
+        assert not await prober._probe(Member("dying", "127.0.0.1", dying_port))
+        assert await prober._probe(Member("live", "127.0.0.1", live_port))
+    finally:
+        server.close()
+        prober.store.close()
+        proc.kill()
+        proc.wait(timeout=10)

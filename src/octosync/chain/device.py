@@ -23,6 +23,7 @@ Decisions:
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 from octosync.chain.json_tree import JsonTree, merge_patch
 from octosync.chain.records import (
@@ -43,10 +44,17 @@ class Phase(enum.Enum):
     LIVE = "live"
 
 
+Merge = Callable[[JsonTree, JsonTree], JsonTree]
+"""RFC 7386 merge patch, pure: ``merge_patch`` or a memo of it shared by devices (``links``)."""
+
+
 class DeviceClient:
-    def __init__(self, name: str, machine: DeviceStateMachine | None = None) -> None:
+    def __init__(
+        self, name: str, machine: DeviceStateMachine | None = None, *, merge: Merge = merge_patch
+    ) -> None:
         sm = machine or DeviceStateMachine()
         self.name = name
+        self.merge = merge
         self.events: dict[int, DeviceEvent] = dict(sorted(sm.events.items()))
         self.next_sequencer = sm.next_device_sequencer
         self.state: JsonTree = sm.state
@@ -124,7 +132,7 @@ class DeviceClient:
         if update.replace:
             self.state = update.change
         elif update.sequencer == self.state_sequencer + 1:
-            self.state = merge_patch(self.state, update.change)
+            self.state = self.merge(self.state, update.change)
         else:
             raise SequenceGap(
                 f"state update {update.sequencer} after {self.state_sequencer}",

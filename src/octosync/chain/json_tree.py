@@ -42,16 +42,21 @@ def _walk(value: Any, depth: int) -> None:
     if kind is dict or kind is list:
         if depth >= MAX_DEPTH:
             raise _Invalid(LimitExceeded, f"JSON tree nested deeper than {MAX_DEPTH}")
-        pairs = value.items() if kind is dict else enumerate(value)
+        is_dict = kind is dict
+        pairs = value.items() if is_dict else enumerate(value)
         for key, item in pairs:
-            if kind is dict and type(key) is not str:
+            if is_dict and type(key) is not str:
                 raise _Invalid(DecodeError, f"JSON object key {key!r} is not a string")
-            if _scalar(item):
+            # Scalars inline: this loop runs over every node of every state update received.
+            item_kind = type(item)
+            if item_kind is str or item_kind is float or item_kind is bool or item is None:
+                continue
+            if item_kind is int and INT_MIN <= item <= INT_MAX:
                 continue
             try:
                 _walk(item, depth + 1)
             except _Invalid as bad:
-                bad.parts.append(f".{key}" if kind is dict else f"[{key}]")
+                bad.parts.append(f".{key}" if is_dict else f"[{key}]")
                 raise
     elif not _scalar(value):
         if kind is int:

@@ -15,10 +15,18 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 from octosync.chain.device import DeviceClient, Phase
-from octosync.chain.records import DeviceEvent, HeadToDevice
+from octosync.chain.json_tree import merge_patch
+from octosync.chain.records import (
+    BootstrapComplete,
+    DeviceEvent,
+    DeviceNotice,
+    HeadToDevice,
+    StateUpdate,
+)
 from octosync.errors import OctosyncError
 from octosync.links import frames
 from octosync.links.config_store import ConfigStore
+from octosync.links.shared_decoding import SharedDecoding
 from octosync.store.chain import DeviceStore
 
 RETRY = 0.05
@@ -33,6 +41,7 @@ class ChainDevice:
         addresses: Sequence[tuple[str, int]] = (),
         store: DeviceStore | None = None,
         listener: Callable[[HeadToDevice], None] | None = None,
+        shared: SharedDecoding | None = None,
     ) -> None:
         self.name = name
         self.configs = configs
@@ -40,9 +49,16 @@ class ChainDevice:
         self.store = store
         self.listener = listener
         """Sees every message from the head after the device applied it (benchmarks, demos)."""
-        self.client = DeviceClient(name, store.load() if store else None)
+        self.shared = shared
+        """Devices of one process may share decoding and merging (``shared_decoding``)."""
+        self.client = DeviceClient(
+            name, store.load() if store else None, merge=shared.merge if shared else merge_patch
+        )
+        self._decode = shared.decode if shared else frames.decode
         self._saved_version = self.client.version
         self._writer: asyncio.StreamWriter | None = None
+        self._outbox: list[bytes] = []
+        self._flush_due = False
         self.epoch = 0
         self.acked: set[int] = set()
         """Every sequencer the chain said is durable at its tail, over all connections."""
@@ -99,6 +115,7 @@ class ChainDevice:
                 finally:
                     self.client.disconnect()
                     self._writer = None
+                    self._outbox.clear()
                     writer.close()
                 break
             await asyncio.sleep(RETRY)
@@ -109,27 +126,48 @@ class ChainDevice:
         writer.write(frames.encode(frames.FromDevice(self.epoch, request)))
         self._writer = writer
         self.connections += 1
+        incoming = frames.FrameReader(reader)
         while True:
-            frame = await frames.read_frame(reader)
-            if isinstance(frame, frames.Refused):
-                return
-            if not isinstance(frame, frames.ForDevice):
-                continue
-            outgoing = self.client.receive(frame.message)
-            self.acked.update(self.client.acked)
-            self.acked.update(self.client.consumed)
-            self._send(outgoing)
-            if self.listener is not None:
-                self.listener(frame.message)
+            for payload in await incoming.payloads():
+                frame = self._decode(payload)
+                if isinstance(frame, frames.Refused):
+                    return
+                if not isinstance(frame, frames.ForDevice):
+                    continue
+                outgoing = self.client.receive(frame.message)
+                self._note_durable(frame.message)
+                self._send(outgoing)
+                if self.listener is not None:
+                    self.listener(frame.message)
             self.changed.set()
 
+    def _note_durable(self, message: HeadToDevice) -> None:
+        """Only this message's sequencers: the client's sets grow over a whole connection."""
+        if isinstance(message, DeviceNotice):
+            self.acked.update(message.acked)
+            self.acked.update(message.consumed)
+        elif isinstance(message, StateUpdate):
+            self.acked.update(message.consumed.get(self.name, ()))
+        elif isinstance(message, BootstrapComplete):
+            self.acked.update(message.kill)
+
     def _send(self, events: list[DeviceEvent]) -> None:
+        """Save, then queue the events for this loop turn's one write (saved before sent)."""
         self._save()
         if self._writer is None or not events:
             return
-        self._writer.write(
-            b"".join(frames.encode(frames.FromDevice(self.epoch, e)) for e in events)
-        )
+        self._outbox.extend(frames.encode(frames.FromDevice(self.epoch, e)) for e in events)
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Everything emitted during one loop turn in one write. What a session that ended
+        had queued was dropped with it: those events go out again with the next bootstrap."""
+        self._flush_due = False
+        outbox, self._outbox = self._outbox, []
+        if self._writer is not None and outbox:
+            self._writer.write(b"".join(outbox))
 
     def _save(self) -> None:
         if self.store is not None and self.client.version != self._saved_version:

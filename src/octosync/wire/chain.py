@@ -8,7 +8,8 @@ configuration epoch, so a receiver can fence an older configuration before looki
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from types import UnionType
+from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
@@ -58,16 +59,31 @@ _PLANS: dict[type, list[tuple[str, str, bool]]] = {}
 
 
 def _plan(cls: type[msgspec.Struct]) -> list[tuple[str, str, bool]]:
-    """Per struct type, once: (field, wire name, holds a JSON tree); ``fields()`` is slow."""
+    """Per struct type, once: the fields to look into, as (field, wire name, holds a JSON
+    tree); fields that can hold neither a JSON tree nor a struct are left out, so an event's
+    frame (epoch, sequencers, strings) costs one lookup. ``fields()`` is slow."""
     plan = _PLANS.get(cls)
     if plan is None:
         is_record = issubclass(cls, ChainRecord)
-        plan = [
-            (f.name, f.encode_name, is_record and f.name in JSON_FIELDS)
-            for f in msgspec.structs.fields(cls)
-        ]
+        plan = []
+        for f in msgspec.structs.fields(cls):
+            is_json = is_record and f.name in JSON_FIELDS
+            if is_json or _may_be_struct(f.type):
+                plan.append((f.name, f.encode_name, is_json))
         _PLANS[cls] = plan
     return plan
+
+
+def _may_be_struct(annotation: Any) -> bool:
+    """Whether a field's value itself (not an item inside it) can be a struct."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, msgspec.Struct)
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _may_be_struct(get_args(annotation)[0])
+    if origin is Union or origin is UnionType:
+        return any(_may_be_struct(arg) for arg in get_args(annotation))
+    return origin is None  # unknown (a type variable, Any): look
 
 
 MACHINE_MSGPACK: ChainCodec[ChainStateMachine] = ChainCodec(ChainStateMachine, "msgpack")
