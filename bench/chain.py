@@ -105,8 +105,9 @@ class Meter:
 class Chain:
     """NATS for the configuration plus ``links`` link processes."""
 
-    def __init__(self, root: Path, name: str, links: int) -> None:
+    def __init__(self, root: Path, name: str, links: int, durability: str = "full") -> None:
         self.root, self.name, self.count = root, name, links
+        self.durability = durability
         self.procs: dict[str, subprocess.Popen[str]] = {}
 
     def start(self) -> None:
@@ -117,7 +118,9 @@ class Chain:
             self.launch(f"n{i + 1}")
 
     def launch(self, node_id: str) -> None:
-        proc, _ = start_node(self.name, node_id, self.url, APP, self.root / node_id)
+        proc, _ = start_node(
+            self.name, node_id, self.url, APP, self.root / node_id, durability=self.durability
+        )
         self.procs[node_id] = proc
 
     def stop(self) -> None:
@@ -194,7 +197,7 @@ async def open_loop(devices: list[ChainDevice], meter: Meter, rate: float, secon
 
 
 async def bench_chain(root: Path, links: int, args: argparse.Namespace) -> dict[str, float]:
-    chain = Chain(root / f"chain{links}", f"b{links}", links)
+    chain = Chain(root / f"chain{links}", f"b{links}", links, args.durability)
     await asyncio.to_thread(chain.start)
     try:
         await steady(chain, links)
@@ -424,6 +427,13 @@ async def main() -> None:
         action="store_true",
         help="every simulated device decodes and merges each state update itself",
     )
+    parser.add_argument(
+        "--durability",
+        choices=["full", "normal"],
+        default="full",
+        help="links' SQLite: full fsyncs every commit; normal survives a process crash "
+        "(JetStream's file store does not fsync each message by default either)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.devices, args.seconds, args.kills, args.rate = 20, 2.0, 3, 400.0
@@ -449,7 +459,10 @@ async def main() -> None:
         print(f"JetStream R3  : {js}", flush=True)
     print(f"load after: {os.getloadavg()[0]:.1f} (1-min average)")
     print()
-    print(f"{args.devices} devices, window {args.window}, {args.seconds:.0f} s per phase")
+    print(
+        f"{args.devices} devices, window {args.window}, {args.seconds:.0f} s per phase, "
+        f"links' durability {args.durability}"
+    )
     print("| system | acked events/s | x JetStream | p50 ms | p99 ms |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for label, r in (("chain, 1 link", one), ("chain, 3 links", three), ("JetStream R3", js)):

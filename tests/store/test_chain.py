@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,6 +77,39 @@ def test_device_sigkill_leaves_the_last_committed_machine(tmp_path: Path) -> Non
         assert event.payload == f"payload-{d}"
     expected_live = {d for d in range(1, last + 1) if d % 3 != 1 or d + 2 > last}
     assert set(machine.events) == expected_live
+
+
+@pytest.mark.parametrize("durability", ["full", "normal"])
+def test_link_sigkill_loses_nothing_committed_in_either_durability(
+    tmp_path: Path, durability: str
+) -> None:
+    """``normal`` skips the fsync per commit: a power loss may cost the last commits, a crash
+    of the process (what the chain's failover handles) costs nothing committed."""
+    path = tmp_path / "link.sqlite"
+    script = Path(__file__).with_name("_chain_link_writer.py")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(path), durability],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    committed = 0
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:  # bounded: killed after 300 commits
+            committed = int(line)
+            if committed >= 300:
+                break
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    machine, epoch = LinkStore(path).load()
+    assert epoch == 1
+    held = sorted(machine.events)
+    assert held[-1] >= committed
+    assert held == list(range(1, held[-1] + 1))
+    assert machine.events[committed].payload == f"payload-{committed}"
 
 
 def test_link_replica_round_trips_after_activity(tmp_path: Path) -> None:

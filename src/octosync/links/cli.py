@@ -43,14 +43,40 @@ def _node(args: argparse.Namespace) -> int:
     def ready(actual: int) -> None:
         print(READY.format(id=args.id, host=host, port=actual), flush=True)
 
-    options = NodeOptions(args.chain, args.id, host, port, args.config, app, Path(args.data), ready)
+    options = NodeOptions(
+        args.chain,
+        args.id,
+        host,
+        port,
+        args.config,
+        app,
+        Path(args.data),
+        ready,
+        durability=args.durability,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         run_node(options)
     return 0
 
 
+DURABILITY_ARGS = ("--durability",)
+DURABILITY_OPTIONS: dict[str, Any] = {
+    "choices": ["full", "normal"],
+    "default": "full",
+    "help": "full: fsync every commit (default); normal: survive a crash of the process, not "
+    "of the machine (as JetStream's default file store)",
+}
+
+
 def start_node(
-    chain: str, node_id: str, config_url: str, app: str, data: Path, *, port: int = 0
+    chain: str,
+    node_id: str,
+    config_url: str,
+    app: str,
+    data: Path,
+    *,
+    port: int = 0,
+    durability: str = "full",
 ) -> tuple[subprocess.Popen[str], int]:
     """Start ``octosync chain node`` as a process; returns it once it listens, with its port."""
     proc = subprocess.Popen(
@@ -71,6 +97,8 @@ def start_node(
             app,
             "--data",
             str(data),
+            "--durability",
+            durability,
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -92,7 +120,9 @@ def _up(args: argparse.Namespace) -> int:
         print(f"NATS JetStream on {url} (data in {data})", flush=True)
         for i in range(args.nodes):
             node_id = f"n{i + 1}"
-            proc, port = start_node(args.chain, node_id, url, args.app, data / node_id)
+            proc, port = start_node(
+                args.chain, node_id, url, args.app, data / node_id, durability=args.durability
+            )
             procs.append(proc)
             print(f"link {node_id} on 127.0.0.1:{port}", flush=True)
         print(
@@ -272,6 +302,7 @@ def register(sub: Any) -> None:
     up.add_argument("--app", default=EXAMPLE_APP, help="module:function computing the state")
     up.add_argument("--data", default=None, help="directory for NATS and the links")
     up.add_argument("--nats-port", type=int, default=4222, help="NATS port on loopback (4222)")
+    up.add_argument(*DURABILITY_ARGS, **DURABILITY_OPTIONS)
     up.set_defaults(func=_up)
 
     node = commands.add_parser("node", help="run one link of a chain")
@@ -281,6 +312,7 @@ def register(sub: Any) -> None:
     node.add_argument("--config", default=url, help="NATS URL holding the configuration")
     node.add_argument("--app", default=EXAMPLE_APP, help="module:function computing the state")
     node.add_argument("--data", required=True, help="directory for this link's SQLite replica")
+    node.add_argument(*DURABILITY_ARGS, **DURABILITY_OPTIONS)
     node.set_defaults(func=_node)
 
     status = commands.add_parser("status", help="members, epoch, head, tail, lag")

@@ -41,7 +41,7 @@ from octosync.errors import NotBootstrapped, OctosyncError, StaleEpoch
 from octosync.links import frames
 from octosync.links.config import ChainConfig, Member
 from octosync.links.config_store import HEARTBEAT_TTL, ConfigStore
-from octosync.store.chain import LinkStore
+from octosync.store.chain import Durability, LinkStore
 
 log = logging.getLogger("octosync.chain")
 
@@ -94,6 +94,10 @@ class NodeOptions:
     app: Compute
     data_dir: Path
     ready: Callable[[int], None] = lambda port: None
+    durability: Durability = "full"
+    """``full``: every commit is fsynced (survives power loss of this machine); ``normal``:
+    WAL without an fsync per commit (survives the process's crash, as JetStream's default
+    file store does; the other links hold the rest)."""
 
 
 @dataclass
@@ -126,7 +130,10 @@ class Node:
 
     def __post_init__(self) -> None:
         self.inbox: asyncio.Queue[_Input] = asyncio.Queue()
-        self.store = LinkStore(self.options.data_dir / f"{self.options.node_id}.sqlite")
+        self.store = LinkStore(
+            self.options.data_dir / f"{self.options.node_id}.sqlite",
+            durability=self.options.durability,
+        )
         self.configs = ConfigStore(self.options.config_url, self.options.chain)
         self.tasks: set[asyncio.Task[None]] = set()
         self.me = Member(self.options.node_id, self.options.host, self.options.port)
