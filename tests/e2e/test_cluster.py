@@ -19,10 +19,12 @@ import aiohttp
 import pytest
 
 from octosync.client.lazily import Backoff, Client, Publication, Subscription, connect
-from octosync.errors import ForbiddenPublish
+from octosync.client.wvp import WvpClient
+from octosync.errors import ForbiddenPublish, OctosyncError
 from octosync.graph import Context
 from octosync.links import nats_server
 from octosync.links.cluster_cli import cluster_status, start_node
+from octosync.wire import wvp
 from tests.e2e.helpers import free_port
 
 STREAM = "match"
@@ -34,6 +36,10 @@ class Node:
     id: str
     url: str
     proc: subprocess.Popen[bytes]
+
+    @property
+    def wvp_url(self) -> str:
+        return self.url.replace("/lazily", "/wvp")
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -381,3 +387,171 @@ async def test_a_node_started_after_the_owner_died_serves_the_snapshot_kept_in_j
     async with connect(f"ws://127.0.0.1:{port}/lazily") as client, watching(client) as seen:
         await until(lambda: bool(seen), "the kept state on the late node")
     assert seen[-1] == 30
+
+
+# --- WVP streams ------------------------------------------------------------------------------
+
+WARP = 7
+Seen = list[wvp.WarpSnapshot | wvp.WarpDiff | OctosyncError]
+
+
+@contextlib.asynccontextmanager
+async def wvp_watching(client: WvpClient, warp: int | None = WARP) -> AsyncIterator[Seen]:
+    """Every stream frame (and error) the client receives, in order, in the background;
+    subscribed to ``warp`` first (None: a producer's errors only)."""
+    if warp is not None:
+        await client.subscribe(warp)
+    seen: Seen = []
+
+    async def collect() -> None:
+        while True:
+            try:
+                msg = await client.receive()
+            except OctosyncError as exc:
+                seen.append(exc)
+                continue
+            except ConnectionError:
+                return
+            if isinstance(msg, wvp.WarpStream):
+                seen.append(msg.frame)
+
+    task = asyncio.create_task(collect())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _diffs_from(start: int, end: int) -> list[wvp.WarpDiff]:
+    """The producer's diffs ``start -> end``: each carries its target epoch as its ops."""
+    return [wvp.WarpDiff(e, e + 1, [e + 1]) for e in range(start, end)]
+
+
+def _last_epoch(seen: Seen) -> int | None:
+    last = seen[-1] if seen else None
+    return last.to_epoch if isinstance(last, wvp.WarpDiff) else None
+
+
+@pytest.mark.slow
+async def test_wvp_diffs_reach_other_nodes_in_order_and_a_second_producer_is_refused(
+    cluster: Cluster,
+) -> None:
+    n1, n2, n3 = cluster.nodes
+    async with (
+        WvpClient(n1.wvp_url) as producer,
+        WvpClient(n2.wvp_url) as s2,
+        WvpClient(n3.wvp_url) as s3,
+        WvpClient(n2.wvp_url) as rival,
+    ):
+        await producer.publish_snapshot(WARP, 0, {"n": 0})
+        epoch = 0
+        for _ in range(5):  # before anyone elsewhere follows: they come with the snapshot
+            await producer.publish_diff(WARP, epoch, [epoch + 1])
+            epoch += 1
+        async with wvp_watching(s2) as on2, wvp_watching(s3) as on3:
+            await until(lambda: bool(on2) and bool(on3), "both subscribers' first frames")
+            for _ in range(300):
+                await producer.publish_diff(WARP, epoch, [epoch + 1])
+                epoch += 1
+                await asyncio.sleep(0.002)
+            last = epoch
+            await until(
+                lambda: _last_epoch(on2) == last and _last_epoch(on3) == last, "the last diff"
+            )
+            # The snapshot (with the diffs the owner's hub replays after it), then every diff,
+            # once, in order: nothing lost, nothing repeated, no second snapshot.
+            expected = [wvp.WarpSnapshot(0, {"n": 0}), *_diffs_from(0, last)]
+            assert on2 == expected
+            assert on3 == expected
+
+            async with wvp_watching(rival, warp=None) as refusals:
+                await rival.publish_snapshot(WARP, 0, {"n": "rival"})
+                await until(lambda: bool(refusals), "the rival's refusal")
+            assert [type(e) for e in refusals] == [ForbiddenPublish]
+
+            status = await cluster_status(cluster.nats_url, listen=1.2)
+            assert status["owners"] == {f"warp:{WARP}": "n1"}
+            metrics = {n.id: await scrape(n) for n in cluster.nodes}
+            assert metrics["n1"]["octosync_cluster_published_total"] >= last
+            for other in ("n2", "n3"):
+                assert metrics[other]["octosync_cluster_applied_total"] >= 300
+        # Nothing the rival sent reached the subscribers.
+        assert all(not isinstance(f, wvp.WarpSnapshot) for f in on2[1:] + on3[1:])
+
+
+@pytest.mark.slow
+async def test_sigkill_of_a_wvp_producers_node_lets_a_new_producer_take_the_stream(
+    cluster: Cluster,
+) -> None:
+    n1, n2, n3 = cluster.nodes
+    new_graph = {"n": "new"}
+    async with (
+        WvpClient(n1.wvp_url) as producer,
+        WvpClient(n3.wvp_url) as watcher,
+        WvpClient(n2.wvp_url) as successor,
+        wvp_watching(watcher) as seen,
+        wvp_watching(successor, warp=None) as refusals,
+    ):
+        await producer.publish_snapshot(WARP, 0, {"n": 0})
+        epoch = 0
+        while len(seen) < 20 and epoch < 2000:
+            await producer.publish_diff(WARP, epoch, [epoch + 1])
+            epoch += 1
+            await asyncio.sleep(0.01)
+        await successor.publish_snapshot(WARP, 100, new_graph)
+        await until(lambda: bool(refusals), "the refusal while n1 lives")
+        assert isinstance(refusals[0], ForbiddenPublish)
+
+        n1.kill()
+        loop = asyncio.get_running_loop()
+        killed = loop.time()
+
+        def taken() -> bool:
+            return any(isinstance(f, wvp.WarpSnapshot) and f.graph == new_graph for f in seen)
+
+        while not taken() and loop.time() - killed < 20:
+            tried = len(refusals)
+            await successor.publish_snapshot(WARP, 100, new_graph)
+            with contextlib.suppress(AssertionError):
+                await until(
+                    lambda tried=tried: taken() or len(refusals) > tried, "an answer", timeout=2
+                )
+            if not taken():
+                await asyncio.sleep(0.1)
+        assert taken(), "no new producer was accepted within 20 s of the kill"
+        took = loop.time() - killed
+        assert took < 10, f"ownership took {took:.1f}s to be released"
+        for e in range(100, 105):
+            await successor.publish_diff(WARP, e, [e + 1])
+        await until(lambda: _last_epoch(seen) == 105, "the new producer's diffs on node 3")
+        # Node 3 switched to the new producer's snapshot, then took every one of its diffs.
+        start = max(i for i, f in enumerate(seen) if isinstance(f, wvp.WarpSnapshot))
+        assert seen[start:] == [wvp.WarpSnapshot(100, new_graph), *_diffs_from(100, 105)]
+        # Before that: the old producer's snapshot, then its diffs in order.
+        before = seen[: seen.index(wvp.WarpSnapshot(100, new_graph))]
+        assert before[0] == wvp.WarpSnapshot(0, {"n": 0})
+        assert before[1:] == _diffs_from(0, len(before) - 1)
+        assert len(before) >= 20
+        status = await cluster_status(cluster.nats_url, listen=1.2)
+        assert status["owners"] == {f"warp:{WARP}": "n2"}
+
+
+@pytest.mark.slow
+async def test_a_node_started_after_a_wvp_owner_died_serves_its_kept_replay(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    n1 = cluster.nodes[0]
+    async with WvpClient(n1.wvp_url) as producer:
+        await producer.publish_snapshot(WARP, 0, {"n": 0})
+        for e in range(30):
+            await producer.publish_diff(WARP, e, [e + 1])
+        await asyncio.sleep(1.5)  # three heartbeats: the owner keeps its replay
+        n1.kill()
+    port = free_port()
+    late = await asyncio.to_thread(start_node, cluster.nats_url, "n4", port, tmp_path / "n4")
+    cluster.procs.append(late)
+    async with WvpClient(f"ws://127.0.0.1:{port}/wvp") as client, wvp_watching(client) as seen:
+        await until(lambda: _last_epoch(seen) == 30, "the kept state on the late node")
+    assert seen == [wvp.WarpSnapshot(0, {"n": 0}), *_diffs_from(0, 30)]

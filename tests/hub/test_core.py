@@ -462,6 +462,25 @@ def test_replay_model_keeps_snapshot_plus_diffs_and_goes_stale_past_bound() -> N
     assert not hub.needs_snapshot(7)
 
 
+def test_replay_of_is_what_a_new_subscriber_starts_from() -> None:
+    """The cluster answers a snapshot request with it: a replayed stream's last snapshot and
+    the diffs since (none once the log overflowed), a lazily stream's current snapshot."""
+    hub = Hub(HubConfig(max_replay_diffs=2), clock=Clock(), encoders={"json": json_encoder})
+    hub.connect(1, JSON)
+    assert hub.replay_of(7) == []
+    hub.publish(1, 7, SnapshotFrame(4, "g4"))
+    hub.publish(1, 7, DiffFrame(4, 5, "d4"))
+    assert hub.replay_of(7) == [SnapshotFrame(4, "g4"), DiffFrame(4, 5, "d4")]
+    hub.publish(1, 7, DiffFrame(5, 6, "d5"))
+    hub.publish(1, 7, DiffFrame(6, 7, "d6"))
+    assert hub.replay_of(7) == []
+    hub.publish(1, "s", lazily_frame(snap(1, {1: b"a"})))
+    hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"b")))
+    (only,) = hub.replay_of("s")
+    assert isinstance(only, SnapshotFrame)
+    assert only.body == hub.latest_snapshot("s")
+
+
 def test_ts_is_monotonic_across_streams() -> None:
     stamps: list[int] = []
 

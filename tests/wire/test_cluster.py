@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 from octosync.errors import DecodeError
 from octosync.ipc.messages import Delta, Snapshot
+from octosync.wire import cbor, wvp
 from octosync.wire import cluster as wire
 from tests.strategies import deltas, snapshots
 
 nodes = st.from_regex(r"[A-Za-z0-9_-]{1,16}", fullmatch=True)
-streams = st.text(min_size=1, max_size=30)
+streams = st.text(min_size=1, max_size=30).filter(lambda s: not s.startswith("warp:"))
+warps = st.integers(0, 2**64 - 1).map(lambda w: f"warp:{w}")
 epochs = st.integers(0, 2**53)
 
 
@@ -131,3 +133,111 @@ def test_any_state_plane_message_crosses_unchanged(msg: Snapshot | Delta) -> Non
     back = wire.decode(wire.encode(wire.frame_of("n1", "s", 7, msg)))
     assert isinstance(back, wire.StreamFrame)
     assert wire.decode_body(back) == msg
+
+
+# --- WVP streams ------------------------------------------------------------------------------
+
+plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+raws = plain.map(lambda v: cbor.Raw(cbor.encode(v)))
+hashes = st.none() | st.binary(min_size=32, max_size=32)
+
+
+def _diffs(base: int, ops: list[cbor.Raw]) -> list[wvp.WarpDiff]:
+    return [wvp.WarpDiff(base + i, base + i + 1, op) for i, op in enumerate(ops)]
+
+
+@given(nodes, warps, epochs, st.integers(0, 2**53 - 10), raws, hashes)
+def test_a_wvp_diff_crosses_as_its_canonical_cbor(
+    node: str, stream: str, claim: int, base: int, ops: cbor.Raw, h: bytes | None
+) -> None:
+    diff = wvp.WarpDiff(base, base + 1, ops, h)
+    frame = wire.wvp_frame_of(node, stream, claim, [diff])
+    assert frame.body == wvp.encode_frame(diff)  # the journal's bytes, encoded once
+    back = wire.decode(wire.encode(frame))
+    assert isinstance(back, wire.StreamFrame)
+    assert back == frame
+    assert (back.kind, back.from_epoch, back.to_epoch) == ("delta", base, base + 1)
+    assert wire.decode_wvp_body(back) == [diff]
+
+
+@given(nodes, warps, epochs, st.integers(0, 2**53 - 10), raws, st.lists(raws, max_size=5))
+def test_a_wvp_snapshot_crosses_with_the_diffs_since_it(
+    node: str, stream: str, claim: int, base: int, graph: cbor.Raw, ops: list[cbor.Raw]
+) -> None:
+    frames: list[wire.WvpFrame] = [wvp.WarpSnapshot(base, graph), *_diffs(base, ops)]
+    back = wire.decode(wire.encode(wire.wvp_frame_of(node, stream, claim, frames)))
+    assert isinstance(back, wire.StreamFrame)
+    assert (back.kind, back.from_epoch, back.to_epoch) == ("snapshot", base, base + len(ops))
+    decoded = wire.decode_wvp_body(back)
+    assert decoded == frames
+    assert all(
+        isinstance(f.graph if isinstance(f, wvp.WarpSnapshot) else f.ops, cbor.Raw) for f in decoded
+    )
+
+
+def _lie(frame: wire.StreamFrame, **changes: object) -> wire.StreamFrame:
+    return msgspec.structs.replace(frame, **changes)
+
+
+SNAP = wvp.WarpSnapshot(4, cbor.Raw(cbor.encode({"nodes": [1]})))
+DIFF = wvp.WarpDiff(4, 5, cbor.Raw(cbor.encode([["add", 2]])))
+DIFF_FRAME = wire.wvp_frame_of("n1", "warp:9", 1, [DIFF])
+SNAP_FRAME = wire.wvp_frame_of("n1", "warp:9", 1, [SNAP, DIFF])
+
+
+@pytest.mark.parametrize(
+    ("frame", "path"),
+    [
+        (_lie(DIFF_FRAME, from_epoch=3), "$.body"),
+        (_lie(DIFF_FRAME, to_epoch=6), "$.body"),
+        (
+            _lie(DIFF_FRAME, body=wvp.encode_frame(wvp.WarpDiff(4, 6, DIFF.ops)), to_epoch=6),
+            "$.body",
+        ),
+        (_lie(DIFF_FRAME, body=wvp.encode_frame(SNAP)), "$.body"),
+        (_lie(DIFF_FRAME, body=wvp.encode_frame(DIFF) + b"\x00"), "$"),
+        (_lie(DIFF_FRAME, stream="s"), "$.stream"),
+        (_lie(SNAP_FRAME, to_epoch=4), "$.body"),
+        (_lie(SNAP_FRAME, from_epoch=3), "$.body"),
+        (_lie(SNAP_FRAME, body=wvp.encode_frames([DIFF])), "$.body"),
+        (_lie(SNAP_FRAME, body=wvp.encode_frames([])), "$.body"),
+        (_lie(SNAP_FRAME, body=wvp.encode_frame(SNAP)), "$"),
+        (
+            _lie(
+                SNAP_FRAME, body=wvp.encode_frames([SNAP, wvp.WarpDiff(5, 6, DIFF.ops)]), to_epoch=6
+            ),
+            "$.body[1]",
+        ),
+        (_lie(SNAP_FRAME, body=wvp.encode_frames([SNAP, DIFF, SNAP]), to_epoch=4), "$.body[2]"),
+        (_lie(SNAP_FRAME, body=wire.frame_of("n1", "s", 1, Snapshot(epoch=4)).body), "$"),
+    ],
+)
+def test_a_wvp_body_is_decoded_strictly(frame: wire.StreamFrame, path: str) -> None:
+    with pytest.raises(DecodeError) as err:
+        wire.decode_wvp_body(frame)
+    assert err.value.path == path
+
+
+def test_each_face_body_is_refused_as_the_other_face_body() -> None:
+    lazily = wire.frame_of("n1", "warp:9", 1, Snapshot(epoch=4))
+    with pytest.raises(DecodeError):  # msgpack is not canonical CBOR of WVP frames
+        wire.decode_wvp_body(lazily)
+    with pytest.raises(DecodeError) as err:
+        wire.decode_wvp_body(_lie(lazily, stream="s"))
+    assert err.value.path == "$.stream"
+    for frame in (SNAP_FRAME, DIFF_FRAME):
+        with pytest.raises(DecodeError):  # CBOR WVP frames are not wire.msgpack messages
+            wire.decode_body(_lie(frame, stream="s"))
+
+
+@given(st.binary(max_size=64), st.sampled_from(["snapshot", "delta"]))
+def test_any_wvp_body_decodes_or_raises_the_typed_error(body: bytes, kind: str) -> None:
+    frame = _lie(DIFF_FRAME, body=body, kind=kind)
+    with contextlib.suppress(DecodeError):
+        wire.decode_wvp_body(frame)

@@ -330,3 +330,8 @@ class Hub:
 
     def latest_snapshot(self, stream: StreamId) -> Snapshot | None:
         return self._authority.latest_snapshot(stream)
+
+    def replay_of(self, stream: StreamId) -> list[Frame[object]]:
+        """The frames a new subscriber starts from: a WVP stream's last snapshot and the diffs
+        since (none once its replay log overflowed), a lazily stream's current snapshot."""
+        return self._authority.replay(stream)

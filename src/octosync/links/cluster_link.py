@@ -6,6 +6,11 @@ core, performs compare-and-sets in JetStream KV, answers snapshot requests from 
 mirror, and applies remote frames through one hub connection per remote owner (so the hub's
 authority and fan-out stay the only ones).
 
+WVP streams (``warp:<id>``) cross the same way under the same core, keyed by their hub name:
+their frames carry canonical CBOR (``wire.cluster.wvp_frame_of``), a snapshot is the owner's
+hub replay (its last snapshot and the diffs since), and the connection standing for a remote
+owner is of the WVP face (``REMOTE_WVP_VIEW``), since the hub lets only that face produce them.
+
 Subjects (``PREFIX`` = ``octosync.<cluster>``): ``PREFIX.f.<stream>`` stream frames,
 ``PREFIX.hb`` heartbeats, ``PREFIX.snap.<node>`` snapshot requests to a node; the KV bucket
 ``octosync_<cluster>_owners`` holds one entry per stream. Stream names are written in subjects
@@ -48,14 +53,23 @@ from octosync.cluster.core import (
     RequestSnapshot,
 )
 from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError
-from octosync.hub import AllowAll, OutFrame, ViewKey, lazily_frame
+from octosync.hub import AllowAll, DiffFrame, OutFrame, SnapshotFrame, ViewKey, lazily_frame
 from octosync.hub.model import Frame
+from octosync.hub.streams import stream_face
 from octosync.hub.types import ConnId, StreamId
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.links import nats_server
 from octosync.server.runtime import Runtime
 from octosync.wire import cluster as wire
-from octosync.wire.cluster import Heartbeat, NoSnapshot, SnapshotRequest, StreamFrame, StreamLoad
+from octosync.wire import wvp
+from octosync.wire.cluster import (
+    Heartbeat,
+    NoSnapshot,
+    SnapshotRequest,
+    StreamFrame,
+    StreamLoad,
+    WvpFrame,
+)
 
 log = logging.getLogger("octosync.cluster")
 
@@ -65,6 +79,12 @@ REMOTE_ENCODER = "lazily-cluster"
 REMOTE_VIEW = ViewKey(REMOTE_ENCODER)
 """The view of the hub connections that stand for remote owners and writers: what the hub
 queues for them (a subscriber's write to a remote owner) is the body in ``wire.msgpack``."""
+REMOTE_WVP_ENCODER = "wvp-cluster"
+REMOTE_WVP_VIEW = ViewKey(REMOTE_WVP_ENCODER)
+"""The view of the connections that stand for remote owners of WVP streams: the hub lets only
+the WVP face produce them, and WVP routes nothing to a producer, so nothing is encoded for it."""
+CARRIED = (Snapshot, Delta, wvp.WarpSnapshot, wvp.WarpDiff)
+"""The frame bodies that cross nodes: lazily messages and WVP stream frames."""
 REQUEST_TIMEOUT = 1.0
 
 
@@ -142,10 +162,11 @@ class ClusterLink:
         self._kv: KeyValue | None = None
         self._kept: KeyValue | None = None
         self._remote: dict[str, ConnId] = {}
-        self._held: dict[str, list[Snapshot | Delta]] = {}
+        self._held: dict[str, list[Snapshot | Delta | WvpFrame]] = {}
         self._writer: ConnId | None = None
         self._stopping = False
         runtime.hub.register_encoder(REMOTE_ENCODER, _encode_body)
+        runtime.hub.register_encoder(REMOTE_WVP_ENCODER, _encode_nothing)
         runtime.hub.register_remote_owners(self._remote_owner)
         self._out: collections.deque[tuple[str, bytes]] = collections.deque()
         self._wake = asyncio.Event()
@@ -212,16 +233,17 @@ class ClusterLink:
     def on_accept(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
         """The hub's accept hook: a local producer's frame goes through the core."""
         body = frame.body
-        if not isinstance(stream, str) or not isinstance(body, Snapshot | Delta):
-            return  # WVP streams stay on their node (see the core's docstring)
+        if not isinstance(stream, str) or not isinstance(body, CARRIED):
+            return
         if self._stopping or conn in self._remote.values():
             return
         for effect in self.core.local_frame(stream, conn):
             if isinstance(effect, Forward):
-                self._send(
-                    self.subjects.frame(stream),
-                    wire.encode(wire.frame_of(self.node, stream, effect.claim, body)),
-                )
+                if isinstance(body, Snapshot | Delta):  # the lazily path as it always was
+                    out = wire.frame_of(self.node, stream, effect.claim, body)
+                else:
+                    out = wire.wvp_frame_of(self.node, stream, effect.claim, [body])
+                self._send(self.subjects.frame(stream), wire.encode(out))
             elif isinstance(effect, Hold):
                 if effect.first:
                     self._held[stream] = [body]
@@ -229,6 +251,24 @@ class ClusterLink:
                     self._held.setdefault(stream, []).append(body)
             else:
                 self._run([effect])
+
+    def _frame_of(self, stream: str, claim: int, body: Snapshot | Delta | WvpFrame) -> StreamFrame:
+        if isinstance(body, Snapshot | Delta):
+            return wire.frame_of(self.node, stream, claim, body)
+        return wire.wvp_frame_of(self.node, stream, claim, [body])
+
+    def _snapshot_frame(self, stream: str, claim: int) -> StreamFrame | None:
+        """The local hub's state of ``stream`` as one frame: a lazily snapshot, or a WVP
+        stream's replay (None: no state, or a WVP replay log that overflowed)."""
+        hub = self.rt.hub
+        if stream_face(stream) == "lazily":
+            snap = hub.latest_snapshot(stream)
+            return None if snap is None else wire.frame_of(self.node, stream, claim, snap)
+        bodies = [f.body for f in hub.replay_of(stream)]
+        frames = [b for b in bodies if isinstance(b, wvp.WarpSnapshot | wvp.WarpDiff)]
+        if not frames or len(frames) != len(bodies):
+            return None
+        return wire.wvp_frame_of(self.node, stream, claim, frames)
 
     def on_release(self, stream: StreamId, conn: ConnId) -> None:
         """The hub's release hook: the local producer of ``stream`` disconnected."""
@@ -243,7 +283,7 @@ class ClusterLink:
     def on_interest(self, stream: StreamId, wanted: bool) -> None:
         """The hub's interest hook: follow a stream while it has local subscribers."""
         if not isinstance(stream, str):
-            return  # WVP streams stay on their node (see the core's docstring)
+            return  # the server's streams are named; nothing else crosses nodes
         if wanted:
             self._interest.add(stream)
             if self._nc is not None:
@@ -280,15 +320,12 @@ class ClusterLink:
                 case PublishHeld(stream=stream, claim=claim):
                     subject = self.subjects.frame(stream)
                     for held in self._held.pop(stream, []):
-                        self._send(
-                            subject, wire.encode(wire.frame_of(self.node, stream, claim, held))
-                        )
+                        self._send(subject, wire.encode(self._frame_of(stream, claim, held)))
                 case PublishSnapshot(stream=stream, claim=claim):
                     self._held.pop(stream, None)
-                    snap = self.rt.hub.latest_snapshot(stream)
-                    if snap is not None:
-                        data = wire.encode(wire.frame_of(self.node, stream, claim, snap))
-                        self._send(self.subjects.frame(stream), data)
+                    snap_frame = self._snapshot_frame(stream, claim)
+                    if snap_frame is not None:
+                        self._send(self.subjects.frame(stream), wire.encode(snap_frame))
                 case Kick(stream=stream, conn=conn):
                     self._held.pop(stream, None)
                     link = self.rt.links.get(conn)
@@ -310,6 +347,7 @@ class ClusterLink:
 
     def _apply(self, frame: StreamFrame) -> None:
         hub = self.rt.hub
+        is_wvp = stream_face(frame.stream) == "wvp"
         conn = self._remote.get(frame.stream)
         if conn is None:
             conn = self._remote[frame.stream] = self.rt.new_conn_id()
@@ -318,9 +356,16 @@ class ClusterLink:
             def wake(c: ConnId) -> None:  # called inside hub.write: pass it on afterwards
                 asyncio.get_running_loop().call_soon(self._pass_writes, stream, c)
 
-            hub.connect(conn, REMOTE_VIEW, grants=AllowAll(), wake=wake)
+            if is_wvp:  # WVP defines no writes: nothing is routed to its producer
+                hub.connect(conn, REMOTE_WVP_VIEW, grants=AllowAll())
+            else:
+                hub.connect(conn, REMOTE_VIEW, grants=AllowAll(), wake=wake)
         try:
-            hub.publish(conn, frame.stream, lazily_frame(wire.decode_body(frame)))
+            if is_wvp:
+                for body in wire.decode_wvp_body(frame):
+                    hub.publish(conn, frame.stream, wvp_hub_frame(body))
+            else:
+                hub.publish(conn, frame.stream, lazily_frame(wire.decode_body(frame)))
         except OctosyncError as exc:
             log.warning(
                 "cluster: a frame of %r from %s was refused: %s", frame.stream, frame.node, exc
@@ -411,11 +456,8 @@ class ClusterLink:
         if not isinstance(req, SnapshotRequest):
             return
         claim = self.core.owns(req.stream)
-        snap = None if claim is None else self.rt.hub.latest_snapshot(req.stream)
-        if claim is None or snap is None:
-            answer: wire.ClusterMessage = NoSnapshot(self.node, req.stream)
-        else:
-            answer = wire.frame_of(self.node, req.stream, claim, snap)
+        snap = None if claim is None else self._snapshot_frame(req.stream, claim)
+        answer: wire.ClusterMessage = NoSnapshot(self.node, req.stream) if snap is None else snap
         await msg.respond(wire.encode(answer))
 
     async def _request(self, stream: str, owner: str) -> None:
@@ -488,10 +530,10 @@ class ClusterLink:
         hub = self.rt.hub
         epochs = {s: hub.epoch_of(s) for s in self.core.streams}
         for stream in self.core.checkpoints_due(epochs):
-            claim, snap = self.core.owns(stream), hub.latest_snapshot(stream)
-            if claim is not None and snap is not None:
-                data = wire.encode(wire.frame_of(self.node, stream, claim, snap))
-                self._spawn(self._put_kept(stream, data))
+            claim = self.core.owns(stream)
+            snap = None if claim is None else self._snapshot_frame(stream, claim)
+            if snap is not None:
+                self._spawn(self._put_kept(stream, wire.encode(snap)))
 
     async def _put_kept(self, stream: str, data: bytes) -> None:
         assert self._kept is not None
@@ -514,7 +556,12 @@ class ClusterLink:
                 frame = wire.decode(entry.value or b"")
                 if not isinstance(frame, StreamFrame) or hub.epoch_of(frame.stream) is not None:
                     continue
-                hub.restore(frame.stream, [lazily_frame(wire.decode_body(frame))])
+                if stream_face(frame.stream) == "wvp":
+                    hub.restore(
+                        frame.stream, [wvp_hub_frame(b) for b in wire.decode_wvp_body(frame)]
+                    )
+                else:
+                    hub.restore(frame.stream, [lazily_frame(wire.decode_body(frame))])
             except Exception as exc:  # a bad or vanished entry: the others are still restored
                 log.warning("cluster: a kept snapshot could not be restored: %s", exc)
 
@@ -540,6 +587,17 @@ def _encode_body(frame: OutFrame) -> bytes:
     if not isinstance(body, Snapshot | Delta):
         raise TypeError(f"{type(body).__name__} is not a lazily state-plane message")
     return wire.encode_body(body)
+
+
+def _encode_nothing(frame: OutFrame) -> bytes:
+    raise TypeError(f"nothing is sent to a remote owner's stand-in on WVP stream {frame.stream!r}")
+
+
+def wvp_hub_frame(body: WvpFrame) -> Frame[object]:
+    """The hub frame for a WVP stream frame, as the WVP session makes it."""
+    if isinstance(body, wvp.WarpSnapshot):
+        return SnapshotFrame(body.epoch, body, body.state_hash)
+    return DiffFrame(body.from_epoch, body.to_epoch, body, body.state_hash)
 
 
 def default_node_id() -> str:

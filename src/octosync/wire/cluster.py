@@ -5,18 +5,26 @@ message already encoded (``wire.msgpack``) in ``body``: the owner encodes it onc
 publishes it once; each node decodes it once and its hub re-encodes per local view, as for a
 local producer. Epochs and the claim revision ride beside the body so that the cluster core
 decides (apply, drop, resync) without decoding it.
+
+A WVP stream's frame (its name says its face: ``warp:<id>``) carries canonical CBOR instead,
+as the journal stores it, graph and ops spliced verbatim: a diff is one WVP frame; a snapshot
+is an array of the owner's snapshot and the diffs its hub received since (the hub cannot fold
+WVP ops, so that replay is the state at ``to_epoch``), from ``from_epoch`` on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 import msgspec
 
 from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.errors import DecodeError
+from octosync.hub.streams import stream_face
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.wire import msgpack as wire_msgpack
+from octosync.wire import wvp
 from octosync.wire.strict import Buffer, strict
 
 DIALECT = "cluster"
@@ -79,6 +87,8 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
     was lost, and that follow none of its frames, still see the release)."""
 
 
+WvpFrame = wvp.WarpSnapshot | wvp.WarpDiff
+
 ClusterMessage = StreamFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write
 
 _encoder = msgspec.msgpack.Encoder()
@@ -116,7 +126,9 @@ def decode_write(write: Write) -> Delta:
 
 
 def decode_body(frame: StreamFrame) -> Snapshot | Delta:
-    """The lazily message inside ``frame``; its kind and epochs must match the envelope."""
+    """The lazily message inside ``frame``; its kind and epochs must match the envelope.
+    (The reader picks this or ``decode_wvp_body`` by the stream's face; a WVP body is not
+    ``wire.msgpack``, so it fails here too.)"""
     msg = wire_msgpack.decode(frame.body)
     if frame.kind == "snapshot":
         if not isinstance(msg, Snapshot) or msg.epoch != frame.to_epoch:
@@ -128,3 +140,50 @@ def decode_body(frame: StreamFrame) -> Snapshot | Delta:
     ):
         raise DecodeError(f"{DIALECT}: body is not the delta announced", path="$.body")
     return msg
+
+
+def wvp_frame_of(node: str, stream: str, claim: int, frames: Sequence[WvpFrame]) -> StreamFrame:
+    """The cluster frame for a WVP stream: one diff, or a snapshot and the diffs since it."""
+    first, last = frames[0], frames[-1]
+    if isinstance(first, wvp.WarpDiff):
+        if len(frames) != 1:
+            raise ValueError("a WVP cluster frame holds one diff, or starts with a snapshot")
+        return StreamFrame(
+            node, stream, claim, "delta", first.from_epoch, first.to_epoch, wvp.encode_frame(first)
+        )
+    to_epoch = last.epoch if isinstance(last, wvp.WarpSnapshot) else last.to_epoch
+    return StreamFrame(
+        node, stream, claim, "snapshot", first.epoch, to_epoch, wvp.encode_frames(frames)
+    )
+
+
+def decode_wvp_body(frame: StreamFrame) -> list[WvpFrame]:
+    """The WVP frames inside ``frame``: a diff matching the envelope, or a snapshot at
+    ``from_epoch`` followed by gapless diffs up to ``to_epoch``."""
+    if stream_face(frame.stream) != "wvp":
+        raise DecodeError(f"{DIALECT}: a lazily stream carries lazily messages", path="$.stream")
+    if frame.kind == "delta":
+        diff = wvp.decode_frame(frame.body)
+        if not isinstance(diff, wvp.WarpDiff) or (diff.from_epoch, diff.to_epoch) != (
+            frame.from_epoch,
+            frame.to_epoch,
+        ):
+            raise DecodeError(f"{DIALECT}: body is not the diff announced", path="$.body")
+        if diff.to_epoch != diff.from_epoch + 1:
+            raise DecodeError(f"{DIALECT}: a WVP diff advances one epoch", path="$.body")
+        return [diff]
+    frames = wvp.decode_frames(frame.body)
+    if not frames or not isinstance(frames[0], wvp.WarpSnapshot):
+        raise DecodeError(f"{DIALECT}: a WVP snapshot frame starts with a snapshot", path="$.body")
+    epoch = frames[0].epoch
+    if epoch != frame.from_epoch:
+        raise DecodeError(f"{DIALECT}: body is not the snapshot announced", path="$.body")
+    for i, f in enumerate(frames[1:], 1):
+        if not isinstance(f, wvp.WarpDiff) or (f.from_epoch, f.to_epoch) != (epoch, epoch + 1):
+            raise DecodeError(
+                f"{DIALECT}: the diffs after a WVP snapshot are gapless", path=f"$.body[{i}]"
+            )
+        epoch = f.to_epoch
+    if epoch != frame.to_epoch:
+        raise DecodeError(f"{DIALECT}: body does not reach the epoch announced", path="$.body")
+    return frames

@@ -8,6 +8,7 @@ the producer's own data: carried through untouched, never interpreted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -130,6 +131,20 @@ def encode_frame(frame: WarpSnapshot | WarpDiff) -> bytes:
 def decode_frame(data: bytes, *, opaque: bool = True) -> WarpSnapshot | WarpDiff:
     """The inverse of ``encode_frame`` (graph and ops kept raw unless ``opaque`` is False)."""
     return _frame_from_plain(cbor.decode(data, raw_keys=OPAQUE if opaque else frozenset()))
+
+
+def encode_frames(frames: Sequence[WarpSnapshot | WarpDiff]) -> bytes:
+    """Several stream frames as one canonical CBOR array (a snapshot and the diffs since it,
+    as the cluster carries a WVP stream's state)."""
+    return cbor.encode([frame_to_plain(f) for f in frames])
+
+
+def decode_frames(data: bytes) -> list[WarpSnapshot | WarpDiff]:
+    """The inverse of ``encode_frames`` (graph and ops kept raw)."""
+    raw = cbor.decode(data, raw_keys=OPAQUE)
+    if not isinstance(raw, list):
+        raise DecodeError("frames must be an array", path="$")
+    return [_frame_from_plain(f) for f in raw]
 
 
 def to_plain(msg: Message) -> dict[str, Any]:
