@@ -17,6 +17,7 @@ from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.timestamp import Timestamp
 from octosync.pipeline.jobs import compact, report
 from octosync.pipeline.resume import load_store
+from octosync.pipeline.transforms import lww
 from octosync.store.journal import Journal
 from octosync.store.records import StreamFrame
 from octosync.store.synthetic import generate_records
@@ -92,6 +93,30 @@ def test_compact_as_of_and_gc_horizon(
             if r.map == m and r.millis < horizon:
                 tree.remove(r.key)
         assert result.roots[m] == tree.root()
+
+
+def records_of(out: Path) -> list[tuple[Any, ...]]:
+    import pyarrow.parquet as pq
+
+    return sorted(tuple(r.values()) for r in pq.read_table(out / "records").to_pylist())
+
+
+def test_compact_writes_the_same_outputs_from_spark_and_from_the_driver(
+    spark: Any,
+    journal: tuple[Path, list[OpRecord]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data, records = journal
+    horizon = sorted(r.ts.millis for r in records)[len(records) // 2]
+    on_driver = compact.run(spark, data, tmp_path / "driver", gc_horizon_millis=horizon)
+    monkeypatch.setattr(lww, "DRIVER_MERKLE_KEYS", 0)  # every LWW output written by Spark
+    in_spark = compact.run(spark, data, tmp_path / "spark", gc_horizon_millis=horizon)
+    assert (in_spark.rows, in_spark.roots) == (on_driver.rows, on_driver.roots)
+    assert spark_rows(spark, tmp_path / "spark") == spark_rows(spark, tmp_path / "driver")
+    assert records_of(tmp_path / "spark") == records_of(tmp_path / "driver")
+    assert (tmp_path / "driver" / "snapshot" / compact.DRIVER_PART).exists()
+    assert not (tmp_path / "spark" / "snapshot" / compact.DRIVER_PART).exists()
 
 
 def test_compact_of_a_missing_journal_names_input_and_stage(

@@ -56,6 +56,12 @@ def test_winners_snapshot_and_leaves_equal_the_fold(
         tuple(getattr(r, f) for f in r.__struct_fields__) for r in store.snapshot_rows()
     )
 
+    won = wins.toArrow()  # the same outputs built on the driver from the collected winners
+    live_won = lww.surviving_table(won, horizon)
+    assert sorted(tuple(r.values()) for r in lww.snapshot_table(live_won).to_pylist()) == snapshot
+    records = sorted(tuple(r.values()) for r in lww.records_table(won).to_pylist())
+    assert records == sorted(tuple(r) for r in wins.select(*OPS_SCHEMA.names).collect())
+
     expected = {
         (m, leaf): h for m in store.maps() for leaf, h in store.merkle(m).leaf_hashes().items()
     }

@@ -16,7 +16,9 @@ millisecond, plus any OR and counter ops) before anything is shuffled. (One pass
 cheaper in Spark: a per-key ``max`` over a struct holding strings and bytes cannot use the hash
 aggregate, and the sort-based one sorts every op.) Keys written only by LWW ops, almost always
 all of them, converge in Spark SQL (``transforms.lww``: a ``max`` over about one carrier per
-key, Merkle leaves on Arrow batches); keys with OR or counter ops are folded by
+key; up to ``lww.DRIVER_MERKLE_KEYS`` keys the winners are collected to the driver in one
+action, which writes their snapshot, records and Merkle leaves with pyarrow, instead of caching
+them for three Spark writes); keys with OR or counter ops are folded by
 ``crdt.fold.MapStore`` per partition (``transforms.fold``). Either way only the winners are
 hashed, and the driver builds the Merkle levels above the leaves.
 """
@@ -65,6 +67,23 @@ def _union(frames: list[Any]) -> Any:
     return out
 
 
+def _write(frames: list[Any], path: Path) -> None:
+    """Spark writes the union of ``frames`` to ``path`` (nothing when there are none)."""
+    if frames:
+        _union(frames).write.mode("overwrite").parquet(str(path))
+
+
+DRIVER_PART = "part-driver.parquet"
+
+
+def _write_driver_part(table: Any, path: Path) -> None:
+    """Adds ``table`` (built on the driver) to the Parquet directory ``path`` as one file."""
+    import pyarrow.parquet as pq
+
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path / DRIVER_PART)
+
+
 def _parquet_rows(path: Path) -> int:
     """Rows of a Parquet directory, from the files' footers (no Spark job)."""
     import pyarrow.parquet as pq
@@ -105,12 +124,19 @@ def run(
                 carriers = carriers.persist()
                 cached.append(carriers)
             in_python = sf.col(tf_ops.IN_PYTHON)
-            wins = lww.winners(carriers.where(~in_python) if mixed else carriers).persist()
-            cached.append(wins)
-            live = lww.surviving(wins, gc_horizon_millis)
-            snapshots = [lww.snapshot(live)]
-            records = [wins.select(*OPS_SCHEMA.names)]
-            leaves = [] if t.keys <= lww.DRIVER_MERKLE_KEYS else [lww.leaves(live)]
+            wins = lww.winners(carriers.where(~in_python) if mixed else carriers)
+            on_driver = t.keys <= lww.DRIVER_MERKLE_KEYS
+            snapshots, records, leaves = [], [], []
+            if on_driver:  # one action: every LWW output is built from the collected winners
+                won = wins.toArrow()
+                live_won = lww.surviving_table(won, gc_horizon_millis)
+            else:
+                wins = wins.persist()
+                cached.append(wins)
+                live = lww.surviving(wins, gc_horizon_millis)
+                snapshots.append(lww.snapshot(live))
+                records.append(wins.select(*OPS_SCHEMA.names))
+                leaves.append(lww.leaves(live))
             partitions = 0
             if mixed:
                 partitions = t.fold_partitions(spark.sparkContext.defaultParallelism)
@@ -122,15 +148,16 @@ def run(
                 snapshots.append(snapshot_of(folded))
                 records.append(records_of(folded))
                 leaves.append(leaves_of(folded))
-            _union(snapshots).write.mode("overwrite").parquet(str(staging / SNAPSHOT_DIR))
+            _write(snapshots, staging / SNAPSHOT_DIR)
+            if on_driver:
+                _write_driver_part(lww.snapshot_table(live_won), staging / SNAPSHOT_DIR)
             rows = _parquet_rows(staging / SNAPSHOT_DIR)
             how = f"; keys with OR or counter ops in {partitions} fold partitions" if mixed else ""
             progress(f"{rows} rows in the snapshot{how}")
         with stage("merkle tree", source, progress):
             parts: list[tuple[str, int, int]] = []
-            if t.keys <= lww.DRIVER_MERKLE_KEYS:
-                winners = live.select(*lww.LEAF_INPUT).toArrow()
-                for batch in lww.leaf_sums(winners.to_batches()):
+            if on_driver:
+                for batch in lww.leaf_sums(live_won.select(lww.LEAF_INPUT).to_batches()):
                     columns = (batch.column(c).to_pylist() for c in lww.LEAF_SCHEMA.names)
                     parts += zip(*columns, strict=True)
             if leaves:
@@ -140,7 +167,9 @@ def run(
             pq.write_table(tree, staging / MERKLE_DIR / "part-00000.parquet")
             roots = merkle_roots(tree)
         with stage("state records", source, progress):
-            _union(records).write.mode("overwrite").parquet(str(staging / RECORDS_DIR))
+            _write(records, staging / RECORDS_DIR)
+            if on_driver:
+                _write_driver_part(lww.records_table(won), staging / RECORDS_DIR)
     finally:
         for df in cached:
             df.unpersist()

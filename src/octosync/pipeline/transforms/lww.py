@@ -8,7 +8,9 @@ so among duplicate deliveries of the winning record the latest one is kept, as t
 fold's records are. Its Merkle entry hash (TopGun's ``fnv1a32("key:millis:counter:node")``) is
 computed on Arrow batches with ``crdt.hashing``'s NumPy kernels: by each partition, which
 sends only its per-leaf sums to the driver, or (for up to ``DRIVER_MERKLE_KEYS`` keys, where
-starting Python workers costs more than moving the winners) on the driver itself.
+starting Python workers costs more than moving the winners) on the driver itself, which then
+also writes the snapshot and records from the same Arrow table (``*_table`` below): one Spark
+action instead of a cached frame read by three.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as sf
 
 from octosync.crdt.hashing import MASK32, fmix32_many, fnv1a32_many
@@ -65,6 +68,44 @@ def snapshot(wins: DataFrame) -> DataFrame:
         "tombstone": dead,
     }
     return wins.select(*(columns.get(c, sf.col(c)).alias(c) for c in SNAPSHOT_COLUMNS))
+
+
+def surviving_table(wins: pa.Table, gc_horizon_millis: int | None) -> pa.Table:
+    """:func:`surviving` on winners collected to the driver."""
+    if gc_horizon_millis is None:
+        return wins
+    dead = pc.equal(wins.column("op"), OpKind.REMOVE.value)
+    old = pc.less(wins.column("millis"), gc_horizon_millis)
+    return wins.filter(pc.invert(pc.and_(dead, old)))
+
+
+SNAPSHOT_SCHEMA: Final = pa.schema(
+    [
+        ("map", pa.string()),
+        ("key", pa.string()),
+        ("value", pa.binary()),
+        ("millis", pa.int64()),
+        ("counter", pa.int32()),
+        ("node", pa.string()),
+        ("tombstone", pa.bool_()),
+    ]
+)
+
+
+def snapshot_table(live: pa.Table) -> pa.Table:
+    """:func:`snapshot` on winners collected to the driver (``SNAPSHOT_SCHEMA``)."""
+    dead = pc.equal(live.column("op"), OpKind.REMOVE.value)
+    value = pc.if_else(dead, pa.scalar(None, pa.binary()), live.column("value"))
+    columns = {"value": value, "tombstone": dead}
+    return pa.table(
+        [columns[c] if c in columns else live.column(c) for c in SNAPSHOT_COLUMNS],
+        schema=SNAPSHOT_SCHEMA,
+    )
+
+
+def records_table(wins: pa.Table) -> pa.Table:
+    """The winners as op records (``OPS_SCHEMA``), collected to the driver."""
+    return wins.select(OPS_SCHEMA.names).cast(OPS_SCHEMA)
 
 
 def leaf_sums(
