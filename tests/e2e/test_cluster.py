@@ -22,8 +22,9 @@ from octosync.client.lazily import Backoff, Client, Publication, Subscription, c
 from octosync.client.wvp import WvpClient
 from octosync.errors import ForbiddenPublish, OctosyncError
 from octosync.graph import Context
-from octosync.links import nats_server
+from octosync.links import cluster_link, nats_server
 from octosync.links.cluster_cli import cluster_status, start_node
+from octosync.wire import cluster as cluster_wire
 from octosync.wire import wvp
 from tests.e2e.helpers import free_port
 
@@ -160,6 +161,32 @@ async def scrape(node: Node) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             values[name] = float(value)
     return values
+
+
+async def hub_epoch(node: Node, stream: str) -> int:
+    """The stream's epoch in the node's hub, from its ``/api/streams``."""
+    http_url = node.url.replace("ws://", "http://").replace("/lazily", "/api/streams")
+    async with aiohttp.ClientSession() as http, http.get(http_url) as response:
+        rows = (await response.json())["streams"]
+    (epoch,) = [row["epoch"] for row in rows if row["stream"] == stream]
+    return int(epoch)
+
+
+async def kept_reaches(nats_url: str, stream: str, epoch: int) -> None:
+    """Poll the JetStream snapshots bucket until the stream's kept snapshot is at ``epoch``."""
+    nc = await cluster_link.connect(nats_url)
+    try:
+        subjects = cluster_link.Subjects(cluster_link.DEFAULT_CLUSTER)
+        kept = await cluster_link.owners_bucket(nc, subjects, subjects.snapshots_bucket)
+        while True:
+            with contextlib.suppress(Exception):  # not there yet
+                entry = await kept.get(cluster_link.token(stream))
+                frame = cluster_wire.decode(entry.value or b"")
+                if isinstance(frame, cluster_wire.StreamFrame) and frame.to_epoch >= epoch:
+                    return
+            await asyncio.sleep(0.05)
+    finally:
+        await nc.close()
 
 
 def _contiguous(values: list[int]) -> bool:
@@ -379,7 +406,10 @@ async def test_a_node_started_after_the_owner_died_serves_the_snapshot_kept_in_j
         for _ in range(30):
             counter.bump()
             await asyncio.sleep(0.005)
-        await asyncio.sleep(1.5)  # three heartbeats: the owner keeps its snapshot
+        # The owner keeps its snapshot on a heartbeat once the epoch moved: wait until the
+        # kept one is at the epoch its hub reached (a fixed sleep was too short under load).
+        epoch = await hub_epoch(n1, STREAM)
+        await _within(kept_reaches(cluster.nats_url, STREAM, epoch), 20)
         n1.kill()
     port = free_port()
     late = await asyncio.to_thread(start_node, cluster.nats_url, "n4", port, tmp_path / "n4")
