@@ -264,8 +264,7 @@ class ClusterCore:
             v = self.streams.get(stream)
             if v is not None and v.owner == node and v.claim == claim:
                 v.owner = None
-                if v.applied_owner is not None or v.syncing:
-                    effects.append(self._drop_remote(v, stream))
+                effects += self._stop_following_remote(v, stream)
         for stream, view in self.streams.items():
             listed_before = view.heard_claim == view.claim or (
                 view.applied_owner == node and view.applied_claim == view.claim
@@ -276,8 +275,7 @@ class ClusterCore:
                 and owned.get(stream, (None, 0))[0] != view.claim
             ):
                 view.owner = None
-                if view.applied_owner is not None or view.syncing:
-                    effects.append(self._drop_remote(view, stream))
+                effects += self._stop_following_remote(view, stream)
         for stream, (claim, epoch) in owned.items():
             v = self.view(stream)
             if claim > v.claim:
@@ -412,6 +410,12 @@ class ClusterCore:
             effects.append(self._drop_remote(v, stream))
         return effects
 
+    def _stop_following_remote(self, v: StreamView, stream: str) -> list[Effect]:
+        """``DropRemote`` if a remote owner's frames are applied here or awaited, else none."""
+        if v.applied_owner is None and not v.syncing:
+            return []
+        return [self._drop_remote(v, stream)]
+
     def _drop_remote(self, v: StreamView, stream: str) -> DropRemote:
         v.applied_owner, v.epoch, v.syncing, v.buffer = None, None, False, []
         v.requested_at = v.behind_since = None
@@ -435,11 +439,10 @@ class ClusterCore:
         """The last local subscriber left: stop applying the stream's frames here."""
         v = self.view(stream)
         v.followed = False
-        if v.applied_owner is None and not v.syncing:
-            return []
-        effect = self._drop_remote(v, stream)
-        v.owner_epoch = None
-        return [effect]
+        effects = self._stop_following_remote(v, stream)
+        if effects:
+            v.owner_epoch = None
+        return effects
 
     def following(self) -> list[str]:
         return sorted(s for s, v in self.streams.items() if v.followed)
@@ -505,9 +508,9 @@ class ClusterCore:
     def snapshot_reply(self, stream: str, frame: StreamFrame | None) -> list[Effect]:
         """The owner's answer to ``RequestSnapshot`` (None: it had none to give)."""
         v = self.view(stream)
-        if frame is None or not v.syncing or frame.kind != "snapshot" or v.local_conn is not None:
+        if frame is None or frame.kind != "snapshot" or not v.syncing or not v.followed:
             return []
-        if not v.followed:
+        if v.local_conn is not None:
             return []
         if frame.claim != v.claim or frame.node != v.owner:
             return []  # ownership moved on since the request; the next tick asks again
@@ -530,8 +533,7 @@ class ClusterCore:
             if owner is None or owner == self.node or v.local_conn is not None or not v.followed:
                 continue
             if not self.alive(owner):
-                if v.applied_owner is not None or v.syncing:
-                    effects.append(self._drop_remote(v, stream))
+                effects += self._stop_following_remote(v, stream)
                 continue
             due = v.requested_at is None or now - v.requested_at >= self.timing.retry_after
             behind = v.behind_since is not None and now - v.behind_since >= self.timing.retry_after
@@ -568,10 +570,8 @@ class ClusterCore:
     def write_target(self, stream: str) -> tuple[str, int] | None:
         """Where a local subscriber's write to ``stream`` goes: its live remote owner and the
         claim (None: nowhere; the write is dropped, as one to a stream without a producer)."""
-        v = self.streams.get(stream)
-        if v is None or v.owner is None or v.owner == self.node or not self.alive(v.owner):
-            return None
-        return v.owner, v.claim
+        owner = self.produced_elsewhere(stream)
+        return None if owner is None else (owner, self.streams[stream].claim)
 
     def released_claims(self) -> dict[str, int]:
         """Streams this node released lately and nobody has claimed since (as far as it

@@ -201,7 +201,7 @@ class Hub:
         c = self._conns.get(conn)
         self._authority.check_stream(c.face, stream_id)
         c.require(stream_id, "read")
-        first = not self._fanout.subscribers_of(stream_id)
+        first = not self._fanout.has_subscribers(stream_id)
         self._fanout.subscribe(c, stream_id)
         if first and self._on_interest is not None:
             self._on_interest(stream_id, True)
@@ -217,7 +217,7 @@ class Hub:
         if self._on_interest is None:
             return
         for sid in streams:
-            if not self._fanout.subscribers_of(sid):
+            if not self._fanout.has_subscribers(sid):
                 self._on_interest(sid, False)
 
     def resync(self, conn: ConnId, stream_id: StreamId) -> None:

@@ -112,6 +112,10 @@ class Fanout:
             log.remove(c.id)
         c.wake(c.id)
 
+    def has_subscribers(self, stream_id: StreamId) -> bool:
+        a = self.audiences.get(stream_id)
+        return a is not None and bool(a.subscribers)
+
     def subscribers_of(self, stream_id: StreamId) -> list[ConnId]:
         a = self.audiences.get(stream_id)
         return [] if a is None else list(a.subscribers)
