@@ -3,20 +3,25 @@ receiving the events, and the same ops folded in-process by ``crdt/`` (the ceili
 
 The octosync server runs in its own process (the real serving path: ``build_app`` with the
 journal on, ``--insecure-dev`` so clients send ``DEVICE_HELLO``). Subscribers (``--subscribers``,
-default 100) run in a second process: each opens the map with ``SYNC_INIT``; one of them
-decodes every message in full and counts its events (the reference), the others read each
-WebSocket frame's header and the message's first bytes (type and event count) and skip the
-rest, and must count exactly what the reference counts. This process runs the writers
-(``--writers``, default 10): each sends ``OP_BATCH`` frames of ``--batch`` (100) PUTs over
-1,000 keys with fresh HLC timestamps, at most ``--window`` batches in flight, for
+default 100) run in a second process: each opens the map with ``SYNC_INIT`` and offers
+permessage-deflate as TopGun's own client does (``--plain``: no offer); one of them decodes
+every message in full and counts its events (the reference), the others read each WebSocket
+frame's header and the message's first bytes (type and event count; a compressed message's
+start is inflated) and skip the rest, and must count exactly what the reference counts. This
+process runs the writers (``--writers``, default 10): each sends ``OP_BATCH`` frames of
+``--batch`` (100) PUTs over its own tenth of 1,000 keys with fresh HLC timestamps (so every op
+changes state, is journaled and fans out), at most ``--window`` batches in flight, for
 ``--seconds`` per write concern (``APPLIED``, then ``PERSISTED``), and times each batch's
-``OP_ACK``. The CPU each process spends is reported per op acked: the three share this
-machine's cores, so what the clients cost is taken from the server. Usage::
+``OP_ACK``. Writers encode their batches before each level's clock starts (``--prebuild``): a
+load generator's encoding is not the server's work. The CPU each process spends is reported
+per op acked: the three share this machine's cores, so what the clients cost is taken from the
+server. Usage::
 
-    python bench/topgun_face.py             # 10 writers, 100 subscribers, 5 s per level
-    python bench/topgun_face.py --quick     # 4 writers, 20 subscribers, 2 s per level
+    python bench/topgun_face.py                  # 10 writers, 100 subscribers, 5 s per level
+    python bench/topgun_face.py --quick          # 4 writers, 20 subscribers, 2 s per level
+    python bench/topgun_face.py --compare-plain  # subscribers without deflate first, same run
     python bench/topgun_face.py --baseline-src ../main/src   # before / after, same run
-    python bench/topgun_face.py --stages    # also the server's CPU per op by stage
+    python bench/topgun_face.py --stages         # also the server's CPU per op by stage
 
 ``OCTOSYNC_BENCH_PROFILE=FILE`` writes a cProfile of the serving process to ``FILE``.
 
@@ -39,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,7 +144,7 @@ def _instrument() -> _Stages:
 
 async def _serve(port: int, data: str) -> None:
     from octosync.server.app import ServerConfig, build_app
-    from octosync.server.run import start
+    from octosync.server.run import settle_heap, start
 
     stages_to = os.environ.get("OCTOSYNC_BENCH_STAGES")
     stages = _instrument() if stages_to else None
@@ -151,6 +157,8 @@ async def _serve(port: int, data: str) -> None:
         socket_high_water=8 << 20,
     )
     await start(build_app(config), config)
+    if not os.environ.get("OCTOSYNC_BENCH_DEFAULT_GC"):
+        settle_heap()  # as ``octosync serve`` does
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     if stages is not None and stages_to:
@@ -176,8 +184,12 @@ async def _serve(port: int, data: str) -> None:
     await stop.wait()
 
 
-async def _open(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
-    ws = await http.ws_connect(url, max_msg_size=0)
+async def _open(
+    http: aiohttp.ClientSession, url: str, *, deflate: bool = False
+) -> aiohttp.ClientWebSocketResponse:
+    """A connection with the map open; ``deflate`` offers permessage-deflate (the server then
+    compresses each large fan-out message once for every connection that took it)."""
+    ws = await http.ws_connect(url, max_msg_size=0, compress=15 if deflate else 0)
     await ws.send_bytes(msgspec.msgpack.encode({"type": "DEVICE_HELLO"}))
     await ws.receive_bytes()  # DEVICE_ACK
     await ws.send_bytes(msgspec.msgpack.encode({"type": "SYNC_INIT", "mapName": MAP}))
@@ -188,8 +200,12 @@ async def _open(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocke
 _BATCH_PREFIX = b"\x82\xa4type\xb2SERVER_BATCH_EVENT\xa7payload\x81\xa6events"
 _ONE_PREFIX = b"\x82\xa4type\xacSERVER_EVENT\xa7payload"
 _PEEK = 64
-"""Bytes looked at per frame: the longest WebSocket header (10) plus the batch prefix (41)
-and its array header (up to 5)."""
+"""Bytes looked at per plain frame: the longest WebSocket header (10) plus the batch prefix
+(41) and its array header (up to 5)."""
+_PEEK_DEFLATED = 10 + 2048
+"""Bytes looked at per compressed frame: enough deflate input (its Huffman tables first) to
+inflate the same prefix."""
+_TAIL = b"\x00\x00\xff\xff"
 _SHARED = bytearray(1 << 20)
 """One receive buffer for every subscriber: each chunk is counted before the next read."""
 
@@ -241,7 +257,7 @@ class Counting(asyncio.BufferedProtocol):
                     return
             if pos >= nbytes:
                 return
-            head = self._head + bytes(data[pos : pos + _PEEK])
+            head = self._head + bytes(data[pos : pos + _PEEK_DEFLATED])
             frame = _frame(head)
             if frame is None:  # the header or the prefix continues in the next read
                 self._head = head
@@ -273,41 +289,65 @@ def _frame(head: bytes) -> tuple[int, int | None] | None:
         hl, size = 4, int.from_bytes(head[2:4], "big")
     else:
         hl, size = 10, int.from_bytes(head[2:10], "big")
-    if len(head) < hl + min(size, _PEEK - 10):
+    deflated = bool(head[0] & 0x40)  # RSV1: a permessage-deflate message
+    need = min(size, (_PEEK_DEFLATED if deflated else _PEEK) - 10)
+    if len(head) < hl + need:
         return None
     opcode = head[0] & 0x0F
-    count = _event_count(head[hl : hl + size]) if opcode == 0x2 else None
-    return hl + size, count
+    if opcode != 0x2:
+        return hl + size, None
+    prefix = head[hl : hl + need]
+    if deflated:  # each message stands alone (server_no_context_takeover): inflate its start
+        whole = need == size
+        prefix = zlib.decompressobj(-15).decompress(prefix + (_TAIL if whole else b""), _PEEK)
+    return hl + size, _event_count(prefix)
+
+
+class _RefEvent(msgspec.Struct, rename="camel"):
+    map_name: str
+
+
+class _RefEvents(msgspec.Struct):
+    events: list[_RefEvent]
+
+
+class _RefMessage(msgspec.Struct):
+    type: str
+    payload: msgspec.Raw
 
 
 class _Reference:
-    """One subscriber that decodes every message in full (MsgPack into Python objects) and
-    counts the events in it: the count every header-counting subscriber must match."""
+    """One subscriber that decodes every message in full (each byte parsed by MsgPack, the
+    events into typed Structs; fields it does not count are parsed and skipped) and counts
+    the events in it: the count every header-counting subscriber must match."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.events = 0
         self.ws = ws
 
     async def run(self) -> None:
-        decode = msgspec.msgpack.Decoder().decode
+        message = msgspec.msgpack.Decoder(_RefMessage).decode
+        batch = msgspec.msgpack.Decoder(_RefEvents).decode
+        one = msgspec.msgpack.Decoder(_RefEvent).decode
         async for msg in self.ws:
             if msg.type != aiohttp.WSMsgType.BINARY:
                 break
-            body = decode(msg.data)
-            if body["type"] == "SERVER_BATCH_EVENT":
-                self.events += sum(e["mapName"] == MAP for e in body["payload"]["events"])
-            elif body["type"] == "SERVER_EVENT":
-                self.events += body["payload"]["mapName"] == MAP
+            body = message(msg.data)
+            if body.type == "SERVER_BATCH_EVENT":
+                self.events += sum(e.map_name == MAP for e in batch(body.payload).events)
+            elif body.type == "SERVER_EVENT":
+                self.events += one(body.payload).map_name == MAP
 
 
-async def _subscribers(port: int, n: int) -> None:
+async def _subscribers(port: int, n: int, deflate: bool) -> None:
     """Subscriber process: open ``n`` connections (one of them the fully decoding reference),
     count events until stdin says stop; each line in gets one line out: events counted by
     the header-counting subscribers, by the reference, other messages, connections lost."""
     url = f"ws://127.0.0.1:{port}/topgun"
     counters: list[Counting] = []
     async with aiohttp.ClientSession() as http:
-        socks = [await _open(http, url) for _ in range(n)]
+        socks = [await _open(http, url, deflate=deflate) for _ in range(n)]
+        took = sum(bool(ws.compress) for ws in socks)
         loop = asyncio.get_running_loop()
         reference = _Reference(socks[0])
         reading = loop.create_task(reference.run())
@@ -319,7 +359,7 @@ async def _subscribers(port: int, n: int) -> None:
             counter = Counting()
             conn.transport.set_protocol(counter)
             counters.append(counter)
-        print("ready", flush=True)
+        print("ready", took, flush=True)
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         while line := await reader.readline():
@@ -367,9 +407,17 @@ _KEYS = [f"k{i}" for i in range(KEYS)]
 _VALUE = msgspec.msgpack.Encoder().encode
 
 
-def _batch(node: str, seq: int, start: int, size: int, level: str, clock: list[int]) -> bytes:
-    """One ``OP_BATCH`` with fresh HLC timestamps (every op is newer than what it overwrites,
-    so each one changes state, is journaled and fans out)."""
+def _batch(
+    node: str,
+    seq: int,
+    start: int,
+    size: int,
+    level: str,
+    clock: list[int],
+    keys: list[str] = _KEYS,
+) -> bytes:
+    """One ``OP_BATCH`` over ``keys`` (cyclically from ``start``) with fresh HLC timestamps
+    from ``clock`` (every op newer than the ones built before it with that clock)."""
     millis = time.time_ns() // 1_000_000
     if millis > clock[0]:
         clock[0], clock[1] = millis, 0
@@ -378,7 +426,7 @@ def _batch(node: str, seq: int, start: int, size: int, level: str, clock: list[i
     ops = [
         _Op(
             MAP,
-            _KEYS[(start + i) % KEYS],
+            keys[(start + i) % len(keys)],
             str(first + i + 1),
             "PUT",
             _Record(msgspec.Raw(_VALUE({"v": first + i})), _Ts(millis, counter + i + 1, node)),
@@ -386,6 +434,27 @@ def _batch(node: str, seq: int, start: int, size: int, level: str, clock: list[i
         for i in range(size)
     ]
     return _VALUE(_OpBatch(_Payload(ops, level)))
+
+
+def _prebuild(
+    writers: int, level: str, batch: int, ops: int
+) -> tuple[list[list[bytes]], list[list[int]]]:
+    """About ``ops`` ops as ``OP_BATCH`` frames per writer, built before the clock starts (a
+    load generator's encoding is not the server's work), and each writer's clock after them."""
+    clocks = [[0, 0] for _ in range(writers)]
+    out: list[list[bytes]] = [[] for _ in range(writers)]
+    for seq in range(ops // (batch * writers)):
+        for i in range(writers):
+            keys = _writer_keys(i, writers)
+            out[i].append(_batch(f"w{i}", seq, seq * batch, batch, level, clocks[i], keys))
+    return out, clocks
+
+
+def _writer_keys(i: int, writers: int) -> list[str]:
+    """Writer ``i``'s share of the keys: writers never write one key, so every op is newer
+    than the one it overwrites and each one changes state, is journaled and fans out."""
+    per = max(1, KEYS // writers)
+    return _KEYS[i * per : (i + 1) * per] or _KEYS[-per:]
 
 
 async def _writer(
@@ -396,16 +465,14 @@ async def _writer(
     batch: int,
     window: int,
     latencies: list[float],
-    offset: int,
+    keys: list[str],
+    ready: list[bytes],
     clock: list[int],
 ) -> int:
     """Send batches for ``seconds`` with at most ``window`` in flight; returns ops acked.
-    Writers start ``offset`` keys apart, so two of them rarely write one key in the same
-    millisecond, and share one ``clock`` (the bench's HLC: every op a newer timestamp than
-    the ops built before it): an op that loses to a newer one is no change and makes no
-    event, so only ops reordered in flight on one key can lose."""
+    ``ready`` holds this writer's batches built beforehand (:func:`_prebuild`); past them it
+    builds more as it goes, with the same ``clock`` and ``keys`` (its own share)."""
     sent: dict[str, float] = {}
-    clock = [0, 0]
     acked = 0
     seq = 0
     deadline = time.monotonic() + seconds
@@ -414,7 +481,11 @@ async def _writer(
         while len(sent) < window and time.monotonic() < deadline:
             seq += 1
             last = str(seq * batch)
-            await ws.send_bytes(_batch(node, seq - 1, seq * batch + offset, batch, level, clock))
+            if seq <= len(ready):
+                frame = ready[seq - 1]
+            else:
+                frame = _batch(node, seq - 1, (seq - 1) * batch, batch, level, clock, keys)
+            await ws.send_bytes(frame)
             sent[last] = time.monotonic()
         if not sent:
             return acked
@@ -507,6 +578,8 @@ class Result:
     writers_cpu: float
     stages: dict[str, float]
     """Server CPU seconds by stage and thread (``--stages``)."""
+    deflated: int
+    """Subscribers whose connection negotiated permessage-deflate."""
 
     @property
     def server_cpu(self) -> float:
@@ -549,9 +622,10 @@ def _core_rate(src: str | None, ops: int, batch: int, subscribers: int, runs: in
     return max(rates)
 
 
-async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
+async def _measure(args: argparse.Namespace, src: str | None, deflate: bool) -> list[Result]:
     """One full run (server, subscribers, writers at each level) against the server code in
-    ``src`` (None: the tree this script is imported from)."""
+    ``src`` (None: the tree this script is imported from); ``deflate``: the subscribers offer
+    permessage-deflate."""
     port = _free_port()
     data = tempfile.mkdtemp(prefix="octosync-topgun-bench-")
     command = [sys.executable, str(HERE), "_server", str(port), data]
@@ -582,13 +656,22 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
             except OSError:
                 await asyncio.sleep(0.05)
         subs = subprocess.Popen(
-            [sys.executable, str(HERE), "_subs", str(port), str(args.subscribers)],
+            [
+                sys.executable,
+                str(HERE),
+                "_subs",
+                str(port),
+                str(args.subscribers),
+                str(int(deflate)),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
         assert subs.stdout is not None
         assert subs.stdin is not None
-        assert subs.stdout.readline().strip() == b"ready"
+        ready, took = subs.stdout.readline().split()
+        assert ready == b"ready"
+        deflated = int(took)
 
         def delivered(stop: bool = False) -> tuple[int, int, int, int]:
             """What the subscribers counted so far: (events at the header-counting ones,
@@ -604,10 +687,10 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
         url = f"ws://127.0.0.1:{port}/topgun"
         results: list[Result] = []
         async with aiohttp.ClientSession() as http:
-            writers = [await _open(http, url) for _ in range(args.writers)]
+            writers = [await _open(http, url, deflate=deflate) for _ in range(args.writers)]
             for level in ("APPLIED", "PERSISTED"):
                 latencies: list[float] = []
-                clock = [0, 0]
+                ready, clocks = _prebuild(args.writers, level, args.batch, args.prebuild)
                 events0, reference0, other0, _ = delivered()
                 user0, sys0 = _cpu_seconds(server.pid)
                 stages0 = await stages()
@@ -623,8 +706,9 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
                             args.batch,
                             args.window,
                             latencies,
-                            i * KEYS // args.writers,
-                            clock,
+                            _writer_keys(i, args.writers),
+                            ready[i],
+                            clocks[i],
                         )
                         for i, ws in enumerate(writers)
                     )
@@ -659,6 +743,7 @@ async def _measure(args: argparse.Namespace, src: str | None) -> list[Result]:
                         sum(_cpu_seconds(subs.pid)) - subs0,
                         own1 - own0,
                         {k: v - stages0.get(k, 0.0) for k, v in stages1.items()},
+                        deflated,
                     )
                 )
             for ws in writers:
@@ -689,7 +774,8 @@ def _report(name: str, results: list[Result], ceiling: float, core: float, subs:
             f"            events delivered {(r.events + r.reference_events) / r.drained:,.0f}/s; "
             f"the reference subscriber decoded {r.reference_events / max(r.ops, 1):.1%} of the "
             f"ops acked as events, the others counted {r.events / expected:.2%} of that "
-            f"({r.other_messages} other messages, {r.subscribers_lost} subscribers lost)\n"
+            f"({r.other_messages} other messages, {r.subscribers_lost} subscribers lost; "
+            f"{r.deflated} took deflate)\n"
             f"            CPU per op: server {_us(r.server_cpu, r.ops):5.1f} us (user "
             f"{_us(r.server_user, r.ops):.1f}, system {_us(r.server_sys, r.ops):.1f}), "
             f"subscribers {_us(r.subscribers_cpu, r.ops):.1f} us, "
@@ -727,11 +813,15 @@ def _report_stages(r: Result) -> None:
 
 async def _main(args: argparse.Namespace) -> None:
     runs: list[tuple[str, str | None, list[Result], float]] = []
-    trees: list[tuple[str, str | None]] = [("this tree", None)]
+    deflate = not args.plain
+    trees: list[tuple[str, str | None, bool]] = [("this tree", None, deflate)]
     if args.baseline_src:
-        trees.insert(0, (f"baseline {args.baseline_src}", args.baseline_src))
-    for name, src in trees:
-        results = await _measure(args, src)
+        trees.insert(0, (f"baseline {args.baseline_src}", args.baseline_src, deflate))
+    if args.compare_plain:
+        trees = [("this tree, subscribers without deflate", None, False), *trees]
+        trees[-1] = ("this tree, subscribers with deflate", None, True)
+    for name, src, compress in trees:
+        results = await _measure(args, src, compress)
         total = max(sum(r.ops for r in results), 10_000)
         core = _core_rate(src, total, args.batch, args.subscribers)
         runs.append((name, src, results, core))
@@ -764,7 +854,7 @@ def main() -> None:
         asyncio.run(_serve(int(sys.argv[2]), sys.argv[3]))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "_subs":
-        asyncio.run(_subscribers(int(sys.argv[2]), int(sys.argv[3])))
+        asyncio.run(_subscribers(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "_core":
         print(_core_in_process(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
@@ -776,11 +866,27 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument(
+        "--prebuild",
+        type=int,
+        default=None,
+        help="ops the writers encode before each level's clock starts (default: 150,000 "
+        "per second of --seconds; 0 builds every batch while sending)",
+    )
+    parser.add_argument(
         "--stages",
         action="store_true",
         help="account the server's CPU by stage (wraps its methods: adds a little overhead)",
     )
     parser.add_argument("--quick", action="store_true", help="4 writers, 20 subscribers, 2 s")
+    parser.add_argument(
+        "--plain", action="store_true", help="subscribers do not offer permessage-deflate"
+    )
+    parser.add_argument(
+        "--compare-plain",
+        action="store_true",
+        help="first a run with subscribers that do not offer deflate, then one with deflate, "
+        "and this tree's figures against the plain run",
+    )
     parser.add_argument(
         "--baseline-src",
         metavar="DIR",
@@ -790,6 +896,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.writers, args.subscribers, args.seconds = 4, 20, 2.0
+    if args.prebuild is None:
+        args.prebuild = int(150_000 * args.seconds)
     asyncio.run(_main(args))
 
 

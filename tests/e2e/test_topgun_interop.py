@@ -212,9 +212,14 @@ async def test_topic_messages_reach_the_other_subscriber_only(
 ) -> None:
     topic = "chat/room-1"
     async with serve(tmp_path) as srv:
-        bystander = await start(topgun_peer, srv.ws_url, "watch", seconds=6)
+        # Long windows: the test stops the clients itself once they have shown what it waits
+        # for, and on a loaded machine three clients can take seconds to start.
+        bystander = await start(topgun_peer, srv.ws_url, "watch", seconds=20)
         one, two = await asyncio.gather(
-            *(start(topgun_peer, srv.ws_url, "topic", topic, node_id=n) for n in ("one", "two"))
+            *(
+                start(topgun_peer, srv.ws_url, "topic", topic, node_id=n, seconds=20)
+                for n in ("one", "two")
+            )
         )
         for c in (one, two, bystander):
             await c.until("ready")

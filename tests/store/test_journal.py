@@ -9,13 +9,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import InvalidRecord, JournalCorrupt, StorageError
-from octosync.store.journal import GroupCommitWriter, Journal, journal_path
+from octosync.store.journal import ROWS_PER_INSERT, GroupCommitWriter, Journal, journal_path
 from octosync.store.records import StreamFrame
 
 
@@ -149,6 +149,23 @@ def test_appends_read_back_in_order(
             j.append([op(i) for i in batch])
         assert [e.record for e in j.read()] == [op(i) for b in batches for i in b]
         assert j.latest_seq() == sum(len(b) for b in batches)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 3 * ROWS_PER_INSERT + 7), min_size=1, max_size=4))
+def test_batches_of_any_size_keep_every_row_and_its_seq(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int]
+) -> None:
+    """Large batches go in several multi-row statements: none is lost, doubled or reordered."""
+    d = tmp_path_factory.mktemp("j")
+    records = [op(i, key=f"k{i}") for i in range(sum(sizes))]
+    with Journal(d, durability="normal") as j:
+        at, seqs = 0, []
+        for n in sizes:
+            seqs += j.append(records[at : at + n])
+            at += n
+        assert seqs == list(range(1, len(records) + 1))
+        assert [(e.seq, e.record) for e in j.read()] == list(zip(seqs, records, strict=True))
 
 
 @pytest.mark.parametrize(("durability", "after"), [("full", 40), ("normal", 40), ("full", 301)])

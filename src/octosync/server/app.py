@@ -64,7 +64,7 @@ async def _signal(request: web.Request) -> web.StreamResponse:
 
 
 async def _topgun(request: web.Request) -> web.StreamResponse:
-    return await serve_ws_in_band(request, TopGunSession)
+    return await serve_ws_in_band(request, TopGunSession, deflate=True)
 
 
 def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> web.Application:

@@ -8,6 +8,9 @@ What every connection gets, whatever its face, lives here once:
   close 1009), a handshake deadline, the token's expiry on open connections, and a per-
   connection input budget that slows a flooding peer down instead of letting it take the loop;
 - large frames of faces with costly decoders are decoded on a worker thread;
+- permessage-deflate, for the faces that fan large messages out (``deflate=True``): always
+  answered with ``server_no_context_takeover``, so a message compressed once serves every
+  connection that negotiated it (``Link.deflate``; ``wire.websocket.FrameDeflater``);
 - a failure serving one connection reaches that connection only: a typed error frame, then the
   close code of ``hub.policy``; an unexpected exception becomes ``InternalError`` (close 1011)
   and is logged once per interval, never as a traceback per frame.
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMsgType, hdrs, web
 
 from octosync.errors import (
     HandshakeFailed,
@@ -39,6 +42,7 @@ from octosync.server.guard import peer_address
 from octosync.server.runtime import Runtime
 from octosync.server.throttled_log import ThrottledLog
 from octosync.wire.framing import FrameDecoder
+from octosync.wire.websocket import DEFLATE_ANSWER, accepts_deflate
 
 log = logging.getLogger("octosync.server")
 _unexpected = ThrottledLog(log, interval=10.0)
@@ -112,6 +116,8 @@ class Link:
         self._closing: asyncio.Task[object] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self.counters = rt.counters.faces[session.face]
+        self.deflate = False
+        """The peer takes compressed frames (``wire.websocket.DEFLATE_ANSWER`` negotiated)."""
 
     @property
     def session_face(self) -> str:
@@ -262,7 +268,9 @@ def request_identity(rt: Runtime, request: web.Request) -> ClaimGrants:
     return identity
 
 
-async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.StreamResponse:
+async def serve_ws(
+    request: web.Request, open_session: SessionFactory, *, deflate: bool = False
+) -> web.StreamResponse:
     """The WebSocket loop of every face whose credentials come with the upgrade."""
     rt = request.app[RUNTIME]
     if rt.closing:
@@ -271,11 +279,11 @@ async def serve_ws(request: web.Request, open_session: SessionFactory) -> web.St
         identity = request_identity(rt, request)
     except Unauthorized as err:
         return refuse(401, err)
-    return await _serve_ws(request, rt, lambda conn: open_session(rt, conn, identity))
+    return await _serve_ws(request, rt, lambda conn: open_session(rt, conn, identity), deflate)
 
 
 async def serve_ws_in_band(
-    request: web.Request, open_session: TcpSessionFactory
+    request: web.Request, open_session: TcpSessionFactory, *, deflate: bool = False
 ) -> web.StreamResponse:
     """The same loop for a face that authenticates in its own first frames (TopGun's
     ``AUTH``): the upgrade is open to all, the handshake deadline bounds an idle socket, and
@@ -283,18 +291,31 @@ async def serve_ws_in_band(
     rt = request.app[RUNTIME]
     if rt.closing:
         return refuse(503, ShuttingDown("the server is shutting down; reconnect later"))
-    return await _serve_ws(request, rt, lambda conn: open_session(rt, conn))
+    return await _serve_ws(request, rt, lambda conn: open_session(rt, conn), deflate)
+
+
+def _deflate_upgrade(request: web.Request, deflate: bool) -> tuple[web.Request, bool]:
+    """The request aiohttp negotiates from: its deflate offer replaced by exactly what this
+    server answers (or removed), so aiohttp's reader inflates what the client compresses and
+    its answer names ``server_no_context_takeover`` whatever the client offered."""
+    if not (deflate and accepts_deflate(request.headers.get(hdrs.SEC_WEBSOCKET_EXTENSIONS))):
+        return request, False  # aiohttp is told not to compress: it ignores the offer
+    headers = request.headers.copy()
+    headers[hdrs.SEC_WEBSOCKET_EXTENSIONS] = DEFLATE_ANSWER
+    return request.clone(headers=headers), True
 
 
 async def _serve_ws(
-    request: web.Request, rt: Runtime, open_session: Callable[[int], Session]
+    request: web.Request, rt: Runtime, open_session: Callable[[int], Session], deflate: bool
 ) -> web.StreamResponse:
     limit = rt.limits.max_frame_bytes
+    upgrade, deflate = _deflate_upgrade(request, deflate)
     # Pings are ours (``_pump_ws``), not aiohttp's: aiohttp 3.14 re-arms its heartbeat timer
     # when the peer's close reply arrives after ``close()``, and that timer keeps the whole
-    # closed connection in memory for a further heartbeat period or more.
-    ws = web.WebSocketResponse(max_msg_size=2 * limit + 1024, compress=False, autoping=False)
-    await ws.prepare(request)
+    # closed connection in memory for a further heartbeat period or more. (aiohttp itself
+    # never compresses: the frames the server writes are framed by ``wire.websocket``.)
+    ws = web.WebSocketResponse(max_msg_size=2 * limit + 1024, compress=deflate, autoping=False)
+    await ws.prepare(upgrade)
     transport = request.transport
     assert transport is not None
     conn = rt.new_conn_id()
@@ -304,6 +325,7 @@ async def _serve_ws(
 
     session = open_session(conn)
     link = Link(rt, conn, session, transport, closer)
+    link.deflate = bool(ws.compress)
     rt.attach(conn, link)
     link.greet()
     try:

@@ -31,12 +31,14 @@ from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.topgun.core import SERVER_NODE
-from octosync.wire.websocket import ws_frame
+from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame
 
 log = logging.getLogger(__name__)
 
 FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun", "chain")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
+DEFLATE_SHARED = 2
+"""A message is compressed when at least this many of its targets negotiated deflate."""
 
 
 @dataclass(slots=True)
@@ -74,6 +76,10 @@ class LiveConnection(Protocol):
 
     @property
     def session_face(self) -> str: ...
+
+    @property
+    def deflate(self) -> bool:
+        """Takes permessage-deflate frames (``wire.websocket.FrameDeflater``'s)."""
 
     def fault(self, err: OctosyncError) -> None: ...
 
@@ -152,6 +158,7 @@ class Runtime:
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self.counters = Counters()
         self._topgun_flush_due = False
+        self._deflater = FrameDeflater()
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
@@ -217,10 +224,25 @@ class Runtime:
         t.write(data)
 
     def deliver_all(self, out: Sequence[Outbound]) -> None:
-        """TopGun messages for other connections: framed once, written to each target."""
+        """TopGun messages for other connections: framed once and written to each target. A
+        large message shared by several targets that negotiated deflate is compressed once
+        for them (``DEFLATE_SHARED``); one for a single connection goes plain (compressing
+        it would cost the loop as much as the write it saves)."""
+        links = self.links
         for ob in out:
             data = ws_frame(ob.data, text=False)
-            for target in ob.targets:
+            targets = ob.targets
+            if len(targets) >= DEFLATE_SHARED and len(ob.data) >= DEFLATE_MIN_BYTES:
+                packed = [t for t in targets if (link := links.get(t)) is not None and link.deflate]
+                if len(packed) >= DEFLATE_SHARED:
+                    frame = self._deflater.frame(ob.data)
+                    for target in packed:
+                        self.deliver(target, frame)
+                    if len(packed) == len(targets):
+                        continue
+                    took = set(packed)
+                    targets = tuple(t for t in targets if t not in took)
+            for target in targets:
                 self.deliver(target, data)
 
     def follow_map(self, stream: str) -> None:

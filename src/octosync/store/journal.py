@@ -184,6 +184,33 @@ class TrimResult(msgspec.Struct, frozen=True):
     deleted: int
 
 
+ROWS_PER_INSERT = 128
+"""Rows one ``INSERT`` statement carries (640 parameters, under SQLite's oldest limit of 999)."""
+_INSERT_ROWS = {
+    n: "INSERT INTO journal (seq, kind, scope, recorded_ms, body) VALUES "
+    + ",".join(["(?,?,?,?,?)"] * n)
+    for n in (1 << b for b in range(ROWS_PER_INSERT.bit_length()))
+}
+"""One statement per power of two up to ``ROWS_PER_INSERT``: few enough to stay prepared."""
+
+
+def _insert_rows(
+    conn: sqlite3.Connection, encoded: Sequence[EncodedRecord], first: int, now: int
+) -> None:
+    """The rows of ``encoded`` from seq ``first``, many per statement: ``executemany`` steps
+    SQLite once per row, each step a release and re-take of the GIL the event loop waits
+    for; a multi-row ``INSERT`` binds in C and steps once."""
+    at, total = 0, len(encoded)
+    while at < total:
+        n = min(ROWS_PER_INSERT, 1 << ((total - at).bit_length() - 1))
+        params: list[object] = []
+        for i in range(at, at + n):
+            e = encoded[i]
+            params += (first + i, e.kind, e.scope, now, e.body)
+        conn.execute(_INSERT_ROWS[n], params)
+        at += n
+
+
 class Journal:
     """Synchronous access to one journal file; safe to share between threads (one lock)."""
 
@@ -217,10 +244,7 @@ class Journal:
                 conn.execute("BEGIN IMMEDIATE")
                 (last,) = conn.execute(_LATEST_SQL).fetchone()
                 first = int(last) + 1
-                conn.executemany(
-                    "INSERT INTO journal (seq, kind, scope, recorded_ms, body) VALUES (?,?,?,?,?)",
-                    [(first + i, e.kind, e.scope, now, e.body) for i, e in enumerate(encoded)],
-                )
+                _insert_rows(conn, encoded, first, now)
                 conn.executemany(
                     "INSERT OR IGNORE INTO journal_scopes (kind, scope) VALUES (?, ?)",
                     {(e.kind, e.scope) for e in encoded},
