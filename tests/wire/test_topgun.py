@@ -418,3 +418,19 @@ def test_lww_ops_become_records_identified_by_their_hlc(
     assert type(rec.ts.millis) is int
     assert rec.op_id == str(rec.ts) == f"{millis}:{counter}:{node}"
     assert rec.origin == node
+
+
+@given(
+    st.text(max_size=20),
+    st.sampled_from(["APPLIED", "PERSISTED", "MEMORY", "REPLICATED", "FIRE_AND_FORGET", "x"]),
+    st.lists(st.text(max_size=40), max_size=300),
+)
+def test_an_all_succeeded_ack_is_the_bytes_of_its_structs(
+    last_id: str, level: str, op_ids: list[str]
+) -> None:
+    fast = topgun.encode_all_succeeded(last_id, level, op_ids)
+    results = [topgun.OpResult(op_id, True, level) for op_id in op_ids]
+    assert fast == topgun.encode(topgun.OpAck(topgun.OpAckPayload(last_id, level, results)))
+    decoded = topgun.decode(fast)
+    assert isinstance(decoded, topgun.OpAck)
+    assert [r.op_id for r in decoded.payload.results or []] == op_ids

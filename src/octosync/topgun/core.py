@@ -365,7 +365,7 @@ class TopGunCore:
         explicit = batch_level is not None or per_op
         last_id = next((op.id for op in reversed(ops) if op.id is not None), None)
         if wanted == "FIRE_AND_FORGET" and last_id is not None:
-            fx.send(conn, self._ack(last_id, wanted, ops, {}, explicit, True))
+            fx.out.append(Outbound((conn,), self._ack(last_id, wanted, ops, {}, explicit, True)))
         errors: dict[int, str] = {}
         events: list[tg.ServerEventPayload] = []
         valid = self._validated(fx, conn, c, ops, errors)
@@ -386,16 +386,15 @@ class TopGunCore:
             return
         if wanted == "REPLICATED" and self.replicated:
             fx.replicated.append(
-                Outbound((conn,), tg.encode(self._ack(last_id, wanted, ops, errors, explicit)))
+                Outbound((conn,), self._ack(last_id, wanted, ops, errors, explicit))
             )
             return
         if wanted == "PERSISTED" and self.persistent:
-            fx.durable.append(
-                Outbound((conn,), tg.encode(self._ack(last_id, wanted, ops, errors, explicit)))
-            )
+            fx.durable.append(Outbound((conn,), self._ack(last_id, wanted, ops, errors, explicit)))
             return
         achieved = wanted if wanted in ("MEMORY", "APPLIED") else "APPLIED"
-        fx.send(conn, self._ack(last_id, achieved, ops, errors, explicit, achieved == wanted))
+        ack = self._ack(last_id, achieved, ops, errors, explicit, achieved == wanted)
+        fx.out.append(Outbound((conn,), ack))
 
     def _validated(
         self, fx: Effects, conn: int, c: _Conn, ops: list[tg.ClientOp], errors: dict[int, str]
@@ -454,17 +453,20 @@ class TopGunCore:
         errors: dict[int, str],
         explicit: bool,
         reached: bool = True,
-    ) -> tg.OpAck:
-        results = None
-        if explicit:
-            short = None if reached else f"only {level} could be achieved"
-            results = [
-                tg.OpResult(op.id or "", False, error=errors[i])
-                if i in errors
-                else tg.OpResult(op.id or "", short is None, level, error=short)
-                for i, op in enumerate(ops)
-            ]
-        return tg.OpAck(tg.OpAckPayload(last_id, level, results))
+    ) -> bytes:
+        """The encoded ``OP_ACK``; with an explicit write concern it lists every op's result."""
+        if not explicit:
+            return tg.encode(tg.OpAck(tg.OpAckPayload(last_id, level)))
+        if reached and not errors:  # the usual batch: every op applied at the level asked
+            return tg.encode_all_succeeded(last_id, level, [op.id or "" for op in ops])
+        short = None if reached else f"only {level} could be achieved"
+        results = [
+            tg.OpResult(op.id or "", False, error=errors[i])
+            if i in errors
+            else tg.OpResult(op.id or "", short is None, level, error=short)
+            for i, op in enumerate(ops)
+        ]
+        return tg.encode(tg.OpAck(tg.OpAckPayload(last_id, level, results)))
 
     def _fan_out(self, fx: Effects, sender: int, events: list[tg.ServerEventPayload]) -> None:
         """Live queries on the touched maps (the sender's too) get their changes now, and the

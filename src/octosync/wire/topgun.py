@@ -635,6 +635,35 @@ def encode(message: Message) -> bytes:
     return _encoder.encode(message)
 
 
+def encode_all_succeeded(last_id: str, level: str, op_ids: list[str]) -> bytes:
+    """``encode`` of the ``OP_ACK`` whose every op succeeded at ``level`` (one
+    ``OpResult(op_id, True, level)`` per id, in order), built by joining each result's bytes
+    around its encoded id instead of making a Struct per op: every client batch with an explicit
+    write concern is acked this way."""
+    head = _encoder.encode(OpAck(OpAckPayload(last_id, level, [])))
+    assert head.endswith(b"\x90")  # ``results`` is the last field of the last field
+    before, after = _result_template(level)
+    ids = [_encoder.encode(op_id) for op_id in op_ids]
+    return b"".join([head[:-1], _array_header(len(ids)), *(before + i + after for i in ids)])
+
+
+_SENTINEL = "\x00op-id\x00"
+_TEMPLATES: dict[str, tuple[bytes, bytes]] = {}
+
+
+def _result_template(level: str) -> tuple[bytes, bytes]:
+    """The bytes of ``OpResult(<id>, True, level)`` before and after the encoded id."""
+    template = _TEMPLATES.get(level)
+    if template is None:
+        whole = _encoder.encode(OpResult(_SENTINEL, True, level))
+        marker = _encoder.encode(_SENTINEL)
+        at = whole.index(marker)
+        template = whole[:at], whole[at + len(marker) :]
+        if len(_TEMPLATES) < 16:  # levels are a handful of names; never grow without bound
+            _TEMPLATES[level] = template
+    return template
+
+
 def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
     """One frame to its message; :class:`DecodeError` (with the field path) if it is invalid."""
     if len(data) > max_size:
