@@ -230,7 +230,6 @@ class Runtime:
         it would cost the loop as much as the write it saves)."""
         links = self.links
         for ob in out:
-            data = ws_frame(ob.data, text=False)
             targets = ob.targets
             if len(targets) >= DEFLATE_SHARED and len(ob.data) >= DEFLATE_MIN_BYTES:
                 packed = [t for t in targets if (link := links.get(t)) is not None and link.deflate]
@@ -242,6 +241,7 @@ class Runtime:
                         continue
                     took = set(packed)
                     targets = tuple(t for t in targets if t not in took)
+            data = ws_frame(ob.data, text=False)
             for target in targets:
                 self.deliver(target, data)
 

@@ -367,20 +367,32 @@ class TopGunCore:
         if wanted == "FIRE_AND_FORGET" and last_id is not None:
             fx.out.append(Outbound((conn,), self._ack(last_id, wanted, ops, {}, explicit, True)))
         errors: dict[int, str] = {}
-        events: list[tg.ServerEventPayload] = []
-        valid = self._validated(fx, conn, c, ops, errors)
-        if valid:
-            self.maps.hlc.update(max(rec.ts for _, _, rec, _ in valid))
-        outcomes = self.maps.apply_many([rec for _, _, rec, _ in valid])
-        for (i, op, rec, encoded), outcome in zip(valid, outcomes, strict=True):
-            if outcome is True:
-                fx.records.append(encoded)
-                events.append(_event(op, rec))
-            elif isinstance(outcome, CrdtValueError):
-                self._reject(fx, conn, op, errors, i, f"{outcome.name}: {outcome.message}", 400)
-                continue
-            if self.replicated and (outcome is True or RANK[wanted] >= RANK["REPLICATED"]):
-                fx.replicate.append(encoded)
+        index, kept, recs, encoded = self._validated(fx, conn, c, ops, errors)
+        if recs:
+            self.maps.hlc.update(max(rec.ts for rec in recs))
+        outcomes = self.maps.apply_many(recs)
+        if outcomes.count(True) == len(outcomes):  # every op changed state: the usual batch
+            fx.records.extend(encoded)
+            events = [
+                tg.ServerEventPayload(op.map_name, "PUT", op.key, record=op.record)
+                if rec.op is _PUT and op.record is not None
+                else _event(op, rec)
+                for op, rec in zip(kept, recs, strict=True)
+            ]
+            if self.replicated:
+                fx.replicate.extend(encoded)
+        else:
+            events = []
+            for i, op, rec, enc, outcome in zip(index, kept, recs, encoded, outcomes, strict=True):
+                if outcome is True:
+                    fx.records.append(enc)
+                    events.append(_event(op, rec))
+                elif isinstance(outcome, CrdtValueError):
+                    reason = f"{outcome.name}: {outcome.message}"
+                    self._reject(fx, conn, op, errors, i, reason, 400)
+                    continue
+                if self.replicated and (outcome is True or RANK[wanted] >= RANK["REPLICATED"]):
+                    fx.replicate.append(enc)
         self._fan_out(fx, conn, events)
         if last_id is None or wanted == "FIRE_AND_FORGET":
             return
@@ -398,11 +410,15 @@ class TopGunCore:
 
     def _validated(
         self, fx: Effects, conn: int, c: _Conn, ops: list[tg.ClientOp], errors: dict[int, str]
-    ) -> list[tuple[int, tg.ClientOp, OpRecord, EncodedRecord]]:
+    ) -> tuple[list[int], list[tg.ClientOp], list[OpRecord], list[EncodedRecord]]:
         """The ops the token may write, as records validated for the journal (one strict
-        decode for the batch); the others rejected. Nothing is applied yet."""
+        decode for the batch), in parallel lists (index in the batch, op, record, encoded
+        record); the others rejected. Nothing is applied yet."""
         allowed: dict[str, bool] = {}
-        good: list[tuple[int, tg.ClientOp, OpRecord]] = []
+        index: list[int] = []
+        kept: list[tg.ClientOp] = []
+        recs: list[OpRecord] = []
+        to_record = tg.client_op_to_record
         for i, op in enumerate(ops):
             name = op.map_name
             may = allowed.get(name)
@@ -417,20 +433,30 @@ class TopGunCore:
                 self._reject(fx, conn, op, errors, i, reason, FORBIDDEN_CODE)
                 continue
             try:
-                good.append((i, op, tg.client_op_to_record(op)))
+                rec = to_record(op)
             except DecodeError as err:
                 self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
+                continue
+            index.append(i)
+            kept.append(op)
+            recs.append(rec)
         try:
-            encoded = encode_op_records([rec for _, _, rec in good])
+            return index, kept, recs, encode_op_records(recs)
         except InvalidRecord:
-            out = []
-            for i, op, rec in good:  # find which: the slow path, rare
-                try:
-                    out.append((i, op, rec, encode_record(rec)))
-                except InvalidRecord as err:
-                    self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
-            return out
-        return [(i, op, rec, e) for (i, op, rec), e in zip(good, encoded, strict=True)]
+            pass
+        out: tuple[list[int], list[tg.ClientOp], list[OpRecord], list[EncodedRecord]]
+        out = ([], [], [], [])
+        for i, op, rec in zip(index, kept, recs, strict=True):  # find which: the slow path, rare
+            try:
+                enc = encode_record(rec)
+            except InvalidRecord as err:
+                self._reject(fx, conn, op, errors, i, f"{err.name}: {err.message}", 400)
+                continue
+            out[0].append(i)
+            out[1].append(op)
+            out[2].append(rec)
+            out[3].append(enc)
+        return out
 
     @staticmethod
     def _reject(
