@@ -54,7 +54,12 @@ class RawWs:
             body = self._client_z.compress(payload) + self._client_z.flush(zlib.Z_SYNC_FLUSH)
             payload, first = body[: -len(TAIL)], 0xC2
         n = len(payload)
-        size = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+        if n < 126:
+            size = bytes([0x80 | n])
+        elif n < 1 << 16:
+            size = bytes([0x80 | 126]) + n.to_bytes(2, "big")
+        else:
+            size = bytes([0x80 | 127]) + n.to_bytes(8, "big")
         mask = b"\x01\x02\x03\x04"
         masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
         self.writer.write(bytes([first]) + size + mask + masked)
@@ -185,4 +190,27 @@ async def test_a_client_may_compress_its_own_frames_and_small_replies_stay_plain
             assert len(events.payload.events) == 20
         assert srv.runtime.topgun.maps.live_items("users").keys() == {f"k{i}" for i in range(20)}
         client.close()
+        reader.close()
+
+
+async def test_a_large_message_for_one_connection_arrives_whole(tmp_path: Path) -> None:
+    """Written as header then payload (``SPLIT_WRITE_BYTES``): one frame, nothing between."""
+    async with serve(tmp_path) as srv:
+        port = int(srv.ws_url.rsplit(":", 1)[1])
+        writer, reader = await RawWs.open(port, None), await RawWs.open(port, "permessage-deflate")
+        for ws in (writer, reader):
+            await ws.hello("users")
+        ops = [put(str(i), f"k{i}", {"blob": "y" * 2_000, "i": i}, 5_000) for i in range(60)]
+        writer.send(tg.encode(batch(*ops)))
+        writer.send(tg.encode(tg.Ping(timestamp=9)))
+        compressed, message, payload = await reader.message()
+        assert not compressed  # one target: nothing to share
+        assert len(payload) > 64 * 1024
+        assert isinstance(message, tg.ServerBatchEvent)
+        assert [e.key for e in message.payload.events] == [f"k{i}" for i in range(60)]
+        writer.send(tg.encode(batch(put("99", "after", 1, 6_000))))
+        _, after, _ = await reader.message()  # the next frame starts where that one ended
+        assert isinstance(after, tg.ServerEvent)
+        assert after.payload.key == "after"
+        writer.close()
         reader.close()

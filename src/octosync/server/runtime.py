@@ -31,7 +31,7 @@ from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.topgun.core import SERVER_NODE
-from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame
+from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, ws_frame_header
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,11 @@ FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun", "chain")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 DEFLATE_SHARED = 2
 """A message is compressed when at least this many of its targets negotiated deflate."""
+SPLIT_WRITE_BYTES = 64 * 1024
+SPLIT_WRITE_TARGETS = 2
+"""A plain message this large for this few targets is written as header then payload: two
+writes are cheaper than copying the payload behind its header (a writer's events, which
+leave out its own, go to it alone)."""
 
 
 @dataclass(slots=True)
@@ -211,9 +216,9 @@ class Runtime:
         if conn is not None:
             conn.request_started()
 
-    def deliver(self, conn: int, data: bytes) -> None:
-        """Write ``data`` to another connection now (signaling relays); a peer that cannot
-        keep up is dropped, never waited for."""
+    def deliver(self, conn: int, *data: bytes) -> None:
+        """Write ``data`` (one frame, or its parts in order) to another connection now; a peer
+        that cannot keep up is dropped, never waited for."""
         link = self.links.get(conn)
         t = None if link is None else writable(link.transport)
         if link is None or t is None:
@@ -221,7 +226,8 @@ class Runtime:
         if t.get_write_buffer_size() > self.config.socket_high_water:
             link.abort()
             return
-        t.write(data)
+        for part in data:
+            t.write(part)
 
     def deliver_all(self, out: Sequence[Outbound]) -> None:
         """TopGun messages for other connections: framed once and written to each target. A
@@ -241,6 +247,11 @@ class Runtime:
                         continue
                     took = set(packed)
                     targets = tuple(t for t in targets if t not in took)
+            if len(ob.data) >= SPLIT_WRITE_BYTES and len(targets) <= SPLIT_WRITE_TARGETS:
+                parts = (ws_frame_header(len(ob.data), text=False), ob.data)
+                for target in targets:
+                    self.deliver(target, *parts)
+                continue
             data = ws_frame(ob.data, text=False)
             for target in targets:
                 self.deliver(target, data)

@@ -35,7 +35,13 @@ def _header(first: int, n: int) -> bytes:
 
 def ws_frame(payload: bytes, *, text: bool) -> bytes:
     """A final, unmasked server-to-client WebSocket frame."""
-    return _header(_FIN | (OP_TEXT if text else OP_BINARY), len(payload)) + payload
+    return ws_frame_header(len(payload), text=text) + payload
+
+
+def ws_frame_header(n: int, *, text: bool) -> bytes:
+    """The header of :func:`ws_frame` for an ``n``-byte payload (to write it before the
+    payload, when copying a large payload behind its header costs more than a second write)."""
+    return _header(_FIN | (OP_TEXT if text else OP_BINARY), n)
 
 
 # -- permessage-deflate --------------------------------------------------------------------
