@@ -214,10 +214,10 @@ async def test_topic_messages_reach_the_other_subscriber_only(
     async with serve(tmp_path) as srv:
         # Long windows: the test stops the clients itself once they have shown what it waits
         # for, and on a loaded machine three clients can take seconds to start.
-        bystander = await start(topgun_peer, srv.ws_url, "watch", seconds=20)
+        bystander = await start(topgun_peer, srv.ws_url, "watch", seconds=12)
         one, two = await asyncio.gather(
             *(
-                start(topgun_peer, srv.ws_url, "topic", topic, node_id=n, seconds=20)
+                start(topgun_peer, srv.ws_url, "topic", topic, node_id=n, seconds=12)
                 for n in ("one", "two")
             )
         )
@@ -228,8 +228,11 @@ async def test_topic_messages_reach_the_other_subscriber_only(
             await asyncio.sleep(0.02)
         for c in (one, two):
             c.say()
+        # Both must have received before either stops: with permessage-deflate the client
+        # compresses on a worker thread, so a client that has received may not have sent yet.
         for c in (one, two):
             await c.until("topic")
+        for c in (one, two):
             await c.stop()
         await bystander.stop()
     assert [e["data"] for e in one.events("topic")] == [{"text": "hello from two"}]

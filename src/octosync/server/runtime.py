@@ -7,6 +7,7 @@ import concurrent.futures
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -164,6 +165,11 @@ class Runtime:
         self.counters = Counters()
         self._topgun_flush_due = False
         self._deflater = FrameDeflater()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._commit_inbox: deque[
+            tuple[int, concurrent.futures.Future[list[int]], Callable[[], None]]
+        ] = deque()
+        self._commit_drain_due = False
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
@@ -302,18 +308,39 @@ class Runtime:
         """Journal ``records`` and call ``then`` on the loop once they, and everything queued
         before them, are committed (an empty list is a barrier). Submitted at once, so the
         writer thread commits while the loop goes on (it groups whatever queued meanwhile). A
-        failed commit resets the connection: what it was told nothing about, it resends."""
-        assert self.writer is not None
-        loop = asyncio.get_running_loop()
-        future = self.writer.submit_encoded(records, block=False)
+        failed commit resets the connection: what it was told nothing about, it resends.
 
-        def done(f: concurrent.futures.Future[list[int]]) -> None:
+        Commits come back through one inbox: the writer thread wakes the loop once for all
+        the submissions one commit settles, not once each (a wake-up is a syscall and a loop
+        turn, and each turn flushes a smaller fan-out)."""
+        assert self.writer is not None
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        future = self.writer.submit_encoded(records, block=False)
+        future.add_done_callback(lambda f: self._committed(conn, f, then))
+
+    def _committed(
+        self, conn: int, f: concurrent.futures.Future[list[int]], then: Callable[[], None]
+    ) -> None:
+        """On the writer thread: queue the outcome; wake the loop unless a wake-up is due."""
+        self._commit_inbox.append((conn, f, then))
+        if not self._commit_drain_due:
+            self._commit_drain_due = True
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._drain_commits)
+
+    def _drain_commits(self) -> None:
+        """On the loop, in commit order: each committed submission's ``then``, or a reset of
+        its connection when the commit failed. (The flag drops before the inbox is read, so
+        an outcome queued meanwhile is read now or wakes the loop again.)"""
+        self._commit_drain_due = False
+        inbox = self._commit_inbox
+        while inbox:
+            conn, f, then = inbox.popleft()
             if f.exception() is None:
                 then()
             else:
                 self._fault(conn, InternalError(f"journal commit failed: {f.exception()}"))
-
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
 
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)
