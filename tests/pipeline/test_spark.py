@@ -49,6 +49,24 @@ def test_the_shared_session_runs_in_utc_without_ui(spark: Any) -> None:
     assert row["t"] == "1970-01-01 00:00:00"
 
 
+def test_local_sessions_use_the_parallel_collector_and_clusters_keep_theirs() -> None:
+    from octosync.pipeline.spark import LOCAL_GC
+
+    assert LOCAL_GC in session_conf("local[2]")["spark.driver.extraJavaOptions"]
+    assert LOCAL_GC in session_conf("local[*]", verbose=False)["spark.driver.extraJavaOptions"]
+    for master in ("spark://127.0.0.1:7077", "spark://10.0.0.5:7077"):
+        assert LOCAL_GC not in session_conf(master)["spark.driver.extraJavaOptions"]
+    mine = session_conf("local[2]", {"spark.driver.extraJavaOptions": "-Dx=1"})
+    assert mine["spark.driver.extraJavaOptions"] == "-Dx=1"  # --conf replaces the default
+
+
+@pytest.mark.spark
+def test_the_shared_local_session_runs_the_parallel_collector(spark: Any) -> None:
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    names = [b.getName() for b in beans.getGarbageCollectorMXBeans()]
+    assert any(name.startswith("PS ") for name in names), names
+
+
 def test_shuffle_partitions_follow_the_cores_and_loopback_clusters_stay_on_loopback() -> None:
     assert session_conf("local")["spark.sql.shuffle.partitions"] == "2"
     assert session_conf("local[3]")["spark.sql.shuffle.partitions"] == "6"

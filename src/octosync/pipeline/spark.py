@@ -57,6 +57,12 @@ def local_cores(master: str) -> int | None:
         raise PipelineError(f"not a Spark master URL: {master!r}", path="--master") from None
 
 
+LOCAL_GC = "-XX:+UseParallelGC"
+"""The collector of a local-mode JVM (driver and executor in one): a job is a burst of
+short-lived batches where throughput counts, and on a few cores G1's concurrent threads and
+write barriers cost the tasks more than Parallel GC's pauses (measured in
+``bench/pipeline.py``'s stages: about a tenth of the JVM's CPU time)."""
+
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -74,6 +80,8 @@ def session_conf(
     cores = local_cores(master)
     local = cores is not None
     driver_opts = "-Duser.timezone=UTC"
+    if local:
+        driver_opts += f" {LOCAL_GC}"
     if not verbose:
         driver_opts += f" -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
     settings = {
