@@ -501,6 +501,60 @@ async def _writer(
             acked += batch
 
 
+async def _paced_writer(
+    ws: aiohttp.ClientWebSocketResponse,
+    node: str,
+    level: str,
+    seconds: float,
+    batch: int,
+    interval: float,
+    latencies: list[float],
+    keys: list[str],
+    ready: list[bytes],
+    clock: list[int],
+) -> int:
+    """Send one batch every ``interval`` seconds for ``seconds`` (an open loop: the offered
+    rate does not wait for acks) and time each ack from the batch's scheduled send time, so
+    a stall delays the batches behind it in the figures too (no coordinated omission).
+    Returns ops acked."""
+    sent: dict[str, float] = {}
+    decode = msgspec.msgpack.Decoder().decode
+    acked = 0
+    done = asyncio.Event()
+
+    async def send() -> None:
+        start = time.monotonic()
+        for seq in range(1, int(seconds / interval) + 1):
+            due = start + (seq - 1) * interval
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if seq <= len(ready):
+                frame = ready[seq - 1]
+            else:
+                frame = _batch(node, seq - 1, (seq - 1) * batch, batch, level, clock, keys)
+            sent[str(seq * batch)] = due
+            await ws.send_bytes(frame)
+        done.set()
+
+    sender = asyncio.get_running_loop().create_task(send())
+    try:
+        while not (done.is_set() and not sent):
+            data = await asyncio.wait_for(ws.receive_bytes(), 30)
+            if b"OP_ACK" not in data[:16]:
+                continue
+            msg = decode(data)
+            if msg.get("type") != "OP_ACK":
+                continue
+            at = sent.pop(msg["payload"]["lastId"], None)
+            if at is not None:
+                latencies.append(time.monotonic() - at)
+                acked += batch
+    finally:
+        sender.cancel()
+    return acked
+
+
 def _pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
@@ -688,16 +742,19 @@ async def _measure(args: argparse.Namespace, src: str | None, deflate: bool) -> 
         results: list[Result] = []
         async with aiohttp.ClientSession() as http:
             writers = [await _open(http, url, deflate=deflate) for _ in range(args.writers)]
-            for level in ("APPLIED", "PERSISTED"):
+            phases: list[tuple[str, float | None]] = [("APPLIED", None), ("PERSISTED", None)]
+            phases += [(level, rate) for level, rate in args.paced]
+            for level, rate in phases:
                 latencies: list[float] = []
-                ready, clocks = _prebuild(args.writers, level, args.batch, args.prebuild)
+                prebuild = args.prebuild if rate is None else int(rate * args.seconds)
+                ready, clocks = _prebuild(args.writers, level, args.batch, prebuild)
                 events0, reference0, other0, _ = delivered()
                 user0, sys0 = _cpu_seconds(server.pid)
                 stages0 = await stages()
                 subs0, own0 = sum(_cpu_seconds(subs.pid)), _own_cpu()
                 t0 = time.monotonic()
-                counts = await asyncio.gather(
-                    *(
+                if rate is None:
+                    runs = [
                         _writer(
                             ws,
                             f"w{i}",
@@ -711,8 +768,25 @@ async def _measure(args: argparse.Namespace, src: str | None, deflate: bool) -> 
                             clocks[i],
                         )
                         for i, ws in enumerate(writers)
-                    )
-                )
+                    ]
+                else:
+                    interval = args.writers * args.batch / rate
+                    runs = [
+                        _paced_writer(
+                            ws,
+                            f"w{i}",
+                            level,
+                            args.seconds,
+                            args.batch,
+                            interval,
+                            latencies,
+                            _writer_keys(i, args.writers),
+                            ready[i],
+                            clocks[i],
+                        )
+                        for i, ws in enumerate(writers)
+                    ]
+                counts = await asyncio.gather(*runs)
                 ops = sum(counts)
                 own1 = _own_cpu()
                 writing = time.monotonic() - t0
@@ -727,9 +801,10 @@ async def _measure(args: argparse.Namespace, src: str | None, deflate: bool) -> 
                 drained = time.monotonic() - t0
                 user1, sys1 = _cpu_seconds(server.pid)
                 stages1 = await stages()
+                label = level if rate is None else f"{level} offered {rate:,.0f}/s"
                 results.append(
                     Result(
-                        level,
+                        label,
                         ops,
                         writing,
                         drained,
@@ -849,6 +924,19 @@ async def _main(args: argparse.Namespace) -> None:
     print(f"  load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
+def _parse_paced(parser: argparse.ArgumentParser, spec: str) -> list[tuple[str, float]]:
+    """``LEVEL=RATE,...`` (or ``none``) into (write concern, ops/s) pairs."""
+    if spec.strip().lower() == "none":
+        return []
+    out = []
+    for item in spec.split(","):
+        level, sep, rate = item.partition("=")
+        if not sep or level not in ("APPLIED", "PERSISTED", "MEMORY") or not rate.isdigit():
+            parser.error(f"--paced: expected LEVEL=OPS_PER_SECOND, got {item!r}")
+        out.append((level, float(rate)))
+    return out
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_server":
         asyncio.run(_serve(int(sys.argv[2]), sys.argv[3]))
@@ -863,8 +951,14 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=10)
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--window", type=int, default=4)
+    parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--paced",
+        default="APPLIED=100000,PERSISTED=50000",
+        help="after the closed-loop runs, open-loop runs offering these rates (ops/s; "
+        "latency at a fixed offered load; default: the issue's targets; 'none' to skip)",
+    )
     parser.add_argument(
         "--prebuild",
         type=int,
@@ -898,6 +992,7 @@ def main() -> None:
         args.writers, args.subscribers, args.seconds = 4, 20, 2.0
     if args.prebuild is None:
         args.prebuild = int(150_000 * args.seconds)
+    args.paced = _parse_paced(parser, args.paced)
     asyncio.run(_main(args))
 
 

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun", "chain")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
+TOPGUN_FLUSH_GAP = 0.005
+"""Seconds between two TopGun fan-outs at most once per this gap: under load the events of
+many client batches share one message per subscriber; an idle server is not delayed."""
 DEFLATE_SHARED = 2
 """A message is compressed when at least this many of its targets negotiated deflate."""
 SPLIT_WRITE_BYTES = 64 * 1024
@@ -164,6 +167,7 @@ class Runtime:
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self.counters = Counters()
         self._topgun_flush_due = False
+        self._topgun_flushed_at = float("-inf")
         self._deflater = FrameDeflater()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._commit_inbox: deque[
@@ -277,13 +281,22 @@ class Runtime:
             self.hub.publish_from_server(map_stream_id(name), lazily_frame(msg))
 
     def flush_topgun_soon(self) -> None:
-        """Send the TopGun events applied in this event-loop turn at its end, all at once."""
+        """Send the TopGun events applied so far, all at once: at the end of this event-loop
+        turn, or, when the last fan-out went out less than ``TOPGUN_FLUSH_GAP`` ago, once that
+        gap has passed. An idle server sends an event at once; a busy one sends fewer, larger
+        messages (each fan-out costs a write per subscriber, whatever it carries)."""
         if not self._topgun_flush_due and self.topgun.has_pending_events():
             self._topgun_flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush_topgun)
+            loop = asyncio.get_running_loop()
+            wait = self._topgun_flushed_at + TOPGUN_FLUSH_GAP - loop.time()
+            if wait > 0:
+                loop.call_later(wait, self._flush_topgun)
+            else:
+                loop.call_soon(self._flush_topgun)
 
     def _flush_topgun(self) -> None:
         self._topgun_flush_due = False
+        self._topgun_flushed_at = asyncio.get_running_loop().time()
         self.apply_topgun(self.topgun.flush())
 
     def apply_topgun(self, fx: Effects) -> None:

@@ -1,16 +1,20 @@
-"""permessage-deflate on /topgun over real sockets, read byte by byte with a raw WebSocket
-client: the server's answer, frames compressed once that inflate on their own, plain frames
-for a client that did not offer, and compressed client frames accepted."""
+"""How /topgun fans events out, over real sockets read byte by byte with a raw WebSocket
+client: permessage-deflate (the server's answer, frames compressed once that inflate on
+their own, plain frames for a client that did not offer, compressed client frames accepted),
+large frames written in parts, and fan-outs coalesced under load but not when idle."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from octosync.crdt.sync_messages import SyncInit
+from octosync.server import runtime
 from octosync.wire import topgun as tg
 from tests.e2e.helpers import TIMEOUT, serve
 from tests.topgun.helpers import batch, put
@@ -212,5 +216,32 @@ async def test_a_large_message_for_one_connection_arrives_whole(tmp_path: Path) 
         _, after, _ = await reader.message()  # the next frame starts where that one ended
         assert isinstance(after, tg.ServerEvent)
         assert after.payload.key == "after"
+        writer.close()
+        reader.close()
+
+
+async def test_an_idle_server_fans_out_at_once_and_a_busy_one_coalesces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gap = 0.6  # long enough that the timing below holds on a loaded machine
+    monkeypatch.setattr(runtime, "TOPGUN_FLUSH_GAP", gap)
+    async with serve(tmp_path) as srv:
+        port = int(srv.ws_url.rsplit(":", 1)[1])
+        writer, reader = await RawWs.open(port, None), await RawWs.open(port, None)
+        for ws in (writer, reader):
+            await ws.hello("users")
+        started = time.monotonic()
+        writer.send(tg.encode(batch(put("1", "a", 1, 10))))
+        _, first, _ = await reader.message()  # idle: out at once, not after the gap
+        assert time.monotonic() - started < gap / 2
+        assert isinstance(first, tg.ServerEvent)
+        # Busy: the next two batches, sent apart within the gap, reach the reader as one.
+        writer.send(tg.encode(batch(put("2", "b", 2, 11))))
+        await asyncio.sleep(gap / 6)
+        writer.send(tg.encode(batch(put("3", "c", 3, 12))))
+        _, both, _ = await reader.message()
+        assert time.monotonic() - started >= gap
+        assert isinstance(both, tg.ServerBatchEvent)
+        assert [e.key for e in both.payload.events] == ["b", "c"]
         writer.close()
         reader.close()
