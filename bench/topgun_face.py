@@ -45,8 +45,10 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -457,6 +459,43 @@ def _writer_keys(i: int, writers: int) -> list[str]:
     return _KEYS[i * per : (i + 1) * per] or _KEYS[-per:]
 
 
+def _frame_for(
+    seq: int,
+    ready: list[bytes],
+    node: str,
+    batch: int,
+    level: str,
+    clock: list[int],
+    keys: list[str],
+) -> bytes:
+    """Batch number ``seq`` (from 1): prebuilt when there is one, else built now."""
+    if seq <= len(ready):
+        return ready[seq - 1]
+    return _batch(node, seq - 1, (seq - 1) * batch, batch, level, clock, keys)
+
+
+def _take_ack(
+    data: bytes,
+    decode: Callable[[bytes], Any],
+    sent: dict[str, float],
+    latencies: list[float],
+    batch: int,
+) -> int:
+    """Ops acked by ``data`` when it is the ``OP_ACK`` of a batch in ``sent`` (its latency
+    from the time ``sent`` holds); 0 for anything else (the other writers' events: a writer
+    has its map open; they are not decoded)."""
+    if b"OP_ACK" not in data[:16]:
+        return 0
+    msg = decode(data)
+    if msg.get("type") != "OP_ACK":
+        return 0
+    at = sent.pop(msg["payload"]["lastId"], None)
+    if at is None:
+        return 0
+    latencies.append(time.monotonic() - at)
+    return batch
+
+
 async def _writer(
     ws: aiohttp.ClientWebSocketResponse,
     node: str,
@@ -481,24 +520,13 @@ async def _writer(
         while len(sent) < window and time.monotonic() < deadline:
             seq += 1
             last = str(seq * batch)
-            if seq <= len(ready):
-                frame = ready[seq - 1]
-            else:
-                frame = _batch(node, seq - 1, (seq - 1) * batch, batch, level, clock, keys)
+            frame = _frame_for(seq, ready, node, batch, level, clock, keys)
             await ws.send_bytes(frame)
             sent[last] = time.monotonic()
         if not sent:
             return acked
         data = await asyncio.wait_for(ws.receive_bytes(), 30)
-        if b"OP_ACK" not in data[:16]:
-            continue  # the other writers' events (a writer has its map open): not decoded
-        msg = decode(data)
-        if msg.get("type") != "OP_ACK":
-            continue
-        at = sent.pop(msg["payload"]["lastId"], None)
-        if at is not None:
-            latencies.append(time.monotonic() - at)
-            acked += batch
+        acked += _take_ack(data, decode, sent, latencies, batch)
 
 
 async def _paced_writer(
@@ -529,10 +557,7 @@ async def _paced_writer(
             delay = due - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if seq <= len(ready):
-                frame = ready[seq - 1]
-            else:
-                frame = _batch(node, seq - 1, (seq - 1) * batch, batch, level, clock, keys)
+            frame = _frame_for(seq, ready, node, batch, level, clock, keys)
             sent[str(seq * batch)] = due
             await ws.send_bytes(frame)
         done.set()
@@ -541,15 +566,7 @@ async def _paced_writer(
     try:
         while not (done.is_set() and not sent):
             data = await asyncio.wait_for(ws.receive_bytes(), 30)
-            if b"OP_ACK" not in data[:16]:
-                continue
-            msg = decode(data)
-            if msg.get("type") != "OP_ACK":
-                continue
-            at = sent.pop(msg["payload"]["lastId"], None)
-            if at is not None:
-                latencies.append(time.monotonic() - at)
-                acked += batch
+            acked += _take_ack(data, decode, sent, latencies, batch)
     finally:
         sender.cancel()
     return acked
