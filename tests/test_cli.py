@@ -275,3 +275,11 @@ def test_pipeline_gives_up_on_an_unanswering_master_in_one_line(tmp_path: Path) 
     (ours,) = [line for line in ran.err.splitlines() if line.startswith("octosync ")]
     assert f"no Spark session from {master} within 1s" in ours  # (the JVM may still print)
     assert "Traceback" not in ran.err
+
+
+@pytest.mark.parametrize("command", ["watch", "publish-demo"])
+def test_a_server_address_given_as_the_stream_is_refused(command: str) -> None:
+    ran = octosync(command, "ws://127.0.0.1:8765")
+    assert ran.code == 2
+    assert "is an address, not a stream name" in ran.one_line
+    assert "--url" in ran.one_line

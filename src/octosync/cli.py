@@ -90,20 +90,31 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stream_name(stream: str) -> str:
+    """The stream argument, refused when it is plainly a server address put first."""
+    if "://" in stream:
+        raise ConfigError(
+            f"{stream!r} is an address, not a stream name: name the stream first and give the "
+            "server with --url (e.g. octosync watch scoreboard --url ws://HOST:PORT/lazily)",
+            path="stream",
+        )
+    return stream
+
+
 def _watch(args: argparse.Namespace) -> int:
     from octosync.client.tools import watch
 
-    asyncio.run(watch(args.url, args.stream, token=args.token, limit=args.limit))
+    stream = _stream_name(args.stream)
+    asyncio.run(watch(args.url, stream, token=args.token, limit=args.limit))
     return 0
 
 
 def _publish_demo(args: argparse.Namespace) -> int:
     from octosync.client.tools import publish_demo
 
+    stream = _stream_name(args.stream)
     asyncio.run(
-        publish_demo(
-            args.url, args.stream, token=args.token, ticks=args.ticks, interval=args.interval
-        )
+        publish_demo(args.url, stream, token=args.token, ticks=args.ticks, interval=args.interval)
     )
     return 0
 
