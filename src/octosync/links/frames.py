@@ -20,7 +20,7 @@ from octosync.chain.records import (
 )
 from octosync.errors import Oversize
 from octosync.wire.chain import ChainCodec
-from octosync.wire.framing import HEADER, HEADER_SIZE
+from octosync.wire.framing import HEADER, HEADER_SIZE, FrameDecoder
 
 MAX_FRAME = 256 * 1024 * 1024
 """A ``Copy`` frame carries a whole replica."""
@@ -130,38 +130,22 @@ READ_SIZE = 256 * 1024
 
 class FrameReader:
     """Payloads from a stream in bulk: one read takes every frame the kernel holds, so a busy
-    connection costs one wake-up per burst rather than two awaited reads per frame."""
+    connection costs one wake-up per burst rather than two awaited reads per frame (split by
+    ``wire.framing.FrameDecoder``, the server's u32 framing)."""
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self.reader = reader
-        self.buffer = bytearray()
+        self.decoder = FrameDecoder(MAX_FRAME)
 
     async def payloads(self) -> list[bytes]:
         """At least one payload; ``IncompleteReadError`` at end of stream (even mid-frame)."""
         while True:
-            found = self._split()
-            if found:
-                return found
             chunk = await self.reader.read(READ_SIZE)
             if not chunk:
-                raise asyncio.IncompleteReadError(bytes(self.buffer), None)
-            self.buffer += chunk
-
-    def _split(self) -> list[bytes]:
-        found: list[bytes] = []
-        buffer, start = self.buffer, 0
-        while len(buffer) - start >= HEADER_SIZE:
-            (size,) = HEADER.unpack_from(buffer, start)
-            if size > MAX_FRAME:
-                raise Oversize(f"frame of {size} bytes is above {MAX_FRAME}", path="length")
-            end = start + HEADER_SIZE + size
-            if len(buffer) < end:
-                break
-            found.append(bytes(buffer[start + HEADER_SIZE : end]))
-            start = end
-        if start:
-            del buffer[:start]
-        return found
+                raise asyncio.IncompleteReadError(self.decoder.held, None)
+            found = self.decoder.feed(chunk)
+            if found:
+                return found
 
 
 async def read_frame(reader: asyncio.StreamReader) -> AnyFrame:

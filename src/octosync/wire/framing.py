@@ -52,6 +52,11 @@ class FrameDecoder:
         """Bytes held for an incomplete frame (never more than header + limit)."""
         return len(self._buffer)
 
+    @property
+    def held(self) -> bytes:
+        """A copy of the bytes held for an incomplete frame (what a stream ended inside)."""
+        return bytes(self._buffer)
+
     def feed(self, data: Buffer) -> list[bytes]:
         if self._failed is not None:
             raise self._failed
