@@ -11,9 +11,10 @@ import contextlib
 import itertools
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -110,6 +111,18 @@ class Counter:
 
 
 @contextlib.asynccontextmanager
+async def in_background(work: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """``work`` runs as a task for the block, cancelled (and awaited) when it ends."""
+    task = asyncio.create_task(work)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@contextlib.asynccontextmanager
 async def watching(client: Client, stream: str = STREAM) -> AsyncIterator[list[int]]:
     """Every value of ``n`` the subscription yields, in order, collected in the background."""
     sub = await client.subscribe(stream, queue_size=100_000)
@@ -121,13 +134,8 @@ async def watching(client: Client, stream: str = STREAM) -> AsyncIterator[list[i
             if value is not None:
                 seen.append(int(value))
 
-    task = asyncio.create_task(collect())
-    try:
+    async with in_background(collect()):
         yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def publish(client: Client, counter: Counter) -> Publication:
@@ -445,13 +453,8 @@ async def wvp_watching(client: WvpClient, warp: int | None = WARP) -> AsyncItera
             if isinstance(msg, wvp.WarpStream):
                 seen.append(msg.frame)
 
-    task = asyncio.create_task(collect())
-    try:
+    async with in_background(collect()):
         yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _diffs_from(start: int, end: int) -> list[wvp.WarpDiff]:

@@ -23,6 +23,29 @@ from octosync.chain.records import (
 from octosync.store.chain import DeviceStore, LinkStore
 
 
+def commits_until_sigkill(script: str, args: list[str], count: int) -> int:
+    """Run the writer ``script`` beside this file, which prints each commit's number once it
+    is committed; SIGKILL it once it has printed ``count`` (or ended) and return the last
+    number printed."""
+    path = Path(__file__).with_name(script)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, str(path), *args], stdout=subprocess.PIPE, text=True, env=env
+    )
+    committed = 0
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:  # bounded: killed after ``count`` commits
+            committed = int(line)
+            if committed >= count:
+                break
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    return committed
+
+
 def test_device_machine_round_trips(tmp_path: Path) -> None:
     store = DeviceStore(tmp_path / "d.sqlite")
     assert store.load() == DeviceStateMachine()
@@ -52,22 +75,7 @@ def test_saves_write_the_difference(histories: list[set[int]]) -> None:
 
 def test_device_sigkill_leaves_the_last_committed_machine(tmp_path: Path) -> None:
     path = tmp_path / "device.sqlite"
-    script = Path(__file__).with_name("_chain_device_writer.py")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True, env=env
-    )
-    committed = 0
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:  # bounded: killed after 200 commits
-            committed = int(line)
-            if committed >= 200:
-                break
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    assert proc.returncode == -signal.SIGKILL
+    committed = commits_until_sigkill("_chain_device_writer.py", [str(path)], 200)
     machine = DeviceStore(path).load()
     last = machine.next_device_sequencer - 1
     assert last >= committed
@@ -86,24 +94,7 @@ def test_link_sigkill_loses_nothing_committed_in_either_durability(
     """``normal`` skips the fsync per commit: a power loss may cost the last commits, a crash
     of the process (what the chain's failover handles) costs nothing committed."""
     path = tmp_path / "link.sqlite"
-    script = Path(__file__).with_name("_chain_link_writer.py")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(path), durability],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    committed = 0
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:  # bounded: killed after 300 commits
-            committed = int(line)
-            if committed >= 300:
-                break
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    committed = commits_until_sigkill("_chain_link_writer.py", [str(path), durability], 300)
     machine, epoch = LinkStore(path).load()
     assert epoch == 1
     held = sorted(machine.events)
