@@ -295,11 +295,13 @@ async def serve_ws_in_band(
 
 
 def _deflate_upgrade(request: web.Request, deflate: bool) -> tuple[web.Request, bool]:
-    """The request aiohttp negotiates from: its deflate offer replaced by exactly what this
-    server answers (or removed), so aiohttp's reader inflates what the client compresses and
-    its answer names ``server_no_context_takeover`` whatever the client offered."""
+    """The request aiohttp negotiates from, and whether deflate is on: a takeable offer is
+    replaced by exactly what this server answers, so aiohttp's reader inflates what the client
+    compresses and its answer names ``server_no_context_takeover`` whatever the client
+    offered; otherwise the request as it came, and aiohttp (told not to compress) ignores
+    any offer."""
     if not (deflate and accepts_deflate(request.headers.get(hdrs.SEC_WEBSOCKET_EXTENSIONS))):
-        return request, False  # aiohttp is told not to compress: it ignores the offer
+        return request, False
     headers = request.headers.copy()
     headers[hdrs.SEC_WEBSOCKET_EXTENSIONS] = DEFLATE_ANSWER
     return request.clone(headers=headers), True

@@ -24,6 +24,7 @@ and left out when absent, so a peer that does not offer the extension sees TopGu
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from collections.abc import Iterable
@@ -648,20 +649,15 @@ def encode_all_succeeded(last_id: str, level: str, op_ids: list[str]) -> bytes:
 
 
 _SENTINEL = "\x00op-id\x00"
-_TEMPLATES: dict[str, tuple[bytes, bytes]] = {}
 
 
+@functools.lru_cache(maxsize=16)  # levels are a handful of names
 def _result_template(level: str) -> tuple[bytes, bytes]:
     """The bytes of ``OpResult(<id>, True, level)`` before and after the encoded id."""
-    template = _TEMPLATES.get(level)
-    if template is None:
-        whole = _encoder.encode(OpResult(_SENTINEL, True, level))
-        marker = _encoder.encode(_SENTINEL)
-        at = whole.index(marker)
-        template = whole[:at], whole[at + len(marker) :]
-        if len(_TEMPLATES) < 16:  # levels are a handful of names; never grow without bound
-            _TEMPLATES[level] = template
-    return template
+    whole = _encoder.encode(OpResult(_SENTINEL, True, level))
+    marker = _encoder.encode(_SENTINEL)
+    at = whole.index(marker)
+    return whole[:at], whole[at + len(marker) :]
 
 
 def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
