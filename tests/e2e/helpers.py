@@ -35,6 +35,24 @@ def free_port() -> int:
         return port
 
 
+def free_port_run(n: int) -> int:
+    """The first of ``n`` consecutive ports free on loopback now (``cluster up`` gives node
+    ``i`` the port ``--port`` + ``i``, so one free port is not enough)."""
+    for _ in range(100):
+        first = free_port()
+        if first + n > 65536:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + n):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return first
+    raise RuntimeError(f"no {n} consecutive free ports on loopback")
+
+
 @dataclass
 class Running:
     url: str

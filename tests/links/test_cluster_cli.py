@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.e2e.helpers import free_port
+from tests.e2e.helpers import free_port, free_port_run
 
 CLI = [sys.executable, "-m", "octosync.cli"]
 TIMEOUT = 90
@@ -39,7 +39,7 @@ def alive(pid: int) -> bool:
 
 def test_up_status_down(tmp_path: Path) -> None:
     data = tmp_path / "cluster"
-    nats_port, first = free_port(), free_port()
+    nats_port, first = free_port(), free_port_run(2)
     up = run(
         "cluster", "up", "--nodes", "2", "--data", str(data),
         "--nats-port", str(nats_port), "--port", str(first),
