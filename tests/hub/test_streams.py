@@ -87,7 +87,7 @@ actions = st.lists(st.sampled_from(["read", "publish", "write"]), unique=True)
 
 @given(names, st.dictionaries(st.sampled_from(["*", "chain:a", "$chain:a", "$*"]), actions))
 def test_the_publisher_scope_is_the_only_way_in(stream: str, table: dict[str, list[str]]) -> None:
-    grants = ClaimGrants("x", {k: frozenset(v) for k, v in table.items()})
+    grants = ClaimGrants.of("x", streams={k: frozenset(v) for k, v in table.items()})
     chain = f"chain:{stream}"
     explicit = f"${chain}" in table and "publish" in table[f"${chain}"]
     if explicit:

@@ -65,7 +65,7 @@ def test_rows_list_only_streams_the_identity_may_read() -> None:
     join(hub, 1, woken)
     for name in ("public", "secret"):
         hub.publish(1, name, lazily_frame(hub_snap(0, {1: b"x"})))
-    reader = ClaimGrants("r", streams={"public": frozenset({"read"})})
+    reader = ClaimGrants.of("r", streams={"public": frozenset({"read"})})
     assert [row["stream"] for row in stream_rows(hub, reader)] == ["public"]
     assert stream_rows(hub, ClaimGrants("nobody")) == []
 
@@ -155,7 +155,7 @@ def test_map_rows_count_live_keys_and_tombstones_of_readable_maps() -> None:
         {"map": "notes", "keys": 1, "tombstones": 0},
         {"map": "users", "keys": 1, "tombstones": 1},
     ]
-    reader = ClaimGrants("r", maps={"users": frozenset({"read"})})
+    reader = ClaimGrants.of("r", maps={"users": frozenset({"read"})})
     assert [r["map"] for r in map_rows(store, reader)] == ["users"]
     assert map_rows(store, ClaimGrants("nobody")) == []
 
@@ -202,7 +202,7 @@ def test_dataspace_rows_list_only_dataspaces_the_identity_may_use() -> None:
         relay.dataspace(name)
     assert dataspace_rows(None, ANONYMOUS_DEV) == []  # the face was never used
     assert [r["dataspace"] for r in dataspace_rows(relay, ANONYMOUS_DEV)] == ["lobby", "secret"]
-    member = ClaimGrants("m", streams={"dataspace:lobby": frozenset({"publish"})})
+    member = ClaimGrants.of("m", streams={"dataspace:lobby": frozenset({"publish"})})
     assert dataspace_rows(relay, member) == [
         {"dataspace": "lobby", "assertions": 0, "observers": 0}
     ]

@@ -29,6 +29,7 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.face_names import FaceName
 from octosync.server.lazily_dialect import (
     SEED_JSON,
     FaceDialect,
@@ -103,7 +104,7 @@ class LazilySession:
         self.sniffed = False
         self.stream = ""
         self.max_frame = runtime.limits.max_frame_bytes
-        self.face = "tcp" if kind == "tcp" else "lazily"
+        self.face = FaceName.TCP if kind == "tcp" else FaceName.LAZILY
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
 
