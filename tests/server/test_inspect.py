@@ -10,7 +10,8 @@ import pytest
 
 from octosync.hub import lazily_frame
 from octosync.server.auth import ANONYMOUS_DEV, AuthConfig, ClaimGrants
-from octosync.server.inspect import ASSETS, stream_rows
+from octosync.server.inspect import ASSETS
+from octosync.server.listings import stream_rows
 from tests.e2e.helpers import delta, handshake, serve, snap, ws_lazily
 from tests.hub.helpers import cell_set
 from tests.hub.helpers import snap as hub_snap
@@ -139,7 +140,7 @@ def test_map_rows_count_live_keys_and_tombstones_of_readable_maps() -> None:
     from octosync.crdt.fold import MapStore
     from octosync.crdt.op import OpKind, OpRecord
     from octosync.crdt.timestamp import Timestamp
-    from octosync.server.inspect import map_rows
+    from octosync.server.listings import map_rows
 
     store = MapStore()
     writes = [
@@ -194,7 +195,7 @@ async def test_api_streams_lists_topgun_maps_and_dataspaces_of_a_real_server(
 
 
 def test_dataspace_rows_list_only_dataspaces_the_identity_may_use() -> None:
-    from octosync.server.inspect import dataspace_rows
+    from octosync.server.listings import dataspace_rows
     from octosync.syndicate import Relay
 
     relay = Relay(b"k" * 32)

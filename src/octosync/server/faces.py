@@ -2,11 +2,12 @@
 
 A face is what a peer speaks: its route (or TCP port), how its credentials arrive, the session
 that turns its frames into core calls, its codec in ``wire/``, the claim tables its grants
-come from, and whether it takes permessage-deflate. ``FACES`` lists them; from it come the
-app's routes (``mount``), the TCP listeners (``server.run``), the counters and metric labels
-(``server.runtime``, ``server.metrics``), the grant tables the token parser reads
-(``server.face_names.CLAIM_TABLES``, held equal by a test) and the ``octosync serve`` banner
-(``serving_line``). Adding a face is one ``Face(...)`` here (see docs/ARCHITECTURE.md).
+come from, whether it takes permessage-deflate, and what the inspector lists of it. ``FACES``
+lists them; from it come the app's routes (``mount``), the TCP listeners (``server.run``), the
+inspector's listings (``server.inspect``), the counters and metric labels (``server.runtime``,
+``server.metrics``), the claim tables the token parser reads (``face_names.CLAIM_TABLES``,
+held equal by a test) and the ``octosync serve`` banner (``serving_line``). Adding a face is
+one ``Face(...)`` here (see docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from octosync.server.face_names import (
     GrantTable,
 )
 from octosync.server.lazily_session import LazilySession
+from octosync.server.listings import dataspace_rows, map_rows, stream_rows
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
@@ -54,6 +56,9 @@ Query = Mapping[str, str]
 SessionOpener = Callable[[Runtime, int, ClaimGrants | None, Query], Session]
 """A face's session for one connection: the runtime, the connection id, the identity the
 upgrade proved (None when credentials come in-band) and the upgrade's query (``?session=``)."""
+
+
+Listing = Callable[[Runtime, ClaimGrants], list[dict[str, object]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,8 @@ class Face:
     deflate: bool = False
     """Takes a client's permessage-deflate offer (``server_no_context_takeover``)."""
     tcp: TcpListener | None = None
+    listing: tuple[str, Listing] | None = None
+    """Its key in the inspector's ``/api/streams`` and the rows one identity may see."""
 
     def handler(self) -> Handler:
         """The aiohttp handler of its route: the shared WebSocket loop with this session."""
@@ -147,8 +154,27 @@ def _chain(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -
     raise TypeError("/chain/NAME sessions are opened by the chain relay (links.ws_face)")
 
 
+def _streams(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return stream_rows(rt.hub, identity)
+
+
+def _maps(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return map_rows(rt.topgun.maps.store, identity)
+
+
+def _dataspaces(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return dataspace_rows(rt.started_relay(), identity)
+
+
 FACES: tuple[Face, ...] = (
-    Face(FaceName.LAZILY, _lazily_ws, "server.lazily_dialect", (STREAMS,), route="/lazily"),
+    Face(
+        FaceName.LAZILY,
+        _lazily_ws,
+        "server.lazily_dialect",
+        (STREAMS,),
+        route="/lazily",
+        listing=("streams", _streams),
+    ),
     Face(
         FaceName.TCP,
         _lazily_tcp,
@@ -167,6 +193,7 @@ FACES: tuple[Face, ...] = (
         "wire.syndicate",
         (STREAMS,),
         route="/dataspace",
+        listing=("dataspaces", _dataspaces),
         tcp=TcpListener(
             lambda c: c.dataspace_port,
             "--dataspace-port",
@@ -183,6 +210,7 @@ FACES: tuple[Face, ...] = (
         route="/topgun",
         credentials="in_band",
         deflate=True,
+        listing=("maps", _maps),
     ),
     Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,)),
 )
