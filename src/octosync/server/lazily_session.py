@@ -128,7 +128,9 @@ class LazilySession:
             sniffed = sniff_producer_dialect(self.dialect, message)
             if sniffed is not self.dialect:
                 self.dialect = sniffed
-                self.rt.hub.change_view(self.conn, ViewKey(lazily_view_key(sniffed, self.kind)))
+                self.rt.hub.change_view(
+                    self.conn, ViewKey("lazily", lazily_view_key(sniffed, self.kind))
+                )
         msg = self.dialect.decode(message)
         if state is State.PRODUCING:
             self._produce(msg, message)
@@ -171,7 +173,7 @@ class LazilySession:
         if identity is None:
             identity = authenticate(None, self.rt.config.auth)
         hub = self.rt.hub
-        view = ViewKey(lazily_view_key(dialect, self.kind))
+        view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
         try:
             hub.check_stream(view, remote.session_id)
         except OctosyncError as exc:

@@ -24,7 +24,7 @@ from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
 
 SERVER_VERSION = 1
-VIEW = ViewKey(WVP_VIEW)
+VIEW = ViewKey("wvp", WVP_VIEW)
 
 
 class State(Enum):
