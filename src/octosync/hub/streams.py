@@ -82,11 +82,6 @@ def stream_face(stream: Hashable) -> Face:
     return "wvp" if isinstance(stream, str) and stream.startswith(WARP_PREFIX) else "lazily"
 
 
-def encoder_face(encoder: str) -> Face:
-    """The face a connection's encoder belongs to (``wvp/ws``, or a lazily dialect's)."""
-    return "wvp" if encoder.startswith("wvp") else "lazily"
-
-
 def check_face(face: Face, stream: Hashable) -> None:
     """``Forbidden`` when ``stream`` belongs to another face than ``face``."""
     owner = stream_face(stream)

@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol
 from octosync.hub.limits import Limits
 from octosync.hub.model import Frame
 from octosync.hub.outbox import OutboxLimits
+from octosync.hub.streams import Face
 
 StreamId = Hashable
 ConnId = int
@@ -20,12 +21,15 @@ names starting with ``$`` are never implied by a wildcard."""
 
 @dataclass(frozen=True, slots=True)
 class ViewKey:
-    """What a subscriber's bytes depend on: its encoder and its permission view.
+    """What a subscriber's bytes depend on: its face, its encoder and its permission view.
 
-    ``encoder`` names a registered encoder, which is one wire dialect plus the transport's
-    framing (``lazily-json/ws``, ``lazily-msgpack/tcp``, ``wvp/ws``).
+    ``face`` is the stream namespace the connection may name (``hub.streams``: the authority
+    reads it, never the encoder's spelling). ``encoder`` names a registered encoder, which is
+    one wire dialect plus the transport's framing (``lazily-json/ws``, ``lazily-msgpack/tcp``,
+    ``wvp/ws``).
     """
 
+    face: Face
     encoder: str
     view: str = "all"
 

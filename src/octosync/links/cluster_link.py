@@ -76,11 +76,11 @@ log = logging.getLogger("octosync.cluster")
 DEFAULT_CLUSTER = "octosync"
 NODE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 REMOTE_ENCODER = "lazily-cluster"
-REMOTE_VIEW = ViewKey(REMOTE_ENCODER)
+REMOTE_VIEW = ViewKey("lazily", REMOTE_ENCODER)
 """The view of the hub connections that stand for remote owners and writers: what the hub
 queues for them (a subscriber's write to a remote owner) is the body in ``wire.msgpack``."""
 REMOTE_WVP_ENCODER = "wvp-cluster"
-REMOTE_WVP_VIEW = ViewKey(REMOTE_WVP_ENCODER)
+REMOTE_WVP_VIEW = ViewKey("wvp", REMOTE_WVP_ENCODER)
 """The view of the connections that stand for remote owners of WVP streams: the hub lets only
 the WVP face produce them, and WVP routes nothing to a producer, so nothing is encoded for it."""
 CARRIED = (Snapshot, Delta, wvp.WarpSnapshot, wvp.WarpDiff)

@@ -18,6 +18,7 @@ from octosync.chain.records import BootstrapChainRequest, DeviceToHead
 from octosync.errors import HandshakeFailed, OctosyncError
 from octosync.links import frames
 from octosync.server.auth import ClaimGrants
+from octosync.server.face_names import FaceName
 from octosync.server.runtime import Runtime
 from octosync.wire.chain import ChainCodec
 from octosync.wire.websocket import ws_frame
@@ -35,7 +36,7 @@ _errors = msgspec.json.Encoder()
 
 
 class ChainSession:
-    face = "chain"
+    face = FaceName.CHAIN
     byte_stream = False
     offload_decode = False
 

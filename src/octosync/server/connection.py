@@ -37,6 +37,7 @@ from octosync.errors import (
 from octosync.hub.limits import InputBudget
 from octosync.hub.policy import close_code, closes_connection
 from octosync.server.auth import ClaimGrants, authenticate, bearer_token
+from octosync.server.face_names import FaceName
 from octosync.server.flusher import writable
 from octosync.server.guard import peer_address
 from octosync.server.runtime import Runtime
@@ -53,8 +54,8 @@ RUNTIME = web.AppKey("runtime", Runtime)
 class Session(Protocol):
     """One connection's protocol object for one face (see ``lazily_session.py`` and others)."""
 
-    face: str
-    """Counters key: ``lazily``, ``tcp``, ``wvp``, ``signal``, ``topgun``."""
+    face: FaceName
+    """Counters key and metric label (``server.faces``)."""
     byte_stream: bool
     """Reads a continuous byte stream (framing is lost after a bad frame)."""
     offload_decode: bool
@@ -120,7 +121,7 @@ class Link:
         """The peer takes compressed frames (``wire.websocket.DEFLATE_ANSWER`` negotiated)."""
 
     @property
-    def session_face(self) -> str:
+    def session_face(self) -> FaceName:
         return self.session.face
 
     async def receive(self, data: bytes) -> bool:
