@@ -83,7 +83,9 @@ class Replicated:
         self.state = state
         self._cells: dict[str, ReplicatedCell[Any]] = {}
         self.outgoing: list[CrdtOp] = []
-        """Local ops not yet taken for the wire (``take_outgoing``)."""
+        """Local ops not yet taken for the wire (``take_outgoing``), unless ``on_local``."""
+        self.on_local: Callable[[CrdtOp], None] | None = None
+        """Called with each local op instead of queueing it in ``outgoing`` (a client)."""
 
     def _cell(self, name: str, kind: str) -> ReplicatedCell[Any]:
         check_name(name)
@@ -131,7 +133,10 @@ class Replicated:
         return moved
 
     def _local(self, op: CrdtOp) -> None:
-        self.outgoing.append(op)
+        if self.on_local is None:
+            self.outgoing.append(op)
+        else:
+            self.on_local(op)
         name = (op.key or "").split("/", 1)[0]
         with self.ctx.batch():
             self._refresh([name])

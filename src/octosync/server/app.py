@@ -29,6 +29,7 @@ from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
+from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
 
 CONFIG_KEY = web.AppKey("config", ServerConfig)
@@ -94,6 +95,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
+        restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
     maps_link: MapsLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
         settings = MapSettings(

@@ -16,6 +16,7 @@ from octosync.cluster.core import ClusterCore
 from octosync.cluster.maps import MapStats
 from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits
+from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.model import lazily_frame
 from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.streams import map_name_of, map_stream_id
@@ -26,6 +27,7 @@ from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.face_names import FaceName
 from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
+from octosync.server.plane import Plane
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
 from octosync.store.journal import GroupCommitWriter
@@ -163,6 +165,8 @@ class Runtime:
             gc_every_ms=int(config.topgun_gc_interval * 1000),
             node_id=node_id or SERVER_NODE,
         )
+        self.plane = Plane(self, CrdtStreams(_wall_ms))
+        """The multi-writer (CRDT plane) streams of the lazily face."""
         self.replicator: Replicator | None = None
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self.counters = Counters()
@@ -354,6 +358,10 @@ class Runtime:
                 then()
             else:
                 self._fault(conn, InternalError(f"journal commit failed: {f.exception()}"))
+
+    def fault(self, conn: int, err: OctosyncError) -> None:
+        """Reset one connection with ``err`` (serving it failed outside its own frames)."""
+        self._fault(conn, err)
 
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)
