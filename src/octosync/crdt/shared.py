@@ -21,7 +21,7 @@ MV register    ``NAME/mv/PEER``            ``[value, {peer: n}]``: each peer's l
 LWW map        ``NAME/map/FIELD``          ``[value]`` or ``[]`` (deleted); one LWW per field.
 =============  ==========================  =====================================================
 
-The node id of every entry of ``NAME`` is ``node_of(NAME)`` (48 bits of a BLAKE2b hash), so
+The node id of every entry of ``NAME`` is ``node_of(NAME)`` (48 bits of FNV-1a-64), so
 replicas agree on it with no coordination. Names and fields are single key segments.
 
 Stamps come from a hybrid logical clock over the injected wall clock (milliseconds): each local
@@ -30,7 +30,6 @@ stamp is above every stamp issued or received before. Sans-I/O: writes return th
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -46,9 +45,17 @@ KINDS = ("lww", "pn", "mv", "map")
 _JSON = msgspec.json.Encoder(order="deterministic")
 
 
+FNV64_OFFSET = 0xCBF29CE484222325
+FNV64_PRIME = 0x100000001B3
+
+
 def node_of(name: str) -> int:
-    """The node id every replica gives to ``name``'s entries."""
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=6).digest(), "big")
+    """The node id every replica gives to ``name``'s entries: the low 48 bits of FNV-1a-64
+    over its UTF-8 bytes (plain arithmetic, so a browser computes it the same way)."""
+    h = FNV64_OFFSET
+    for byte in name.encode():
+        h = ((h ^ byte) * FNV64_PRIME) & 0xFFFF_FFFF_FFFF_FFFF
+    return h & 0xFFFF_FFFF_FFFF
 
 
 def check_name(name: str, what: str = "name") -> str:
