@@ -164,6 +164,8 @@ class Runtime:
             gc_every_ms=int(config.topgun_gc_interval * 1000),
             node_id=node_id or SERVER_NODE,
         )
+        self.topgun.queries.per_connection = config.topgun_queries_per_connection
+        self.topgun.queries.per_map = config.topgun_queries_per_map
         self.replicator: Replicator | None = None
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self.counters = Counters()
