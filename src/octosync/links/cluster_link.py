@@ -28,8 +28,8 @@ import os
 import re
 import socket
 import time
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Coroutine, Mapping
+from typing import Any, Protocol
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -53,13 +53,12 @@ from octosync.cluster.core import (
     RequestSnapshot,
 )
 from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError
-from octosync.hub import AllowAll, DiffFrame, OutFrame, SnapshotFrame, ViewKey, lazily_frame
+from octosync.hub import AllowAll, DiffFrame, Hub, OutFrame, SnapshotFrame, ViewKey, lazily_frame
 from octosync.hub.model import Frame
 from octosync.hub.streams import stream_face
 from octosync.hub.types import ConnId, StreamId
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.links import nats_server
-from octosync.server.runtime import Runtime
 from octosync.wire import cluster as wire
 from octosync.wire import wvp
 from octosync.wire.cluster import (
@@ -139,12 +138,31 @@ async def owners_bucket(nc: NatsClient, subjects: Subjects, name: str | None = N
         return await js.create_key_value(bucket=name or subjects.bucket, history=1)
 
 
+class Faultable(Protocol):
+    """A served connection, as far as the cluster resets it (``server.connection``)."""
+
+    def fault(self, err: OctosyncError) -> None: ...
+
+
+class ClusterHost(Protocol):
+    """What the cluster link uses of the server it joins (``server.runtime.Runtime``): the hub,
+    its live connections (to reset one) and fresh connection ids for the stand-ins."""
+
+    @property
+    def hub(self) -> Hub: ...
+
+    @property
+    def links(self) -> Mapping[int, Faultable]: ...
+
+    def new_conn_id(self) -> int: ...
+
+
 class ClusterLink:
     """Joins one server's runtime to the cluster at ``url`` as node ``node``."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: ClusterHost,
         url: str,
         node: str,
         *,

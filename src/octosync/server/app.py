@@ -125,12 +125,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
 
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", metrics)
-    mount_faces(app)  # every face's route (server.faces.FACES)
+    mount_faces(app, config)  # every face's route (server.faces.FACES)
     add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
-    if config.chain_config is not None:
-        from octosync.links.ws_face import add_routes as add_chain_routes  # NATS only if asked
-
-        add_chain_routes(app, config.chain_config, config.auth)  # /chain/{name}
 
     async def on_startup(app: web.Application) -> None:
         if writer is not None:  # every stream's state is back before the port opens
