@@ -62,10 +62,10 @@ from octosync.links import nats_server
 from octosync.wire import cluster as wire
 from octosync.wire import wvp
 from octosync.wire.cluster import (
+    ClusterFrame,
     Heartbeat,
     NoSnapshot,
     SnapshotRequest,
-    StreamFrame,
     StreamLoad,
     WvpFrame,
 )
@@ -270,12 +270,12 @@ class ClusterLink:
             else:
                 self._run([effect])
 
-    def _frame_of(self, stream: str, claim: int, body: Snapshot | Delta | WvpFrame) -> StreamFrame:
+    def _frame_of(self, stream: str, claim: int, body: Snapshot | Delta | WvpFrame) -> ClusterFrame:
         if isinstance(body, Snapshot | Delta):
             return wire.frame_of(self.node, stream, claim, body)
         return wire.wvp_frame_of(self.node, stream, claim, [body])
 
-    def _snapshot_frame(self, stream: str, claim: int) -> StreamFrame | None:
+    def _snapshot_frame(self, stream: str, claim: int) -> ClusterFrame | None:
         """The local hub's state of ``stream`` as one frame: a lazily snapshot, or a WVP
         stream's replay (None: no state, or a WVP replay log that overflowed)."""
         hub = self.rt.hub
@@ -363,7 +363,7 @@ class ClusterLink:
                 case Forward() | Hold():
                     raise AssertionError("on_accept sends or holds the frame it was given")
 
-    def _apply(self, frame: StreamFrame) -> None:
+    def _apply(self, frame: ClusterFrame) -> None:
         hub = self.rt.hub
         is_wvp = stream_face(frame.stream) == "wvp"
         conn = self._remote.get(frame.stream)
@@ -451,7 +451,7 @@ class ClusterLink:
         except OctosyncError as exc:
             log.warning("cluster: undecodable frame on %s: %s", msg.subject, exc)
             return
-        if isinstance(frame, StreamFrame):
+        if isinstance(frame, ClusterFrame):
             self._run(self.core.remote_frame(frame))
 
     async def _on_heartbeat(self, msg: Msg) -> None:
@@ -489,7 +489,7 @@ class ClusterLink:
         except (OctosyncError, nats.errors.Error, TimeoutError) as exc:
             log.info("cluster: no snapshot of %r from %s: %s", stream, owner, exc)
             return
-        if isinstance(answer, StreamFrame) and answer.stream == stream:
+        if isinstance(answer, ClusterFrame) and answer.stream == stream:
             self._run(self.core.snapshot_reply(stream, answer))
 
     async def _claim(self, stream: str, last: int) -> None:
@@ -572,7 +572,7 @@ class ClusterLink:
             try:
                 entry = await self._kept.get(key)
                 frame = wire.decode(entry.value or b"")
-                if not isinstance(frame, StreamFrame) or hub.epoch_of(frame.stream) is not None:
+                if not isinstance(frame, ClusterFrame) or hub.epoch_of(frame.stream) is not None:
                     continue
                 if stream_face(frame.stream) == "wvp":
                     hub.restore(

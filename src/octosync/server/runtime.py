@@ -78,7 +78,7 @@ def _wall_ms() -> int:
 
 
 class LiveConnection(Protocol):
-    """What the runtime needs of a connection (``server.connection.Link``)."""
+    """What the runtime needs of a connection (``server.connection.ServedConnection``)."""
 
     @property
     def transport(self) -> asyncio.BaseTransport: ...
