@@ -28,7 +28,7 @@ class ServerConfig:
     """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
     chain_config: str | None = None
     """NATS URL of the chain configurations; set: ``/chain/{name}`` relays browser devices to
-    each chain's head (``links.ws_face``). None: no chain face."""
+    each chain's head (``server.chain_face``). None: no chain face."""
     dataspace_secret: bytes | None = None
     """The sturdy-ref secret; None: ``<data_dir>/dataspace.key`` (made on first use)."""
     auth: AuthConfig = field(default_factory=AuthConfig)
