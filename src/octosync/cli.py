@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from octosync import __version__
+from octosync import __version__, extras
 from octosync.errors import ConfigError, OctosyncError
-from octosync.links import cli as chain_cli
-from octosync.links import cluster_cli
 from octosync.paths import data_dir
-from octosync.pipeline import cli as pipeline_cli
 from octosync.store import cli as store_cli
 from octosync.syndicate import mint_text
 
@@ -48,7 +47,12 @@ def _serve(args: argparse.Namespace) -> int:
     config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
     config.check_ports()
     if config.cluster_url is not None:
+        extras.require("cluster", "serve --cluster")
+        from octosync.links import cluster_cli
+
         cluster_cli.check_serve_options(config.cluster_url, config.node_id)
+    if config.chain_config is not None:
+        extras.require("cluster", "serve --chain-config")
     try:
         config.check_exposure()
     except ValueError as exc:
@@ -171,6 +175,8 @@ def describe(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
     url = getattr(args, "url", None)
     if isinstance(exc, ConfigError):
         return str(exc), 2
+    if isinstance(exc, ModuleNotFoundError) and (extra := extras.extra_of(exc.name)):
+        return str(extras.missing_extra(extra, "this command")), 2
     if isinstance(exc, OctosyncError):
         hint = HINTS.get(exc.name)
         if hint:  # a refusal from the server: its code and message, then what to do
@@ -310,10 +316,37 @@ def build_parser() -> argparse.ArgumentParser:
     mint.add_argument("--data", default="./var", help="data directory holding dataspace.key")
     mint.set_defaults(func=_mint)
     store_cli.register(sub)
-    pipeline_cli.register(sub)
-    chain_cli.register(sub)
-    cluster_cli.register(sub)
+    _register_optional(sub, "octosync.pipeline.cli", "pipeline", "PySpark jobs over the journal")
+    _register_optional(sub, "octosync.links.cli", "chain", "Octoprotocol chain replication")
+    _register_optional(
+        sub, "octosync.links.cluster_cli", "cluster", "octosync servers as a cluster over NATS"
+    )
     return parser
+
+
+def _register_optional(sub: Any, module: str, command: str, help_text: str) -> None:
+    """Register ``command`` from ``module``; when an extra it needs is not installed, register
+    a stand-in that accepts any arguments and says, in one line, what to install."""
+    try:
+        register = importlib.import_module(module).register
+    except ModuleNotFoundError as exc:
+        extra = extras.extra_of(exc.name)
+        if extra is None:
+            raise
+        stand_in = sub.add_parser(
+            command,
+            help=f"{help_text} (needs: pip install 'octosync[{extra}]')",
+            add_help=False,
+            prefix_chars="\0",  # no options: every word goes to ``words``
+        )
+        stand_in.add_argument("words", nargs=argparse.REMAINDER)
+
+        def refuse(args: argparse.Namespace) -> int:
+            raise extras.missing_extra(extra, "this command")
+
+        stand_in.set_defaults(func=refuse)
+        return
+    register(sub)
 
 
 def _command(args: argparse.Namespace) -> str:

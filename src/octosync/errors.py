@@ -295,6 +295,13 @@ class ConfigError(OctosyncError):
     code = 100
 
 
+class MissingExtra(ConfigError):
+    """A command needs an optional part of the package (an extra) that is not installed."""
+
+    name = "MissingExtra"
+    code = 101
+
+
 class PipelineError(OctosyncError):
     """A pipeline job failed; the message names the input and the stage."""
 
