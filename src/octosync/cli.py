@@ -105,11 +105,55 @@ def _stream_name(stream: str) -> str:
     return stream
 
 
+OTHER_FACES = ("wvp", "signal", "topgun", "dataspace", "chain")
+"""The faces that do not speak the lazily protocol ``watch`` and ``publish-demo`` use."""
+
+
+def lazily_url(url: str) -> str:
+    """``--url``, refused in one line when it cannot be a ``/lazily`` endpoint: no scheme
+    (``127.0.0.1:8765``), another face's path (``/wvp``), or no path at all."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if "://" not in url:
+        host = url.strip("/").split("/")[0] or "127.0.0.1:8765"
+        raise ConfigError(f"--url {url!r} has no scheme: use ws://{host}/lazily (wss:// with TLS)")
+    if parts.scheme not in ("ws", "wss", "http", "https"):
+        raise ConfigError(
+            f"--url {url!r}: {parts.scheme}:// is not a WebSocket scheme: use "
+            f"ws://{parts.netloc}/lazily (wss:// with TLS)"
+        )
+    path = parts.path.rstrip("/")
+    segments = path.split("/")
+    face = segments[-1] if segments[-1] in OTHER_FACES else None
+    if len(segments) > 1 and segments[-2] == "chain":
+        face = "chain"
+    if face is not None:
+        raise ConfigError(
+            f"--url {url!r} is the /{face} face; watch and publish-demo speak "
+            f"/lazily: use {parts.scheme}://{parts.netloc}/lazily"
+        )
+    if not path.endswith("/lazily"):
+        raise ConfigError(
+            f"--url {url!r} does not end in /lazily: use {parts.scheme}://{parts.netloc}/lazily"
+        )
+    return url
+
+
+def _retries(value: int) -> int | None:
+    return None if value < 0 else value
+
+
 def _watch(args: argparse.Namespace) -> int:
     from octosync.client.tools import watch
 
     stream = _stream_name(args.stream)
-    asyncio.run(watch(args.url, stream, token=args.token, limit=args.limit))
+    url = lazily_url(args.url)
+    wait = None if args.wait <= 0 else args.wait
+    coro = watch(
+        url, stream, token=args.token, limit=args.limit, wait=wait, retries=_retries(args.retries)
+    )
+    asyncio.run(coro)
     return 0
 
 
@@ -117,9 +161,16 @@ def _publish_demo(args: argparse.Namespace) -> int:
     from octosync.client.tools import publish_demo
 
     stream = _stream_name(args.stream)
-    asyncio.run(
-        publish_demo(args.url, stream, token=args.token, ticks=args.ticks, interval=args.interval)
+    url = lazily_url(args.url)
+    coro = publish_demo(
+        url,
+        stream,
+        token=args.token,
+        ticks=args.ticks,
+        interval=args.interval,
+        retries=_retries(args.retries),
     )
+    asyncio.run(coro)
     return 0
 
 
@@ -141,6 +192,11 @@ def _token(args: argparse.Namespace) -> int:
                 "write (as in scoreboard=read,publish)"
             )
         streams[name] = wanted
+    if not streams and not args.no_grants:
+        raise ConfigError(
+            "a token without --grant grants nothing (every stream refuses it): "
+            "add --grant STREAM=read,publish,write (repeatable), or --no-grants to mint it anyway"
+        )
     extra = {} if args.ttl is None else {"exp": int(time.time()) + args.ttl}
     size = len(args.secret.encode())
     if size < MIN_HS256_SECRET:  # our one line instead of PyJWT's multi-line warning
@@ -212,6 +268,13 @@ def _stream_client(parser: argparse.ArgumentParser) -> None:
         "--token",
         default=None,
         help="JWT from 'octosync token' (needed unless the server runs --insecure-dev)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=10,
+        help="reconnect attempts after losing the server, each one said on stderr (10; "
+        "-1: forever)",
     )
 
 
@@ -285,6 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _stream_client(watch)
     watch.add_argument("--limit", type=int, default=None, help="stop after N states")
+    watch.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        help="seconds to wait for the stream's first state before saying nobody publishes it "
+        "(10; 0: forever)",
+    )
     watch.set_defaults(func=_watch)
     demo = sub.add_parser(
         "publish-demo",
@@ -307,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     token.add_argument(
         "--ttl", type=int, default=None, help="seconds until the token expires (default: never)"
+    )
+    token.add_argument(
+        "--no-grants", action="store_true", help="mint a token that grants nothing (for tests)"
     )
     token.set_defaults(func=_token)
     dataspace = sub.add_parser("dataspace", help="the dataspace face (Syndicate protocol)")

@@ -326,6 +326,13 @@ class MissingExtra(ConfigError):
     code = 102
 
 
+class NothingPublished(OctosyncError):
+    """A subscriber got no state in the time it was given: nobody publishes the stream there."""
+
+    name = "NothingPublished"
+    code = 103
+
+
 class PipelineError(OctosyncError):
     """A pipeline job failed; the message names the input and the stage."""
 
