@@ -20,7 +20,7 @@ import pytest
 from octosync import __version__
 from octosync.cli import build_parser
 from octosync.store.journal import Journal
-from tests.e2e.helpers import free_port
+from tests.e2e.helpers import free_port, running
 
 SECRET = "cli-test-secret-cli-test-secret-cli-test"
 TIMEOUT = 60
@@ -379,25 +379,18 @@ def _follower(command: str, url: str, *args: str) -> subprocess.Popen[str]:
 def test_watch_and_publish_demo_say_they_lost_the_server_and_give_up(tmp_path: Path) -> None:
     port = free_port()
     url = f"ws://127.0.0.1:{port}/lazily"
-    serving = subprocess.Popen(
-        [*CLI, "serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
     followers: list[subprocess.Popen[str]] = []
-    try:
-        assert serving.stdout is not None
-        assert "octosync serving" in serving.stdout.readline()
+    with running("serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path)) as (
+        _,
+        line,
+    ):
+        assert "octosync serving" in line
         followers.append(_follower("publish-demo", url, "--interval", "0.05"))
         assert followers[0].stdout is not None
         assert followers[0].stdout.readline().startswith("publishing 'lost'")
         followers.append(_follower("watch", url))
         assert followers[1].stdout is not None
         assert followers[1].stdout.readline().startswith('{"epoch"')
-    finally:
-        serving.terminate()
-        serving.wait(timeout=TIMEOUT)
     for proc, command in zip(followers, ("publish-demo", "watch"), strict=True):
         _, err = proc.communicate(timeout=TIMEOUT)
         assert proc.returncode == 1, err

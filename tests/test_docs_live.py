@@ -6,7 +6,6 @@ their own processes; HTML pages are opened from a file in headless Chromium."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.browser.support import CHROMIUM_FLAGS, chromium_path
-from tests.e2e.helpers import free_port
+from tests.e2e.helpers import free_port, running
 from tests.test_readme import blocks
 
 BLOCK_TIMEOUT = 60
@@ -29,30 +28,13 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A server as ``make run`` starts it, and the quickstart's demo producer."""
     data = tmp_path_factory.mktemp("live-docs")
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen(
-        [*CLI, "serve", "--insecure-dev", "--port", str(port), "--data", str(data)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    demo = None
-    try:
-        assert server.stdout is not None
-        assert b"octosync serving" in server.stdout.readline()
-        url = f"ws://127.0.0.1:{port}/lazily"
-        demo = subprocess.Popen(
-            [*CLI, "publish-demo", "scoreboard", "--url", url, "--interval", "0.2"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        yield port
-    finally:
-        for proc in (demo, server):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    url = f"ws://127.0.0.1:{port}/lazily"
+    demo = ("publish-demo", "scoreboard", "--url", url, "--interval", "0.2")
+    with running("serve", "--insecure-dev", "--port", str(port), "--data", str(data)) as (_, line):
+        assert "octosync serving" in line
+        with running(*demo) as (_, published):
+            assert published.startswith("publishing 'scoreboard'")
+            yield port
 
 
 def at(source: str, port: int) -> str:

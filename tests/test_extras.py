@@ -16,7 +16,7 @@ import pytest
 from octosync import extras
 from octosync.errors import MissingExtra
 from tests.conftest import ROOT
-from tests.e2e.helpers import free_port
+from tests.e2e.helpers import free_port, running
 
 HIDDEN = ("pyspark", "pyarrow", "pandas", "matplotlib", "duckdb", "nats")
 SMALL_INSTALL = f"""
@@ -85,21 +85,16 @@ def test_a_command_needing_a_missing_extra_says_so_in_one_line(
 
 def test_the_server_runs_without_the_extras(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SMALL_INSTALL, "serve", "--insecure-dev", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-    )
-    try:
-        assert proc.stdout is not None
-        assert "octosync serving" in proc.stdout.readline()
+    serve = ("serve", "--insecure-dev", "--port", str(port))
+    with running(*serve, command=(sys.executable, "-c", SMALL_INSTALL), cwd=tmp_path) as (
+        proc,
+        line,
+    ):
+        assert "octosync serving" in line
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
             assert reply.status == 200
         ran = small("watch", "nobody", "--url", f"ws://127.0.0.1:{port}/wvp", cwd=tmp_path)
-        assert ran.returncode != 0  # a client command too (its line is tests/test_cli.py's)
-    finally:
+        assert ran.returncode == 2  # a client command too (its line is tests/test_cli.py's)
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "journal export and trim are off: they need the pipeline extra" in err

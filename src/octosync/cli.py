@@ -42,10 +42,15 @@ def _serve(args: argparse.Namespace) -> int:
         "data_dir": Path(args.data) if args.data else None,
         "cluster_url": args.cluster,
         "node_id": args.node_id,
+        "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
+        "tls_key": Path(args.tls_key) if args.tls_key else None,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
     config.check_ports()
+    from octosync.server.tls import server_context
+
+    server_context(config.tls_cert, config.tls_key)  # a bad certificate: one line, before binding
     if config.cluster_url is not None:
         extras.require("cluster", "serve --cluster")
         from octosync.links import cluster_cli
@@ -84,8 +89,9 @@ def _serve(args: argparse.Namespace) -> int:
         tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
         if started.dataspace_port:
             tcp += f", dataspace over TCP on {config.host}:{started.dataspace_port}"
+        http = "https" if config.tls_cert is not None else "http"
         print(
-            f"octosync serving {faces} on http://{config.host}:{started.port}{tcp} "
+            f"octosync serving {faces} on {http}://{config.host}:{started.port}{tcp} "
             f"(data in {config.data_dir})",
             flush=True,
         )
@@ -246,6 +252,13 @@ def describe(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
         )
     if isinstance(exc, aiohttp.InvalidURL):
         return f"--url {url!r} is not a URL (expected ws://HOST:PORT/lazily)", 2
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError) and url:
+        why = getattr(exc.certificate_error, "verify_message", None) or exc.certificate_error
+        return (
+            f"{url}: the server's TLS certificate is not trusted here (certificate verify "
+            f"failed: {why}); point SSL_CERT_FILE at the CA that signed it",
+            1,
+        )
     if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError) and url:
         cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
         why = os.strerror(cause.errno) if cause.errno else str(cause)
@@ -329,6 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-journal", action="store_true", help="do not journal accepted stream frames"
     )
+    serve.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="PEM",
+        help="serve every face over TLS (https://, wss://) with this certificate (chain)",
+    )
+    serve.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's key")
     serve.add_argument(
         "--cluster",
         default=None,

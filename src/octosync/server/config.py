@@ -84,6 +84,16 @@ class ServerConfig:
     """A map written within this many seconds sits out an anti-entropy round."""
     map_replicate_timeout: float = 30.0
     """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
+    tls_cert: Path | None = None
+    """PEM certificate (chain) for TLS on the HTTP port; with ``tls_key``: every face over
+    ``wss://`` (``server.tls``). None: plain HTTP."""
+    tls_key: Path | None = None
+    """The certificate's PEM private key."""
+
+    @property
+    def scheme(self) -> str:
+        """``wss`` when the HTTP port speaks TLS, else ``ws``."""
+        return "ws" if self.tls_cert is None else "wss"
 
     @property
     def export_dir(self) -> Path | None:
@@ -166,10 +176,13 @@ def _auth(name: str) -> Key:
     return Key((str,), lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, **{name: v})))
 
 
+def _relative_to(config_path: Path, value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else config_path.parent / path
+
+
 def _key_file(cfg: ServerConfig, value: str, config_path: Path) -> ServerConfig:
-    key_path = Path(value)
-    if not key_path.is_absolute():
-        key_path = config_path.parent / key_path
+    key_path = _relative_to(config_path, value)
     try:
         key = key_path.read_text()
     except OSError as exc:
@@ -229,6 +242,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "journal_retention": _set("journal_retention", bool),
         "topgun_gc_age": Key(_NUMBER, _gc_age),
         "topgun_gc_interval": _set("topgun_gc_interval", *_NUMBER),
+        "tls_cert": Key((str,), lambda cfg, v, p: replace(cfg, tls_cert=_relative_to(p, v))),
+        "tls_key": Key((str,), lambda cfg, v, p: replace(cfg, tls_key=_relative_to(p, v))),
     },
     "auth": {
         "hs256_secret": _auth("hs256_secret"),
