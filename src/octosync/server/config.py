@@ -86,6 +86,16 @@ class ServerConfig:
     """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
     topgun_queries_per_connection: int = 64
     topgun_queries_per_map: int = 1024
+    tls_cert: Path | None = None
+    """PEM certificate (chain) for TLS on the HTTP port; with ``tls_key``: every face over
+    ``wss://`` (``server.tls``). None: plain HTTP."""
+    tls_key: Path | None = None
+    """The certificate's PEM private key."""
+
+    @property
+    def scheme(self) -> str:
+        """``wss`` when the HTTP port speaks TLS, else ``ws``."""
+        return "ws" if self.tls_cert is None else "wss"
 
     @property
     def export_dir(self) -> Path | None:
@@ -203,10 +213,13 @@ def _auth(name: str, doc: str) -> Key:
     )
 
 
+def _relative_to(config_path: Path, value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else config_path.parent / path
+
+
 def _key_file(cfg: ServerConfig, value: str, config_path: Path) -> ServerConfig:
-    key_path = Path(value)
-    if not key_path.is_absolute():
-        key_path = config_path.parent / key_path
+    key_path = _relative_to(config_path, value)
     try:
         key = key_path.read_text()
     except OSError as exc:
@@ -371,6 +384,18 @@ SECTIONS: dict[str, dict[str, Key]] = {
             int,
             range=Range(1, 1_000_000),
             doc="Live TopGun queries on one map, all connections together.",
+        ),
+        "tls_cert": Key(
+            (str,),
+            lambda cfg, v, p: replace(cfg, tls_cert=_relative_to(p, v)),
+            doc="PEM certificate (chain): every face over `wss://` (with `tls_key`).",
+            field="tls_cert",
+        ),
+        "tls_key": Key(
+            (str,),
+            lambda cfg, v, p: replace(cfg, tls_key=_relative_to(p, v)),
+            doc="The certificate's PEM private key.",
+            field="tls_key",
         ),
     },
     "auth": {
