@@ -17,6 +17,9 @@
 //                          for every message received
 //   query                  live query on "users": age >= 18, by age desc, limit 10; prints
 //                          {"event":"rows","rows":[...]} on every result change
+//   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
+//                          journal, processor, resolvers, apply-ack), printing {"event":"call",
+//                          name, ok, value | error, code} as each settles, then end
 process.env.NODE_ENV = process.env.NODE_ENV || 'production';
 process.env.LOG_LEVEL = process.env.LOG_LEVEL || 'silent';
 
@@ -146,6 +149,28 @@ if (scenario === 'watch') {
     limit: 10,
   });
   q.subscribe((rows) => out({ event: 'rows', rows }));
+} else if (scenario === 'calls') {
+  await connected;
+  const calls = {
+    sql: () => client.sql('SELECT name FROM users'),
+    search: () => client.search('users', 'alice', { limit: 5 }),
+    vector: () => client.vectorSearch('users', new Float32Array([0.1, 0.2, 0.3]), { k: 3 }),
+    hybrid: () => client.hybridSearch('users', 'alice', { k: 3 }),
+    journal: () => client.getEventJournal().readFrom(0n, 10),
+    processor: () => client.executeOnKey('users', 'u1', { name: 'inc', code: 'x' }),
+    resolvers: () => client.getConflictResolvers().list('users'),
+    'apply-ack': async () => client.syncEngine.emitConfirmedApply(1),
+  };
+  for (const name of rest) {
+    try {
+      const value = await calls[name]();
+      out({ event: 'call', name, ok: true, value: value ?? null });
+    } catch (err) {
+      out({ event: 'call', name, ok: false, error: String(err && err.message), code: err && err.code });
+    }
+  }
+  await sleep(200);  // let any answer to the last call arrive before the trace ends
+  await finish();
 } else {
   out({ event: 'error', message: 'unknown scenario ' + scenario });
   await finish();

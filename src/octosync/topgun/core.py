@@ -19,14 +19,16 @@ cluster never stored), with its ack in ``replicated``: sent once the cluster sto
 ``APPLIED`` with ``success: false``, as is ``PERSISTED`` on a server without a journal: the
 ack says what was achieved, never more. One ``OP_ACK`` per batch, at the batch's
 strongest requested level; ``results`` (per op) are sent when a level was asked for
-explicitly. Ops the token may not write get ``OP_REJECTED`` and are not applied; they are
-still covered by ``lastId`` so the client stops resending them.
+explicitly. Ops the token may not write (or whose value is invalid) get ``OP_REJECTED`` and
+are not applied; the ack neither lists them nor covers them by ``lastId``, so the real client
+keeps them pending (TopGun's server acks no refused op either), and the accepted ops of the
+batch are acknowledged through ``results``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -52,11 +54,10 @@ from octosync.errors import (
     Forbidden,
     InvalidRecord,
     OctosyncError,
-    RemoteProtocolError,
 )
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
-from octosync.topgun import durable
+from octosync.topgun import durable, replies, requests
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
@@ -69,6 +70,7 @@ LEVELS = ("FIRE_AND_FORGET", "MEMORY", "APPLIED", "REPLICATED", "PERSISTED")
 RANK = {level: i for i, level in enumerate(LEVELS)}
 DEFAULT_LEVEL = "MEMORY"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9_\-.:/]{1,256}$")
+_LEADING_INT = re.compile(r"\s*[+-]?\d+")
 SERVER_NODE = "octosync"
 FORBIDDEN_CODE = 403
 
@@ -271,7 +273,19 @@ class TopGunCore:
 
     def handle(self, conn: int, message: tg.Message) -> Effects:
         """One message from an authenticated connection; raises a typed error to refuse it
-        (nothing changed)."""
+        (nothing changed), or answers a refused request in its own response type
+        (``topgun.replies``)."""
+        try:
+            return self._dispatch(conn, message)
+        except OctosyncError as err:
+            reply = replies.refusal(message, err)
+            if reply is None:
+                raise
+            fx = Effects()
+            fx.send(conn, reply)
+            return fx
+
+    def _dispatch(self, conn: int, message: tg.Message) -> Effects:
         c = self._conns[conn]
         fx = Effects()
         match message:
@@ -326,12 +340,9 @@ class TopGunCore:
             case tg.CounterSync(payload=p):
                 self._counter_sync(fx, conn, c, p)
             case tg.Auth() | tg.DeviceHello():
-                raise RemoteProtocolError("already authenticated", path="type")
+                pass  # the real client sends AUTH twice; TopGun's server ignores the second
             case _:
-                raise RemoteProtocolError(
-                    f"{type(message).__name__} is not supported by this server's TopGun face",
-                    path="type",
-                )
+                requests.serve(self, fx, conn, message)
         return fx
 
     # -- writes ---------------------------------------------------------------------------
@@ -364,8 +375,7 @@ class TopGunCore:
             wanted = max(levels, key=RANK.__getitem__)
         explicit = batch_level is not None or per_op
         last_id = next((op.id for op in reversed(ops) if op.id is not None), None)
-        if wanted == "FIRE_AND_FORGET" and last_id is not None:
-            fx.out.append(Outbound((conn,), self._ack(last_id, wanted, ops, {}, explicit, True)))
+        ack_at = len(fx.out)  # a FIRE_AND_FORGET ack goes first, once refusals are known
         errors: dict[int, str] = {}
         index, kept, recs, encoded = self._validated(fx, conn, c, ops, errors)
         if recs:
@@ -394,7 +404,13 @@ class TopGunCore:
                 if self.replicated and (outcome is True or RANK[wanted] >= RANK["REPLICATED"]):
                     fx.replicate.append(enc)
         self._fan_out(fx, conn, events)
-        if last_id is None or wanted == "FIRE_AND_FORGET":
+        if last_id is None:
+            return
+        if errors:
+            last_id = covered_last_id(ops, errors)
+        if wanted == "FIRE_AND_FORGET":
+            ack = self._ack(last_id, wanted, ops, errors, explicit, True)
+            fx.out.insert(ack_at, Outbound((conn,), ack))
             return
         if wanted == "REPLICATED" and self.replicated:
             fx.replicated.append(
@@ -480,17 +496,19 @@ class TopGunCore:
         explicit: bool,
         reached: bool = True,
     ) -> bytes:
-        """The encoded ``OP_ACK``; with an explicit write concern it lists every op's result."""
-        if not explicit:
+        """The encoded ``OP_ACK``; with an explicit write concern, or when some op was refused,
+        it lists the result of every op that was not refused. A refused op is never listed
+        (the real client marks every listed op synced, whatever its ``success``) and never
+        covered by ``lastId`` (:func:`covered_last_id`): it stays pending in the client."""
+        if not explicit and not errors:
             return tg.encode(tg.OpAck(tg.OpAckPayload(last_id, level)))
         if reached and not errors:  # the usual batch: every op applied at the level asked
             return tg.encode_all_succeeded(last_id, level, [op.id or "" for op in ops])
         short = None if reached else f"only {level} could be achieved"
         results = [
-            tg.OpResult(op.id or "", False, error=errors[i])
-            if i in errors
-            else tg.OpResult(op.id or "", short is None, level, error=short)
+            tg.OpResult(op.id, short is None, level, error=short)
             for i, op in enumerate(ops)
+            if i not in errors and op.id is not None
         ]
         return tg.encode(tg.OpAck(tg.OpAckPayload(last_id, level, results)))
 
@@ -704,9 +722,8 @@ class TopGunCore:
         self._require(c.grants.may_topic(p.topic, "publish"), "publish to", p.topic)
         targets = tuple(t for t in self._topics.get(p.topic, ()) if t != conn)
         if targets:
-            msg = tg.TopicMessage(
-                tg.TopicMessagePayload(p.topic, p.data, c.grants.subject or None, self.clock())
-            )
+            publisher = c.grants.subject or f"connection-{conn}"
+            msg = tg.TopicMessage(tg.TopicMessagePayload(p.topic, p.data, publisher, self.clock()))
             fx.out.append(Outbound(targets, tg.encode(msg)))
 
     def _counter_sync(self, fx: Effects, conn: int, c: _Conn, p: tg.CounterStatePayload) -> None:
@@ -769,6 +786,30 @@ class TopGunCore:
             details["path"] = err.path
         payload = tg.ErrorPayload(err.code, err.message, msgspec.Raw(_ENC.encode(details)))
         return tg.encode(tg.Error(payload))
+
+
+def _client_int(op_id: str | None) -> int | None:
+    """An op id as the real client reads it (``parseInt``: leading decimal digits), None when
+    it has none."""
+    digits = _LEADING_INT.match(op_id or "")
+    return None if digits is None else int(digits.group())
+
+
+def covered_last_id(ops: Sequence[tg.ClientOp], errors: Mapping[int, str]) -> str:
+    """The ``lastId`` of a batch with refused ops: the greatest id of an accepted op below
+    every refused op's id, or else ``"0"`` (the client marks every op with ``id <= lastId``
+    synced, and its ids start at 1). Accepted ops above it are acknowledged by ``results``."""
+    floor = min((n for i in errors if (n := _client_int(ops[i].id)) is not None), default=None)
+    best: tuple[int, str] | None = None
+    for i, op in enumerate(ops):
+        n = _client_int(op.id)
+        if i in errors or n is None or op.id is None or (floor is not None and n >= floor):
+            continue
+        if best is None or n > best[0]:
+            best = (n, op.id)
+    if best is not None:
+        return best[1]
+    return "0" if floor is None or floor > 0 else str(floor - 1)
 
 
 def _event(op: tg.ClientOp, rec: OpRecord) -> tg.ServerEventPayload:

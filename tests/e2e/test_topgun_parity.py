@@ -1,0 +1,83 @@
+"""TopGun's real client calling what its server offers beyond sync: every call answered.
+
+Refused writes stay pending in the client; every request gets its own response (an error
+inside where the feature is not served), never a timeout. Same harness as
+``test_topgun_interop.py``: the server on loopback, the real client under Node.js, each process
+bounded by ``--seconds``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from octosync.server.auth import AuthConfig, issue_token
+from tests.e2e.helpers import serve
+from tests.e2e.test_topgun_interop import SECRET, start
+
+pytestmark = pytest.mark.peer
+
+AUTH = AuthConfig(hs256_secret=SECRET)
+
+
+async def test_a_refused_write_stays_pending_in_the_client_and_is_never_acked(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    token = issue_token(SECRET, "tagger", {}, maps={"users": ["read"], "tags": ["read", "write"]})
+    async with serve(tmp_path, insecure_dev=False, auth=AUTH) as srv:
+        writer = await start(
+            topgun_peer,
+            srv.ws_url,
+            "ops",
+            'put=u1={"name":"Mallory"}',
+            'oradd=post-1="ok"',
+            token=token,
+            seconds=3,
+        )
+        lines = await writer.end()
+        users = srv.runtime.topgun.maps.live_items("users")
+        tags = srv.runtime.topgun.maps.store.or_values("tags", "post-1")
+    (end,) = [line for line in lines if line.get("event") == "end"]
+    assert end["pendingOps"] == 1  # the refused put, kept for the client to deal with
+    assert writer.events("synced") == []
+    refused = {m["payload"]["opId"] for m in writer.frames("in", "OP_REJECTED")}
+    assert len(refused) == 1
+    (refused_id,) = refused
+    acks = writer.frames("in", "OP_ACK")
+    assert acks, "the accepted op was not acknowledged"
+    for ack in acks:
+        assert int(ack["payload"]["lastId"]) < int(refused_id)
+        listed = {r["opId"] for r in ack["payload"].get("results") or []}
+        assert refused_id not in listed
+    assert users == {}
+    assert len(tags) == 1  # the accepted OR add
+
+
+CALLS = ("sql", "search", "vector", "hybrid", "journal", "processor", "resolvers", "apply-ack")
+
+
+async def test_every_call_is_answered_in_its_own_response_without_a_timeout(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    """Each call must settle within the scenario's 8 s, below every client timeout (10 s for
+    journal reads, 30 s for the rest): an unanswered request would never print its line. The
+    client authenticates with a token, so it sends AUTH twice; neither that nor
+    ``CLIENT_APPLY_ACK`` may draw an ``ERROR``."""
+    token = issue_token(SECRET, "caller", {}, maps={"*": ["read", "write"]})
+    async with serve(tmp_path, insecure_dev=False, auth=AUTH) as srv:
+        caller = await start(topgun_peer, srv.ws_url, "calls", *CALLS, token=token, seconds=8)
+        await caller.end()
+    results = {line["name"]: line for line in caller.events("call")}
+    assert list(results) == list(CALLS)
+    assert results["sql"]["ok"] is False
+    assert results["sql"]["code"] == "FEATURE_DISABLED"
+    for name in ("vector", "hybrid"):
+        assert results[name]["ok"] is False
+        assert "FeatureDisabled" in results[name]["error"]
+    (journal,) = caller.frames("in", "JOURNAL_READ_RESPONSE")
+    assert "FeatureDisabled" in journal["error"]
+    assert len([m for m in caller.frames("out", "AUTH")]) == 2
+    assert len(caller.frames("in", "AUTH_ACK")) == 1
+    assert caller.frames("out", "CLIENT_APPLY_ACK")
+    assert caller.frames("in", "ERROR") == []
