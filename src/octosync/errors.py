@@ -219,6 +219,14 @@ class TrimRefused(StorageError):
     code = 33
 
 
+class JournalUnavailable(StorageError):
+    """The journal cannot commit now (disk full, a read-only file, an I/O error): writes that
+    need it are refused, and service resumes by itself once a commit succeeds again."""
+
+    name = "JournalUnavailable"
+    code = 34
+
+
 class ReplicationError(OctosyncError):
     """Chain replication broke an invariant (ordering, bootstrap, trim)."""
 
@@ -289,6 +297,14 @@ class InternalError(ServerError):
     code = 93
 
 
+class Unavailable(ServerError):
+    """This node cannot serve the request correctly now (it lost its cluster, so its copy may
+    be stale); try again later or on another node."""
+
+    name = "Unavailable"
+    code = 95
+
+
 class ListenError(ServerError):
     """The server could not listen where it was told to (a port in use, an address not here)."""
 
@@ -301,6 +317,14 @@ class ConfigError(OctosyncError):
 
     name = "ConfigError"
     code = 100
+
+
+class DataDirInUse(ConfigError):
+    """Another process holds the data folder (one server per folder: two would interleave
+    their journals)."""
+
+    name = "DataDirInUse"
+    code = 101
 
 
 class PipelineError(OctosyncError):

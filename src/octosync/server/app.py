@@ -30,6 +30,7 @@ from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
 from octosync.server.wvp_session import WvpSession
+from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.retention import JournalKeeper
@@ -46,6 +47,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def _healthz(request: web.Request) -> web.Response:
+    """200 while the server can take writes; 503 ``degraded`` while its journal cannot commit
+    (reads are still served), naming why."""
+    writer = request.app[RUNTIME].writer
+    health = None if writer is None else writer.health()
+    if health is not None and not health.available:
+        body = {"status": "degraded", "version": __version__, "journal": health.reason}
+        return web.json_response(body, status=503)
     return web.json_response({"status": "ok", "version": __version__})
 
 
@@ -75,9 +83,15 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     config = config.with_auth_mode()
     writer: GroupCommitWriter | None = None
     recorder: JournalRecorder | None = None
+    lock: DataDirLock | None = None
     if config.journal:
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        writer = GroupCommitWriter(config.data_dir, durability=config.journal_durability)
+        lock = DataDirLock.acquire(config.data_dir)  # one server per folder
+        try:
+            writer = GroupCommitWriter(config.data_dir, durability=config.journal_durability)
+        except BaseException:
+            lock.release()
+            raise
         recorder = JournalRecorder(writer)
     link: ClusterLink | None = None
     hook = on_accept
@@ -110,6 +124,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         writer=writer,
         node_id=node,
     )
+    if recorder is not None:
+        recorder.watch = runtime.watch_frame
     if config.cluster_url is not None and node is not None:
         link = ClusterLink(runtime, config.cluster_url, node)
         runtime.cluster = link.core
@@ -188,6 +204,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             app[KEEPER].close()
         if writer is not None:
             await asyncio.to_thread(writer.close)  # drains: every accepted frame is committed
+        if lock is not None:
+            lock.release()
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)

@@ -27,6 +27,7 @@ from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
+from octosync.store.hub_hook import Prepared
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
@@ -174,6 +175,10 @@ class Runtime:
             tuple[int, concurrent.futures.Future[list[int]], Callable[[], None]]
         ] = deque()
         self._commit_drain_due = False
+        self.durable_listeners: dict[int, Callable[[object, int], None]] = {}
+        """Producers that asked to learn how far their stream is journaled (``OutboxAck``):
+        called on the loop with ``(stream, epoch)`` once per commit that reached further."""
+        self._durable_due: dict[int, tuple[object, int]] = {}
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
@@ -332,6 +337,20 @@ class Runtime:
         future = self.writer.submit_encoded(records, block=False)
         future.add_done_callback(lambda f: self._committed(conn, f, then))
 
+    def watch_frame(self, future: concurrent.futures.Future[list[int]], frame: Prepared) -> None:
+        """A producer's frame was queued for the journal: tell the producer once it is
+        committed (if it asked), reset it if the commit failed."""
+        conn, stream, epoch = int(frame.conn), frame.stream, frame.epoch
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+
+        def durable() -> None:
+            due = self._durable_due.get(conn)
+            if due is None or due[1] < epoch:
+                self._durable_due[conn] = (stream, epoch)
+
+        future.add_done_callback(lambda f: self._committed(conn, f, durable))
+
     def _committed(
         self, conn: int, f: concurrent.futures.Future[list[int]], then: Callable[[], None]
     ) -> None:
@@ -350,10 +369,19 @@ class Runtime:
         inbox = self._commit_inbox
         while inbox:
             conn, f, then = inbox.popleft()
-            if f.exception() is None:
+            exc = f.exception()
+            if exc is None:
                 then()
+            elif isinstance(exc, OctosyncError):
+                self._fault(conn, exc)
             else:
-                self._fault(conn, InternalError(f"journal commit failed: {f.exception()}"))
+                self._fault(conn, InternalError(f"journal commit failed: {exc}"))
+        if self._durable_due:  # one durability ack per producer per drain, the furthest
+            due, self._durable_due = self._durable_due, {}
+            for conn, (stream, epoch) in due.items():
+                listener = self.durable_listeners.get(conn)
+                if listener is not None:
+                    listener(stream, epoch)
 
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)
