@@ -8,6 +8,8 @@ bounded by ``--seconds``.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,67 @@ async def test_every_call_is_answered_in_its_own_response_without_a_timeout(
     assert len(caller.frames("in", "AUTH_ACK")) == 1
     assert caller.frames("out", "CLIENT_APPLY_ACK")
     assert caller.frames("in", "ERROR") == []
+
+
+PEOPLE = {
+    "u1": {"name": "Ann", "age": 31, "team": "red"},
+    "u2": {"name": "Bo", "age": 22, "team": "blue"},
+    "u3": {"name": "Cy", "age": 45, "team": "red"},
+    "u4": {"name": "Di", "age": 27, "team": "blue"},
+    "u5": {"name": "Ed", "age": 38, "team": "red"},
+}
+
+
+async def _people(srv: object, topgun_peer: tuple[str, Path]) -> None:
+    url = srv.ws_url  # type: ignore[attr-defined]
+    ops = [f"put={k}={json.dumps(v)}" for k, v in PEOPLE.items()]
+    writer = await start(topgun_peer, url, "ops", *ops)
+    await writer.until("synced")
+    await writer.end()
+
+
+async def test_pages_by_cursor_and_load_more(tmp_path: Path, topgun_peer: tuple[str, Path]) -> None:
+    by_age = sorted(PEOPLE, key=lambda k: PEOPLE[k]["age"])  # type: ignore[index]
+    async with serve(tmp_path) as srv:
+        await _people(srv, topgun_peer)
+        pager = await start(topgun_peer, srv.ws_url, "paged", "2", seconds=8)
+        await pager.end()
+    (page,) = pager.events("page")
+    assert page["keys"] == by_age[:2]
+    assert page["hasMore"] is True
+    assert page["cursor"]
+    (whole,) = pager.events("all")
+    assert whole["keys"] == by_age
+    cursors = [m["payload"]["query"].get("cursor") for m in pager.frames("out", "QUERY_SUB")]
+    assert len([c for c in cursors if c]) == 2  # loadMore asked for pages 2 and 3 by cursor
+    resps = pager.frames("in", "QUERY_RESP")
+    assert [r["payload"]["hasMore"] for r in resps][-1] is False
+
+
+async def test_projection_and_groups_with_aggregations(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    grouping = {
+        "groupBy": ["team"],
+        "aggregations": [{"func": "count"}, {"func": "sum", "field": "age"}],
+    }
+    async with serve(tmp_path) as srv:
+        await _people(srv, topgun_peer)
+        projected, grouped = await asyncio.gather(
+            *(
+                start(topgun_peer, srv.ws_url, "once", json.dumps(q), seconds=6)
+                for q in ({"fields": ["name"]}, grouping)
+            )
+        )
+        for c in (projected, grouped):
+            await c.end()
+    (rows,) = projected.events("once")
+    assert {r["_key"]: r for r in rows["rows"]} == {
+        k: {"name": v["name"], "_key": k} for k, v in PEOPLE.items()
+    }
+    (groups,) = grouped.events("once")
+    by_team = {r["team"]: r for r in groups["rows"]}
+    assert by_team["red"]["__count"] == 3
+    assert by_team["red"]["__sum_age"] == 31 + 45 + 38
+    assert by_team["blue"]["__count"] == 2
+    assert by_team["blue"]["__sum_age"] == 22 + 27

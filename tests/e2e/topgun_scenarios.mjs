@@ -17,6 +17,10 @@
 //                          for every message received
 //   query                  live query on "users": age >= 18, by age desc, limit 10; prints
 //                          {"event":"rows","rows":[...]} on every result change
+//   paged LIMIT            queryOncePaged on "users" by age asc, LIMIT a page: prints
+//                          {"event":"page",keys,hasMore,cursor}; then a live query whose
+//                          loadMore runs until hasMore is false: {"event":"all",keys}
+//   once JSON              queryOnce on "users" with the filter JSON: {"event":"once",rows}
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -149,6 +153,27 @@ if (scenario === 'watch') {
     limit: 10,
   });
   q.subscribe((rows) => out({ event: 'rows', rows }));
+} else if (scenario === 'paged') {
+  const limit = Number(rest[0]);
+  await connected;
+  const filter = { sort: { age: 'asc' }, limit };
+  const first = await client.queryOncePaged('users', filter);
+  out({ event: 'page', keys: first.items.map((r) => r._key), hasMore: first.hasMore,
+        cursor: first.cursor ?? null });
+  const handle = client.query('users', filter);
+  let rows = [];
+  handle.subscribe((r) => { rows = r; });
+  await handle.whenSettled();
+  for (let round = 0; handle.getPaginationInfo().hasMore && round < 50; round++) {
+    await handle.loadMore();
+  }
+  out({ event: 'all', keys: rows.map((r) => r._key) });
+  await finish();
+} else if (scenario === 'once') {
+  await connected;
+  const rows = await client.queryOnce('users', JSON.parse(rest[0]));
+  out({ event: 'once', rows });
+  await finish();
 } else if (scenario === 'calls') {
   await connected;
   const calls = {

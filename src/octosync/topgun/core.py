@@ -63,7 +63,9 @@ from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
 from octosync.topgun.queries import Query, QueryTable, parse_spec
+from octosync.topgun.query_pages import QueryPages
 from octosync.wire import topgun as tg
+from octosync.wire.topgun_requests import QuerySyncInit
 from octosync.wire.topgun_services import GcPrune, GcPrunePayload, OrMapSyncInit
 
 LEVELS = ("FIRE_AND_FORGET", "MEMORY", "APPLIED", "REPLICATED", "PERSISTED")
@@ -158,6 +160,7 @@ class TopGunCore:
         self.locks = LockTable()
         self.counters = CounterTable()
         self.queries = QueryTable()
+        self.pages = QueryPages()
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
         """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
@@ -192,6 +195,7 @@ class TopGunCore:
                     del self._topics[topic]
         self.counters.disconnect(conn)
         self.queries.disconnect(conn)
+        self.pages.disconnect(conn)
         self._granted(fx, self.locks.disconnect(conn, self.clock()))
         return fx
 
@@ -303,12 +307,18 @@ class TopGunCore:
                 fx.send(conn, tg.Pong(timestamp=ts, server_time=self.clock()))
             case tg.QuerySub(payload=p):
                 self._require_map(c, p.map_name, "read")
-                query = Query(conn, p.query_id, p.map_name, parse_spec(bytes(p.query)))
-                rows = self.queries.subscribe(query, self.maps.live_items(p.map_name))
-                results = [tg.QueryResult(k, msgspec.Raw(v)) for k, v in rows.items()]
-                fx.send(conn, tg.QueryResp(tg.QueryRespPayload(p.query_id, results)))
+                raw = bytes(p.query)
+                query = Query(conn, p.query_id, p.map_name, parse_spec(raw))
+                items = self.maps.live_items(p.map_name)
+                fx.send(conn, self.pages.subscribe(self.queries, query, raw, p.fields, items))
+            case QuerySyncInit(payload=p):
+                live = self.pages.live_map(conn, p.query_id)
+                resp = self.pages.resume(conn, p, self.maps.live_items(live))
+                if resp is not None:
+                    fx.send(conn, resp)
             case tg.QueryUnsub(payload=p):
                 self.queries.unsubscribe(conn, p.query_id)
+                self.pages.forget(conn, p.query_id)
             case tg.TopicSub(payload=p):
                 self._topic_name(p.topic)
                 self._require(c.grants.may_topic(p.topic, "subscribe"), "subscribe to", p.topic)
@@ -572,7 +582,9 @@ class TopGunCore:
         for name, keys in by_map.items():
             changes = self.queries.written(name, keys, partial(self.maps.live_items, name))
             for conn, query_id, key, value, kind in changes:
-                raw = NIL if value is None else msgspec.Raw(value)
+                raw = (
+                    NIL if value is None else msgspec.Raw(self.pages.project(conn, query_id, value))
+                )
                 update = tg.QueryUpdatePayload(query_id, key, raw, kind)
                 fx.send(conn, tg.QueryUpdate(update))
 

@@ -38,7 +38,6 @@ _UNSERVED: dict[type, str] = {
 
 _NO_REPLY = (
     rq.ClientApplyAck,  # TopGun's tombstone frontier; octosync's GC horizon is time-based
-    rq.QuerySyncInit,  # sent after the QUERY_SUB that resends the query, which answers it
     sv.SearchUnsub,
     rq.HybridSearchUnsub,
     rq.HybridQueryUnsubscribe,
