@@ -74,7 +74,7 @@ async def test_every_call_is_answered_in_its_own_response_without_a_timeout(
     assert list(results) == list(CALLS)
     assert results["sql"]["ok"] is False
     assert results["sql"]["code"] == "FEATURE_DISABLED"
-    for name in ("vector", "hybrid"):
+    for name in ("search", "vector", "hybrid"):  # no map has a full-text index here
         assert results[name]["ok"] is False
         assert "FeatureDisabled" in results[name]["error"]
     (journal,) = caller.frames("in", "JOURNAL_READ_RESPONSE")
@@ -147,3 +147,43 @@ async def test_projection_and_groups_with_aggregations(
     assert by_team["red"]["__sum_age"] == 31 + 45 + 38
     assert by_team["blue"]["__count"] == 2
     assert by_team["blue"]["__sum_age"] == 22 + 27
+
+
+ARTICLES = {
+    "a1": {"title": "Python tips", "body": "python python and more python"},
+    "a2": {"title": "Rust notes", "body": "a little python too"},
+    "a3": {"title": "Gardening", "body": "tomatoes"},
+}
+
+
+async def test_full_text_search_live_updates_and_a_restart(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    ops = [f"put={k}={json.dumps(v)}" for k, v in ARTICLES.items()]
+    async with serve(tmp_path, journal=True, topgun_search=("users",)) as srv:
+        writer = await start(topgun_peer, srv.ws_url, "ops", *ops)
+        await writer.until("synced")
+        await writer.end()
+        finder = await start(topgun_peer, srv.ws_url, "search", "python", seconds=12)
+        await finder.until("ready")
+        await finder.until("live", lambda line: line["keys"] == ["a1", "a2"])
+        newer = {"title": "Python", "body": "python python python python"}
+        edit = await start(
+            topgun_peer, srv.ws_url, "ops", f"put=a3={json.dumps(newer)}", "remove=a2"
+        )
+        await edit.until("synced")
+        await edit.end()
+        await finder.until("live", lambda line: line["keys"] == ["a3", "a1"])
+        await finder.stop()
+    (first,) = finder.events("search")
+    assert [h["key"] for h in first["hits"]] == ["a1", "a2"]
+    assert first["hits"][0]["score"] > first["hits"][1]["score"] > 0
+    assert first["hits"][0]["matchedTerms"] == ["python"]
+    kinds = {m["payload"]["changeType"] for m in finder.frames("in", "SEARCH_UPDATE")}
+    assert {"ENTER", "LEAVE"} <= kinds
+    async with serve(tmp_path, journal=True, topgun_search=("users",)) as srv:
+        again = await start(topgun_peer, srv.ws_url, "search", "python", seconds=6)
+        await again.until("search")
+        await again.stop()
+    (after,) = again.events("search")
+    assert [h["key"] for h in after["hits"]] == ["a3", "a1"]  # the index, rebuilt

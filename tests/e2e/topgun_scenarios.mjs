@@ -21,6 +21,9 @@
 //                          {"event":"page",keys,hasMore,cursor}; then a live query whose
 //                          loadMore runs until hasMore is false: {"event":"all",keys}
 //   once JSON              queryOnce on "users" with the filter JSON: {"event":"once",rows}
+//   search TEXT            search "users" for TEXT (limit 5): {"event":"search",hits:[{key,
+//                          score,matchedTerms}]}; then a live search printing
+//                          {"event":"live",keys} on every change
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -174,6 +177,15 @@ if (scenario === 'watch') {
   const rows = await client.queryOnce('users', JSON.parse(rest[0]));
   out({ event: 'once', rows });
   await finish();
+} else if (scenario === 'search') {
+  const [text] = rest;
+  await connected;
+  const hits = await client.search('users', text, { limit: 5 });
+  out({ event: 'search',
+        hits: hits.map((h) => ({ key: h.key, score: h.score, matchedTerms: h.matchedTerms })) });
+  const handle = client.searchSubscribe('users', text, { limit: 5 });
+  handle.subscribe((rows) => out({ event: 'live', keys: rows.map((r) => r.key) }));
+  out({ event: 'ready' });
 } else if (scenario === 'calls') {
   await connected;
   const calls = {

@@ -28,7 +28,7 @@ batch are acknowledged through ``results``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -64,7 +64,9 @@ from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.topgun.query_pages import QueryPages
+from octosync.topgun.search import FullText
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_services as sv
 from octosync.wire.topgun_requests import QuerySyncInit
 from octosync.wire.topgun_services import GcPrune, GcPrunePayload, OrMapSyncInit
 
@@ -145,11 +147,13 @@ class TopGunCore:
         node_id: str = SERVER_NODE,
         gc_age_ms: int | None = None,
         gc_every_ms: int = 3_600_000,
+        search_maps: Collection[str] = (),
     ) -> None:
         """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
         (without one, ``PERSISTED`` cannot be achieved and the ack says so, and lock grants
         and counters are not journaled); ``gc_age_ms``: tombstones older than this are pruned
-        by :meth:`tick` every ``gc_every_ms`` (None: never)."""
+        by :meth:`tick` every ``gc_every_ms`` (None: never); ``search_maps``: maps with a
+        full-text index (``topgun.search``)."""
         self.clock = clock
         self.persistent = persistent
         self.gc_age_ms = gc_age_ms
@@ -161,6 +165,7 @@ class TopGunCore:
         self.counters = CounterTable()
         self.queries = QueryTable()
         self.pages = QueryPages()
+        self.search = FullText(search_maps)
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
         """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
@@ -196,6 +201,7 @@ class TopGunCore:
         self.counters.disconnect(conn)
         self.queries.disconnect(conn)
         self.pages.disconnect(conn)
+        self.search.disconnect(conn)
         self._granted(fx, self.locks.disconnect(conn, self.clock()))
         return fx
 
@@ -235,6 +241,8 @@ class TopGunCore:
             self.locks.resume_after(state.fencing_token)
             for name, sides in state.counters.items():
                 self.counters.restore(name, sides.positive, sides.negative)
+        names = [n for n in self.maps.store.maps() if self.search.enabled(n)]
+        self.search.rebuild((n, self.maps.live_items(n)) for n in names)
         return changed
 
     def follow_map(self, name: str) -> Snapshot | None:
@@ -252,6 +260,11 @@ class TopGunCore:
         keys = dict.fromkeys(row.key for row in store.rows(name))
         values = ((k, v) for k in keys if (v := self._stream_value(name, k)) is not None)
         return self.map_streams.follow(name, values)
+
+    def _value_of(self, name: str, key: str) -> bytes | None:
+        """A key's live LWW value (MsgPack bytes), None when absent or removed."""
+        win = self.maps.store.lww_winner(name, key)
+        return win.value if win is not None and win.op is OpKind.PUT else None
 
     def _stream_value(self, name: str, key: str) -> bytes | None:
         """A key's live value as the ``map:`` stream shows it (JSON), None when absent."""
@@ -316,6 +329,14 @@ class TopGunCore:
                 resp = self.pages.resume(conn, p, self.maps.live_items(live))
                 if resp is not None:
                     fx.send(conn, resp)
+            case sv.Search(payload=p):
+                self._require_map(c, p.map_name, "read")
+                fx.send(conn, self.search.search(p, self._value_of))
+            case sv.SearchSub(payload=p):
+                self._require_map(c, p.map_name, "read")
+                fx.send(conn, self.search.subscribe(conn, p, self._value_of))
+            case sv.SearchUnsub(payload=p):
+                self.search.unsubscribe(conn, p.subscription_id)
             case tg.QueryUnsub(payload=p):
                 self.queries.unsubscribe(conn, p.query_id)
                 self.pages.forget(conn, p.query_id)
@@ -532,6 +553,9 @@ class TopGunCore:
             self._map_deltas(fx, events)
         maps = {e.map_name for e in events} if len(events) > 1 else {events[0].map_name}
         self._pending.append((sender, frozenset(maps), events))
+        if self.search.active:
+            for name in maps:
+                self.search.written(name, (e.key for e in events if e.map_name == name))
 
     def has_pending_events(self) -> bool:
         return bool(self._pending)
@@ -544,6 +568,9 @@ class TopGunCore:
         the writes of many batches and clients reach a subscriber as one message and one
         socket write."""
         fx = Effects()
+        if self.search.active:
+            for target, update in self.search.flush(self._value_of):
+                fx.send(target, update)
         chunks, self._pending = self._pending, []
         if not chunks:
             return fx
@@ -711,6 +738,7 @@ class TopGunCore:
         ``map:`` stream): only then are its events built."""
         return (
             self.map_streams.followed(name)
+            or self.search.enabled(name)
             or name in self.queries.watched()
             or any(name in c.maps for c in self._conns.values())
         )

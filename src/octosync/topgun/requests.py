@@ -31,14 +31,11 @@ _UNSERVED: dict[type, str] = {
     rq.JournalRead: "the event journal",
     sv.JournalSubscribe: "the event journal",
     sv.PartitionMapRequest: "the partition map",
-    sv.Search: "full-text search",
-    sv.SearchSub: "live full-text search",
 }
 """Requests this server refuses as a feature it does not serve, by message type."""
 
 _NO_REPLY = (
     rq.ClientApplyAck,  # TopGun's tombstone frontier; octosync's GC horizon is time-based
-    sv.SearchUnsub,
     rq.HybridSearchUnsub,
     rq.HybridQueryUnsubscribe,
     rq.JournalUnsubscribe,
