@@ -72,6 +72,9 @@ class ServerConfig:
     that are told ``SYNC_RESET_REQUIRED``); None: never."""
     topgun_gc_interval: float = 3600.0
     """Seconds between TopGun tombstone GC rounds."""
+    topgun_search: tuple[str, ...] = ()
+    """TopGun maps with a full-text index (``SEARCH``, ``SEARCH_SUB``); ``*``: every map.
+    Needs the ``search`` extra (tantivy)."""
     cluster_url: str | None = None
     """NATS URL of the cluster to join (``--cluster``); None: a single process, no NATS."""
     node_id: str | None = None
@@ -253,6 +256,12 @@ def _gc_age(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
     return replace(cfg, topgun_gc_age=None if value < 0 else float(value))
 
 
+def _search_maps(cfg: ServerConfig, value: list[Any], _p: Path) -> ServerConfig:
+    if not all(isinstance(name, str) and name for name in value):
+        raise ConfigError("topgun_search lists map names", path="server.topgun_search")
+    return replace(cfg, topgun_search=tuple(value))
+
+
 _NUMBER = (int, float)
 _PORT = Range(0, 65535)
 _SECONDS = Range(0, 86_400, above=True)
@@ -396,6 +405,12 @@ SECTIONS: dict[str, dict[str, Key]] = {
             lambda cfg, v, p: replace(cfg, tls_key=_relative_to(p, v)),
             doc="The certificate's PEM private key.",
             field="tls_key",
+        ),
+        "topgun_search": Key(
+            (list,),
+            _search_maps,
+            doc="Maps indexed for full-text search on `/topgun` (needs the `search` extra).",
+            field="topgun_search",
         ),
     },
     "auth": {
