@@ -20,14 +20,12 @@ to a chain stream (the publisher would have nothing to do with the write).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final
 
 from octosync.errors import Forbidden, ForbiddenPublish
+from octosync.hub.types import Face, Grants
 
-if TYPE_CHECKING:
-    from octosync.hub.types import Grants
-
-Face = Literal["lazily", "wvp"]
+__all__ = ["Face"]
 WARP_PREFIX: Final = "warp:"
 MAP_PREFIX: Final = "map:"
 CHAIN_PREFIX: Final = "chain:"

@@ -10,7 +10,7 @@ What every connection gets, whatever its face, lives here once:
 - large frames of faces with costly decoders are decoded on a worker thread;
 - permessage-deflate, for the faces that fan large messages out (``deflate=True``): always
   answered with ``server_no_context_takeover``, so a message compressed once serves every
-  connection that negotiated it (``Link.deflate``; ``wire.websocket.FrameDeflater``);
+  connection that negotiated it (``ServedConnection.deflate``; ``wire.websocket.FrameDeflater``);
 - a failure serving one connection reaches that connection only: a typed error frame, then the
   close code of ``hub.policy``; an unexpected exception becomes ``InternalError`` (close 1011)
   and is logged once per interval, never as a traceback per frame.
@@ -97,7 +97,7 @@ class Session(Protocol):
 Closer = Callable[[int], Coroutine[Any, Any, object]]
 
 
-class Link:
+class ServedConnection:
     """A live connection as the runtime sees it: its session, transport and how to close it."""
 
     def __init__(
@@ -327,7 +327,7 @@ async def _serve_ws(
         return await ws.close(code=code, message=b"")
 
     session = open_session(conn)
-    link = Link(rt, conn, session, transport, closer)
+    link = ServedConnection(rt, conn, session, transport, closer)
     link.deflate = bool(ws.compress)
     rt.attach(conn, link)
     link.greet()
@@ -343,7 +343,7 @@ async def _serve_ws(
     return ws
 
 
-async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: Link) -> None:
+async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: ServedConnection) -> None:
     """Read frames into ``link`` until the peer closes or the policy does. A peer silent for
     ``heartbeat`` seconds is pinged, and dropped if it stays silent as long again."""
     loop = asyncio.get_running_loop()
@@ -412,7 +412,7 @@ async def serve_tcp(
         transport.write(session.error_frame(refused))
         writer.close()
         return
-    link = Link(rt, conn, session, transport, closer)
+    link = ServedConnection(rt, conn, session, transport, closer)
     rt.attach(conn, link)
     decoder = framer(rt.limits.max_preauth_frame_bytes)
     budget = InputBudget(rt.limits, loop.time())
@@ -451,7 +451,7 @@ async def serve_tcp(
         release(transport, rt.config.close_timeout)
 
 
-async def _receive_all(link: Link, frames: list[bytes], decoder: StreamFramer) -> bool:
+async def _receive_all(link: ServedConnection, frames: list[bytes], decoder: StreamFramer) -> bool:
     for frame in frames:
         if not await link.receive(frame):
             return False

@@ -92,6 +92,9 @@ class Face:
     deflate: bool = False
     """Takes a client's permessage-deflate offer (``server_no_context_takeover``)."""
     tcp: TcpListener | None = None
+    mount: Callable[[web.Application, ServerConfig], None] | None = None
+    """Mounts a face whose route depends on the configuration (``/chain/{name}``); None: its
+    ``route`` with the shared WebSocket loop."""
     listing: tuple[str, Listing] | None = None
     """Its key in the inspector's ``/api/streams`` and the rows one identity may see."""
 
@@ -150,8 +153,16 @@ def _topgun(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) 
     return TopGunSession(rt, conn)
 
 
+def _mount_chain(app: web.Application, config: ServerConfig) -> None:
+    """``/chain/{name}``, only with ``--chain-config`` (it imports NATS only then)."""
+    if config.chain_config is not None:
+        from octosync.server.chain_face import add_routes
+
+        add_routes(app, config.chain_config, config.auth)
+
+
 def _chain(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
-    raise TypeError("/chain/NAME sessions are opened by the chain relay (links.ws_face)")
+    raise TypeError("/chain/NAME sessions are opened by the chain relay (server.chain_face)")
 
 
 def _streams(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
@@ -212,18 +223,19 @@ FACES: tuple[Face, ...] = (
         deflate=True,
         listing=("maps", _maps),
     ),
-    Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,)),
+    Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,), mount=_mount_chain),
 )
-"""Every face, in the order the banner names them. ``chain`` has no route here: it is
-mounted with ``--chain-config`` (``links.ws_face``), and counted like the others."""
+"""Every face, in the order the banner names them."""
 
 BY_NAME: Mapping[FaceName, Face] = {face.name: face for face in FACES}
 
 
-def mount(app: web.Application) -> None:
+def mount(app: web.Application, config: ServerConfig) -> None:
     """Add every face's WebSocket route to ``app``."""
     for face in FACES:
-        if face.route is not None:
+        if face.mount is not None:
+            face.mount(app, config)
+        elif face.route is not None:
             app.router.add_get(face.route, face.handler())
 
 
@@ -238,6 +250,6 @@ def serving_line(config: ServerConfig, port: int, tcp_ports: Mapping[FaceName, i
         for face in FACES
         if face.tcp is not None and face.name in tcp_ports
     )
-    return (
-        f"octosync serving {faces} on http://{config.host}:{port}{tcp} (data in {config.data_dir})"
-    )
+    http = "https" if config.tls_cert is not None else "http"
+    where = f"{http}://{config.host}:{port}{tcp}"
+    return f"octosync serving {faces} on {where} (data in {config.data_dir})"

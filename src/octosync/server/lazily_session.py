@@ -27,6 +27,7 @@ from octosync.ipc.messages import (
     Delta,
     Handshake,
     IpcMessage,
+    OutboxAck,
     ResyncRequest,
     Snapshot,
 )
@@ -46,7 +47,10 @@ from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
-SERVER_FEATURES = ("publish", "resync_request", "cell_set_write", PLANE_FEATURE)
+SERVER_FEATURES = ("publish", "resync_request", "cell_set_write", "outbox_ack", PLANE_FEATURE)
+DURABLE_ACKS = "outbox_ack"
+"""A producer that offers this feature gets ``OutboxAck {through_epoch}`` once its frames
+through that epoch are committed to the journal: what it must keep to resend after a crash."""
 TOKEN_FEATURE = "auth:"
 """A client that cannot send headers (plain TCP) may carry its JWT as feature ``auth:<jwt>``."""
 
@@ -159,6 +163,7 @@ class LazilySession:
     def close(self) -> None:
         self.life.move("close")
         self.rt.plane.leave(self.conn)
+        self.rt.durable_listeners.pop(self.conn, None)
         self.rt.hub.disconnect(self.conn)
 
     # --- internals ------------------------------------------------------------------------
@@ -210,6 +215,13 @@ class LazilySession:
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
         if not publish:
             hub.subscribe(self.conn, self.stream)
+        elif DURABLE_ACKS in remote.features and self.rt.writer is not None:
+            self.rt.durable_listeners[self.conn] = self._durable
+
+    def _durable(self, stream: object, epoch: int) -> None:
+        """The journal holds this producer's frames through ``epoch``."""
+        ack = self.dialect.codec.encode(OutboxAck(through_epoch=epoch))
+        self.rt.hub.send_control(self.conn, self.frame(ack))
 
     def _join_plane(
         self,

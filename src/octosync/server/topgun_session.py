@@ -42,6 +42,8 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 }
 
 _WRITES = (tg.OpBatch, tg.ClientOpMessage)
+_JOURNALED = (*_WRITES, tg.ORMapPushDiff, tg.CounterSync, tg.LockRequest, tg.Batch)
+"""Messages whose effects may need the journal: refused up front while it cannot commit."""
 
 
 class TopGunSession:
@@ -74,8 +76,10 @@ class TopGunSession:
             self._authenticate(message)
             return
         rt = self.rt
-        if isinstance(message, _WRITES) and rt.writer is not None and not rt.writer.has_room():
-            raise Overloaded("the journal writer is behind; reconnect and resend")
+        if rt.writer is not None and isinstance(message, _JOURNALED):
+            rt.writer.check_writable()  # JournalUnavailable: nothing is applied, nothing acked
+            if isinstance(message, _WRITES) and not rt.writer.has_room():
+                raise Overloaded("the journal writer is behind; reconnect and resend")
         self._apply(rt.topgun.handle(self.conn, message))
 
     def _authenticate(self, message: tg.Message) -> None:
