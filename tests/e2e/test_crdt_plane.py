@@ -116,27 +116,30 @@ async def test_offline_edits_merge_on_reconnect_and_survive_kill_9(tmp_path: Pat
 async def test_a_failed_commit_fails_the_ack_and_sends_the_op_nowhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with serve(tmp_path, journal=True) as srv, aiohttp.ClientSession() as http:
-        async with SharedDocument(srv.ws_url, "board") as reader:
-            await reader.synced(TIMEOUT)
-            writer = srv.runtime.writer
-            assert writer is not None
+    async with (
+        serve(tmp_path, journal=True) as srv,
+        aiohttp.ClientSession() as http,
+        SharedDocument(srv.ws_url, "board") as reader,
+    ):
+        await reader.synced(TIMEOUT)
+        writer = srv.runtime.writer
+        assert writer is not None
 
-            def disk_full(encoded: object) -> list[int]:
-                raise StorageError("database or disk is full")
+        def disk_full(encoded: object) -> list[int]:
+            raise StorageError("database or disk is full")
 
-            monkeypatch.setattr(writer.journal, "append_encoded", disk_full)  # fault injection
-            ws = await http.ws_connect(f"{srv.ws_url}/lazily")
-            await ws.send_str(handshake("board", peer_id=5, features=[FEATURE]).decode())
-            await recv_json(ws)  # the reply
-            await recv_json(ws)  # the state
-            op = CrdtOp(slot_id=1, stamp=WireStamp(1, 0, 5), state=b"1", key="x/lww")
-            await ws.send_bytes(_JSON.encode(CrdtSync(ops=(op,))))
-            error = await recv_json(ws)
-            assert error["code"] == "JournalUnavailable"  # the ack failed, and the writer knows
-            assert (await asyncio.wait_for(ws.receive(), TIMEOUT)).type in CLOSED
-            monkeypatch.undo()
-            assert srv.runtime.plane.core.state_of("board") == ()
-            reader.register("probe").set(1)  # its echo comes after anything queued before
-            await reader.synced(TIMEOUT)
-            assert [o.key for o in reader.cells.state.replica.ops()] == ["probe/lww"]
+        monkeypatch.setattr(writer.journal, "append_encoded", disk_full)  # fault injection
+        ws = await http.ws_connect(f"{srv.ws_url}/lazily")
+        await ws.send_str(handshake("board", peer_id=5, features=[FEATURE]).decode())
+        await recv_json(ws)  # the reply
+        await recv_json(ws)  # the state
+        op = CrdtOp(slot_id=1, stamp=WireStamp(1, 0, 5), state=b"1", key="x/lww")
+        await ws.send_bytes(_JSON.encode(CrdtSync(ops=(op,))))
+        error = await recv_json(ws)
+        assert error["code"] == "JournalUnavailable"  # the ack failed, and the writer knows
+        assert (await asyncio.wait_for(ws.receive(), TIMEOUT)).type in CLOSED
+        monkeypatch.undo()
+        assert srv.runtime.plane.core.state_of("board") == ()
+        reader.register("probe").set(1)  # its echo comes after anything queued before
+        await reader.synced(TIMEOUT)
+        assert [o.key for o in reader.cells.state.replica.ops()] == ["probe/lww"]
