@@ -13,6 +13,7 @@ import contextlib
 import functools
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -156,6 +157,34 @@ def test_ten_tabs_a_kill_9_and_a_closed_tab_lose_no_click(tmp_path: Path) -> Non
             shown = [tab.inner_text("#count") for tab in tabs]
             assert shown == ["1000"] * TABS
             assert tabs[3].evaluate("() => window.doc.reconnects") >= 1
+            browser.close()
+    finally:
+        server.kill()
+
+
+def test_the_two_tab_counter_of_the_docs_counts_every_click(tmp_path: Path) -> None:
+    """docs/crdt.md's quickstart page, as written, opened twice against a real server."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "crdt.md").read_text("utf-8")
+    (page,) = re.findall(r"^```html counter\n(.*?)^```", doc, re.S | re.M)
+    assert "127.0.0.1:8765" in page
+    executable = chromium_path()
+    server = Server(tmp_path / "data")
+    server.start()
+    page_file = tmp_path / "clicks.html"
+    page_file.write_text(page.replace("127.0.0.1:8765", f"127.0.0.1:{server.port}"))
+    try:
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+            context = browser.new_context()
+            tabs = [context.new_page() for _ in range(2)]
+            for tab in tabs:
+                tab.goto(page_file.as_uri())
+                playwright_api.expect(tab.locator("#count")).to_have_text("0", timeout=WAIT_MS)
+            for _ in range(20):
+                for tab in tabs:
+                    tab.click("#plus")
+            for tab in tabs:
+                playwright_api.expect(tab.locator("#count")).to_have_text("40", timeout=WAIT_MS)
             browser.close()
     finally:
         server.kill()
