@@ -59,3 +59,18 @@ def test_cluster_maps_bench_runs_both_layouts() -> None:
     rows = [line for line in done.stdout.splitlines() if line.startswith("cluster-2  ")]
     assert len(rows) == 2
     assert all("nan" not in row for row in rows), "a node never applied every op"
+
+
+@pytest.mark.slow
+def test_crdt_plane_bench_runs_and_loses_no_click() -> None:
+    """``bench/crdt_plane.py --quick``: writers, subscribers, a journaled server; a late member's
+    counter is the sum of every acknowledged click (the bench exits non-zero otherwise)."""
+    done = subprocess.run(
+        [sys.executable, "bench/crdt_plane.py", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clicks lost 0" in done.stdout

@@ -2,7 +2,10 @@
 
 ``hub.crdt_streams.CrdtStreams`` decides; this moves bytes. A writer's frame is checked, its
 ops journaled through the runtime's ``GroupCommitWriter``, and only once the commit succeeded
-merged, fanned out to the stream's readers and echoed to the writer as its acknowledgement. A
+merged, fanned out to the stream's readers and echoed to the writer as its acknowledgement.
+What the commits of one loop turn accepted goes out as one frame per stream and reader (a
+commit settles many writers' frames at once; one frame each would multiply the frames every
+reader's queue holds by the number of writers). A
 failed commit resets the writer's connection (``Runtime.after_commit``), so the writer, told
 nothing, resends on reconnect. Every frame goes out through ``Hub.send_lossless``: a reader
 whose queue is full is reset rather than silently missing an op, and catches up from the whole
@@ -11,8 +14,9 @@ state it gets on reconnect.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from octosync.errors import InvalidRecord, LimitExceeded, Overloaded, StorageError
@@ -33,6 +37,14 @@ class Framing:
     encode: Callable[[CrdtSync], bytes]
 
 
+@dataclass(slots=True)
+class _Due:
+    """What the commits of one loop turn send on one stream."""
+
+    fanout: list[CrdtOp] = field(default_factory=list)
+    acks: dict[ConnId, list[CrdtOp]] = field(default_factory=dict)
+
+
 class Plane:
     """The runtime's plane streams: members' framing, journaling, fan-out."""
 
@@ -40,6 +52,8 @@ class Plane:
         self.rt = runtime
         self.core = core
         self._framing: dict[ConnId, Framing] = {}
+        self._due: dict[str, _Due] = {}
+        self._flush_due = False
 
     def join(self, conn: ConnId, stream: str, framing: Framing, state: Sequence[CrdtOp]) -> None:
         """A member joined (``core.join`` done): it gets the whole state first, with the
@@ -78,9 +92,33 @@ class Plane:
         self._accepted(self.core.commit(checked))
 
     def _accepted(self, accepted: Accepted) -> None:
-        if accepted.fanout:
-            self.send(accepted.readers, CrdtSync(ops=accepted.fanout))
-        self.send([accepted.writer], CrdtSync(ops=accepted.ack))
+        """Gather what commits decided this loop turn; ``_flush`` sends it at the turn's end."""
+        due = self._due.get(accepted.stream)
+        if due is None:
+            due = self._due[accepted.stream] = _Due()
+        due.fanout.extend(accepted.fanout)
+        due.acks.setdefault(accepted.writer, []).extend(accepted.ack)
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """One frame per stream and turn to every reader (its own ops included: they are its
+        acknowledgement), and to each writer what that frame does not already acknowledge."""
+        self._flush_due = False
+        due, self._due = self._due, {}
+        for name, batch in due.items():
+            stream = self.core.streams.get(name)
+            if stream is None:
+                continue
+            readers = [m.conn for m in stream.members.values() if m.read]
+            if batch.fanout:
+                self.send(readers, CrdtSync(ops=tuple(batch.fanout)))
+            sent = set(batch.fanout)
+            for writer, acks in batch.acks.items():
+                rest = acks if writer not in readers else [op for op in acks if op not in sent]
+                if rest:
+                    self.send([writer], CrdtSync(ops=tuple(rest)))
 
     def send(self, conns: Iterable[ConnId], sync: CrdtSync) -> None:
         """Encode ``sync`` once per framing and queue it for each of ``conns``."""
