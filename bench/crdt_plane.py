@@ -309,6 +309,160 @@ def run_octosync(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# --- the same-run peer: Hocuspocus (Node) ------------------------------------------------------
+
+HOCUSPOCUS = Path.home() / ".cache" / "octosync" / "hocuspocus"
+HP_PACKAGES = ("@hocuspocus/server@3", "@hocuspocus/provider@3", "yjs@13", "ws@8")
+
+HP_SERVER = """
+import { Server } from "@hocuspocus/server";
+const server = new Server({ port: Number(process.argv[2]), address: "127.0.0.1", quiet: true });
+await server.listen();
+console.log("ready");
+"""
+
+HP_COMMON = """
+import { HocuspocusProvider, HocuspocusProviderWebsocket } from "@hocuspocus/provider";
+import WebSocket from "ws";
+export const now = () => Number(process.hrtime.bigint()) / 1e9; // CLOCK_MONOTONIC, as Python's
+export function open(port) {
+  const websocketProvider = new HocuspocusProviderWebsocket({
+    url: `ws://127.0.0.1:${port}`, WebSocketPolyfill: WebSocket,
+  });
+  const provider = new HocuspocusProvider({ websocketProvider, name: "bench-doc" });
+  provider.attach(); // v3: a provider given its own websocket attaches when told
+  return new Promise((resolve) => provider.on("synced", () => resolve(provider)));
+}
+export const sleepUntil = (t) => new Promise((r) => setTimeout(r, Math.max(0, (t - now()) * 1000)));
+"""
+
+HP_SUBSCRIBERS = """
+import { writeFileSync } from "node:fs";
+import { open, now, sleepUntil } from "./common.mjs";
+const [port, n, start, seconds, out] = process.argv.slice(2);
+let ops = 0, recording = false;
+const latencies = [];
+for (let i = 0; i < Number(n); i += 1) {
+  const provider = await open(Number(port));
+  const map = provider.document.getMap("m");
+  map.observe((event) => {
+    if (!recording) return;
+    ops += event.keysChanged.size;
+    if (event.keysChanged.has("w0")) {
+      const sent = map.get("w0");
+      latencies.push([sent, now() - sent]);
+    }
+  });
+}
+console.log("ready");
+await sleepUntil(Number(start));
+recording = true;
+await sleepUntil(Number(start) + Number(seconds));
+recording = false;
+writeFileSync(out, JSON.stringify({ ops, latencies }));
+process.exit(0);
+"""
+
+HP_WRITERS = """
+import { open, now, sleepUntil } from "./common.mjs";
+const [port, writers, window, start, seconds] = process.argv.slice(2).map(Number);
+const deadline = start + seconds;
+let acked = 0;
+async function writer(i) {
+  const provider = await open(port);
+  const map = provider.document.getMap("m");
+  let waiting = null;
+  provider.on("unsyncedChanges", () => {
+    if (waiting && provider.unsyncedChanges < window) { const w = waiting; waiting = null; w(); }
+  });
+  await sleepUntil(start);
+  let k = 0;
+  while (now() < deadline) {
+    if (provider.unsyncedChanges >= window) await new Promise((r) => (waiting = r));
+    k += 1;
+    if (k % 2) map.set(`w${i}`, now()); else map.set(`c${i}`, k);
+    if (now() <= deadline) acked += 1;
+    if (k % 64 === 0) await new Promise((r) => setImmediate(r));
+  }
+}
+await Promise.all(Array.from({ length: writers }, (_, i) => writer(i)));
+console.log(JSON.stringify({ acked }));
+process.exit(0);
+"""
+
+
+def hocuspocus_ready() -> Path:
+    """The Hocuspocus harness in the cache folder (npm install on first use)."""
+    HOCUSPOCUS.mkdir(parents=True, exist_ok=True)
+    package = HOCUSPOCUS / "package.json"
+    if not package.exists():
+        package.write_text('{"name": "octosync-bench-hocuspocus", "private": true}\n')
+    if not (HOCUSPOCUS / "node_modules" / "@hocuspocus" / "server").exists():
+        subprocess.run(["npm", "install", "--silent", *HP_PACKAGES], cwd=HOCUSPOCUS, check=True)
+    for name, text in (
+        ("server.mjs", HP_SERVER),
+        ("common.mjs", HP_COMMON),
+        ("subscribers.mjs", HP_SUBSCRIBERS),
+        ("writers.mjs", HP_WRITERS),
+    ):
+        (HOCUSPOCUS / name).write_text(text)
+    return HOCUSPOCUS
+
+
+def run_hocuspocus(args: argparse.Namespace) -> dict[str, Any]:
+    root = hocuspocus_ready()
+    port = free_port()
+    data = tempfile.mkdtemp(prefix="hp-bench-")
+    server = subprocess.Popen(["node", "server.mjs", str(port)], cwd=root, stdout=subprocess.PIPE)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == b"ready"
+        start = time.monotonic() + 3.0 + args.subscribers / 200
+        outs = []
+        per = -(-args.subscribers // args.processes)
+        for k in range(args.processes):
+            n = min(per, args.subscribers - k * per)
+            if n <= 0:
+                break
+            out = f"{data}/sub{k}.json"
+            outs.append(out)
+            argv = [str(port), str(n), repr(start), repr(args.seconds), out]
+            procs.append(
+                subprocess.Popen(
+                    ["node", "subscribers.mjs", *argv], cwd=root, stdout=subprocess.PIPE
+                )
+            )
+        for p in procs:
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == b"ready"
+        if time.monotonic() > start:
+            raise SystemExit("Hocuspocus subscribers took too long to join: raise the start delay")
+        argv = [str(port), str(args.writers), str(args.window), repr(start), repr(args.seconds)]
+        writers = subprocess.run(
+            ["node", "writers.mjs", *argv], cwd=root, capture_output=True, check=True
+        )
+        acked = json.loads(writers.stdout.decode().strip().splitlines()[-1])["acked"]
+        for p in procs:
+            p.wait(timeout=60)
+        ops, latencies = 0, []
+        for out in outs:
+            got = json.loads(Path(out).read_text())
+            ops += got["ops"]
+            latencies += [tuple(x) for x in got["latencies"]]
+    finally:
+        for p in [*procs, server]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return {
+        "system": "hocuspocus",
+        "ops_acked_per_s": acked / args.seconds,
+        "deliveries_per_s": ops / args.seconds,
+        "p99_ms": None if (p := p99_to_last(latencies)) is None else p * 1000,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--writers", type=int, default=50)
@@ -317,6 +471,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=4, help="frames in flight per writer")
     parser.add_argument("--processes", type=int, default=4, help="subscriber processes")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--peer", choices=("hocuspocus", "none"), default="none", help="same-run peer"
+    )
     parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--subscribe", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -343,6 +500,17 @@ def main() -> None:
     )
     if ours["clicks_lost"]:
         raise SystemExit("a late member's counter is not the sum of the acknowledged clicks")
+    if args.peer == "hocuspocus":
+        peer = run_hocuspocus(args)
+        p99 = "n/a" if peer["p99_ms"] is None else f"{peer['p99_ms']:.1f} ms"
+        print(
+            f"  hocuspocus (in memory, no persistence): {peer['deliveries_per_s']:,.0f} op "
+            f"deliveries/s, {peer['ops_acked_per_s']:,.0f} ops sent/s, p99 write->last "
+            f"subscriber {p99}"
+        )
+        if peer["deliveries_per_s"]:
+            ratio = ours["deliveries_per_s"] / peer["deliveries_per_s"]
+            print(f"  ratio octosync / hocuspocus deliveries: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
