@@ -258,7 +258,9 @@ def p99_to_last(latencies: list[tuple[float, float]]) -> float | None:
     return None if not values else values[min(len(values) - 1, int(0.99 * len(values)))]
 
 
-def run_octosync(args: argparse.Namespace) -> dict[str, Any]:
+def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict[str, Any]:
+    """``js_subscribers``: the subscribers are octosync.js documents under Node (the
+    harness Hocuspocus's subscribers run in), instead of raw byte scanners."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="crdt-bench-")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -269,7 +271,7 @@ def run_octosync(args: argparse.Namespace) -> dict[str, Any]:
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == b"ready"
-        start = time.monotonic() + 3.0 + args.subscribers / 500
+        start = time.monotonic() + 3.0 + args.subscribers / (200 if js_subscribers else 500)
         outs = []
         per = -(-args.subscribers // args.processes)
         for k in range(args.processes):
@@ -279,8 +281,13 @@ def run_octosync(args: argparse.Namespace) -> dict[str, Any]:
             out = f"{data}/sub{k}.json"
             outs.append(out)
             argv = [str(port), str(n), repr(start), repr(args.seconds), out]
-            command = [sys.executable, str(HERE), "--subscribe", *argv]
-            procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, env=env))
+            if js_subscribers:
+                module = (HERE.parents[1] / "clients" / "js" / "octosync.js").as_uri()
+                command = ["node", "octosync_subscribers.mjs", module, *argv]
+                procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, cwd=HOCUSPOCUS))
+            else:
+                command = [sys.executable, str(HERE), "--subscribe", *argv]
+                procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, env=env))
         for p in procs:
             assert p.stdout is not None
             assert p.stdout.readline().strip() == b"ready"
@@ -301,7 +308,7 @@ def run_octosync(args: argparse.Namespace) -> dict[str, Any]:
                 p.kill()
                 p.wait()
     return {
-        "system": "octosync",
+        "system": "octosync" + (" (octosync.js subscribers)" if js_subscribers else ""),
         "ops_acked_per_s": acked / args.seconds,
         "deliveries_per_s": ops / args.seconds,
         "p99_ms": None if (p := p99_to_last(latencies)) is None else p * 1000,
@@ -363,6 +370,36 @@ writeFileSync(out, JSON.stringify({ ops, latencies }));
 process.exit(0);
 """
 
+OCTO_JS_SUBSCRIBERS = """
+import { writeFileSync } from "node:fs";
+import WebSocket from "ws";
+import { now, sleepUntil } from "./common.mjs";
+const [module, port, n, start, seconds, out] = process.argv.slice(2);
+const { connect } = await import(module);
+let ops = 0, recording = false;
+const latencies = [];
+const client = connect(`ws://127.0.0.1:${port}`, { WebSocket });
+const docs = [];
+for (let i = 0; i < Number(n); i += 1) {
+  const doc = client.openDocument("bench-doc");
+  const received = doc.received.bind(doc);
+  doc.received = (text) => {
+    if (recording) ops += text.split('"slot_id"').length - 1;
+    received(text);
+  };
+  doc.register("w0").on("change", (sent) => recording && latencies.push([sent, now() - sent]));
+  docs.push(doc.synced());
+}
+await Promise.all(docs);
+console.log("ready");
+await sleepUntil(Number(start));
+recording = true;
+await sleepUntil(Number(start) + Number(seconds));
+recording = false;
+writeFileSync(out, JSON.stringify({ ops, latencies }));
+process.exit(0);
+"""
+
 HP_WRITERS = """
 import { open, now, sleepUntil } from "./common.mjs";
 const [port, writers, window, start, seconds] = process.argv.slice(2).map(Number);
@@ -404,6 +441,7 @@ def hocuspocus_ready() -> Path:
         ("common.mjs", HP_COMMON),
         ("subscribers.mjs", HP_SUBSCRIBERS),
         ("writers.mjs", HP_WRITERS),
+        ("octosync_subscribers.mjs", OCTO_JS_SUBSCRIBERS),
     ):
         (HOCUSPOCUS / name).write_text(text)
     return HOCUSPOCUS
@@ -501,6 +539,14 @@ def main() -> None:
     if ours["clicks_lost"]:
         raise SystemExit("a late member's counter is not the sum of the acknowledged clicks")
     if args.peer == "hocuspocus":
+        hocuspocus_ready()
+        like = run_octosync(args, js_subscribers=True)
+        p99 = "n/a" if like["p99_ms"] is None else f"{like['p99_ms']:.1f} ms"
+        print(
+            f"  octosync, subscribers as octosync.js documents under Node: "
+            f"{like['deliveries_per_s']:,.0f} op deliveries/s, p99 write->last subscriber {p99},"
+            f" clicks lost {like['clicks_lost']}"
+        )
         peer = run_hocuspocus(args)
         p99 = "n/a" if peer["p99_ms"] is None else f"{peer['p99_ms']:.1f} ms"
         print(
@@ -509,8 +555,11 @@ def main() -> None:
             f"subscriber {p99}"
         )
         if peer["deliveries_per_s"]:
-            ratio = ours["deliveries_per_s"] / peer["deliveries_per_s"]
-            print(f"  ratio octosync / hocuspocus deliveries: {ratio:.2f}x")
+            ratio = like["deliveries_per_s"] / peer["deliveries_per_s"]
+            print(
+                f"  ratio octosync / hocuspocus deliveries (both with their JS client under "
+                f"Node as subscribers): {ratio:.2f}x"
+            )
 
 
 if __name__ == "__main__":
