@@ -79,7 +79,7 @@ def handshake(peer: int) -> str:
 # --- the server ---------------------------------------------------------------------------------
 
 
-async def _serve(port: int, data: str) -> None:
+async def _serve(port: int, data: str, durability: str) -> None:
     from octosync.server.app import ServerConfig, build_app
     from octosync.server.run import start
 
@@ -88,6 +88,7 @@ async def _serve(port: int, data: str) -> None:
         insecure_dev=True,
         data_dir=Path(data),
         journal=True,
+        journal_durability="normal" if durability == "normal" else "full",
         max_connections_per_address=1 << 16,
     )
     await start(build_app(config), config)
@@ -171,7 +172,7 @@ async def _subscribe(port: int, n: int, start: float, seconds: float, out: str) 
 
 
 async def _writers(
-    port: int, writers: int, window: int, start: float, seconds: float
+    port: int, writers: int, window: int, start: float, seconds: float, rate: float | None
 ) -> tuple[int, int]:
     """Ops acknowledged during the window, and the clicks written in all (every one acked)."""
     acked = 0
@@ -203,7 +204,12 @@ async def _writers(
 
             reader = asyncio.get_running_loop().create_task(read())
             await asyncio.sleep(max(0.0, start - time.monotonic()))
+            gap = None if rate is None else writers / rate
+            due = start + random.random() * (gap or 0)
             while time.monotonic() < deadline:
+                if gap is not None:  # paced: the offered load, not how fast acks come back
+                    due += gap
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
                 await in_flight.acquire()
                 now = time.monotonic()
                 logical += 1
@@ -250,12 +256,13 @@ async def _count_clicks(port: int) -> int:
 # --- the run -----------------------------------------------------------------------------------
 
 
-def p99_to_last(latencies: list[tuple[float, float]]) -> float | None:
+def p99_to_last(latencies: list[tuple[float, float]], q: float = 0.99) -> float | None:
+    """The ``q`` quantile over ops of each op's slowest subscriber."""
     worst: dict[float, float] = {}
     for sent, latency in latencies:
         worst[sent] = max(worst.get(sent, 0.0), latency)
     values = sorted(worst.values())
-    return None if not values else values[min(len(values) - 1, int(0.99 * len(values)))]
+    return None if not values else values[min(len(values) - 1, int(q * len(values)))]
 
 
 def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict[str, Any]:
@@ -265,13 +272,15 @@ def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict
     data = tempfile.mkdtemp(prefix="crdt-bench-")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     server = subprocess.Popen(
-        [sys.executable, str(HERE), "--serve", str(port), data], stdout=subprocess.PIPE, env=env
+        [sys.executable, str(HERE), "--serve", str(port), data, args.durability],
+        stdout=subprocess.PIPE,
+        env=env,
     )
     procs: list[subprocess.Popen[bytes]] = []
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == b"ready"
-        start = time.monotonic() + 3.0 + args.subscribers / (200 if js_subscribers else 500)
+        start = time.monotonic() + 5.0 + args.subscribers / (100 if js_subscribers else 200)
         outs = []
         per = -(-args.subscribers // args.processes)
         for k in range(args.processes):
@@ -293,7 +302,9 @@ def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict
             assert p.stdout.readline().strip() == b"ready"
         if time.monotonic() > start:
             raise SystemExit("subscribers took too long to join: raise the start delay")
-        acked, clicks = asyncio.run(_writers(port, args.writers, args.window, start, args.seconds))
+        acked, clicks = asyncio.run(
+            _writers(port, args.writers, args.window, start, args.seconds, args.rate)
+        )
         counted = asyncio.run(_count_clicks(port))
         for p in procs:
             p.wait(timeout=60)
@@ -313,6 +324,7 @@ def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict
         "deliveries_per_s": ops / args.seconds,
         "p99_ms": None if (p := p99_to_last(latencies)) is None else p * 1000,
         "clicks_lost": clicks - counted,
+        "p50_ms": None if (m := p99_to_last(latencies, 0.5)) is None else m * 1000,
     }
 
 
@@ -507,16 +519,27 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--window", type=int, default=4, help="frames in flight per writer")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="ops/s offered by all writers together (default: as fast as acks)",
+    )
     parser.add_argument("--processes", type=int, default=4, help="subscriber processes")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--peer", choices=("hocuspocus", "none"), default="none", help="same-run peer"
     )
-    parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--durability",
+        choices=("full", "normal"),
+        default="full",
+        help="the journal's: full fsyncs every group commit (the default, as serve)",
+    )
+    parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--subscribe", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(_serve(int(args.serve[0]), args.serve[1]))
+        asyncio.run(_serve(int(args.serve[0]), args.serve[1], args.serve[2]))
         return
     if args.subscribe:
         port, n, start, seconds, out = args.subscribe
@@ -527,13 +550,16 @@ def main() -> None:
     load = os.getloadavg()
     print(
         f"crdt plane: {args.writers} writers, {args.subscribers} subscribers, {args.seconds:g} s,"
-        f" window {args.window}; load average before {load[0]:.2f} on {os.cpu_count()} cores"
+        f" window {args.window}, rate {args.rate or 'unpaced'}, journal {args.durability};"
+        f" load average before "
+        f"{load[0]:.2f} on {os.cpu_count()} cores"
     )
     ours = run_octosync(args)
     p99 = "n/a" if ours["p99_ms"] is None else f"{ours['p99_ms']:.1f} ms"
     print(
         f"  octosync: {ours['deliveries_per_s']:,.0f} op deliveries/s, "
-        f"{ours['ops_acked_per_s']:,.0f} ops acked/s, p99 write->last subscriber {p99}, "
+        f"{ours['ops_acked_per_s']:,.0f} ops acked/s, p99 write->last subscriber {p99} "
+        f"(p50 {ours['p50_ms'] or 0:.1f} ms), "
         f"clicks lost {ours['clicks_lost']}"
     )
     if ours["clicks_lost"]:

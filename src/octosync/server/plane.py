@@ -3,9 +3,9 @@
 ``hub.crdt_streams.CrdtStreams`` decides; this moves bytes. A writer's frame is checked, its
 ops journaled through the runtime's ``GroupCommitWriter``, and only once the commit succeeded
 merged, fanned out to the stream's readers and echoed to the writer as its acknowledgement.
-What the commits of one loop turn accepted goes out as one frame per stream and reader (a
-commit settles many writers' frames at once; one frame each would multiply the frames every
-reader's queue holds by the number of writers). A
+What commits accepted goes out as one frame per stream and reader, at most once per
+``FLUSH_GAP`` (a commit settles many writers' frames at once; one frame each would multiply
+the frames every reader's queue holds, and the socket writes, by the number of writers). A
 failed commit resets the writer's connection (``Runtime.after_commit``), so the writer, told
 nothing, resends on reconnect. Every frame goes out through ``Hub.send_lossless``: a reader
 whose queue is full is reset rather than silently missing an op, and catches up from the whole
@@ -37,6 +37,12 @@ class Framing:
     encode: Callable[[CrdtSync], bytes]
 
 
+FLUSH_GAP = 0.005
+"""Seconds between two fan-outs of a plane at most: an idle server sends at once, a busy one
+puts many commits' ops into one frame per reader (each frame is a write to every reader's
+socket: under many writers, frames per second, not ops, are what costs)."""
+
+
 @dataclass(slots=True)
 class _Due:
     """What the commits of one loop turn send on one stream."""
@@ -54,6 +60,7 @@ class Plane:
         self._framing: dict[ConnId, Framing] = {}
         self._due: dict[str, _Due] = {}
         self._flush_due = False
+        self._flushed_at = float("-inf")
 
     def join(self, conn: ConnId, stream: str, framing: Framing, state: Sequence[CrdtOp]) -> None:
         """A member joined (``core.join`` done): it gets the whole state first, with the
@@ -100,12 +107,18 @@ class Plane:
         due.acks.setdefault(accepted.writer, []).extend(accepted.ack)
         if not self._flush_due:
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop = asyncio.get_running_loop()
+            wait = self._flushed_at + FLUSH_GAP - loop.time()
+            if wait > 0:
+                loop.call_later(wait, self._flush)
+            else:
+                loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """One frame per stream and turn to every reader (its own ops included: they are its
         acknowledgement), and to each writer what that frame does not already acknowledge."""
         self._flush_due = False
+        self._flushed_at = asyncio.get_running_loop().time()
         due, self._due = self._due, {}
         for name, batch in due.items():
             stream = self.core.streams.get(name)
