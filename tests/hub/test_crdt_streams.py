@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from octosync.crdt.shared import SharedState, node_of
-from octosync.errors import ClockDrift, CrdtValueError, Forbidden
+from octosync.errors import ClockDrift, CrdtValueError, Forbidden, LimitExceeded
 from octosync.graph.context import Context
 from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.types import Action, AllowAll, StreamId
@@ -265,3 +265,25 @@ class PlaneMachine(RuleBasedStateMachine):
 
 PlaneMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestPlaneMachine = PlaneMachine.TestCase
+
+
+def test_all_streams_together_are_bounded_not_only_each() -> None:
+    streams = CrdtStreams(lambda: NOW, max_entries=10, max_total_entries=3)
+    for conn, name in enumerate(("a", "b", "c", "d")):
+        streams.join(conn, name, 5, AllowAll())
+    for conn in range(3):
+        streams.commit(streams.check(conn, CrdtSync(ops=(op(5),))))
+    with pytest.raises(LimitExceeded):
+        streams.check(3, CrdtSync(ops=(op(5),)))
+    streams.check(0, CrdtSync(ops=(op(5, NOW + 1),)))  # an existing entry: no new room needed
+    assert streams.total_entries == 3
+
+
+def test_a_stream_nobody_wrote_is_forgotten_when_its_last_member_leaves() -> None:
+    streams = CrdtStreams(lambda: NOW)
+    streams.join(1, "empty", 5, AllowAll())
+    streams.join(2, "kept", 6, AllowAll())
+    streams.commit(streams.check(2, CrdtSync(ops=(op(6),))))
+    streams.leave(1)
+    streams.leave(2)
+    assert set(streams.streams) == {"kept"}

@@ -28,7 +28,7 @@ StampKey = tuple[int, int, int]
 EntryKey = tuple[int, str]
 """``(node, key)``; an op without a key has key ``""`` (a key is never empty)."""
 
-MAX_ENTRIES = 1_000_000
+MAX_ENTRIES = 100_000
 """Entries one replica holds at most (a server replica refuses ops past it)."""
 
 
@@ -70,8 +70,9 @@ class PlaneReplica:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def check(self, ops: Iterable[CrdtOp]) -> None:
-        """Raise (and change nothing) if ``ops`` cannot all be applied."""
+    def check(self, ops: Iterable[CrdtOp]) -> int:
+        """Raise (and change nothing) if ``ops`` cannot all be applied; else how many entries
+        they would add."""
         fresh = set()
         for i, op in enumerate(ops):
             if not isinstance(op.state, bytes):
@@ -85,6 +86,7 @@ class PlaneReplica:
                 f"over its limit of {self.max_entries}",
                 path="ops",
             )
+        return len(fresh)
 
     def apply(self, op: CrdtOp) -> bool:
         """Merge one op; True when it became the entry's winner (the observed state moved)."""

@@ -8,7 +8,8 @@ the journal:
 1. ``check`` refuses, changing nothing, a frame the writer may not send: no ``write`` grant, an
    op stamped by another peer than the writer's handshake ``peer_id`` (a writer speaks for
    itself only), a stamp further ahead of the server's clock than the allowed drift (it would
-   win every later write), a state that is not inline bytes, or a replica past its size.
+   win every later write), a state that is not inline bytes, or a replica (or all of them
+   together) past its size.
 2. ``commit``, once the journal committed the ops, merges them and says what goes where: the
    ops that changed the replica to every reader but the writer, and all of the frame's ops back
    to the writer as its acknowledgement. Nothing is fanned out before it is durable, so no
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from octosync.crdt.plane import MAX_ENTRIES, PlaneReplica
-from octosync.errors import ClockDrift, Forbidden
+from octosync.errors import ClockDrift, Forbidden, LimitExceeded
 from octosync.hub.types import ConnId, Grants
 from octosync.ipc.messages import CrdtOp, CrdtSync
 
@@ -32,6 +33,9 @@ FEATURE = "distributed_crdt"
 """The handshake feature (lazily-spec's token) that makes a lazily connection a plane member."""
 
 DEFAULT_MAX_DRIFT_MS = 60_000
+MAX_TOTAL_ENTRIES = 2_000_000
+"""Entries all plane streams of a server hold together at most: writers cannot grow the
+server's memory without bound by spreading entries over many streams."""
 
 
 @dataclass(slots=True)
@@ -80,10 +84,13 @@ class CrdtStreams:
         *,
         max_drift_ms: int = DEFAULT_MAX_DRIFT_MS,
         max_entries: int = MAX_ENTRIES,
+        max_total_entries: int = MAX_TOTAL_ENTRIES,
     ) -> None:
         self._clock = clock_ms
         self.max_drift_ms = max_drift_ms
         self.max_entries = max_entries
+        self.max_total_entries = max_total_entries
+        self.total_entries = 0
         self.streams: dict[str, PlaneStream] = {}
         self._members: dict[ConnId, Member] = {}
 
@@ -106,8 +113,12 @@ class CrdtStreams:
 
     def leave(self, conn: ConnId) -> None:
         member = self._members.pop(conn, None)
-        if member is not None:
-            self.streams[member.stream].members.pop(conn, None)
+        if member is None:
+            return
+        stream = self.streams[member.stream]
+        stream.members.pop(conn, None)
+        if not stream.members and not len(stream.replica):
+            del self.streams[member.stream]  # never written: joining names costs nothing kept
 
     def is_member(self, conn: ConnId) -> bool:
         return conn in self._members
@@ -130,13 +141,21 @@ class CrdtStreams:
                     f"of the server's clock (limit {self.max_drift_ms} ms)",
                     path=f"ops[{i}].stamp.wall_time",
                 )
-        self.streams[member.stream].replica.check(sync.ops)
+        fresh = self.streams[member.stream].replica.check(sync.ops)
+        if self.total_entries + fresh > self.max_total_entries:
+            raise LimitExceeded(
+                f"the server's shared documents would hold {self.total_entries + fresh} "
+                f"entries, over its limit of {self.max_total_entries}",
+                path="ops",
+            )
         return Checked(conn, member.stream, sync.ops)
 
     def commit(self, checked: Checked) -> Accepted:
         """Merge ops the journal committed; see the module doc for who gets what."""
         stream = self._stream(checked.stream)
+        before = len(stream.replica)
         changed = tuple(stream.replica.merge(checked.ops))
+        self.total_entries += len(stream.replica) - before
         stream.ops_accepted += len(checked.ops)
         readers = tuple(
             m.conn for m in stream.members.values() if m.read and m.conn != checked.conn
@@ -145,7 +164,10 @@ class CrdtStreams:
 
     def restore(self, name: str, ops: Iterable[CrdtOp]) -> None:
         """Merge journaled ops at start-up (before any connection)."""
-        self._stream(name).replica.merge(ops)
+        replica = self._stream(name).replica
+        before = len(replica)
+        replica.merge(ops)
+        self.total_entries += len(replica) - before
 
     def state_of(self, name: str) -> tuple[CrdtOp, ...]:
         stream = self.streams.get(name)
