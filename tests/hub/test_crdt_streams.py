@@ -66,6 +66,10 @@ def test_a_stamp_far_ahead_of_the_server_is_refused() -> None:
         streams.check(1, CrdtSync(ops=(op(5, NOW + 1001),)))
     with pytest.raises(CrdtValueError):
         streams.check(1, CrdtSync(ops=(op(5, state=BlobRef(0, 1, 0, 0, 0)),)))
+    huge = CrdtOp(slot_id=1, stamp=WireStamp(NOW, 2**53 + 1, 5), state=b"1", key="c/lww")
+    with pytest.raises(LimitExceeded) as err:
+        streams.check(1, CrdtSync(ops=(huge,)))
+    assert err.value.path == "ops[0].stamp.logical"
 
 
 def test_a_redelivered_frame_is_acked_and_fans_out_nothing() -> None:

@@ -8,7 +8,7 @@ the journal:
 1. ``check`` refuses, changing nothing, a frame the writer may not send: no ``write`` grant, an
    op stamped by another peer than the writer's handshake ``peer_id`` (a writer speaks for
    itself only), a stamp further ahead of the server's clock than the allowed drift (it would
-   win every later write), a state that is not inline bytes, or a replica (or all of them
+   win every later write) or with a logical counter a JavaScript replica cannot hold exactly, a state that is not inline bytes, or a replica (or all of them
    together) past its size.
 2. ``commit``, once the journal committed the ops, merges them and says what goes where: the
    ops that changed the replica to every reader but the writer, and all of the frame's ops back
@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.crdt.plane import MAX_ENTRIES, PlaneReplica
 from octosync.errors import ClockDrift, Forbidden, LimitExceeded
 from octosync.hub.types import ConnId, Grants
@@ -134,6 +135,11 @@ class CrdtStreams:
                 raise Forbidden(
                     f"op stamped by peer {op.stamp.peer}; this connection is peer {member.peer}",
                     path=f"ops[{i}].stamp.peer",
+                )
+            if op.stamp.logical > MAX_SAFE_INTEGER:  # a JavaScript replica could not order it
+                raise LimitExceeded(
+                    f"logical counter {op.stamp.logical} is above 2**53",
+                    path=f"ops[{i}].stamp.logical",
                 )
             if op.stamp.wall_time > horizon:
                 raise ClockDrift(
