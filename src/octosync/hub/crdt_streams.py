@@ -8,8 +8,8 @@ the journal:
 1. ``check`` refuses, changing nothing, a frame the writer may not send: no ``write`` grant, an
    op stamped by another peer than the writer's handshake ``peer_id`` (a writer speaks for
    itself only), a stamp further ahead of the server's clock than the allowed drift (it would
-   win every later write) or with a logical counter a JavaScript replica cannot hold exactly, a state that is not inline bytes, or a replica (or all of them
-   together) past its size.
+   win every later write) or with a logical counter a JavaScript replica cannot hold exactly,
+   a state that is not inline bytes, or a replica (or all of them together) past its size.
 2. ``commit``, once the journal committed the ops, merges them and says what goes where: the
    ops that changed the replica to every reader but the writer, and all of the frame's ops back
    to the writer as its acknowledgement. Nothing is fanned out before it is durable, so no
