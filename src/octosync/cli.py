@@ -39,6 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
         "port": args.port,
         "tcp_port": args.tcp_port,
         "dataspace_port": args.dataspace_port,
+        "wvp_socket": args.wvp_socket,
         "chain_config": None if args.chain_config is None else chain_url(args.chain_config),
         "data_dir": Path(args.data) if args.data else None,
         "cluster_url": args.cluster,
@@ -80,6 +81,8 @@ def _serve(args: argparse.Namespace) -> int:
         tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
         if started.dataspace_port:
             tcp += f", dataspace over TCP on {config.host}:{started.dataspace_port}"
+        if config.wvp_socket:
+            tcp += f", WVP on the Unix socket {config.wvp_socket}"
         print(
             f"octosync serving {faces} on http://{config.host}:{started.port}{tcp} "
             f"(data in {config.data_dir})",
@@ -249,6 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="also serve the Syndicate protocol over TCP",
+    )
+    serve.add_argument(
+        "--wvp-socket",
+        default=None,
+        metavar="PATH",
+        help="also serve WVP (JS-ABI packets) on a Unix socket at PATH, mode 0600",
     )
     serve.add_argument(
         "--chain-config",

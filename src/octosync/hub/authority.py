@@ -52,6 +52,10 @@ class StreamState:
     expires_at: float | None = None
     frames: int = 0
     """Frames accepted on this stream (inspection: the inspector's frames/s)."""
+    last_frame_at: float = 0.0
+    """When the producer last published (its ownership lease runs from here)."""
+    resync_forwarded_at: float | None = None
+    """When a subscriber's resync request last went to the producer (None: since answered)."""
 
     def has_state(self) -> bool:
         return self.model is not None and self.model.epoch is not None
@@ -95,7 +99,7 @@ class Authority:
         if conn != SERVER_PRODUCER:
             check_peer_may_produce(stream_id)
         stream = self.streams.get(stream_id)
-        if stream is not None and stream.producer not in (None, conn):
+        if stream is not None and stream.producer not in (None, conn) and not self._lapsed(stream):
             raise ForbiddenPublish(
                 f"stream {stream_id!r} is produced by another connection", path="stream"
             )
@@ -105,6 +109,38 @@ class Authority:
                 raise ForbiddenPublish(
                     f"stream {stream_id!r} is produced on node {node!r}", path="stream"
                 )
+
+    def _lapsed(self, stream: StreamState) -> bool:
+        """The producer's lease ran out (it published nothing for ``producer_lease``)."""
+        lease = self.config.producer_lease
+        return lease is not None and self._clock() - stream.last_frame_at >= lease
+
+    def hand_over(self, c: Connection, stream_id: StreamId, to: Connection) -> None:
+        """``c``, the producer, gives ``stream_id`` to ``to``; ``to`` continues it with a
+        snapshot (its first diff is ``SnapshotRequired``, as for any new producer)."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.producer != c.id:
+            raise ForbiddenPublish(f"only the producer hands over stream {stream_id!r}")
+        self.check_stream(to.face, stream_id)
+        self.check_publisher(to.grants, stream_id)
+        stream.producer = to.id
+        stream.producer_has_snapshot = False
+        stream.last_frame_at = self._clock()
+        c.produces.discard(stream_id)
+        to.produces.add(stream_id)
+
+    def forward_resync(self, stream_id: StreamId) -> ConnId | None:
+        """The producer a subscriber's resync request goes to now, or None: none here, or
+        one was asked less than ``resync_interval`` ago and has not answered yet."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.producer is None or stream.producer == SERVER_PRODUCER:
+            return None
+        now = self._clock()
+        last = stream.resync_forwarded_at
+        if last is not None and now - last < self.config.resync_interval:
+            return None
+        stream.resync_forwarded_at = now
+        return stream.producer
 
     def accept(self, c: Connection, stream_id: StreamId, frame: Frame[object]) -> StreamState:
         """Apply ``frame`` from ``c`` to its stream, or raise and change nothing."""
@@ -118,6 +154,12 @@ class Authority:
                 limits.check_epoch(frame.to_epoch, "to_epoch")
             self.check_producer(stream_id, c.id)
             stream = self.streams.get(stream_id)
+            taking_over = stream is not None and stream.producer not in (None, c.id)
+            if taking_over and not isinstance(frame, SnapshotFrame):
+                raise SnapshotRequired(
+                    f"stream {stream_id!r}: a producer taking over a lapsed lease starts with "
+                    "a snapshot"
+                )
             prepared = self._prepare(stream_id, c.id, frame)
             stream = self._apply(stream or StreamState(stream_id), frame)
         except Exception:
@@ -127,6 +169,9 @@ class Authority:
         stream.producer = c.id
         stream.producer_has_snapshot = True
         stream.expires_at = None
+        stream.last_frame_at = self._clock()
+        if isinstance(frame, SnapshotFrame):
+            stream.resync_forwarded_at = None
         c.produces.add(stream_id)
         stream.frames += 1
         self.stats.frames_in += 1

@@ -26,6 +26,8 @@ class ServerConfig:
     tcp_port: int | None = None
     dataspace_port: int | None = None
     """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
+    wvp_socket: str | None = None
+    """A Unix socket path on which WVP is served as bare JS-ABI packets; None: none."""
     chain_config: str | None = None
     """NATS URL of the chain configurations; set: ``/chain/{name}`` relays browser devices to
     each chain's head (``links.ws_face``). None: no chain face."""
@@ -40,6 +42,9 @@ class ServerConfig:
     coalesce_backlog: bool = False
     max_replay_diffs: int = 1024
     """Diffs a WVP stream keeps after its snapshot for late joiners (past it: ask for one)."""
+    producer_lease: float | None = None
+    """Seconds a producer holds a stream without publishing before another may take it over
+    with a snapshot; None: until it leaves or hands it over."""
     signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
     shutdown_deadline: float = 5.0
     """Seconds to keep flushing after SIGTERM before connections are closed."""
@@ -210,6 +215,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "port": _set("port", int),
         "tcp_port": _set("tcp_port", int),
         "dataspace_port": _set("dataspace_port", int),
+        "wvp_socket": _set("wvp_socket", str),
         "chain_config": Key((str,), lambda cfg, v, _p: replace(cfg, chain_config=chain_url(v))),
         "data": Key((str,), lambda cfg, v, _p: replace(cfg, data_dir=Path(v))),
         "max_frame_size": _set("max_frame_size", int),
@@ -242,6 +248,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "socket_high_water": _set("socket_high_water", int),
         "coalesce_backlog": _set("coalesce_backlog", bool),
         "max_replay_diffs": _set("max_replay_diffs", int),
+        "producer_lease": _set("producer_lease", *_NUMBER),
         "retain_seconds": Key(_NUMBER, _retain),
     },
     "cluster": {

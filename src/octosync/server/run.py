@@ -18,11 +18,13 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from octosync.errors import ListenError
+from octosync.server import wvp_socket as wvp_unix
 from octosync.server.app import CLUSTER, build_app
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, serve_tcp
@@ -44,10 +46,13 @@ class Started:
     port: int
     tcp_port: int | None
     dataspace_port: int | None = None
+    wvp_socket: Path | None = None
 
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
+        if self.wvp_socket is not None:
+            self.wvp_socket.unlink(missing_ok=True)
         await self.runner.cleanup()
 
 
@@ -132,6 +137,10 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
             dataspace = await asyncio.start_server(serve, config.host, config.dataspace_port)
             servers.append(dataspace)
             dataspace_port = int(dataspace.sockets[0].getsockname()[1])
+        wvp_socket = None
+        if config.wvp_socket is not None:
+            wvp_socket = Path(config.wvp_socket)
+            servers.append(await wvp_unix.listen(rt, wvp_socket))
         if CLUSTER in app:
             app[CLUSTER].public_url = f"ws://{config.host}:{port}/lazily"
     except BaseException:
@@ -139,7 +148,7 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
             server.close()
         await runner.cleanup()
         raise
-    return Started(runner, rt, servers, port, tcp_port, dataspace_port)
+    return Started(runner, rt, servers, port, tcp_port, dataspace_port, wvp_socket)
 
 
 YOUNG_COLLECTION_THRESHOLD = 20_000

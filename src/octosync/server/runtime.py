@@ -146,6 +146,7 @@ class Runtime:
                 retain_after_producer_leaves=config.retain_after_producer_leaves,
                 coalesce_backlog=config.coalesce_backlog,
                 max_replay_diffs=config.max_replay_diffs,
+                producer_lease=config.producer_lease,
             ),
             clock=time.monotonic,
             encoders=view_encoders(),

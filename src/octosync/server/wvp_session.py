@@ -18,12 +18,13 @@ from octosync.hub.streams import warp_stream_id
 from octosync.server.auth import ClaimGrants
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
-from octosync.server.view_encoders import WVP_VIEW
+from octosync.server.view_encoders import WVP_STREAM_VIEW, WVP_VIEW
 from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
 
 SERVER_VERSION = 1
 VIEW = ViewKey(WVP_VIEW)
+CAPABILITIES = ("subscribe_warp", "warp_stream", "notification", "resync_request", "hand_over")
 
 
 class State(Enum):
@@ -39,10 +40,24 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 }
 
 
+def session_id(conn: int) -> str:
+    """The ``session_id`` a handshake ack names (what a ``hand_over`` gives a stream to)."""
+    return f"conn-{conn}"
+
+
+def conn_of(session: str) -> int:
+    """The inverse of ``session_id``; ``DecodeError`` for anything else."""
+    head, _, tail = session.partition("-")
+    if head != "conn" or not tail.isdigit():
+        raise DecodeError(f"{session!r} is not a session id", path="payload.session_id")
+    return int(tail)
+
+
 class WvpSession:
     face = "wvp"
     byte_stream = False
     offload_decode = True
+    view = VIEW
 
     def __init__(self, rt: Runtime, conn: int, identity: ClaimGrants) -> None:
         self.rt = rt
@@ -89,13 +104,13 @@ class WvpSession:
         if self.life.state is State.AWAIT_HANDSHAKE:
             if not isinstance(message, wvp.Handshake):
                 raise HandshakeFailed("the first message must be a handshake", path="op")
-            hub.connect(self.conn, VIEW, grants=self.identity, wake=self.rt.flusher.wake)
+            hub.connect(self.conn, self.view, grants=self.identity, wake=self.rt.flusher.wake)
             self.life.move("handshake")
             ack = wvp.HandshakeAck(
                 status="OK",
                 server_version=SERVER_VERSION,
-                capabilities=("subscribe_warp", "warp_stream", "notification"),
-                session_id=f"conn-{self.conn}",
+                capabilities=CAPABILITIES,
+                session_id=session_id(self.conn),
             )
             self._send(self._frame(ack))
             return
@@ -111,7 +126,16 @@ class WvpSession:
             case wvp.Notification(scope=scope):
                 warp = scope.get("Warp") if isinstance(scope, dict) else None
                 stream = None if warp is None else warp_stream_id(warp)
-                hub.notify(self.conn, stream, self._frame(message))
+                packet = wvp.encode(message, hub.next_ts())
+                hub.notify(
+                    self.conn,
+                    stream,
+                    {WVP_VIEW: ws_frame(packet, text=False), WVP_STREAM_VIEW: packet},
+                )
+            case wvp.ResyncRequest(warp_id=wid):
+                hub.request_resync(self.conn, warp_stream_id(wid), message)
+            case wvp.HandOver(warp_id=wid, session_id=to):
+                hub.hand_over(self.conn, warp_stream_id(wid), conn_of(to))
             case wvp.HandshakeAck() | wvp.ErrorPayload() | wvp.Handshake():
                 raise DecodeError(f"{wvp.OPS[type(message)]} is not sent by clients", path="op")
 
