@@ -162,6 +162,21 @@ class CrdtValueError(RemoteProtocolError):
     code = 71
 
 
+class BlobInvalid(RemoteProtocolError):
+    """A shared-blob descriptor that does not match its arena (bounds, header, generation,
+    epoch, length or checksum); ``path`` names the field. Refused before it is accepted."""
+
+    name = "BlobInvalid"
+    code = 140
+
+
+class FeatureNotNegotiated(RemoteProtocolError):
+    """A message that uses a feature (``shared-blob``) the session did not negotiate."""
+
+    name = "FeatureNotNegotiated"
+    code = 141
+
+
 class AuthError(OctosyncError):
     """Authentication or authorisation failed."""
 

@@ -27,6 +27,11 @@ class ServerConfig:
     dataspace_port: int | None = None
     """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
     wvp_socket: str | None = None
+    shm_capacity: int = 256 * 1024 * 1024
+    """Bytes of the shared-memory region that carries large payloads to subscribers that
+    negotiated ``shared-blob`` (made on first use; tmpfs pages are taken as written)."""
+    shm_threshold: int = 64 * 1024
+    """Payloads of at least this many bytes go to such subscribers through shared memory."""
     """A Unix socket path on which WVP is served as bare JS-ABI packets; None: none."""
     chain_config: str | None = None
     """NATS URL of the chain configurations; set: ``/chain/{name}`` relays browser devices to
@@ -216,6 +221,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "tcp_port": _set("tcp_port", int),
         "dataspace_port": _set("dataspace_port", int),
         "wvp_socket": _set("wvp_socket", str),
+        "shm_capacity": _set("shm_capacity", int),
+        "shm_threshold": _set("shm_threshold", int),
         "chain_config": Key((str,), lambda cfg, v, _p: replace(cfg, chain_config=chain_url(v))),
         "data": Key((str,), lambda cfg, v, _p: replace(cfg, data_dir=Path(v))),
         "max_frame_size": _set("max_frame_size", int),

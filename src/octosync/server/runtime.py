@@ -25,6 +25,7 @@ from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
+from octosync.server.shared_blobs import ServerBlobs
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
 from octosync.store.journal import GroupCommitWriter
@@ -156,6 +157,9 @@ class Runtime:
             recorder=recorder,
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
+        self.blobs = ServerBlobs(
+            self.hub, capacity=config.shm_capacity, threshold=config.shm_threshold
+        )
         self.signaling = SignalingHub(config.signaling)
         self.topgun = TopGunCore(
             _wall_ms,
@@ -413,3 +417,4 @@ class Runtime:
         for link in links:
             if not link.transport.is_closing():
                 link.abort()
+        self.blobs.close()

@@ -71,7 +71,8 @@ const CLOSING = new Set([
 const KEEPING = new Set([
   "RemoteProtocolError", "DecodeError", "EpochGap", "SnapshotRequired", "ForbiddenPublish",
   "Desync", "ClockDrift", "SyncResetRequired", "LimitExceeded", "Forbidden", "NotJoined",
-  "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError",
+  "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError", "BlobInvalid",
+  "FeatureNotNegotiated",
 ]);
 
 /** The typed error for a server error frame `{type: "error", code, message, path?}`. */
