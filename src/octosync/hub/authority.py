@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from octosync.errors import (
     ForbiddenPublish,
+    JournalUnavailable,
     LimitExceeded,
     OctosyncError,
     RemoteProtocolError,
@@ -226,7 +227,7 @@ class Authority:
             return None
         try:
             return self._recorder.prepare(stream_id, conn, frame)
-        except RemoteProtocolError:
+        except (RemoteProtocolError, JournalUnavailable):
             raise
         except OctosyncError as exc:
             raise LimitExceeded(

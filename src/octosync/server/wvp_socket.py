@@ -25,7 +25,7 @@ from octosync.server.view_encoders import WVP_STREAM_VIEW
 from octosync.server.wvp_session import WvpSession
 from octosync.wire import jsabi, wvp
 
-SOCKET_GRANTS = ClaimGrants(
+SOCKET_GRANTS = ClaimGrants.of(
     subject="unix-socket",
     streams={"*": frozenset({"read", "publish"}), GLOBAL_SCOPE: frozenset({"publish"})},
 )
@@ -33,7 +33,7 @@ SOCKET_GRANTS = ClaimGrants(
 
 class WvpStreamSession(WvpSession):
     byte_stream = True
-    view = ViewKey(WVP_STREAM_VIEW)
+    view = ViewKey("wvp", WVP_STREAM_VIEW)
 
     def _frame(self, msg: wvp.Message) -> bytes:
         return wvp.encode(msg, self.rt.hub.next_ts())
