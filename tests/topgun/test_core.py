@@ -107,7 +107,7 @@ def test_a_write_without_the_grant_is_rejected_and_not_applied() -> None:
     assert c.maps.live_items("users") == {}
 
 
-MIXED = ClaimGrants(subject="mixed", maps={"users": frozenset({"read", "write"})})
+MIXED = ClaimGrants.of("mixed", maps={"users": frozenset({"read", "write"})})
 
 
 def test_a_refused_op_is_never_covered_by_the_ack_of_its_batch() -> None:

@@ -194,8 +194,11 @@ def test_a_map_name_past_the_limit_is_refused_before_anything_keeps_it() -> None
     c = core()
     c.connect(1, ALL)
     raw = msgspec.Raw(msgspec.msgpack.encode({}))
-    with pytest.raises(LimitExceeded, match="map name"):
-        c.handle(1, tg.QuerySub(tg.QuerySubPayload("q", "m" * 257, raw)))
+    fx = c.handle(1, tg.QuerySub(tg.QuerySubPayload("q", "m" * 257, raw)))
+    (refused,) = sent(fx, 1)  # answered in its own response, with the error inside
+    assert isinstance(refused, tg.QueryResp), refused
+    assert refused.payload.code == "LIMIT_EXCEEDED", refused
+    assert "map name" in (refused.payload.error or "")
     assert c.queries.watched() == set()
     fx = c.handle(1, batch(put("1", "k", 1, 10, map_name="n" * 257)))
     (rejected, *_) = sent(fx, 1)
