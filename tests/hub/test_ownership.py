@@ -8,7 +8,7 @@ import pytest
 from octosync.errors import Forbidden, ForbiddenPublish, SnapshotRequired
 from octosync.hub import DiffFrame, Hub, HubConfig, OutFrame, SnapshotFrame, ViewKey
 
-WVP = ViewKey("wvp/ws")
+WVP = ViewKey("wvp", "wvp/ws")
 W = "warp:1"
 
 
