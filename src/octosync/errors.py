@@ -327,6 +327,29 @@ class ListenError(ServerError):
     code = 94
 
 
+class EffectError(OctosyncError):
+    """The single-writer effect authority refused to run an effect."""
+
+    name = "EffectError"
+    code = 150
+
+
+class LeaseLost(EffectError):
+    """This holder's effect lease expired or was taken over (its fencing token is stale):
+    nothing more may fire under it."""
+
+    name = "LeaseLost"
+    code = 151
+
+
+class EffectInDoubt(EffectError):
+    """An earlier holder recorded its intent to fire this effect and never recorded the
+    outcome; without a way to ask the effect's target, firing again could fire it twice."""
+
+    name = "EffectInDoubt"
+    code = 152
+
+
 class ConfigError(OctosyncError):
     """A configuration file or a command-line setting is missing, malformed or unknown."""
 
