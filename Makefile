@@ -23,8 +23,8 @@ run: $(STAMP) java-check
 	$(BIN)/octosync serve --data ./var --insecure-dev --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
