@@ -167,7 +167,7 @@ def test_a_port_out_of_range_is_refused_before_any_bind(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text("[server]\ndataspace_port = -1\n")
     ran = octosync("serve", "--insecure-dev", "--config", str(tmp_path / "p.toml"), "--port", "0")
     assert ran.code == 2
-    assert "--dataspace-port ([server] dataspace_port): -1 is not a port number" in ran.one_line
+    assert "p.toml: server.dataspace_port: -1 is out of range: must be >= 0" in ran.one_line
 
 
 def test_server_unreachable() -> None:

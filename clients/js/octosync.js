@@ -72,6 +72,7 @@ const KEEPING = new Set([
   "RemoteProtocolError", "DecodeError", "EpochGap", "SnapshotRequired", "ForbiddenPublish",
   "Desync", "ClockDrift", "SyncResetRequired", "LimitExceeded", "Forbidden", "NotJoined",
   "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError",
+  "FeatureDisabled",
 ]);
 
 /** The typed error for a server error frame `{type: "error", code, message, path?}`. */

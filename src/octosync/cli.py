@@ -63,11 +63,8 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     data_dir(config.data_dir, "--data", create=True)
-    from octosync.server.run import Started, serve_forever  # the server, once the input is good
-
-    faces = "/lazily /wvp /signal /dataspace /topgun /metrics /healthz, the inspector at /"
-    if config.chain_config is not None:
-        faces += f", /chain/NAME (chains configured at {config.chain_config})"
+    from octosync.server.faces import serving_line  # the server, once the input is good
+    from octosync.server.run import Started, serve_forever
 
     def ready(started: Started) -> None:
         # Only once every port is bound: a failed bind prints its one error line and nothing else.
@@ -86,15 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
-        if started.dataspace_port:
-            tcp += f", dataspace over TCP on {config.host}:{started.dataspace_port}"
-        http = "https" if config.tls_cert is not None else "http"
-        print(
-            f"octosync serving {faces} on {http}://{config.host}:{started.port}{tcp} "
-            f"(data in {config.data_dir})",
-            flush=True,
-        )
+        print(serving_line(config, started.port, started.tcp_ports), flush=True)
 
     asyncio.run(serve_forever(config, ready))
     return 0

@@ -162,6 +162,14 @@ class CrdtValueError(RemoteProtocolError):
     code = 71
 
 
+class FeatureDisabled(RemoteProtocolError):
+    """A request for a feature this server does not serve (or serves switched off): answered
+    in the request's own response type, so the caller fails at once instead of timing out."""
+
+    name = "FeatureDisabled"
+    code = 72
+
+
 class AuthError(OctosyncError):
     """Authentication or authorisation failed."""
 

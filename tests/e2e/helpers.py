@@ -289,3 +289,13 @@ async def spawn_server(tmp_path: Path, *args: str) -> AsyncIterator[Spawned]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def chain_record(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
+    """The next ``/chain/NAME`` record of type ``kind`` (others skipped), in a bounded wait."""
+    while True:
+        msg = await asyncio.wait_for(ws.receive(), 10)
+        assert msg.type is aiohttp.WSMsgType.TEXT, msg
+        record: dict[str, Any] = json.loads(msg.data)
+        if record["Type"] == kind:
+            return record

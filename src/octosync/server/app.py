@@ -2,7 +2,8 @@
 the browser's routes (``server.inspect``: the inspector at ``/`` and the JavaScript client).
 
 Every face runs the same connection loop (``server.connection``); a face is only the session
-class that turns its frames into hub calls. Ports are bound by ``server.run``.
+class that turns its frames into hub calls, declared once in ``server.faces``. Ports are bound
+by ``server.run``.
 """
 
 from __future__ import annotations
@@ -22,15 +23,11 @@ from octosync.hub.model import Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
-from octosync.server.connection import RUNTIME, SessionFactory, serve_ws, serve_ws_in_band
-from octosync.server.dataspace_session import open_ws_session as open_dataspace_session
+from octosync.server.connection import RUNTIME
+from octosync.server.faces import mount as mount_faces
 from octosync.server.inspect import add_routes as add_browser_routes
-from octosync.server.lazily_session import open_ws_session
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
-from octosync.server.signal_session import SignalSession
-from octosync.server.topgun_session import TopGunSession
-from octosync.server.wvp_session import WvpSession
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
@@ -74,24 +71,6 @@ async def _healthz(request: web.Request) -> web.Response:
         body = {"status": "degraded", "version": __version__, "journal": health.reason}
         return web.json_response(body, status=503)
     return web.json_response({"status": "ok", "version": __version__})
-
-
-def _face(open_session: SessionFactory) -> Handler:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        return await serve_ws(request, open_session)
-
-    return handler
-
-
-async def _signal(request: web.Request) -> web.StreamResponse:
-    room = request.query.get("session", "default")
-    return await serve_ws(
-        request, lambda rt, conn, identity: SignalSession(rt, conn, identity, room)
-    )
-
-
-async def _topgun(request: web.Request) -> web.StreamResponse:
-    return await serve_ws_in_band(request, TopGunSession, deflate=True)
 
 
 def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> web.Application:
@@ -190,16 +169,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
 
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/lazily", _face(open_ws_session))
-    app.router.add_get("/wvp", _face(WvpSession))
-    app.router.add_get("/signal", _signal)
-    app.router.add_get("/dataspace", _face(open_dataspace_session))
-    app.router.add_get("/topgun", _topgun)
+    mount_faces(app, config)  # every face's route (server.faces.FACES)
     add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
-    if config.chain_config is not None:
-        from octosync.links.ws_face import add_routes as add_chain_routes  # NATS only if asked
-
-        add_chain_routes(app, config.chain_config, config.auth)  # /chain/{name}
 
     async def on_startup(app: web.Application) -> None:
         if writer is not None:  # every stream's state is back before the port opens
