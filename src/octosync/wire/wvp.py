@@ -89,6 +89,14 @@ class WarpStream(_Payload, frozen=True):
     frame: WarpSnapshot | WarpDiff
 
 
+class DurableAck(_Payload, frozen=True):
+    """Server to a producer whose handshake offered ``durable_ack``: the journal holds warp
+    ``warp_id`` through ``through_epoch`` (what it must keep to resend after a crash)."""
+
+    warp_id: WarpId
+    through_epoch: U64
+
+
 class ResyncRequest(_Payload, frozen=True):
     """A consumer lost the stream (a gap, a hash mismatch): it asks for a fresh snapshot.
     The hub forwards it to the warp's producer; ``epoch`` is the consumer's last good epoch."""
@@ -115,6 +123,7 @@ Message = (
     | WarpStream
     | ResyncRequest
     | HandOver
+    | DurableAck
 )
 
 OPS: dict[type[Message], str] = {
@@ -126,6 +135,7 @@ OPS: dict[type[Message], str] = {
     WarpStream: "warp_stream",
     ResyncRequest: "resync_request",
     HandOver: "hand_over",
+    DurableAck: "durable_ack",
 }
 _BY_OP: dict[str, type[Message]] = {v: k for k, v in OPS.items()}
 _BY_OP["subscribe_rmg"] = SubscribeWarp
