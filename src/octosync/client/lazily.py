@@ -30,12 +30,12 @@ import msgspec
 from octosync.client.ws import connect_ws, failure_reason
 from octosync.errors import AuthError, ForbiddenPublish, OctosyncError, ProtocolError, by_name
 from octosync.graph import Context
+from octosync.ipc.blobs import spill_blobs
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
 from octosync.ipc.messages import Delta, Handshake, ResyncRequest, Snapshot
 from octosync.ipc.mirror import Mirror
 from octosync.ipc.permissions import PeerPermissions
 from octosync.ipc.publisher import Publisher
-from octosync.shm.messages import spill_blobs
 from octosync.shm.region import REGION_FEATURE, SHARED_BLOB, SharedRegion, fresh_name
 from octosync.wire import json as wire_json
 

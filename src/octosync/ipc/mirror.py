@@ -45,6 +45,7 @@ from octosync.errors import (
     UnknownHandle,
 )
 from octosync.graph.type_tags import TypeRegistry, default_registry
+from octosync.ipc.blobs import has_blobs, inline_blobs
 from octosync.ipc.messages import (
     BlobRef,
     CellSet,
@@ -64,7 +65,6 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.ipc.state_hash import NodeRow, hash_rows
-from octosync.shm.messages import has_blobs, inline_blobs
 
 
 class Applied(msgspec.Struct, frozen=True):

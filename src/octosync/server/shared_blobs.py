@@ -21,10 +21,10 @@ from dataclasses import replace
 from octosync.errors import FeatureNotNegotiated
 from octosync.hub import Hub
 from octosync.hub.types import Encoder, OutFrame
+from octosync.ipc.blobs import has_blobs, inline_blobs, spill_blobs
 from octosync.ipc.messages import BlobRef, Delta, Snapshot
 from octosync.server.lazily_dialect import DIALECT_SET
 from octosync.server.view_encoders import lazily_view_key, view_encoders
-from octosync.shm.messages import has_blobs, inline_blobs, spill_blobs
 from octosync.shm.region import REGION_FEATURE, SHARED_BLOB, SharedRegion, fresh_name
 
 SHM_SUFFIX = "+shm"

@@ -6,10 +6,10 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
+from octosync.ipc.blobs import has_blobs, inline_blobs, spill_blobs
 from octosync.ipc.messages import BlobRef, CellSet, Delta, NodeSnapshot, ResyncRequest, Snapshot
 from octosync.ipc.mirror import Applied, Mirror
 from octosync.shm.arena import BlobArena
-from octosync.shm.messages import has_blobs, inline_blobs, spill_blobs
 from tests.strategies import deltas, snapshots
 
 
