@@ -150,3 +150,26 @@ export class Client {
 }
 
 export function connect(url: string, options?: ClientOptions): Client;
+
+/** A WebRTC data channel from a peer, mirrored (`followPeer`). */
+export interface PeerLink {
+  /** The peer id of the side that made the offer. */
+  peer: number | null;
+  mirror: Mirror;
+  /** Resync requests sent after a gap or a bad frame. */
+  resyncs: number;
+  close(): void;
+}
+
+/** Join `session` of the server's `/signal` relay as `peer`, answer the first offer and mirror
+ * the offerer's state plane over its `lazily` data channel. */
+export function followPeer(
+  url: string,
+  options: {
+    session?: string;
+    peer: number;
+    token?: string;
+    onState?: (state: { epoch: number | null; values: Map<number, unknown> }) => void;
+    rtcConfig?: RTCConfiguration;
+  },
+): Promise<PeerLink>;

@@ -1194,6 +1194,73 @@ export class Client {
   }
 }
 
+/**
+ * Follow a peer's state over a WebRTC data channel (browsers): join `session` of the server's
+ * `/signal` relay as `peer`, answer the first offer (a Python peer's
+ * `octosync.client.webrtc.offer`), and mirror what arrives on its ordered, reliable `lazily`
+ * channel: both sides' handshakes, then snapshots and deltas; a gap is answered with a
+ * `resync_request`. Resolves once the channel is open to `{peer, close(), mirror, resyncs}`;
+ * `onState({epoch, values})` runs after each applied frame.
+ */
+export async function followPeer(url, { session = "default", peer, token, onState = () => {}, rtcConfig = {} } = {}) {
+  const where = wsUrl(url, "/signal", token);
+  where.searchParams.set("session", session);
+  const signal = new WebSocket(where);
+  const mirror = new Mirror();
+  const link = { peer: null, mirror, resyncs: 0, close: () => { pc?.close(); signal.close(); } };
+  let pc = null;
+  let opened;
+  const open = new Promise((resolve, reject) => { opened = { resolve, reject }; });
+  const send = (msg) => signal.send(JSON.stringify(msg));
+  signal.onopen = () => send({ type: "join", peer });
+  signal.onerror = () => opened.reject(new errors.ConnectionLost("the signaling connection failed"));
+  signal.onmessage = async (event) => {
+    const msg = JSON.parse(event.data);
+    if (msg.type === "error") opened.reject(fail(errors.OctosyncError, `${msg.code}: ${msg.message}`));
+    if (msg.type === "ice" && pc) pc.addIceCandidate({ candidate: msg.candidate, sdpMLineIndex: 0 }).catch(() => {});
+    if (msg.type !== "offer" || pc) return;
+    link.peer = msg.from;
+    pc = new RTCPeerConnection(rtcConfig);
+    pc.ondatachannel = ({ channel }) => serve(channel);
+    await pc.setRemoteDescription({ type: "offer", sdp: msg.sdp });
+    await pc.setLocalDescription(await pc.createAnswer());
+    await new Promise((done) => {
+      if (pc.iceGatheringState === "complete") return done();
+      pc.onicegatheringstatechange = () => pc.iceGatheringState === "complete" && done();
+    });
+    send({ type: "answer", to: msg.from, sdp: pc.localDescription.sdp });
+  };
+  function serve(channel) {
+    let shaken = false;
+    const reply = (m) => channel.send(JSON.stringify(m));
+    channel.onopen = () => {
+      reply({ ...handshake(session, false, 256 * 1024), peer_id: peer });
+      opened.resolve(link);
+    };
+    channel.onmessage = ({ data }) => {
+      const text = typeof data === "string" ? data : new TextDecoder().decode(data);
+      if (!shaken) {
+        const theirs = JSON.parse(text);
+        if (theirs.protocol_id !== PROTOCOL_ID || !(theirs.features ?? []).includes("publish")) {
+          link.close();
+          return;
+        }
+        shaken = true;
+        return;
+      }
+      const result = mirror.apply(decodeMessage(text));
+      if (result === "ignored") return;
+      if (result !== "applied") {
+        link.resyncs += 1;
+        reply({ type: "resync_request", ...(mirror.epoch !== null ? { last_epoch: mirror.epoch } : {}), reason: result });
+        return;
+      }
+      onState({ epoch: mirror.epoch, values: mirror.values() });
+    };
+  }
+  return open;
+}
+
 export function connect(url, options) {
   return new Client(url, options);
 }
