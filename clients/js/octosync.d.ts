@@ -173,3 +173,29 @@ export function followPeer(
     rtcConfig?: RTCConfiguration;
   },
 ): Promise<PeerLink>;
+
+/** RFC 7386 JSON merge patch. */
+export function mergePatch(target: unknown, patch: unknown): unknown;
+
+/** A device of an Octoprotocol chain in a browser, persisted in IndexedDB. */
+export class ChainDevice {
+  constructor(
+    url: string,
+    chain: string,
+    name: string,
+    options?: { token?: string; database?: string; backoff?: { base?: number; cap?: number } },
+  );
+  readonly name: string;
+  readonly chain: string;
+  events: Map<number, { Type: "DeviceEvent"; DeviceSequencer: number; Name: string; Payload: string }>;
+  nextSequencer: number;
+  state: unknown;
+  stateSequencer: number;
+  live: boolean;
+  start(): Promise<ChainDevice>;
+  emitEvent(name: string, payload: string): Promise<void>;
+  on(event: "state", fn: (s: { state: unknown; sequencer: number }) => void): () => void;
+  on(event: "status", fn: (status: "connecting" | "live") => void): () => void;
+  on(event: "error", fn: (error: Error) => void): () => void;
+  close(): void;
+}

@@ -1261,6 +1261,194 @@ export async function followPeer(url, { session = "default", peer, token, onStat
   return open;
 }
 
+// --- chain devices (Octoprotocol) ----------------------------------------------------------------
+
+/** RFC 7386 JSON merge patch: `patch` applied to `target` (neither is changed). */
+export function mergePatch(target, patch) {
+  if (patch === null || typeof patch !== "object" || Array.isArray(patch)) return patch;
+  const out = target !== null && typeof target === "object" && !Array.isArray(target) ? { ...target } : {};
+  for (const [key, value] of Object.entries(patch)) {
+    if (value === null) delete out[key];
+    else out[key] = mergePatch(out[key], value);
+  }
+  return out;
+}
+
+function idbRequest(request) {
+  return new Promise((resolve, reject) => {
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+}
+
+/**
+ * A player's device on an Octoprotocol chain, in a browser: the seed's device state machine,
+ * kept in IndexedDB. Every change (an event numbered, a bootstrap, a state update, consumed
+ * events dropped) is written in one IndexedDB transaction before anything it produced is sent,
+ * so a reloaded tab resumes where the chain may have seen it, never behind. Reaches the chain's
+ * head through the server's `/chain/NAME` relay; while bootstrapping (after every connect),
+ * emitted events queue unnumbered; `BootstrapComplete` merges the chain's copies of our events,
+ * drops the killed ones and numbers from the larger next sequencer. Events stay until the
+ * chain consumes them, so a head that failed gets them again from the next bootstrap.
+ * Events: "state" ({state, sequencer}), "status" ("connecting" | "live"), "error".
+ */
+export class ChainDevice extends Emitter {
+  constructor(url, chain, name, { token, database = "octosync-chain", backoff = {} } = {}) {
+    super();
+    this.url = url;
+    this.chain = chain;
+    this.name = name;
+    this.token = token;
+    this.database = database;
+    this.backoff = backoff;
+    this.events = new Map(); // device sequencer -> {DeviceSequencer, Name, Payload}
+    this.nextSequencer = 1;
+    this.state = null;
+    this.stateSequencer = 0;
+    this.live = false;
+    this.queued = [];
+    this.closed = false;
+    this.ws = null;
+    this.db = null;
+    this.turns = Promise.resolve(); // emits and received records, one at a time, in order
+  }
+
+  #serially(work) {
+    const next = this.turns.then(work);
+    this.turns = next.catch((err) => this.emit("error", err));
+    return next;
+  }
+
+  get key() {
+    return `${this.chain}/${this.name}`;
+  }
+
+  /** Open the store, load what a previous page left, connect. */
+  async start() {
+    const open = indexedDB.open(this.database, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore("devices");
+    this.db = await idbRequest(open);
+    const saved = await idbRequest(this.db.transaction("devices").objectStore("devices").get(this.key));
+    if (saved) {
+      this.events = new Map(saved.events.map((e) => [e.DeviceSequencer, e]));
+      this.nextSequencer = saved.nextSequencer;
+      this.state = saved.state;
+      this.stateSequencer = saved.stateSequencer;
+    }
+    this.#connect(0);
+    return this;
+  }
+
+  #persist() {
+    const tx = this.db.transaction("devices", "readwrite");
+    tx.objectStore("devices").put(
+      {
+        events: [...this.events.values()],
+        nextSequencer: this.nextSequencer,
+        state: this.state,
+        stateSequencer: this.stateSequencer,
+      },
+      this.key,
+    );
+    return new Promise((resolve, reject) => {
+      tx.oncomplete = () => resolve();
+      tx.onerror = () => reject(tx.error);
+      tx.onabort = () => reject(tx.error);
+    });
+  }
+
+  /** The game produced (name, payload): numbered and sent once live, queued until then. */
+  emitEvent(name, payload) {
+    return this.#serially(async () => {
+      if (!this.live) {
+        this.queued.push([name, payload]);
+        return;
+      }
+      const event = this.#number(name, payload);
+      await this.#persist();
+      this.#send(event);
+    });
+  }
+
+  #number(name, payload) {
+    const event = { Type: "DeviceEvent", DeviceSequencer: this.nextSequencer, Name: name, Payload: payload };
+    this.events.set(event.DeviceSequencer, event);
+    this.nextSequencer += 1;
+    return event;
+  }
+
+  #send(record) {
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(record));
+  }
+
+  #connect(attempt) {
+    if (this.closed) return;
+    const where = wsUrl(this.url, `/chain/${encodeURIComponent(this.chain)}`, this.token);
+    if (!this.token) where.searchParams.set("device", this.name);
+    this.live = false;
+    this.emit("status", "connecting");
+    const ws = (this.ws = new WebSocket(where));
+    ws.onopen = () => {
+      const events = Object.fromEntries([...this.events].map(([k, e]) => [String(k), e]));
+      ws.send(JSON.stringify({ Type: "BootstrapChainRequest", NextDeviceSequencer: this.nextSequencer, Events: events }));
+    };
+    ws.onmessage = (message) => {
+      const record = JSON.parse(message.data);
+      this.#serially(() => this.#receive(record));
+      attempt = 0;
+    };
+    ws.onclose = () => {
+      if (this.ws !== ws || this.closed) return;
+      this.live = false;
+      setTimeout(() => this.#connect(attempt + 1), 1000 * backoffDelay(attempt, this.backoff));
+    };
+  }
+
+  async #receive(record) {
+    if (record.Type === "BootstrapComplete") {
+      for (const [k, e] of Object.entries(record.NewEvents ?? {})) this.events.set(Number(k), e);
+      for (const d of record.Kill ?? []) this.events.delete(d);
+      this.events = new Map([...this.events].sort((a, b) => a[0] - b[0]));
+      this.nextSequencer = Math.max(this.nextSequencer, record.NextDeviceSequencer);
+      this.state = record.Change ?? null;
+      this.stateSequencer = record.StateSequencer ?? 0;
+      const queued = this.queued;
+      this.queued = [];
+      const fresh = queued.map(([name, payload]) => this.#number(name, payload));
+      await this.#persist();
+      this.live = true;
+      this.emit("status", "live");
+      this.emit("state", { state: this.state, sequencer: this.stateSequencer });
+      for (const event of fresh) this.#send(event);
+      return;
+    }
+    if (record.Type === "StateUpdate") {
+      if (record.Sequencer <= this.stateSequencer) return;
+      if (record.Replace) this.state = record.Change;
+      else if (record.Sequencer === this.stateSequencer + 1) this.state = mergePatch(this.state, record.Change);
+      else {
+        this.ws?.close(); // the head lost track of us: bootstrap again
+        return;
+      }
+      this.stateSequencer = record.Sequencer;
+      for (const d of record.Consumed?.[this.name] ?? []) this.events.delete(d);
+      await this.#persist();
+      this.emit("state", { state: this.state, sequencer: this.stateSequencer });
+      return;
+    }
+    if (record.Type === "DeviceNotice") {
+      let dropped = false;
+      for (const d of record.Consumed ?? []) dropped = this.events.delete(d) || dropped;
+      if (dropped) await this.#persist();
+    }
+  }
+
+  close() {
+    this.closed = true;
+    this.ws?.close();
+  }
+}
+
 export function connect(url, options) {
   return new Client(url, options);
 }
