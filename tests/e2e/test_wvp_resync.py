@@ -86,3 +86,22 @@ async def test_a_producer_hands_its_warp_over(tmp_path: Path) -> None:
             for _ in range(2):
                 await viewer.receive(TIMEOUT)
             assert (view.phase, view.epoch, sorted(view.graph.nodes)) == (Phase.LIVE, 2, [7, 8])
+
+
+async def test_the_hub_refuses_a_frame_whose_hash_disagrees(tmp_path: Path) -> None:
+    async with serve(tmp_path, verify_warp_hashes=True) as srv:
+        url = f"{srv.ws_url}/wvp"
+        async with WvpClient(url) as prod, WvpClient(url) as viewer:
+            view = await viewer.follow(6)
+            await asyncio.sleep(0.05)
+            producer = WarpProducer()
+            await prod.publish(6, producer.snapshot())
+            honest = producer.diff([g.add_node(1, b"x")])
+            await prod.publish(6, wvp.WarpDiff(0, 1, honest.ops, bytes(32)))
+            with pytest.raises(Desync) as refused:
+                await prod.receive(TIMEOUT)
+            assert refused.value.path == "state_hash"
+            await prod.publish(6, honest)
+            for _ in range(2):
+                await viewer.receive(TIMEOUT)
+            assert (view.phase, view.epoch, view.verified) == (Phase.LIVE, 1, 2)

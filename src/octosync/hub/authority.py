@@ -24,13 +24,14 @@ from octosync.errors import (
     StorageError,
 )
 from octosync.hub.connections import Connection, require
-from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame
+from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame, check_contiguous
 from octosync.hub.streams import (
     SERVER_PRODUCER,
     Face,
     check_chain_publisher,
     check_face,
     check_peer_may_produce,
+    stream_face,
 )
 from octosync.hub.types import (
     ConnId,
@@ -41,6 +42,7 @@ from octosync.hub.types import (
     RemoteOwner,
     StreamId,
 )
+from octosync.hub.warp_check import WarpCheck
 from octosync.ipc.messages import Snapshot
 
 
@@ -57,6 +59,9 @@ class StreamState:
     """When the producer last published (its ownership lease runs from here)."""
     resync_forwarded_at: float | None = None
     """When a subscriber's resync request last went to the producer (None: since answered)."""
+    warp: WarpCheck | None = None
+    """The hub's own render graph of a WVP stream (``verify_warp_hashes``); None: not followed
+    (verification off, or since a restart, until the producer's next snapshot)."""
 
     def has_state(self) -> bool:
         return self.model is not None and self.model.epoch is not None
@@ -161,11 +166,14 @@ class Authority:
                     f"stream {stream_id!r}: a producer taking over a lapsed lease starts with "
                     "a snapshot"
                 )
+            checked = self._verify_warp(stream_id, stream, frame)
             prepared = self._prepare(stream_id, c.id, frame)
             stream = self._apply(stream or StreamState(stream_id), frame)
         except Exception:
             self.stats.rejected += 1
             raise
+        if checked is not None:
+            stream.warp = checked
         self.streams[stream_id] = stream
         stream.producer = c.id
         stream.producer_has_snapshot = True
@@ -202,6 +210,23 @@ class Authority:
         stream.frames += 1
         self.stats.frames_in += 1
         return stream
+
+    def _verify_warp(
+        self, stream_id: StreamId, stream: StreamState | None, frame: Frame[object]
+    ) -> WarpCheck | None:
+        """With ``verify_warp_hashes``: the WVP stream's graph after ``frame``, its
+        ``state_hash`` checked (``Desync``); None when the stream is not followed."""
+        if not self.config.verify_warp_hashes or stream_face(stream_id) != "wvp":
+            return None
+        after = WarpCheck()
+        if isinstance(frame, SnapshotFrame):
+            after.graph = after.snapshot(getattr(frame.body, "graph", None), frame.state_hash)
+            return after
+        if stream is None or stream.warp is None or stream.model is None:
+            return None  # _apply refuses it, or the stream is not followed yet
+        check_contiguous(stream.model.epoch, frame)  # a gap is EpochGap, not Desync
+        after.graph = stream.warp.diff(getattr(frame.body, "ops", None), frame.state_hash)
+        return after
 
     def _apply(self, stream: StreamState, frame: Frame[object]) -> StreamState:
         if isinstance(frame, SnapshotFrame):

@@ -98,6 +98,9 @@ class HubConfig:
     producer_lease: float | None = None
     """Seconds a producer holds its stream without publishing; after that another connection
     may take it over with a snapshot. None: held until the producer leaves or hands it over."""
+    verify_warp_hashes: bool = False
+    """Follow each WVP stream's reference render graph and refuse a frame whose
+    ``state_hash`` disagrees with it (``Desync``), before any subscriber sees it."""
     resync_interval: float = 1.0
     """Seconds between two resync requests the hub forwards to one stream's producer."""
     coalesce_backlog: bool = False

@@ -48,6 +48,9 @@ class ServerConfig:
     max_replay_diffs: int = 1024
     """Diffs a WVP stream keeps after its snapshot for late joiners (past it: ask for one)."""
     producer_lease: float | None = None
+    verify_warp_hashes: bool = False
+    """The hub follows each WVP warp's reference render graph and refuses a frame whose
+    ``state_hash`` disagrees (``Desync``) before subscribers see it."""
     """Seconds a producer holds a stream without publishing before another may take it over
     with a snapshot; None: until it leaves or hands it over."""
     signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
@@ -477,6 +480,11 @@ SECTIONS: dict[str, dict[str, Key]] = {
             int,
             range=Range(1, 1 << 20),
             doc="Diffs a WVP stream keeps after its snapshot for late joiners.",
+        ),
+        "verify_warp_hashes": _set(
+            "verify_warp_hashes",
+            bool,
+            doc="Refuse WVP frames whose state_hash disagrees with the reference render graph.",
         ),
         "producer_lease": _set(
             "producer_lease",

@@ -149,6 +149,7 @@ class Runtime:
                 coalesce_backlog=config.coalesce_backlog,
                 max_replay_diffs=config.max_replay_diffs,
                 producer_lease=config.producer_lease,
+                verify_warp_hashes=config.verify_warp_hashes,
             ),
             clock=time.monotonic,
             encoders=view_encoders(),
