@@ -64,10 +64,4 @@ class WarpCheck:
                 "the hub cannot check it",
                 path="state_hash",
             )
-        got = graph.state_hash()
-        if got != state_hash:
-            raise Desync(
-                f"state_hash {state_hash.hex()[:16]}... does not match the graph's "
-                f"{got.hex()[:16]}...",
-                path="state_hash",
-            )
+        graph.check_hash(state_hash, "the hub's render graph")

@@ -80,13 +80,7 @@ class WarpConsumer:
     def _check(self, graph: RenderGraph, expected: bytes | None, epoch: int) -> None:
         if expected is None:
             return
-        got = graph.state_hash()
-        if got != expected:
-            raise Desync(
-                f"warp {self.warp_id} epoch {epoch}: state hash {got.hex()[:16]}... "
-                f"does not match the frame's {expected.hex()[:16]}...",
-                path="state_hash",
-            )
+        graph.check_hash(expected, f"warp {self.warp_id} epoch {epoch}")
         self.verified += 1
 
 

@@ -285,6 +285,16 @@ class RenderGraph:
     def state_hash(self) -> bytes:
         return blake3.blake3(self.canonical_bytes()).digest()
 
+    def check_hash(self, expected: bytes, what: str = "the graph") -> None:
+        """``Desync`` (path ``state_hash``) unless ``expected`` is this graph's state hash."""
+        got = self.state_hash()
+        if got != expected:
+            raise Desync(
+                f"{what}: state hash {got.hex()[:16]}... does not match the frame's "
+                f"{expected.hex()[:16]}...",
+                path="state_hash",
+            )
+
     def apply_ops(self, ops: object) -> None:
         """Apply a diff's ``ops`` in order, all or nothing (the graph is unchanged on error)."""
         if not isinstance(ops, list):
