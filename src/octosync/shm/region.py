@@ -9,6 +9,7 @@ feature ``shm-region:<name>``, next to ``shared-blob``.
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 from multiprocessing import resource_tracker, shared_memory
 from types import TracebackType
@@ -21,6 +22,7 @@ REGION_FEATURE = "shm-region:"
 SHARED_BLOB = "shared-blob"
 
 
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _created: set[str] = set()
 """Regions this process made (the resource tracker already follows them)."""
 
@@ -55,7 +57,10 @@ class SharedRegion:
 
     @classmethod
     def open(cls, name: str) -> SharedRegion:
-        """Map an existing region (``BlobInvalid`` if there is none by that name)."""
+        """Map an existing region (``BlobInvalid`` if there is none by that name, or if the
+        name is not a plain region name: no paths, 1 to 200 of ``[A-Za-z0-9._-]``)."""
+        if not _NAME.fullmatch(name):
+            raise BlobInvalid(f"{name!r} is not a shared-memory region name", path="region")
         try:
             shm = shared_memory.SharedMemory(name=name)
         except (FileNotFoundError, ValueError, OSError) as exc:
