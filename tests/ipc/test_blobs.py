@@ -56,3 +56,19 @@ def test_without_a_reader_a_descriptor_is_kept_as_is() -> None:
     mirror = Mirror()
     mirror.apply(Snapshot(1, (NodeSnapshot(1, "bytes", "resolved", ref),)))
     assert mirror.values() == {1: ref}
+
+
+def test_a_payload_the_arena_cannot_hold_stays_inline() -> None:
+    arena = BlobArena(bytearray(100))
+    msg = Delta(
+        1, 2, (CellSet(slot_id=1, payload=b"x" * 80), CellSet(slot_id=2, payload=b"y" * 20))
+    )
+
+    def write(b: bytes) -> BlobRef | None:
+        return arena.write_blob(0, b) if len(b) <= arena.max_blob_len else None
+
+    spilled = spill_blobs(msg, write, 10)
+    assert isinstance(spilled, Delta)
+    payloads = [op.payload for op in spilled.ops if isinstance(op, CellSet)]
+    assert payloads[0] == b"x" * 80
+    assert isinstance(payloads[1], BlobRef)

@@ -212,7 +212,10 @@ class Client:
         """A producer's frame, its large payloads moved into shared memory if negotiated."""
         if self.shared_blobs:
             region = self._own_region()
-            msg = spill_blobs(msg, lambda b: region.write(0, b), self.shm_threshold)
+            fits = region.arena.max_blob_len
+            msg = spill_blobs(
+                msg, lambda b: region.write(0, b) if len(b) <= fits else None, self.shm_threshold
+            )
         return wire_json.encode(msg)
 
     async def _sleep_backoff(self, attempt: int, why: BaseException | None = None) -> None:

@@ -29,7 +29,8 @@ from octosync.ipc.messages import (
 )
 
 Reader = Callable[[BlobRef], bytes]
-Writer = Callable[[bytes], BlobRef]
+Writer = Callable[[bytes], BlobRef | None]
+"""Stores a payload and names it; None: it stays inline (too large for the arena)."""
 
 
 def has_blobs(msg: Snapshot | Delta) -> bool:
@@ -80,6 +81,10 @@ def inline_blobs(msg: Snapshot | Delta, read: Reader) -> Snapshot | Delta:
 
 def spill_blobs(msg: Snapshot | Delta, write: Writer, threshold: int) -> Snapshot | Delta:
     """``msg`` with payloads of ``threshold`` bytes or more moved into shared memory."""
-    return _map_payloads(
-        msg, lambda p: write(p) if isinstance(p, bytes) and len(p) >= threshold else p
-    )
+
+    def spill(p: Payload) -> Payload:
+        if isinstance(p, bytes) and len(p) >= threshold:
+            return write(p) or p
+        return p
+
+    return _map_payloads(msg, spill)

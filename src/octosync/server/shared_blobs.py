@@ -52,8 +52,12 @@ class ServerBlobs:
             self._region = SharedRegion.create(fresh_name(f"octosync-{os.getpid()}"), self.capacity)
         return self._region
 
-    def _write(self, payload: bytes) -> BlobRef:
-        return self.region.write(REGION_EPOCH, payload)
+    def _write(self, payload: bytes) -> BlobRef | None:
+        """Into the region; None (sent inline) when it could never fit there."""
+        region = self.region
+        if len(payload) > region.arena.max_blob_len:
+            return None
+        return region.write(REGION_EPOCH, payload)
 
     def _spilling(self, encode: Encoder) -> Encoder:
         def spill_then_encode(frame: OutFrame) -> bytes:
