@@ -42,12 +42,21 @@ from octosync.server.lazily_dialect import (
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.plane import Framing
 from octosync.server.runtime import Runtime
+from octosync.server.shared_blobs import SessionBlobs
 from octosync.server.view_encoders import lazily_view_key
+from octosync.shm.region import SHARED_BLOB
 from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
-SERVER_FEATURES = ("publish", "resync_request", "cell_set_write", "outbox_ack", PLANE_FEATURE)
+SERVER_FEATURES = (
+    "publish",
+    "resync_request",
+    "cell_set_write",
+    "outbox_ack",
+    SHARED_BLOB,
+    PLANE_FEATURE,
+)
 DURABLE_ACKS = "outbox_ack"
 """A producer that offers this feature gets ``OutboxAck {through_epoch}`` once its frames
 through that epoch are committed to the journal: what it must keep to resend after a crash."""
@@ -57,8 +66,11 @@ TOKEN_FEATURE = "auth:"
 Transport = Literal["ws", "tcp"]
 
 
-def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") -> Handshake:
-    """The server's side of the handshake; it hosts whatever session the peer names."""
+def server_handshake(
+    session_id: str, max_frame_size: int, codec: str = "json", extra: tuple[str, ...] = ()
+) -> Handshake:
+    """The server's side of the handshake; it hosts whatever session the peer names
+    (``extra``: features for this session only, such as its shared-memory region)."""
     return Handshake(
         protocol_id=PROTOCOL_ID,
         protocol_major_version=PROTOCOL_MAJOR,
@@ -68,7 +80,7 @@ def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") 
         ordered_reliable=True,
         peer_id=0,
         session_id=session_id,
-        features=SERVER_FEATURES,
+        features=SERVER_FEATURES + extra,
     )
 
 
@@ -118,6 +130,7 @@ class LazilySession:
         self.face = FaceName.TCP if kind == "tcp" else FaceName.LAZILY
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
+        self.blobs = SessionBlobs(runtime.blobs)
 
     @property
     def ready(self) -> bool:
@@ -165,6 +178,7 @@ class LazilySession:
         self.rt.plane.leave(self.conn)
         self.rt.durable_listeners.pop(self.conn, None)
         self.rt.hub.disconnect(self.conn)
+        self.blobs.close()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -189,13 +203,16 @@ class LazilySession:
         if identity is None:
             identity = authenticate(None, self.rt.config.auth)
         hub = self.rt.hub
-        view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
+        publish = "publish" in remote.features
         try:
-            hub.check_stream(view, remote.session_id)
+            hub.check_stream(
+                ViewKey("lazily", lazily_view_key(dialect, self.kind)), remote.session_id
+            )
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="session_id") from exc
         if PLANE_FEATURE in remote.features:
-            self._join_plane(remote, dialect, identity, view, max_frame)
+            plane_view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
+            self._join_plane(remote, dialect, identity, plane_view, max_frame)
             return
         if remote.session_id in self.rt.plane.core.streams:
             raise HandshakeFailed(
@@ -203,15 +220,21 @@ class LazilySession:
                 f"{PLANE_FEATURE!r} feature",
                 path="session_id",
             )
-        publish = "publish" in remote.features
         hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
+        try:
+            extra = self.blobs.negotiate(remote.features, publish=publish)
+        except OctosyncError as exc:
+            raise HandshakeFailed(exc.message, path="features") from exc
+        view = ViewKey(
+            "lazily", lazily_view_key(dialect, self.kind) + self.blobs.view_suffix(publish=publish)
+        )
         if not publish:
             self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
         hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
         self.life.move("handshake_publish" if publish else "handshake_subscribe")
-        reply = server_handshake(remote.session_id, max_frame, dialect.name)
+        reply = server_handshake(remote.session_id, max_frame, dialect.name, extra)
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
         if not publish:
             hub.subscribe(self.conn, self.stream)
@@ -291,9 +314,9 @@ class LazilySession:
                 else f"{type(msg).__name__} is not served on this face"
             )
             raise Forbidden(what, path="type")
-        self.rt.hub.publish(
-            self.conn, self.stream, lazily_frame(msg, Sent(self.dialect.name, data))
-        )
+        msg, inlined = self.blobs.inbound(msg)
+        sent = None if inlined else Sent(self.dialect.name, data)  # journal bytes, not refs
+        self.rt.hub.publish(self.conn, self.stream, lazily_frame(msg, sent))
 
     def _subscribe(self, msg: IpcMessage) -> None:
         """What a subscriber may send: resync requests and cell_set writes."""
@@ -313,7 +336,7 @@ class LazilySession:
                         "a subscriber may only send cell_set writes",
                         path=f"ops[{bad[0]}]" if bad else "ops",
                     )
-                hub.write(self.conn, self.stream, msg)
+                hub.write(self.conn, self.stream, self.blobs.inbound(msg)[0])
             case _:
                 raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
 
