@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from octosync.client.lazily import _DROPPED, Backoff, remote_error
+from octosync.client.lazily import _DROPPED, Backoff, lazily_url, remote_error
 from octosync.client.ws import close_ws, connect_ws
 from octosync.crdt.plane import stamp_key
 from octosync.crdt.shared import SharedState
@@ -48,14 +48,6 @@ _RETRIED: tuple[type[BaseException], ...] = (*_DROPPED, TimeoutError)
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def lazily_url(url: str) -> str:
-    """The ``/lazily`` URL of a server given by its base URL (or already by that URL)."""
-    base = url.rstrip("/")
-    if base.startswith("http"):
-        base = "ws" + base[4:]
-    return base if base.endswith("/lazily") else base + "/lazily"
 
 
 def new_peer_id() -> int:
