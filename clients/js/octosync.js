@@ -1502,7 +1502,7 @@ export class SharedDocument extends Channel {
         if (mine && !stampAbove(mine.stamp, op.stamp)) this.pendingOps.delete(`${op.slot_id} ${op.key ?? ""}`);
       }
     }
-    this.joined = true;
+    if (doc.frontier !== undefined) this.joined = true; // the last frame of the document sent at joining
     for (const name of changed) this.values.get(name)?.refresh();
     if (changed.size) this.emit("change", [...changed]);
     this.#settle();

@@ -158,3 +158,17 @@ async def test_a_clustered_server_refuses_shared_documents_rather_than_fork_them
         refused = await recv_json(ws)
         assert (refused["code"], refused["path"]) == ("HandshakeFailed", "features")
         await ws.close()
+
+
+async def test_a_large_document_arrives_in_frames_and_joined_means_all_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("octosync.server.plane.JOIN_CHUNK", 7)
+    async with serve(tmp_path) as srv:
+        async with SharedDocument(srv.ws_url, "big") as writer:
+            for i in range(30):
+                writer.map("fields").set(f"f{i}", i)
+            await writer.synced(TIMEOUT)
+        async with SharedDocument(srv.ws_url, "big") as late:
+            await late.synced(TIMEOUT)
+            assert late.map("fields").value == {f"f{i}": i for i in range(30)}

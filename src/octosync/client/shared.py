@@ -248,7 +248,8 @@ class SharedDocument:
                 continue
             self.cells.merge(sync.ops)
             self._acked(sync.ops)
-            self._joined = True
+            if sync.frontier is not None:  # the last frame of the document sent at joining
+                self._joined = True
             self._notify()
         raise ConnectionError("the server closed the connection")
 

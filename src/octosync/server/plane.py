@@ -43,6 +43,11 @@ puts many commits' ops into one frame per reader (each frame is a write to every
 socket: under many writers, frames per second, not ops, are what costs)."""
 
 
+JOIN_CHUNK = 1000
+"""Ops per frame of the whole document a member gets when it joins; only the last frame
+carries the frontier, so a member knows it has the document when a frame has one."""
+
+
 @dataclass(slots=True)
 class _Due:
     """What the commits of one loop turn send on one stream."""
@@ -67,7 +72,11 @@ class Plane:
         server's frontier."""
         self._framing[conn] = framing
         frontier = self.core.streams[stream].replica.frontier()
-        self.send([conn], CrdtSync(frontier=frontier, ops=tuple(state)))
+        ops = tuple(state)
+        for at in range(0, max(len(ops) - JOIN_CHUNK, 0), JOIN_CHUNK):
+            self.send([conn], CrdtSync(ops=ops[at : at + JOIN_CHUNK]))
+        last = ops[(max(len(ops) - 1, 0) // JOIN_CHUNK) * JOIN_CHUNK :]
+        self.send([conn], CrdtSync(frontier=frontier, ops=last))
 
     def leave(self, conn: ConnId) -> None:
         self._framing.pop(conn, None)
