@@ -162,9 +162,11 @@ def test_ten_tabs_a_kill_9_and_a_closed_tab_lose_no_click(tmp_path: Path) -> Non
         server.kill()
 
 
-def test_the_two_tab_counter_of_the_docs_counts_every_click(tmp_path: Path) -> None:
-    """docs/crdt.md's quickstart page, as written, opened twice against a real server."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "crdt.md").read_text("utf-8")
+@pytest.mark.parametrize("page_of", ["README.md", "docs/crdt.md"])
+def test_the_two_tab_counter_of_the_docs_counts_every_click(tmp_path: Path, page_of: str) -> None:
+    """The quickstart's counter page (README and the shared-documents page), as written,
+    opened twice against a real server."""
+    doc = (Path(__file__).resolve().parents[2] / page_of).read_text("utf-8")
     (page,) = re.findall(r"^```html counter\n(.*?)^```", doc, re.S | re.M)
     assert "127.0.0.1:8765" in page
     executable = chromium_path()
