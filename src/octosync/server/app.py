@@ -118,8 +118,10 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             settle=config.map_settle,
             replicate_timeout=config.map_replicate_timeout,
         )
-        maps_link = MapsLink(runtime, link.node, cluster=DEFAULT_CLUSTER, settings=settings)
-        runtime.replicator = maps_link
+        maps_link = MapsLink(
+            runtime.topgun_face, link.node, cluster=DEFAULT_CLUSTER, settings=settings
+        )
+        runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
     registry = registry_for(runtime)
 

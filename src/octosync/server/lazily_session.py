@@ -29,7 +29,7 @@ from octosync.ipc.messages import (
     ResyncRequest,
     Snapshot,
 )
-from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lazily_dialect import (
     SEED_JSON,
@@ -38,7 +38,7 @@ from octosync.server.lazily_dialect import (
     sniff_producer_dialect,
 )
 from octosync.server.lifecycle import Lifecycle
-from octosync.server.runtime import Runtime
+from octosync.server.ports import HubPort
 from octosync.server.view_encoders import lazily_view_key
 from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
@@ -97,7 +97,7 @@ class LazilySession:
     """msgspec decodes even a frame at the limit in a few milliseconds."""
 
     def __init__(
-        self, runtime: Runtime, conn: int, kind: Transport, identity: ClaimGrants | None
+        self, runtime: HubPort, conn: int, kind: Transport, identity: ClaimGrants | None
     ) -> None:
         self.rt = runtime
         self.conn = conn
@@ -107,7 +107,7 @@ class LazilySession:
         self.dialect: FaceDialect = SEED_JSON
         self.sniffed = False
         self.stream = ""
-        self.max_frame = runtime.limits.max_frame_bytes
+        self.max_frame = runtime.max_frame
         self.face = FaceName.TCP if kind == "tcp" else FaceName.LAZILY
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
@@ -118,11 +118,10 @@ class LazilySession:
 
     # --- Session --------------------------------------------------------------------------
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> bytes:
         return data  # the dialect is chosen by the handshake and the first frame: see handle
 
-    def handle(self, message: object) -> None:
-        assert isinstance(message, bytes)
+    def handle(self, message: bytes) -> None:
         state = self.life.state
         if state is State.AWAIT_HANDSHAKE:
             self._handshake(message)
@@ -174,9 +173,9 @@ class LazilySession:
         identity = self.identity
         for feature in remote.features:
             if feature.startswith(TOKEN_FEATURE):
-                identity = authenticate(feature[len(TOKEN_FEATURE) :], self.rt.config.auth)
+                identity = self.rt.authenticate(feature[len(TOKEN_FEATURE) :])
         if identity is None:
-            identity = authenticate(None, self.rt.config.auth)
+            identity = self.rt.authenticate(None)
         hub = self.rt.hub
         view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
         try:
@@ -187,7 +186,7 @@ class LazilySession:
         hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
         if not publish:
             self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
-        hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
+        hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
         self.life.move("handshake_publish" if publish else "handshake_subscribe")
@@ -195,7 +194,7 @@ class LazilySession:
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
         if not publish:
             hub.subscribe(self.conn, self.stream)
-        elif DURABLE_ACKS in remote.features and self.rt.writer is not None:
+        elif DURABLE_ACKS in remote.features and self.rt.journaled:
             self.rt.durable_listeners[self.conn] = self._durable
 
     def _durable(self, stream: object, epoch: int) -> None:
@@ -239,12 +238,4 @@ class LazilySession:
                 raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
 
 
-def open_ws_session(rt: Runtime, conn: int, identity: ClaimGrants) -> LazilySession:
-    return LazilySession(rt, conn, "ws", identity)
-
-
-def open_tcp_session(rt: Runtime, conn: int) -> LazilySession:
-    return LazilySession(rt, conn, "tcp", None)
-
-
-__all__ = ["LazilySession", "open_tcp_session", "open_ws_session", "server_handshake"]
+__all__ = ["LazilySession", "server_handshake"]

@@ -18,7 +18,7 @@ from octosync.hub.streams import warp_stream_id
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
-from octosync.server.runtime import Runtime
+from octosync.server.ports import HubPort
 from octosync.server.view_encoders import WVP_VIEW
 from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
@@ -45,19 +45,19 @@ class WvpSession:
     byte_stream = False
     offload_decode = True
 
-    def __init__(self, rt: Runtime, conn: int, identity: ClaimGrants) -> None:
+    def __init__(self, rt: HubPort, conn: int, identity: ClaimGrants) -> None:
         self.rt = rt
         self.conn = conn
         self.identity = identity
         self.life = Lifecycle(LIFECYCLE, State.AWAIT_HANDSHAKE)
-        self.max_frame = rt.limits.max_frame_bytes
+        self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
 
     @property
     def ready(self) -> bool:
         return self.life.state is State.OPEN
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> wvp.Message:
         if len(data) >= jsabi.HEADER_SIZE:
             jsabi.check_header(data[: jsabi.HEADER_SIZE])  # Oversize before the payload
         return wvp.decode(data, opaque=True)[0]
@@ -85,12 +85,12 @@ class WvpSession:
         else:
             self.outgoing.append(data)
 
-    def handle(self, message: object) -> None:
+    def handle(self, message: wvp.Message) -> None:
         hub = self.rt.hub
         if self.life.state is State.AWAIT_HANDSHAKE:
             if not isinstance(message, wvp.Handshake):
                 raise HandshakeFailed("the first message must be a handshake", path="op")
-            hub.connect(self.conn, VIEW, grants=self.identity, wake=self.rt.flusher.wake)
+            hub.connect(self.conn, VIEW, grants=self.identity, wake=self.rt.wake)
             self.life.move("handshake")
             ack = wvp.HandshakeAck(
                 status="OK",
