@@ -12,27 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import msgspec
-
 from octosync.chain.records import BootstrapChainRequest, DeviceToHead
 from octosync.errors import HandshakeFailed, OctosyncError
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.ports import Credentials
 from octosync.wire import chain_link
-from octosync.wire.chain import ChainCodec
+from octosync.wire.chain import ChainCodec, encode_error_record
 from octosync.wire.websocket import ws_frame
 
 FROM_DEVICE: ChainCodec[DeviceToHead] = ChainCodec(DeviceToHead, "json")
-
-
-class _ErrorRecord(msgspec.Struct, frozen=True, rename="pascal"):
-    type: str
-    code: str
-    message: str
-
-
-_errors = msgspec.json.Encoder()
 
 
 class ChainSession:
@@ -73,8 +62,7 @@ class ChainSession:
         self._to_head(chain_link.encode(chain_link.FromDevice(0, message)))
 
     def error_frame(self, err: OctosyncError) -> bytes:
-        record = _ErrorRecord("Error", err.name, err.message)
-        return ws_frame(_errors.encode(record), text=True)
+        return ws_frame(encode_error_record(err.name, err.message), text=True)
 
     def send_error(self, err: OctosyncError) -> None:
         self.outgoing.append(self.error_frame(err))

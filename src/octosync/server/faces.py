@@ -183,7 +183,7 @@ FACES: tuple[Face, ...] = (
     Face(
         FaceName.LAZILY,
         _lazily_ws,
-        "server.lazily_dialect",
+        "wire.lazily_dialects",
         (STREAMS,),
         route="/lazily",
         listing=("streams", _streams),
@@ -191,7 +191,7 @@ FACES: tuple[Face, ...] = (
     Face(
         FaceName.TCP,
         _lazily_tcp,
-        "server.lazily_dialect",
+        "wire.lazily_dialects",
         (STREAMS,),
         credentials="in_band",
         tcp=TcpListener(

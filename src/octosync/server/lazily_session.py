@@ -31,16 +31,16 @@ from octosync.ipc.messages import (
 )
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
-from octosync.server.lazily_dialect import (
+from octosync.server.lifecycle import Lifecycle
+from octosync.server.ports import HubPort
+from octosync.server.view_encoders import lazily_view_key
+from octosync.wire.framing import encode_frame
+from octosync.wire.lazily_dialects import (
     SEED_JSON,
     FaceDialect,
     handshake_dialect,
     sniff_producer_dialect,
 )
-from octosync.server.lifecycle import Lifecycle
-from octosync.server.ports import HubPort
-from octosync.server.view_encoders import lazily_view_key
-from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION

@@ -16,10 +16,9 @@ from octosync.signaling import (
     SIGNAL_ERROR_CODES,
     ServerSignal,
     SignalError,
-    decode_client,
-    encode_server,
 )
 from octosync.signaling.messages import ClientSignal
+from octosync.wire.signaling import decode_client, encode_server
 from octosync.wire.websocket import ws_frame
 
 
