@@ -162,6 +162,14 @@ class CrdtValueError(RemoteProtocolError):
     code = 71
 
 
+class FeatureDisabled(RemoteProtocolError):
+    """A request for a feature this server does not serve (or serves switched off): answered
+    in the request's own response type, so the caller fails at once instead of timing out."""
+
+    name = "FeatureDisabled"
+    code = 72
+
+
 class AuthError(OctosyncError):
     """Authentication or authorisation failed."""
 
@@ -317,6 +325,20 @@ class DataDirInUse(ConfigError):
 
     name = "DataDirInUse"
     code = 101
+
+
+class MissingExtra(ConfigError):
+    """A command needs an optional part of the package (an extra) that is not installed."""
+
+    name = "MissingExtra"
+    code = 102
+
+
+class NothingPublished(OctosyncError):
+    """A subscriber got no state in the time it was given: nobody publishes the stream there."""
+
+    name = "NothingPublished"
+    code = 103
 
 
 class PipelineError(OctosyncError):

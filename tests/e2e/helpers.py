@@ -10,7 +10,7 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -234,6 +234,40 @@ class Spawned:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
+
+
+OCTOSYNC = (sys.executable, "-m", "octosync.cli")
+"""The command line, run by this interpreter (so the worktree's code is what runs)."""
+
+
+@contextlib.contextmanager
+def running(
+    *args: str,
+    command: Sequence[str] = OCTOSYNC,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A long-running ``octosync ARGS`` child (``serve``, ``publish-demo``...), yielded with the
+    first line it printed (its "serving" or "publishing" line) and stopped (SIGTERM) after."""
+    proc = subprocess.Popen(
+        [*command, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc, proc.stdout.readline()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @contextlib.asynccontextmanager

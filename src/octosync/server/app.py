@@ -9,17 +9,18 @@ by ``server.run``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from octosync import __version__
+from octosync import __version__, extras
 from octosync.hub.model import Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
-from octosync.links.cluster_link import DEFAULT_CLUSTER, ClusterLink, default_node_id
-from octosync.links.cluster_maps import MapSettings, MapsLink
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME
@@ -32,15 +33,33 @@ from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.retention import JournalKeeper
 
+if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
+    from octosync.links.cluster_link import ClusterLink
+    from octosync.links.cluster_maps import MapsLink
+
+log = logging.getLogger(__name__)
+
 CONFIG_KEY = web.AppKey("config", ServerConfig)
 KEEPER = web.AppKey("journal_keeper", JournalKeeper)
 KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
-CLUSTER = web.AppKey("cluster_link", ClusterLink)
-CLUSTER_MAPS = web.AppKey("cluster_maps", MapsLink)
+CLUSTER: web.AppKey[ClusterLink] = web.AppKey("cluster_link")
+CLUSTER_MAPS: web.AppKey[MapsLink] = web.AppKey("cluster_maps")
 
 __all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _export_dir(config: ServerConfig) -> Path | None:
+    """Where the maintenance round exports the journal: nowhere without pyarrow (the pipeline
+    extra), and then nothing is trimmed either: the journal keeps every record."""
+    if config.export_dir is not None and not extras.installed("pipeline"):
+        log.warning(
+            "journal export and trim are off: they need the pipeline extra "
+            "(pip install 'octosync[pipeline]'); the journal keeps every record"
+        )
+        return None
+    return config.export_dir
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -93,7 +112,11 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             assert link is not None
             link.on_interest(stream, wanted)
 
-    node = None if config.cluster_url is None else config.node_id or default_node_id()
+    node = None
+    if config.cluster_url is not None:  # NATS (the cluster extra) only when asked for
+        from octosync.links.cluster_link import default_node_id
+
+        node = config.node_id or default_node_id()
     runtime = Runtime(
         config,
         on_accept=hook,
@@ -106,12 +129,17 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if recorder is not None:
         recorder.watch = runtime.watch_frame
     if config.cluster_url is not None and node is not None:
+        from octosync.links.cluster_link import ClusterLink
+
         link = ClusterLink(runtime, config.cluster_url, node)
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
     maps_link: MapsLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
+        from octosync.links.cluster_link import DEFAULT_CLUSTER
+        from octosync.links.cluster_maps import MapSettings, MapsLink
+
         settings = MapSettings(
             replicas=config.map_replicas,
             sync_interval=config.map_sync_interval,
@@ -152,7 +180,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
                 JournalKeeper.start,
                 runtime.hub,
                 config.data_dir,
-                export_dir=config.export_dir,
+                export_dir=_export_dir(config),
                 durability=config.journal_durability,
                 ops_covered=partial(compacted_through, config.compaction_dir),
             )

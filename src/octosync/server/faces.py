@@ -252,6 +252,6 @@ def serving_line(config: ServerConfig, port: int, tcp_ports: Mapping[FaceName, i
         for face in FACES
         if face.tcp is not None and face.name in tcp_ports
     )
-    return (
-        f"octosync serving {faces} on http://{config.host}:{port}{tcp} (data in {config.data_dir})"
-    )
+    http = "https" if config.tls_cert is not None else "http"
+    where = f"{http}://{config.host}:{port}{tcp}"
+    return f"octosync serving {faces} on {where} (data in {config.data_dir})"

@@ -31,6 +31,7 @@ from octosync.server.faces import FACES, TcpListener
 from octosync.server.guard import GuardedProtocol
 from octosync.server.runtime import Runtime
 from octosync.server.throttled_log import ThrottledLog
+from octosync.server.tls import server_context
 
 log = logging.getLogger("octosync.server")
 
@@ -111,8 +112,16 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
 
     servers: list[asyncio.Server] = []
     try:
+        tls = server_context(config.tls_cert, config.tls_key)
         with _listening(config.host, config.port, "--port"):
-            http = await loop.create_server(guarded, config.host, config.port, reuse_address=True)
+            http = await loop.create_server(
+                guarded,
+                config.host,
+                config.port,
+                reuse_address=True,
+                ssl=tls,
+                ssl_handshake_timeout=config.request_timeout if tls else None,
+            )
         servers.append(http)
         port = int(http.sockets[0].getsockname()[1])
         tcp_ports: dict[FaceName, int] = {}
@@ -128,7 +137,7 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
             servers.append(tcp)
             tcp_ports[face.name] = int(tcp.sockets[0].getsockname()[1])
         if CLUSTER in app:
-            app[CLUSTER].public_url = f"ws://{config.host}:{port}/lazily"
+            app[CLUSTER].public_url = f"{config.scheme}://{config.host}:{port}/lazily"
     except BaseException:
         for server in servers:
             server.close()

@@ -118,7 +118,10 @@ class Runtime:
             gc_age_ms=None if config.topgun_gc_age is None else int(config.topgun_gc_age * 1000),
             gc_every_ms=int(config.topgun_gc_interval * 1000),
             node_id=node_id or SERVER_NODE,
+            search_maps=config.topgun_search,
         )
+        self.topgun.queries.per_connection = config.topgun_queries_per_connection
+        self.topgun.queries.per_map = config.topgun_queries_per_map
         self.counters = Counters()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._commit_inbox: deque[
