@@ -6,7 +6,7 @@ import importlib
 from dataclasses import replace
 from pathlib import Path
 
-from octosync.server.app import build_app
+from octosync.server.app import RUNTIME, build_app
 from octosync.server.config import ServerConfig
 from octosync.server.face_names import CLAIM_TABLES, FaceName
 from octosync.server.faces import BY_NAME, FACES, serving_line
@@ -65,3 +65,10 @@ def test_a_faces_state_is_made_once_per_server(tmp_path: Path) -> None:
     first.append(1)
     assert rt.face_state(FaceName.CHAIN, make) == [1]
     assert made == [rt]
+
+
+def test_the_runtime_runs_the_faces_declared_ticks(tmp_path: Path) -> None:
+    config = ServerConfig(data_dir=tmp_path, journal=False, insecure_dev=True)
+    runtime = build_app(config)[RUNTIME]
+    assert [face.name for face in FACES if face.tick is not None] == [FaceName.TOPGUN]
+    assert runtime.ticks == tuple(face.tick for face in FACES if face.tick is not None)

@@ -95,6 +95,8 @@ class Face:
     mount: Callable[[web.Application, ServerConfig], None] | None = None
     """Mounts a face whose route depends on the configuration (``/chain/{name}``); None: its
     ``route`` with the shared WebSocket loop."""
+    tick: Callable[[Runtime], None] | None = None
+    """Its periodic work, once a second (lock expiry, tombstone GC), given the runtime."""
     listing: tuple[str, Listing] | None = None
     """Its key in the inspector's ``/api/streams`` and the rows one identity may see."""
 
@@ -153,6 +155,10 @@ def _dataspace_tcp(
 
 def _topgun(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
     return TopGunSession(rt.topgun_face, conn)
+
+
+def _topgun_tick(rt: Runtime) -> None:
+    rt.topgun_face.apply(rt.topgun.tick())
 
 
 def _mount_chain(app: web.Application, config: ServerConfig) -> None:
@@ -223,6 +229,7 @@ FACES: tuple[Face, ...] = (
         route="/topgun",
         credentials="in_band",
         deflate=True,
+        tick=_topgun_tick,
         listing=("maps", _maps),
     ),
     Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,), mount=_mount_chain),

@@ -86,10 +86,13 @@ class Runtime:
         writer: GroupCommitWriter | None = None,
         *,
         node_id: str | None = None,
+        ticks: Sequence[Callable[[Runtime], None]] = (),
     ) -> None:
         """``node_id``: this node's id in a cluster, also its TopGun HLC's (servers of one
-        cluster must never stamp alike)."""
+        cluster must never stamp alike); ``ticks``: the faces' periodic work (``Face.tick``),
+        run once a second after the hub's expiry."""
         self.config = config
+        self.ticks = tuple(ticks)
         self.writer = writer
         """The journal's writer (TopGun ops are journaled through it); None: no journal."""
         self.limits = config.limits()
@@ -330,7 +333,8 @@ class Runtime:
         while True:
             await asyncio.sleep(1.0)
             self.hub.expire()
-            self.topgun_face.apply(self.topgun.tick())
+            for tick in self.ticks:
+                tick(self)
 
     async def shutdown(self) -> None:
         """Stop taking work, flush until the deadline, close everyone, drop who is stuck.
