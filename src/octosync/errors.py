@@ -170,6 +170,21 @@ class FeatureDisabled(RemoteProtocolError):
     code = 72
 
 
+class BlobInvalid(RemoteProtocolError):
+    """A shared-blob descriptor that does not match its arena (bounds, header, generation,
+    epoch, length or checksum); ``path`` names the field. Refused before it is accepted."""
+
+    name = "BlobInvalid"
+    code = 140
+
+
+class FeatureNotNegotiated(RemoteProtocolError):
+    """A message that uses a feature (``shared-blob``) the session did not negotiate."""
+
+    name = "FeatureNotNegotiated"
+    code = 141
+
+
 class AuthError(OctosyncError):
     """Authentication or authorisation failed."""
 
@@ -310,6 +325,29 @@ class ListenError(ServerError):
 
     name = "ListenError"
     code = 94
+
+
+class EffectError(OctosyncError):
+    """The single-writer effect authority refused to run an effect."""
+
+    name = "EffectError"
+    code = 150
+
+
+class LeaseLost(EffectError):
+    """This holder's effect lease expired or was taken over (its fencing token is stale):
+    nothing more may fire under it."""
+
+    name = "LeaseLost"
+    code = 151
+
+
+class EffectInDoubt(EffectError):
+    """An earlier holder recorded its intent to fire this effect and never recorded the
+    outcome; without a way to ask the effect's target, firing again could fire it twice."""
+
+    name = "EffectInDoubt"
+    code = 152
 
 
 class ConfigError(OctosyncError):

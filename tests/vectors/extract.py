@@ -48,6 +48,7 @@ LAZILY_FILES = (
     "delta_sequential.json",
     "delta_non_sequential.json",
     "delta_shared_blob.json",
+    "arena_blob.json",
     "codec/capability_handshake.json",
     "codec/frame_roundtrip_json.json",
     "codec/frame_roundtrip_msgpack.json",

@@ -33,7 +33,9 @@ from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.ports import HubPort
+from octosync.server.shared_blobs import SessionBlobs
 from octosync.server.view_encoders import lazily_view_key
+from octosync.shm.region import SHARED_BLOB
 from octosync.wire.framing import encode_frame
 from octosync.wire.lazily_dialects import (
     SEED_JSON,
@@ -44,7 +46,7 @@ from octosync.wire.lazily_dialects import (
 from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
-SERVER_FEATURES = ("publish", "resync_request", "cell_set_write", "outbox_ack")
+SERVER_FEATURES = ("publish", "resync_request", "cell_set_write", "outbox_ack", SHARED_BLOB)
 DURABLE_ACKS = "outbox_ack"
 """A producer that offers this feature gets ``OutboxAck {through_epoch}`` once its frames
 through that epoch are committed to the journal: what it must keep to resend after a crash."""
@@ -54,8 +56,11 @@ TOKEN_FEATURE = "auth:"
 Transport = Literal["ws", "tcp"]
 
 
-def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") -> Handshake:
-    """The server's side of the handshake; it hosts whatever session the peer names."""
+def server_handshake(
+    session_id: str, max_frame_size: int, codec: str = "json", extra: tuple[str, ...] = ()
+) -> Handshake:
+    """The server's side of the handshake; it hosts whatever session the peer names
+    (``extra``: features for this session only, such as its shared-memory region)."""
     return Handshake(
         protocol_id=PROTOCOL_ID,
         protocol_major_version=PROTOCOL_MAJOR,
@@ -65,7 +70,7 @@ def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") 
         ordered_reliable=True,
         peer_id=0,
         session_id=session_id,
-        features=SERVER_FEATURES,
+        features=SERVER_FEATURES + extra,
     )
 
 
@@ -111,6 +116,7 @@ class LazilySession:
         self.face = FaceName.TCP if kind == "tcp" else FaceName.LAZILY
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
+        self.blobs = SessionBlobs(runtime.blobs)
 
     @property
     def ready(self) -> bool:
@@ -153,6 +159,7 @@ class LazilySession:
         self.life.move("close")
         self.rt.durable_listeners.pop(self.conn, None)
         self.rt.hub.disconnect(self.conn)
+        self.blobs.close()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -177,20 +184,28 @@ class LazilySession:
         if identity is None:
             identity = self.rt.authenticate(None)
         hub = self.rt.hub
-        view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
+        publish = "publish" in remote.features
         try:
-            hub.check_stream(view, remote.session_id)
+            hub.check_stream(
+                ViewKey("lazily", lazily_view_key(dialect, self.kind)), remote.session_id
+            )
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="session_id") from exc
-        publish = "publish" in remote.features
         hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
+        try:
+            extra = self.blobs.negotiate(remote.features, publish=publish)
+        except OctosyncError as exc:
+            raise HandshakeFailed(exc.message, path="features") from exc
+        view = ViewKey(
+            "lazily", lazily_view_key(dialect, self.kind) + self.blobs.view_suffix(publish=publish)
+        )
         if not publish:
             self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
         hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
         self.life.move("handshake_publish" if publish else "handshake_subscribe")
-        reply = server_handshake(remote.session_id, max_frame, dialect.name)
+        reply = server_handshake(remote.session_id, max_frame, dialect.name, extra)
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
         if not publish:
             hub.subscribe(self.conn, self.stream)
@@ -211,9 +226,9 @@ class LazilySession:
                 else f"{type(msg).__name__} is not served on this face"
             )
             raise Forbidden(what, path="type")
-        self.rt.hub.publish(
-            self.conn, self.stream, lazily_frame(msg, Sent(self.dialect.name, data))
-        )
+        msg, inlined = self.blobs.inbound(msg)
+        sent = None if inlined else Sent(self.dialect.name, data)  # journal bytes, not refs
+        self.rt.hub.publish(self.conn, self.stream, lazily_frame(msg, sent))
 
     def _subscribe(self, msg: IpcMessage) -> None:
         """What a subscriber may send: resync requests and cell_set writes."""
@@ -233,7 +248,7 @@ class LazilySession:
                         "a subscriber may only send cell_set writes",
                         path=f"ops[{bad[0]}]" if bad else "ops",
                     )
-                hub.write(self.conn, self.stream, msg)
+                hub.write(self.conn, self.stream, self.blobs.inbound(msg)[0])
             case _:
                 raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
 

@@ -18,6 +18,7 @@ from octosync.hub import Hub
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
+from octosync.server.shared_blobs import ServerBlobs
 from octosync.signaling import SignalingHub
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
@@ -83,6 +84,11 @@ class HubPort(Credentials, Protocol):
     @property
     def durable_listeners(self) -> MutableMapping[int, DurableListener]:
         """Producers that asked to learn how far their frames are journaled."""
+        ...
+
+    @property
+    def blobs(self) -> ServerBlobs:
+        """Shared-memory payloads (``shared_blob``): the regions producers negotiated."""
         ...
 
     def wake(self, conn: int) -> None:

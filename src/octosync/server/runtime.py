@@ -28,6 +28,7 @@ from octosync.server.face_names import FaceName
 from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
 from octosync.server.ports import LiveConnection
+from octosync.server.shared_blobs import ServerBlobs
 from octosync.server.topgun_face import TopGunFace
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
@@ -105,6 +106,8 @@ class Runtime:
                 retain_after_producer_leaves=config.retain_after_producer_leaves,
                 coalesce_backlog=config.coalesce_backlog,
                 max_replay_diffs=config.max_replay_diffs,
+                producer_lease=config.producer_lease,
+                verify_warp_hashes=config.verify_warp_hashes,
             ),
             clock=time.monotonic,
             encoders=view_encoders(),
@@ -114,6 +117,9 @@ class Runtime:
             recorder=recorder,
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
+        self.blobs = ServerBlobs(
+            self.hub, capacity=config.shm_capacity, threshold=config.shm_threshold
+        )
         self.signaling = SignalingHub(config.signaling)
         self.topgun = TopGunCore(
             _wall_ms,
@@ -362,3 +368,4 @@ class Runtime:
         for link in links:
             if not link.transport.is_closing():
                 link.abort()
+        self.blobs.close()

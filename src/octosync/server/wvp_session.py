@@ -14,17 +14,28 @@ from enum import Enum
 from octosync.errors import DecodeError, HandshakeFailed, OctosyncError
 from octosync.hub import SnapshotFrame, ViewKey
 from octosync.hub.model import DiffFrame
-from octosync.hub.streams import warp_stream_id
+from octosync.hub.streams import warp_id_of, warp_stream_id
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.ports import HubPort
-from octosync.server.view_encoders import WVP_VIEW
+from octosync.server.view_encoders import WVP_STREAM_VIEW, WVP_VIEW
 from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
 
 SERVER_VERSION = 1
+DURABLE_ACK = "durable_ack"
+"""A producer that offers this capability gets ``durable_ack {warp_id, through_epoch}`` once
+its frames through that epoch are committed to the journal."""
 VIEW = ViewKey("wvp", WVP_VIEW)
+CAPABILITIES = (
+    "subscribe_warp",
+    "warp_stream",
+    "notification",
+    DURABLE_ACK,
+    "resync_request",
+    "hand_over",
+)
 
 
 class State(Enum):
@@ -40,10 +51,24 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 }
 
 
+def session_id(conn: int) -> str:
+    """The ``session_id`` a handshake ack names (what a ``hand_over`` gives a stream to)."""
+    return f"conn-{conn}"
+
+
+def conn_of(session: str) -> int:
+    """The inverse of ``session_id``; ``DecodeError`` for anything else."""
+    head, _, tail = session.partition("-")
+    if head != "conn" or not tail.isdigit():
+        raise DecodeError(f"{session!r} is not a session id", path="payload.session_id")
+    return int(tail)
+
+
 class WvpSession:
     face = FaceName.WVP
     byte_stream = False
     offload_decode = True
+    view = VIEW
 
     def __init__(self, rt: HubPort, conn: int, identity: ClaimGrants) -> None:
         self.rt = rt
@@ -74,7 +99,13 @@ class WvpSession:
 
     def close(self) -> None:
         self.life.move("close")
+        self.rt.durable_listeners.pop(self.conn, None)
         self.rt.hub.disconnect(self.conn)
+
+    def _durable(self, stream: object, epoch: int) -> None:
+        """The journal holds this producer's warp through ``epoch``."""
+        ack = wvp.DurableAck(warp_id=warp_id_of(stream), through_epoch=epoch)
+        self.rt.hub.send_control(self.conn, self._frame(ack))
 
     def _frame(self, msg: wvp.Message) -> bytes:
         return ws_frame(wvp.encode(msg, self.rt.hub.next_ts()), text=False)
@@ -90,13 +121,15 @@ class WvpSession:
         if self.life.state is State.AWAIT_HANDSHAKE:
             if not isinstance(message, wvp.Handshake):
                 raise HandshakeFailed("the first message must be a handshake", path="op")
-            hub.connect(self.conn, VIEW, grants=self.identity, wake=self.rt.wake)
+            hub.connect(self.conn, self.view, grants=self.identity, wake=self.rt.wake)
             self.life.move("handshake")
+            if DURABLE_ACK in message.capabilities and self.rt.journaled:
+                self.rt.durable_listeners[self.conn] = self._durable
             ack = wvp.HandshakeAck(
                 status="OK",
                 server_version=SERVER_VERSION,
-                capabilities=("subscribe_warp", "warp_stream", "notification"),
-                session_id=f"conn-{self.conn}",
+                capabilities=CAPABILITIES,
+                session_id=session_id(self.conn),
             )
             self._send(self._frame(ack))
             return
@@ -112,8 +145,17 @@ class WvpSession:
             case wvp.Notification(scope=scope):
                 warp = scope.get("Warp") if isinstance(scope, dict) else None
                 stream = None if warp is None else warp_stream_id(warp)
-                hub.notify(self.conn, stream, self._frame(message))
-            case wvp.HandshakeAck() | wvp.ErrorPayload() | wvp.Handshake():
+                packet = wvp.encode(message, hub.next_ts())
+                hub.notify(
+                    self.conn,
+                    stream,
+                    {WVP_VIEW: ws_frame(packet, text=False), WVP_STREAM_VIEW: packet},
+                )
+            case wvp.ResyncRequest(warp_id=wid):
+                hub.request_resync(self.conn, warp_stream_id(wid), message)
+            case wvp.HandOver(warp_id=wid, session_id=to):
+                hub.hand_over(self.conn, warp_stream_id(wid), conn_of(to))
+            case wvp.HandshakeAck() | wvp.ErrorPayload() | wvp.Handshake() | wvp.DurableAck():
                 raise DecodeError(f"{wvp.OPS[type(message)]} is not sent by clients", path="op")
 
     def _publish_diff(self, wid: int, diff: wvp.WarpDiff) -> None:
