@@ -57,6 +57,20 @@ class State:
         """``{name: value}`` of the named nodes that hold a value."""
         return {n: self.values[i] for n, i in self.names.items() if i in self.values}
 
+    @property
+    def keys(self) -> dict[str, int]:
+        """``{name: node_id}``: ``names`` under the JavaScript client's name for it."""
+        return self.names
+
+
+def lazily_url(url: str) -> str:
+    """The ``/lazily`` URL of a server given by its base URL (``ws://host:port``, as the
+    JavaScript client takes it; ``http`` becomes ``ws``) or already by that URL."""
+    base = url.rstrip("/")
+    if base.startswith("http"):
+        base = "ws" + base[4:]
+    return base if base.endswith("/lazily") else base + "/lazily"
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -100,7 +114,7 @@ def _handshake(
 
 
 class Client:
-    """A connection factory for one server URL (``ws://host:port/lazily``)."""
+    """A connection factory for one server URL (``ws://host:port``, or its ``/lazily`` URL)."""
 
     def __init__(
         self,
@@ -120,8 +134,8 @@ class Client:
         ``shm_threshold`` bytes or more travel through POSIX shared memory, a region of
         ``shm_capacity`` bytes this client makes when it publishes, the server's when it
         subscribes; descriptors are checked before they are accepted."""
-        self.url = url
-        self.urls = [url, *fallbacks]
+        self.url = lazily_url(url)
+        self.urls = [self.url, *map(lazily_url, fallbacks)]
         """Where to connect, in turn: a reconnect that fails moves on to the next."""
         self._at = 0
         self.token = token

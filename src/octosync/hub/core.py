@@ -325,6 +325,18 @@ class Hub:
             c.outbox.push_control(data)
             c.wake(conn)
 
+    def send_lossless(self, conn: ConnId, data: bytes) -> bool:
+        """Queue a frame that must not be dropped: False (nothing queued) when the
+        connection's control queue is full, and the caller resets the connection."""
+        c = self._conns.find(conn)
+        if c is None:
+            return True
+        if c.outbox.control_full():
+            return False
+        c.outbox.push_control(data)
+        c.wake(conn)
+        return True
+
     # --- draining -------------------------------------------------------------------------
 
     def take(self, conn: ConnId) -> list[bytes]:

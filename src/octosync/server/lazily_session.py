@@ -18,10 +18,12 @@ from octosync.errors import (
     OctosyncError,
 )
 from octosync.hub import ViewKey, lazily_frame
+from octosync.hub.crdt_streams import FEATURE as PLANE_FEATURE
 from octosync.hub.model import Sent
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION, negotiate
 from octosync.ipc.messages import (
     CellSet,
+    CrdtSync,
     Delta,
     Handshake,
     IpcMessage,
@@ -32,6 +34,7 @@ from octosync.ipc.messages import (
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
+from octosync.server.plane import Framing
 from octosync.server.ports import HubPort
 from octosync.server.shared_blobs import SessionBlobs
 from octosync.server.view_encoders import lazily_view_key
@@ -46,7 +49,14 @@ from octosync.wire.lazily_dialects import (
 from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
-SERVER_FEATURES = ("publish", "resync_request", "cell_set_write", "outbox_ack", SHARED_BLOB)
+SERVER_FEATURES = (
+    "publish",
+    "resync_request",
+    "cell_set_write",
+    "outbox_ack",
+    SHARED_BLOB,
+    PLANE_FEATURE,
+)
 DURABLE_ACKS = "outbox_ack"
 """A producer that offers this feature gets ``OutboxAck {through_epoch}`` once its frames
 through that epoch are committed to the journal: what it must keep to resend after a crash."""
@@ -78,17 +88,21 @@ class State(Enum):
     AWAIT_HANDSHAKE = 1
     PRODUCING = 2
     SUBSCRIBED = 3
-    CLOSED = 4
+    PLANE = 4
+    CLOSED = 5
 
 
 LIFECYCLE: dict[tuple[State, str], State] = {
     (State.AWAIT_HANDSHAKE, "handshake_publish"): State.PRODUCING,
     (State.AWAIT_HANDSHAKE, "handshake_subscribe"): State.SUBSCRIBED,
+    (State.AWAIT_HANDSHAKE, "handshake_plane"): State.PLANE,
     (State.AWAIT_HANDSHAKE, "close"): State.CLOSED,
+    (State.PLANE, "close"): State.CLOSED,
     (State.PRODUCING, "close"): State.CLOSED,
     (State.SUBSCRIBED, "close"): State.CLOSED,
 }
-"""The lazily connection's lifecycle: one handshake decides the role for good."""
+"""The lazily connection's lifecycle: one handshake decides the role for good (``PLANE``: a
+member of a multi-writer CRDT plane stream, negotiated by the ``distributed_crdt`` feature)."""
 
 
 class LazilySession:
@@ -132,6 +146,9 @@ class LazilySession:
         if state is State.AWAIT_HANDSHAKE:
             self._handshake(message)
             return
+        if state is State.PLANE:
+            self._plane(message)
+            return
         if state is State.PRODUCING and not self.sniffed:
             self.sniffed = True
             sniffed = sniff_producer_dialect(self.dialect, message)
@@ -157,6 +174,7 @@ class LazilySession:
 
     def close(self) -> None:
         self.life.move("close")
+        self.rt.plane.leave(self.conn)
         self.rt.durable_listeners.pop(self.conn, None)
         self.rt.hub.disconnect(self.conn)
         self.blobs.close()
@@ -191,6 +209,16 @@ class LazilySession:
             )
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="session_id") from exc
+        if PLANE_FEATURE in remote.features:
+            plane_view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
+            self._join_plane(remote, dialect, identity, plane_view, max_frame)
+            return
+        if remote.session_id in self.rt.plane.core.streams:
+            raise HandshakeFailed(
+                f"stream {remote.session_id!r} is a multi-writer stream: join it with the "
+                f"{PLANE_FEATURE!r} feature",
+                path="session_id",
+            )
         hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
         try:
             extra = self.blobs.negotiate(remote.features, publish=publish)
@@ -216,6 +244,65 @@ class LazilySession:
         """The journal holds this producer's frames through ``epoch``."""
         ack = self.dialect.codec.encode(OutboxAck(through_epoch=epoch))
         self.rt.hub.send_control(self.conn, self.frame(ack))
+
+    def _join_plane(
+        self,
+        remote: Handshake,
+        dialect: FaceDialect,
+        identity: ClaimGrants,
+        view: ViewKey,
+        max_frame: int,
+    ) -> None:
+        """Join a multi-writer stream: the reply, then the whole state (with ``read``)."""
+        hub, name = self.rt.hub, remote.session_id
+        if self.rt.clustered:  # each node would keep its own replica: refuse, not fork
+            raise HandshakeFailed(
+                "shared documents are not served by a cluster yet: use a single server",
+                path="features",
+            )
+        if hub.epoch_of(name) is not None or hub.producer_of(name) is not None:
+            raise HandshakeFailed(
+                f"stream {name!r} is a single-writer stream with a producer's state",
+                path="session_id",
+            )
+        state = self.rt.plane.core.join(self.conn, name, remote.peer_id, identity)
+        hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
+        self.identity, self.dialect, self.max_frame, self.stream = (
+            identity,
+            dialect,
+            max_frame,
+            name,
+        )
+        self.life.move("handshake_plane")
+        reply = server_handshake(name, max_frame, dialect.name)
+        hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
+        self.rt.plane.join(self.conn, name, self._framing(), state)
+
+    def _framing(self) -> Framing:
+        dialect = self.dialect
+        return Framing(f"{dialect.name}/{self.kind}", lambda sync: self.frame(dialect.encode(sync)))
+
+    def _plane(self, message: bytes) -> None:
+        """A plane member sends CrdtSync frames only. A member whose handshake said ``json``
+        but who speaks the tagged shape (lazily-spec peers) is switched, and gets the state
+        again in its own dialect."""
+        if not self.sniffed:
+            self.sniffed = True
+            sniffed = sniff_producer_dialect(self.dialect, message)
+            if sniffed is not self.dialect:
+                self.dialect = sniffed
+                view = ViewKey("lazily", lazily_view_key(sniffed, self.kind))
+                self.rt.hub.change_view(self.conn, view)
+                plane = self.rt.plane
+                state = plane.core.state_of(self.stream)
+                plane.join(self.conn, self.stream, self._framing(), state)
+        msg = self.dialect.decode(message)
+        if not isinstance(msg, CrdtSync):
+            raise Forbidden(
+                f"a multi-writer stream takes CrdtSync frames, not {type(msg).__name__}",
+                path="type",
+            )
+        self.rt.plane.receive(self.conn, msg)
 
     def _produce(self, msg: IpcMessage, data: bytes) -> None:
         """What a producer may send: snapshots and deltas of its stream."""

@@ -18,6 +18,7 @@ from octosync.hub import Hub
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
+from octosync.server.plane import Plane
 from octosync.server.shared_blobs import ServerBlobs
 from octosync.signaling import SignalingHub
 from octosync.store.records import EncodedRecord
@@ -84,6 +85,16 @@ class HubPort(Credentials, Protocol):
     @property
     def durable_listeners(self) -> MutableMapping[int, DurableListener]:
         """Producers that asked to learn how far their frames are journaled."""
+        ...
+
+    @property
+    def clustered(self) -> bool:
+        """The server is a node of a cluster (``--cluster``)."""
+        ...
+
+    @property
+    def plane(self) -> Plane:
+        """The multi-writer (CRDT plane) streams of the lazily face."""
         ...
 
     @property

@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar, cast
 from octosync.cluster.core import ClusterCore
 from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits
+from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.types import AcceptHook, InterestHook, Recorder, ReleaseHook
 from octosync.server.auth import ClaimGrants, authenticate
@@ -27,6 +28,7 @@ from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.face_names import FaceName
 from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
+from octosync.server.plane import Plane
 from octosync.server.ports import LiveConnection
 from octosync.server.shared_blobs import ServerBlobs
 from octosync.server.topgun_face import TopGunFace
@@ -131,6 +133,8 @@ class Runtime:
         )
         self.topgun.queries.per_connection = config.topgun_queries_per_connection
         self.topgun.queries.per_map = config.topgun_queries_per_map
+        self.plane = Plane(self, CrdtStreams(_wall_ms))
+        """The multi-writer (CRDT plane) streams of the lazily face."""
         self.counters = Counters()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._commit_inbox: deque[
@@ -189,6 +193,10 @@ class Runtime:
     @property
     def max_frame(self) -> int:
         return self.limits.max_frame_bytes
+
+    @property
+    def clustered(self) -> bool:
+        return self.cluster is not None
 
     @property
     def journaled(self) -> bool:
@@ -309,6 +317,10 @@ class Runtime:
                 listener = self.durable_listeners.get(conn)
                 if listener is not None:
                     listener(stream, epoch)
+
+    def fault(self, conn: int, err: OctosyncError) -> None:
+        """Reset one connection with ``err`` (serving it failed outside its own frames)."""
+        self._fault(conn, err)
 
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)

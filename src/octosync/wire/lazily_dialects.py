@@ -18,7 +18,14 @@ from dataclasses import dataclass
 import msgspec
 
 from octosync.errors import DecodeError, OctosyncError
-from octosync.ipc.messages import Delta, Handshake, IpcMessage, ResyncRequest, Snapshot
+from octosync.ipc.messages import (
+    CrdtSync,
+    Delta,
+    Handshake,
+    IpcMessage,
+    ResyncRequest,
+    Snapshot,
+)
 from octosync.wire import DIALECTS, Codec
 from octosync.wire import json as wire_json
 from octosync.wire.json_tagged import looks_tagged
@@ -53,7 +60,7 @@ class FaceDialect:
         return self.codec.decode(data)
 
     def encode(self, msg: object) -> bytes:
-        if not isinstance(msg, Snapshot | Delta | ResyncRequest):
+        if not isinstance(msg, Snapshot | Delta | ResyncRequest | CrdtSync):
             raise TypeError(f"{type(msg).__name__} is not a state-plane message")
         return self.codec.encode(msg)
 
