@@ -14,7 +14,6 @@ state it gets on reconnect.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -24,6 +23,7 @@ from octosync.hub import Hub
 from octosync.hub.crdt_streams import Accepted, Checked, CrdtStreams
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
+from octosync.server.gap_flush import GapFlush
 from octosync.store.records import EncodedRecord, PlaneOps, encode_record
 
 
@@ -85,8 +85,7 @@ class Plane:
         self.core = core
         self._framing: dict[ConnId, Framing] = {}
         self._due: dict[str, _Due] = {}
-        self._flush_due = False
-        self._flushed_at = float("-inf")
+        self._flusher = GapFlush(self._flush, FLUSH_GAP)
 
     def join(self, conn: ConnId, stream: str, framing: Framing, state: Sequence[CrdtOp]) -> None:
         """A member joined (``core.join`` done): it gets the whole state first, with the
@@ -135,20 +134,11 @@ class Plane:
             due = self._due[accepted.stream] = _Due()
         due.fanout.extend(accepted.fanout)
         due.acks.setdefault(accepted.writer, []).extend(accepted.ack)
-        if not self._flush_due:
-            self._flush_due = True
-            loop = asyncio.get_running_loop()
-            wait = self._flushed_at + FLUSH_GAP - loop.time()
-            if wait > 0:
-                loop.call_later(wait, self._flush)
-            else:
-                loop.call_soon(self._flush)
+        self._flusher.soon()
 
     def _flush(self) -> None:
         """One frame per stream and turn to every reader (its own ops included: they are its
         acknowledgement), and to each writer what that frame does not already acknowledge."""
-        self._flush_due = False
-        self._flushed_at = asyncio.get_running_loop().time()
         due, self._due = self._due, {}
         for name, batch in due.items():
             stream = self.core.streams.get(name)

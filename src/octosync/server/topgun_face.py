@@ -11,7 +11,6 @@ its ``after_commit``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -21,6 +20,7 @@ from octosync.hub.model import lazily_frame
 from octosync.hub.streams import map_name_of, map_stream_id
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate
+from octosync.server.gap_flush import GapFlush
 from octosync.server.ports import LiveConnection, Replicator
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
@@ -72,8 +72,7 @@ class TopGunFace:
         self.max_frame = max_frame
         self.replicator: Replicator | None = None
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
-        self._flush_due = False
-        self._flushed_at = float("-inf")
+        self._flusher = GapFlush(self._flush, FLUSH_GAP)
         self._deflater = FrameDeflater()
 
     def authenticate(self, token: str | None) -> ClaimGrants:
@@ -133,18 +132,10 @@ class TopGunFace:
         turn, or, when the last fan-out went out less than ``FLUSH_GAP`` ago, once that
         gap has passed. An idle server sends an event at once; a busy one sends fewer, larger
         messages (each fan-out costs a write per subscriber, whatever it carries)."""
-        if not self._flush_due and self.topgun.has_pending_events():
-            self._flush_due = True
-            loop = asyncio.get_running_loop()
-            wait = self._flushed_at + FLUSH_GAP - loop.time()
-            if wait > 0:
-                loop.call_later(wait, self._flush)
-            else:
-                loop.call_soon(self._flush)
+        if self.topgun.has_pending_events():
+            self._flusher.soon()
 
     def _flush(self) -> None:
-        self._flush_due = False
-        self._flushed_at = asyncio.get_running_loop().time()
         self.apply(self.topgun.flush())
 
     def apply(self, fx: Effects) -> None:
