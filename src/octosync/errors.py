@@ -386,15 +386,17 @@ class PipelineError(OctosyncError):
     code = 50
 
 
-class InvalidValue(LocalProtocolError):
-    """A dataspace value of an unsupported type (``path`` names where it sits in the value)."""
+class InvalidValue(RemoteProtocolError):
+    """A dataspace value of an unsupported type (``path`` names where it sits in the value):
+    the values come from peers (the relay decodes them), so it is the peer's error."""
 
     name = "InvalidValue"
     code = 80
 
 
-class InvalidPattern(LocalProtocolError):
-    """A dataspace pattern with an operator where only a constant may stand (label, dict key)."""
+class InvalidPattern(RemoteProtocolError):
+    """A dataspace pattern with an operator where only a constant may stand (label, dict key):
+    a peer's, like ``InvalidValue``."""
 
     name = "InvalidPattern"
     code = 81

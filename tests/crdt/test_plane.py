@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from octosync.crdt.plane import PlaneReplica, stamp_key
+from octosync.crdt.replicated import Replicated
 from octosync.crdt.shared import SharedState, node_of
 from octosync.errors import CrdtValueError, LimitExceeded
 from octosync.graph.context import Context
 from octosync.ipc.messages import BlobRef, CrdtOp, CrdtSync, WireStamp
-from octosync.ipc.replicated import Replicated
 from octosync.wire import json_tagged
 
 

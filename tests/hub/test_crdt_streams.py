@@ -11,13 +11,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from octosync.crdt.replicated import Replicated
 from octosync.crdt.shared import SharedState, node_of
 from octosync.errors import ClockDrift, CrdtValueError, Forbidden, LimitExceeded
 from octosync.graph.context import Context
 from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.types import Action, AllowAll, StreamId
 from octosync.ipc.messages import BlobRef, CrdtOp, CrdtSync, WireStamp
-from octosync.ipc.replicated import Replicated
 
 NOW = 1_000_000
 

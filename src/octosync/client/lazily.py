@@ -25,7 +25,6 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from octosync.client.ws import connect_ws, failure_reason
 from octosync.errors import AuthError, ForbiddenPublish, OctosyncError, ProtocolError, by_name
@@ -38,6 +37,7 @@ from octosync.ipc.permissions import PeerPermissions
 from octosync.ipc.publisher import Publisher
 from octosync.shm.region import REGION_FEATURE, SHARED_BLOB, SharedRegion, fresh_name
 from octosync.wire import json as wire_json
+from octosync.wire.lazily_dialects import decode_error_frame
 
 _DROPPED: tuple[type[BaseException], ...] = (aiohttp.ClientError, ConnectionError, OSError)
 """What a failed (re)connection attempt raises: retried with backoff."""
@@ -84,20 +84,10 @@ class Backoff:
         return rng.uniform(0.0, min(self.cap, self.base * (2**attempt)))
 
 
-class _ErrorFrame(msgspec.Struct, frozen=True):
-    type: str
-    code: str
-    message: str
-    path: str | None = None
-
-
 def remote_error(raw: bytes | str) -> OctosyncError | None:
     """The typed error an error frame names, or None if ``raw`` is not an error frame."""
-    try:
-        frame = msgspec.json.decode(raw, type=_ErrorFrame)
-    except msgspec.DecodeError:
-        return None
-    if frame.type != "error":
+    frame = decode_error_frame(raw)
+    if frame is None:
         return None
     try:
         cls = by_name(frame.code)

@@ -13,7 +13,7 @@ apply locally at once and are sent as CRDT ops; each stays pending until the ser
 back, which it does only after its journal committed it. Edits made while disconnected are
 kept, and sent again (with every still pending one) on reconnect; the server's whole state
 arrives first on every connection, so an offline replica converges. The cells are ordinary
-cells of ``doc.context`` (``ipc.replicated``): memos and effects read them like any cell.
+cells of ``doc.context`` (``crdt.replicated``): memos and effects read them like any cell.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ import aiohttp
 from octosync.client.lazily import _DROPPED, Backoff, lazily_url, remote_error
 from octosync.client.ws import close_ws, connect_ws
 from octosync.crdt.plane import stamp_key
+from octosync.crdt.replicated import Replicated, ReplicatedCell
 from octosync.crdt.shared import SharedState
 from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
 from octosync.graph import Context
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
 from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, CrdtSync, Handshake
-from octosync.ipc.replicated import Replicated, ReplicatedCell
 from octosync.wire import DIALECTS
 
 _JSON = DIALECTS["json"]

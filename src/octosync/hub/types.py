@@ -9,12 +9,11 @@ from typing import Any, Literal, Protocol
 from octosync.hub.limits import Limits
 from octosync.hub.model import Frame
 from octosync.hub.outbox import OutboxLimits
+from octosync.stream_names import Face
 
 StreamId = Hashable
 ConnId = int
 Action = Literal["read", "publish", "write"]
-Face = Literal["lazily", "wvp"]
-"""The stream namespace a connection may name (``hub.streams``)."""
 GLOBAL_SCOPE = "$global"
 """The pseudo-stream a message to every connection of a face needs ``publish`` on. Grants for
 names starting with ``$`` are never implied by a wildcard."""

@@ -24,6 +24,7 @@ from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, St
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME
+from octosync.server.faces import FACES
 from octosync.server.faces import mount as mount_faces
 from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.metrics import registry_for, render
@@ -126,6 +127,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         recorder=recorder,
         writer=writer,
         node_id=node,
+        ticks=[face.tick for face in FACES if face.tick is not None],
     )
     if recorder is not None:
         recorder.watch = runtime.watch_frame
@@ -148,8 +150,10 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             settle=config.map_settle,
             replicate_timeout=config.map_replicate_timeout,
         )
-        maps_link = MapsLink(runtime, link.node, cluster=DEFAULT_CLUSTER, settings=settings)
-        runtime.replicator = maps_link
+        maps_link = MapsLink(
+            runtime.topgun_face, link.node, cluster=DEFAULT_CLUSTER, settings=settings
+        )
+        runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
     registry = registry_for(runtime)
 

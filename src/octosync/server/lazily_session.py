@@ -31,21 +31,21 @@ from octosync.ipc.messages import (
     ResyncRequest,
     Snapshot,
 )
-from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
-from octosync.server.lazily_dialect import (
+from octosync.server.lifecycle import Lifecycle
+from octosync.server.plane import Framing
+from octosync.server.ports import HubPort
+from octosync.server.shared_blobs import SessionBlobs
+from octosync.server.view_encoders import lazily_view_key
+from octosync.shm.region import SHARED_BLOB
+from octosync.wire.framing import encode_frame
+from octosync.wire.lazily_dialects import (
     SEED_JSON,
     FaceDialect,
     handshake_dialect,
     sniff_producer_dialect,
 )
-from octosync.server.lifecycle import Lifecycle
-from octosync.server.plane import Framing
-from octosync.server.runtime import Runtime
-from octosync.server.shared_blobs import SessionBlobs
-from octosync.server.view_encoders import lazily_view_key
-from octosync.shm.region import SHARED_BLOB
-from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
@@ -116,7 +116,7 @@ class LazilySession:
     """msgspec decodes even a frame at the limit in a few milliseconds."""
 
     def __init__(
-        self, runtime: Runtime, conn: int, kind: Transport, identity: ClaimGrants | None
+        self, runtime: HubPort, conn: int, kind: Transport, identity: ClaimGrants | None
     ) -> None:
         self.rt = runtime
         self.conn = conn
@@ -126,7 +126,7 @@ class LazilySession:
         self.dialect: FaceDialect = SEED_JSON
         self.sniffed = False
         self.stream = ""
-        self.max_frame = runtime.limits.max_frame_bytes
+        self.max_frame = runtime.max_frame
         self.face = FaceName.TCP if kind == "tcp" else FaceName.LAZILY
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
@@ -138,11 +138,10 @@ class LazilySession:
 
     # --- Session --------------------------------------------------------------------------
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> bytes:
         return data  # the dialect is chosen by the handshake and the first frame: see handle
 
-    def handle(self, message: object) -> None:
-        assert isinstance(message, bytes)
+    def handle(self, message: bytes) -> None:
         state = self.life.state
         if state is State.AWAIT_HANDSHAKE:
             self._handshake(message)
@@ -199,9 +198,9 @@ class LazilySession:
         identity = self.identity
         for feature in remote.features:
             if feature.startswith(TOKEN_FEATURE):
-                identity = authenticate(feature[len(TOKEN_FEATURE) :], self.rt.config.auth)
+                identity = self.rt.authenticate(feature[len(TOKEN_FEATURE) :])
         if identity is None:
-            identity = authenticate(None, self.rt.config.auth)
+            identity = self.rt.authenticate(None)
         hub = self.rt.hub
         publish = "publish" in remote.features
         try:
@@ -230,7 +229,7 @@ class LazilySession:
         )
         if not publish:
             self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
-        hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
+        hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
         self.life.move("handshake_publish" if publish else "handshake_subscribe")
@@ -238,7 +237,7 @@ class LazilySession:
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
         if not publish:
             hub.subscribe(self.conn, self.stream)
-        elif DURABLE_ACKS in remote.features and self.rt.writer is not None:
+        elif DURABLE_ACKS in remote.features and self.rt.journaled:
             self.rt.durable_listeners[self.conn] = self._durable
 
     def _durable(self, stream: object, epoch: int) -> None:
@@ -256,7 +255,7 @@ class LazilySession:
     ) -> None:
         """Join a multi-writer stream: the reply, then the whole state (with ``read``)."""
         hub, name = self.rt.hub, remote.session_id
-        if self.rt.cluster is not None:  # each node would keep its own replica: refuse, not fork
+        if self.rt.clustered:  # each node would keep its own replica: refuse, not fork
             raise HandshakeFailed(
                 "shared documents are not served by a cluster yet: use a single server",
                 path="features",
@@ -267,7 +266,7 @@ class LazilySession:
                 path="session_id",
             )
         state = self.rt.plane.core.join(self.conn, name, remote.peer_id, identity)
-        hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
+        hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
         self.identity, self.dialect, self.max_frame, self.stream = (
             identity,
             dialect,
@@ -341,12 +340,4 @@ class LazilySession:
                 raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
 
 
-def open_ws_session(rt: Runtime, conn: int, identity: ClaimGrants) -> LazilySession:
-    return LazilySession(rt, conn, "ws", identity)
-
-
-def open_tcp_session(rt: Runtime, conn: int) -> LazilySession:
-    return LazilySession(rt, conn, "tcp", None)
-
-
-__all__ = ["LazilySession", "open_tcp_session", "open_ws_session", "server_handshake"]
+__all__ = ["LazilySession", "server_handshake"]

@@ -14,19 +14,40 @@ state it gets on reconnect.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from octosync.errors import InvalidRecord, LimitExceeded, Overloaded, StorageError
+from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError, Overloaded, StorageError
+from octosync.hub import Hub
 from octosync.hub.crdt_streams import Accepted, Checked, CrdtStreams
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
-from octosync.store.records import PlaneOps, encode_record
+from octosync.server.gap_flush import GapFlush
+from octosync.store.records import EncodedRecord, PlaneOps, encode_record
 
-if TYPE_CHECKING:
-    from octosync.server.runtime import Runtime
+
+class JournalRoom(Protocol):
+    """The journal writer, as far as the plane asks it (``store.journal.GroupCommitWriter``)."""
+
+    def has_room(self) -> bool: ...
+
+
+class PlaneHost(Protocol):
+    """What the plane uses of the server (``server.runtime.Runtime``): the hub, the journal
+    and its commit-then-callback, and a way to reset a connection."""
+
+    @property
+    def hub(self) -> Hub: ...
+
+    @property
+    def writer(self) -> JournalRoom | None: ...
+
+    def after_commit(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
+    ) -> None: ...
+
+    def fault(self, conn: int, err: OctosyncError) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +80,12 @@ class _Due:
 class Plane:
     """The runtime's plane streams: members' framing, journaling, fan-out."""
 
-    def __init__(self, runtime: Runtime, core: CrdtStreams) -> None:
+    def __init__(self, runtime: PlaneHost, core: CrdtStreams) -> None:
         self.rt = runtime
         self.core = core
         self._framing: dict[ConnId, Framing] = {}
         self._due: dict[str, _Due] = {}
-        self._flush_due = False
-        self._flushed_at = float("-inf")
+        self._flusher = GapFlush(self._flush, FLUSH_GAP)
 
     def join(self, conn: ConnId, stream: str, framing: Framing, state: Sequence[CrdtOp]) -> None:
         """A member joined (``core.join`` done): it gets the whole state first, with the
@@ -114,20 +134,11 @@ class Plane:
             due = self._due[accepted.stream] = _Due()
         due.fanout.extend(accepted.fanout)
         due.acks.setdefault(accepted.writer, []).extend(accepted.ack)
-        if not self._flush_due:
-            self._flush_due = True
-            loop = asyncio.get_running_loop()
-            wait = self._flushed_at + FLUSH_GAP - loop.time()
-            if wait > 0:
-                loop.call_later(wait, self._flush)
-            else:
-                loop.call_soon(self._flush)
+        self._flusher.soon()
 
     def _flush(self) -> None:
         """One frame per stream and turn to every reader (its own ops included: they are its
         acknowledgement), and to each writer what that frame does not already acknowledge."""
-        self._flush_due = False
-        self._flushed_at = asyncio.get_running_loop().time()
         due, self._due = self._due, {}
         for name, batch in due.items():
             stream = self.core.streams.get(name)

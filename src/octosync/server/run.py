@@ -27,7 +27,7 @@ from octosync.errors import ListenError
 from octosync.server import wvp_socket as wvp_unix
 from octosync.server.app import CLUSTER, build_app
 from octosync.server.config import ServerConfig
-from octosync.server.connection import RUNTIME, Session, serve_tcp
+from octosync.server.connection import RUNTIME, AnySession, serve_tcp
 from octosync.server.face_names import FaceName
 from octosync.server.faces import FACES, TcpListener
 from octosync.server.guard import GuardedProtocol
@@ -171,7 +171,7 @@ def _tcp_handler(
     """The TCP loop of one face's listener (its identity comes in-band)."""
     opener = listener.open
 
-    def open_session(rt: Runtime, conn: int) -> Session:
+    def open_session(rt: Runtime, conn: int) -> AnySession:
         return opener(rt, conn, None, {})
 
     return functools.partial(serve_tcp, rt, open_session, framer=listener.framer)

@@ -23,9 +23,9 @@ from octosync.hub import Hub
 from octosync.hub.types import Encoder, OutFrame
 from octosync.ipc.blobs import has_blobs, inline_blobs, spill_blobs
 from octosync.ipc.messages import BlobRef, Delta, Snapshot
-from octosync.server.lazily_dialect import DIALECT_SET
 from octosync.server.view_encoders import lazily_view_key, view_encoders
 from octosync.shm.region import REGION_FEATURE, SHARED_BLOB, SharedRegion, fresh_name
+from octosync.wire.lazily_dialects import DIALECT_SET
 
 SHM_SUFFIX = "+shm"
 REGION_EPOCH = 0

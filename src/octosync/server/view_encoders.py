@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from octosync.hub.streams import warp_id_of
 from octosync.hub.types import Encoder, OutFrame
-from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
 from octosync.wire import wvp
 from octosync.wire.framing import encode_frame
+from octosync.wire.lazily_dialects import DIALECT_SET, FaceDialect
 from octosync.wire.websocket import ws_frame
 
 WVP_VIEW = "wvp/ws"

@@ -18,7 +18,7 @@ from octosync.hub.streams import warp_id_of, warp_stream_id
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
-from octosync.server.runtime import Runtime
+from octosync.server.ports import HubPort
 from octosync.server.view_encoders import WVP_STREAM_VIEW, WVP_VIEW
 from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
@@ -70,19 +70,19 @@ class WvpSession:
     offload_decode = True
     view = VIEW
 
-    def __init__(self, rt: Runtime, conn: int, identity: ClaimGrants) -> None:
+    def __init__(self, rt: HubPort, conn: int, identity: ClaimGrants) -> None:
         self.rt = rt
         self.conn = conn
         self.identity = identity
         self.life = Lifecycle(LIFECYCLE, State.AWAIT_HANDSHAKE)
-        self.max_frame = rt.limits.max_frame_bytes
+        self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
 
     @property
     def ready(self) -> bool:
         return self.life.state is State.OPEN
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> wvp.Message:
         if len(data) >= jsabi.HEADER_SIZE:
             jsabi.check_header(data[: jsabi.HEADER_SIZE])  # Oversize before the payload
         return wvp.decode(data, opaque=True)[0]
@@ -116,14 +116,14 @@ class WvpSession:
         else:
             self.outgoing.append(data)
 
-    def handle(self, message: object) -> None:
+    def handle(self, message: wvp.Message) -> None:
         hub = self.rt.hub
         if self.life.state is State.AWAIT_HANDSHAKE:
             if not isinstance(message, wvp.Handshake):
                 raise HandshakeFailed("the first message must be a handshake", path="op")
-            hub.connect(self.conn, self.view, grants=self.identity, wake=self.rt.flusher.wake)
+            hub.connect(self.conn, self.view, grants=self.identity, wake=self.rt.wake)
             self.life.move("handshake")
-            if DURABLE_ACK in message.capabilities and self.rt.writer is not None:
+            if DURABLE_ACK in message.capabilities and self.rt.journaled:
                 self.rt.durable_listeners[self.conn] = self._durable
             ack = wvp.HandshakeAck(
                 status="OK",

@@ -38,6 +38,7 @@ class ErrorFrame(msgspec.Struct, frozen=True, tag_field="type", tag="error", omi
 
 
 _json_errors = msgspec.json.Encoder()
+_json_error_decoder = msgspec.json.Decoder(ErrorFrame)
 _msgpack_errors = msgspec.msgpack.Encoder()
 
 
@@ -89,3 +90,11 @@ def sniff_producer_dialect(current: FaceDialect, first_message: bytes) -> FaceDi
     if current.name == wire_json.DIALECT and looks_tagged(first_message):
         return DIALECT_SET["json_tagged"]
     return current
+
+
+def decode_error_frame(raw: bytes | str) -> ErrorFrame | None:
+    """The server's JSON error frame, or None when ``raw`` is something else (a client's view)."""
+    try:
+        return _json_error_decoder.decode(raw)
+    except msgspec.DecodeError:
+        return None
