@@ -348,6 +348,25 @@ async def _serve_ws(
     return ws
 
 
+TURN = 0.002
+"""Seconds one connection's frames may run back to back before the loop serves the others:
+frames that arrive together are read without the loop ever waiting, so a client sending
+thousands at once would otherwise hold every other connection for all of them."""
+
+
+class _Turn:
+    """Yield to the event loop once ``TURN`` seconds of one connection's work have passed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._since = loop.time()
+
+    async def pass_on(self) -> None:
+        if self._loop.time() - self._since > TURN:
+            await asyncio.sleep(0)
+            self._since = self._loop.time()
+
+
 async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: ServedConnection) -> None:
     """Read frames into ``link`` until the peer closes or the policy does. A peer silent for
     ``heartbeat`` seconds is pinged, and dropped if it stays silent as long again."""
@@ -357,6 +376,7 @@ async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: ServedConnectio
     idle = rt.config.heartbeat or None
     pinged = False
     session = link.session
+    turn = _Turn(loop)
     while True:
         timeout = idle if session.ready else max(0.0, deadline - loop.time())
         try:
@@ -391,6 +411,7 @@ async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: ServedConnectio
         wait = budget.charge(len(data), loop.time())
         if wait > 0:
             await asyncio.sleep(wait)
+        await turn.pass_on()
 
 
 async def serve_tcp(
@@ -422,6 +443,7 @@ async def serve_tcp(
     decoder = framer(rt.limits.max_preauth_frame_bytes)
     budget = InputBudget(rt.limits, loop.time())
     deadline = loop.time() + rt.config.handshake_timeout
+    turn = _Turn(loop)
     try:
         while True:
             try:
@@ -443,7 +465,7 @@ async def serve_tcp(
             except OctosyncError as err:
                 link.fail(err)
                 break  # the payload is never read: framing is lost, close
-            if not await _receive_all(link, frames, decoder):
+            if not await _receive_all(link, frames, decoder, turn):
                 break
             wait = budget.charge(len(chunk), loop.time())
             if wait > 0:
@@ -456,10 +478,13 @@ async def serve_tcp(
         release(transport, rt.config.close_timeout)
 
 
-async def _receive_all(link: ServedConnection, frames: list[bytes], decoder: StreamFramer) -> bool:
+async def _receive_all(
+    link: ServedConnection, frames: list[bytes], decoder: StreamFramer, turn: _Turn
+) -> bool:
     for frame in frames:
         if not await link.receive(frame):
             return False
         if link.session.ready:
             decoder.max_frame_size = link.session.max_frame
+        await turn.pass_on()
     return True
