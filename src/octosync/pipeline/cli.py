@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +17,36 @@ from octosync.pipeline.jobs._stages import stderr_progress
 from octosync.pipeline.spark import DEFAULT_MASTER, build_session, parse_conf
 
 
+def remote_url(args: argparse.Namespace) -> str | None:
+    """Where a job runs: ``--remote``, else the Connect server ``pipeline server up`` started
+    under ``--journal`` when it is running and no ``--master`` was given, else None (a
+    session of its own)."""
+    if args.remote is not None:
+        return None if args.remote == "local" else str(args.remote)
+    if args.master is not None:
+        return None
+    from octosync.pipeline.connect import running_url
+
+    return running_url(Path(args.journal))
+
+
 def _session(args: argparse.Namespace) -> Any:
-    """Check the inputs first (seconds before Spark could say so), then start Spark."""
+    """Check the inputs first (seconds before Spark could say so), then start Spark or
+    connect to the running Spark Connect server."""
     data_dir(Path(args.journal), "--journal", create=False)
     out = getattr(args, "out", None)
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise ConfigError(f"--out {out} is a file; point --out at a directory")
     conf = parse_conf(args.conf)
-    local = args.master.startswith("local")
+    url = remote_url(args)
+    if url is not None:
+        from octosync.pipeline.connect import remote_session
+
+        return remote_session(url, conf, timeout=args.master_timeout)
+    master = args.master or DEFAULT_MASTER
+    local = master.startswith("local")
     return build_session(
-        args.master,
+        master,
         conf,
         app_name=f"octosync-{args.pipeline_command}",
         verbose=args.verbose,
@@ -128,6 +149,43 @@ def _cluster_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _server_up(args: argparse.Namespace) -> int:
+    from octosync.pipeline import connect
+
+    data = data_dir(Path(args.data), "--data", create=True)
+    state = connect.up(
+        data,
+        master=args.master,
+        port=args.port,
+        conf=parse_conf(args.conf),
+        driver_memory=args.driver_memory,
+        timeout=args.timeout,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(f"spark connect server up at {state.url} (master {state.master})")
+    print(
+        f"pipeline commands with --journal {args.data} now run on it; others: --remote {state.url}"
+    )
+    print(f"stop: octosync pipeline server down --data {args.data}")
+    return 0
+
+
+def _server_down(args: argparse.Namespace) -> int:
+    from octosync.pipeline import connect
+
+    print(connect.down(Path(args.data), grace=args.grace))
+    return 0
+
+
+def _server_status(args: argparse.Namespace) -> int:
+    from octosync.pipeline import connect
+
+    state, line = connect.status(Path(args.data))
+    print(f"spark connect server at {state.url}")
+    print(f"  {line}")
+    return 0 if "running" in line else 1
+
+
 def _guarded(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -136,7 +194,13 @@ def _guarded(func: Any) -> Any:
             raise  # the main command line says it, with exit status 2
         except OctosyncError as exc:
             words = " ".join(
-                w for w in (args.pipeline_command, getattr(args, "cluster_command", None)) if w
+                w
+                for w in (
+                    args.pipeline_command,
+                    getattr(args, "cluster_command", None),
+                    getattr(args, "server_command", None),
+                )
+                if w
             )
             print(f"octosync pipeline {words}: {exc}", file=sys.stderr)
             return 2
@@ -152,7 +216,18 @@ def register(sub: Any) -> None:
     def job(name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = psub.add_parser(name, help=help_text)
         p.add_argument("--journal", default="./var", help="data dir with the journal, or an export")
-        p.add_argument("--master", default=DEFAULT_MASTER, help="Spark master URL")
+        p.add_argument(
+            "--master",
+            default=None,
+            help=f"Spark master URL for a session of the job's own ({DEFAULT_MASTER})",
+        )
+        p.add_argument(
+            "--remote",
+            default=None,
+            metavar="sc://HOST:PORT",
+            help="run as a client of this Spark Connect server ('local': never; default: the "
+            "server `pipeline server up` started under --journal, when it runs)",
+        )
         p.add_argument(
             "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
         )
@@ -164,7 +239,7 @@ def register(sub: Any) -> None:
             type=float,
             default=60.0,
             metavar="SECONDS",
-            help="give up on a --master that has not answered in this time (60)",
+            help="give up on a --master or --remote that has not answered in this time (60)",
         )
         p.set_defaults(func=_guarded(func))
         return p
@@ -191,23 +266,32 @@ def register(sub: Any) -> None:
     )
 
     _register_cluster(psub)
+    _register_server(psub)
+
+
+def _daemon_commands(
+    psub: Any, group: str, help_text: str, data_help: str
+) -> Callable[[str, str, Any], argparse.ArgumentParser]:
+    """``pipeline GROUP up|down|status``: returns the maker of one subcommand with ``--data``."""
+    parser = psub.add_parser(group, help=help_text)
+    sub = parser.add_subparsers(dest=f"{group}_command", required=True)
+
+    def command(name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
+        p.add_argument("--data", default="./var", help=data_help)
+        p.set_defaults(func=_guarded(func))
+        return p
+
+    return command
 
 
 def _register_cluster(psub: Any) -> None:
-    cluster = psub.add_parser(
-        "cluster", help="a Spark standalone cluster on loopback, from the installed pyspark"
+    command = _daemon_commands(
+        psub,
+        "cluster",
+        "a Spark standalone cluster on loopback, from the installed pyspark",
+        "data dir; the cluster's pids, ports and logs go to DATA/spark-cluster",
     )
-    csub = cluster.add_subparsers(dest="cluster_command", required=True)
-
-    def command(name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = csub.add_parser(name, help=help_text)
-        p.add_argument(
-            "--data",
-            default="./var",
-            help="data dir; the cluster's pids, ports and logs go to DATA/spark-cluster",
-        )
-        p.set_defaults(func=_guarded(func))
-        return p
 
     up = command(
         "up", "start a master and workers on 127.0.0.1; prints the --master URL", _cluster_up
@@ -235,3 +319,44 @@ def _register_cluster(psub: Any) -> None:
         help="wait this long after SIGTERM before SIGKILL (10)",
     )
     command("status", "the cluster's processes and what the master says of them", _cluster_status)
+
+
+def _register_server(psub: Any) -> None:
+    command = _daemon_commands(
+        psub,
+        "server",
+        "a long-lived Spark Connect server on loopback, from the installed pyspark",
+        "data dir; the server's state and log go to DATA/spark-connect",
+    )
+
+    up = command("up", "start the server on 127.0.0.1; jobs on DATA then run on it", _server_up)
+    up.add_argument(
+        "--master",
+        default=DEFAULT_MASTER,
+        help=f"where it runs jobs: local[N] or a cluster's spark:// URL ({DEFAULT_MASTER})",
+    )
+    up.add_argument("--port", type=int, default=15002, help="gRPC port (15002; 0 picks a free one)")
+    up.add_argument("--driver-memory", default="2g", help="the server JVM's heap (2g)")
+    up.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up when the server has not answered in this time (120)",
+    )
+    down = command("down", "stop the server (SIGTERM, then SIGKILL after --grace)", _server_down)
+    down.add_argument(
+        "--grace",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="wait this long after SIGTERM before SIGKILL (15)",
+    )
+    command(
+        "status",
+        "whether the server runs and answers (exit status 1 when it does not)",
+        _server_status,
+    )

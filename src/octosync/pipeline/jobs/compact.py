@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 from pyspark.sql import functions as sf
 
+from octosync.pipeline.connect import parallelism
 from octosync.pipeline.inputs import read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.layout import MERKLE_DIR, META_FILE, RECORDS_DIR, SNAPSHOT_DIR
@@ -102,7 +103,7 @@ def run(
 ) -> CompactResult:
     import pyarrow.parquet as pq
 
-    journal, out = Path(journal), Path(out)
+    journal, out = Path(journal).resolve(), Path(out).resolve()  # a Connect server reads them
     staging = out.with_name(f".{out.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     cached: list[Any] = []
@@ -139,7 +140,7 @@ def run(
                 leaves.append(lww.leaves(live))
             partitions = 0
             if mixed:
-                partitions = t.fold_partitions(spark.sparkContext.defaultParallelism)
+                partitions = t.fold_partitions(parallelism(spark))
                 python_keys = carriers.where(in_python).drop(tf_ops.IN_PYTHON)
                 folded = fold_carriers(
                     python_keys, partitions, gc_horizon_millis=gc_horizon_millis
