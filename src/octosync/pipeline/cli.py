@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from octosync.errors import ConfigError, OctosyncError
+from octosync.errors import ConfigError, OctosyncError, PipelineError
 from octosync.paths import data_dir
 from octosync.pipeline.jobs._stages import stderr_progress
+from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR, STREAM_CHECKPOINT_SUBDIR
 from octosync.pipeline.spark import DEFAULT_MASTER, build_session, parse_conf
 
 
@@ -149,6 +150,35 @@ def _cluster_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stream(args: argparse.Namespace) -> int:
+    from octosync.pipeline.jobs import stream
+
+    journal = Path(args.journal)
+    out = Path(args.out) if args.out else journal / SERVER_COMPACTION_SUBDIR
+    checkpoint = Path(args.checkpoint) if args.checkpoint else journal / STREAM_CHECKPOINT_SUBDIR
+    query = stream.start(
+        _session(args),
+        journal,
+        out,
+        checkpoint,
+        interval=args.interval,
+        once=args.once,
+        max_records=args.max_records_per_batch,
+        progress=stderr_progress("stream"),
+    )
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    failure = query.exception()
+    if failure is not None:
+        first = str(failure).strip().splitlines()[0] if str(failure).strip() else "failed"
+        raise PipelineError(f"the streaming query stopped: {first}", path=str(journal))
+    meta = stream.read_meta(out)
+    print(f"{meta.get('ops', 0)} ops up to seq {meta.get('as_of_seq', 0)} compacted in {out}")
+    return 0
+
+
 def _server_up(args: argparse.Namespace) -> int:
     from octosync.pipeline import connect
 
@@ -263,6 +293,27 @@ def register(sub: Any) -> None:
         type=int,
         default=1_000,
         help="writes to one key from different origins this close count as a conflict (1000)",
+    )
+
+    s = job("stream", "keep a compaction and op counts up with the journal (streaming)", _stream)
+    s.add_argument(
+        "--out", default=None, help="the compaction, kept current (default: JOURNAL/compacted)"
+    )
+    s.add_argument(
+        "--checkpoint",
+        default=None,
+        help="the query's offsets and commits (default: JOURNAL/stream-checkpoint)",
+    )
+    s.add_argument(
+        "--interval", type=float, default=1.0, metavar="SECONDS", help="between batches (1)"
+    )
+    s.add_argument("--once", action="store_true", help="one batch of what is there, then exit")
+    s.add_argument(
+        "--max-records-per-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N journal seqs per batch (default: all there are)",
     )
 
     _register_cluster(psub)
