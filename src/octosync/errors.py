@@ -162,6 +162,14 @@ class CrdtValueError(RemoteProtocolError):
     code = 71
 
 
+class FeatureDisabled(RemoteProtocolError):
+    """A request for a feature this server does not serve (or serves switched off): answered
+    in the request's own response type, so the caller fails at once instead of timing out."""
+
+    name = "FeatureDisabled"
+    code = 72
+
+
 class AuthError(OctosyncError):
     """Authentication or authorisation failed."""
 
@@ -209,6 +217,14 @@ class TrimRefused(StorageError):
 
     name = "TrimRefused"
     code = 33
+
+
+class JournalUnavailable(StorageError):
+    """The journal cannot commit now (disk full, a read-only file, an I/O error): writes that
+    need it are refused, and service resumes by itself once a commit succeeds again."""
+
+    name = "JournalUnavailable"
+    code = 34
 
 
 class ReplicationError(OctosyncError):
@@ -281,6 +297,14 @@ class InternalError(ServerError):
     code = 93
 
 
+class Unavailable(ServerError):
+    """This node cannot serve the request correctly now (it lost its cluster, so its copy may
+    be stale); try again later or on another node."""
+
+    name = "Unavailable"
+    code = 95
+
+
 class ListenError(ServerError):
     """The server could not listen where it was told to (a port in use, an address not here)."""
 
@@ -293,6 +317,28 @@ class ConfigError(OctosyncError):
 
     name = "ConfigError"
     code = 100
+
+
+class DataDirInUse(ConfigError):
+    """Another process holds the data folder (one server per folder: two would interleave
+    their journals)."""
+
+    name = "DataDirInUse"
+    code = 101
+
+
+class MissingExtra(ConfigError):
+    """A command needs an optional part of the package (an extra) that is not installed."""
+
+    name = "MissingExtra"
+    code = 102
+
+
+class NothingPublished(OctosyncError):
+    """A subscriber got no state in the time it was given: nobody publishes the stream there."""
+
+    name = "NothingPublished"
+    code = 103
 
 
 class PipelineError(OctosyncError):

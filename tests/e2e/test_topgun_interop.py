@@ -238,6 +238,9 @@ async def test_topic_messages_reach_the_other_subscriber_only(
     assert [e["data"] for e in one.events("topic")] == [{"text": "hello from two"}]
     assert [e["data"] for e in two.events("topic")] == [{"text": "hello from one"}]
     assert bystander.frames("in", "TOPIC_MESSAGE") == []
+    for c in (one, two):
+        (message,) = c.frames("in", "TOPIC_MESSAGE")
+        assert message["payload"]["publisherId"]  # who published, as TopGun's server says
 
 
 async def test_lock_contention_one_holder_at_a_time(

@@ -17,6 +17,16 @@
 //                          for every message received
 //   query                  live query on "users": age >= 18, by age desc, limit 10; prints
 //                          {"event":"rows","rows":[...]} on every result change
+//   paged LIMIT            queryOncePaged on "users" by age asc, LIMIT a page: prints
+//                          {"event":"page",keys,hasMore,cursor}; then a live query whose
+//                          loadMore runs until hasMore is false: {"event":"all",keys}
+//   once JSON              queryOnce on "users" with the filter JSON: {"event":"once",rows}
+//   search TEXT            search "users" for TEXT (limit 5): {"event":"search",hits:[{key,
+//                          score,matchedTerms}]}; then a live search printing
+//                          {"event":"live",keys} on every change
+//   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
+//                          journal, processor, resolvers, apply-ack), printing {"event":"call",
+//                          name, ok, value | error, code} as each settles, then end
 process.env.NODE_ENV = process.env.NODE_ENV || 'production';
 process.env.LOG_LEVEL = process.env.LOG_LEVEL || 'silent';
 
@@ -146,6 +156,58 @@ if (scenario === 'watch') {
     limit: 10,
   });
   q.subscribe((rows) => out({ event: 'rows', rows }));
+} else if (scenario === 'paged') {
+  const limit = Number(rest[0]);
+  await connected;
+  const filter = { sort: { age: 'asc' }, limit };
+  const first = await client.queryOncePaged('users', filter);
+  out({ event: 'page', keys: first.items.map((r) => r._key), hasMore: first.hasMore,
+        cursor: first.cursor ?? null });
+  const handle = client.query('users', filter);
+  let rows = [];
+  handle.subscribe((r) => { rows = r; });
+  await handle.whenSettled();
+  for (let round = 0; handle.getPaginationInfo().hasMore && round < 50; round++) {
+    await handle.loadMore();
+  }
+  out({ event: 'all', keys: rows.map((r) => r._key) });
+  await finish();
+} else if (scenario === 'once') {
+  await connected;
+  const rows = await client.queryOnce('users', JSON.parse(rest[0]));
+  out({ event: 'once', rows });
+  await finish();
+} else if (scenario === 'search') {
+  const [text] = rest;
+  await connected;
+  const hits = await client.search('users', text, { limit: 5 });
+  out({ event: 'search',
+        hits: hits.map((h) => ({ key: h.key, score: h.score, matchedTerms: h.matchedTerms })) });
+  const handle = client.searchSubscribe('users', text, { limit: 5 });
+  handle.subscribe((rows) => out({ event: 'live', keys: rows.map((r) => r.key) }));
+  out({ event: 'ready' });
+} else if (scenario === 'calls') {
+  await connected;
+  const calls = {
+    sql: () => client.sql('SELECT name FROM users'),
+    search: () => client.search('users', 'alice', { limit: 5 }),
+    vector: () => client.vectorSearch('users', new Float32Array([0.1, 0.2, 0.3]), { k: 3 }),
+    hybrid: () => client.hybridSearch('users', 'alice', { k: 3 }),
+    journal: () => client.getEventJournal().readFrom(0n, 10),
+    processor: () => client.executeOnKey('users', 'u1', { name: 'inc', code: 'x' }),
+    resolvers: () => client.getConflictResolvers().list('users'),
+    'apply-ack': async () => client.syncEngine.emitConfirmedApply(1),
+  };
+  for (const name of rest) {
+    try {
+      const value = await calls[name]();
+      out({ event: 'call', name, ok: true, value: value ?? null });
+    } catch (err) {
+      out({ event: 'call', name, ok: false, error: String(err && err.message), code: err && err.code });
+    }
+  }
+  await sleep(200);  // let any answer to the last call arrive before the trace ends
+  await finish();
 } else {
   out({ event: 'error', message: 'unknown scenario ' + scenario });
   await finish();

@@ -41,7 +41,7 @@ def test_mistakes_name_the_key_and_a_fix(tmp_path: Path, text: str, where: str, 
 
 
 def test_every_table_key_is_accepted_with_a_value_of_its_type(tmp_path: Path) -> None:
-    samples = {str: '"x"', int: "3", float: "1.5", bool: "true", dict: "{}"}
+    samples = {str: '"x"', int: "3", float: "1.5", bool: "true", dict: "{}", list: '["x"]'}
     skip = {"rs256_public_key_file"}  # reads a file: covered by test_auth_config
     shaped = {"chain_config": '"nats://127.0.0.1:4222"'}  # strings with a required shape
     for section, keys in SECTIONS.items():
@@ -49,6 +49,8 @@ def test_every_table_key_is_accepted_with_a_value_of_its_type(tmp_path: Path) ->
             if name in skip:
                 continue
             value = repr(key.choices[0]).replace("'", '"') if key.choices else samples[key.types[0]]
+            if key.range is not None:  # the highest value its range takes, of its first type
+                value = str(key.types[0](key.range.high))
             value = shaped.get(name, value)
             load(tmp_path, f"[{section}]\n{name} = {value}\n")
 
@@ -85,3 +87,13 @@ def test_topgun_gc_settings_reach_the_core(tmp_path: Path) -> None:
     never = load(tmp_path, "[server]\ntopgun_gc_age = -1\n")
     assert never.topgun_gc_age is None
     assert Runtime(never).topgun.gc_age_ms is None
+
+
+def test_topgun_search_names_maps(tmp_path: Path) -> None:
+    assert load(tmp_path, '[server]\ntopgun_search = ["users", "notes"]').topgun_search == (
+        "users",
+        "notes",
+    )
+    with pytest.raises(ConfigError) as err:
+        load(tmp_path, "[server]\ntopgun_search = [1]")
+    assert str(err.value.path).endswith("server.topgun_search")

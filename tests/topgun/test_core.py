@@ -28,7 +28,7 @@ from tests.topgun.helpers import (
     sent,
 )
 
-READER = ClaimGrants(subject="reader", maps={"users": frozenset({"read"})})
+READER = ClaimGrants.of("reader", maps={"users": frozenset({"read"})})
 
 
 def opened(c: TopGunCore, conn: int, grants: ClaimGrants = ALL, maps: tuple[str, ...] = ()) -> None:
@@ -100,10 +100,65 @@ def test_a_write_without_the_grant_is_rejected_and_not_applied() -> None:
     assert "write" in rejected.payload.reason
     assert rejected.payload.code == 403
     assert isinstance(ack, tg.OpAck)
-    assert ack.payload.last_id == "7"
+    assert ack.payload.last_id == "0"  # covers nothing: the refused op stays pending
+    assert ack.payload.results == []
     assert sent(fx, 2) == []
     assert fx.records == []
     assert c.maps.live_items("users") == {}
+
+
+MIXED = ClaimGrants.of("mixed", maps={"users": frozenset({"read", "write"})})
+
+
+def test_a_refused_op_is_never_covered_by_the_ack_of_its_batch() -> None:
+    """The real client marks every op with ``id <= lastId``, and every op listed in
+    ``results``, synced; a refused op must be neither, the accepted ones must be one."""
+    c = core()
+    opened(c, 1, MIXED)
+    ops = [
+        put("3", "u1", 1, 10),
+        put("4", "x", 1, 11, map_name="secret"),
+        put("5", "u2", 2, 12),
+        put("6", "y", 1, 13, map_name="secret"),
+        put("7", "u3", 3, 14),
+    ]
+    fx = c.handle(1, batch(*ops))
+    *rejected, ack = sent(fx, 1)
+    assert [m.payload.op_id for m in rejected if isinstance(m, tg.OpRejected)] == ["4", "6"]
+    assert isinstance(ack, tg.OpAck)
+    assert ack.payload.last_id == "3"
+    listed = [(r.op_id, r.success) for r in ack.payload.results or []]
+    assert listed == [("3", True), ("5", True), ("7", True)]
+    assert sorted(c.maps.live_items("users")) == ["u1", "u2", "u3"]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(min_value=1, max_value=60), st.booleans()),
+        min_size=1,
+        max_size=12,
+        unique_by=lambda t: t[0],
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_whatever_the_order_no_refused_op_is_marked_synced(ops: list[tuple[int, bool]]) -> None:
+    """The client's own rule applied to the ack: synced = listed in results, or numeric id
+    at most lastId. Refused ops never are; accepted ops always are. (The client sends its
+    pending ops in id order.)"""
+    ops = sorted(ops)
+    c = core()
+    opened(c, 1, MIXED)
+    client_ops = [
+        put(str(n), f"k{n}", n, 10 + n, map_name="secret" if refused else "users")
+        for n, refused in ops
+    ]
+    for level in (None, "FIRE_AND_FORGET", "APPLIED"):
+        fx = c.handle(1, batch(*client_ops, write_concern=level))
+        (ack,) = [m for m in sent(fx, 1) if isinstance(m, tg.OpAck)]
+        listed = {r.op_id for r in ack.payload.results or []}
+        last = int(ack.payload.last_id)
+        synced = {str(n) for n, _ in ops if n <= last} | listed
+        assert synced == {str(n) for n, refused in ops if not refused}
 
 
 def test_persisted_is_acked_after_the_commit_with_results_per_op() -> None:
@@ -139,6 +194,7 @@ def test_fire_and_forget_is_acked_before_anything_else() -> None:
     ack, rejected = sent(fx, 1)
     assert isinstance(ack, tg.OpAck)
     assert ack.payload.achieved_level == "FIRE_AND_FORGET"
+    assert ack.payload.last_id == "0"  # not the refused op's id
     assert isinstance(rejected, tg.OpRejected)
 
 
@@ -215,7 +271,7 @@ def test_topic_messages_reach_the_other_subscribers_only() -> None:
     assert msg.payload.publisher_id == "all"
     with pytest.raises(DecodeError):
         c.handle(1, tg.TopicSub(tg.Topic("bad topic!")))
-    c.connect(4, ClaimGrants(subject="mute", topics={"*": frozenset({"subscribe"})}))
+    c.connect(4, ClaimGrants.of("mute", topics={"*": frozenset({"subscribe"})}))
     with pytest.raises(Forbidden):
         c.handle(4, tg.TopicPub(tg.TopicPubPayload("chat/room-1", data)))
 

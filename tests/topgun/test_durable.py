@@ -148,8 +148,11 @@ def test_a_client_can_neither_write_nor_read_a_reserved_map() -> None:
     with pytest.raises(Forbidden):
         c.handle(1, SyncInit(map_name=durable.COUNTERS_MAP))
     query = tg.QuerySub(tg.QuerySubPayload("q", durable.COUNTERS_MAP))
-    with pytest.raises(Forbidden):
-        c.handle(1, query)
+    (refused,) = sent(c.handle(1, query), 1)  # a query is refused in its own response
+    assert isinstance(refused, tg.QueryResp)
+    assert refused.payload.query_id == "q"
+    assert refused.payload.results == []
+    assert refused.payload.code == "FORBIDDEN"
 
 
 def test_a_counter_sync_that_changes_nothing_journals_nothing() -> None:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from octosync.errors import DecodeError
-from octosync.topgun.queries import matches, parse_spec
+from octosync.errors import DecodeError, LimitExceeded
+from octosync.topgun.queries import Query, QuerySpec, QueryTable, matches, parse_spec
 from octosync.wire import topgun as tg
 from tests.topgun.helpers import ALL, batch, core, put, sent
 
@@ -131,6 +131,9 @@ class LiveQueryMachine(RuleBasedStateMachine):
         self.millis += 1
         value = None if remove else {"age": age}
         fx = self.core.handle(1, batch(put(str(self.millis), key, value, self.millis)))
+        self._updates(fx)
+
+    def _updates(self, fx: Any) -> None:
         for msg in sent(fx, 2):
             assert isinstance(msg, tg.QueryUpdate)
             p = msg.payload
@@ -144,6 +147,10 @@ class LiveQueryMachine(RuleBasedStateMachine):
 
     @invariant()
     def views_equal_fresh_results(self) -> None:
+        for _ in range(1_000):  # what a budget left waiting goes out with the next flushes
+            if not self.core.queries.pending():
+                break
+            self._updates(self.core.flush())
         for query_id, spec in self.specs.items():
             fresh = dict(self._subscribe(3, "probe", spec))
             self.core.handle(3, tg.QueryUnsub(tg.QueryId("probe")))
@@ -151,3 +158,84 @@ class LiveQueryMachine(RuleBasedStateMachine):
 
 
 TestLiveQueries = LiveQueryMachine.TestCase
+
+
+class StarvedLiveQueryMachine(LiveQueryMachine):
+    """The same, with a budget of one row per write or flush: updates trickle out over many
+    flushes, coalesced, and still end equal to a fresh answer."""
+
+    @initialize()
+    def start(self) -> None:
+        super().start()
+        self.core.query_budget = 1
+
+    @rule()
+    def flush_once(self) -> None:
+        self._updates(self.core.flush())
+
+    @rule()
+    def drain(self) -> None:
+        super().views_equal_fresh_results()
+
+    @invariant()
+    def views_equal_fresh_results(self) -> None:
+        """Only once nothing waits: writes pile up between flushes and are coalesced."""
+        if not self.core.queries.pending():
+            super().views_equal_fresh_results()
+
+
+TestStarvedLiveQueries = StarvedLiveQueryMachine.TestCase
+
+
+def test_like_and_regex_run_in_linear_time_and_refuse_what_would_not() -> None:
+    """RE2 semantics: the patterns that make a backtracking engine take exponential time
+    match here like any other; patterns that need backtracking are refused by name."""
+    value = {"s": "a" * 60}
+    assert not matches({"op": "like", "attribute": "s", "value": "%a%a%a%a%a%a%a%a%b"}, value)
+    assert matches({"op": "like", "attribute": "s", "value": "%A%a_"}, value)
+    assert not matches({"op": "regex", "attribute": "s", "value": "^(a+)+$b"}, value)
+    assert matches({"op": "regex", "attribute": "s", "value": "^(a+)+$"}, value)
+    backreference = {"predicate": {"op": "regex", "attribute": "s", "value": r"(a)\1"}}
+    with pytest.raises(DecodeError, match="RE2") as err:
+        parse_spec(msgspec.msgpack.encode(backreference))
+    assert err.value.path == "payload.query.predicate.value"
+    long = {"predicate": {"op": "like", "attribute": "s", "value": "%" * 1025}}
+    with pytest.raises(DecodeError, match="at most 1024"):
+        parse_spec(msgspec.msgpack.encode(long))
+
+
+def test_live_queries_are_capped_per_connection_and_per_map_and_names_are_forgotten() -> None:
+    table = QueryTable(per_connection=2, per_map=3)
+    spec = QuerySpec()
+    table.subscribe(Query(1, "a", "m1", spec), {})
+    table.subscribe(Query(1, "b", "m2", spec), {})
+    with pytest.raises(LimitExceeded, match="2 live queries"):
+        table.subscribe(Query(1, "c", "m3", spec), {})
+    table.subscribe(Query(1, "a", "m3", spec), {})  # the same id replaces, within the cap
+    assert table.watched() == {"m2", "m3"}
+    for conn in (2, 3):
+        table.subscribe(Query(conn, "x", "m3", spec), {})
+    with pytest.raises(LimitExceeded, match="3 live queries"):
+        table.subscribe(Query(4, "x", "m3", spec), {})
+    table.unsubscribe(1, "b")
+    table.disconnect(1)
+    table.disconnect(2)
+    table.unsubscribe(3, "x")
+    assert table.watched() == set()
+
+
+def test_a_map_name_past_the_limit_is_refused_before_anything_keeps_it() -> None:
+    c = core()
+    c.connect(1, ALL)
+    raw = msgspec.Raw(msgspec.msgpack.encode({}))
+    fx = c.handle(1, tg.QuerySub(tg.QuerySubPayload("q", "m" * 257, raw)))
+    (refused,) = sent(fx, 1)  # answered in its own response, with the error inside
+    assert isinstance(refused, tg.QueryResp), refused
+    assert refused.payload.code == "LIMIT_EXCEEDED", refused
+    assert "map name" in (refused.payload.error or "")
+    assert c.queries.watched() == set()
+    fx = c.handle(1, batch(put("1", "k", 1, 10, map_name="n" * 257)))
+    (rejected, *_) = sent(fx, 1)
+    assert isinstance(rejected, tg.OpRejected), rejected
+    assert "m" * 257 not in c.queries.watched()
+    assert c.maps.live_items("n" * 257) == {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from octosync.errors import (
     ForbiddenPublish,
+    JournalUnavailable,
     LimitExceeded,
     OctosyncError,
     RemoteProtocolError,
@@ -181,7 +182,7 @@ class Authority:
             return None
         try:
             return self._recorder.prepare(stream_id, conn, frame)
-        except RemoteProtocolError:
+        except (RemoteProtocolError, JournalUnavailable):
             raise
         except OctosyncError as exc:
             raise LimitExceeded(

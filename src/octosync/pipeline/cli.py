@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from octosync import extras
 from octosync.errors import ConfigError, OctosyncError, PipelineError
 from octosync.paths import data_dir
 from octosync.pipeline.jobs._stages import stderr_progress
@@ -34,16 +35,22 @@ def remote_url(args: argparse.Namespace) -> str | None:
 def _session(args: argparse.Namespace) -> Any:
     """Check the inputs first (seconds before Spark could say so), then start Spark or
     connect to the running Spark Connect server."""
-    data_dir(Path(args.journal), "--journal", create=False)
+    from octosync.pipeline.cluster import java_path
+    from octosync.pipeline.inputs import check_input
+
+    extras.require("pipeline", "this command")
+    journal = data_dir(Path(args.journal), "--journal", create=False)
     out = getattr(args, "out", None)
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise ConfigError(f"--out {out} is a file; point --out at a directory")
+    check_input(journal)
     conf = parse_conf(args.conf)
     url = remote_url(args)
-    if url is not None:
+    if url is not None:  # a Connect client: the server has the JVM
         from octosync.pipeline.connect import remote_session
 
         return remote_session(url, conf, timeout=args.master_timeout)
+    java_path()  # no Java: one line now, not the JVM gateway's error naming a --master
     master = args.master or DEFAULT_MASTER
     local = master.startswith("local")
     return build_session(

@@ -25,10 +25,12 @@ from octosync.ipc.messages import (
     Delta,
     Handshake,
     IpcMessage,
+    OutboxAck,
     ResyncRequest,
     Snapshot,
 )
 from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.face_names import FaceName
 from octosync.server.lazily_dialect import (
     SEED_JSON,
     FaceDialect,
@@ -42,7 +44,10 @@ from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
-SERVER_FEATURES = ("publish", "resync_request", "cell_set_write")
+SERVER_FEATURES = ("publish", "resync_request", "cell_set_write", "outbox_ack")
+DURABLE_ACKS = "outbox_ack"
+"""A producer that offers this feature gets ``OutboxAck {through_epoch}`` once its frames
+through that epoch are committed to the journal: what it must keep to resend after a crash."""
 TOKEN_FEATURE = "auth:"
 """A client that cannot send headers (plain TCP) may carry its JWT as feature ``auth:<jwt>``."""
 
@@ -103,7 +108,7 @@ class LazilySession:
         self.sniffed = False
         self.stream = ""
         self.max_frame = runtime.limits.max_frame_bytes
-        self.face = "tcp" if kind == "tcp" else "lazily"
+        self.face = FaceName.TCP if kind == "tcp" else FaceName.LAZILY
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
 
@@ -127,7 +132,9 @@ class LazilySession:
             sniffed = sniff_producer_dialect(self.dialect, message)
             if sniffed is not self.dialect:
                 self.dialect = sniffed
-                self.rt.hub.change_view(self.conn, ViewKey(lazily_view_key(sniffed, self.kind)))
+                self.rt.hub.change_view(
+                    self.conn, ViewKey("lazily", lazily_view_key(sniffed, self.kind))
+                )
         msg = self.dialect.decode(message)
         if state is State.PRODUCING:
             self._produce(msg, message)
@@ -145,6 +152,7 @@ class LazilySession:
 
     def close(self) -> None:
         self.life.move("close")
+        self.rt.durable_listeners.pop(self.conn, None)
         self.rt.hub.disconnect(self.conn)
 
     # --- internals ------------------------------------------------------------------------
@@ -170,7 +178,7 @@ class LazilySession:
         if identity is None:
             identity = authenticate(None, self.rt.config.auth)
         hub = self.rt.hub
-        view = ViewKey(lazily_view_key(dialect, self.kind))
+        view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
         try:
             hub.check_stream(view, remote.session_id)
         except OctosyncError as exc:
@@ -187,6 +195,13 @@ class LazilySession:
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
         if not publish:
             hub.subscribe(self.conn, self.stream)
+        elif DURABLE_ACKS in remote.features and self.rt.writer is not None:
+            self.rt.durable_listeners[self.conn] = self._durable
+
+    def _durable(self, stream: object, epoch: int) -> None:
+        """The journal holds this producer's frames through ``epoch``."""
+        ack = self.dialect.codec.encode(OutboxAck(through_epoch=epoch))
+        self.rt.hub.send_control(self.conn, self.frame(ack))
 
     def _produce(self, msg: IpcMessage, data: bytes) -> None:
         """What a producer may send: snapshots and deltas of its stream."""

@@ -23,10 +23,12 @@ from octosync.hub.types import AcceptHook, InterestHook, Recorder, ReleaseHook
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
+from octosync.server.face_names import FaceName
 from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
+from octosync.store.hub_hook import Prepared
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
@@ -36,7 +38,6 @@ from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, 
 
 log = logging.getLogger(__name__)
 
-FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun", "chain")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 TOPGUN_FLUSH_GAP = 0.005
 """Seconds between two TopGun fan-outs at most once per this gap: under load the events of
@@ -60,8 +61,8 @@ class FaceCounters:
 
 @dataclass(slots=True)
 class Counters:
-    faces: dict[str, FaceCounters] = field(
-        default_factory=lambda: {f: FaceCounters() for f in FACES}
+    faces: dict[FaceName, FaceCounters] = field(
+        default_factory=lambda: {f: FaceCounters() for f in FaceName}
     )
     refused_upgrades: int = 0
     """Upgrades answered 401 (no or bad credentials)."""
@@ -78,13 +79,13 @@ def _wall_ms() -> int:
 
 
 class LiveConnection(Protocol):
-    """What the runtime needs of a connection (``server.connection.Link``)."""
+    """What the runtime needs of a connection (``server.connection.ServedConnection``)."""
 
     @property
     def transport(self) -> asyncio.BaseTransport: ...
 
     @property
-    def session_face(self) -> str: ...
+    def session_face(self) -> FaceName: ...
 
     @property
     def deflate(self) -> bool:
@@ -162,7 +163,10 @@ class Runtime:
             gc_age_ms=None if config.topgun_gc_age is None else int(config.topgun_gc_age * 1000),
             gc_every_ms=int(config.topgun_gc_interval * 1000),
             node_id=node_id or SERVER_NODE,
+            search_maps=config.topgun_search,
         )
+        self.topgun.queries.per_connection = config.topgun_queries_per_connection
+        self.topgun.queries.per_map = config.topgun_queries_per_map
         self.replicator: Replicator | None = None
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self.counters = Counters()
@@ -174,6 +178,10 @@ class Runtime:
             tuple[int, concurrent.futures.Future[list[int]], Callable[[], None]]
         ] = deque()
         self._commit_drain_due = False
+        self.durable_listeners: dict[int, Callable[[object, int], None]] = {}
+        """Producers that asked to learn how far their stream is journaled (``OutboxAck``):
+        called on the loop with ``(stream, epoch)`` once per commit that reached further."""
+        self._durable_due: dict[int, tuple[object, int]] = {}
         self.links: dict[int, LiveConnection] = {}
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
@@ -332,6 +340,20 @@ class Runtime:
         future = self.writer.submit_encoded(records, block=False)
         future.add_done_callback(lambda f: self._committed(conn, f, then))
 
+    def watch_frame(self, future: concurrent.futures.Future[list[int]], frame: Prepared) -> None:
+        """A producer's frame was queued for the journal: tell the producer once it is
+        committed (if it asked), reset it if the commit failed."""
+        conn, stream, epoch = int(frame.conn), frame.stream, frame.epoch
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+
+        def durable() -> None:
+            due = self._durable_due.get(conn)
+            if due is None or due[1] < epoch:
+                self._durable_due[conn] = (stream, epoch)
+
+        future.add_done_callback(lambda f: self._committed(conn, f, durable))
+
     def _committed(
         self, conn: int, f: concurrent.futures.Future[list[int]], then: Callable[[], None]
     ) -> None:
@@ -350,10 +372,19 @@ class Runtime:
         inbox = self._commit_inbox
         while inbox:
             conn, f, then = inbox.popleft()
-            if f.exception() is None:
+            exc = f.exception()
+            if exc is None:
                 then()
+            elif isinstance(exc, OctosyncError):
+                self._fault(conn, exc)
             else:
-                self._fault(conn, InternalError(f"journal commit failed: {f.exception()}"))
+                self._fault(conn, InternalError(f"journal commit failed: {exc}"))
+        if self._durable_due:  # one durability ack per producer per drain, the furthest
+            due, self._durable_due = self._durable_due, {}
+            for conn, (stream, epoch) in due.items():
+                listener = self.durable_listeners.get(conn)
+                if listener is not None:
+                    listener(stream, epoch)
 
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)

@@ -21,6 +21,7 @@ from typing import cast
 
 from octosync.errors import Forbidden, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants, authenticate
+from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
 from octosync.topgun import Effects, Outbound
@@ -41,10 +42,12 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 }
 
 _WRITES = (tg.OpBatch, tg.ClientOpMessage)
+_JOURNALED = (*_WRITES, tg.ORMapPushDiff, tg.CounterSync, tg.LockRequest, tg.Batch)
+"""Messages whose effects may need the journal: refused up front while it cannot commit."""
 
 
 class TopGunSession:
-    face = "topgun"
+    face = FaceName.TOPGUN
     byte_stream = False
     offload_decode = False
 
@@ -73,8 +76,10 @@ class TopGunSession:
             self._authenticate(message)
             return
         rt = self.rt
-        if isinstance(message, _WRITES) and rt.writer is not None and not rt.writer.has_room():
-            raise Overloaded("the journal writer is behind; reconnect and resend")
+        if rt.writer is not None and isinstance(message, _JOURNALED):
+            rt.writer.check_writable()  # JournalUnavailable: nothing is applied, nothing acked
+            if isinstance(message, _WRITES) and not rt.writer.has_room():
+                raise Overloaded("the journal writer is behind; reconnect and resend")
         self._apply(rt.topgun.handle(self.conn, message))
 
     def _authenticate(self, message: tg.Message) -> None:

@@ -12,6 +12,7 @@ into the hub.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -65,44 +66,70 @@ def frame_record(
     )
 
 
+class Prepared(msgspec.Struct, frozen=True):
+    """A record ready to queue, with what its commit tells the producer."""
+
+    record: EncodedRecord
+    conn: Any = None
+    """The producer's connection (None: the hub's own record, a drop)."""
+    stream: Any = None
+    epoch: int = 0
+
+
+Watch = Callable[[concurrent.futures.Future[list[int]], Prepared], None]
+"""Told of each queued frame's commit future (the server: durability acks, or a reset of the
+producer whose frame could not be written)."""
+
+
 class JournalRecorder:
     """The hub's recorder: each frame is encoded and validated *before* the hub changes state.
 
-    ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store, or
-    ``StorageError`` when the writer's queue is full (the hub refuses the frame, unchanged:
-    the event loop never waits for the disk); ``commit`` queues the prepared record once the
-    hub has accepted the frame. Each record names its producer as ``<run>.<connection id>``:
+    ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store,
+    ``JournalUnavailable`` while commits fail, or ``StorageError`` when the writer's queue is
+    full (the hub refuses the frame, unchanged: the event loop never waits for the disk);
+    ``commit`` queues the prepared record once the hub has accepted the frame and hands its
+    future to ``watch``. Each record names its producer as ``<run>.<connection id>``:
     connection ids restart with every server run, so ``run`` (by default the start time in
     milliseconds, hex) keeps two runs' producers apart.
     """
 
     def __init__(
-        self, writer: GroupCommitWriter, encode: Encode = body_bytes, run: str | None = None
+        self,
+        writer: GroupCommitWriter,
+        encode: Encode = body_bytes,
+        run: str | None = None,
+        watch: Watch | None = None,
     ):
         self.writer = writer
         self.encode = encode
         self.run = run if run is not None else f"{time.time_ns() // 1_000_000:x}"
+        self.watch = watch
 
-    def prepare(self, stream: Any, conn: Any, frame: Any) -> EncodedRecord:
+    def _check_room(self) -> None:
+        self.writer.check_writable()
         if not self.writer.has_room():
             raise StorageError("the journal writer is behind: its queue is full")
+
+    def prepare(self, stream: Any, conn: Any, frame: Any) -> Prepared:
+        self._check_room()
         try:
             record = frame_record(stream, frame, self.encode, f"{self.run}.{conn}")
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidRecord(
                 f"the frame's body cannot be stored: {exc}", path="payload"
             ) from exc
-        return encode_record(record)
+        return Prepared(encode_record(record), conn, stream, record.epoch)
 
-    def prepare_drop(self, stream: Any) -> EncodedRecord:
+    def prepare_drop(self, stream: Any) -> Prepared:
         """The record that the hub dropped ``stream``'s state; ``StorageError`` when the
-        writer's queue is full (the hub keeps the state and tries again later)."""
-        if not self.writer.has_room():
-            raise StorageError("the journal writer is behind: its queue is full")
-        return encode_record(StreamDropped(str(stream)))
+        writer cannot take it now (the hub keeps the state and tries again later)."""
+        self._check_room()
+        return Prepared(encode_record(StreamDropped(str(stream))))
 
-    def commit(self, prepared: EncodedRecord) -> None:
-        self.writer.submit_encoded([prepared], block=False)
+    def commit(self, prepared: Prepared) -> None:
+        future = self.writer.submit_encoded([prepared.record], block=False)
+        if self.watch is not None and prepared.conn is not None:
+            self.watch(future, prepared)
 
 
 def journal_hook(

@@ -50,6 +50,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -61,7 +64,7 @@ from typing import Final, Literal
 import msgspec
 
 from octosync.crdt.op import OpRecord
-from octosync.errors import StorageError, TrimRefused
+from octosync.errors import JournalUnavailable, StorageError, TrimRefused
 from octosync.store.records import (
     KIND_DROP,
     KIND_FRAME,
@@ -74,6 +77,8 @@ from octosync.store.records import (
     encode_checkpoint,
     encode_record,
 )
+
+log = logging.getLogger(__name__)
 
 Durability = Literal["full", "normal"]
 JOURNAL_FILE: Final = "journal.sqlite3"
@@ -179,6 +184,36 @@ def _index_scopes_once(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """End a failed transaction; SQLite may have rolled it back already (a full disk), and a
+    rollback that fails too leaves nothing to keep."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+_NO_CKPT_ON_CLOSE: Final = 1006
+"""``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`` (sqlite3.h)."""
+
+
+def _skip_checkpoint_on_close(conn: sqlite3.Connection) -> None:
+    """The last connection to close checkpoints the WAL, writing the mapped shared-memory
+    index: SIGBUS when that file became unwritable. Told not to, it closes cleanly and the
+    next open checkpoints instead. Python 3.12 has ``setconfig``; on 3.11 the flag is set
+    through the C API on the handle, the first field of CPython's connection object."""
+    setconfig = getattr(conn, "setconfig", None)
+    if setconfig is not None:
+        setconfig(_NO_CKPT_ON_CLOSE, True)
+        return
+    import _sqlite3
+    import ctypes
+
+    handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+    db_config = ctypes.CDLL(_sqlite3.__file__).sqlite3_db_config
+    db_config.restype = ctypes.c_int
+    db_config(ctypes.c_void_p(handle), _NO_CKPT_ON_CLOSE, 1, ctypes.c_void_p(None))
+
+
 class TrimResult(msgspec.Struct, frozen=True):
     before: int
     deleted: int
@@ -226,7 +261,23 @@ class Journal:
         self.durability = durability
         self._clock = clock
         self._lock = threading.Lock()
+        self._readonly = readonly
+        self._shm = self.path.with_name(self.path.name + "-shm")
         self._conn = _connect(self.path, durability, readonly=readonly)
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        """The connection, for one thread at a time, once the shared-memory index is
+        writable: SQLite maps ``journal.sqlite3-shm`` into memory, and the first write to a
+        mapped page of a file made unwritable (``chattr +i``, a read-only remount) is not an
+        error but SIGBUS, which kills the process. Checked before every use, so an
+        unwritable file is a ``StorageError`` (the writer then refuses writes and retries)."""
+        with self._lock:
+            if not self._readonly and not os.access(self._shm, os.W_OK) and self._shm.exists():
+                raise StorageError(
+                    "the journal's shared-memory index is not writable", path=str(self._shm)
+                )
+            yield
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -238,7 +289,7 @@ class Journal:
         if not encoded:
             return []
         now = self._clock()
-        with self._lock:
+        with self._held():
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -251,8 +302,7 @@ class Journal:
                 )
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise StorageError(f"append failed: {exc}", path=str(self.path)) from exc
         return list(range(first, first + len(encoded)))
 
@@ -260,13 +310,13 @@ class Journal:
 
     def latest_seq(self) -> int:
         """The highest committed seq (trimmed rows included), 0 for an empty journal."""
-        with self._lock:
+        with self._held():
             (last,) = self._conn.execute(_LATEST_SQL).fetchone()
         return int(last)
 
     def trimmed_before(self) -> int:
         """Every record below this seq was trimmed (1 when nothing was)."""
-        with self._lock:
+        with self._held():
             row = self._conn.execute(
                 "SELECT CAST(value AS INTEGER) FROM journal_meta WHERE name = ?",
                 (_TRIMMED_BEFORE,),
@@ -275,7 +325,7 @@ class Journal:
 
     def scopes(self, kind: str) -> list[str]:
         """Every scope (stream id, map name) that has had a record of ``kind``, sorted."""
-        with self._lock:
+        with self._held():
             return self._scopes_locked(kind)
 
     def _scopes_locked(self, kind: str) -> list[str]:
@@ -290,7 +340,7 @@ class Journal:
         """Rows with ``start <= seq <= stop`` (of one ``kind`` when given) in seq order, at
         most ``limit`` of them."""
         kinds = "" if kind is None else "AND kind = ? "
-        with self._lock:
+        with self._held():
             rows = self._conn.execute(
                 "SELECT seq, kind, recorded_ms, body FROM journal "
                 f"WHERE seq >= ? AND seq <= ? {kinds}ORDER BY seq LIMIT ?",
@@ -318,7 +368,7 @@ class Journal:
 
     def scoped_rows(self, kind: str, scope: str, start: int, stop: int) -> list[RawRow]:
         """The rows of one scope with ``start <= seq <= stop``, undecoded, in seq order."""
-        with self._lock:
+        with self._held():
             rows = self._conn.execute(
                 "SELECT seq, kind, recorded_ms, body FROM journal "
                 "WHERE kind = ? AND scope = ? AND seq >= ? AND seq <= ? ORDER BY seq",
@@ -339,7 +389,7 @@ class Journal:
     def all_ops(self, start: int = 1, *, chunk: int = 10_000) -> Iterator[OpRecord]:
         """Every op record (of every map) in seq order: what TopGun maps are rebuilt from."""
         while True:
-            with self._lock:
+            with self._held():
                 rows = self._conn.execute(
                     "SELECT seq, body FROM journal WHERE kind = ? AND seq >= ? "
                     "ORDER BY seq LIMIT ?",
@@ -364,7 +414,7 @@ class Journal:
         rows = [(c.stream, c.through_seq, encode_checkpoint(c)) for c in checkpoints]
         if not rows:
             return 0
-        with self._lock:
+        with self._held():
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -376,14 +426,13 @@ class Journal:
                 )
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise StorageError(f"checkpoint failed: {exc}", path=str(self.path)) from exc
         return len(rows)
 
     def checkpoints(self) -> dict[str, StreamCheckpoint]:
         """The newest checkpoint of every stream that has one."""
-        with self._lock:
+        with self._held():
             rows = self._conn.execute("SELECT stream, body FROM checkpoints").fetchall()
         return {stream: decode_checkpoint(body, stream=stream) for stream, body in rows}
 
@@ -391,7 +440,7 @@ class Journal:
         """``(stream, seq)`` of each stream's newest frame (or drop) below ``before`` that its
         checkpoint does not cover: what a trim to ``before`` would lose."""
         out: dict[str, int] = {}
-        with self._lock:
+        with self._held():
             conn = self._conn
             covered = dict(conn.execute("SELECT stream, through_seq FROM checkpoints").fetchall())
             for kind in (KIND_FRAME, KIND_DROP):
@@ -408,7 +457,7 @@ class Journal:
     def ops_trimmed_before(self) -> int:
         """Every op record below this seq was trimmed (1 when none was): a restart needs a
         compaction that covers them (``pipeline.resume``)."""
-        with self._lock:
+        with self._held():
             row = self._conn.execute(
                 "SELECT CAST(value AS INTEGER) FROM journal_meta WHERE name = ?",
                 (_OPS_TRIMMED_BEFORE,),
@@ -449,7 +498,7 @@ class Journal:
             )
         deleted = 0
         ops_cut = max(1, min(before, ops_before))
-        with self._lock:
+        with self._held():
             conn = self._conn
             try:
                 while True:
@@ -477,13 +526,14 @@ class Journal:
                         break
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise StorageError(f"trim failed: {exc}", path=str(self.path)) from exc
         return TrimResult(before, deleted)
 
     def close(self) -> None:
         with self._lock:
+            if not self._readonly and not os.access(self._shm, os.W_OK) and self._shm.exists():
+                _skip_checkpoint_on_close(self._conn)  # closing would write into the index
             self._conn.close()
 
     def __enter__(self) -> Journal:
@@ -498,7 +548,22 @@ class _Pending(msgspec.Struct):
     future: concurrent.futures.Future[list[int]]
 
 
+class JournalHealth(msgspec.Struct, frozen=True):
+    """What ``/healthz`` and ``/metrics`` say of the journal."""
+
+    available: bool
+    reason: str | None
+    """Why commits fail (the SQLite error and the file), while they do."""
+    failed_commits: int
+    """Commits that failed since the writer started."""
+    unwritten: int
+    """Records accepted in memory whose commit failed, waiting to be written again."""
+
+
 _STOP: Final = object()
+RETRY_FIRST = 0.05
+RETRY_MAX = 1.0
+"""Seconds between attempts to write the records of a failed commit (doubling up to this)."""
 
 
 class GroupCommitWriter:
@@ -506,6 +571,15 @@ class GroupCommitWriter:
 
     ``max_batch`` caps the records per transaction; ``max_queue`` bounds the submissions
     waiting (``submit`` blocks when it is full: backpressure, never unbounded memory).
+
+    A failed commit (disk full, a read-only file, an I/O error) fails the future of every
+    submission in it: nobody is told that those records are durable. Their state is already
+    applied in memory, though, so the records are kept and written again, first and in order,
+    until a commit succeeds; until then the writer is *unavailable*: every submission that
+    follows fails too (its records join the ones waiting, so the journal keeps the order they
+    were accepted in), and ``check_writable`` refuses new work with ``JournalUnavailable``.
+    Service resumes by itself once the records are written. Only records that reach memory
+    before the fault is seen wait this way, so what waits is bounded by the queue.
     """
 
     def __init__(
@@ -523,6 +597,10 @@ class GroupCommitWriter:
         self._closed = False
         self.commits = 0
         """Transactions committed so far (appends / commits = the group-commit factor)."""
+        self.failed_commits = 0
+        self._unwritten: list[EncodedRecord] = []
+        self._fault: JournalUnavailable | None = None
+        """Set by the writer thread while commits fail; read (one attribute) by any thread."""
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
@@ -535,7 +613,9 @@ class GroupCommitWriter:
         """Queue records already validated and encoded (``encode_record``) by the caller.
 
         ``block=False`` never waits (an event loop must not): ``StorageError`` when the queue
-        is full, so check ``has_room()`` first and refuse the work instead.
+        is full, so check ``has_room()`` first and refuse the work instead. A submission while
+        the journal is unavailable is still queued (its state may be applied already) and its
+        future fails: ask ``check_writable()`` before changing state.
         """
         if self._closed:
             raise StorageError("journal writer is closed", path=str(self.journal.path))
@@ -551,6 +631,21 @@ class GroupCommitWriter:
         the only one that adds, the answer holds until it submits)."""
         return not self._queue.full()
 
+    def check_writable(self) -> None:
+        """``JournalUnavailable`` while commits fail: refuse the work before applying it."""
+        fault = self._fault
+        if fault is not None:
+            raise JournalUnavailable(fault.message, path=fault.path)
+
+    def health(self) -> JournalHealth:
+        fault = self._fault
+        return JournalHealth(
+            available=fault is None,
+            reason=None if fault is None else str(fault),
+            failed_commits=self.failed_commits,
+            unwritten=len(self._unwritten),
+        )
+
     def append(self, records: Iterable[Record]) -> list[int]:
         return self.submit(records).result()
 
@@ -558,14 +653,20 @@ class GroupCommitWriter:
         return await asyncio.wrap_future(self.submit(records))
 
     def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            item = self._queue.get()
+        wait = RETRY_FIRST
+        while True:
+            if self._unwritten:
+                wait = RETRY_FIRST if self._write_again() else min(wait * 2, RETRY_MAX)
+            try:
+                item = self._queue.get(timeout=wait if self._unwritten else None)
+            except queue.Empty:
+                continue
             if item is _STOP:
                 break
             assert isinstance(item, _Pending)
             batch = [item]
             size = len(item.encoded)
+            stopping = False
             while size < self._max_batch:
                 try:
                     nxt = self._queue.get_nowait()
@@ -578,13 +679,31 @@ class GroupCommitWriter:
                 batch.append(nxt)
                 size += len(nxt.encoded)
             self._commit(batch)
+            if stopping:
+                break
+        if self._unwritten and not self._write_again():
+            log.error(
+                "journal %s: %d accepted records were never written (%s); their writers "
+                "were told so and resend them",
+                self.journal.path,
+                len(self._unwritten),
+                self._fault,
+            )
 
     def _commit(self, batch: list[_Pending]) -> None:
+        encoded = [e for p in batch for e in p.encoded]
+        if self._unwritten:  # still failing: these wait behind the others, in order
+            self._unwritten.extend(encoded)
+            assert self._fault is not None
+            self._fail(batch, self._fault)
+            return
         try:
-            seqs = self.journal.append_encoded([e for p in batch for e in p.encoded])
+            seqs = self.journal.append_encoded(encoded)
         except Exception as exc:
-            for p in batch:
-                p.future.set_exception(exc)
+            self._unwritten.extend(encoded)
+            self._faulted(exc)
+            assert self._fault is not None
+            self._fail(batch, self._fault)
             return
         self.commits += 1
         at = 0
@@ -592,6 +711,36 @@ class GroupCommitWriter:
             n = len(p.encoded)
             p.future.set_result(seqs[at : at + n])
             at += n
+
+    def _fail(self, batch: list[_Pending], fault: JournalUnavailable) -> None:
+        for p in batch:
+            p.future.set_exception(JournalUnavailable(fault.message, path=fault.path))
+
+    def _faulted(self, exc: Exception) -> None:
+        self.failed_commits += 1
+        if self._fault is None:  # logged once per outage, with the file
+            message, path = str(exc), str(self.journal.path)
+            if isinstance(exc, StorageError):
+                message, path = exc.message, exc.path or path
+            self._fault = JournalUnavailable(f"the journal cannot commit: {message}", path=path)
+            log.error("%s; writes are refused until it can", self._fault)
+
+    def _write_again(self) -> bool:
+        """One attempt at the records of failed commits; True once they are all written."""
+        try:
+            self.journal.append_encoded(self._unwritten)
+        except Exception as exc:
+            self._faulted(exc)
+            return False
+        self.commits += 1
+        log.warning(
+            "journal %s: commits succeed again (%d waiting records written); writes resume",
+            self.journal.path,
+            len(self._unwritten),
+        )
+        self._unwritten = []
+        self._fault = None
+        return True
 
     def close(self) -> None:
         """Commit everything already submitted, then stop the thread and close the file."""

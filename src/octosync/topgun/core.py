@@ -19,14 +19,16 @@ cluster never stored), with its ack in ``replicated``: sent once the cluster sto
 ``APPLIED`` with ``success: false``, as is ``PERSISTED`` on a server without a journal: the
 ack says what was achieved, never more. One ``OP_ACK`` per batch, at the batch's
 strongest requested level; ``results`` (per op) are sent when a level was asked for
-explicitly. Ops the token may not write get ``OP_REJECTED`` and are not applied; they are
-still covered by ``lastId`` so the client stops resending them.
+explicitly. Ops the token may not write (or whose value is invalid) get ``OP_REJECTED`` and
+are not applied; the ack neither lists them nor covers them by ``lastId``, so the real client
+keeps them pending (TopGun's server acks no refused op either), and the accepted ops of the
+batch are acknowledged through ``results``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -34,7 +36,7 @@ from typing import Any, Protocol
 import msgspec
 
 from octosync.crdt.hlc import HLC
-from octosync.crdt.op import OpKind, OpRecord
+from octosync.crdt.op import MAX_MAP_NAME, OpKind, OpRecord
 from octosync.crdt.sync import SyncResponder
 from octosync.crdt.sync_messages import (
     NIL,
@@ -51,25 +53,33 @@ from octosync.errors import (
     DecodeError,
     Forbidden,
     InvalidRecord,
+    LimitExceeded,
     OctosyncError,
-    RemoteProtocolError,
 )
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
-from octosync.topgun import durable
+from octosync.topgun import durable, replies, requests
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
 from octosync.topgun.queries import Query, QueryTable, parse_spec
+from octosync.topgun.query_pages import QueryPages
+from octosync.topgun.search import FullText
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_services as sv
+from octosync.wire.topgun_requests import QuerySyncInit
 from octosync.wire.topgun_services import GcPrune, GcPrunePayload, OrMapSyncInit
 
 LEVELS = ("FIRE_AND_FORGET", "MEMORY", "APPLIED", "REPLICATED", "PERSISTED")
 RANK = {level: i for i, level in enumerate(LEVELS)}
 DEFAULT_LEVEL = "MEMORY"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9_\-.:/]{1,256}$")
+_LEADING_INT = re.compile(r"\s*[+-]?\d+")
 SERVER_NODE = "octosync"
+QUERY_BUDGET = 2_000
+"""Rows live queries look at per write or flush at most (a few milliseconds): the rest waits
+for the next flush."""
 FORBIDDEN_CODE = 403
 
 _MAX_COUNTER_NAME = 4096
@@ -141,11 +151,13 @@ class TopGunCore:
         node_id: str = SERVER_NODE,
         gc_age_ms: int | None = None,
         gc_every_ms: int = 3_600_000,
+        search_maps: Collection[str] = (),
     ) -> None:
         """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
         (without one, ``PERSISTED`` cannot be achieved and the ack says so, and lock grants
         and counters are not journaled); ``gc_age_ms``: tombstones older than this are pruned
-        by :meth:`tick` every ``gc_every_ms`` (None: never)."""
+        by :meth:`tick` every ``gc_every_ms`` (None: never); ``search_maps``: maps with a
+        full-text index (``topgun.search``)."""
         self.clock = clock
         self.persistent = persistent
         self.gc_age_ms = gc_age_ms
@@ -156,6 +168,9 @@ class TopGunCore:
         self.locks = LockTable()
         self.counters = CounterTable()
         self.queries = QueryTable()
+        self.query_budget = QUERY_BUDGET
+        self.pages = QueryPages()
+        self.search = FullText(search_maps)
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
         """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
@@ -190,6 +205,8 @@ class TopGunCore:
                     del self._topics[topic]
         self.counters.disconnect(conn)
         self.queries.disconnect(conn)
+        self.pages.disconnect(conn)
+        self.search.disconnect(conn)
         self._granted(fx, self.locks.disconnect(conn, self.clock()))
         return fx
 
@@ -229,6 +246,8 @@ class TopGunCore:
             self.locks.resume_after(state.fencing_token)
             for name, sides in state.counters.items():
                 self.counters.restore(name, sides.positive, sides.negative)
+        names = [n for n in self.maps.store.maps() if self.search.enabled(n)]
+        self.search.rebuild((n, self.maps.live_items(n)) for n in names)
         return changed
 
     def follow_map(self, name: str) -> Snapshot | None:
@@ -246,6 +265,11 @@ class TopGunCore:
         keys = dict.fromkeys(row.key for row in store.rows(name))
         values = ((k, v) for k in keys if (v := self._stream_value(name, k)) is not None)
         return self.map_streams.follow(name, values)
+
+    def _value_of(self, name: str, key: str) -> bytes | None:
+        """A key's live LWW value (MsgPack bytes), None when absent or removed."""
+        win = self.maps.store.lww_winner(name, key)
+        return win.value if win is not None and win.op is OpKind.PUT else None
 
     def _stream_value(self, name: str, key: str) -> bytes | None:
         """A key's live value as the ``map:`` stream shows it (JSON), None when absent."""
@@ -271,7 +295,19 @@ class TopGunCore:
 
     def handle(self, conn: int, message: tg.Message) -> Effects:
         """One message from an authenticated connection; raises a typed error to refuse it
-        (nothing changed)."""
+        (nothing changed), or answers a refused request in its own response type
+        (``topgun.replies``)."""
+        try:
+            return self._dispatch(conn, message)
+        except OctosyncError as err:
+            reply = replies.refusal(message, err)
+            if reply is None:
+                raise
+            fx = Effects()
+            fx.send(conn, reply)
+            return fx
+
+    def _dispatch(self, conn: int, message: tg.Message) -> Effects:
         c = self._conns[conn]
         fx = Effects()
         match message:
@@ -289,12 +325,26 @@ class TopGunCore:
                 fx.send(conn, tg.Pong(timestamp=ts, server_time=self.clock()))
             case tg.QuerySub(payload=p):
                 self._require_map(c, p.map_name, "read")
-                query = Query(conn, p.query_id, p.map_name, parse_spec(bytes(p.query)))
-                rows = self.queries.subscribe(query, self.maps.live_items(p.map_name))
-                results = [tg.QueryResult(k, msgspec.Raw(v)) for k, v in rows.items()]
-                fx.send(conn, tg.QueryResp(tg.QueryRespPayload(p.query_id, results)))
+                raw = bytes(p.query)
+                query = Query(conn, p.query_id, p.map_name, parse_spec(raw))
+                items = partial(self.maps.live_items, p.map_name)
+                fx.send(conn, self.pages.subscribe(self.queries, query, raw, p.fields, items))
+            case QuerySyncInit(payload=p):
+                live = self.pages.live_map(conn, p.query_id)
+                resp = self.pages.resume(conn, p, self.maps.live_items(live))
+                if resp is not None:
+                    fx.send(conn, resp)
+            case sv.Search(payload=p):
+                self._require_map(c, p.map_name, "read")
+                fx.send(conn, self.search.search(p, self._value_of))
+            case sv.SearchSub(payload=p):
+                self._require_map(c, p.map_name, "read")
+                fx.send(conn, self.search.subscribe(conn, p, self._value_of))
+            case sv.SearchUnsub(payload=p):
+                self.search.unsubscribe(conn, p.subscription_id)
             case tg.QueryUnsub(payload=p):
                 self.queries.unsubscribe(conn, p.query_id)
+                self.pages.forget(conn, p.query_id)
             case tg.TopicSub(payload=p):
                 self._topic_name(p.topic)
                 self._require(c.grants.may_topic(p.topic, "subscribe"), "subscribe to", p.topic)
@@ -326,12 +376,9 @@ class TopGunCore:
             case tg.CounterSync(payload=p):
                 self._counter_sync(fx, conn, c, p)
             case tg.Auth() | tg.DeviceHello():
-                raise RemoteProtocolError("already authenticated", path="type")
+                pass  # the real client sends AUTH twice; TopGun's server ignores the second
             case _:
-                raise RemoteProtocolError(
-                    f"{type(message).__name__} is not supported by this server's TopGun face",
-                    path="type",
-                )
+                requests.serve(self, fx, conn, message)
         return fx
 
     # -- writes ---------------------------------------------------------------------------
@@ -364,8 +411,7 @@ class TopGunCore:
             wanted = max(levels, key=RANK.__getitem__)
         explicit = batch_level is not None or per_op
         last_id = next((op.id for op in reversed(ops) if op.id is not None), None)
-        if wanted == "FIRE_AND_FORGET" and last_id is not None:
-            fx.out.append(Outbound((conn,), self._ack(last_id, wanted, ops, {}, explicit, True)))
+        ack_at = len(fx.out)  # a FIRE_AND_FORGET ack goes first, once refusals are known
         errors: dict[int, str] = {}
         index, kept, recs, encoded = self._validated(fx, conn, c, ops, errors)
         if recs:
@@ -394,7 +440,13 @@ class TopGunCore:
                 if self.replicated and (outcome is True or RANK[wanted] >= RANK["REPLICATED"]):
                     fx.replicate.append(enc)
         self._fan_out(fx, conn, events)
-        if last_id is None or wanted == "FIRE_AND_FORGET":
+        if last_id is None:
+            return
+        if errors:
+            last_id = covered_last_id(ops, errors)
+        if wanted == "FIRE_AND_FORGET":
+            ack = self._ack(last_id, wanted, ops, errors, explicit, True)
+            fx.out.insert(ack_at, Outbound((conn,), ack))
             return
         if wanted == "REPLICATED" and self.replicated:
             fx.replicated.append(
@@ -423,13 +475,19 @@ class TopGunCore:
             name = op.map_name
             may = allowed.get(name)
             if may is None:
-                may = allowed[name] = not durable.is_reserved(name) and c.grants.may_map(
-                    name, "write"
+                may = allowed[name] = (
+                    0 < len(name) <= MAX_MAP_NAME
+                    and not durable.is_reserved(name)
+                    and c.grants.may_map(name, "write")
                 )
                 if may and c.grants.may_map(name, "read"):
                     c.maps.add(name)
             if not may:
-                reason = f"no write grant on map {name!r}"
+                reason = (
+                    f"no write grant on map {name!r}"
+                    if 0 < len(name) <= MAX_MAP_NAME
+                    else f"a map name has 1 to {MAX_MAP_NAME} characters, not {len(name)}"
+                )
                 self._reject(fx, conn, op, errors, i, reason, FORBIDDEN_CODE)
                 continue
             try:
@@ -480,17 +538,19 @@ class TopGunCore:
         explicit: bool,
         reached: bool = True,
     ) -> bytes:
-        """The encoded ``OP_ACK``; with an explicit write concern it lists every op's result."""
-        if not explicit:
+        """The encoded ``OP_ACK``; with an explicit write concern, or when some op was refused,
+        it lists the result of every op that was not refused. A refused op is never listed
+        (the real client marks every listed op synced, whatever its ``success``) and never
+        covered by ``lastId`` (:func:`covered_last_id`): it stays pending in the client."""
+        if not explicit and not errors:
             return tg.encode(tg.OpAck(tg.OpAckPayload(last_id, level)))
         if reached and not errors:  # the usual batch: every op applied at the level asked
             return tg.encode_all_succeeded(last_id, level, [op.id or "" for op in ops])
         short = None if reached else f"only {level} could be achieved"
         results = [
-            tg.OpResult(op.id or "", False, error=errors[i])
-            if i in errors
-            else tg.OpResult(op.id or "", short is None, level, error=short)
+            tg.OpResult(op.id, short is None, level, error=short)
             for i, op in enumerate(ops)
+            if i not in errors and op.id is not None
         ]
         return tg.encode(tg.OpAck(tg.OpAckPayload(last_id, level, results)))
 
@@ -504,9 +564,12 @@ class TopGunCore:
             self._map_deltas(fx, events)
         maps = {e.map_name for e in events} if len(events) > 1 else {events[0].map_name}
         self._pending.append((sender, frozenset(maps), events))
+        if self.search.active:
+            for name in maps:
+                self.search.written(name, (e.key for e in events if e.map_name == name))
 
     def has_pending_events(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or self.queries.pending()
 
     def flush(self) -> Effects:
         """The events applied since the last flush, for every connection with their map open
@@ -516,6 +579,10 @@ class TopGunCore:
         the writes of many batches and clients reach a subscriber as one message and one
         socket write."""
         fx = Effects()
+        self._query_changes(fx)
+        if self.search.active:
+            for target, update in self.search.flush(self._value_of):
+                fx.send(target, update)
         chunks, self._pending = self._pending, []
         if not chunks:
             return fx
@@ -545,16 +612,25 @@ class TopGunCore:
         return fx
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
-        by_map: dict[str, dict[str, bytes | None]] = {}
+        """Live queries look at what was written now, within ``QUERY_BUDGET`` rows; what is
+        left goes out with the next flushes (``has_pending_events``), so one write that
+        touches many queries never holds the loop for long."""
+        by_map: dict[str, list[str]] = {}
         watched = self.queries.watched()
         for e in events:
             if e.record is not None and e.map_name in watched:
-                raw = bytes(e.record.value)
-                by_map.setdefault(e.map_name, {})[e.key] = None if raw == bytes(NIL) else raw
+                by_map.setdefault(e.map_name, []).append(e.key)
         for name, keys in by_map.items():
-            changes = self.queries.written(name, keys, partial(self.maps.live_items, name))
+            self.queries.mark(name, keys)
+        self._query_changes(fx)
+
+    def _query_changes(self, fx: Effects) -> None:
+        if self.queries.pending():
+            changes = self.queries.run(self.query_budget, self._value_of, self.maps.live_items)
             for conn, query_id, key, value, kind in changes:
-                raw = NIL if value is None else msgspec.Raw(value)
+                raw = (
+                    NIL if value is None else msgspec.Raw(self.pages.project(conn, query_id, value))
+                )
                 update = tg.QueryUpdatePayload(query_id, key, raw, kind)
                 fx.send(conn, tg.QueryUpdate(update))
 
@@ -681,6 +757,7 @@ class TopGunCore:
         ``map:`` stream): only then are its events built."""
         return (
             self.map_streams.followed(name)
+            or self.search.enabled(name)
             or name in self.queries.watched()
             or any(name in c.maps for c in self._conns.values())
         )
@@ -704,9 +781,8 @@ class TopGunCore:
         self._require(c.grants.may_topic(p.topic, "publish"), "publish to", p.topic)
         targets = tuple(t for t in self._topics.get(p.topic, ()) if t != conn)
         if targets:
-            msg = tg.TopicMessage(
-                tg.TopicMessagePayload(p.topic, p.data, c.grants.subject or None, self.clock())
-            )
+            publisher = c.grants.subject or f"connection-{conn}"
+            msg = tg.TopicMessage(tg.TopicMessagePayload(p.topic, p.data, publisher, self.clock()))
             fx.out.append(Outbound(targets, tg.encode(msg)))
 
     def _counter_sync(self, fx: Effects, conn: int, c: _Conn, p: tg.CounterStatePayload) -> None:
@@ -743,6 +819,11 @@ class TopGunCore:
             fx.records.append(encode_record(durable.fence_record(top, self.hlc.now())))
 
     def _require_map(self, c: _Conn, name: str, action: str) -> None:
+        if not 0 < len(name) <= MAX_MAP_NAME:
+            raise LimitExceeded(
+                f"a map name has 1 to {MAX_MAP_NAME} characters, not {len(name)}",
+                path="payload.mapName",
+            )
         if durable.is_reserved(name):
             raise Forbidden(
                 f"map names starting with {durable.RESERVED_PREFIX!r} are the server's own",
@@ -769,6 +850,30 @@ class TopGunCore:
             details["path"] = err.path
         payload = tg.ErrorPayload(err.code, err.message, msgspec.Raw(_ENC.encode(details)))
         return tg.encode(tg.Error(payload))
+
+
+def _client_int(op_id: str | None) -> int | None:
+    """An op id as the real client reads it (``parseInt``: leading decimal digits), None when
+    it has none."""
+    digits = _LEADING_INT.match(op_id or "")
+    return None if digits is None else int(digits.group())
+
+
+def covered_last_id(ops: Sequence[tg.ClientOp], errors: Mapping[int, str]) -> str:
+    """The ``lastId`` of a batch with refused ops: the greatest id of an accepted op below
+    every refused op's id, or else ``"0"`` (the client marks every op with ``id <= lastId``
+    synced, and its ids start at 1). Accepted ops above it are acknowledged by ``results``."""
+    floor = min((n for i in errors if (n := _client_int(ops[i].id)) is not None), default=None)
+    best: tuple[int, str] | None = None
+    for i, op in enumerate(ops):
+        n = _client_int(op.id)
+        if i in errors or n is None or op.id is None or (floor is not None and n >= floor):
+            continue
+        if best is None or n > best[0]:
+            best = (n, op.id)
+    if best is not None:
+        return best[1]
+    return "0" if floor is None or floor > 0 else str(floor - 1)
 
 
 def _event(op: tg.ClientOp, rec: OpRecord) -> tg.ServerEventPayload:

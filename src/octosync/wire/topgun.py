@@ -49,6 +49,7 @@ from octosync.crdt.sync_messages import (
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import DecodeError, Oversize
 from octosync.wire.strict import too_deep
+from octosync.wire.topgun_requests import RequestMessage
 from octosync.wire.topgun_services import ServiceMessage
 
 MAX_FRAME = 8 * 1024 * 1024
@@ -265,6 +266,8 @@ class QuerySubPayload(TopGunStruct, frozen=True):
     query_id: str
     map_name: str
     query: msgspec.Raw = NIL
+    fields: list[str] | None = None
+    """Projection: only these top-level fields of each value come back."""
 
 
 class QuerySub(TopGunStruct, frozen=True, tag_field="type", tag="QUERY_SUB"):
@@ -290,6 +293,10 @@ class QueryRespPayload(TopGunStruct, frozen=True):
     has_more: bool | None = None
     cursor_status: str | None = None
     next_cursor: str | None = None
+    merkle_root_hash: Hash32 | None = None
+    error: str | None = None
+    """Set (with ``code``) when the query was refused; ``results`` is then empty."""
+    code: str | None = None
 
 
 class QueryResp(TopGunStruct, frozen=True, tag_field="type", tag="QUERY_RESP"):
@@ -621,6 +628,7 @@ Message = (
     | Error
     | Batch
     | ServiceMessage
+    | RequestMessage
 )
 
 _decoder: msgspec.msgpack.Decoder[Message] = msgspec.msgpack.Decoder(Message)

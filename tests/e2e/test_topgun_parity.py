@@ -1,0 +1,189 @@
+"""TopGun's real client calling what its server offers beyond sync: every call answered.
+
+Refused writes stay pending in the client; every request gets its own response (an error
+inside where the feature is not served), never a timeout. Same harness as
+``test_topgun_interop.py``: the server on loopback, the real client under Node.js, each process
+bounded by ``--seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from octosync.server.auth import AuthConfig, issue_token
+from tests.e2e.helpers import serve
+from tests.e2e.test_topgun_interop import SECRET, start
+
+pytestmark = pytest.mark.peer
+
+AUTH = AuthConfig(hs256_secret=SECRET)
+
+
+async def test_a_refused_write_stays_pending_in_the_client_and_is_never_acked(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    token = issue_token(SECRET, "tagger", {}, maps={"users": ["read"], "tags": ["read", "write"]})
+    async with serve(tmp_path, insecure_dev=False, auth=AUTH) as srv:
+        writer = await start(
+            topgun_peer,
+            srv.ws_url,
+            "ops",
+            'put=u1={"name":"Mallory"}',
+            'oradd=post-1="ok"',
+            token=token,
+            seconds=3,
+        )
+        lines = await writer.end()
+        users = srv.runtime.topgun.maps.live_items("users")
+        tags = srv.runtime.topgun.maps.store.or_values("tags", "post-1")
+    (end,) = [line for line in lines if line.get("event") == "end"]
+    assert end["pendingOps"] == 1  # the refused put, kept for the client to deal with
+    assert writer.events("synced") == []
+    refused = {m["payload"]["opId"] for m in writer.frames("in", "OP_REJECTED")}
+    assert len(refused) == 1
+    (refused_id,) = refused
+    acks = writer.frames("in", "OP_ACK")
+    assert acks, "the accepted op was not acknowledged"
+    for ack in acks:
+        assert int(ack["payload"]["lastId"]) < int(refused_id)
+        listed = {r["opId"] for r in ack["payload"].get("results") or []}
+        assert refused_id not in listed
+    assert users == {}
+    assert len(tags) == 1  # the accepted OR add
+
+
+CALLS = ("sql", "search", "vector", "hybrid", "journal", "processor", "resolvers", "apply-ack")
+
+
+async def test_every_call_is_answered_in_its_own_response_without_a_timeout(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    """Each call must settle within the scenario's 8 s, below every client timeout (10 s for
+    journal reads, 30 s for the rest): an unanswered request would never print its line. The
+    client authenticates with a token, so it sends AUTH twice; neither that nor
+    ``CLIENT_APPLY_ACK`` may draw an ``ERROR``."""
+    token = issue_token(SECRET, "caller", {}, maps={"*": ["read", "write"]})
+    async with serve(tmp_path, insecure_dev=False, auth=AUTH) as srv:
+        caller = await start(topgun_peer, srv.ws_url, "calls", *CALLS, token=token, seconds=8)
+        await caller.end()
+    results = {line["name"]: line for line in caller.events("call")}
+    assert list(results) == list(CALLS)
+    assert results["sql"]["ok"] is False
+    assert results["sql"]["code"] == "FEATURE_DISABLED"
+    for name in ("search", "vector", "hybrid"):  # no map has a full-text index here
+        assert results[name]["ok"] is False
+        assert "FeatureDisabled" in results[name]["error"]
+    (journal,) = caller.frames("in", "JOURNAL_READ_RESPONSE")
+    assert "FeatureDisabled" in journal["error"]
+    assert len([m for m in caller.frames("out", "AUTH")]) == 2
+    assert len(caller.frames("in", "AUTH_ACK")) == 1
+    assert caller.frames("out", "CLIENT_APPLY_ACK")
+    assert caller.frames("in", "ERROR") == []
+
+
+PEOPLE = {
+    "u1": {"name": "Ann", "age": 31, "team": "red"},
+    "u2": {"name": "Bo", "age": 22, "team": "blue"},
+    "u3": {"name": "Cy", "age": 45, "team": "red"},
+    "u4": {"name": "Di", "age": 27, "team": "blue"},
+    "u5": {"name": "Ed", "age": 38, "team": "red"},
+}
+
+
+async def _people(srv: object, topgun_peer: tuple[str, Path]) -> None:
+    url = srv.ws_url  # type: ignore[attr-defined]
+    ops = [f"put={k}={json.dumps(v)}" for k, v in PEOPLE.items()]
+    writer = await start(topgun_peer, url, "ops", *ops)
+    await writer.until("synced")
+    await writer.end()
+
+
+async def test_pages_by_cursor_and_load_more(tmp_path: Path, topgun_peer: tuple[str, Path]) -> None:
+    by_age = sorted(PEOPLE, key=lambda k: PEOPLE[k]["age"])  # type: ignore[index]
+    async with serve(tmp_path) as srv:
+        await _people(srv, topgun_peer)
+        pager = await start(topgun_peer, srv.ws_url, "paged", "2", seconds=8)
+        await pager.end()
+    (page,) = pager.events("page")
+    assert page["keys"] == by_age[:2]
+    assert page["hasMore"] is True
+    assert page["cursor"]
+    (whole,) = pager.events("all")
+    assert whole["keys"] == by_age
+    cursors = [m["payload"]["query"].get("cursor") for m in pager.frames("out", "QUERY_SUB")]
+    assert len([c for c in cursors if c]) == 2  # loadMore asked for pages 2 and 3 by cursor
+    resps = pager.frames("in", "QUERY_RESP")
+    assert [r["payload"]["hasMore"] for r in resps][-1] is False
+
+
+async def test_projection_and_groups_with_aggregations(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    grouping = {
+        "groupBy": ["team"],
+        "aggregations": [{"func": "count"}, {"func": "sum", "field": "age"}],
+    }
+    async with serve(tmp_path) as srv:
+        await _people(srv, topgun_peer)
+        projected, grouped = await asyncio.gather(
+            *(
+                start(topgun_peer, srv.ws_url, "once", json.dumps(q), seconds=6)
+                for q in ({"fields": ["name"]}, grouping)
+            )
+        )
+        for c in (projected, grouped):
+            await c.end()
+    (rows,) = projected.events("once")
+    assert {r["_key"]: r for r in rows["rows"]} == {
+        k: {"name": v["name"], "_key": k} for k, v in PEOPLE.items()
+    }
+    (groups,) = grouped.events("once")
+    by_team = {r["team"]: r for r in groups["rows"]}
+    assert by_team["red"]["__count"] == 3
+    assert by_team["red"]["__sum_age"] == 31 + 45 + 38
+    assert by_team["blue"]["__count"] == 2
+    assert by_team["blue"]["__sum_age"] == 22 + 27
+
+
+ARTICLES = {
+    "a1": {"title": "Python tips", "body": "python python and more python"},
+    "a2": {"title": "Rust notes", "body": "a little python too"},
+    "a3": {"title": "Gardening", "body": "tomatoes"},
+}
+
+
+async def test_full_text_search_live_updates_and_a_restart(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    ops = [f"put={k}={json.dumps(v)}" for k, v in ARTICLES.items()]
+    async with serve(tmp_path, journal=True, topgun_search=("users",)) as srv:
+        writer = await start(topgun_peer, srv.ws_url, "ops", *ops)
+        await writer.until("synced")
+        await writer.end()
+        finder = await start(topgun_peer, srv.ws_url, "search", "python", seconds=12)
+        await finder.until("ready")
+        await finder.until("live", lambda line: line["keys"] == ["a1", "a2"])
+        newer = {"title": "Python", "body": "python python python python"}
+        edit = await start(
+            topgun_peer, srv.ws_url, "ops", f"put=a3={json.dumps(newer)}", "remove=a2"
+        )
+        await edit.until("synced")
+        await edit.end()
+        await finder.until("live", lambda line: line["keys"] == ["a3", "a1"])
+        await finder.stop()
+    (first,) = finder.events("search")
+    assert [h["key"] for h in first["hits"]] == ["a1", "a2"]
+    assert first["hits"][0]["score"] > first["hits"][1]["score"] > 0
+    assert first["hits"][0]["matchedTerms"] == ["python"]
+    kinds = {m["payload"]["changeType"] for m in finder.frames("in", "SEARCH_UPDATE")}
+    assert {"ENTER", "LEAVE"} <= kinds
+    async with serve(tmp_path, journal=True, topgun_search=("users",)) as srv:
+        again = await start(topgun_peer, srv.ws_url, "search", "python", seconds=6)
+        await again.until("search")
+        await again.stop()
+    (after,) = again.events("search")
+    assert [h["key"] for h in after["hits"]] == ["a3", "a1"]  # the index, rebuilt
