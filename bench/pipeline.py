@@ -8,6 +8,8 @@ Full run (the issue's figures): 10,000,000 LWW ops, 100,000 keys with Zipf skew,
   the CPU-seconds of every process it started;
 * the same job in one long-lived session (warm): a warm-up job, then ``--warm-runs`` timed
   ones, the fastest timed stage by stage (DuckDB's fastest of as many runs is taken too);
+* the same command as a client of a Spark Connect server (``pipeline server up``, started
+  once for the run): the first command on the fresh server, then ``--warm-runs`` timed ones;
 * DuckDB (a dev dependency, used only here) with as many threads: the same LWW compaction (one
   ``GROUP BY map, key`` with ``arg_max`` over ``(millis, counter, node, op_id)``, snapshot and
   records written as Parquet), without and with the Merkle step done in Python on its output
@@ -123,10 +125,17 @@ def spark_compact(
     memory: str,
     conf: tuple[str, ...] = (),
     cluster_pids: list[int] | None = None,
+    remote: str | None = None,
 ) -> Compact:
+    """``pipeline compact`` as a whole command: a session of its own on ``master``, or a
+    client of the Connect server at ``remote`` (whose JVM is already running)."""
     argv = [sys.executable, "-m", "octosync.cli", "pipeline", "compact"]
-    argv += ["--journal", str(ops_dir), "--out", str(out), "--master", master]
-    for setting in (f"spark.driver.memory={memory}", *conf):
+    argv += ["--journal", str(ops_dir), "--out", str(out)]
+    if remote is not None:
+        argv += ["--remote", remote]
+    else:
+        argv += ["--master", master, "--conf", f"spark.driver.memory={memory}"]
+    for setting in conf:
         argv += ["--conf", setting]
     cpu_before = children_cpu() + tree_cpu(cluster_pids or [])
     started = time.perf_counter()
@@ -172,6 +181,26 @@ def spark_compact_warm(
     ends = [t for t, _ in starts[1:]] + [started + total]
     stages = [(name, end - t) for (t, name), end in zip(starts, ends, strict=True)]
     return [t for t, _, _ in timed], stages
+
+
+def connect_compact(
+    ops_dir: Path, tmp: Path, master: str, memory: str, runs: int
+) -> tuple[Compact, list[Compact]]:
+    """Compactions as whole commands against one Spark Connect server (``pipeline server
+    up``): the first, on a server that has run nothing yet, then ``runs`` on the warm one."""
+    from octosync.pipeline import connect
+
+    data = tmp / "connect"
+    state = connect.up(data, master=master, port=0, driver_memory=memory)
+    try:
+        first = spark_compact(ops_dir, tmp / "compacted-connect", master, memory, remote=state.url)
+        warm = [
+            spark_compact(ops_dir, tmp / "compacted-connect", master, memory, remote=state.url)
+            for _ in range(runs)
+        ]
+    finally:
+        connect.down(data)
+    return first, warm
 
 
 def duckdb_compact(
@@ -355,6 +384,24 @@ def main() -> None:
         for name, seconds in stages:
             print(f"  stage {name}: {seconds:.1f}s ({seconds / warm:.0%})")
 
+        first, connected = connect_compact(
+            ops_dir, tmp, args.master, args.driver_memory, args.warm_runs
+        )
+        served = min(connected, key=lambda c: c.whole)
+        for run in (first, *connected):
+            check("connect", run.roots)
+        print(
+            f"spark compact through a Connect server ({args.master}), whole command: fastest "
+            f"{served.whole:.1f}s = {n / served.whole:,.0f} ops/s (job {served.job:.1f}s) of "
+            f"{len(connected)} on the warm server ({', '.join(f'{c.whole:.1f}' for c in connected)}"
+            f" s); first on a fresh server {first.whole:.1f}s; {load()}"
+        )
+        print(
+            f"ratio: connect whole command / warm local job = {served.whole / warm:.1f}x "
+            f"(target <= 1.5x); connect job / warm local job = {served.job / warm:.1f}x; "
+            f"cold command / connect whole command = {cold.whole / served.whole:.1f}x"
+        )
+
         duck: dict[bool, float] = {}
         for merkle in (False, True):
             best = float("inf")
@@ -374,7 +421,8 @@ def main() -> None:
         print(
             f"ratio: spark warm job / duckdb with Merkle (equal work) = {warm / duck[True]:.1f}x "
             f"(target <= 3x); / duckdb winners only = {warm / duck[False]:.1f}x; "
-            f"spark whole command / duckdb with Merkle = {cold.whole / duck[True]:.1f}x"
+            f"spark whole command / duckdb with Merkle = {cold.whole / duck[True]:.1f}x; "
+            f"connect whole command / duckdb with Merkle = {served.whole / duck[True]:.1f}x"
         )
 
         if not args.skip_cluster:
