@@ -139,3 +139,46 @@ def test_kill_9_of_the_driver_mid_run_then_a_restart_counts_every_op_once(
         os.killpg(restarted.pid, signal.SIGTERM)
         restarted.wait(60)
     assert_matches_the_fold(out, records)
+
+
+def test_kill_9_of_the_connect_server_mid_run_then_a_restart_counts_every_op_once(
+    tmp_path: Path,
+) -> None:
+    from octosync.pipeline import connect
+
+    data = tmp_path / "data"
+    records = generate_records(3000, seed=22)
+    with Journal(data) as j:
+        j.append(records[:1500])
+    out = data / "compacted"
+
+    def serve() -> connect.ServerState:
+        return connect.up(data, master="local[1]", port=0, driver_memory="1g", timeout=180.0)
+
+    state = serve()
+    try:
+        proc = start_stream(data, "--remote", state.url)
+        try:
+            meta = wait_for(out, proc, lambda m: m["stream_batch"] >= 1)
+            with Journal(data) as j:
+                j.append(records[1500:])
+            meta = wait_for(out, proc, lambda m: m["stream_batch"] >= 2)
+            for pid in connect.server_pids(state.pid):
+                os.kill(pid, signal.SIGKILL)
+            assert proc.wait(120) == 2  # the client says so in one line and exits
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert proc.stderr is not None
+        assert proc.stderr.read().strip().splitlines()[-1].startswith("octosync pipeline stream: ")
+        assert meta["ops"] < len(records)  # killed mid-run
+        state = serve()  # the stale state file is replaced
+        restarted = start_stream(data, "--remote", state.url, "--once")
+        restarted.wait(WAIT)
+        while stream.read_meta(out)["ops"] < len(records):  # --once: one batch per run
+            restarted = start_stream(data, "--remote", state.url, "--once")
+            assert restarted.wait(WAIT) == 0
+    finally:
+        connect.down(data, grace=10.0)
+    assert_matches_the_fold(out, records)

@@ -175,9 +175,12 @@ def _stream(args: argparse.Namespace) -> int:
     )
     try:
         query.awaitTermination()
+        failure = query.exception()
     except KeyboardInterrupt:
         query.stop()
-    failure = query.exception()
+        failure = None
+    except Exception as exc:  # a Connect server that went away, among others
+        failure = exc
     if failure is not None:
         first = str(failure).strip().splitlines()[0] if str(failure).strip() else "failed"
         raise PipelineError(f"the streaming query stopped: {first}", path=str(journal))
