@@ -17,7 +17,9 @@ Full run (the issue's figures): 10,000,000 LWW ops, 100,000 keys with Zipf skew,
 * a standalone cluster started from the installed pyspark (``pipeline.cluster``) with 1 and 2
   workers of 1 core each, ``compact`` against it, reported per CPU-second of every process
   (master, workers, executors, driver) since on one 2-core machine wall time cannot scale;
-* the in-process ``crdt.fold`` (one core): the reference result.
+* the in-process ``crdt.fold`` (one core): the reference result;
+* ``pipeline stream`` while the journal grows by ``--stream-rate`` ops/s: how far the
+  compaction lags behind the journal (p50, p99, max).
 
 Every result's Merkle roots are compared with Spark's local result. Then journal appends per
 second with group commit in both durability modes, against one commit per append.
@@ -34,6 +36,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -313,6 +316,61 @@ def append_throughput(tmp: Path, durability: str, n: int, threads: int) -> tuple
     return group, single, commits
 
 
+def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[float], int]:
+    """``pipeline stream`` on a journal growing by ``rate`` ops/s for ``seconds``: for each
+    tenth of a second's appends, the seconds from its commit until ``compaction.json`` covers
+    it; and the ops appended. The stream is started and has finished a first batch before the
+    timed appends begin (JVM start-up is not lag)."""
+    from octosync.pipeline.jobs.stream import read_meta
+    from octosync.store.synthetic import generate_records
+
+    data = tmp / "stream"
+    step = max(1, rate // 10)
+    records = generate_records(int(rate * seconds) + step, seed=3)
+    with Journal(data) as j:
+        j.append(records[:step])
+    out = data / "compacted"
+    argv = [sys.executable, "-m", "octosync.cli", "pipeline", "stream", "--journal", str(data)]
+    proc = subprocess.Popen(
+        [*argv, "--master", master, "--interval", "0.5"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+    def covered() -> int:
+        try:
+            return int(read_meta(out).get("as_of_seq", 0))
+        except (OSError, ValueError):
+            return 0  # between the two renames of a swap
+
+    try:
+        deadline = time.monotonic() + 300
+        while covered() < step and time.monotonic() < deadline:
+            time.sleep(0.1)
+        commits: list[tuple[int, float]] = []
+        with GroupCommitWriter(data, durability="normal") as writer:
+            started = time.monotonic()
+            for i, lo in enumerate(range(step, len(records) - step + 1, step)):
+                time.sleep(max(0.0, started + i * 0.1 - time.monotonic()))
+                seqs = writer.append(records[lo : lo + step])
+                commits.append((seqs[-1], time.monotonic()))
+        lags: list[float] = []
+        pending = list(commits)
+        deadline = time.monotonic() + 300
+        while pending and time.monotonic() < deadline:
+            now, upto = time.monotonic(), covered()
+            while pending and pending[0][0] <= upto:
+                lags.append(now - pending.pop(0)[1])
+            time.sleep(0.05)
+        if pending:
+            sys.exit(f"the stream did not catch up: {len(pending)} appends never covered")
+        return lags, sum(step for _ in commits)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+
+
 def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -339,6 +397,15 @@ def main() -> None:
     ap.add_argument("--appends", type=int, default=20_000, help="journal appends to time")
     ap.add_argument("--threads", type=int, default=16, help="threads appending")
     ap.add_argument("--skip-fold", action="store_true", help="do not run the in-process fold")
+    ap.add_argument(
+        "--stream-rate", type=int, default=20_000, help="ops/s appended while streaming (20,000)"
+    )
+    ap.add_argument(
+        "--stream-seconds",
+        type=float,
+        default=20.0,
+        help="seconds of appends while `pipeline stream` runs (20; 0 skips it)",
+    )
     ap.add_argument("--skip-cluster", action="store_true", help="do not start a cluster")
     ap.add_argument("--ops-dir", default=None, help="reuse this generated dataset")
     args = ap.parse_args()
@@ -445,6 +512,17 @@ def main() -> None:
                 f"{fold_s / cold.whole:.1f}x; {load()}"
             )
         print("merkle roots identical across every run: True")
+
+        if args.stream_seconds > 0:
+            lags, n_streamed = stream_lag(tmp, args.master, args.stream_rate, args.stream_seconds)
+            lags.sort()
+            p50, p99 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+            print(
+                f"pipeline stream ({args.master}, 0.5 s trigger), journal growing by "
+                f"{args.stream_rate:,} ops/s for {args.stream_seconds:g} s ({n_streamed:,} ops): "
+                f"compaction lags the journal by p50 {p50:.1f}s, p99 {p99:.1f}s, "
+                f"max {lags[-1]:.1f}s (target p99 <= 5 s); {load()}"
+            )
 
         for durability in ("full", "normal"):
             group, single, commits = append_throughput(tmp, durability, args.appends, args.threads)
