@@ -41,6 +41,9 @@ NAME: Final = "octosync-journal"
 KINDS: Final = ("ops", "frames")
 PARTITION_SEQS: Final = 250_000
 """Seqs per Spark task: large enough that a task's start-up is small beside its work."""
+STREAM_TASKS: Final = 2
+"""A micro-batch is decoded by at least this many tasks (when it has as many seqs): a batch is
+usually far below ``partitionSeqs``, and one task would leave the other cores idle."""
 READ_CHUNK: Final = 20_000
 """Rows fetched from SQLite and turned into one Arrow batch at a time (bounded memory)."""
 
@@ -210,7 +213,8 @@ class JournalStreamReader(DataSourceStreamReader):
                 f"{trimmed_before}; start a new checkpoint from a compaction",
                 path=o.data,
             )
-        return seq_ranges(o.data, o.kind, first, last, o.partition_seqs)
+        size = min(o.partition_seqs, -(-(last - first + 1) // STREAM_TASKS))
+        return seq_ranges(o.data, o.kind, first, last, max(1, size))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SeqRange)

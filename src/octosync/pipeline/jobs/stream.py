@@ -79,15 +79,26 @@ def _merged(out: Path, name: str, batch: Any) -> Any:
 def apply_batch(
     batch: Any, batch_id: int, *, journal: Path, out: Path, progress: Progress = quiet
 ) -> bool:
-    """Fold one micro-batch of ops into ``out``; False when it was already swapped in."""
-    import pyarrow.parquet as pq
-
-    spark = batch.sparkSession
+    """Fold one micro-batch of ops into ``out``; False when it was already swapped in (or held
+    no ops)."""
     restore_interrupted_swap(out)
     meta = read_meta(out)
     if int(meta.get(BATCH_FIELD, -1)) >= batch_id:
         progress(f"batch {batch_id}: already in {out}, skipped")
         return False
+    batch = batch.persist()  # read by several jobs below: decode the journal once
+    try:
+        return _apply(batch, batch_id, meta, journal=journal, out=out, progress=progress)
+    finally:
+        batch.unpersist()
+
+
+def _apply(
+    batch: Any, batch_id: int, meta: dict[str, Any], *, journal: Path, out: Path, progress: Progress
+) -> bool:
+    import pyarrow.parquet as pq
+
+    spark = batch.sparkSession
     counts = _batch_counts(batch)
     n_new = sum(counts["ops_by_map"].column("ops").to_pylist())
     if n_new == 0:
