@@ -12,6 +12,8 @@ flight. Measured, all in the same run:
   (p50/p99) with the publishers paced at ``--rate`` pairs/s in total;
 - ``ceiling``: the same pairs and messages through the in-process ``Dataspace`` (this process,
   no wire, no actors): what the index costs;
+- ``package``: the face again with the server on the ``preserves`` package's codec instead of
+  its fast path (``wire.preserves_fast``), the before of the same run;
 - ``peer``: syndicate-py's own in-process actor machinery doing the same deliveries (a turn that
   publishes and retracts to the observer's entity, or sends to it) with no network and no index:
   what the client library's turns cost per event.
@@ -305,7 +307,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_face(args: argparse.Namespace) -> dict[str, Any]:
+def run_face(args: argparse.Namespace, codec: str = "fast") -> dict[str, Any]:
+    """The face phases against a fresh server; ``codec``: ``fast`` (the server's Preserves
+    fast path) or ``package`` (the ``preserves`` package's codec, the baseline)."""
     from octosync.server.dataspace_key import load_or_create_secret
     from octosync.syndicate import mint_text
 
@@ -316,6 +320,7 @@ def run_face(args: argparse.Namespace) -> dict[str, Any]:
         [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev", "--no-journal",
          "--port", str(http), "--dataspace-port", str(port), "--data", str(data)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+        env={**os.environ, "OCTOSYNC_PRESERVES": codec},
     )  # fmt: skip
     assert server.stdout is not None
     assert "serving" in server.stdout.readline()
@@ -402,7 +407,8 @@ def main() -> None:
     print(f"dataspace face: {args.observers} observers, {args.publishers} publishers, "
           f"{args.transport}, {args.seconds:g} s per phase, batches of {args.batch}, "
           f"window {args.window}", flush=True)  # fmt: skip
-    face = run_face(args)
+    baseline = run_face(args, "package")
+    face = run_face(args, "fast")
     top = ceiling(args.observers, args.pairs)
     peer_proc = spawn("peer", "--observers", str(args.observers), "--pairs", str(args.pairs),
                       "--batch", str(args.batch))  # fmt: skip
@@ -415,6 +421,19 @@ def main() -> None:
     print(
         f"  face     pairs/s {pairs['per_s']:>10,.0f}   messages/s {msgs['per_s']:>10,.0f}"
         f"   (server CPU {pair_us:,.0f} us per pair, {msg_us:,.0f} us per message)"
+    )
+    b_pairs, b_msgs = baseline["pairs"], baseline["messages"]
+    b_pair_us = 1e6 * b_pairs["server_cpu_s"] / max(1.0, b_pairs["per_s"] * args.seconds)
+    b_msg_us = 1e6 * b_msgs["server_cpu_s"] / max(1.0, b_msgs["per_s"] * args.seconds)
+    print(
+        f"  package  pairs/s {b_pairs['per_s']:>10,.0f}   messages/s {b_msgs['per_s']:>10,.0f}"
+        f"   (server CPU {b_pair_us:,.0f} us per pair, {b_msg_us:,.0f} us per message;"
+        " the same face on the preserves package's codec)"
+    )
+    print(
+        f"  fast path: server CPU per pair {b_pair_us / max(pair_us, 1e-9):.2f}x less, "
+        f"per message {b_msg_us / max(msg_us, 1e-9):.2f}x less; p99 at 1,000 pairs/s "
+        f"{baseline['latency']['p99_ms']:.2f} ms -> {lat['p99_ms']:.2f} ms"
     )
     print(
         f"  ceiling  pairs/s {top['pairs_s']:>10,.0f}   messages/s {top['messages_s']:>10,.0f}"

@@ -138,7 +138,12 @@ def _instrument() -> _Stages:
     stages.wrap(TopGunSession, "handle", "session glue")
     stages.wrap(TopGunCore, "handle", "core: validate, records, HLC, merge, events")
     stages.wrap(TopGunCore, "flush", "core: fan-out encode (flush)")
-    stages.wrap(Runtime, "deliver_all", "write to connections")
+    try:  # the TopGun face's fan-out; a baseline tree (--baseline-src) may predate the face
+        from octosync.server.topgun_face import TopGunFace
+
+        stages.wrap(TopGunFace, "deliver_all", "write to connections")
+    except ImportError:
+        stages.wrap(Runtime, "deliver_all", "write to connections")
     stages.wrap(Runtime, "deliver", "write to connections")
     stages.wrap(Runtime, "after_commit", "journal submit")
     return stages

@@ -13,6 +13,12 @@ import pytest
 from tests.conftest import ROOT
 
 
+def run_bench(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
@@ -31,13 +37,7 @@ def test_harness_runs_clean(argv: list[str]) -> None:
 @pytest.mark.slow
 def test_cluster_bench_runs_every_layout() -> None:
     """``bench/cluster.py`` starts NATS and the nodes, measures, and stops everything."""
-    done = subprocess.run(
-        [sys.executable, "bench/cluster.py", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_bench("bench/cluster.py", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
     for layout in ("cluster-2 / single:", "cluster-3 / single:"):
         assert layout in done.stdout
@@ -46,16 +46,19 @@ def test_cluster_bench_runs_every_layout() -> None:
 @pytest.mark.slow
 def test_cluster_maps_bench_runs_both_layouts() -> None:
     """``bench/cluster_maps.py`` starts NATS and the nodes, measures, and stops everything."""
-    done = subprocess.run(
-        [sys.executable, "bench/cluster_maps.py", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_bench("bench/cluster_maps.py", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
     for row in ("cluster-2 APPLIED / single:", "cluster-2 REPLICATED / single:"):
         assert row in done.stdout
     rows = [line for line in done.stdout.splitlines() if line.startswith("cluster-2  ")]
     assert len(rows) == 2
     assert all("nan" not in row for row in rows), "a node never applied every op"
+
+
+@pytest.mark.slow
+def test_crdt_plane_bench_runs_and_loses_no_click() -> None:
+    """``bench/crdt_plane.py --quick``: writers, subscribers, a journaled server; a late member's
+    counter is the sum of every acknowledged click (the bench exits non-zero otherwise)."""
+    done = run_bench("bench/crdt_plane.py", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clicks lost 0" in done.stdout

@@ -49,6 +49,7 @@ _html = blocks("html", live=True)
 def test_the_quickstart_is_delimited_and_live() -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text("utf-8")
     quickstart = readme.split("<!-- quickstart:start -->")[1].split("<!-- quickstart:end -->")[0]
+    assert "```html counter" in quickstart  # the two-tab counter (tests/browser)
     assert "```html live" in quickstart
     assert "```python live" in quickstart
     assert any(i.startswith("README.md") for i, _ in _python + _html)

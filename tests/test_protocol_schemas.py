@@ -296,7 +296,7 @@ def test_the_js_client_knows_which_errors_close() -> None:
 
 def test_error_frames_carry_name_message_and_path() -> None:
     from octosync.errors import EpochGap
-    from octosync.server.lazily_dialect import SEED_JSON
+    from octosync.wire.lazily_dialects import SEED_JSON
 
     frame = msgspec.json.decode(SEED_JSON.encode_error(EpochGap("gap", path="base_epoch")))
     assert frame == {"type": "error", "code": "EpochGap", "message": "gap", "path": "base_epoch"}

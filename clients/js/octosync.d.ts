@@ -146,7 +146,105 @@ export class Client {
     store: Store,
     options?: { accept?: (id: number, value: unknown) => boolean; onError?: (error: OctosyncError) => void },
   ): Publication;
+  /** A shared document: the multi-writer stream `name` (docs/crdt.md). */
+  openDocument(
+    name: string,
+    options?: { peer?: number; clock?: () => number; onError?: (error: OctosyncError) => void },
+  ): SharedDocument;
   close(): void;
 }
 
 export function connect(url: string, options?: ClientOptions): Client;
+
+/** The node id every replica gives to a shared value's entries (low 48 bits of FNV-1a-64). */
+export function nodeOf(name: string): number;
+
+/** One value of a shared document. */
+export class SharedValue<T = unknown> {
+  readonly name: string;
+  readonly kind: "pn" | "lww" | "mv" | "map";
+  readonly value: T;
+  /** Counter: add `amount` (negative subtracts). */
+  add(amount?: number): void;
+  /** Register: `set(value)`; map: `set(field, value)`. */
+  set(...args: unknown[]): void;
+  /** Map: delete `field`. */
+  delete(field: string): void;
+  /** Call `fn(value)` now and after every change; returns the function that stops it. */
+  onChange(fn: (value: T) => void): () => void;
+  /** "change" events only (not the current value). */
+  on(event: "change", fn: (value: T) => void): () => void;
+}
+
+/** One replica of a multi-writer stream: counters, registers, multi-value registers, maps. */
+export class SharedDocument implements Channel<{ change: string[]; error: OctosyncError; status: Status }> {
+  readonly stream: string;
+  readonly status: Status;
+  readonly errors: OctosyncError[];
+  readonly reconnects: number;
+  readonly peer: number;
+  /** Local edits the server has not acknowledged yet. */
+  readonly pending: number;
+  /** True once the server's whole document arrived on the current connection. */
+  readonly joined: boolean;
+  on<E extends "change" | "error" | "status">(
+    event: E,
+    listener: (value: { change: string[]; error: OctosyncError; status: Status }[E]) => void,
+  ): () => void;
+  close(): void;
+  counter(name: string): SharedValue<number>;
+  register(name: string): SharedValue<unknown>;
+  multi(name: string): SharedValue<unknown[]>;
+  map(name: string): SharedValue<Record<string, unknown>>;
+  /** Resolves once the document arrived and every local edit is acknowledged. */
+  synced(): Promise<SharedDocument>;
+}
+
+/** A WebRTC data channel from a peer, mirrored (`followPeer`). */
+export interface PeerLink {
+  /** The peer id of the side that made the offer. */
+  peer: number | null;
+  mirror: Mirror;
+  /** Resync requests sent after a gap or a bad frame. */
+  resyncs: number;
+  close(): void;
+}
+
+/** Join `session` of the server's `/signal` relay as `peer`, answer the first offer and mirror
+ * the offerer's state plane over its `lazily` data channel. */
+export function followPeer(
+  url: string,
+  options: {
+    session?: string;
+    peer: number;
+    token?: string;
+    onState?: (state: { epoch: number | null; values: Map<number, unknown> }) => void;
+    rtcConfig?: RTCConfiguration;
+  },
+): Promise<PeerLink>;
+
+/** RFC 7386 JSON merge patch. */
+export function mergePatch(target: unknown, patch: unknown): unknown;
+
+/** A device of an Octoprotocol chain in a browser, persisted in IndexedDB. */
+export class ChainDevice {
+  constructor(
+    url: string,
+    chain: string,
+    name: string,
+    options?: { token?: string; database?: string; backoff?: { base?: number; cap?: number } },
+  );
+  readonly name: string;
+  readonly chain: string;
+  events: Map<number, { Type: "DeviceEvent"; DeviceSequencer: number; Name: string; Payload: string }>;
+  nextSequencer: number;
+  state: unknown;
+  stateSequencer: number;
+  live: boolean;
+  start(): Promise<ChainDevice>;
+  emitEvent(name: string, payload: string): Promise<void>;
+  on(event: "state", fn: (s: { state: unknown; sequencer: number }) => void): () => void;
+  on(event: "status", fn: (status: "connecting" | "live") => void): () => void;
+  on(event: "error", fn: (error: Error) => void): () => void;
+  close(): void;
+}

@@ -72,7 +72,7 @@ const KEEPING = new Set([
   "RemoteProtocolError", "DecodeError", "EpochGap", "SnapshotRequired", "ForbiddenPublish",
   "Desync", "ClockDrift", "SyncResetRequired", "LimitExceeded", "Forbidden", "NotJoined",
   "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError",
-  "FeatureDisabled",
+  "FeatureDisabled", "BlobInvalid", "FeatureNotNegotiated",
 ]);
 
 /** The typed error for a server error frame `{type: "error", code, message, path?}`. */
@@ -654,6 +654,11 @@ class Channel extends Emitter {
     this.emit("status", status);
   }
 
+  /** The handshake this channel opens with. */
+  hello() {
+    return handshake(this.stream, this.publish, this.client.maxFrameSize);
+  }
+
   report(err) {
     this.errors.push(err);
     if (this.errors.length > 100) this.errors.shift();
@@ -673,7 +678,7 @@ class Channel extends Emitter {
     }
     this.ws = ws;
     let handshaken = false;
-    ws.onopen = () => ws.send(JSON.stringify(handshake(this.stream, this.publish, this.client.maxFrameSize)));
+    ws.onopen = () => ws.send(JSON.stringify(this.hello()));
     ws.onmessage = (event) => {
       if (typeof event.data !== "string") {
         this.report(fail(errors.DecodeError, "binary frame on a JSON connection", "$"));
@@ -1146,6 +1151,364 @@ export class Publication extends Channel {
   }
 }
 
+// --- shared documents (multi-writer streams) --------------------------------------------------------
+
+// A shared document is a multi-writer stream (the CRDT cell plane, feature "distributed_crdt").
+// Every value is a set of last-writer-wins entries stamped (wall_time, logical, peer), the same
+// layout as octosync/crdt/shared.py, so Python, JS and lazily-spec replicas converge alike:
+//   NAME/lww (register), NAME/pn/PEER ([p, n] tallies of one peer: a counter), NAME/mv/PEER
+//   ([value, version vector]: a multi-value register), NAME/map/FIELD ([value] or [] deleted).
+// Edits apply at once and stay pending until the server echoes them, which it does only once
+// its journal committed them; pending edits are sent again on every reconnect.
+
+const PLANE_FEATURE = "distributed_crdt";
+const FNV64_OFFSET = 0xcbf29ce484222325n;
+const FNV64_PRIME = 0x100000001b3n;
+const MASK64 = (1n << 64n) - 1n;
+const DOC_KINDS = new Set(["lww", "pn", "mv", "map"]);
+
+/** The node id every replica gives to a value's entries (low 48 bits of FNV-1a-64, UTF-8). */
+export function nodeOf(name) {
+  let h = FNV64_OFFSET;
+  for (const byte of utf8.encode(name)) h = ((h ^ BigInt(byte)) * FNV64_PRIME) & MASK64;
+  return Number(h & ((1n << 48n) - 1n));
+}
+
+function stampAbove(a, b) {
+  if (a.wall_time !== b.wall_time) return a.wall_time > b.wall_time;
+  if (a.logical !== b.logical) return a.logical > b.logical;
+  return a.peer > b.peer;
+}
+
+function bytesAbove(a, b) {
+  for (let i = 0; i < Math.min(a.length, b.length); i += 1) if (a[i] !== b[i]) return a[i] > b[i];
+  return a.length > b.length;
+}
+
+function sameStamp(a, b) {
+  return a.wall_time === b.wall_time && a.logical === b.logical && a.peer === b.peer;
+}
+
+function newPeerId() {
+  const words = new Uint32Array(2);
+  globalThis.crypto.getRandomValues(words);
+  return (words[0] % 2 ** 21) * 2 ** 32 + words[1] + 1; // 1 .. 2^53 - 1
+}
+
+function checkName(name, what = "name") {
+  if (typeof name !== "string" || name.length < 1 || name.length > 256 || name.includes("/")) {
+    throw fail(errors.CrdtValueError, `${what} ${JSON.stringify(name)} must be 1 to 256 characters without '/'`, what);
+  }
+}
+
+function parseState(op) {
+  try {
+    return { ok: true, value: JSON.parse(utf8Strict.decode(op.bytes)) };
+  } catch {
+    return { ok: false };
+  }
+}
+
+/** One value of a shared document: `value`, its writes (`add`, `set`, `delete`), "change" events. */
+export class SharedValue extends Emitter {
+  constructor(doc, name, kind) {
+    super();
+    this.doc = doc;
+    this.name = name;
+    this.kind = kind;
+    this.value = doc.read(name, kind);
+    this.seen = sortedJson(this.value);
+  }
+
+  #need(kind, method) {
+    if (this.kind !== kind) throw fail(errors.CrdtValueError, `${method} is not an operation of ${JSON.stringify(this.name)}, a ${this.kind} value`, "kind");
+  }
+
+  /** Counter: add `amount` (negative subtracts). */
+  add(amount = 1) {
+    this.#need("pn", "add");
+    if (!Number.isSafeInteger(amount)) throw fail(errors.CrdtValueError, `a counter adds integers, not ${amount}`, "amount");
+    const [p, n] = this.doc.tally(this.name);
+    this.doc.write(this.name, `pn/${this.doc.peer}`, amount >= 0 ? [p + amount, n] : [p, n - amount]);
+  }
+
+  /** Register: `set(value)`; map: `set(field, value)`. */
+  set(...args) {
+    if (this.kind === "map" && args.length === 2) {
+      checkName(args[0], "field");
+      this.doc.write(this.name, `map/${args[0]}`, [args[1]]);
+    } else if (this.kind === "lww" && args.length === 1) {
+      this.doc.write(this.name, "lww", args[0]);
+    } else if (this.kind === "mv" && args.length === 1) {
+      this.doc.write(this.name, `mv/${this.doc.peer}`, [args[0], this.doc.versionAfter(this.name)]);
+    } else {
+      throw fail(errors.CrdtValueError, `set(${args.length} arguments) does not fit a ${this.kind} value`, "set");
+    }
+  }
+
+  /** Map: delete `field`. */
+  delete(field) {
+    this.#need("map", "delete");
+    checkName(field, "field");
+    this.doc.write(this.name, `map/${field}`, []);
+  }
+
+  /** Call `fn(value)` now and after every change (Python: `on_change`). */
+  onChange(fn) {
+    fn(this.value);
+    return this.on("change", fn);
+  }
+
+  refresh() {
+    const value = this.doc.read(this.name, this.kind);
+    const text = sortedJson(value);
+    if (text === this.seen) return; // the equality guard: an equal value notifies nobody
+    this.value = value;
+    this.seen = text;
+    this.emit("change", value);
+  }
+}
+
+/**
+ * One replica of a multi-writer stream, over a reconnecting WebSocket. `counter`, `register`,
+ * `multi` and `map` give its values; `pending` counts unacknowledged edits; `synced()` waits for
+ * none. Events: "change" (names changed), "error", "status".
+ */
+export class SharedDocument extends Channel {
+  constructor(client, name, options = {}) {
+    super(client, name, false);
+    this.peer = options.peer ?? newPeerId();
+    this.clock = options.clock ?? (() => Date.now());
+    this.entries = new Map(); // "node key" -> op {slot_id, key, stamp, bytes}
+    this.byName = new Map(); // name -> Map(rest -> op)
+    this.values = new Map(); // name -> SharedValue
+    this.pendingOps = new Map(); // "node key" -> op
+    this.outbox = [];
+    this.flushDue = false;
+    this.joined = false;
+    this.wall = 0;
+    this.logical = 0;
+    this.waiters = [];
+  }
+
+  hello() {
+    return { ...handshake(this.stream, false, this.client.maxFrameSize), peer_id: this.peer, features: [PLANE_FEATURE] };
+  }
+
+  get pending() {
+    return this.pendingOps.size;
+  }
+
+  counter(name) {
+    return this.#value(name, "pn");
+  }
+
+  register(name) {
+    return this.#value(name, "lww");
+  }
+
+  multi(name) {
+    return this.#value(name, "mv");
+  }
+
+  map(name) {
+    return this.#value(name, "map");
+  }
+
+  /** Resolves once the server's state arrived and every local edit is acknowledged. */
+  synced() {
+    if (this.#isSynced()) return Promise.resolve(this);
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  #isSynced() {
+    return this.joined && this.status === "open" && this.pendingOps.size === 0;
+  }
+
+  #settle() {
+    if (!this.#isSynced()) return;
+    for (const resolve of this.waiters.splice(0)) resolve(this);
+  }
+
+  #value(name, kind) {
+    checkName(name);
+    const known = this.values.get(name);
+    if (known) {
+      if (known.kind !== kind) throw fail(errors.CrdtValueError, `${JSON.stringify(name)} is a ${known.kind} value, not ${kind}`, "kind");
+      return known;
+    }
+    const made = new SharedValue(this, name, kind);
+    this.values.set(name, made);
+    return made;
+  }
+
+  // --- the plane -------------------------------------------------------------------------------
+
+  #stamp() {
+    const wall = this.clock();
+    if (wall > this.wall) {
+      this.wall = wall;
+      this.logical = 0;
+    } else {
+      this.logical += 1;
+    }
+    return { wall_time: this.wall, logical: this.logical, peer: this.peer };
+  }
+
+  #apply(op) {
+    const s = op.stamp;
+    if (s.wall_time > this.wall || (s.wall_time === this.wall && s.logical > this.logical)) {
+      this.wall = s.wall_time;
+      this.logical = s.logical;
+    }
+    const id = `${op.slot_id} ${op.key ?? ""}`;
+    const old = this.entries.get(id);
+    if (old && !(stampAbove(op.stamp, old.stamp) || (sameStamp(op.stamp, old.stamp) && bytesAbove(op.bytes, old.bytes)))) return null;
+    this.entries.set(id, op);
+    const key = op.key ?? "";
+    const slash = key.indexOf("/");
+    if (slash < 0) return null;
+    const name = key.slice(0, slash);
+    const rest = key.slice(slash + 1);
+    if (!DOC_KINDS.has(rest.split("/")[0]) || op.slot_id !== nodeOf(name)) return null;
+    if (!this.byName.has(name)) this.byName.set(name, new Map());
+    this.byName.get(name).set(rest, op);
+    return name;
+  }
+
+  write(name, rest, value) {
+    const text = sortedJson(value);
+    const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp: this.#stamp(), bytes: utf8.encode(text) };
+    this.#apply(op);
+    this.pendingOps.set(`${op.slot_id} ${op.key}`, op);
+    this.values.get(name)?.refresh();
+    this.emit("change", [name]);
+    this.outbox.push(op);
+    this.#flushSoon();
+  }
+
+  #flushSoon() {
+    if (this.flushDue) return;
+    this.flushDue = true;
+    queueMicrotask(() => {
+      this.flushDue = false;
+      if (this.status !== "open" || this.ws?.readyState !== 1 || this.outbox.length === 0) return; // sent on reconnect
+      const ops = this.outbox.splice(0).map((op) => ({ slot_id: op.slot_id, stamp: op.stamp, state: toBase64(op.bytes), key: op.key }));
+      try {
+        this.send({ type: "crdt_sync", ops });
+      } catch (err) {
+        this.report(err); // still pending: sent again on reconnect
+      }
+    });
+  }
+
+  #entries(name, prefix) {
+    const held = this.byName.get(name);
+    if (!held) return [];
+    return [...held.entries()].filter(([rest]) => rest.startsWith(prefix)).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  }
+
+  tally(name) {
+    const op = this.byName.get(name)?.get(`pn/${this.peer}`);
+    const parsed = op ? parseState(op) : { ok: false };
+    const [p, n] = parsed.ok && Array.isArray(parsed.value) ? parsed.value : [0, 0];
+    return [Number.isSafeInteger(p) ? p : 0, Number.isSafeInteger(n) ? n : 0];
+  }
+
+  versionAfter(name) {
+    const seen = {};
+    for (const [, op] of this.#entries(name, "mv/")) {
+      const parsed = parseState(op);
+      if (!parsed.ok || !Array.isArray(parsed.value) || typeof parsed.value[1] !== "object") continue;
+      for (const [peer, count] of Object.entries(parsed.value[1])) seen[peer] = Math.max(seen[peer] ?? 0, count);
+    }
+    const me = String(this.peer);
+    seen[me] = (seen[me] ?? 0) + 1;
+    return seen;
+  }
+
+  /** The value of `name` read as `kind` ("pn", "lww", "mv" or "map"). */
+  read(name, kind) {
+    if (kind === "pn") {
+      let total = 0;
+      for (const [, op] of this.#entries(name, "pn/")) {
+        const parsed = parseState(op);
+        if (parsed.ok && Array.isArray(parsed.value) && parsed.value.length === 2) total += parsed.value[0] - parsed.value[1];
+      }
+      return total;
+    }
+    if (kind === "map") {
+      const out = {};
+      for (const [rest, op] of this.#entries(name, "map/")) {
+        const parsed = parseState(op);
+        if (parsed.ok && Array.isArray(parsed.value) && parsed.value.length === 1) out[rest.slice(4)] = parsed.value[0];
+      }
+      return out;
+    }
+    if (kind === "mv") {
+      const held = [];
+      for (const [, op] of this.#entries(name, "mv/")) {
+        const parsed = parseState(op);
+        if (parsed.ok && Array.isArray(parsed.value) && parsed.value[1] && typeof parsed.value[1] === "object") held.push({ op, value: parsed.value[0], vv: parsed.value[1] });
+      }
+      const dominated = (vv) => held.some((o) => sortedJson(o.vv) !== sortedJson(vv) && Object.entries(vv).every(([p, c]) => (o.vv[p] ?? 0) >= c));
+      return held.filter((e) => !dominated(e.vv)).sort((a, b) => (stampAbove(a.op.stamp, b.op.stamp) ? 1 : -1)).map((e) => e.value);
+    }
+    const op = this.byName.get(name)?.get("lww");
+    if (!op) return null;
+    const parsed = parseState(op);
+    return parsed.ok ? parsed.value : null;
+  }
+
+  // --- the channel's hooks ----------------------------------------------------------------------
+
+  opened() {
+    this.joined = false;
+    this.outbox = [...this.pendingOps.values()].sort((a, b) => (stampAbove(a.stamp, b.stamp) ? 1 : -1));
+    this.#flushSoon();
+  }
+
+  received(text) {
+    let doc;
+    try {
+      doc = JSON.parse(text);
+    } catch {
+      this.report(fail(errors.DecodeError, "a frame that is not JSON", "$"));
+      return;
+    }
+    if (doc?.type === "error") {
+      const err = errorFromFrame(doc);
+      this.report(err);
+      if (FATAL_CODES.has(err.code)) this.failWith(null);
+      return;
+    }
+    if (doc?.type !== "crdt_sync") {
+      this.report(fail(errors.RemoteProtocolError, `a shared document does not expect ${doc?.type}`, "$.type"));
+      return;
+    }
+    const changed = new Set();
+    for (const [i, raw] of (doc.ops ?? []).entries()) {
+      let op;
+      try {
+        op = { slot_id: id(raw.slot_id, `ops[${i}].slot_id`), key: raw.key ?? null, stamp: raw.stamp, bytes: fromBase64(raw.state, `ops[${i}].state`) };
+      } catch (err) {
+        this.report(err);
+        continue;
+      }
+      const name = this.#apply(op);
+      if (name !== null) changed.add(name);
+      if (op.stamp.peer === this.peer) {
+        const mine = this.pendingOps.get(`${op.slot_id} ${op.key ?? ""}`);
+        if (mine && !stampAbove(mine.stamp, op.stamp)) this.pendingOps.delete(`${op.slot_id} ${op.key ?? ""}`);
+      }
+    }
+    if (doc.frontier !== undefined) this.joined = true; // the last frame of the document sent at joining
+    for (const name of changed) this.values.get(name)?.refresh();
+    if (changed.size) this.emit("change", [...changed]);
+    this.#settle();
+  }
+}
+
 // --- the client ---------------------------------------------------------------------------------
 
 /**
@@ -1176,6 +1539,13 @@ export class Client {
     return this.#track(sub);
   }
 
+  /** A shared document: the multi-writer stream `name` (options: peer, clock, onError). */
+  openDocument(name, options = {}) {
+    const doc = new SharedDocument(this, name, options);
+    if (options.onError) doc.on("error", options.onError);
+    return this.#track(doc);
+  }
+
   publish(stream, store, options = {}) {
     const pub = new Publication(this, stream, store, options);
     if (options.onError) pub.on("error", options.onError);
@@ -1191,6 +1561,261 @@ export class Client {
 
   close() {
     for (const c of [...this.channels]) c.close();
+  }
+}
+
+/**
+ * Follow a peer's state over a WebRTC data channel (browsers): join `session` of the server's
+ * `/signal` relay as `peer`, answer the first offer (a Python peer's
+ * `octosync.client.webrtc.offer`), and mirror what arrives on its ordered, reliable `lazily`
+ * channel: both sides' handshakes, then snapshots and deltas; a gap is answered with a
+ * `resync_request`. Resolves once the channel is open to `{peer, close(), mirror, resyncs}`;
+ * `onState({epoch, values})` runs after each applied frame.
+ */
+export async function followPeer(url, { session = "default", peer, token, onState = () => {}, rtcConfig = {} } = {}) {
+  const where = wsUrl(url, "/signal", token);
+  where.searchParams.set("session", session);
+  const signal = new WebSocket(where);
+  const mirror = new Mirror();
+  const link = { peer: null, mirror, resyncs: 0, close: () => { pc?.close(); signal.close(); } };
+  let pc = null;
+  let opened;
+  const open = new Promise((resolve, reject) => { opened = { resolve, reject }; });
+  const send = (msg) => signal.send(JSON.stringify(msg));
+  signal.onopen = () => send({ type: "join", peer });
+  signal.onerror = () => opened.reject(new errors.ConnectionLost("the signaling connection failed"));
+  signal.onmessage = async (event) => {
+    const msg = JSON.parse(event.data);
+    if (msg.type === "error") opened.reject(fail(errors.OctosyncError, `${msg.code}: ${msg.message}`));
+    if (msg.type === "ice" && pc) pc.addIceCandidate({ candidate: msg.candidate, sdpMLineIndex: 0 }).catch(() => {});
+    if (msg.type !== "offer" || pc) return;
+    link.peer = msg.from;
+    pc = new RTCPeerConnection(rtcConfig);
+    pc.ondatachannel = ({ channel }) => serve(channel);
+    await pc.setRemoteDescription({ type: "offer", sdp: msg.sdp });
+    await pc.setLocalDescription(await pc.createAnswer());
+    await new Promise((done) => {
+      if (pc.iceGatheringState === "complete") return done();
+      pc.onicegatheringstatechange = () => pc.iceGatheringState === "complete" && done();
+    });
+    send({ type: "answer", to: msg.from, sdp: pc.localDescription.sdp });
+  };
+  function serve(channel) {
+    let shaken = false;
+    const reply = (m) => channel.send(JSON.stringify(m));
+    channel.onopen = () => {
+      reply({ ...handshake(session, false, 256 * 1024), peer_id: peer });
+      opened.resolve(link);
+    };
+    channel.onmessage = ({ data }) => {
+      const text = typeof data === "string" ? data : new TextDecoder().decode(data);
+      if (!shaken) {
+        const theirs = JSON.parse(text);
+        if (theirs.protocol_id !== PROTOCOL_ID || !(theirs.features ?? []).includes("publish")) {
+          link.close();
+          return;
+        }
+        shaken = true;
+        return;
+      }
+      const result = mirror.apply(decodeMessage(text));
+      if (result === "ignored") return;
+      if (result !== "applied") {
+        link.resyncs += 1;
+        reply({ type: "resync_request", ...(mirror.epoch !== null ? { last_epoch: mirror.epoch } : {}), reason: result });
+        return;
+      }
+      onState({ epoch: mirror.epoch, values: mirror.values() });
+    };
+  }
+  return open;
+}
+
+// --- chain devices (Octoprotocol) ----------------------------------------------------------------
+
+/** RFC 7386 JSON merge patch: `patch` applied to `target` (neither is changed). */
+export function mergePatch(target, patch) {
+  if (patch === null || typeof patch !== "object" || Array.isArray(patch)) return patch;
+  const out = target !== null && typeof target === "object" && !Array.isArray(target) ? { ...target } : {};
+  for (const [key, value] of Object.entries(patch)) {
+    if (value === null) delete out[key];
+    else out[key] = mergePatch(out[key], value);
+  }
+  return out;
+}
+
+function idbRequest(request) {
+  return new Promise((resolve, reject) => {
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+}
+
+/**
+ * A player's device on an Octoprotocol chain, in a browser: the seed's device state machine,
+ * kept in IndexedDB. Every change (an event numbered, a bootstrap, a state update, consumed
+ * events dropped) is written in one IndexedDB transaction before anything it produced is sent,
+ * so a reloaded tab resumes where the chain may have seen it, never behind. Reaches the chain's
+ * head through the server's `/chain/NAME` relay; while bootstrapping (after every connect),
+ * emitted events queue unnumbered; `BootstrapComplete` merges the chain's copies of our events,
+ * drops the killed ones and numbers from the larger next sequencer. Events stay until the
+ * chain consumes them, so a head that failed gets them again from the next bootstrap.
+ * Events: "state" ({state, sequencer}), "status" ("connecting" | "live"), "error".
+ */
+export class ChainDevice extends Emitter {
+  constructor(url, chain, name, { token, database = "octosync-chain", backoff = {} } = {}) {
+    super();
+    this.url = url;
+    this.chain = chain;
+    this.name = name;
+    this.token = token;
+    this.database = database;
+    this.backoff = backoff;
+    this.events = new Map(); // device sequencer -> {DeviceSequencer, Name, Payload}
+    this.nextSequencer = 1;
+    this.state = null;
+    this.stateSequencer = 0;
+    this.live = false;
+    this.queued = [];
+    this.closed = false;
+    this.ws = null;
+    this.db = null;
+    this.turns = Promise.resolve(); // emits and received records, one at a time, in order
+  }
+
+  #serially(work) {
+    const next = this.turns.then(work);
+    this.turns = next.catch((err) => this.emit("error", err));
+    return next;
+  }
+
+  get key() {
+    return `${this.chain}/${this.name}`;
+  }
+
+  /** Open the store, load what a previous page left, connect. */
+  async start() {
+    const open = indexedDB.open(this.database, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore("devices");
+    this.db = await idbRequest(open);
+    const saved = await idbRequest(this.db.transaction("devices").objectStore("devices").get(this.key));
+    if (saved) {
+      this.events = new Map(saved.events.map((e) => [e.DeviceSequencer, e]));
+      this.nextSequencer = saved.nextSequencer;
+      this.state = saved.state;
+      this.stateSequencer = saved.stateSequencer;
+    }
+    this.#connect(0);
+    return this;
+  }
+
+  #persist() {
+    const tx = this.db.transaction("devices", "readwrite");
+    tx.objectStore("devices").put(
+      {
+        events: [...this.events.values()],
+        nextSequencer: this.nextSequencer,
+        state: this.state,
+        stateSequencer: this.stateSequencer,
+      },
+      this.key,
+    );
+    return new Promise((resolve, reject) => {
+      tx.oncomplete = () => resolve();
+      tx.onerror = () => reject(tx.error);
+      tx.onabort = () => reject(tx.error);
+    });
+  }
+
+  /** The game produced (name, payload): numbered and sent once live, queued until then. */
+  emitEvent(name, payload) {
+    return this.#serially(async () => {
+      if (!this.live) {
+        this.queued.push([name, payload]);
+        return;
+      }
+      const event = this.#number(name, payload);
+      await this.#persist();
+      this.#send(event);
+    });
+  }
+
+  #number(name, payload) {
+    const event = { Type: "DeviceEvent", DeviceSequencer: this.nextSequencer, Name: name, Payload: payload };
+    this.events.set(event.DeviceSequencer, event);
+    this.nextSequencer += 1;
+    return event;
+  }
+
+  #send(record) {
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(record));
+  }
+
+  #connect(attempt) {
+    if (this.closed) return;
+    const where = wsUrl(this.url, `/chain/${encodeURIComponent(this.chain)}`, this.token);
+    if (!this.token) where.searchParams.set("device", this.name);
+    this.live = false;
+    this.emit("status", "connecting");
+    const ws = (this.ws = new WebSocket(where));
+    ws.onopen = () => {
+      const events = Object.fromEntries([...this.events].map(([k, e]) => [String(k), e]));
+      ws.send(JSON.stringify({ Type: "BootstrapChainRequest", NextDeviceSequencer: this.nextSequencer, Events: events }));
+    };
+    ws.onmessage = (message) => {
+      const record = JSON.parse(message.data);
+      this.#serially(() => this.#receive(record));
+      attempt = 0;
+    };
+    ws.onclose = () => {
+      if (this.ws !== ws || this.closed) return;
+      this.live = false;
+      setTimeout(() => this.#connect(attempt + 1), 1000 * backoffDelay(attempt, this.backoff));
+    };
+  }
+
+  async #receive(record) {
+    if (record.Type === "BootstrapComplete") {
+      for (const [k, e] of Object.entries(record.NewEvents ?? {})) this.events.set(Number(k), e);
+      for (const d of record.Kill ?? []) this.events.delete(d);
+      this.events = new Map([...this.events].sort((a, b) => a[0] - b[0]));
+      this.nextSequencer = Math.max(this.nextSequencer, record.NextDeviceSequencer);
+      this.state = record.Change ?? null;
+      this.stateSequencer = record.StateSequencer ?? 0;
+      const queued = this.queued;
+      this.queued = [];
+      const fresh = queued.map(([name, payload]) => this.#number(name, payload));
+      await this.#persist();
+      this.live = true;
+      this.emit("status", "live");
+      this.emit("state", { state: this.state, sequencer: this.stateSequencer });
+      for (const event of fresh) this.#send(event);
+      return;
+    }
+    if (record.Type === "StateUpdate") {
+      if (record.Sequencer <= this.stateSequencer) return;
+      if (record.Replace) this.state = record.Change;
+      else if (record.Sequencer === this.stateSequencer + 1) this.state = mergePatch(this.state, record.Change);
+      else {
+        this.ws?.close(); // the head lost track of us: bootstrap again
+        return;
+      }
+      this.stateSequencer = record.Sequencer;
+      for (const d of record.Consumed?.[this.name] ?? []) this.events.delete(d);
+      await this.#persist();
+      this.emit("state", { state: this.state, sequencer: this.stateSequencer });
+      return;
+    }
+    if (record.Type === "DeviceNotice") {
+      let dropped = false;
+      for (const d of record.Consumed ?? []) dropped = this.events.delete(d) || dropped;
+      if (dropped) await this.#persist();
+    }
+  }
+
+  close() {
+    this.closed = true;
+    this.ws?.close();
   }
 }
 

@@ -8,9 +8,14 @@ __all__ = ["Context", "__version__"]
 
 
 def __getattr__(name: str) -> object:
-    """``octosync.connect`` without importing the asyncio client on ``import octosync``."""
+    """``octosync.connect`` and ``octosync.open_document`` without importing the asyncio
+    client on ``import octosync``."""
     if name == "connect":
         from octosync.client import connect
 
         return connect
+    if name == "open_document":
+        from octosync.client import open_document
+
+        return open_document
     raise AttributeError(f"module 'octosync' has no attribute {name!r}")

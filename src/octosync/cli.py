@@ -38,6 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
         "port": args.port,
         "tcp_port": args.tcp_port,
         "dataspace_port": args.dataspace_port,
+        "wvp_socket": args.wvp_socket,
         "chain_config": None if args.chain_config is None else chain_url(args.chain_config),
         "data_dir": Path(args.data) if args.data else None,
         "cluster_url": args.cluster,
@@ -83,7 +84,10 @@ def _serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        print(serving_line(config, started.port, started.tcp_ports), flush=True)
+        line = serving_line(config, started.port, started.tcp_ports)
+        if started.wvp_socket is not None:
+            line += f"; WVP on the Unix socket {started.wvp_socket}"
+        print(line, flush=True)
 
     asyncio.run(serve_forever(config, ready))
     return 0
@@ -320,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="also serve the Syndicate protocol over TCP",
+    )
+    serve.add_argument(
+        "--wvp-socket",
+        default=None,
+        metavar="PATH",
+        help="also serve WVP (JS-ABI packets) on a Unix socket at PATH, mode 0600",
     )
     serve.add_argument(
         "--chain-config",

@@ -170,6 +170,21 @@ class FeatureDisabled(RemoteProtocolError):
     code = 72
 
 
+class BlobInvalid(RemoteProtocolError):
+    """A shared-blob descriptor that does not match its arena (bounds, header, generation,
+    epoch, length or checksum); ``path`` names the field. Refused before it is accepted."""
+
+    name = "BlobInvalid"
+    code = 140
+
+
+class FeatureNotNegotiated(RemoteProtocolError):
+    """A message that uses a feature (``shared-blob``) the session did not negotiate."""
+
+    name = "FeatureNotNegotiated"
+    code = 141
+
+
 class AuthError(OctosyncError):
     """Authentication or authorisation failed."""
 
@@ -312,6 +327,29 @@ class ListenError(ServerError):
     code = 94
 
 
+class EffectError(OctosyncError):
+    """The single-writer effect authority refused to run an effect."""
+
+    name = "EffectError"
+    code = 150
+
+
+class LeaseLost(EffectError):
+    """This holder's effect lease expired or was taken over (its fencing token is stale):
+    nothing more may fire under it."""
+
+    name = "LeaseLost"
+    code = 151
+
+
+class EffectInDoubt(EffectError):
+    """An earlier holder recorded its intent to fire this effect and never recorded the
+    outcome; without a way to ask the effect's target, firing again could fire it twice."""
+
+    name = "EffectInDoubt"
+    code = 152
+
+
 class ConfigError(OctosyncError):
     """A configuration file or a command-line setting is missing, malformed or unknown."""
 
@@ -348,15 +386,17 @@ class PipelineError(OctosyncError):
     code = 50
 
 
-class InvalidValue(LocalProtocolError):
-    """A dataspace value of an unsupported type (``path`` names where it sits in the value)."""
+class InvalidValue(RemoteProtocolError):
+    """A dataspace value of an unsupported type (``path`` names where it sits in the value):
+    the values come from peers (the relay decodes them), so it is the peer's error."""
 
     name = "InvalidValue"
     code = 80
 
 
-class InvalidPattern(LocalProtocolError):
-    """A dataspace pattern with an operator where only a constant may stand (label, dict key)."""
+class InvalidPattern(RemoteProtocolError):
+    """A dataspace pattern with an operator where only a constant may stand (label, dict key):
+    a peer's, like ``InvalidValue``."""
 
     name = "InvalidPattern"
     code = 81

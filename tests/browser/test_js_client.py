@@ -49,5 +49,5 @@ def test_js_client_under_node(tmp_path: Path) -> None:
         seen[record["direction"]].add(kind)
     # The recorded traffic covers every message the client speaks (so the check above means
     # something): handshakes both ways, state both ways, writes, resync requests, errors.
-    assert {"handshake", "snapshot", "delta", "resync_request"} <= seen["sent"], seen
-    assert {"handshake", "snapshot", "delta", "error"} <= seen["received"], seen
+    assert {"handshake", "snapshot", "delta", "resync_request", "crdt_sync"} <= seen["sent"], seen
+    assert {"handshake", "snapshot", "delta", "error", "crdt_sync"} <= seen["received"], seen

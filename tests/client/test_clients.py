@@ -300,3 +300,21 @@ async def test_a_client_that_loses_the_server_says_each_retry_and_gives_up(tmp_p
         assert [(a, limit) for a, limit, _ in retries] == [(1, 2), (2, 2)]
         with pytest.raises(ConnectionError, match="gave up after 2 reconnect attempts"):
             await asyncio.wait_for(publication.wait(), 10)
+
+
+async def test_the_base_url_and_the_js_names_work_as_in_the_javascript_client(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path) as srv:
+        ctx = Context()
+        score = ctx.cell(7, type_tag="i64", name="score")
+        # the server's base URL, as connect() takes it in JavaScript (its /lazily URL works too)
+        async with (
+            octosync.connect(srv.url) as producer,
+            octosync.connect(f"{srv.ws_url}/lazily") as viewer,
+        ):
+            assert producer.url == f"{srv.ws_url}/lazily"
+            await producer.publish("names", ctx)
+            state = await asyncio.wait_for(anext(await viewer.subscribe("names")), 5)
+            assert state.keys == state.names == {"score": score.id}
+            assert state.by_name == {"score": 7}

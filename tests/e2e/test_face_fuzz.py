@@ -58,6 +58,38 @@ json_frames = st.one_of(
 )
 
 
+def crdt_frame(peer: int, wall: int, state: object, key: object = "x/lww") -> bytes:
+    op = {"slot_id": 1, "stamp": {"wall_time": wall, "logical": 0, "peer": peer}}
+    return json.dumps({"type": "crdt_sync", "ops": [{**op, "state": state, "key": key}]}).encode()
+
+
+plane_frames = st.one_of(
+    json_frames,
+    st.builds(
+        crdt_frame,
+        st.sampled_from([5, 6, 0, 2**53, 2**64]),  # its own peer is 5
+        st.sampled_from([0, 1, 2**40, 2**53, 2**64 - 1, -1]),
+        st.sampled_from(
+            [
+                "MQ==",
+                "not base64",
+                {"offset": 0, "len": 1, "generation": 0, "epoch": 0, "checksum": 0},
+                None,
+                7,
+            ]
+        ),
+        st.sampled_from(["x/lww", "", "/", "a//b", None, 3, "k" * 2000]),
+    ),
+    st.just(
+        b'{"CrdtSync":{"ops":[{"node":1,"key":null,"stamp":{"wall_time":1,"logical":0,'
+        b'"peer":5},"state":{"Inline":[1]}}]}}'
+    ),
+    st.just(b'{"type":"crdt_sync","frontier":[[5,{"wall_time":1,"logical":0,"peer":5}]]}'),
+    st.just(b'{"type":"snapshot","epoch":1}'),
+    st.just(b'{"type":"crdt_sync","ops":' + b"[" * 70 + b"]" * 70 + b"}"),
+)
+
+
 def packet(payload: bytes, *, magic: bytes = b"JIT!", version: int = 1, fix: int = 0) -> bytes:
     header = struct.pack(">4sHHI", magic, version, 0, len(payload) + fix)
     return header + payload + b"\x00" * 32
@@ -157,6 +189,38 @@ def test_lazily_websocket(
             await ws.send_bytes(frame)
             if not await expect_typed(ws, json_error):
                 ws, _ = await ws_lazily(http, srv.ws_url, "fuzz", publish=True)
+
+    run(tmp_path, scenario, caplog)
+
+
+@FUZZ
+@given(frames=st.lists(plane_frames, min_size=1, max_size=12))
+def test_lazily_shared_document(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, frames: list[bytes]
+) -> None:
+    hello = handshake("fuzz-doc", peer_id=5, features=["distributed_crdt"]).decode()
+
+    async def open_(srv: Any, http: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
+        ws = await http.ws_connect(f"{srv.ws_url}/lazily")
+        await ws.send_str(hello)
+        assert "protocol_id" in json.loads(await ws.receive_str())  # the reply
+        assert json.loads(await ws.receive_str())["type"] == "crdt_sync"  # the document
+        return ws
+
+    async def scenario(srv: Any, http: aiohttp.ClientSession) -> None:
+        ws = await open_(srv, http)
+        for frame in frames:
+            await ws.send_bytes(frame)
+            if not await expect_typed(ws, json_error):
+                ws = await open_(srv, http)
+        # the document still takes a write and acknowledges it (in the seed dialect, or the
+        # tagged one once a tagged frame switched the member to it)
+        tagged = b'{"CrdtSync":{"ops":[{"node":1,"key":"ok/lww","stamp":{"wall_time":1099511627776,'
+        tagged += b'"logical":0,"peer":5},"state":{"Inline":[49]}}]}}'
+        await ws.send_bytes(crdt_frame(5, 2**40, "MQ==", "ok/lww"))
+        await ws.send_bytes(tagged)
+        while '"ok/lww"' not in await asyncio.wait_for(ws.receive_str(), 5):
+            pass
 
     run(tmp_path, scenario, caplog)
 

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from octosync.crdt.sync_messages import SyncInit
-from octosync.server import runtime
+from octosync.server import topgun_face
 from octosync.wire import topgun as tg
 from tests.e2e.helpers import TIMEOUT, serve
 from tests.topgun.helpers import batch, put
@@ -224,7 +224,7 @@ async def test_an_idle_server_fans_out_at_once_and_a_busy_one_coalesces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gap = 0.6  # long enough that the timing below holds on a loaded machine
-    monkeypatch.setattr(runtime, "TOPGUN_FLUSH_GAP", gap)
+    monkeypatch.setattr(topgun_face, "FLUSH_GAP", gap)
     async with serve(tmp_path) as srv:
         port = int(srv.ws_url.rsplit(":", 1)[1])
         writer, reader = await RawWs.open(port, None), await RawWs.open(port, None)

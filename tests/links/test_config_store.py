@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from octosync.chain.config import ChainConfig, Member
 from octosync.errors import ConfigConflict, ReplicationError
-from octosync.links.config import ChainConfig, Member
 from octosync.links.config_store import ConfigStore
 
 A, B = Member("a", "127.0.0.1", 1), Member("b", "127.0.0.1", 2)

@@ -10,11 +10,11 @@ import signal
 import subprocess
 from pathlib import Path
 
+from octosync.chain.config import Member
 from octosync.chain.game import compute
 from octosync.chain.records import DeviceEvent, Event
 from octosync.links import frames
 from octosync.links.cli import start_node
-from octosync.links.config import Member
 from octosync.links.config_store import ConfigStore
 from octosync.links.node import Node, NodeOptions
 from octosync.wire import chain_link

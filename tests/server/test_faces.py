@@ -6,11 +6,11 @@ import importlib
 from dataclasses import replace
 from pathlib import Path
 
-from octosync.server.app import build_app
+from octosync.server.app import RUNTIME, build_app
 from octosync.server.config import ServerConfig
 from octosync.server.face_names import CLAIM_TABLES, FaceName
 from octosync.server.faces import BY_NAME, FACES, serving_line
-from octosync.server.runtime import Counters
+from octosync.server.runtime import Counters, Runtime
 
 
 def test_every_name_is_declared_once() -> None:
@@ -51,3 +51,24 @@ def test_the_banner_names_every_route_and_bound_tcp_port(tmp_path: Path) -> None
     )
     chained = serving_line(replace(config, chain_config="nats://h:4222"), 1, {})
     assert ", /chain/NAME (chains configured at nats://h:4222) on http://127.0.0.1:1 " in chained
+
+
+def test_a_faces_state_is_made_once_per_server(tmp_path: Path) -> None:
+    rt = Runtime(ServerConfig(data_dir=tmp_path, journal=False, insecure_dev=True))
+    made: list[Runtime] = []
+
+    def make(runtime: Runtime) -> list[int]:
+        made.append(runtime)
+        return []
+
+    first = rt.face_state(FaceName.CHAIN, make)
+    first.append(1)
+    assert rt.face_state(FaceName.CHAIN, make) == [1]
+    assert made == [rt]
+
+
+def test_the_runtime_runs_the_faces_declared_ticks(tmp_path: Path) -> None:
+    config = ServerConfig(data_dir=tmp_path, journal=False, insecure_dev=True)
+    runtime = build_app(config)[RUNTIME]
+    assert [face.name for face in FACES if face.tick is not None] == [FaceName.TOPGUN]
+    assert runtime.ticks == tuple(face.tick for face in FACES if face.tick is not None)

@@ -33,6 +33,9 @@ def test_every_message_roundtrips() -> None:
         wvp.SubscribeWarp(warp_id=2**64 - 1),
         wvp.WarpStream(1, wvp.WarpSnapshot(epoch=0, graph={"nodes": []}, state_hash=b"h" * 32)),
         wvp.WarpStream(1, wvp.WarpDiff(from_epoch=0, to_epoch=1, ops=[{"AddNode": 1}])),
+        wvp.ResyncRequest(warp_id=4, epoch=9, reason="Desync"),
+        wvp.ResyncRequest(warp_id=4),
+        wvp.HandOver(warp_id=4, session_id="conn-2"),
     ]
     for m in msgs:
         assert roundtrip(m) == m
@@ -103,3 +106,14 @@ def test_bad_envelopes_are_decode_errors_naming_the_path(env: object, path: str)
 def test_garbage_payload_is_only_ever_a_decode_error(junk: bytes) -> None:
     with contextlib.suppress(DecodeError):
         wvp.decode_payload(junk)
+
+
+def test_resync_request_and_hand_over_match_the_documented_schema() -> None:
+    from tests.protocol_schemas import check
+
+    for msg in (
+        wvp.ResyncRequest(warp_id=4, epoch=9, reason="Desync"),
+        wvp.ResyncRequest(warp_id=4),
+        wvp.HandOver(warp_id=4, session_id="conn-2"),
+    ):
+        check("wvp-envelope", cbor.decode(wvp.encode(msg, 3)[12:-32]))

@@ -25,17 +25,19 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from octosync.client.ws import connect_ws, failure_reason
 from octosync.errors import AuthError, ForbiddenPublish, OctosyncError, ProtocolError, by_name
 from octosync.graph import Context
+from octosync.ipc.blobs import spill_blobs
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
-from octosync.ipc.messages import Delta, Handshake, ResyncRequest
+from octosync.ipc.messages import Delta, Handshake, ResyncRequest, Snapshot
 from octosync.ipc.mirror import Mirror
 from octosync.ipc.permissions import PeerPermissions
 from octosync.ipc.publisher import Publisher
+from octosync.shm.region import REGION_FEATURE, SHARED_BLOB, SharedRegion, fresh_name
 from octosync.wire import json as wire_json
+from octosync.wire.lazily_dialects import decode_error_frame
 
 _DROPPED: tuple[type[BaseException], ...] = (aiohttp.ClientError, ConnectionError, OSError)
 """What a failed (re)connection attempt raises: retried with backoff."""
@@ -55,6 +57,20 @@ class State:
         """``{name: value}`` of the named nodes that hold a value."""
         return {n: self.values[i] for n, i in self.names.items() if i in self.values}
 
+    @property
+    def keys(self) -> dict[str, int]:
+        """``{name: node_id}``: ``names`` under the JavaScript client's name for it."""
+        return self.names
+
+
+def lazily_url(url: str) -> str:
+    """The ``/lazily`` URL of a server given by its base URL (``ws://host:port``, as the
+    JavaScript client takes it; ``http`` becomes ``ws``) or already by that URL."""
+    base = url.rstrip("/")
+    if base.startswith("http"):
+        base = "ws" + base[4:]
+    return base if base.endswith("/lazily") else base + "/lazily"
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -68,20 +84,10 @@ class Backoff:
         return rng.uniform(0.0, min(self.cap, self.base * (2**attempt)))
 
 
-class _ErrorFrame(msgspec.Struct, frozen=True):
-    type: str
-    code: str
-    message: str
-    path: str | None = None
-
-
 def remote_error(raw: bytes | str) -> OctosyncError | None:
     """The typed error an error frame names, or None if ``raw`` is not an error frame."""
-    try:
-        frame = msgspec.json.decode(raw, type=_ErrorFrame)
-    except msgspec.DecodeError:
-        return None
-    if frame.type != "error":
+    frame = decode_error_frame(raw)
+    if frame is None:
         return None
     try:
         cls = by_name(frame.code)
@@ -90,8 +96,10 @@ def remote_error(raw: bytes | str) -> OctosyncError | None:
     return cls(frame.message, path=frame.path)
 
 
-def _handshake(stream: str, *, publish: bool, max_frame: int) -> Handshake:
-    features = ["publish"] if publish else []
+def _handshake(
+    stream: str, *, publish: bool, max_frame: int, extra: tuple[str, ...] = ()
+) -> Handshake:
+    features = ["publish", *extra] if publish else [*extra]
     return Handshake(
         protocol_id=PROTOCOL_ID,
         protocol_major_version=PROTOCOL_MAJOR_VERSION,
@@ -106,7 +114,7 @@ def _handshake(stream: str, *, publish: bool, max_frame: int) -> Handshake:
 
 
 class Client:
-    """A connection factory for one server URL (``ws://host:port/lazily``)."""
+    """A connection factory for one server URL (``ws://host:port``, or its ``/lazily`` URL)."""
 
     def __init__(
         self,
@@ -117,10 +125,17 @@ class Client:
         max_frame_size: int = 1 << 20,
         seed: int | None = None,
         fallbacks: Sequence[str] = (),
+        shared_blobs: bool = False,
+        shm_threshold: int = 64 * 1024,
+        shm_capacity: int = 256 * 1024 * 1024,
         on_retry: Callable[[int, int | None, BaseException], None] | None = None,
     ) -> None:
-        self.url = url
-        self.urls = [url, *fallbacks]
+        """``shared_blobs``: negotiate ``shared-blob`` (same host only): payloads of
+        ``shm_threshold`` bytes or more travel through POSIX shared memory, a region of
+        ``shm_capacity`` bytes this client makes when it publishes, the server's when it
+        subscribes; descriptors are checked before they are accepted."""
+        self.url = lazily_url(url)
+        self.urls = [self.url, *map(lazily_url, fallbacks)]
         """Where to connect, in turn: a reconnect that fails moves on to the next."""
         self._at = 0
         self.token = token
@@ -130,6 +145,11 @@ class Client:
         self._http: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []
+        self.shared_blobs = shared_blobs
+        self.shm_threshold = shm_threshold
+        self.shm_capacity = shm_capacity
+        self._region: SharedRegion | None = None
+        self._server_regions: dict[aiohttp.ClientWebSocketResponse, str] = {}
         self.on_retry = on_retry
         """Called as ``on_retry(attempt, max_attempts, why)`` before each reconnect attempt
         after a failed one, so a tool can say that it lost the server and is retrying."""
@@ -154,12 +174,17 @@ class Client:
         if self._http is not None:
             await self._http.close()
             self._http = None
+        if self._region is not None:
+            self._region.close()
+            self._region = None
 
     async def _open(self, stream: str, *, publish: bool) -> aiohttp.ClientWebSocketResponse:
         if self._http is None:
             raise RuntimeError("use 'async with connect(...)' first")
         ws = await connect_ws(self._http, self.urls[self._at], self.token, max_msg_size=0)
-        hs = _handshake(stream, publish=publish, max_frame=self.max_frame_size)
+        hs = _handshake(
+            stream, publish=publish, max_frame=self.max_frame_size, extra=self._features(publish)
+        )
         await ws.send_bytes(wire_json.encode_handshake(hs))
         reply = await ws.receive()
         if reply.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
@@ -169,8 +194,33 @@ class Client:
         if err is not None:
             await ws.close()
             raise err
-        wire_json.decode_handshake(reply.data)
+        agreed = wire_json.decode_handshake(reply.data)
+        for feature in agreed.features:
+            if self.shared_blobs and feature.startswith(REGION_FEATURE):
+                self._server_regions[ws] = feature[len(REGION_FEATURE) :]
         return ws
+
+    def _features(self, publish: bool) -> tuple[str, ...]:
+        if not self.shared_blobs:
+            return ()
+        if not publish:
+            return (SHARED_BLOB,)
+        return (SHARED_BLOB, REGION_FEATURE + self._own_region().name)
+
+    def _own_region(self) -> SharedRegion:
+        if self._region is None:
+            self._region = SharedRegion.create(fresh_name(), self.shm_capacity)
+        return self._region
+
+    def _encode_out(self, msg: Snapshot | Delta) -> bytes:
+        """A producer's frame, its large payloads moved into shared memory if negotiated."""
+        if self.shared_blobs:
+            region = self._own_region()
+            fits = region.arena.max_blob_len
+            msg = spill_blobs(
+                msg, lambda b: region.write(0, b) if len(b) <= fits else None, self.shm_threshold
+            )
+        return wire_json.encode(msg)
 
     async def _sleep_backoff(self, attempt: int, why: BaseException | None = None) -> None:
         self._at = (self._at + 1) % len(self.urls)
@@ -240,7 +290,18 @@ class Client:
             sub._ws = None
 
     async def _pump(self, sub: Subscription, ws: aiohttp.ClientWebSocketResponse) -> None:
-        mirror = sub.mirror = Mirror()
+        name = self._server_regions.pop(ws, None)
+        region = None if name is None else SharedRegion.open(name)
+        try:
+            await self._pump_into(sub, ws, Mirror(blobs=None if region is None else region.read))
+        finally:
+            if region is not None:
+                region.close()
+
+    async def _pump_into(
+        self, sub: Subscription, ws: aiohttp.ClientWebSocketResponse, mirror: Mirror
+    ) -> None:
+        sub.mirror = mirror
         async for msg in ws:
             if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                 break
@@ -327,7 +388,7 @@ class Client:
 
         read_task = asyncio.get_running_loop().create_task(reader())
         try:
-            await ws.send_bytes(wire_json.encode(publisher.snapshot()))
+            await ws.send_bytes(self._encode_out(publisher.snapshot()))
             publisher.drain()
             pub.started.set()
             while not ws.closed and not read_task.done():
@@ -336,11 +397,11 @@ class Client:
                 waiter.cancel()
                 changed.clear()
                 if publisher.lagged:
-                    await ws.send_bytes(wire_json.encode(publisher.snapshot()))
+                    await ws.send_bytes(self._encode_out(publisher.snapshot()))
                     publisher.drain()
                     continue
                 for d in publisher.drain():
-                    await ws.send_bytes(wire_json.encode(d))
+                    await ws.send_bytes(self._encode_out(d))
                     pub.deltas_sent += 1
         finally:
             unsubscribe()

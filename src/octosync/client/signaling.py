@@ -7,7 +7,6 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from octosync.client.ws import close_ws, connect_ws
 from octosync.signaling.messages import (
@@ -22,9 +21,7 @@ from octosync.signaling.messages import (
     SignalError,
     Welcome,
 )
-
-_decoder = msgspec.json.Decoder(ServerSignal)
-_encoder = msgspec.json.Encoder()
+from octosync.wire.signaling import decode_server, encode_client
 
 
 class SignalingRefused(Exception):
@@ -57,7 +54,7 @@ class SignalingClient:
 
     async def send(self, frame: ClientSignal) -> None:
         assert self._ws is not None
-        await self._ws.send_bytes(_encoder.encode(frame))
+        await self._ws.send_bytes(encode_client(frame))
 
     async def join(self, peer: int, capabilities: tuple[str, ...] | None = None) -> Welcome:
         await self.send(Join(peer=peer, capabilities=capabilities))
@@ -87,7 +84,7 @@ class SignalingClient:
         msg = await asyncio.wait_for(self._ws.receive(), timeout)
         if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
             raise ConnectionError(f"signaling connection ended ({msg.type.name})")
-        frame: ServerSignal = _decoder.decode(msg.data)
+        frame = decode_server(msg.data)
         if isinstance(frame, SignalError):
             raise SignalingRefused(frame)
         return frame

@@ -24,13 +24,14 @@ from octosync.errors import (
     StorageError,
 )
 from octosync.hub.connections import Connection, require
-from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame
+from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame, check_contiguous
 from octosync.hub.streams import (
     SERVER_PRODUCER,
     Face,
     check_chain_publisher,
     check_face,
     check_peer_may_produce,
+    stream_face,
 )
 from octosync.hub.types import (
     ConnId,
@@ -41,6 +42,7 @@ from octosync.hub.types import (
     RemoteOwner,
     StreamId,
 )
+from octosync.hub.warp_check import WarpCheck
 from octosync.ipc.messages import Snapshot
 
 
@@ -53,6 +55,13 @@ class StreamState:
     expires_at: float | None = None
     frames: int = 0
     """Frames accepted on this stream (inspection: the inspector's frames/s)."""
+    last_frame_at: float = 0.0
+    """When the producer last published (its ownership lease runs from here)."""
+    resync_forwarded_at: float | None = None
+    """When a subscriber's resync request last went to the producer (None: since answered)."""
+    warp: WarpCheck | None = None
+    """The hub's own render graph of a WVP stream (``verify_warp_hashes``); None: not followed
+    (verification off, or since a restart, until the producer's next snapshot)."""
 
     def has_state(self) -> bool:
         return self.model is not None and self.model.epoch is not None
@@ -96,7 +105,7 @@ class Authority:
         if conn != SERVER_PRODUCER:
             check_peer_may_produce(stream_id)
         stream = self.streams.get(stream_id)
-        if stream is not None and stream.producer not in (None, conn):
+        if stream is not None and stream.producer not in (None, conn) and not self._lapsed(stream):
             raise ForbiddenPublish(
                 f"stream {stream_id!r} is produced by another connection", path="stream"
             )
@@ -106,6 +115,38 @@ class Authority:
                 raise ForbiddenPublish(
                     f"stream {stream_id!r} is produced on node {node!r}", path="stream"
                 )
+
+    def _lapsed(self, stream: StreamState) -> bool:
+        """The producer's lease ran out (it published nothing for ``producer_lease``)."""
+        lease = self.config.producer_lease
+        return lease is not None and self._clock() - stream.last_frame_at >= lease
+
+    def hand_over(self, c: Connection, stream_id: StreamId, to: Connection) -> None:
+        """``c``, the producer, gives ``stream_id`` to ``to``; ``to`` continues it with a
+        snapshot (its first diff is ``SnapshotRequired``, as for any new producer)."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.producer != c.id:
+            raise ForbiddenPublish(f"only the producer hands over stream {stream_id!r}")
+        self.check_stream(to.face, stream_id)
+        self.check_publisher(to.grants, stream_id)
+        stream.producer = to.id
+        stream.producer_has_snapshot = False
+        stream.last_frame_at = self._clock()
+        c.produces.discard(stream_id)
+        to.produces.add(stream_id)
+
+    def forward_resync(self, stream_id: StreamId) -> ConnId | None:
+        """The producer a subscriber's resync request goes to now, or None: none here, or
+        one was asked less than ``resync_interval`` ago and has not answered yet."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.producer is None or stream.producer == SERVER_PRODUCER:
+            return None
+        now = self._clock()
+        last = stream.resync_forwarded_at
+        if last is not None and now - last < self.config.resync_interval:
+            return None
+        stream.resync_forwarded_at = now
+        return stream.producer
 
     def accept(self, c: Connection, stream_id: StreamId, frame: Frame[object]) -> StreamState:
         """Apply ``frame`` from ``c`` to its stream, or raise and change nothing."""
@@ -119,15 +160,27 @@ class Authority:
                 limits.check_epoch(frame.to_epoch, "to_epoch")
             self.check_producer(stream_id, c.id)
             stream = self.streams.get(stream_id)
+            taking_over = stream is not None and stream.producer not in (None, c.id)
+            if taking_over and not isinstance(frame, SnapshotFrame):
+                raise SnapshotRequired(
+                    f"stream {stream_id!r}: a producer taking over a lapsed lease starts with "
+                    "a snapshot"
+                )
+            checked = self._verify_warp(stream_id, stream, frame)
             prepared = self._prepare(stream_id, c.id, frame)
             stream = self._apply(stream or StreamState(stream_id), frame)
         except Exception:
             self.stats.rejected += 1
             raise
+        if checked is not None:
+            stream.warp = checked
         self.streams[stream_id] = stream
         stream.producer = c.id
         stream.producer_has_snapshot = True
         stream.expires_at = None
+        stream.last_frame_at = self._clock()
+        if isinstance(frame, SnapshotFrame):
+            stream.resync_forwarded_at = None
         c.produces.add(stream_id)
         stream.frames += 1
         self.stats.frames_in += 1
@@ -157,6 +210,23 @@ class Authority:
         stream.frames += 1
         self.stats.frames_in += 1
         return stream
+
+    def _verify_warp(
+        self, stream_id: StreamId, stream: StreamState | None, frame: Frame[object]
+    ) -> WarpCheck | None:
+        """With ``verify_warp_hashes``: the WVP stream's graph after ``frame``, its
+        ``state_hash`` checked (``Desync``); None when the stream is not followed."""
+        if not self.config.verify_warp_hashes or stream_face(stream_id) != "wvp":
+            return None
+        after = WarpCheck()
+        if isinstance(frame, SnapshotFrame):
+            after.graph = after.snapshot(getattr(frame.body, "graph", None), frame.state_hash)
+            return after
+        if stream is None or stream.warp is None or stream.model is None:
+            return None  # _apply refuses it, or the stream is not followed yet
+        check_contiguous(stream.model.epoch, frame)  # a gap is EpochGap, not Desync
+        after.graph = stream.warp.diff(getattr(frame.body, "ops", None), frame.state_hash)
+        return after
 
     def _apply(self, stream: StreamState, frame: Frame[object]) -> StreamState:
         if isinstance(frame, SnapshotFrame):

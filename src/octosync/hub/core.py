@@ -14,9 +14,9 @@ grants, producer, gaps, journal), ``fanout.py`` encodes and queues what was acce
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from octosync.errors import Forbidden, Unavailable
+from octosync.errors import Forbidden, InternalError, Unavailable
 from octosync.hub.authority import Authority
 from octosync.hub.connections import Connections, require
 from octosync.hub.fanout import Fanout
@@ -240,6 +240,42 @@ class Hub:
         self._check_fresh(stream_id)
         self._fanout.request_snapshot(c, stream_id)
 
+    def request_resync(self, conn: ConnId, stream_id: StreamId, body: object) -> ConnId | None:
+        """A subscriber lost the producer's stream (a gap, a state-hash mismatch) and asks for
+        a fresh snapshot: ``body`` (the face's request, encoded in the producer's own view as
+        a ``resync`` frame) goes to the producer, at most once per ``resync_interval`` until
+        it snapshots, and the snapshot fans out to everyone. With no producer here (or one
+        that takes no requests: another node's stand-in) the subscriber gets the hub's
+        replay instead. Returns the producer it went to."""
+        c = self._conns.get(conn)
+        if stream_id not in c.subscriptions:
+            raise Forbidden(f"resync on stream {stream_id!r} without a subscription")
+        producer = self._authority.forward_resync(stream_id)
+        target = None if producer is None else self._conns.find(producer)
+        data = None
+        if target is not None:
+            out = OutFrame(stream_id, "resync", self.epoch_of(stream_id) or 0, body, self.next_ts())
+            try:
+                data = self._fanout.encode_for(target, out)
+            except InternalError:
+                data = None  # a producer that takes no requests (another node's stand-in)
+        if target is None or data is None:
+            if self._authority.producer_of(stream_id) is None or data is None:
+                self._check_fresh(stream_id)
+                self._fanout.request_snapshot(c, stream_id)
+            return None
+        target.outbox.push_control(data)
+        target.wake(target.id)
+        return target.id
+
+    def hand_over(self, conn: ConnId, stream_id: StreamId, to: ConnId) -> None:
+        """The producer ``conn`` gives ``stream_id`` to connection ``to`` (same face, with
+        the publish grant), which continues it with a snapshot."""
+        target = self._conns.find(to)
+        if target is None:
+            raise Forbidden(f"no connection {to} to hand stream {stream_id!r} to", path="to")
+        self._authority.hand_over(self._conns.get(conn), stream_id, target)
+
     def write(self, conn: ConnId, stream_id: StreamId, body: object) -> ConnId:
         """Forward a subscriber's write to the stream's producer; returns the producer id.
 
@@ -259,22 +295,28 @@ class Hub:
         producer.wake(producer.id)
         return producer.id
 
-    def notify(self, conn: ConnId, stream_id: StreamId | None, data: bytes) -> list[ConnId]:
+    def notify(
+        self, conn: ConnId, stream_id: StreamId | None, data: Mapping[str, bytes]
+    ) -> list[ConnId]:
         """Relay a notice from ``conn`` to a stream's subscribers, or (``None``) to every
-        connection of its encoder; it needs ``publish`` on the stream, or on ``GLOBAL_SCOPE``.
-        Returns the connections it was queued for."""
+        connection whose encoder ``data`` has bytes for (``data``: the notice per encoder,
+        one per transport of the face); it needs ``publish`` on the stream, or on
+        ``GLOBAL_SCOPE``. Returns the connections it was queued for."""
         c = self._conns.get(conn)
         if stream_id is None:
             c.require(GLOBAL_SCOPE, "publish")
-            targets = self.connections_with_encoder(c.view.encoder)
+            targets = [x.id for x in self._conns if x.view.encoder in data]
         else:
             self._authority.check_stream(c.face, stream_id)
             c.require(stream_id, "publish")
             targets = self.subscribers_of(stream_id)
-        targets = [t for t in targets if t != conn]
+        sent = []
         for target in targets:
-            self.send_control(target, data)
-        return targets
+            t = self._conns.find(target)
+            if target != conn and t is not None and t.view.encoder in data:
+                self.send_control(target, data[t.view.encoder])
+                sent.append(target)
+        return sent
 
     def send_control(self, conn: ConnId, data: bytes) -> None:
         """Queue a control frame (an error, an ack) for one connection."""
@@ -282,6 +324,18 @@ class Hub:
         if c is not None:
             c.outbox.push_control(data)
             c.wake(conn)
+
+    def send_lossless(self, conn: ConnId, data: bytes) -> bool:
+        """Queue a frame that must not be dropped: False (nothing queued) when the
+        connection's control queue is full, and the caller resets the connection."""
+        c = self._conns.find(conn)
+        if c is None:
+            return True
+        if c.outbox.control_full():
+            return False
+        c.outbox.push_control(data)
+        c.wake(conn)
+        return True
 
     # --- draining -------------------------------------------------------------------------
 

@@ -95,6 +95,11 @@ class Outbox:
         self._data_bytes = size
         return QUEUED if self._control else WAS_EMPTY
 
+    def control_full(self) -> bool:
+        """The next control frame would drop the oldest one (a caller that must not lose a
+        frame resets the connection instead)."""
+        return len(self._control) >= self.limits.max_control_frames
+
     def push_control(self, frame: bytes) -> None:
         """Queue a control frame; past its bound the oldest control frame is dropped."""
         if len(self._control) >= self.limits.max_control_frames:

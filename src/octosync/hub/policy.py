@@ -22,6 +22,8 @@ length-prefixed stream) cannot be recovered, so the connection is closed after t
 | RemoteProtocolError| no     | an op that breaks the graph: that frame is refused, unchanged|
 | RelayError         | yes    | a Syndicate relay ends on its ``Error`` packet (the protocol |
 |                    |        | has no way to resynchronise a peer's handles and OIDs)      |
+| InvalidValue       | yes    | a peer's value or pattern the dataspace cannot hold: the    |
+| InvalidPattern     | yes    | relay ends, as on any Syndicate error                       |
 | ShuttingDown       | yes    | the server is draining                                      |
 | Overloaded         | yes    | a connection cap is reached                                 |
 | Unavailable        | yes    | this node's copy may be stale (it lost its cluster): come   |
@@ -48,6 +50,8 @@ from octosync.errors import (
     ForbiddenPublish,
     HandshakeFailed,
     InternalError,
+    InvalidPattern,
+    InvalidValue,
     JournalUnavailable,
     LimitExceeded,
     OctosyncError,
@@ -77,6 +81,8 @@ ERROR_POLICY: dict[type[OctosyncError], Disposition] = {
     LimitExceeded: "keep",
     RemoteProtocolError: "keep",
     RelayError: "close",
+    InvalidValue: "close",
+    InvalidPattern: "close",
     ShuttingDown: "close",
     Overloaded: "close",
     JournalUnavailable: "close",

@@ -23,10 +23,16 @@ from collections.abc import Hashable
 from typing import Final
 
 from octosync.errors import Forbidden, ForbiddenPublish
-from octosync.hub.types import Face, Grants
+from octosync.hub.types import Grants
+from octosync.stream_names import (
+    WARP_PREFIX,
+    Face,
+    stream_face,
+    warp_id_of,
+    warp_stream_id,
+)
 
-__all__ = ["Face"]
-WARP_PREFIX: Final = "warp:"
+__all__ = ["WARP_PREFIX", "Face", "stream_face", "warp_id_of", "warp_stream_id"]
 MAP_PREFIX: Final = "map:"
 CHAIN_PREFIX: Final = "chain:"
 SERVER_PRODUCER: Final = -1
@@ -62,22 +68,6 @@ def check_peer_may_write(stream: Hashable) -> None:
         raise Forbidden(
             f"stream {stream!r} is read-only: write the TopGun map on /topgun", path="stream"
         )
-
-
-def warp_stream_id(warp_id: int) -> str:
-    """The hub's name for WVP warp ``warp_id``."""
-    return f"{WARP_PREFIX}{warp_id}"
-
-
-def warp_id_of(stream: Hashable) -> int:
-    """The warp id inside a WVP stream name (inverse of ``warp_stream_id``)."""
-    if not isinstance(stream, str) or not stream.startswith(WARP_PREFIX):
-        raise ValueError(f"{stream!r} is not a WVP stream name")
-    return int(stream[len(WARP_PREFIX) :])
-
-
-def stream_face(stream: Hashable) -> Face:
-    return "wvp" if isinstance(stream, str) and stream.startswith(WARP_PREFIX) else "lazily"
 
 
 def check_face(face: Face, stream: Hashable) -> None:

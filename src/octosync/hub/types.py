@@ -9,12 +9,11 @@ from typing import Any, Literal, Protocol
 from octosync.hub.limits import Limits
 from octosync.hub.model import Frame
 from octosync.hub.outbox import OutboxLimits
+from octosync.stream_names import Face
 
 StreamId = Hashable
 ConnId = int
 Action = Literal["read", "publish", "write"]
-Face = Literal["lazily", "wvp"]
-"""The stream namespace a connection may name (``hub.streams``)."""
 GLOBAL_SCOPE = "$global"
 """The pseudo-stream a message to every connection of a face needs ``publish`` on. Grants for
 names starting with ``$`` are never implied by a wildcard."""
@@ -40,7 +39,7 @@ class OutFrame:
     """One frame as handed to an encoder: the stream, the (view-filtered) body, its kind."""
 
     stream: StreamId
-    kind: Literal["snapshot", "diff", "write"]
+    kind: Literal["snapshot", "diff", "write", "resync"]
     epoch: int
     body: object
     ts: int
@@ -95,6 +94,14 @@ class HubConfig:
     retain_after_producer_leaves: float | None = 300.0
     """Seconds a stream's last state outlives its producer; 0 drops it at once, None keeps it."""
     max_replay_diffs: int = 1024
+    producer_lease: float | None = None
+    """Seconds a producer holds its stream without publishing; after that another connection
+    may take it over with a snapshot. None: held until the producer leaves or hands it over."""
+    verify_warp_hashes: bool = False
+    """Follow each WVP stream's reference render graph and refuse a frame whose
+    ``state_hash`` disagrees with it (``Desync``), before any subscriber sees it."""
+    resync_interval: float = 1.0
+    """Seconds between two resync requests the hub forwards to one stream's producer."""
     coalesce_backlog: bool = False
     """Replace a subscriber's backlog of deltas by one snapshot when that is smaller.
 

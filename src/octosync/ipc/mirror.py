@@ -22,17 +22,20 @@ leaves roots out.
 
 ``values()`` decodes with the type-tag registry. A tag unknown to this process is returned as
 its raw bytes (the channel moves bytes; the tag belongs to the producer's language), a blob
-reference is returned as the ``BlobRef``; bytes a known tag cannot decode raise ``TypeTagError``
-naming the node.
+reference is returned as the ``BlobRef`` unless the mirror was given a blob reader, which
+resolves descriptors (checked) as each message arrives; bytes a known tag cannot decode raise
+``TypeTagError`` naming the node.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from octosync.errors import (
+    BlobInvalid,
     Desync,
     EpochGap,
     OctosyncError,
@@ -42,6 +45,7 @@ from octosync.errors import (
     UnknownHandle,
 )
 from octosync.graph.type_tags import TypeRegistry, default_registry
+from octosync.ipc.blobs import has_blobs, inline_blobs
 from octosync.ipc.messages import (
     BlobRef,
     CellSet,
@@ -96,8 +100,17 @@ class _BadOp(Exception):
 class Mirror:
     """A peer's copy of a producer's permission-filtered graph, kept in sync by epochs."""
 
-    def __init__(self, registry: TypeRegistry = default_registry) -> None:
+    def __init__(
+        self,
+        registry: TypeRegistry = default_registry,
+        *,
+        blobs: Callable[[BlobRef], bytes] | None = None,
+    ) -> None:
+        """``blobs``: reads a shared-blob descriptor's checked bytes (``SharedRegion.read``);
+        with it, descriptors are resolved as each message arrives, while their region still
+        holds them, and one that does not validate is a lost sync (a ``ResyncRequest``)."""
         self._registry = registry
+        self._blobs = blobs
         self._tags: dict[int, str] = {}
         self._states: dict[int, NodeState] = {}
         self._payloads: dict[int, Payload | None] = {}
@@ -200,6 +213,16 @@ class Mirror:
     # --- applying -----------------------------------------------------------------------------
 
     def apply(self, message: IpcMessage) -> ApplyResult:
+        if self._blobs is not None and isinstance(message, Snapshot | Delta):
+            last = self._last_epoch
+            skipped = isinstance(message, Delta) and (
+                self._awaiting or (last is not None and message.epoch <= last)
+            )
+            if not skipped and has_blobs(message):
+                try:
+                    message = inline_blobs(message, self._blobs)
+                except BlobInvalid as err:
+                    return self._lost_sync(err)
         if isinstance(message, Delta):
             return self._on_delta(message)
         if isinstance(message, Snapshot):

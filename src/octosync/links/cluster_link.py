@@ -81,7 +81,8 @@ queues for them (a subscriber's write to a remote owner) is the body in ``wire.m
 REMOTE_WVP_ENCODER = "wvp-cluster"
 REMOTE_WVP_VIEW = ViewKey("wvp", REMOTE_WVP_ENCODER)
 """The view of the connections that stand for remote owners of WVP streams: the hub lets only
-the WVP face produce them, and WVP routes nothing to a producer, so nothing is encoded for it."""
+the WVP face produce them, and WVP routes nothing to a producer but resync requests, which
+the hub answers from its own replay when the encoder refuses them."""
 CARRIED = (Snapshot, Delta, wvp.WarpSnapshot, wvp.WarpDiff)
 """The frame bodies that cross nodes: lazily messages and WVP stream frames."""
 REQUEST_TIMEOUT = 1.0

@@ -112,7 +112,7 @@ class _Queued:
 
 
 class MapsHost(Protocol):
-    """What the maps link uses of the server (``server.runtime.Runtime``): the TopGun core,
+    """What the maps link uses of the server (``server.topgun_face.TopGunFace``): the TopGun core,
     the journal, the connections to reset, and the TopGun face's ways out."""
 
     @property
@@ -128,7 +128,7 @@ class MapsHost(Protocol):
 
     def publish_map_frames(self, frames: Sequence[tuple[str, Snapshot | Delta]]) -> None: ...
 
-    def flush_topgun_soon(self) -> None: ...
+    def flush_soon(self) -> None: ...
 
     def after_commit(
         self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
@@ -380,7 +380,7 @@ class MapsLink:
             self.repair.written(names)
         rt.deliver_all(fx.out)
         rt.publish_map_frames(fx.frames)
-        rt.flush_topgun_soon()
+        rt.flush_soon()
         if rt.writer is None or not fx.records:
             return
         try:

@@ -16,9 +16,9 @@ from nats.aio.client import Client as NatsClient
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from octosync.chain.config import ChainConfig
 from octosync.errors import ConfigConflict, ReplicationError
 from octosync.links import nats_server
-from octosync.links.config import ChainConfig
 from octosync.wire.strict import strict
 
 CONFIG_KEY = "config"

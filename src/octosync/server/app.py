@@ -24,6 +24,7 @@ from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, St
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME
+from octosync.server.faces import FACES
 from octosync.server.faces import mount as mount_faces
 from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.metrics import registry_for, render
@@ -31,6 +32,7 @@ from octosync.server.runtime import Runtime
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
+from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
@@ -125,6 +127,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         recorder=recorder,
         writer=writer,
         node_id=node,
+        ticks=[face.tick for face in FACES if face.tick is not None],
     )
     if recorder is not None:
         recorder.watch = runtime.watch_frame
@@ -135,6 +138,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
+        restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
     maps_link: MapsLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
         from octosync.links.cluster_link import DEFAULT_CLUSTER
@@ -146,8 +150,10 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             settle=config.map_settle,
             replicate_timeout=config.map_replicate_timeout,
         )
-        maps_link = MapsLink(runtime, link.node, cluster=DEFAULT_CLUSTER, settings=settings)
-        runtime.replicator = maps_link
+        maps_link = MapsLink(
+            runtime.topgun_face, link.node, cluster=DEFAULT_CLUSTER, settings=settings
+        )
+        runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
     registry = registry_for(runtime)
 

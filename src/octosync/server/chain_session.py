@@ -12,27 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import msgspec
-
 from octosync.chain.records import BootstrapChainRequest, DeviceToHead
 from octosync.errors import HandshakeFailed, OctosyncError
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
-from octosync.server.runtime import Runtime
+from octosync.server.ports import Credentials
 from octosync.wire import chain_link
-from octosync.wire.chain import ChainCodec
+from octosync.wire.chain import ChainCodec, encode_error_record
 from octosync.wire.websocket import ws_frame
 
 FROM_DEVICE: ChainCodec[DeviceToHead] = ChainCodec(DeviceToHead, "json")
-
-
-class _ErrorRecord(msgspec.Struct, frozen=True, rename="pascal"):
-    type: str
-    code: str
-    message: str
-
-
-_errors = msgspec.json.Encoder()
 
 
 class ChainSession:
@@ -42,7 +31,7 @@ class ChainSession:
 
     def __init__(
         self,
-        rt: Runtime,
+        rt: Credentials,
         identity: ClaimGrants,
         to_head: Callable[[bytes], None],
         on_close: Callable[[], None],
@@ -51,7 +40,7 @@ class ChainSession:
         self._to_head = to_head
         self._on_close = on_close
         self._ready = False
-        self.max_frame = rt.limits.max_frame_bytes
+        self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
 
     @property
@@ -62,20 +51,18 @@ class ChainSession:
     def identity(self) -> ClaimGrants:
         return self._identity
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> DeviceToHead:
         return FROM_DEVICE.decode(data)
 
-    def handle(self, message: object) -> None:
+    def handle(self, message: DeviceToHead) -> None:
         if not self._ready:
             if not isinstance(message, BootstrapChainRequest):
                 raise HandshakeFailed("the first record must be BootstrapChainRequest", path="Type")
             self._ready = True
-        assert isinstance(message, DeviceToHead)
         self._to_head(chain_link.encode(chain_link.FromDevice(0, message)))
 
     def error_frame(self, err: OctosyncError) -> bytes:
-        record = _ErrorRecord("Error", err.name, err.message)
-        return ws_frame(_errors.encode(record), text=True)
+        return ws_frame(encode_error_record(err.name, err.message), text=True)
 
     def send_error(self, err: OctosyncError) -> None:
         self.outgoing.append(self.error_frame(err))

@@ -26,6 +26,13 @@ class ServerConfig:
     tcp_port: int | None = None
     dataspace_port: int | None = None
     """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
+    wvp_socket: str | None = None
+    """A Unix socket path on which WVP is served as bare JS-ABI packets; None: none."""
+    shm_capacity: int = 256 * 1024 * 1024
+    """Bytes of the shared-memory region that carries large payloads to subscribers that
+    negotiated ``shared-blob`` (made on first use; tmpfs pages are taken as written)."""
+    shm_threshold: int = 64 * 1024
+    """Payloads of at least this many bytes go to such subscribers through shared memory."""
     chain_config: str | None = None
     """NATS URL of the chain configurations; set: ``/chain/{name}`` relays browser devices to
     each chain's head (``server.chain_face``). None: no chain face."""
@@ -40,6 +47,12 @@ class ServerConfig:
     coalesce_backlog: bool = False
     max_replay_diffs: int = 1024
     """Diffs a WVP stream keeps after its snapshot for late joiners (past it: ask for one)."""
+    producer_lease: float | None = None
+    verify_warp_hashes: bool = False
+    """The hub follows each WVP warp's reference render graph and refuses a frame whose
+    ``state_hash`` disagrees (``Desync``) before subscribers see it."""
+    """Seconds a producer holds a stream without publishing before another may take it over
+    with a snapshot; None: until it leaves or hands it over."""
     signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
     shutdown_deadline: float = 5.0
     """Seconds to keep flushing after SIGTERM before connections are closed."""
@@ -275,6 +288,23 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "dataspace_port": _set(
             "dataspace_port", int, range=_PORT, doc="Syndicate protocol over TCP; unset: off."
         ),
+        "wvp_socket": _set(
+            "wvp_socket",
+            str,
+            doc="Unix socket path serving WVP as bare JS-ABI packets; unset: off.",
+        ),
+        "shm_capacity": _set(
+            "shm_capacity",
+            int,
+            range=Range(4096, 1 << 40),
+            doc="Bytes of the shared-memory region for subscribers that negotiated shared-blob.",
+        ),
+        "shm_threshold": _set(
+            "shm_threshold",
+            int,
+            range=Range(1, 1 << 40),
+            doc="Payloads of at least this many bytes reach such subscribers by shared memory.",
+        ),
         "chain_config": Key(
             (str,),
             lambda cfg, v, _p: replace(cfg, chain_config=chain_url(v)),
@@ -450,6 +480,17 @@ SECTIONS: dict[str, dict[str, Key]] = {
             int,
             range=Range(1, 1 << 20),
             doc="Diffs a WVP stream keeps after its snapshot for late joiners.",
+        ),
+        "verify_warp_hashes": _set(
+            "verify_warp_hashes",
+            bool,
+            doc="Refuse WVP frames whose state_hash disagrees with the reference render graph.",
+        ),
+        "producer_lease": _set(
+            "producer_lease",
+            *_NUMBER,
+            range=Range(0, 3650 * _DAY, above=True),
+            doc="Seconds a WVP producer holds a warp without publishing; unset: until it leaves.",
         ),
         "retain_seconds": Key(
             _NUMBER,

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import WSMsgType, hdrs, web
 
@@ -49,10 +49,12 @@ log = logging.getLogger("octosync.server")
 _unexpected = ThrottledLog(log, interval=10.0)
 
 RUNTIME = web.AppKey("runtime", Runtime)
+M = TypeVar("M")
 
 
-class Session(Protocol):
-    """One connection's protocol object for one face (see ``lazily_session.py`` and others)."""
+class Session(Protocol[M]):
+    """One connection's protocol object for one face (see ``lazily_session.py`` and others),
+    decoding its frames to messages of type ``M``."""
 
     face: FaceName
     """Counters key and metric label (``server.faces``)."""
@@ -78,10 +80,10 @@ class Session(Protocol):
         """Framed bytes for this connection that do not go through the hub (the loop writes
         and clears them after every frame): replies before the handshake registered it."""
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> M:
         """What depends on the bytes alone; may run on a worker thread."""
 
-    def handle(self, message: object) -> None:
+    def handle(self, message: M) -> None:
         """Apply one decoded frame (hub calls); raises a typed error to refuse it."""
 
     def send_error(self, err: OctosyncError) -> None:
@@ -94,6 +96,9 @@ class Session(Protocol):
         """Leave the hub (and any rooms); called once when the connection ends."""
 
 
+AnySession = Session[Any]
+"""A session of any face (the loops only move its messages from ``decode`` to ``handle``)."""
+
 Closer = Callable[[int], Coroutine[Any, Any, object]]
 
 
@@ -104,7 +109,7 @@ class ServedConnection:
         self,
         rt: Runtime,
         conn: int,
-        session: Session,
+        session: AnySession,
         transport: asyncio.BaseTransport,
         closer: Closer,
     ) -> None:
@@ -234,9 +239,9 @@ def release(transport: asyncio.BaseTransport, timeout: float) -> None:
         asyncio.get_running_loop().call_later(timeout, abort_if_stuck)
 
 
-SessionFactory = Callable[[Runtime, int, ClaimGrants], Session]
+SessionFactory = Callable[[Runtime, int, ClaimGrants], AnySession]
 """A WebSocket face's session: the identity is known from the upgrade."""
-TcpSessionFactory = Callable[[Runtime, int], Session]
+TcpSessionFactory = Callable[[Runtime, int], AnySession]
 """A TCP face's session (or an in-band WebSocket face's): the identity comes with its
 handshake frame."""
 
@@ -309,7 +314,7 @@ def _deflate_upgrade(request: web.Request, deflate: bool) -> tuple[web.Request, 
 
 
 async def _serve_ws(
-    request: web.Request, rt: Runtime, open_session: Callable[[int], Session], deflate: bool
+    request: web.Request, rt: Runtime, open_session: Callable[[int], AnySession], deflate: bool
 ) -> web.StreamResponse:
     limit = rt.limits.max_frame_bytes
     upgrade, deflate = _deflate_upgrade(request, deflate)

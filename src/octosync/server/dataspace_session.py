@@ -6,7 +6,7 @@ TCP, where a Syndicate peer cannot present one, only ``--insecure-dev`` admits i
 gatekeeper at OID 0 resolves a sturdy ref to a dataspace the credentials grant
 (``publish`` on ``dataspace:NAME``). Until a ref resolves the handshake deadline applies.
 The relay (``syndicate.relay``) decides everything; this class moves its packets: to this
-connection through ``outgoing``, to other connections through ``Runtime.deliver`` (a peer that
+connection through ``outgoing``, to other connections through ``DataspacePort.deliver`` (a peer that
 cannot keep up is dropped, and its assertions retracted, never waited for). Any error ends the
 connection after an ``Error`` packet, as Syndicate's relays do.
 """
@@ -18,12 +18,12 @@ from enum import Enum
 from typing import Literal
 
 from octosync.errors import OctosyncError
-from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
-from octosync.server.runtime import Runtime
+from octosync.server.ports import DataspacePort
 from octosync.syndicate import error_packet
-from octosync.wire.syndicate import PreDecoded, decode_packet, encode_packet, packet_of
+from octosync.wire.syndicate import Packet, PreDecoded, decode_packet, encode_packet, packet_of
 from octosync.wire.websocket import ws_frame
 
 DATASPACE_GRANT_PREFIX = "dataspace:"
@@ -63,13 +63,13 @@ class DataspaceSession:
     offload_decode = False
 
     def __init__(
-        self, rt: Runtime, conn: int, kind: Transport, identity: ClaimGrants | None
+        self, rt: DataspacePort, conn: int, kind: Transport, identity: ClaimGrants | None
     ) -> None:
         self.rt = rt
         self.conn = conn
         self.kind = kind
         self.identity = identity
-        self.max_frame = rt.limits.max_frame_bytes
+        self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
         self.life = Lifecycle(LIFECYCLE, State.AWAIT_RESOLVE)
         self.frame: Callable[[bytes], bytes] = _ws if kind == "ws" else _raw
@@ -85,16 +85,16 @@ class DataspaceSession:
         identity = self.identity
         return identity is not None and identity.allows(DATASPACE_GRANT_PREFIX + name, "publish")
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> Packet:
         if type(data) is PreDecoded:
             return packet_of(data.value)
         return decode_packet(data)
 
-    def handle(self, message: object) -> None:
+    def handle(self, message: Packet) -> None:
         if self.identity is None:  # TCP: no upgrade carried credentials
-            self.identity = authenticate(None, self.rt.config.auth)
+            self.identity = self.rt.authenticate(None)
         self.life.move("turn")
-        self.relay.receive(self.conn, message)  # type: ignore[arg-type]
+        self.relay.receive(self.conn, message)
         if self.life.state is State.AWAIT_RESOLVE and self.relay.is_resolved(self.conn):
             self.life.move("resolved")
         self._flush()
@@ -122,11 +122,3 @@ class DataspaceSession:
                 frame = framing.get(target)
                 if frame is not None:
                     self.rt.deliver(target, frame(data))
-
-
-def open_ws_session(rt: Runtime, conn: int, identity: ClaimGrants) -> DataspaceSession:
-    return DataspaceSession(rt, conn, "ws", identity)
-
-
-def open_tcp_session(rt: Runtime, conn: int) -> DataspaceSession:
-    return DataspaceSession(rt, conn, "tcp", None)

@@ -21,7 +21,7 @@ from aiohttp import web
 from octosync.server.auth import ClaimGrants
 from octosync.server.config import ServerConfig
 from octosync.server.connection import (
-    Session,
+    AnySession,
     StreamFramer,
     serve_ws,
     serve_ws_in_band,
@@ -53,7 +53,7 @@ own first frames carry it (TopGun's ``AUTH``, lazily-over-TCP's ``auth:`` featur
 
 
 Query = Mapping[str, str]
-SessionOpener = Callable[[Runtime, int, ClaimGrants | None, Query], Session]
+SessionOpener = Callable[[Runtime, int, ClaimGrants | None, Query], AnySession]
 """A face's session for one connection: the runtime, the connection id, the identity the
 upgrade proved (None when credentials come in-band) and the upgrade's query (``?session=``)."""
 
@@ -95,6 +95,8 @@ class Face:
     mount: Callable[[web.Application, ServerConfig], None] | None = None
     """Mounts a face whose route depends on the configuration (``/chain/{name}``); None: its
     ``route`` with the shared WebSocket loop."""
+    tick: Callable[[Runtime], None] | None = None
+    """Its periodic work, once a second (lock expiry, tombstone GC), given the runtime."""
     listing: tuple[str, Listing] | None = None
     """Its key in the inspector's ``/api/streams`` and the rows one identity may see."""
 
@@ -123,34 +125,40 @@ class Face:
         return upgrade
 
 
-def _lazily_ws(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+def _lazily_ws(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
     return LazilySession(rt, conn, "ws", identity)
 
 
-def _lazily_tcp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+def _lazily_tcp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
     return LazilySession(rt, conn, "tcp", None)
 
 
-def _wvp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+def _wvp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
     assert identity is not None
     return WvpSession(rt, conn, identity)
 
 
-def _signal(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+def _signal(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
     assert identity is not None
     return SignalSession(rt, conn, identity, query.get("session", "default"))
 
 
-def _dataspace_ws(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+def _dataspace_ws(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
     return DataspaceSession(rt, conn, "ws", identity)
 
 
-def _dataspace_tcp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+def _dataspace_tcp(
+    rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query
+) -> AnySession:
     return DataspaceSession(rt, conn, "tcp", None)
 
 
-def _topgun(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
-    return TopGunSession(rt, conn)
+def _topgun(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
+    return TopGunSession(rt.topgun_face, conn)
+
+
+def _topgun_tick(rt: Runtime) -> None:
+    rt.topgun_face.apply(rt.topgun.tick())
 
 
 def _mount_chain(app: web.Application, config: ServerConfig) -> None:
@@ -161,7 +169,7 @@ def _mount_chain(app: web.Application, config: ServerConfig) -> None:
         add_routes(app, config.chain_config, config.auth)
 
 
-def _chain(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+def _chain(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
     raise TypeError("/chain/NAME sessions are opened by the chain relay (server.chain_face)")
 
 
@@ -181,7 +189,7 @@ FACES: tuple[Face, ...] = (
     Face(
         FaceName.LAZILY,
         _lazily_ws,
-        "server.lazily_dialect",
+        "wire.lazily_dialects",
         (STREAMS,),
         route="/lazily",
         listing=("streams", _streams),
@@ -189,7 +197,7 @@ FACES: tuple[Face, ...] = (
     Face(
         FaceName.TCP,
         _lazily_tcp,
-        "server.lazily_dialect",
+        "wire.lazily_dialects",
         (STREAMS,),
         credentials="in_band",
         tcp=TcpListener(
@@ -221,6 +229,7 @@ FACES: tuple[Face, ...] = (
         route="/topgun",
         credentials="in_band",
         deflate=True,
+        tick=_topgun_tick,
         listing=("maps", _maps),
     ),
     Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,), mount=_mount_chain),

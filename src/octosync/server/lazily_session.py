@@ -18,10 +18,12 @@ from octosync.errors import (
     OctosyncError,
 )
 from octosync.hub import ViewKey, lazily_frame
+from octosync.hub.crdt_streams import FEATURE as PLANE_FEATURE
 from octosync.hub.model import Sent
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION, negotiate
 from octosync.ipc.messages import (
     CellSet,
+    CrdtSync,
     Delta,
     Handshake,
     IpcMessage,
@@ -29,22 +31,32 @@ from octosync.ipc.messages import (
     ResyncRequest,
     Snapshot,
 )
-from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
-from octosync.server.lazily_dialect import (
+from octosync.server.lifecycle import Lifecycle
+from octosync.server.plane import Framing
+from octosync.server.ports import HubPort
+from octosync.server.shared_blobs import SessionBlobs
+from octosync.server.view_encoders import lazily_view_key
+from octosync.shm.region import SHARED_BLOB
+from octosync.wire.framing import encode_frame
+from octosync.wire.lazily_dialects import (
     SEED_JSON,
     FaceDialect,
     handshake_dialect,
     sniff_producer_dialect,
 )
-from octosync.server.lifecycle import Lifecycle
-from octosync.server.runtime import Runtime
-from octosync.server.view_encoders import lazily_view_key
-from octosync.wire.framing import encode_frame
 from octosync.wire.websocket import ws_frame
 
 PROTOCOL_MAJOR = PROTOCOL_MAJOR_VERSION
-SERVER_FEATURES = ("publish", "resync_request", "cell_set_write", "outbox_ack")
+SERVER_FEATURES = (
+    "publish",
+    "resync_request",
+    "cell_set_write",
+    "outbox_ack",
+    SHARED_BLOB,
+    PLANE_FEATURE,
+)
 DURABLE_ACKS = "outbox_ack"
 """A producer that offers this feature gets ``OutboxAck {through_epoch}`` once its frames
 through that epoch are committed to the journal: what it must keep to resend after a crash."""
@@ -54,8 +66,11 @@ TOKEN_FEATURE = "auth:"
 Transport = Literal["ws", "tcp"]
 
 
-def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") -> Handshake:
-    """The server's side of the handshake; it hosts whatever session the peer names."""
+def server_handshake(
+    session_id: str, max_frame_size: int, codec: str = "json", extra: tuple[str, ...] = ()
+) -> Handshake:
+    """The server's side of the handshake; it hosts whatever session the peer names
+    (``extra``: features for this session only, such as its shared-memory region)."""
     return Handshake(
         protocol_id=PROTOCOL_ID,
         protocol_major_version=PROTOCOL_MAJOR,
@@ -65,7 +80,7 @@ def server_handshake(session_id: str, max_frame_size: int, codec: str = "json") 
         ordered_reliable=True,
         peer_id=0,
         session_id=session_id,
-        features=SERVER_FEATURES,
+        features=SERVER_FEATURES + extra,
     )
 
 
@@ -73,17 +88,21 @@ class State(Enum):
     AWAIT_HANDSHAKE = 1
     PRODUCING = 2
     SUBSCRIBED = 3
-    CLOSED = 4
+    PLANE = 4
+    CLOSED = 5
 
 
 LIFECYCLE: dict[tuple[State, str], State] = {
     (State.AWAIT_HANDSHAKE, "handshake_publish"): State.PRODUCING,
     (State.AWAIT_HANDSHAKE, "handshake_subscribe"): State.SUBSCRIBED,
+    (State.AWAIT_HANDSHAKE, "handshake_plane"): State.PLANE,
     (State.AWAIT_HANDSHAKE, "close"): State.CLOSED,
+    (State.PLANE, "close"): State.CLOSED,
     (State.PRODUCING, "close"): State.CLOSED,
     (State.SUBSCRIBED, "close"): State.CLOSED,
 }
-"""The lazily connection's lifecycle: one handshake decides the role for good."""
+"""The lazily connection's lifecycle: one handshake decides the role for good (``PLANE``: a
+member of a multi-writer CRDT plane stream, negotiated by the ``distributed_crdt`` feature)."""
 
 
 class LazilySession:
@@ -97,7 +116,7 @@ class LazilySession:
     """msgspec decodes even a frame at the limit in a few milliseconds."""
 
     def __init__(
-        self, runtime: Runtime, conn: int, kind: Transport, identity: ClaimGrants | None
+        self, runtime: HubPort, conn: int, kind: Transport, identity: ClaimGrants | None
     ) -> None:
         self.rt = runtime
         self.conn = conn
@@ -107,10 +126,11 @@ class LazilySession:
         self.dialect: FaceDialect = SEED_JSON
         self.sniffed = False
         self.stream = ""
-        self.max_frame = runtime.limits.max_frame_bytes
+        self.max_frame = runtime.max_frame
         self.face = FaceName.TCP if kind == "tcp" else FaceName.LAZILY
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
+        self.blobs = SessionBlobs(runtime.blobs)
 
     @property
     def ready(self) -> bool:
@@ -118,14 +138,16 @@ class LazilySession:
 
     # --- Session --------------------------------------------------------------------------
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> bytes:
         return data  # the dialect is chosen by the handshake and the first frame: see handle
 
-    def handle(self, message: object) -> None:
-        assert isinstance(message, bytes)
+    def handle(self, message: bytes) -> None:
         state = self.life.state
         if state is State.AWAIT_HANDSHAKE:
             self._handshake(message)
+            return
+        if state is State.PLANE:
+            self._plane(message)
             return
         if state is State.PRODUCING and not self.sniffed:
             self.sniffed = True
@@ -152,8 +174,10 @@ class LazilySession:
 
     def close(self) -> None:
         self.life.move("close")
+        self.rt.plane.leave(self.conn)
         self.rt.durable_listeners.pop(self.conn, None)
         self.rt.hub.disconnect(self.conn)
+        self.blobs.close()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -174,34 +198,111 @@ class LazilySession:
         identity = self.identity
         for feature in remote.features:
             if feature.startswith(TOKEN_FEATURE):
-                identity = authenticate(feature[len(TOKEN_FEATURE) :], self.rt.config.auth)
+                identity = self.rt.authenticate(feature[len(TOKEN_FEATURE) :])
         if identity is None:
-            identity = authenticate(None, self.rt.config.auth)
+            identity = self.rt.authenticate(None)
         hub = self.rt.hub
-        view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
+        publish = "publish" in remote.features
         try:
-            hub.check_stream(view, remote.session_id)
+            hub.check_stream(
+                ViewKey("lazily", lazily_view_key(dialect, self.kind)), remote.session_id
+            )
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="session_id") from exc
-        publish = "publish" in remote.features
+        if PLANE_FEATURE in remote.features:
+            plane_view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
+            self._join_plane(remote, dialect, identity, plane_view, max_frame)
+            return
+        if remote.session_id in self.rt.plane.core.streams:
+            raise HandshakeFailed(
+                f"stream {remote.session_id!r} is a multi-writer stream: join it with the "
+                f"{PLANE_FEATURE!r} feature",
+                path="session_id",
+            )
         hub.check_join(identity, remote.session_id, publish=publish)  # refused in place of a reply
+        try:
+            extra = self.blobs.negotiate(remote.features, publish=publish)
+        except OctosyncError as exc:
+            raise HandshakeFailed(exc.message, path="features") from exc
+        view = ViewKey(
+            "lazily", lazily_view_key(dialect, self.kind) + self.blobs.view_suffix(publish=publish)
+        )
         if not publish:
             self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
-        hub.connect(self.conn, view, grants=identity, wake=self.rt.flusher.wake)
+        hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
         self.life.move("handshake_publish" if publish else "handshake_subscribe")
-        reply = server_handshake(remote.session_id, max_frame, dialect.name)
+        reply = server_handshake(remote.session_id, max_frame, dialect.name, extra)
         hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
         if not publish:
             hub.subscribe(self.conn, self.stream)
-        elif DURABLE_ACKS in remote.features and self.rt.writer is not None:
+        elif DURABLE_ACKS in remote.features and self.rt.journaled:
             self.rt.durable_listeners[self.conn] = self._durable
 
     def _durable(self, stream: object, epoch: int) -> None:
         """The journal holds this producer's frames through ``epoch``."""
         ack = self.dialect.codec.encode(OutboxAck(through_epoch=epoch))
         self.rt.hub.send_control(self.conn, self.frame(ack))
+
+    def _join_plane(
+        self,
+        remote: Handshake,
+        dialect: FaceDialect,
+        identity: ClaimGrants,
+        view: ViewKey,
+        max_frame: int,
+    ) -> None:
+        """Join a multi-writer stream: the reply, then the whole state (with ``read``)."""
+        hub, name = self.rt.hub, remote.session_id
+        if self.rt.clustered:  # each node would keep its own replica: refuse, not fork
+            raise HandshakeFailed(
+                "shared documents are not served by a cluster yet: use a single server",
+                path="features",
+            )
+        if hub.epoch_of(name) is not None or hub.producer_of(name) is not None:
+            raise HandshakeFailed(
+                f"stream {name!r} is a single-writer stream with a producer's state",
+                path="session_id",
+            )
+        state = self.rt.plane.core.join(self.conn, name, remote.peer_id, identity)
+        hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
+        self.identity, self.dialect, self.max_frame, self.stream = (
+            identity,
+            dialect,
+            max_frame,
+            name,
+        )
+        self.life.move("handshake_plane")
+        reply = server_handshake(name, max_frame, dialect.name)
+        hub.send_control(self.conn, self.frame(dialect.encode_handshake(reply)))
+        self.rt.plane.join(self.conn, name, self._framing(), state)
+
+    def _framing(self) -> Framing:
+        dialect = self.dialect
+        return Framing(f"{dialect.name}/{self.kind}", lambda sync: self.frame(dialect.encode(sync)))
+
+    def _plane(self, message: bytes) -> None:
+        """A plane member sends CrdtSync frames only. A member whose handshake said ``json``
+        but who speaks the tagged shape (lazily-spec peers) is switched, and gets the state
+        again in its own dialect."""
+        if not self.sniffed:
+            self.sniffed = True
+            sniffed = sniff_producer_dialect(self.dialect, message)
+            if sniffed is not self.dialect:
+                self.dialect = sniffed
+                view = ViewKey("lazily", lazily_view_key(sniffed, self.kind))
+                self.rt.hub.change_view(self.conn, view)
+                plane = self.rt.plane
+                state = plane.core.state_of(self.stream)
+                plane.join(self.conn, self.stream, self._framing(), state)
+        msg = self.dialect.decode(message)
+        if not isinstance(msg, CrdtSync):
+            raise Forbidden(
+                f"a multi-writer stream takes CrdtSync frames, not {type(msg).__name__}",
+                path="type",
+            )
+        self.rt.plane.receive(self.conn, msg)
 
     def _produce(self, msg: IpcMessage, data: bytes) -> None:
         """What a producer may send: snapshots and deltas of its stream."""
@@ -212,9 +313,9 @@ class LazilySession:
                 else f"{type(msg).__name__} is not served on this face"
             )
             raise Forbidden(what, path="type")
-        self.rt.hub.publish(
-            self.conn, self.stream, lazily_frame(msg, Sent(self.dialect.name, data))
-        )
+        msg, inlined = self.blobs.inbound(msg)
+        sent = None if inlined else Sent(self.dialect.name, data)  # journal bytes, not refs
+        self.rt.hub.publish(self.conn, self.stream, lazily_frame(msg, sent))
 
     def _subscribe(self, msg: IpcMessage) -> None:
         """What a subscriber may send: resync requests and cell_set writes."""
@@ -234,17 +335,9 @@ class LazilySession:
                         "a subscriber may only send cell_set writes",
                         path=f"ops[{bad[0]}]" if bad else "ops",
                     )
-                hub.write(self.conn, self.stream, msg)
+                hub.write(self.conn, self.stream, self.blobs.inbound(msg)[0])
             case _:
                 raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
 
 
-def open_ws_session(rt: Runtime, conn: int, identity: ClaimGrants) -> LazilySession:
-    return LazilySession(rt, conn, "ws", identity)
-
-
-def open_tcp_session(rt: Runtime, conn: int) -> LazilySession:
-    return LazilySession(rt, conn, "tcp", None)
-
-
-__all__ = ["LazilySession", "open_tcp_session", "open_ws_session", "server_handshake"]
+__all__ = ["LazilySession", "server_handshake"]

@@ -105,8 +105,9 @@ class RuntimeCollector(Collector):
         yield lag
         if rt.cluster is not None:
             yield from cluster_metrics(rt.cluster)
-        if rt.replicator is not None:
-            yield from map_metrics(rt.replicator.stats, rt.replicator.position)
+        replicator = rt.topgun_face.replicator
+        if replicator is not None:
+            yield from map_metrics(replicator.stats, replicator.position)
 
 
 def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:

@@ -18,14 +18,16 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from octosync.errors import ListenError
+from octosync.server import wvp_socket as wvp_unix
 from octosync.server.app import CLUSTER, build_app
 from octosync.server.config import ServerConfig
-from octosync.server.connection import RUNTIME, Session, serve_tcp
+from octosync.server.connection import RUNTIME, AnySession, serve_tcp
 from octosync.server.face_names import FaceName
 from octosync.server.faces import FACES, TcpListener
 from octosync.server.guard import GuardedProtocol
@@ -46,10 +48,14 @@ class Started:
     dataspace_port: int | None = None
     tcp_ports: Mapping[FaceName, int] = field(default_factory=dict)
     """Every face's bound TCP port, by face."""
+    wvp_socket: Path | None = None
+    """The Unix socket WVP is served on (``--wvp-socket``), removed at stop."""
 
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
+        if self.wvp_socket is not None:
+            self.wvp_socket.unlink(missing_ok=True)
         await self.runner.cleanup()
 
 
@@ -136,6 +142,10 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
                 )
             servers.append(tcp)
             tcp_ports[face.name] = int(tcp.sockets[0].getsockname()[1])
+        wvp_socket = None
+        if config.wvp_socket is not None:
+            wvp_socket = Path(config.wvp_socket)
+            servers.append(await wvp_unix.listen(rt, wvp_socket))
         if CLUSTER in app:
             app[CLUSTER].public_url = f"{config.scheme}://{config.host}:{port}/lazily"
     except BaseException:
@@ -151,6 +161,7 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
         tcp_ports.get(FaceName.TCP),
         tcp_ports.get(FaceName.DATASPACE),
         tcp_ports,
+        wvp_socket,
     )
 
 
@@ -160,7 +171,7 @@ def _tcp_handler(
     """The TCP loop of one face's listener (its identity comes in-band)."""
     opener = listener.open
 
-    def open_session(rt: Runtime, conn: int) -> Session:
+    def open_session(rt: Runtime, conn: int) -> AnySession:
         return opener(rt, conn, None, {})
 
     return functools.partial(serve_tcp, rt, open_session, framer=listener.framer)

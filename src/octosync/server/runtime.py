@@ -1,4 +1,8 @@
-"""Everything the faces share in one process: the hub, the flusher, signaling, counters, links."""
+"""Everything the faces share in one process: the hub, the flusher, signaling, counters, links.
+
+Sessions do not see the runtime: each gets its face's port (``server.ports``), which the
+runtime implements for the hub faces, signaling and the dataspace, and ``TopGunFace``
+(``server.topgun_face``) for TopGun."""
 
 from __future__ import annotations
 
@@ -10,45 +14,37 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from octosync.cluster.core import ClusterCore
-from octosync.cluster.maps import MapStats
 from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits
-from octosync.hub.model import lazily_frame
+from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.policy import CLOSE_GOING_AWAY
-from octosync.hub.streams import map_name_of, map_stream_id
 from octosync.hub.types import AcceptHook, InterestHook, Recorder, ReleaseHook
-from octosync.ipc.messages import Delta, Snapshot
+from octosync.server.auth import ClaimGrants, authenticate
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.face_names import FaceName
 from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
+from octosync.server.plane import Plane
+from octosync.server.ports import LiveConnection
+from octosync.server.shared_blobs import ServerBlobs
+from octosync.server.topgun_face import TopGunFace
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
 from octosync.store.hub_hook import Prepared
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
-from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.topgun import TopGunCore
 from octosync.topgun.core import SERVER_NODE
-from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, ws_frame_header
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
-TOPGUN_FLUSH_GAP = 0.005
-"""Seconds between two TopGun fan-outs at most once per this gap: under load the events of
-many client batches share one message per subscriber; an idle server is not delayed."""
-DEFLATE_SHARED = 2
-"""A message is compressed when at least this many of its targets negotiated deflate."""
-SPLIT_WRITE_BYTES = 64 * 1024
-SPLIT_WRITE_TARGETS = 2
-"""A plain message this large for this few targets is written as header then payload: two
-writes are cheaper than copying the payload behind its header (a writer's events, which
-leave out its own, go to it alone)."""
 
 
 @dataclass(slots=True)
@@ -78,44 +74,6 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class LiveConnection(Protocol):
-    """What the runtime needs of a connection (``server.connection.ServedConnection``)."""
-
-    @property
-    def transport(self) -> asyncio.BaseTransport: ...
-
-    @property
-    def session_face(self) -> FaceName: ...
-
-    @property
-    def deflate(self) -> bool:
-        """Takes permessage-deflate frames (``wire.websocket.FrameDeflater``'s)."""
-
-    def fault(self, err: OctosyncError) -> None: ...
-
-    def close_soon(self, code: int) -> None: ...
-
-    async def close(self, code: int) -> None: ...
-
-    def abort(self) -> None: ...
-
-
-class Replicator(Protocol):
-    """Stores TopGun op records in the cluster (``links.cluster_maps.MapsLink``)."""
-
-    @property
-    def stats(self) -> MapStats: ...
-
-    @property
-    def position(self) -> int:
-        """The cluster op stream's sequence this node has taken up to."""
-        ...
-
-    def replicate(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None] | None
-    ) -> None: ...
-
-
 class HttpConnection(Protocol):
     def request_started(self) -> None: ...
 
@@ -131,10 +89,13 @@ class Runtime:
         writer: GroupCommitWriter | None = None,
         *,
         node_id: str | None = None,
+        ticks: Sequence[Callable[[Runtime], None]] = (),
     ) -> None:
         """``node_id``: this node's id in a cluster, also its TopGun HLC's (servers of one
-        cluster must never stamp alike)."""
+        cluster must never stamp alike); ``ticks``: the faces' periodic work (``Face.tick``),
+        run once a second after the hub's expiry."""
         self.config = config
+        self.ticks = tuple(ticks)
         self.writer = writer
         """The journal's writer (TopGun ops are journaled through it); None: no journal."""
         self.limits = config.limits()
@@ -147,6 +108,8 @@ class Runtime:
                 retain_after_producer_leaves=config.retain_after_producer_leaves,
                 coalesce_backlog=config.coalesce_backlog,
                 max_replay_diffs=config.max_replay_diffs,
+                producer_lease=config.producer_lease,
+                verify_warp_hashes=config.verify_warp_hashes,
             ),
             clock=time.monotonic,
             encoders=view_encoders(),
@@ -156,6 +119,9 @@ class Runtime:
             recorder=recorder,
         )
         self.flusher = Flusher(self.hub, high_water=config.socket_high_water, on_fault=self._fault)
+        self.blobs = ServerBlobs(
+            self.hub, capacity=config.shm_capacity, threshold=config.shm_threshold
+        )
         self.signaling = SignalingHub(config.signaling)
         self.topgun = TopGunCore(
             _wall_ms,
@@ -167,12 +133,9 @@ class Runtime:
         )
         self.topgun.queries.per_connection = config.topgun_queries_per_connection
         self.topgun.queries.per_map = config.topgun_queries_per_map
-        self.replicator: Replicator | None = None
-        """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
+        self.plane = Plane(self, CrdtStreams(_wall_ms))
+        """The multi-writer (CRDT plane) streams of the lazily face."""
         self.counters = Counters()
-        self._topgun_flush_due = False
-        self._topgun_flushed_at = float("-inf")
-        self._deflater = FrameDeflater()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._commit_inbox: deque[
             tuple[int, concurrent.futures.Future[list[int]], Callable[[], None]]
@@ -183,6 +146,18 @@ class Runtime:
         called on the loop with ``(stream, epoch)`` once per commit that reached further."""
         self._durable_due: dict[int, tuple[object, int]] = {}
         self.links: dict[int, LiveConnection] = {}
+        self.topgun_face = TopGunFace(
+            self.topgun,
+            self.hub,
+            self.links,
+            deliver=self.deliver,
+            after_commit=self.after_commit,
+            writer=writer,
+            auth=config.auth,
+            insecure_dev=config.insecure_dev,
+            max_frame=self.limits.max_frame_bytes,
+        )
+        """The TopGun face: its flush timing, shared deflate and ways out."""
         self.guard = ConnectionGuard(
             max_total=default_max_connections(config.max_connections),
             max_per_address=config.max_connections_per_address,
@@ -196,6 +171,7 @@ class Runtime:
         self.relay_framing: dict[int, Callable[[bytes], bytes]] = {}
         """Each dataspace connection's transport framing (WebSocket message or raw TCP)."""
         self._ids = itertools.count(1)
+        self._face_states: dict[FaceName, object] = {}
         self._expiry: asyncio.Task[None] | None = None
         self._lag: asyncio.Task[None] | None = None
 
@@ -213,6 +189,34 @@ class Runtime:
         """The dataspace relay if the face has been used (the inspector lists it); never
         creates it (that would make the sturdy-ref key file)."""
         return self._relay
+
+    @property
+    def max_frame(self) -> int:
+        return self.limits.max_frame_bytes
+
+    @property
+    def clustered(self) -> bool:
+        return self.cluster is not None
+
+    @property
+    def journaled(self) -> bool:
+        return self.writer is not None
+
+    def authenticate(self, token: str | None) -> ClaimGrants:
+        """The identity presenting ``token`` under the server's keys (``server.auth``)."""
+        return authenticate(token, self.config.auth)
+
+    def wake(self, conn: int) -> None:
+        """The hub queued bytes for ``conn``: the flusher writes them this loop turn."""
+        self.flusher.wake(conn)
+
+    def face_state(self, face: FaceName, make: Callable[[Runtime], T]) -> T:
+        """A face's own per-server state (its core, or the port its sessions get), made by
+        ``make`` on first use and kept: a face that needs a core does not edit the runtime."""
+        state = self._face_states.get(face)
+        if state is None:
+            state = self._face_states[face] = make(self)
+        return cast(T, state)
 
     def new_conn_id(self) -> int:
         return next(self._ids)
@@ -247,81 +251,9 @@ class Runtime:
         for part in data:
             t.write(part)
 
-    def deliver_all(self, out: Sequence[Outbound]) -> None:
-        """TopGun messages for other connections: framed once and written to each target. A
-        large message shared by several targets that negotiated deflate is compressed once
-        for them (``DEFLATE_SHARED``); one for a single connection goes plain (compressing
-        it would cost the loop as much as the write it saves)."""
-        links = self.links
-        for ob in out:
-            targets = ob.targets
-            if len(targets) >= DEFLATE_SHARED and len(ob.data) >= DEFLATE_MIN_BYTES:
-                packed = [t for t in targets if (link := links.get(t)) is not None and link.deflate]
-                if len(packed) >= DEFLATE_SHARED:
-                    frame = self._deflater.frame(ob.data)
-                    for target in packed:
-                        self.deliver(target, frame)
-                    if len(packed) == len(targets):
-                        continue
-                    took = set(packed)
-                    targets = tuple(t for t in targets if t not in took)
-            if len(ob.data) >= SPLIT_WRITE_BYTES and len(targets) <= SPLIT_WRITE_TARGETS:
-                parts = (ws_frame_header(len(ob.data), text=False), ob.data)
-                for target in targets:
-                    self.deliver(target, *parts)
-                continue
-            data = ws_frame(ob.data, text=False)
-            for target in targets:
-                self.deliver(target, data)
-
     def follow_map(self, stream: str) -> None:
-        """A lazily client asked for ``map:<name>``: the server starts producing it (once)."""
-        name = map_name_of(stream)
-        if name is None:
-            return
-        snapshot = self.topgun.follow_map(name)
-        if snapshot is not None:
-            self.hub.publish_from_server(stream, lazily_frame(snapshot))
-
-    def publish_map_frames(self, frames: Sequence[tuple[str, Snapshot | Delta]]) -> None:
-        """The ``map:`` streams' frames the TopGun core made, into the hub."""
-        for name, msg in frames:
-            self.hub.publish_from_server(map_stream_id(name), lazily_frame(msg))
-
-    def flush_topgun_soon(self) -> None:
-        """Send the TopGun events applied so far, all at once: at the end of this event-loop
-        turn, or, when the last fan-out went out less than ``TOPGUN_FLUSH_GAP`` ago, once that
-        gap has passed. An idle server sends an event at once; a busy one sends fewer, larger
-        messages (each fan-out costs a write per subscriber, whatever it carries)."""
-        if not self._topgun_flush_due and self.topgun.has_pending_events():
-            self._topgun_flush_due = True
-            loop = asyncio.get_running_loop()
-            wait = self._topgun_flushed_at + TOPGUN_FLUSH_GAP - loop.time()
-            if wait > 0:
-                loop.call_later(wait, self._flush_topgun)
-            else:
-                loop.call_soon(self._flush_topgun)
-
-    def _flush_topgun(self) -> None:
-        self._topgun_flush_due = False
-        self._topgun_flushed_at = asyncio.get_running_loop().time()
-        self.apply_topgun(self.topgun.flush())
-
-    def apply_topgun(self, fx: Effects) -> None:
-        """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``
-        now, ``durable`` once ``records`` are committed."""
-        self.deliver_all(fx.out)
-        self.publish_map_frames(fx.frames)
-        if fx.replicate and self.replicator is not None:
-            self.replicator.replicate(0, fx.replicate, None)
-        if self.writer is None or not (fx.records or fx.durable):
-            self.deliver_all(fx.durable)
-            return
-        durable = list(fx.durable)
-        try:
-            self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
-        except OctosyncError as err:  # the writer is full: these grants time out client-side
-            log.warning("TopGun effects not journaled, not sent: %s", err)
+        """A lazily client asked for ``map:<name>``: the TopGun face starts producing it."""
+        self.topgun_face.follow_map(stream)
 
     def after_commit(
         self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
@@ -386,6 +318,10 @@ class Runtime:
                 if listener is not None:
                     listener(stream, epoch)
 
+    def fault(self, conn: int, err: OctosyncError) -> None:
+        """Reset one connection with ``err`` (serving it failed outside its own frames)."""
+        self._fault(conn, err)
+
     def _fault(self, conn: int, err: OctosyncError) -> None:
         link = self.links.get(conn)
         if link is not None:
@@ -415,7 +351,8 @@ class Runtime:
         while True:
             await asyncio.sleep(1.0)
             self.hub.expire()
-            self.apply_topgun(self.topgun.tick())
+            for tick in self.ticks:
+                tick(self)
 
     async def shutdown(self) -> None:
         """Stop taking work, flush until the deadline, close everyone, drop who is stuck.
@@ -443,3 +380,4 @@ class Runtime:
         for link in links:
             if not link.transport.is_closing():
                 link.abort()
+        self.blobs.close()

@@ -2,7 +2,7 @@
 
 The room is the upgrade's ``?session=`` (default ``default``); joining it needs the ``join``
 grant on it, and in allowlist mode the peer id the credentials bind (``signaling.rooms``).
-Frames for other peers go through ``Runtime.deliver``: a peer that cannot keep up is dropped,
+Frames for other peers go through ``SignalPort.deliver``: a peer that cannot keep up is dropped,
 never waited for.
 """
 
@@ -11,15 +11,14 @@ from __future__ import annotations
 from octosync.errors import OctosyncError
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
-from octosync.server.runtime import Runtime
+from octosync.server.ports import SignalPort
 from octosync.signaling import (
     SIGNAL_ERROR_CODES,
     ServerSignal,
     SignalError,
-    decode_client,
-    encode_server,
 )
 from octosync.signaling.messages import ClientSignal
+from octosync.wire.signaling import decode_client, encode_server
 from octosync.wire.websocket import ws_frame
 
 
@@ -30,19 +29,18 @@ class SignalSession:
     ready = True
     """Signaling has no handshake of its own: ``join`` is an ordinary frame."""
 
-    def __init__(self, rt: Runtime, conn: int, identity: ClaimGrants, room: str) -> None:
+    def __init__(self, rt: SignalPort, conn: int, identity: ClaimGrants, room: str) -> None:
         self.rt = rt
         self.conn = conn
         self.identity = identity
         self.room = room
-        self.max_frame = rt.limits.max_frame_bytes
+        self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> ClientSignal:
         return decode_client(data)
 
-    def handle(self, message: object) -> None:
-        assert isinstance(message, ClientSignal)
+    def handle(self, message: ClientSignal) -> None:
         for target, out in self.rt.signaling.handle(self.conn, self.room, message, self.identity):
             self._send(target, out)
 

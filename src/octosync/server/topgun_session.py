@@ -8,22 +8,21 @@ loop's handshake deadline closes an idle socket. After it, the rules are ``topgu
 
 Bytes for this connection go out through ``outgoing`` (written after each frame) or, when they
 wait for the journal (``PERSISTED`` acks) or the cluster (``REPLICATED`` acks, through
-``Runtime.replicator``), through ``Runtime.deliver`` once that is done; replies stay in order
+``TopGunPort.replicator``), through ``TopGunPort.deliver`` once that is done; replies stay in order
 behind a pending ack. Messages for other connections go through
-``Runtime.deliver``: a peer that cannot keep up is dropped, and resyncs by Merkle on reconnect.
+``TopGunPort.deliver``: a peer that cannot keep up is dropped, and resyncs by Merkle on reconnect.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from enum import Enum
-from typing import cast
 
 from octosync.errors import Forbidden, OctosyncError, Overloaded, Unauthorized
-from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants, authenticate
+from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
-from octosync.server.runtime import Runtime
+from octosync.server.ports import TopGunPort
 from octosync.topgun import Effects, Outbound
 from octosync.wire import topgun as tg
 from octosync.wire.websocket import ws_frame
@@ -51,27 +50,26 @@ class TopGunSession:
     byte_stream = False
     offload_decode = False
 
-    def __init__(self, rt: Runtime, conn: int) -> None:
+    def __init__(self, rt: TopGunPort, conn: int) -> None:
         self.rt = rt
         self.conn = conn
         self.identity: ClaimGrants | None = None
         self.life = Lifecycle(LIFECYCLE, State.AWAIT_AUTH)
-        self.max_frame = rt.limits.max_frame_bytes
+        self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
         self._held: deque[tuple[list[bool], list[bytes]]] = deque()
         """Replies queued behind a durable ack still waiting for its commit, in order."""
-        if not rt.config.insecure_dev:
+        if not rt.insecure_dev:
             self._reply(tg.encode(tg.AuthRequired()))
 
     @property
     def ready(self) -> bool:
         return self.life.state is State.OPEN
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> tg.Message:
         return tg.decode(data, max_size=self.max_frame)
 
-    def handle(self, message: object) -> None:
-        message = cast(tg.Message, message)
+    def handle(self, message: tg.Message) -> None:
         if self.life.state is State.AWAIT_AUTH:
             self._authenticate(message)
             return
@@ -85,7 +83,7 @@ class TopGunSession:
     def _authenticate(self, message: tg.Message) -> None:
         match message:
             case tg.Auth(token=token):
-                identity = authenticate(token, self.rt.config.auth)
+                identity = self.rt.authenticate(token)
                 if identity.expired(self.rt.topgun.clock() / 1000):
                     raise Unauthorized("the token expired", path="exp")
                 self._open(identity)
@@ -93,7 +91,7 @@ class TopGunSession:
                 ack = tg.AuthAck(connection_id=str(self.conn), server_node_id=node)
                 self._reply(tg.encode(ack))
             case tg.DeviceHello():
-                if not self.rt.config.insecure_dev:
+                if not self.rt.insecure_dev:
                     return  # a JWT server drops it; the client answers AUTH_REQUIRED
                 self._open(ANONYMOUS_DEV)
                 self._reply(tg.encode(tg.DeviceAck(device_id=f"device-{self.conn}")))
@@ -110,7 +108,7 @@ class TopGunSession:
 
     def _apply(self, fx: Effects) -> None:
         self._send_now(fx.out)
-        self.rt.flush_topgun_soon()
+        self.rt.flush_soon()
         if fx.frames:
             self.rt.publish_map_frames(fx.frames)
         rt = self.rt
@@ -184,7 +182,7 @@ class TopGunSession:
 
     def close(self) -> None:
         self.life.move("close")
-        self.rt.apply_topgun(self.rt.topgun.disconnect(self.conn))
+        self.rt.apply(self.rt.topgun.disconnect(self.conn))
 
 
 def _nothing() -> None:

@@ -1,21 +1,23 @@
 """The hub's encoder table: one encoder per view key, built once from the faces' dialects.
 
 A view key names a face's wire dialect plus its transport's framing: ``lazily-<dialect>/ws``,
-``lazily-<dialect>/tcp`` and ``wvp/ws``. The runtime hands this table to the hub when it makes
-it, and the hub encodes each accepted frame once per view through it; nothing is registered
-later, and the hub never calls back into the server.
+``lazily-<dialect>/tcp``, ``wvp/ws`` and ``wvp/stream``. The runtime hands this table to the
+hub when it makes it, and the hub encodes each accepted frame once per view through it;
+nothing is registered later, and the hub never calls back into the server.
 """
 
 from __future__ import annotations
 
 from octosync.hub.streams import warp_id_of
 from octosync.hub.types import Encoder, OutFrame
-from octosync.server.lazily_dialect import DIALECT_SET, FaceDialect
 from octosync.wire import wvp
 from octosync.wire.framing import encode_frame
+from octosync.wire.lazily_dialects import DIALECT_SET, FaceDialect
 from octosync.wire.websocket import ws_frame
 
 WVP_VIEW = "wvp/ws"
+WVP_STREAM_VIEW = "wvp/stream"
+"""WVP over a byte stream (the Unix socket): bare JS-ABI packets, back to back."""
 
 
 def lazily_view_key(dialect: FaceDialect, transport: str) -> str:
@@ -33,17 +35,26 @@ def _lazily_encoders(dialect: FaceDialect) -> dict[str, Encoder]:
     return {lazily_view_key(dialect, "ws"): for_ws, lazily_view_key(dialect, "tcp"): for_tcp}
 
 
-def _encode_wvp(frame: OutFrame) -> bytes:
+def wvp_packet(frame: OutFrame) -> bytes:
+    """A WVP stream frame (or a resync request for the producer) as one JS-ABI packet."""
     body = frame.body
-    if not isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
+    msg: wvp.Message
+    if isinstance(body, wvp.ResyncRequest):
+        msg = body
+    elif isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
+        msg = wvp.WarpStream(warp_id_of(frame.stream), body)
+    else:
         raise TypeError(f"{type(body).__name__} is not a WVP stream frame")
-    msg = wvp.WarpStream(warp_id_of(frame.stream), body)
-    return ws_frame(wvp.encode(msg, frame.ts), text=False)
+    return wvp.encode(msg, frame.ts)
+
+
+def _encode_wvp(frame: OutFrame) -> bytes:
+    return ws_frame(wvp_packet(frame), text=False)
 
 
 def view_encoders() -> dict[str, Encoder]:
     """Every view key the server's faces use, with its encoder."""
-    table: dict[str, Encoder] = {WVP_VIEW: _encode_wvp}
+    table: dict[str, Encoder] = {WVP_VIEW: _encode_wvp, WVP_STREAM_VIEW: wvp_packet}
     for dialect in DIALECT_SET.values():
         table.update(_lazily_encoders(dialect))
     return table

@@ -18,8 +18,8 @@ from octosync.hub.streams import warp_id_of, warp_stream_id
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
-from octosync.server.runtime import Runtime
-from octosync.server.view_encoders import WVP_VIEW
+from octosync.server.ports import HubPort
+from octosync.server.view_encoders import WVP_STREAM_VIEW, WVP_VIEW
 from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
 
@@ -28,6 +28,14 @@ DURABLE_ACK = "durable_ack"
 """A producer that offers this capability gets ``durable_ack {warp_id, through_epoch}`` once
 its frames through that epoch are committed to the journal."""
 VIEW = ViewKey("wvp", WVP_VIEW)
+CAPABILITIES = (
+    "subscribe_warp",
+    "warp_stream",
+    "notification",
+    DURABLE_ACK,
+    "resync_request",
+    "hand_over",
+)
 
 
 class State(Enum):
@@ -43,24 +51,38 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 }
 
 
+def session_id(conn: int) -> str:
+    """The ``session_id`` a handshake ack names (what a ``hand_over`` gives a stream to)."""
+    return f"conn-{conn}"
+
+
+def conn_of(session: str) -> int:
+    """The inverse of ``session_id``; ``DecodeError`` for anything else."""
+    head, _, tail = session.partition("-")
+    if head != "conn" or not tail.isdigit():
+        raise DecodeError(f"{session!r} is not a session id", path="payload.session_id")
+    return int(tail)
+
+
 class WvpSession:
     face = FaceName.WVP
     byte_stream = False
     offload_decode = True
+    view = VIEW
 
-    def __init__(self, rt: Runtime, conn: int, identity: ClaimGrants) -> None:
+    def __init__(self, rt: HubPort, conn: int, identity: ClaimGrants) -> None:
         self.rt = rt
         self.conn = conn
         self.identity = identity
         self.life = Lifecycle(LIFECYCLE, State.AWAIT_HANDSHAKE)
-        self.max_frame = rt.limits.max_frame_bytes
+        self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
 
     @property
     def ready(self) -> bool:
         return self.life.state is State.OPEN
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> wvp.Message:
         if len(data) >= jsabi.HEADER_SIZE:
             jsabi.check_header(data[: jsabi.HEADER_SIZE])  # Oversize before the payload
         return wvp.decode(data, opaque=True)[0]
@@ -94,20 +116,20 @@ class WvpSession:
         else:
             self.outgoing.append(data)
 
-    def handle(self, message: object) -> None:
+    def handle(self, message: wvp.Message) -> None:
         hub = self.rt.hub
         if self.life.state is State.AWAIT_HANDSHAKE:
             if not isinstance(message, wvp.Handshake):
                 raise HandshakeFailed("the first message must be a handshake", path="op")
-            hub.connect(self.conn, VIEW, grants=self.identity, wake=self.rt.flusher.wake)
+            hub.connect(self.conn, self.view, grants=self.identity, wake=self.rt.wake)
             self.life.move("handshake")
-            if DURABLE_ACK in message.capabilities and self.rt.writer is not None:
+            if DURABLE_ACK in message.capabilities and self.rt.journaled:
                 self.rt.durable_listeners[self.conn] = self._durable
             ack = wvp.HandshakeAck(
                 status="OK",
                 server_version=SERVER_VERSION,
-                capabilities=("subscribe_warp", "warp_stream", "notification", DURABLE_ACK),
-                session_id=f"conn-{self.conn}",
+                capabilities=CAPABILITIES,
+                session_id=session_id(self.conn),
             )
             self._send(self._frame(ack))
             return
@@ -123,7 +145,16 @@ class WvpSession:
             case wvp.Notification(scope=scope):
                 warp = scope.get("Warp") if isinstance(scope, dict) else None
                 stream = None if warp is None else warp_stream_id(warp)
-                hub.notify(self.conn, stream, self._frame(message))
+                packet = wvp.encode(message, hub.next_ts())
+                hub.notify(
+                    self.conn,
+                    stream,
+                    {WVP_VIEW: ws_frame(packet, text=False), WVP_STREAM_VIEW: packet},
+                )
+            case wvp.ResyncRequest(warp_id=wid):
+                hub.request_resync(self.conn, warp_stream_id(wid), message)
+            case wvp.HandOver(warp_id=wid, session_id=to):
+                hub.hand_over(self.conn, warp_stream_id(wid), conn_of(to))
             case wvp.HandshakeAck() | wvp.ErrorPayload() | wvp.Handshake() | wvp.DurableAck():
                 raise DecodeError(f"{wvp.OPS[type(message)]} is not sent by clients", path="op")
 

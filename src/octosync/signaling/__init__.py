@@ -5,8 +5,6 @@ from octosync.signaling.messages import (
     ClientSignal,
     ServerSignal,
     SignalError,
-    decode_client,
-    encode_server,
 )
 from octosync.signaling.rooms import ANY_RIGHTS, JoinRights, SignalingHub, SignalingPolicy
 
@@ -19,6 +17,4 @@ __all__ = [
     "SignalError",
     "SignalingHub",
     "SignalingPolicy",
-    "decode_client",
-    "encode_server",
 ]

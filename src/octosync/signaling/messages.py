@@ -9,8 +9,6 @@ from typing import Annotated, Any
 
 import msgspec
 
-from octosync.errors import DecodeError, LimitExceeded
-
 PeerId = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
 
 
@@ -102,24 +100,3 @@ SIGNAL_ERROR_CODES = {
     "DecodeError": "decode_error",
 }
 """The seed's snake_case signaling codes for the errors.py names."""
-
-
-_decoder = msgspec.json.Decoder(ClientSignal)
-_encoder = msgspec.json.Encoder()
-
-
-def decode_client(data: bytes) -> ClientSignal:
-    """One client frame (a WebSocket text or binary message), strictly."""
-    try:
-        frame: ClientSignal = _decoder.decode(data)
-        return frame
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise DecodeError(str(exc), path="$") from None
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"not valid UTF-8 ({exc.reason})", path="$") from None
-    except RecursionError:
-        raise LimitExceeded("the frame nests deeper than the decoder allows", path="$") from None
-
-
-def encode_server(frame: ServerSignal) -> bytes:
-    return _encoder.encode(frame)

@@ -69,6 +69,7 @@ from octosync.store.records import (
     KIND_DROP,
     KIND_FRAME,
     KIND_OP,
+    KIND_PLANE,
     EncodedRecord,
     Record,
     StreamCheckpoint,
@@ -471,7 +472,8 @@ class Journal:
         or is a stream frame its stream's checkpoint does not cover. Op records are kept below
         ``min(before, ops_before)`` only: the server rebuilds its TopGun maps from them at
         start-up, so they go only once a ``pipeline compact`` output covers them (its
-        ``as_of_seq + 1`` is ``ops_before``; the default keeps every op record). Deletes run
+        ``as_of_seq + 1`` is ``ops_before``; the default keeps every op record). CRDT plane
+        records are never trimmed: each holds the only copy of its ops. Deletes run
         in chunks, so a concurrent writer waits for one chunk at a time, never for the whole
         trim.
         """
@@ -505,9 +507,9 @@ class Journal:
                     conn.execute("BEGIN IMMEDIATE")
                     cur = conn.execute(
                         "DELETE FROM journal WHERE seq IN "
-                        "(SELECT seq FROM journal WHERE seq < ? AND (kind != ? OR seq < ?) "
-                        "ORDER BY seq LIMIT ?)",
-                        (before, KIND_OP, ops_cut, _TRIM_CHUNK),
+                        "(SELECT seq FROM journal WHERE seq < ? AND kind != ? "
+                        "AND (kind != ? OR seq < ?) ORDER BY seq LIMIT ?)",
+                        (before, KIND_PLANE, KIND_OP, ops_cut, _TRIM_CHUNK),
                     )
                     count = cur.rowcount
                     deleted += count

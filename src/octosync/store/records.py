@@ -15,6 +15,7 @@ from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import InvalidRecord, JournalCorrupt
 from octosync.hub.limits import MAX_EPOCH, MAX_STREAM_NAME
+from octosync.ipc.messages import CrdtOp
 
 Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]
 StreamId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_STREAM_NAME)]
@@ -56,15 +57,26 @@ class StreamDropped(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     stream: StreamId
 
 
-Record = OpRecord | StreamFrame | StreamDropped
+class PlaneOps(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """CRDT plane ops the server accepted on the multi-writer stream ``stream`` (one writer's
+    frame). Plane merges are idempotent and commutative, so a restart merges every record of
+    the stream in any order; they are never trimmed (each is the only copy of its ops)."""
+
+    stream: StreamId
+    ops: tuple[CrdtOp, ...]
+
+
+Record = OpRecord | StreamFrame | StreamDropped | PlaneOps
 
 KIND_OP: Final = "op"
 KIND_FRAME: Final = "frame"
 KIND_DROP: Final = "drop"
-_KINDS: dict[str, type[OpRecord] | type[StreamFrame] | type[StreamDropped]] = {
+KIND_PLANE: Final = "plane"
+_KINDS: dict[str, type[OpRecord] | type[StreamFrame] | type[StreamDropped] | type[PlaneOps]] = {
     KIND_OP: OpRecord,
     KIND_FRAME: StreamFrame,
     KIND_DROP: StreamDropped,
+    KIND_PLANE: PlaneOps,
 }
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS = {kind: msgspec.msgpack.Decoder(cls) for kind, cls in _KINDS.items()}
@@ -109,6 +121,8 @@ def encode_record(record: Record) -> EncodedRecord:
         return EncodedRecord(KIND_FRAME, record.stream, _encode_checked(record))
     if isinstance(record, StreamDropped):
         return EncodedRecord(KIND_DROP, record.stream, _encode_checked(record))
+    if isinstance(record, PlaneOps):
+        return EncodedRecord(KIND_PLANE, record.stream, _encode_checked(record))
     raise InvalidRecord(f"cannot journal a {type(record).__name__}", path="$")
 
 

@@ -26,11 +26,13 @@ import msgspec
 from octosync.errors import DecodeError, OctosyncError
 from octosync.hub.model import DiffFrame, Frame, GraphModel, ReplayModel, SnapshotFrame
 from octosync.hub.streams import stream_face
-from octosync.ipc.messages import Delta, Snapshot
+from octosync.ipc.messages import CrdtOp, Delta, Snapshot
 from octosync.store.journal import Journal
 from octosync.store.records import (
     KIND_DROP,
     KIND_FRAME,
+    KIND_PLANE,
+    PlaneOps,
     StreamCheckpoint,
     StreamDropped,
     StreamFrame,
@@ -297,3 +299,21 @@ def recover(hub: Restorable, journal: Journal, *, max_replay_diffs: int = 1024) 
     state = JournalState.load(journal, max_replay_diffs=max_replay_diffs)
     state.restore_into(hub)
     return state
+
+
+class PlaneRestorable(Protocol):
+    def restore(self, name: str, ops: Iterable[CrdtOp]) -> None: ...
+
+
+def restore_planes(journal: Journal, planes: PlaneRestorable) -> int:
+    """Merge every journaled CRDT plane record into ``planes`` (blocking: run it in a thread);
+    returns how many records that was. Merges commute, so the order does not matter."""
+    count = 0
+    latest = journal.latest_seq()
+    for stream in journal.scopes(KIND_PLANE):
+        for row in journal.scoped_rows(KIND_PLANE, stream, 1, latest):
+            record = decode_record(KIND_PLANE, row.body, seq=row.seq)
+            assert isinstance(record, PlaneOps)
+            planes.restore(record.stream, record.ops)
+            count += 1
+    return count

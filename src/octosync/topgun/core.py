@@ -378,7 +378,7 @@ class TopGunCore:
             case tg.Auth() | tg.DeviceHello():
                 pass  # the real client sends AUTH twice; TopGun's server ignores the second
             case _:
-                requests.serve(self, fx, conn, message)
+                requests.serve(fx, conn, message)
         return fx
 
     # -- writes ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ on the server needs a sandbox neither server has.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from octosync.errors import RemoteProtocolError
 from octosync.topgun.replies import disabled
@@ -17,8 +17,12 @@ from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
 from octosync.wire import topgun_services as sv
 
-if TYPE_CHECKING:
-    from octosync.topgun.core import Effects, TopGunCore
+
+class Replies(Protocol):
+    """Where an answer goes (``topgun.core.Effects``: to this connection, in order)."""
+
+    def send(self, conn: int, message: tg.Message) -> None: ...
+
 
 _SANDBOX = "entry processors and conflict resolvers need a code sandbox this server does not have"
 
@@ -42,7 +46,7 @@ _NO_REPLY = (
 )
 
 
-def serve(core: TopGunCore, fx: Effects, conn: int, message: tg.Message) -> None:
+def serve(fx: Replies, conn: int, message: tg.Message) -> None:
     """Answer ``message`` into ``fx``, or raise the typed error that refuses it."""
     if isinstance(message, _NO_REPLY):
         return

@@ -88,3 +88,19 @@ def _may_be_struct(annotation: Any) -> bool:
 
 MACHINE_MSGPACK: ChainCodec[ChainStateMachine] = ChainCodec(ChainStateMachine, "msgpack")
 DEVICE_MACHINE_MSGPACK: ChainCodec[DeviceStateMachine] = ChainCodec(DeviceStateMachine, "msgpack")
+
+
+class ErrorRecord(msgspec.Struct, frozen=True, rename="pascal"):
+    """What a browser device gets before its ``/chain/NAME`` connection closes."""
+
+    type: str
+    code: str
+    message: str
+
+
+_json = msgspec.json.Encoder()
+
+
+def encode_error_record(code: str, message: str) -> bytes:
+    """``{"Type": "Error", "Code": ..., "Message": ...}``, the seed's JSON for an error."""
+    return _json.encode(ErrorRecord("Error", code, message))

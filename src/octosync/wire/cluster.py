@@ -21,8 +21,8 @@ import msgspec
 
 from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.errors import DecodeError
-from octosync.hub.streams import stream_face
 from octosync.ipc.messages import Delta, Snapshot
+from octosync.stream_names import stream_face
 from octosync.wire import msgpack as wire_msgpack
 from octosync.wire import wvp
 from octosync.wire.strict import Buffer, strict

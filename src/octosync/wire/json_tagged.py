@@ -13,7 +13,7 @@ import msgspec
 from octosync.ipc.messages import Handshake, IpcMessage
 from octosync.wire import json as seed_json
 from octosync.wire.strict import Buffer, strict
-from octosync.wire.tagged import WEnvelope, from_wire, to_wire
+from octosync.wire.tagged import ENVELOPE_TAGS, WEnvelope, from_wire, to_wire
 
 DIALECT = "json_tagged"
 
@@ -35,9 +35,11 @@ def looks_tagged(data: Buffer) -> bool:
     """Whether a JSON frame is in this dialect rather than the seed's (no ``"type"`` tag):
     a cheap sniff for faces that accept both on one endpoint."""
     head = bytes(data[:64]).lstrip()
-    return head.startswith(b"{") and head[1:].lstrip().startswith(
-        (b'"Snapshot"', b'"Delta"', b'"ResyncRequest"', b'"OutboxAck"', b'"CrdtSync"')
-    )
+    return head.startswith(b"{") and head[1:].lstrip().startswith(_TAGS)
+
+
+_TAGS = tuple(f'"{name}"'.encode() for name in ENVELOPE_TAGS)
+"""Every message's opening key (``{"Snapshot": ...}``), from the envelope's fields."""
 
 
 encode_handshake = seed_json.encode_handshake

@@ -4,12 +4,19 @@ Bytes <-> frozen Structs: ``Turn`` of ``TurnEvent(oid, Assert | Retract | Messag
 ``Error``, ``Extension`` and ``Nop``. Embedded values on the wire are ``WireRef``s
 (``sturdy.prs``: ``[0 oid]`` is the sender's own object, ``[1 oid caveat ...]`` the receiver's);
 they are decoded to ``Mine`` / ``Yours`` here, so a bad ref fails the packet like any other
-field. Preserves itself is the ``preserves`` package's; this module only checks shapes, strictly,
-and names the failing field. ``PacketStream`` splits a TCP byte stream into packets.
+field. Preserves values are the ``preserves`` package's; this module only checks shapes,
+strictly, and names the failing field. ``PacketStream`` splits a TCP byte stream into packets.
+
+The bytes go through ``wire.preserves_fast``, which reads and writes exactly what the
+``preserves`` package does, faster; ``OCTOSYNC_PRESERVES=package`` in the environment makes
+this module use the package's own codec instead (to measure one against the other).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any, TypeAlias
 
 import msgspec
@@ -18,6 +25,10 @@ from preserves import error as preserves_error
 from preserves.binary import Decoder, Encoder
 
 from octosync.errors import DecodeError, Oversize
+from octosync.wire import preserves_fast
+
+PACKAGE_CODEC = os.environ.get("OCTOSYNC_PRESERVES") == "package"
+"""Use the ``preserves`` package's codec rather than the fast path (a benchmark's baseline)."""
 
 Value: TypeAlias = Any
 """A Preserves value as the ``preserves`` package represents it."""
@@ -168,11 +179,16 @@ def _decoder(data: bytes | bytearray = b"") -> Decoder:
 
 def decode_value(data: bytes) -> Value:
     """Exactly one Preserves value from ``data``; ``DecodeError`` on anything else."""
-    decoder = _decoder(data)
-    value = _next(decoder)
+    if PACKAGE_CODEC:
+        decoder = _decoder(data)
+        value = _next(decoder)
+        end = decoder.index
+    else:
+        got = _fast_next(bytes(data), 0)
+        value, end = (None, 0) if got is None else got
     if value is None:
         raise DecodeError("truncated Preserves value", path="packet")
-    if decoder.index != len(data):
+    if end != len(data):
         raise DecodeError("bytes after the packet's value", path="packet")
     return value
 
@@ -181,15 +197,28 @@ def decode_packet(data: bytes) -> Packet:
     return packet_of(decode_value(data))
 
 
-def _next(decoder: Decoder) -> Value | None:
+@contextlib.contextmanager
+def _malformed() -> Iterator[None]:
+    """Whatever either codec raises on bad bytes, as one ``DecodeError``."""
     try:
-        return decoder.try_next()
+        yield
     except DecodeError:
         raise
     except RecursionError:
         raise DecodeError("value nested too deeply", path="packet") from None
     except (preserves_error.DecodeError, ValueError, TypeError, UnicodeDecodeError) as exc:
         raise DecodeError(f"malformed Preserves: {exc}", path="packet") from None
+
+
+def _next(decoder: Decoder) -> Value | None:
+    with _malformed():
+        return decoder.try_next()
+
+
+def _fast_next(data: bytes, index: int) -> tuple[Value, int] | None:
+    """``_next`` on the fast path: the same errors for the same bytes."""
+    with _malformed():
+        return preserves_fast.decode_from(data, index, decode_wire_ref)
 
 
 def _event_value(e: Event) -> Value:
@@ -214,6 +243,8 @@ def packet_value(p: Packet) -> Value:
 
 
 def encode_packet(p: Packet) -> bytes:
+    if not PACKAGE_CODEC:
+        return preserves_fast.encode(packet_value(p), encode_wire_ref)
     encoder = Encoder(encode_embedded=encode_wire_ref)
     encoder.append(packet_value(p))
     return bytes(encoder.buffer)
@@ -232,9 +263,12 @@ class PacketStream:
 
     def __init__(self, max_frame_size: int) -> None:
         self._decoder = _decoder()
+        self._buf = b""
         self.max_frame_size = max_frame_size
 
     def feed(self, data: bytes | bytearray) -> list[bytes]:
+        if not PACKAGE_CODEC:
+            return self._feed_fast(data)
         decoder = self._decoder
         decoder.extend(data)
         frames: list[bytes] = []
@@ -246,10 +280,29 @@ class PacketStream:
             frame = PreDecoded(decoder.packet[start : decoder.index])
             frame.value = value
             frames.append(frame)
-        pending = len(decoder.packet) - decoder.index
+        self._check_pending(len(decoder.packet) - decoder.index)
+        return frames
+
+    def _feed_fast(self, data: bytes | bytearray) -> list[bytes]:
+        buf = self._buf + bytes(data) if self._buf else bytes(data)
+        frames: list[bytes] = []
+        index = 0
+        while True:
+            got = _fast_next(buf, index)
+            if got is None:
+                break
+            value, end = got
+            frame = PreDecoded(buf[index:end])
+            frame.value = value
+            frames.append(frame)
+            index = end
+        self._buf = buf[index:]
+        self._check_pending(len(self._buf))
+        return frames
+
+    def _check_pending(self, pending: int) -> None:
         if pending > self.max_frame_size:
             raise Oversize(
                 f"a packet of more than {self.max_frame_size} bytes is still incomplete",
                 path="length",
             )
-        return frames

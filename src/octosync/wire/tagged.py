@@ -155,7 +155,10 @@ class WEnvelope(_W, Generic[B], frozen=True):
     CrdtSync: WCrdtSync[B] | UnsetType = UNSET
 
 
-_ENVELOPE_FIELDS = WEnvelope.__struct_fields__
+ENVELOPE_TAGS: tuple[str, ...] = WEnvelope.__struct_fields__
+"""One key per message of ``ipc.messages.IpcMessage``, named as its class (held equal to the
+union by ``tests/wire/test_tagged.py``); ``json_tagged`` sniffs frames by them."""
+_ENVELOPE_FIELDS = ENVELOPE_TAGS
 
 # --- wire -> messages ------------------------------------------------------------------------
 

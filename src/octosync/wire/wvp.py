@@ -97,8 +97,33 @@ class DurableAck(_Payload, frozen=True):
     through_epoch: U64
 
 
+class ResyncRequest(_Payload, frozen=True):
+    """A consumer lost the stream (a gap, a hash mismatch): it asks for a fresh snapshot.
+    The hub forwards it to the warp's producer; ``epoch`` is the consumer's last good epoch."""
+
+    warp_id: WarpId
+    epoch: U64 | None = None
+    reason: str | None = None
+
+
+class HandOver(_Payload, frozen=True):
+    """The producer of ``warp_id`` hands it to the connection whose handshake ack carried
+    ``session_id``; that connection's next snapshot continues the stream."""
+
+    warp_id: WarpId
+    session_id: str
+
+
 Message = (
-    Handshake | HandshakeAck | ErrorPayload | Notification | SubscribeWarp | WarpStream | DurableAck
+    Handshake
+    | HandshakeAck
+    | ErrorPayload
+    | Notification
+    | SubscribeWarp
+    | WarpStream
+    | ResyncRequest
+    | HandOver
+    | DurableAck
 )
 
 OPS: dict[type[Message], str] = {
@@ -108,6 +133,8 @@ OPS: dict[type[Message], str] = {
     Notification: "notification",
     SubscribeWarp: "subscribe_warp",
     WarpStream: "warp_stream",
+    ResyncRequest: "resync_request",
+    HandOver: "hand_over",
     DurableAck: "durable_ack",
 }
 _BY_OP: dict[str, type[Message]] = {v: k for k, v in OPS.items()}
@@ -219,7 +246,7 @@ def decode_payload(data: bytes, *, opaque: bool = False) -> tuple[Message, int]:
         raise DecodeError("payload must be a map", path="payload")
     cls = _BY_OP[op]
     payload = dict(payload)
-    if cls in (SubscribeWarp, WarpStream) and "rmg_id" in payload:
+    if cls in (SubscribeWarp, WarpStream, ResyncRequest) and "rmg_id" in payload:
         if "warp_id" in payload:
             raise DecodeError("both warp_id and legacy rmg_id given", path="payload.rmg_id")
         payload["warp_id"] = payload.pop("rmg_id")

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 import msgspec
 
 from octosync.errors import DecodeError, OctosyncError
-from octosync.ipc.messages import Delta, Handshake, IpcMessage, ResyncRequest, Snapshot
+from octosync.ipc.messages import (
+    CrdtSync,
+    Delta,
+    Handshake,
+    IpcMessage,
+    ResyncRequest,
+    Snapshot,
+)
 from octosync.wire import DIALECTS, Codec
 from octosync.wire import json as wire_json
 from octosync.wire.json_tagged import looks_tagged
@@ -31,6 +38,7 @@ class ErrorFrame(msgspec.Struct, frozen=True, tag_field="type", tag="error", omi
 
 
 _json_errors = msgspec.json.Encoder()
+_json_error_decoder = msgspec.json.Decoder(ErrorFrame)
 _msgpack_errors = msgspec.msgpack.Encoder()
 
 
@@ -52,7 +60,7 @@ class FaceDialect:
         return self.codec.decode(data)
 
     def encode(self, msg: object) -> bytes:
-        if not isinstance(msg, Snapshot | Delta | ResyncRequest):
+        if not isinstance(msg, Snapshot | Delta | ResyncRequest | CrdtSync):
             raise TypeError(f"{type(msg).__name__} is not a state-plane message")
         return self.codec.encode(msg)
 
@@ -82,3 +90,11 @@ def sniff_producer_dialect(current: FaceDialect, first_message: bytes) -> FaceDi
     if current.name == wire_json.DIALECT and looks_tagged(first_message):
         return DIALECT_SET["json_tagged"]
     return current
+
+
+def decode_error_frame(raw: bytes | str) -> ErrorFrame | None:
+    """The server's JSON error frame, or None when ``raw`` is something else (a client's view)."""
+    try:
+        return _json_error_decoder.decode(raw)
+    except msgspec.DecodeError:
+        return None

@@ -7,14 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octosync.errors import DecodeError, Forbidden, HandshakeFailed
-from octosync.server.lazily_dialect import (
+from octosync.wire import json as seed_json
+from octosync.wire import json_tagged, msgpack
+from octosync.wire.lazily_dialects import (
     DIALECT_SET,
     SEED_JSON,
     handshake_dialect,
     sniff_producer_dialect,
 )
-from octosync.wire import json as seed_json
-from octosync.wire import json_tagged, msgpack
 from tests.e2e.helpers import handshake_struct
 
 

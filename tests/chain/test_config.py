@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from octosync.links.config import ChainConfig, Member
+from octosync.chain.config import ChainConfig, Member
 
 A, B, C = (Member(n, "127.0.0.1", p) for n, p in (("a", 1), ("b", 2), ("c", 3)))
 

@@ -1,0 +1,259 @@
+"""asyncio client for multi-writer streams: a shared document of counters, registers and maps.
+
+::
+
+    async with octosync.client.open_document("ws://127.0.0.1:8765", "board") as doc:
+        clicks = doc.counter("clicks")
+        clicks.add(1)                      # merged with every other writer's additions
+        clicks.on_change(print)            # now, and after every change
+        await doc.synced()                 # every local edit acknowledged (journaled)
+
+The document joins the stream over ``/lazily`` with the ``distributed_crdt`` feature. Edits
+apply locally at once and are sent as CRDT ops; each stays pending until the server echoes it
+back, which it does only after its journal committed it. Edits made while disconnected are
+kept, and sent again (with every still pending one) on reconnect; the server's whole state
+arrives first on every connection, so an offline replica converges. The cells are ordinary
+cells of ``doc.context`` (``crdt.replicated``): memos and effects read them like any cell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from octosync.client.lazily import _DROPPED, Backoff, lazily_url, remote_error
+from octosync.client.ws import close_ws, connect_ws
+from octosync.crdt.plane import stamp_key
+from octosync.crdt.replicated import Replicated, ReplicatedCell
+from octosync.crdt.shared import SharedState
+from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
+from octosync.graph import Context
+from octosync.hub.crdt_streams import FEATURE
+from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
+from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, CrdtSync, Handshake
+from octosync.wire import DIALECTS
+
+_JSON = DIALECTS["json"]
+_FATAL = (AuthError, Forbidden, HandshakeFailed)
+"""Refusals a reconnect cannot change."""
+_RETRIED: tuple[type[BaseException], ...] = (*_DROPPED, TimeoutError)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_peer_id() -> int:
+    """A fresh replica id: random, so two replicas never write one counter entry."""
+    return random.SystemRandom().randrange(1, MAX_SAFE_ID)
+
+
+class SharedDocument:
+    """One replica of a multi-writer stream, kept in sync over a reconnecting WebSocket."""
+
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        token: str | None = None,
+        peer: int | None = None,
+        context: Context | None = None,
+        clock: Callable[[], int] = _wall_ms,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.url = lazily_url(url)
+        self.name = name
+        self.token = token
+        self.peer = peer if peer is not None else new_peer_id()
+        self.context = context or Context()
+        self.cells = Replicated(self.context, SharedState(self.peer, clock))
+        self.cells.on_local = self._local
+        self.backoff = backoff or Backoff()
+        self.pending: dict[tuple[int, str], CrdtOp] = {}
+        """Local ops the server has not acknowledged yet, by entry (the latest one each)."""
+        self.errors: list[OctosyncError] = []
+        self.connected = False
+        self.reconnects = 0
+        self._outbox: list[CrdtOp] = []
+        self._changed = asyncio.Event()
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._failed: OctosyncError | None = None
+        self._joined = False
+        self._closing = False
+        self._rng = random.Random()
+
+    # --- the values -------------------------------------------------------------------------
+
+    def counter(self, name: str) -> ReplicatedCell[int]:
+        return self.cells.counter(name)
+
+    def register(self, name: str) -> ReplicatedCell[Any]:
+        return self.cells.register(name)
+
+    def multi(self, name: str) -> ReplicatedCell[tuple[Any, ...]]:
+        return self.cells.multi(name)
+
+    def map(self, name: str) -> ReplicatedCell[dict[str, Any]]:
+        return self.cells.map(name)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> SharedDocument:
+        if self._task is None:
+            self._closing = False
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    async def __aenter__(self) -> SharedDocument:
+        return await self.start()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        self._closing = True
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def synced(self, timeout: float = 30.0) -> None:
+        """Wait until the server's state arrived and every local edit is acknowledged."""
+        await self.wait_until(lambda: self._joined and self.connected and not self.pending, timeout)
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+        """Wait until ``predicate()`` holds (checked after every change of the document)."""
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                if self._failed is not None:
+                    raise self._failed
+                self._changed.clear()
+                await self._changed.wait()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    def _local(self, op: CrdtOp) -> None:
+        self.pending[(op.slot_id, op.key or "")] = op
+        if self.connected:
+            self._outbox.append(op)
+            self._notify()
+
+    def _acked(self, ops: tuple[CrdtOp, ...]) -> None:
+        for op in ops:
+            if op.stamp.peer != self.peer:
+                continue
+            key = (op.slot_id, op.key or "")
+            held = self.pending.get(key)
+            if held is not None and stamp_key(held.stamp) <= stamp_key(op.stamp):
+                del self.pending[key]
+
+    def _handshake(self) -> bytes:
+        return _JSON.encode_handshake(
+            Handshake(
+                protocol_id=PROTOCOL_ID,
+                protocol_major_version=PROTOCOL_MAJOR_VERSION,
+                codec="json",
+                max_frame_size=1 << 20,
+                fragmentation_supported=False,
+                ordered_reliable=True,
+                peer_id=self.peer,
+                session_id=self.name,
+                features=(FEATURE,),
+            )
+        )
+
+    async def _run(self) -> None:
+        attempt = 0
+        async with aiohttp.ClientSession() as http:
+            while True:
+                try:
+                    await self._session(http)
+                    attempt = 0
+                except _FATAL as exc:
+                    self._failed = exc
+                    self._notify()
+                    return
+                except _RETRIED:
+                    # aiohttp may turn a cancellation inside its connect into a timeout
+                    if self._closing:
+                        return
+                self.connected = False
+                self._joined = False
+                self._notify()
+                delay = self.backoff.delay(attempt, self._rng)
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    async def _session(self, http: aiohttp.ClientSession) -> None:
+        ws = await connect_ws(http, self.url, self.token, max_msg_size=0)
+        try:
+            await ws.send_bytes(self._handshake())
+            reply = await ws.receive()
+            if reply.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                raise ConnectionError("the server closed before its handshake reply")
+            refused = remote_error(reply.data)
+            if refused is not None:
+                raise refused
+            if self.reconnects or self.connected:
+                self.reconnects += 1
+            self.connected = True
+            self._outbox = sorted(self.pending.values(), key=lambda o: stamp_key(o.stamp))
+            sender = asyncio.get_running_loop().create_task(self._send(ws))
+            try:
+                await self._receive(ws)
+            finally:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sender
+        finally:
+            self._ws = None
+            await close_ws(ws, None)
+
+    async def _send(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        while True:
+            if not self._outbox:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            ops, self._outbox = tuple(self._outbox), []
+            await ws.send_bytes(_JSON.encode(CrdtSync(ops=ops)))
+
+    async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        async for msg in ws:
+            if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                break
+            error = remote_error(msg.data)
+            if error is not None:
+                self.errors.append(error)
+                if isinstance(error, _FATAL):
+                    raise error
+                continue
+            sync = _JSON.decode(msg.data.encode() if isinstance(msg.data, str) else msg.data)
+            if not isinstance(sync, CrdtSync):
+                continue
+            self.cells.merge(sync.ops)
+            self._acked(sync.ops)
+            if sync.frontier is not None:  # the last frame of the document sent at joining
+                self._joined = True
+            self._notify()
+        raise ConnectionError("the server closed the connection")
+
+
+def open_document(url: str, name: str, **options: Any) -> SharedDocument:
+    """A shared document (not started: ``async with`` it, or ``await doc.start()``)."""
+    return SharedDocument(url, name, **options)

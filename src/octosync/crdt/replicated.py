@@ -1,0 +1,146 @@
+"""Replicated cells: graph cells whose value is the merge of every replica's writes.
+
+``Replicated(ctx, state)`` makes LWW registers (the default), MV registers, PN counters and LWW
+maps of a ``SharedState`` into ordinary cells of ``ctx``: memos, signals and effects read them
+like any cell. A merge runs in one batch and writes each affected cell with its new observed
+value, so the cell's equality guard applies after the merge (a merge that lands on the value
+already held invalidates nothing and memos stay suppressed), and effects run once per merge,
+not once per op. Local writes go the same way and queue their op for the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from octosync.crdt.shared import SharedState, check_name
+from octosync.errors import CrdtValueError
+from octosync.graph.context import Context
+from octosync.graph.nodes import Cell, Effect
+from octosync.ipc.messages import CrdtOp
+
+T = TypeVar("T")
+
+
+class ReplicatedCell(Generic[T]):
+    """One replicated value: ``get`` (a tracked read), ``value``, and the writes of its kind."""
+
+    __slots__ = ("_owner", "cell", "kind", "name")
+
+    def __init__(self, owner: Replicated, name: str, kind: str, cell: Cell[T]) -> None:
+        self._owner = owner
+        self.name = name
+        self.kind = kind
+        self.cell = cell
+
+    def get(self) -> T:
+        return self.cell.get()
+
+    @property
+    def value(self) -> T:
+        return self.cell.peek()
+
+    def _need(self, kind: str, method: str) -> None:
+        if self.kind != kind:
+            raise CrdtValueError(
+                f"{method} is not an operation of {self.name!r}, a {self.kind} value",
+                path="kind",
+            )
+
+    def add(self, amount: int = 1) -> None:
+        """Counter: add ``amount`` (negative subtracts)."""
+        self._need("pn", "add")
+        self._owner._local(self._owner.state.add(self.name, amount))
+
+    def set(self, *args: Any) -> None:
+        """Register: ``set(value)``; map: ``set(field, value)``."""
+        state = self._owner.state
+        if self.kind == "map" and len(args) == 2:
+            op = state.set_field(self.name, args[0], args[1])
+        elif self.kind == "lww" and len(args) == 1:
+            op = state.set(self.name, args[0])
+        elif self.kind == "mv" and len(args) == 1:
+            op = state.set_multi(self.name, args[0])
+        else:
+            raise CrdtValueError(f"set{args!r} does not fit a {self.kind} value", path="set")
+        self._owner._local(op)
+
+    def delete(self, field: str) -> None:
+        """Map: delete ``field``."""
+        self._need("map", "delete")
+        self._owner._local(self._owner.state.delete_field(self.name, field))
+
+    def on_change(self, callback: Callable[[T], object]) -> Effect:
+        """Call ``callback(value)`` now and after every flush that changed the value."""
+        return self._owner.ctx.effect(lambda: callback(self.get()))
+
+
+class Replicated:
+    """The replicated cells of one ``Context`` over one ``SharedState``."""
+
+    def __init__(self, ctx: Context, state: SharedState) -> None:
+        self.ctx = ctx
+        self.state = state
+        self._cells: dict[str, ReplicatedCell[Any]] = {}
+        self.outgoing: list[CrdtOp] = []
+        """Local ops not yet taken for the wire (``take_outgoing``), unless ``on_local``."""
+        self.on_local: Callable[[CrdtOp], None] | None = None
+        """Called with each local op instead of queueing it in ``outgoing`` (a client)."""
+
+    def _cell(self, name: str, kind: str) -> ReplicatedCell[Any]:
+        check_name(name)
+        known = self._cells.get(name)
+        if known is not None:
+            if known.kind != kind:
+                raise CrdtValueError(f"{name!r} is a {known.kind} value, not {kind}", path="kind")
+            return known
+        cell = self.ctx.cell(self.state.read(name, kind))
+        made: ReplicatedCell[Any] = ReplicatedCell(self, name, kind, cell)
+        self._cells[name] = made
+        return made
+
+    def register(self, name: str) -> ReplicatedCell[Any]:
+        """An LWW register (the default kind): the latest write wins."""
+        return self._cell(name, "lww")
+
+    def counter(self, name: str) -> ReplicatedCell[int]:
+        """A PN counter: every replica's additions add up."""
+        return self._cell(name, "pn")
+
+    def multi(self, name: str) -> ReplicatedCell[tuple[Any, ...]]:
+        """An MV register: concurrent writes all survive as a tuple of values."""
+        return self._cell(name, "mv")
+
+    def map(self, name: str) -> ReplicatedCell[dict[str, Any]]:
+        """An LWW map: one register per field."""
+        return self._cell(name, "map")
+
+    def merge(self, ops: Iterable[CrdtOp]) -> set[str]:
+        """Merge remote ops in one batch; returns the names whose observed value changed."""
+        with self.ctx.batch():
+            return self._refresh(self.state.receive(ops))
+
+    def _refresh(self, names: Iterable[str]) -> set[str]:
+        moved = set()
+        for name in names:
+            rc = self._cells.get(name)
+            if rc is None:
+                continue
+            value = self.state.read(name, rc.kind)
+            if value != rc.cell.peek():
+                moved.add(name)
+                rc.cell.set(value)
+        return moved
+
+    def _local(self, op: CrdtOp) -> None:
+        if self.on_local is None:
+            self.outgoing.append(op)
+        else:
+            self.on_local(op)
+        name = (op.key or "").split("/", 1)[0]
+        with self.ctx.batch():
+            self._refresh([name])
+
+    def take_outgoing(self) -> list[CrdtOp]:
+        ops, self.outgoing = self.outgoing, []
+        return ops

@@ -1,0 +1,188 @@
+"""Multi-writer streams: the server's replica of each CRDT plane stream and who may write it.
+
+A lazily connection that negotiates ``distributed_crdt`` joins a plane stream instead of a
+graph stream. Every connection holding ``write`` on the stream sends ``CrdtSync`` ops; there is
+no producer, so the stream lives on with nobody connected. Accepting ops is two steps around
+the journal:
+
+1. ``check`` refuses, changing nothing, a frame the writer may not send: no ``write`` grant, an
+   op stamped by another peer than the writer's handshake ``peer_id`` (a writer speaks for
+   itself only), a stamp further ahead of the server's clock than the allowed drift (it would
+   win every later write) or with a logical counter a JavaScript replica cannot hold exactly,
+   a state that is not inline bytes, or a replica (or all of them together) past its size.
+2. ``commit``, once the journal committed the ops, merges them and says what goes where: the
+   ops that changed the replica to every reader but the writer, and all of the frame's ops back
+   to the writer as its acknowledgement. Nothing is fanned out before it is durable, so no
+   client ever holds an op a restarted server lost.
+
+Merging is the plane's (``crdt/plane.py``): idempotent, so a writer that resends after a lost
+acknowledgement changes nothing twice. Sans-I/O: the clock is injected, bytes are the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from octosync.bounds import MAX_SAFE_INTEGER
+from octosync.crdt.plane import MAX_ENTRIES, PlaneReplica
+from octosync.errors import ClockDrift, Forbidden, LimitExceeded
+from octosync.hub.types import ConnId, Grants
+from octosync.ipc.messages import CrdtOp, CrdtSync
+
+FEATURE = "distributed_crdt"
+"""The handshake feature (lazily-spec's token) that makes a lazily connection a plane member."""
+
+DEFAULT_MAX_DRIFT_MS = 60_000
+MAX_TOTAL_ENTRIES = 2_000_000
+"""Entries all plane streams of a server hold together at most: writers cannot grow the
+server's memory without bound by spreading entries over many streams."""
+
+
+@dataclass(slots=True)
+class Member:
+    conn: ConnId
+    stream: str
+    peer: int
+    read: bool
+    write: bool
+
+
+@dataclass(slots=True)
+class PlaneStream:
+    name: str
+    replica: PlaneReplica
+    members: dict[ConnId, Member] = field(default_factory=dict)
+    ops_accepted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A frame that passed ``check``: what the journal stores and ``commit`` merges."""
+
+    conn: ConnId
+    stream: str
+    ops: tuple[CrdtOp, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """What ``commit`` decided: ``fanout`` to ``readers``, ``ack`` back to ``writer``."""
+
+    stream: str
+    writer: ConnId
+    fanout: tuple[CrdtOp, ...]
+    readers: tuple[ConnId, ...]
+    ack: tuple[CrdtOp, ...]
+
+
+class CrdtStreams:
+    """Every plane stream of one server."""
+
+    def __init__(
+        self,
+        clock_ms: Callable[[], int],
+        *,
+        max_drift_ms: int = DEFAULT_MAX_DRIFT_MS,
+        max_entries: int = MAX_ENTRIES,
+        max_total_entries: int = MAX_TOTAL_ENTRIES,
+    ) -> None:
+        self._clock = clock_ms
+        self.max_drift_ms = max_drift_ms
+        self.max_entries = max_entries
+        self.max_total_entries = max_total_entries
+        self.total_entries = 0
+        self.streams: dict[str, PlaneStream] = {}
+        self._members: dict[ConnId, Member] = {}
+
+    def _stream(self, name: str) -> PlaneStream:
+        stream = self.streams.get(name)
+        if stream is None:
+            stream = self.streams[name] = PlaneStream(name, PlaneReplica(self.max_entries))
+        return stream
+
+    def join(self, conn: ConnId, name: str, peer: int, grants: Grants) -> tuple[CrdtOp, ...]:
+        """Add a member; returns the stream's whole state for it (empty without ``read``)."""
+        read, write = grants.allows(name, "read"), grants.allows(name, "write")
+        if not (read or write):
+            raise Forbidden(f"no read or write grant on stream {name!r}", path="session_id")
+        member = Member(conn, name, peer, read, write)
+        stream = self._stream(name)
+        stream.members[conn] = member
+        self._members[conn] = member
+        return stream.replica.ops() if read else ()
+
+    def leave(self, conn: ConnId) -> None:
+        member = self._members.pop(conn, None)
+        if member is None:
+            return
+        stream = self.streams[member.stream]
+        stream.members.pop(conn, None)
+        if not stream.members and not len(stream.replica):
+            del self.streams[member.stream]  # never written: joining names costs nothing kept
+
+    def is_member(self, conn: ConnId) -> bool:
+        return conn in self._members
+
+    def check(self, conn: ConnId, sync: CrdtSync) -> Checked:
+        """Refuse (typed, nothing changed) what ``conn`` may not write; see the module doc."""
+        member = self._members[conn]
+        if not member.write:
+            raise Forbidden(f"no write grant on stream {member.stream!r}", path="ops")
+        horizon = self._clock() + self.max_drift_ms
+        for i, op in enumerate(sync.ops):
+            if op.stamp.peer != member.peer:
+                raise Forbidden(
+                    f"op stamped by peer {op.stamp.peer}; this connection is peer {member.peer}",
+                    path=f"ops[{i}].stamp.peer",
+                )
+            if op.stamp.logical > MAX_SAFE_INTEGER:  # a JavaScript replica could not order it
+                raise LimitExceeded(
+                    f"logical counter {op.stamp.logical} is above 2**53",
+                    path=f"ops[{i}].stamp.logical",
+                )
+            if op.stamp.wall_time > horizon:
+                raise ClockDrift(
+                    f"op stamped {op.stamp.wall_time - horizon + self.max_drift_ms} ms ahead "
+                    f"of the server's clock (limit {self.max_drift_ms} ms)",
+                    path=f"ops[{i}].stamp.wall_time",
+                )
+        fresh = self.streams[member.stream].replica.check(sync.ops)
+        if self.total_entries + fresh > self.max_total_entries:
+            raise LimitExceeded(
+                f"the server's shared documents would hold {self.total_entries + fresh} "
+                f"entries, over its limit of {self.max_total_entries}",
+                path="ops",
+            )
+        return Checked(conn, member.stream, sync.ops)
+
+    def commit(self, checked: Checked) -> Accepted:
+        """Merge ops the journal committed; see the module doc for who gets what."""
+        stream = self._stream(checked.stream)
+        before = len(stream.replica)
+        changed = tuple(stream.replica.merge(checked.ops))
+        self.total_entries += len(stream.replica) - before
+        stream.ops_accepted += len(checked.ops)
+        readers = tuple(
+            m.conn for m in stream.members.values() if m.read and m.conn != checked.conn
+        )
+        return Accepted(checked.stream, checked.conn, changed, readers, checked.ops)
+
+    def restore(self, name: str, ops: Iterable[CrdtOp]) -> None:
+        """Merge journaled ops at start-up (before any connection)."""
+        replica = self._stream(name).replica
+        before = len(replica)
+        replica.merge(ops)
+        self.total_entries += len(replica) - before
+
+    def state_of(self, name: str) -> tuple[CrdtOp, ...]:
+        stream = self.streams.get(name)
+        return () if stream is None else stream.replica.ops()
+
+    def delta_for(self, conn: ConnId, sync: CrdtSync) -> tuple[CrdtOp, ...]:
+        """A reader's frontier answered with the entries it has not seen (none without
+        ``read``, or when the frame carries no frontier)."""
+        member = self._members[conn]
+        if not member.read or not sync.frontier:
+            return ()
+        return self.streams[member.stream].replica.delta_for(sync.frontier)

@@ -1,0 +1,168 @@
+"""The CRDT plane's I/O half: journal accepted ops, then send them, encoded once per dialect.
+
+``hub.crdt_streams.CrdtStreams`` decides; this moves bytes. A writer's frame is checked, its
+ops journaled through the runtime's ``GroupCommitWriter``, and only once the commit succeeded
+merged, fanned out to the stream's readers and echoed to the writer as its acknowledgement.
+What commits accepted goes out as one frame per stream and reader, at most once per
+``FLUSH_GAP`` (a commit settles many writers' frames at once; one frame each would multiply
+the frames every reader's queue holds, and the socket writes, by the number of writers). A
+failed commit resets the writer's connection (``Runtime.after_commit``), so the writer, told
+nothing, resends on reconnect. Every frame goes out through ``Hub.send_lossless``: a reader
+whose queue is full is reset rather than silently missing an op, and catches up from the whole
+state it gets on reconnect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError, Overloaded, StorageError
+from octosync.hub import Hub
+from octosync.hub.crdt_streams import Accepted, Checked, CrdtStreams
+from octosync.hub.types import ConnId
+from octosync.ipc.messages import CrdtOp, CrdtSync
+from octosync.server.gap_flush import GapFlush
+from octosync.store.records import EncodedRecord, PlaneOps, encode_record
+
+
+class JournalRoom(Protocol):
+    """The journal writer, as far as the plane asks it (``store.journal.GroupCommitWriter``)."""
+
+    def has_room(self) -> bool: ...
+
+
+class PlaneHost(Protocol):
+    """What the plane uses of the server (``server.runtime.Runtime``): the hub, the journal
+    and its commit-then-callback, and a way to reset a connection."""
+
+    @property
+    def hub(self) -> Hub: ...
+
+    @property
+    def writer(self) -> JournalRoom | None: ...
+
+    def after_commit(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
+    ) -> None: ...
+
+    def fault(self, conn: int, err: OctosyncError) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How one member's frames are encoded: its dialect's encoder plus transport framing."""
+
+    key: str
+    encode: Callable[[CrdtSync], bytes]
+
+
+FLUSH_GAP = 0.005
+"""Seconds between two fan-outs of a plane at most: an idle server sends at once, a busy one
+puts many commits' ops into one frame per reader (each frame is a write to every reader's
+socket: under many writers, frames per second, not ops, are what costs)."""
+
+
+JOIN_CHUNK = 1000
+"""Ops per frame of the whole document a member gets when it joins; only the last frame
+carries the frontier, so a member knows it has the document when a frame has one."""
+
+
+@dataclass(slots=True)
+class _Due:
+    """What the commits of one loop turn send on one stream."""
+
+    fanout: list[CrdtOp] = field(default_factory=list)
+    acks: dict[ConnId, list[CrdtOp]] = field(default_factory=dict)
+
+
+class Plane:
+    """The runtime's plane streams: members' framing, journaling, fan-out."""
+
+    def __init__(self, runtime: PlaneHost, core: CrdtStreams) -> None:
+        self.rt = runtime
+        self.core = core
+        self._framing: dict[ConnId, Framing] = {}
+        self._due: dict[str, _Due] = {}
+        self._flusher = GapFlush(self._flush, FLUSH_GAP)
+
+    def join(self, conn: ConnId, stream: str, framing: Framing, state: Sequence[CrdtOp]) -> None:
+        """A member joined (``core.join`` done): it gets the whole state first, with the
+        server's frontier."""
+        self._framing[conn] = framing
+        frontier = self.core.streams[stream].replica.frontier()
+        ops = tuple(state)
+        for at in range(0, max(len(ops) - JOIN_CHUNK, 0), JOIN_CHUNK):
+            self.send([conn], CrdtSync(ops=ops[at : at + JOIN_CHUNK]))
+        last = ops[(max(len(ops) - 1, 0) // JOIN_CHUNK) * JOIN_CHUNK :]
+        self.send([conn], CrdtSync(frontier=frontier, ops=last))
+
+    def leave(self, conn: ConnId) -> None:
+        self._framing.pop(conn, None)
+        self.core.leave(conn)
+
+    def receive(self, conn: ConnId, sync: CrdtSync) -> None:
+        """A member's frame: answer its frontier, then journal and accept its ops."""
+        checked = self.core.check(conn, sync)
+        delta = self.core.delta_for(conn, sync)
+        if delta:
+            self.send([conn], CrdtSync(ops=delta))
+        if not checked.ops:
+            return
+        writer = self.rt.writer
+        if writer is None:
+            self._accepted(self.core.commit(checked))
+            return
+        if not writer.has_room():
+            raise StorageError("the journal writer is behind: its queue is full; resend later")
+        try:
+            record = encode_record(PlaneOps(checked.stream, checked.ops))
+        except InvalidRecord as exc:
+            raise LimitExceeded(
+                f"the ops cannot be journaled: {exc.message}", path=exc.path
+            ) from exc
+        self.rt.after_commit(conn, [record], lambda: self._committed(checked))
+
+    def _committed(self, checked: Checked) -> None:
+        self._accepted(self.core.commit(checked))
+
+    def _accepted(self, accepted: Accepted) -> None:
+        """Gather what commits decided this loop turn; ``_flush`` sends it at the turn's end."""
+        due = self._due.get(accepted.stream)
+        if due is None:
+            due = self._due[accepted.stream] = _Due()
+        due.fanout.extend(accepted.fanout)
+        due.acks.setdefault(accepted.writer, []).extend(accepted.ack)
+        self._flusher.soon()
+
+    def _flush(self) -> None:
+        """One frame per stream and turn to every reader (its own ops included: they are its
+        acknowledgement), and to each writer what that frame does not already acknowledge."""
+        due, self._due = self._due, {}
+        for name, batch in due.items():
+            stream = self.core.streams.get(name)
+            if stream is None:
+                continue
+            readers = [m.conn for m in stream.members.values() if m.read]
+            if batch.fanout:
+                self.send(readers, CrdtSync(ops=tuple(batch.fanout)))
+            sent = set(batch.fanout)
+            for writer, acks in batch.acks.items():
+                rest = acks if writer not in readers else [op for op in acks if op not in sent]
+                if rest:
+                    self.send([writer], CrdtSync(ops=tuple(rest)))
+
+    def send(self, conns: Iterable[ConnId], sync: CrdtSync) -> None:
+        """Encode ``sync`` once per framing and queue it for each of ``conns``."""
+        encoded: dict[str, bytes] = {}
+        hub = self.rt.hub
+        for conn in conns:
+            framing = self._framing.get(conn)
+            if framing is None:
+                continue
+            data = encoded.get(framing.key)
+            if data is None:
+                data = encoded[framing.key] = framing.encode(sync)
+            if not hub.send_lossless(conn, data):
+                self.rt.fault(conn, Overloaded("this connection fell behind the plane; rejoin"))

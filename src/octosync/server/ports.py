@@ -1,0 +1,196 @@
+"""What each face's session may call: narrow ports instead of the whole runtime.
+
+A session is bytes in, core calls and bytes out; these protocols name exactly the core calls
+and the ways out each face has. ``server.runtime.Runtime`` implements the hub faces' ports,
+``server.topgun_face.TopGunFace`` TopGun's; a test gives a session a fake port and feeds it
+bytes (``tests/server/test_ports.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Protocol
+
+from octosync.cluster.maps import MapStats
+from octosync.errors import OctosyncError
+from octosync.hub import Hub
+from octosync.ipc.messages import Delta, Snapshot
+from octosync.server.auth import ClaimGrants
+from octosync.server.face_names import FaceName
+from octosync.server.plane import Plane
+from octosync.server.shared_blobs import ServerBlobs
+from octosync.signaling import SignalingHub
+from octosync.store.records import EncodedRecord
+from octosync.syndicate import Relay
+from octosync.topgun import Effects, Outbound, TopGunCore
+
+
+class LiveConnection(Protocol):
+    """What the runtime needs of a connection (``server.connection.ServedConnection``)."""
+
+    @property
+    def transport(self) -> asyncio.BaseTransport: ...
+
+    @property
+    def session_face(self) -> FaceName: ...
+
+    @property
+    def deflate(self) -> bool:
+        """Takes permessage-deflate frames (``wire.websocket.FrameDeflater``'s)."""
+
+    def fault(self, err: OctosyncError) -> None: ...
+
+    def close_soon(self, code: int) -> None: ...
+
+    async def close(self, code: int) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+DurableListener = Callable[[object, int], None]
+"""Told ``(stream, epoch)`` once a producer's frames are journaled that far."""
+
+
+class Credentials(Protocol):
+    """Every face: who a token is (the server's keys), and the frame limit."""
+
+    @property
+    def max_frame(self) -> int:
+        """The server's frame limit (a handshake may lower it, never raise it)."""
+        ...
+
+    def authenticate(self, token: str | None) -> ClaimGrants:
+        """The identity presenting ``token`` (None: none), or ``Unauthorized``."""
+        ...
+
+
+class Delivery(Protocol):
+    """Bytes for another connection, written now (a peer that cannot keep up is dropped)."""
+
+    def deliver(self, conn: int, *data: bytes) -> None: ...
+
+
+class HubPort(Credentials, Protocol):
+    """The lazily and WVP faces: the hub, and the flusher's wake-up for a connection."""
+
+    @property
+    def hub(self) -> Hub: ...
+
+    @property
+    def journaled(self) -> bool:
+        """Accepted frames are journaled (so producers may ask for durability acks)."""
+        ...
+
+    @property
+    def durable_listeners(self) -> MutableMapping[int, DurableListener]:
+        """Producers that asked to learn how far their frames are journaled."""
+        ...
+
+    @property
+    def clustered(self) -> bool:
+        """The server is a node of a cluster (``--cluster``)."""
+        ...
+
+    @property
+    def plane(self) -> Plane:
+        """The multi-writer (CRDT plane) streams of the lazily face."""
+        ...
+
+    @property
+    def blobs(self) -> ServerBlobs:
+        """Shared-memory payloads (``shared_blob``): the regions producers negotiated."""
+        ...
+
+    def wake(self, conn: int) -> None:
+        """The hub queued bytes for ``conn``: the flusher writes them this loop turn."""
+        ...
+
+    def follow_map(self, stream: str) -> None:
+        """A lazily client asked for ``map:<name>``: the server starts producing it."""
+        ...
+
+
+class SignalPort(Credentials, Delivery, Protocol):
+    """The signaling face: rooms and relay rules."""
+
+    @property
+    def signaling(self) -> SignalingHub: ...
+
+
+class DataspacePort(Credentials, Delivery, Protocol):
+    """The dataspace face: the Syndicate relay, and each connection's transport framing."""
+
+    @property
+    def relay(self) -> Relay: ...
+
+    @property
+    def relay_framing(self) -> MutableMapping[int, Callable[[bytes], bytes]]: ...
+
+
+class JournalGate(Protocol):
+    """What a write asks the journal before it is applied (``store.journal``)."""
+
+    def check_writable(self) -> None:
+        """``JournalUnavailable`` while commits fail."""
+        ...
+
+    def has_room(self) -> bool: ...
+
+
+class Replicator(Protocol):
+    """Stores TopGun op records in the cluster (``links.cluster_maps.MapsLink``)."""
+
+    @property
+    def stats(self) -> MapStats: ...
+
+    @property
+    def position(self) -> int:
+        """The cluster op stream's sequence this node has taken up to."""
+        ...
+
+    def replicate(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None] | None
+    ) -> None: ...
+
+
+class TopGunPort(Credentials, Delivery, Protocol):
+    """The TopGun face: its core, the journal and cluster it waits for, its fan-out."""
+
+    @property
+    def topgun(self) -> TopGunCore: ...
+
+    @property
+    def writer(self) -> JournalGate | None:
+        """The journal (None: no journal, nothing waits for a commit)."""
+        ...
+
+    @property
+    def replicator(self) -> Replicator | None: ...
+
+    @property
+    def insecure_dev(self) -> bool:
+        """Token-less clients are admitted (``DEVICE_HELLO``); no ``AUTH_REQUIRED`` greeting."""
+        ...
+
+    def after_commit(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
+    ) -> None:
+        """Journal ``records``; ``then`` on the loop once they are committed."""
+        ...
+
+    def deliver_all(self, out: Sequence[Outbound]) -> None:
+        """Messages for other connections, framed once (deflated once where shared)."""
+        ...
+
+    def flush_soon(self) -> None:
+        """Send the events applied so far, all at once, soon (``topgun_face.FLUSH_GAP``)."""
+        ...
+
+    def publish_map_frames(self, frames: Sequence[tuple[str, Snapshot | Delta]]) -> None:
+        """The ``map:`` streams' frames the core made, into the hub."""
+        ...
+
+    def apply(self, fx: Effects) -> None:
+        """Effects no session sends (a disconnect, expiry, the GC): out now, durable later."""
+        ...

@@ -1,0 +1,155 @@
+"""The TopGun face's ways out: when fan-outs are flushed, and how one message reaches many.
+
+TopGun fan-outs go out at most once per ``FLUSH_GAP``: an idle server sends an event at once,
+a busy one puts the events of many client batches into one message per subscriber. A large
+message shared by several connections that negotiated permessage-deflate is compressed once
+for all of them (``server_no_context_takeover``: each compressed message stands alone). The
+face implements ``server.ports.TopGunPort`` for its sessions and ``links.cluster_maps.MapsHost``
+for the cluster's maps link; it writes through the runtime's ``deliver`` and journals through
+its ``after_commit``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from octosync.errors import OctosyncError
+from octosync.hub import Hub
+from octosync.hub.model import lazily_frame
+from octosync.hub.streams import map_name_of, map_stream_id
+from octosync.ipc.messages import Delta, Snapshot
+from octosync.server.auth import AuthConfig, ClaimGrants, authenticate
+from octosync.server.gap_flush import GapFlush
+from octosync.server.ports import LiveConnection, Replicator
+from octosync.store.journal import GroupCommitWriter
+from octosync.store.records import EncodedRecord
+from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, ws_frame_header
+
+log = logging.getLogger(__name__)
+
+FLUSH_GAP = 0.005
+"""Seconds between two TopGun fan-outs at most once per this gap: under load the events of
+many client batches share one message per subscriber; an idle server is not delayed."""
+DEFLATE_SHARED = 2
+"""A message is compressed when at least this many of its targets negotiated deflate."""
+SPLIT_WRITE_BYTES = 64 * 1024
+SPLIT_WRITE_TARGETS = 2
+"""A plain message this large for this few targets is written as header then payload: two
+writes are cheaper than copying the payload behind its header (a writer's events, which
+leave out its own, go to it alone)."""
+
+Deliver = Callable[..., None]
+Commit = Callable[[int, Sequence[EncodedRecord], Callable[[], None]], None]
+
+
+class TopGunFace:
+    """The TopGun core with its flush timing, its shared deflate and its ways out."""
+
+    def __init__(
+        self,
+        core: TopGunCore,
+        hub: Hub,
+        links: Mapping[int, LiveConnection],
+        *,
+        deliver: Deliver,
+        after_commit: Commit,
+        writer: GroupCommitWriter | None,
+        auth: AuthConfig,
+        insecure_dev: bool,
+        max_frame: int,
+    ) -> None:
+        self.topgun = core
+        self._hub = hub
+        self.links = links
+        self._deliver = deliver
+        self._after_commit = after_commit
+        self.writer = writer
+        """The journal's writer (TopGun ops are journaled through it); None: no journal."""
+        self._auth = auth
+        self.insecure_dev = insecure_dev
+        self.max_frame = max_frame
+        self.replicator: Replicator | None = None
+        """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
+        self._flusher = GapFlush(self._flush, FLUSH_GAP)
+        self._deflater = FrameDeflater()
+
+    def authenticate(self, token: str | None) -> ClaimGrants:
+        return authenticate(token, self._auth)
+
+    def deliver(self, conn: int, *data: bytes) -> None:
+        self._deliver(conn, *data)
+
+    def after_commit(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
+    ) -> None:
+        self._after_commit(conn, records, then)
+
+    def deliver_all(self, out: Sequence[Outbound]) -> None:
+        """TopGun messages for other connections: framed once and written to each target. A
+        large message shared by several targets that negotiated deflate is compressed once
+        for them (``DEFLATE_SHARED``); one for a single connection goes plain (compressing
+        it would cost the loop as much as the write it saves)."""
+        links = self.links
+        for ob in out:
+            targets = ob.targets
+            if len(targets) >= DEFLATE_SHARED and len(ob.data) >= DEFLATE_MIN_BYTES:
+                packed = [t for t in targets if (link := links.get(t)) is not None and link.deflate]
+                if len(packed) >= DEFLATE_SHARED:
+                    frame = self._deflater.frame(ob.data)
+                    for target in packed:
+                        self._deliver(target, frame)
+                    if len(packed) == len(targets):
+                        continue
+                    took = set(packed)
+                    targets = tuple(t for t in targets if t not in took)
+            if len(ob.data) >= SPLIT_WRITE_BYTES and len(targets) <= SPLIT_WRITE_TARGETS:
+                parts = (ws_frame_header(len(ob.data), text=False), ob.data)
+                for target in targets:
+                    self._deliver(target, *parts)
+                continue
+            data = ws_frame(ob.data, text=False)
+            for target in targets:
+                self._deliver(target, data)
+
+    def follow_map(self, stream: str) -> None:
+        """A lazily client asked for ``map:<name>``: the server starts producing it (once)."""
+        name = map_name_of(stream)
+        if name is None:
+            return
+        snapshot = self.topgun.follow_map(name)
+        if snapshot is not None:
+            self._hub.publish_from_server(stream, lazily_frame(snapshot))
+
+    def publish_map_frames(self, frames: Sequence[tuple[str, Snapshot | Delta]]) -> None:
+        """The ``map:`` streams' frames the TopGun core made, into the hub."""
+        for name, msg in frames:
+            self._hub.publish_from_server(map_stream_id(name), lazily_frame(msg))
+
+    def flush_soon(self) -> None:
+        """Send the TopGun events applied so far, all at once: at the end of this event-loop
+        turn, or, when the last fan-out went out less than ``FLUSH_GAP`` ago, once that
+        gap has passed. An idle server sends an event at once; a busy one sends fewer, larger
+        messages (each fan-out costs a write per subscriber, whatever it carries)."""
+        if self.topgun.has_pending_events():
+            self._flusher.soon()
+
+    def _flush(self) -> None:
+        self.apply(self.topgun.flush())
+
+    def apply(self, fx: Effects) -> None:
+        """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``
+        now, ``durable`` once ``records`` are committed."""
+        self.deliver_all(fx.out)
+        self.publish_map_frames(fx.frames)
+        if fx.replicate and self.replicator is not None:
+            self.replicator.replicate(0, fx.replicate, None)
+        if self.writer is None or not (fx.records or fx.durable):
+            self.deliver_all(fx.durable)
+            return
+        durable = list(fx.durable)
+        try:
+            self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
+        except OctosyncError as err:  # the writer is full: these grants time out client-side
+            log.warning("TopGun effects not journaled, not sent: %s", err)

@@ -1,0 +1,93 @@
+"""WVP over a Unix socket, as Echo's own tools connect: bare JS-ABI packets back to back.
+
+The session is the WebSocket face's (same hub calls, same lifecycle), over the plain-stream
+loop (``connection.serve_tcp``) with a framer that splits packets by their header. Who may
+connect is decided by the socket file's mode (0600: this user only), so a connection here is
+granted read and publish on every warp and global notifications, as ``--insecure-dev`` grants
+a loopback WebSocket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import stat
+from pathlib import Path
+
+from octosync.errors import DecodeError, ListenError
+from octosync.hub import ViewKey
+from octosync.hub.types import GLOBAL_SCOPE
+from octosync.server.auth import ClaimGrants
+from octosync.server.connection import serve_tcp
+from octosync.server.runtime import Runtime
+from octosync.server.view_encoders import WVP_STREAM_VIEW
+from octosync.server.wvp_session import WvpSession
+from octosync.wire import jsabi, wvp
+
+SOCKET_GRANTS = ClaimGrants.of(
+    subject="unix-socket",
+    streams={"*": frozenset({"read", "publish"}), GLOBAL_SCOPE: frozenset({"publish"})},
+)
+
+
+class WvpStreamSession(WvpSession):
+    byte_stream = True
+    view = ViewKey("wvp", WVP_STREAM_VIEW)
+
+    def _frame(self, msg: wvp.Message) -> bytes:
+        return wvp.encode(msg, self.rt.hub.next_ts())
+
+
+def open_socket_session(rt: Runtime, conn: int) -> WvpStreamSession:
+    return WvpStreamSession(rt, conn, SOCKET_GRANTS)
+
+
+class PacketSplitter:
+    """Splits a byte stream into whole JS-ABI packets (header, payload and checksum, checked
+    by the session's ``decode``); a length past ``max_frame_size`` is refused at its header."""
+
+    def __init__(self, max_frame_size: int) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        out: list[bytes] = []
+        while len(self._buf) >= jsabi.HEADER_SIZE:
+            room = max(0, self.max_frame_size - jsabi.HEADER_SIZE - jsabi.CHECKSUM_SIZE)
+            length = jsabi.check_header(
+                bytes(self._buf[: jsabi.HEADER_SIZE]), max_payload=min(room, jsabi.MAX_PAYLOAD)
+            )
+            total = jsabi.HEADER_SIZE + length + jsabi.CHECKSUM_SIZE
+            if len(self._buf) < total:
+                break
+            out.append(bytes(self._buf[:total]))
+            del self._buf[:total]
+        return out
+
+
+async def listen(rt: Runtime, path: Path) -> asyncio.Server:
+    """Listen on ``path`` (mode 0600). A stale socket file is replaced; anything else there,
+    or a socket another process still serves, is a ``ListenError``."""
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ListenError(f"{path} exists and is not a socket; choose another --wvp-socket")
+        try:
+            _, writer = await asyncio.open_unix_connection(str(path))
+        except OSError:
+            path.unlink()  # nobody answers: left by a process that died
+        else:
+            writer.close()
+            raise ListenError(f"another process serves {path}; choose another --wvp-socket")
+    serve = functools.partial(serve_tcp, rt, open_socket_session, framer=PacketSplitter)
+    old = os.umask(0o177)  # the socket is created 0600: no window with a wider mode
+    try:
+        return await asyncio.start_unix_server(serve, path=str(path))
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.umask(old)
+
+
+__all__ = ["DecodeError", "PacketSplitter", "WvpStreamSession", "listen", "open_socket_session"]

@@ -1,0 +1,113 @@
+"""A Python peer and Chromium (octosync.js ``followPeer``) meet through /signal and carry the
+state plane over a WebRTC data channel: snapshot, deltas and a resync after a gap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from octosync.client.signaling import SignalingClient
+from octosync.graph import Context
+from octosync.ipc.messages import Delta
+from octosync.signaling.messages import PeerJoined
+from octosync.wire import json as wire_json
+from tests.browser.support import CHROMIUM_FLAGS, chromium_path, threaded_server
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("aiortc")
+
+from octosync.client import webrtc  # noqa: E402
+
+WAIT_MS = 20_000
+# Chromium hides host addresses behind mDNS names a Python peer cannot resolve: show them.
+FLAGS = [*CHROMIUM_FLAGS, "--disable-features=WebRtcHideLocalIpsWithMdns"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path(), args=FLAGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.mark.slow
+def test_chromium_follows_a_python_peer_over_a_data_channel(browser: Any, tmp_path: Path) -> None:
+    ctx = Context()
+    score = ctx.cell(0, type_tag="i64")
+    with threaded_server(tmp_path) as server:
+        assert server.running is not None
+        url = server.running.url
+        page = browser.new_page()
+        console: list[str] = []
+        page.on("console", lambda m: console.append(m.text))
+        page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+        try:
+            page.goto(f"{url}/")
+
+            async def join() -> SignalingClient:
+                sig = SignalingClient(f"{server.running.ws_url}/signal", "room")  # type: ignore[union-attr]
+                await sig.__aenter__()
+                await sig.join(1)
+                return sig
+
+            sig = server.run(join())
+            page.evaluate(
+                """async (url) => {
+                    const m = await import('/client/octosync.js');
+                    window.seen = [];
+                    window.linked = m.followPeer(url, {session: 'room', peer: 2,
+                        onState: (s) => window.seen.push(Object.fromEntries(s.values))});
+                    window.linked.then((l) => { window.link = l; });
+                }""",
+                url,
+            )
+
+            async def call() -> tuple[webrtc.PeerLink, asyncio.Task[None]]:
+                joined = await sig.receive(20)
+                assert joined == PeerJoined(peer=2)
+                link = await webrtc.offer(sig, 2, timeout=20)
+                return link, asyncio.ensure_future(webrtc.publish_context(link, "room", ctx))
+
+            link, task = server.run(call(), timeout=30)
+            page.wait_for_function(f"window.seen.some(v => v[{score.id}] === 0)", timeout=WAIT_MS)
+
+            async def set_scores() -> None:
+                for value in range(1, 4):
+                    score.set(value)
+
+            server.run(set_scores())
+            page.wait_for_function(f"window.seen.at(-1)[{score.id}] === 3", timeout=WAIT_MS)
+
+            async def gap_then_more() -> None:
+                link.send(wire_json.encode(Delta(base_epoch=500, epoch=501)))
+                score.set(4)
+
+            server.run(gap_then_more())
+            page.wait_for_function(
+                f"window.link && window.link.resyncs === 1 && window.seen.at(-1)[{score.id}] === 4",
+                timeout=WAIT_MS,
+            )
+            assert page.evaluate("window.link.peer") == 1
+
+            async def stop() -> None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                await link.close()
+                await sig.__aexit__(None, None, None)
+
+            server.run(stop())
+        except BaseException:
+            (tmp_path / "console.txt").write_text("\n".join(console))
+            print("\n".join(console))
+            raise
+        finally:
+            page.close()

@@ -1,0 +1,174 @@
+"""Multi-writer streams over real sockets: concurrent writers lose nothing, the stream outlives
+every writer and a restart, refusals are typed, and offline edits merge on reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import aiohttp
+import msgspec
+import pytest
+
+from octosync.client.shared import SharedDocument
+from octosync.cluster.core import ClusterCore
+from octosync.errors import StorageError
+from octosync.hub.crdt_streams import FEATURE
+from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
+from octosync.wire import DIALECTS
+from tests.e2e.helpers import TIMEOUT, handshake, recv_json, serve, spawn_server
+
+_JSON = DIALECTS["json"]
+CLOSED = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED)
+
+
+async def test_five_writers_adding_concurrently_lose_nothing(tmp_path: Path) -> None:
+    async with serve(tmp_path) as srv:
+        docs = [SharedDocument(srv.ws_url, "board") for _ in range(5)]
+        for doc in docs:
+            await doc.start()
+
+        async def clicks(doc: SharedDocument) -> None:
+            for _ in range(40):
+                doc.counter("clicks").add(1)
+                await asyncio.sleep(0)
+
+        await asyncio.gather(*(clicks(d) for d in docs))
+        for doc in docs:
+            await doc.synced(TIMEOUT)
+        for doc in docs:
+            await doc.wait_until(lambda d=doc: d.counter("clicks").value == 200, TIMEOUT)
+        docs[0].map("todo").set("milk", False)
+        docs[1].map("todo").set("eggs", True)
+        docs[2].multi("owner").set("ann")
+        docs[3].multi("owner").set("bob")
+        for doc in docs:
+            await doc.synced(TIMEOUT)
+        for doc in docs:
+            await doc.close()
+        late = SharedDocument(srv.ws_url, "board")
+        async with late:
+            await late.synced(TIMEOUT)
+            assert late.counter("clicks").value == 200  # nobody connected: the stream lived on
+            assert late.map("todo").value == {"milk": False, "eggs": True}
+            assert sorted(late.multi("owner").value) == ["ann", "bob"]  # concurrent: both kept
+
+
+async def test_a_writer_speaks_for_its_own_peer_only_and_hears_why(tmp_path: Path) -> None:
+    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"{srv.ws_url}/lazily")
+        await ws.send_str(handshake("board", peer_id=5, features=[FEATURE]).decode())
+        reply = await recv_json(ws)
+        assert FEATURE in reply["features"]
+        state = await recv_json(ws)
+        assert state == {"type": "crdt_sync", "frontier": []}  # no ops yet
+        forged = CrdtOp(slot_id=1, stamp=WireStamp(1, 0, 6), state=b"1", key="x/lww")
+        await ws.send_bytes(_JSON.encode(CrdtSync(ops=(forged,))))
+        error = await recv_json(ws)
+        assert (error["code"], error["path"]) == ("Forbidden", "ops[0].stamp.peer")
+        own = msgspec.structs.replace(forged, stamp=WireStamp(1, 0, 5))
+        await ws.send_bytes(_JSON.encode(CrdtSync(ops=(own,))))
+        ack = await recv_json(ws)  # the echo: journaled, then acknowledged
+        assert ack["ops"][0]["stamp"] == {"wall_time": 1, "logical": 0, "peer": 5}
+        await ws.close()
+
+
+async def test_a_graph_stream_name_cannot_be_joined_as_a_plane(tmp_path: Path) -> None:
+    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
+        doc = SharedDocument(srv.ws_url, "shared")
+        async with doc:
+            await doc.synced(TIMEOUT)
+            ws = await http.ws_connect(f"{srv.ws_url}/lazily")
+            await ws.send_str(handshake("shared", publish=True).decode())
+            refused = json.loads(await asyncio.wait_for(ws.receive_str(), TIMEOUT))
+            assert (refused["code"], refused["path"]) == ("HandshakeFailed", "session_id")
+            await ws.close()
+
+
+async def test_offline_edits_merge_on_reconnect_and_survive_kill_9(tmp_path: Path) -> None:
+    async with spawn_server(tmp_path) as srv:
+        a = SharedDocument(srv.url, "doc")
+        b = SharedDocument(srv.url, "doc")
+        async with a, b:
+            a.counter("n").add(3)
+            b.register("title").set("draft")
+            await a.synced(TIMEOUT)
+            await b.synced(TIMEOUT)
+            srv.proc.kill()  # kill -9: acknowledged edits are journaled
+            srv.proc.wait()
+            a.counter("n").add(4)  # offline edits, queued
+            b.counter("n").add(-1)
+            assert a.pending
+            assert b.pending
+    async with spawn_server(tmp_path) as srv2:
+        # the same replicas again (their pending edits kept) against the restarted server
+        a.url = b.url = srv2.url + "/lazily"
+        async with a, b:
+            await a.synced(TIMEOUT)
+            await b.synced(TIMEOUT)
+            fresh = SharedDocument(srv2.url, "doc")
+            async with fresh:
+                await fresh.synced(TIMEOUT)
+                assert fresh.counter("n").value == 6
+                assert fresh.register("title").value == "draft"
+
+
+async def test_a_failed_commit_fails_the_ack_and_sends_the_op_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with (
+        serve(tmp_path, journal=True) as srv,
+        aiohttp.ClientSession() as http,
+        SharedDocument(srv.ws_url, "board") as reader,
+    ):
+        await reader.synced(TIMEOUT)
+        writer = srv.runtime.writer
+        assert writer is not None
+
+        def disk_full(encoded: object) -> list[int]:
+            raise StorageError("database or disk is full")
+
+        monkeypatch.setattr(writer.journal, "append_encoded", disk_full)  # fault injection
+        ws = await http.ws_connect(f"{srv.ws_url}/lazily")
+        await ws.send_str(handshake("board", peer_id=5, features=[FEATURE]).decode())
+        await recv_json(ws)  # the reply
+        await recv_json(ws)  # the state
+        op = CrdtOp(slot_id=1, stamp=WireStamp(1, 0, 5), state=b"1", key="x/lww")
+        await ws.send_bytes(_JSON.encode(CrdtSync(ops=(op,))))
+        error = await recv_json(ws)
+        assert error["code"] == "JournalUnavailable"  # the ack failed, and the writer knows
+        assert (await asyncio.wait_for(ws.receive(), TIMEOUT)).type in CLOSED
+        monkeypatch.undo()
+        assert srv.runtime.plane.core.state_of("board") == ()
+        reader.register("probe").set(1)  # its echo comes after anything queued before
+        await reader.synced(TIMEOUT)
+        assert [o.key for o in reader.cells.state.replica.ops()] == ["probe/lww"]
+
+
+async def test_a_clustered_server_refuses_shared_documents_rather_than_fork_them(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
+        # the core a server joined to a cluster holds (its NATS side is not needed to refuse)
+        srv.runtime.cluster = ClusterCore("n1", time.monotonic)
+        ws = await http.ws_connect(f"{srv.ws_url}/lazily")
+        await ws.send_str(handshake("board", peer_id=5, features=[FEATURE]).decode())
+        refused = await recv_json(ws)
+        assert (refused["code"], refused["path"]) == ("HandshakeFailed", "features")
+        await ws.close()
+
+
+async def test_a_large_document_arrives_in_frames_and_joined_means_all_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("octosync.server.plane.JOIN_CHUNK", 7)
+    async with serve(tmp_path) as srv:
+        async with SharedDocument(srv.ws_url, "big") as writer:
+            for i in range(30):
+                writer.map("fields").set(f"f{i}", i)
+            await writer.synced(TIMEOUT)
+        async with SharedDocument(srv.ws_url, "big") as late:
+            await late.synced(TIMEOUT)
+            assert late.map("fields").value == {f"f{i}": i for i in range(30)}

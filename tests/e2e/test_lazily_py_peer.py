@@ -1,0 +1,160 @@
+"""lazily-py (the spec's Python binding) as a real writer on a multi-writer stream.
+
+A lazily-py process (``lazily_peer.py``: its own ``CrdtPlaneRuntime`` and ``lazily.ipc``
+codecs over the lazily TCP face), octosync's Python client and its JS client (under Node) add
+to one counter at the same time through a real server; all three end with the same entries
+and the counter holds every click. lazily-py needs Python 3.12+: the test finds such an
+interpreter, builds a venv for the peer in a cache folder, and skips with one line when there
+is none (a failure under ``OCTOSYNC_REQUIRE_PEERS=1``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from octosync.client.shared import SharedDocument
+from tests.browser.support import JS_CLIENT, node_command
+from tests.conftest import missing
+from tests.e2e.helpers import free_port, spawn_server
+
+pytestmark = pytest.mark.peer
+
+LAZILY = "lazily==0.45.0"
+PEER = Path(__file__).with_name("lazily_peer.py")
+CLICKS = 40
+ENTRIES = 6
+"""Three counter entries (one per writer), the title, the note and the todo field."""
+STREAM = "interop"
+
+
+def python_312() -> str:
+    """A Python 3.12+ interpreter on this machine, or a skip saying there is none."""
+    candidates = [os.environ.get("OCTOSYNC_PYTHON312", "")]
+    candidates += [shutil.which(f"python3.{minor}") or "" for minor in (14, 13, 12)]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python")))
+    for exe in filter(None, candidates):
+        probe = subprocess.run(
+            [exe, "-c", "import sys; print(sys.version_info >= (3, 12))"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.stdout.strip() == "True":
+            return exe
+    missing("no Python 3.12+ interpreter for lazily-py: lazily-py interop skipped")
+
+
+def lazily_venv() -> Path:
+    """``python`` of a venv with lazily-py, built once in the cache folder."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "octosync"
+    venv = cache / "lazily-py-0.45.0"
+    python = venv / "bin" / "python"
+    if python.exists() and _has_lazily(python):
+        return python
+    subprocess.run([python_312(), "-m", "venv", str(venv)], check=True, capture_output=True)
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", LAZILY],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if pip.returncode != 0 or not _has_lazily(python):
+        missing(f"cannot install {LAZILY} into {venv}: {pip.stderr.strip()[-300:]}")
+    return python
+
+
+def _has_lazily(python: Path) -> bool:
+    probe = [str(python), "-c", "import lazily.crdt_plane, lazily.ipc"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+JS_WRITER = """
+import {{ connect }} from {module};
+const client = connect({url});
+const doc = client.openDocument({stream});
+await doc.synced();
+for (let i = 0; i < {clicks}; i += 1) {{
+  doc.counter("clicks").add(1);
+  await new Promise((r) => setTimeout(r, 1));
+}}
+doc.map("todo").set("js", true);
+await doc.synced();
+while (doc.counter("clicks").value !== {total} || doc.entries.size < {entries}) {{
+  await new Promise((r) => doc.on("change", r));
+}}
+const entries = [...doc.entries.values()].map((op) => [
+  op.slot_id, op.key, [op.stamp.wall_time, op.stamp.logical, op.stamp.peer], [...op.bytes],
+]);
+console.log(JSON.stringify({{ counter: doc.counter("clicks").value, entries }}));
+client.close();
+process.exit(0);
+"""
+
+
+def entries_of(doc: SharedDocument) -> list[list[object]]:
+    return sorted(
+        [o.slot_id, o.key, [o.stamp.wall_time, o.stamp.logical, o.stamp.peer], list(o.state)]  # type: ignore[arg-type]
+        for o in doc.cells.state.replica.ops()
+    )
+
+
+async def test_lazily_py_python_and_js_writers_converge_on_every_click(tmp_path: Path) -> None:
+    lazily_python = lazily_venv()
+    node = node_command()
+    tcp = free_port()
+    total = 3 * CLICKS
+    async with spawn_server(tmp_path, "--tcp-port", str(tcp)) as srv:
+        script = tmp_path / "writer.mjs"
+        script.write_text(
+            JS_WRITER.format(
+                module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
+                url=json.dumps(srv.url),
+                stream=json.dumps(STREAM),
+                clicks=CLICKS,
+                total=total,
+                entries=ENTRIES,
+            )
+        )
+        lazily = await asyncio.create_subprocess_exec(
+            str(lazily_python),
+            str(PEER),
+            str(tcp),
+            STREAM,
+            "424242",
+            str(CLICKS),
+            str(total),
+            str(ENTRIES),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        js = await asyncio.create_subprocess_exec(
+            *node, str(script), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        async with SharedDocument(srv.url, STREAM) as doc:
+            for _ in range(CLICKS):
+                doc.counter("clicks").add(1)
+                await asyncio.sleep(0.001)
+            doc.register("note").set("from python")
+            await doc.synced(60)
+            await doc.wait_until(lambda: doc.counter("clicks").value == total, 60)
+            lazily_out, lazily_err = await asyncio.wait_for(lazily.communicate(), 90)
+            js_out, js_err = await asyncio.wait_for(js.communicate(), 90)
+            assert lazily.returncode == 0, lazily_err.decode()[-3000:]
+            assert js.returncode == 0, js_err.decode()[-3000:]
+            await doc.wait_until(lambda: len(doc.cells.state.replica) == ENTRIES, 30)
+            ours = entries_of(doc)
+    peer = json.loads(lazily_out.decode().strip().splitlines()[-1])
+    browser = json.loads(js_out.decode().strip().splitlines()[-1])
+    assert peer["errors"] == []
+    assert peer["counter"] == browser["counter"] == total
+    assert len(ours) == ENTRIES
+    assert sorted(peer["entries"]) == ours
+    assert sorted(browser["entries"]) == ours

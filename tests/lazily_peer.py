@@ -1,0 +1,70 @@
+"""lazily-py (PyPI ``lazily``, the spec's Python binding) as a real peer in a subprocess.
+
+It needs Python 3.12 or newer: the first such interpreter found (on PATH or under pyenv)
+gets a virtual environment in ``~/.cache/octosync/lazily-py`` with ``lazily`` installed once;
+``lazily_python()`` is None when there is none, and tests skip with one line.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+LAZILY = "lazily==0.45.0"
+VENV = Path.home() / ".cache" / "octosync" / "lazily-py"
+
+
+def _interpreters() -> list[str]:
+    found = [shutil.which(f"python3.{minor}") for minor in range(12, 16)]
+    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+    return [p for p in [*found, *pyenv] if p]
+
+
+def _has_lazily(python: Path) -> bool:
+    done = subprocess.run([str(python), "-c", "import lazily"], capture_output=True)
+    return done.returncode == 0
+
+
+@functools.cache
+def lazily_python() -> Path | None:
+    python = VENV / "bin" / "python"
+    if python.exists() and _has_lazily(python):
+        return python
+    for base in _interpreters():
+        try:
+            if not python.exists():
+                subprocess.run([base, "-m", "venv", str(VENV)], check=True, capture_output=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", LAZILY],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+        except (subprocess.SubprocessError, OSError):
+            continue
+        if _has_lazily(python):
+            return python
+    return None
+
+
+def run_lazily(script: str, stdin: str = "", timeout: float = 60) -> str:
+    """Run ``script`` under lazily-py's interpreter; returns its stdout (raises on failure)."""
+    python = lazily_python()
+    assert python is not None
+    done = subprocess.run(
+        [str(python), "-c", script],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise AssertionError(f"lazily-py failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout

@@ -1,0 +1,164 @@
+"""Sessions fed bytes through fake ports: what a face may call is all a session needs.
+
+The fakes hold the real sans-I/O cores (``TopGunCore``, ``SignalingHub``); only the ways out
+(deliver, the journal's commit) are recorded, so a test decides when a commit completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from octosync.errors import Overloaded
+from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
+from octosync.server.ports import JournalGate, Replicator, SignalPort, TopGunPort
+from octosync.server.signal_session import SignalSession
+from octosync.server.topgun_session import TopGunSession
+from octosync.signaling import SignalingHub
+from octosync.store.records import EncodedRecord
+from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.wire import topgun as tg
+from octosync.wire.websocket import ws_frame
+from tests.topgun.helpers import Clock, batch, put
+
+
+def unframe(data: bytes) -> list[bytes]:
+    """The payloads of a run of unmasked server WebSocket frames."""
+    out = []
+    while data:
+        n = data[1] & 0x7F
+        start = 2 if n < 126 else 4 if n == 126 else 10
+        if n >= 126:
+            n = int.from_bytes(data[2:start], "big")
+        out.append(data[start : start + n])
+        data = data[start + n :]
+    return out
+
+
+class Gate:
+    def __init__(self) -> None:
+        self.room = True
+
+    def check_writable(self) -> None:
+        pass
+
+    def has_room(self) -> bool:
+        return self.room
+
+
+class FakeTopGun:
+    """``TopGunPort`` with the real core; deliveries and commits recorded."""
+
+    def __init__(self) -> None:
+        self.topgun = TopGunCore(Clock(), persistent=True)
+        self.gate = Gate()
+        self.replicator: Replicator | None = None
+        self.insecure_dev = True
+        self.max_frame = 1 << 20
+        self.delivered: list[tuple[int, bytes]] = []
+        self.commits: list[tuple[int, int, Callable[[], None]]] = []
+        self.flushes = 0
+
+    @property
+    def writer(self) -> JournalGate | None:
+        return self.gate
+
+    def authenticate(self, token: str | None) -> ClaimGrants:
+        return ANONYMOUS_DEV
+
+    def deliver(self, conn: int, *data: bytes) -> None:
+        self.delivered.append((conn, b"".join(data)))
+
+    def deliver_all(self, out: Sequence[Outbound]) -> None:
+        for ob in out:
+            for target in ob.targets:
+                self.deliver(target, ws_frame(ob.data, text=False))
+
+    def after_commit(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
+    ) -> None:
+        self.commits.append((conn, len(records), then))
+
+    def flush_soon(self) -> None:
+        self.flushes += 1
+
+    def publish_map_frames(self, frames: object) -> None:
+        pass
+
+    def apply(self, fx: Effects) -> None:
+        self.deliver_all(fx.out)
+
+
+def feed(session: TopGunSession, message: tg.Message) -> list[tg.Message]:
+    """Bytes in, as the connection loop does; what the session queued for its peer, decoded."""
+    session.handle(session.decode(tg.encode(message)))
+    out = [tg.decode(p) for data in session.outgoing for p in unframe(data)]
+    session.outgoing.clear()
+    return out
+
+
+def test_a_persisted_ack_and_the_replies_behind_it_wait_for_the_commit() -> None:
+    port = FakeTopGun()
+    typed: TopGunPort = port
+    session = TopGunSession(typed, 7)
+    assert session.outgoing == []  # insecure dev: no AUTH_REQUIRED greeting
+    (ack,) = feed(session, tg.DeviceHello())
+    assert isinstance(ack, tg.DeviceAck)
+    assert session.ready
+    assert feed(session, batch(put("1", "k", "v", 10), write_concern="PERSISTED")) == []
+    assert feed(session, tg.Ping(timestamp=5)) == []  # in order: behind the pending ack
+    ((conn, records, then),) = port.commits
+    assert (conn, records) == (7, 1)
+    assert port.delivered == []
+    then()  # the journal committed
+    ((to, data),) = port.delivered
+    op_ack, pong = (tg.decode(p) for p in unframe(data))
+    assert to == 7
+    assert isinstance(op_ack, tg.OpAck)
+    assert op_ack.payload.achieved_level == "PERSISTED"
+    assert isinstance(pong, tg.Pong)
+    assert pong.timestamp == 5
+
+
+def test_a_write_is_refused_while_the_journal_has_no_room() -> None:
+    port = FakeTopGun()
+    session = TopGunSession(port, 1)
+    feed(session, tg.DeviceHello())
+    port.gate.room = False
+    with pytest.raises(Overloaded):
+        feed(session, batch(put("1", "k", "v", 10), write_concern="APPLIED"))
+    assert port.commits == []
+    assert port.topgun.maps.live_items("users") == {}
+
+
+class FakeSignal:
+    """``SignalPort`` with the real rooms; deliveries recorded."""
+
+    def __init__(self) -> None:
+        self.signaling = SignalingHub()
+        self.max_frame = 1 << 16
+        self.delivered: list[tuple[int, bytes]] = []
+
+    def authenticate(self, token: str | None) -> ClaimGrants:
+        return ANONYMOUS_DEV
+
+    def deliver(self, conn: int, *data: bytes) -> None:
+        self.delivered.append((conn, b"".join(data)))
+
+
+def test_signal_frames_for_another_peer_go_out_through_the_port() -> None:
+    port = FakeSignal()
+    typed: SignalPort = port
+    alice = SignalSession(typed, 1, ANONYMOUS_DEV, "room")
+    bob = SignalSession(typed, 2, ANONYMOUS_DEV, "room")
+    for session, peer in ((alice, 1), (bob, 2)):
+        session.handle(session.decode(b'{"type": "join", "peer": %d}' % peer))
+    assert port.delivered
+    assert all(to == 1 for to, _ in port.delivered)
+    port.delivered.clear()
+    bob.handle(bob.decode(b'{"type": "offer", "to": 1, "sdp": "v=0"}'))
+    ((to, data),) = port.delivered
+    assert to == 1
+    assert b'"from":2' in data
+    assert b'"sdp":"v=0"' in data
