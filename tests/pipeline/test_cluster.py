@@ -28,30 +28,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from octosync.cli import main
-from octosync.crdt.fold import fold
 from octosync.errors import PipelineError
 from octosync.pipeline import cluster
 from octosync.pipeline.jobs import compact, report, verify
 from octosync.pipeline.resume import fold_dataset
 from octosync.store.journal import Journal
-from octosync.store.records import StreamFrame
 from octosync.store.synthetic import generate_lww_table, generate_records
+from tests.pipeline.helpers import (
+    LOOPBACK,
+    assert_same_compaction,
+    frame,
+    listen_addresses,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 WORKER_MEMORY = "512m"
 JOB_TIMEOUT = 240.0
-
-
-def frame(stream: str, base: int, epoch: int, snapshot: bool) -> StreamFrame:
-    return StreamFrame(
-        stream=stream,
-        base_epoch=base,
-        epoch=epoch,
-        snapshot=snapshot,
-        payload=b"P",
-        state_hash=f"{stream}{epoch}".encode(),
-    )
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +95,6 @@ def cluster_args(state: cluster.ClusterState) -> list[str]:
     ]
 
 
-def sorted_rows(directory: Path) -> list[tuple[Any, ...]]:
-    table = pq.read_table(directory)
-    return sorted(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
-
-
 def test_the_cluster_is_up_on_loopback_with_two_workers(
     spark_cluster: cluster.ClusterState,
 ) -> None:
@@ -122,21 +110,6 @@ def test_the_cluster_is_up_on_loopback_with_two_workers(
             assert listen_addresses(port), (d.role, port)
 
 
-LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
-
-
-def listen_addresses(port: int) -> set[str]:
-    """The local addresses (hex, as in /proc/net/tcp*) on which something listens on ``port``."""
-    found = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            address, _, hex_port = fields[1].partition(":")
-            if fields[3] == "0A" and int(hex_port, 16) == port:
-                found.add(address)
-    return found
-
-
 def test_compact_on_the_cluster_equals_local_mode_and_the_fold(
     spark: Any, spark_cluster: cluster.ClusterState, journal: Path, tmp_path: Path
 ) -> None:
@@ -145,17 +118,7 @@ def test_compact_on_the_cluster_equals_local_mode_and_the_fold(
     assert done.returncode == 0, done.stderr
     local = compact.run(spark, journal, tmp_path / "local")
 
-    meta = json.loads((on_cluster / "compaction.json").read_text())
-    assert meta["merkle_roots"] == local.roots
-    assert meta["rows"] == local.rows
-    assert meta["ops"] == local.ops
-    for part in ("snapshot", "merkle", "records"):
-        assert sorted_rows(on_cluster / part) == sorted_rows(tmp_path / "local" / part), part
-    with Journal(journal, readonly=True) as j:
-        store = fold(list(j.all_ops()))
-    assert meta["merkle_roots"] == {m: store.merkle_root(m) for m in store.maps()}
-    for name, root in meta["merkle_roots"].items():
-        assert f"{name}: merkle root {root}" in done.stdout
+    assert_same_compaction(on_cluster, local, journal, done.stdout)
 
 
 def test_verify_on_the_cluster_equals_local_mode(

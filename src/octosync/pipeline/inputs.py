@@ -37,8 +37,9 @@ def check_input(journal_dir: Path) -> None:
 
 
 def resolve_export(journal_dir: Path, progress: Callable[[str], None] | None = None) -> Path:
-    """The export directory for ``journal_dir``, bringing it up to date when it is a journal."""
-    journal_dir = Path(journal_dir)
+    """The export directory for ``journal_dir``, bringing it up to date when it is a journal;
+    absolute, since a Spark Connect server resolves paths from its own working directory."""
+    journal_dir = Path(journal_dir).resolve()
     if journal_path(journal_dir).exists():
         out = journal_dir / EXPORT_SUBDIR
         with Journal(journal_dir, readonly=True) as journal:

@@ -107,7 +107,8 @@ def _hour(recorded_ms: int) -> str:
     return datetime.fromtimestamp(recorded_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H")
 
 
-def _frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
+def frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
+    """One ``FRAMES_SCHEMA`` row."""
     return {
         "seq": row.seq,
         "stream": rec.stream,
@@ -129,7 +130,7 @@ def _write_chunk(rows: list[RawRow], out_dir: Path) -> int:
         if isinstance(rec, OpRecord):
             groups[(OPS_DIR, _hour(row.recorded_ms))].append(op_row(rec, row.seq, row.recorded_ms))
         elif isinstance(rec, StreamFrame):
-            groups[(FRAMES_DIR, _hour(row.recorded_ms))].append(_frame_row(row, rec))
+            groups[(FRAMES_DIR, _hour(row.recorded_ms))].append(frame_row(row, rec))
     name = f"part-{rows[0].seq:020d}.parquet"
     for (kind_dir, hour), items in sorted(groups.items()):
         schema = OPS_SCHEMA if kind_dir == OPS_DIR else FRAMES_SCHEMA
@@ -171,5 +172,6 @@ __all__ = [
     "OPS_SCHEMA",
     "ExportResult",
     "export",
+    "frame_row",
     "read_watermark",
 ]

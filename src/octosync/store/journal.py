@@ -335,13 +335,17 @@ class Journal:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def raw_rows(self, start: int, stop: int, *, limit: int) -> list[RawRow]:
-        """Rows with ``start <= seq <= stop`` in seq order, at most ``limit`` of them."""
+    def raw_rows(
+        self, start: int, stop: int, *, limit: int, kind: str | None = None
+    ) -> list[RawRow]:
+        """Rows with ``start <= seq <= stop`` (of one ``kind`` when given) in seq order, at
+        most ``limit`` of them."""
+        kinds = "" if kind is None else "AND kind = ? "
         with self._held():
             rows = self._conn.execute(
                 "SELECT seq, kind, recorded_ms, body FROM journal "
-                "WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
-                (start, stop, limit),
+                f"WHERE seq >= ? AND seq <= ? {kinds}ORDER BY seq LIMIT ?",
+                (start, stop, *(() if kind is None else (kind,)), limit),
             ).fetchall()
         return [RawRow(*row) for row in rows]
 

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from pyspark.sql import functions as sf
 
+from octosync.pipeline.connect import parallelism
 from octosync.pipeline.inputs import read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.layout import MERKLE_DIR, META_FILE, RECORDS_DIR, SNAPSHOT_DIR
@@ -51,7 +53,16 @@ class CompactResult(msgspec.Struct, frozen=True):
     out: str
 
 
+def restore_interrupted_swap(out: Path) -> None:
+    """A crash between the two renames of ``_swap_in`` leaves ``out`` missing and the previous
+    output beside it: put that back (the job that was swapping in re-runs)."""
+    old = out.with_name(f".{out.name}.old")
+    if not out.exists() and old.exists():
+        old.rename(out)
+
+
 def _swap_in(staging: Path, out: Path) -> None:
+    restore_interrupted_swap(out)
     old = out.with_name(f".{out.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():
@@ -100,16 +111,44 @@ def run(
     gc_horizon_millis: int | None = None,
     progress: Progress = quiet,
 ) -> CompactResult:
+    journal, out = Path(journal).resolve(), Path(out).resolve()  # a Connect server reads them
+    with stage("read journal", journal, progress):
+        source = resolve_export(journal, progress)
+        ops = tf_ops.as_of(read_ops(spark, source), as_of_seq)
+    return compact_ops(
+        spark, ops, out, source, gc_horizon_millis=gc_horizon_millis, progress=progress
+    )
+
+
+Extra = Callable[[Path], dict[str, Any]]
+"""Writes more into the staging directory before the swap; returns fields for the meta file."""
+
+
+def compact_ops(
+    spark: Any,
+    ops: Any,
+    out: Path,
+    source: Path,
+    *,
+    gc_horizon_millis: int | None = None,
+    progress: Progress = quiet,
+    ops_total: int | None = None,
+    seq_before: int = 0,
+    extra: Extra | None = None,
+) -> CompactResult:
+    """Compact the op records of the DataFrame ``ops`` (``OPS_SCHEMA``) into ``out``.
+
+    The continuous job passes the records of the last compaction plus the new ops: it says
+    how many journal ops that stands for (``ops_total``) and the seq the last compaction
+    reached (``seq_before``, never gone below). ``extra`` adds its files to the same swap."""
     import pyarrow.parquet as pq
 
-    journal, out = Path(journal), Path(out)
+    out = Path(out).resolve()
     staging = out.with_name(f".{out.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     cached: list[Any] = []
     try:
-        with stage("read journal", journal, progress):
-            source = resolve_export(journal, progress)
-            ops = tf_ops.as_of(read_ops(spark, source), as_of_seq)
+        with stage("summarise ops", source, progress):
             summary = tf_ops.key_summary(ops).persist()
             cached.append(summary)
             t = tf_ops.totals(summary)
@@ -139,7 +178,7 @@ def run(
                 leaves.append(lww.leaves(live))
             partitions = 0
             if mixed:
-                partitions = t.fold_partitions(spark.sparkContext.defaultParallelism)
+                partitions = t.fold_partitions(parallelism(spark))
                 python_keys = carriers.where(in_python).drop(tf_ops.IN_PYTHON)
                 folded = fold_carriers(
                     python_keys, partitions, gc_horizon_millis=gc_horizon_millis
@@ -174,14 +213,17 @@ def run(
         for df in cached:
             df.unpersist()
     with stage("write result", out, progress):
+        as_of, n_ops = max(t.last_seq, seq_before), t.ops if ops_total is None else ops_total
         meta = {
-            "as_of_seq": t.last_seq,
-            "ops": t.ops,
+            "as_of_seq": as_of,
+            "ops": n_ops,
             "rows": rows,
             "gc_horizon_millis": gc_horizon_millis,
             "merkle_roots": dict(sorted(roots.items())),
         }
+        if extra is not None:
+            meta |= extra(staging)
         (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         _swap_in(staging, out)
     progress(f"done: {out}")
-    return CompactResult(t.last_seq, t.ops, rows, roots, str(out))
+    return CompactResult(as_of, n_ops, rows, roots, str(out))
