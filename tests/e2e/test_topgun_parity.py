@@ -187,3 +187,41 @@ async def test_full_text_search_live_updates_and_a_restart(
         await again.stop()
     (after,) = again.events("search")
     assert [h["key"] for h in after["hits"]] == ["a3", "a1"]  # the index, rebuilt
+
+
+def _axis(i: int) -> list[float]:
+    return [1.0 if j == i else 0.0 for j in range(64)]
+
+
+async def test_vector_and_hybrid_search_and_live_hybrid(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    docs = {
+        "v1": {"t": "python notes", "vector": _axis(0)},
+        "v2": {"t": "rust notes", "vector": _axis(1)},
+        "v3": {"t": "python python", "vector": [0.8, 0.6] + [0.0] * 62},
+    }
+    ops = [f"put={k}={json.dumps(v)}" for k, v in docs.items()]
+    maps = {"topgun_search": ("users",), "topgun_vectors": ("users",)}
+    async with serve(tmp_path, **maps) as srv:
+        writer = await start(topgun_peer, srv.ws_url, "ops", *ops)
+        await writer.until("synced")
+        await writer.end()
+        seeker = await start(
+            topgun_peer, srv.ws_url, "vector", json.dumps(_axis(0)), "python", seconds=12
+        )
+        await seeker.until("live", lambda line: line["keys"] == ["v3", "v1"])
+        more = {"t": "python python python", "vector": _axis(2)}
+        edit = await start(topgun_peer, srv.ws_url, "ops", f"put=v4={json.dumps(more)}")
+        await edit.until("synced")
+        await edit.end()
+        await seeker.until("live", lambda line: line["keys"][:1] == ["v4"])
+        await seeker.stop()
+    (near,) = seeker.events("vector")
+    assert [h["key"] for h in near["hits"]] == ["v1", "v3"]
+    assert near["hits"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+    assert near["hits"][1]["score"] == pytest.approx(0.8, abs=1e-4)
+    (fused,) = seeker.events("hybrid")
+    assert {h["key"] for h in fused["hits"]} >= {"v1", "v3"}
+    assert set(fused["hits"][0]["methodScores"]) >= {"fullText", "exact"}
+    assert seeker.frames("in", "HYBRID_SEARCH_UPDATE")

@@ -24,6 +24,10 @@
 //   search TEXT            search "users" for TEXT (limit 5): {"event":"search",hits:[{key,
 //                          score,matchedTerms}]}; then a live search printing
 //                          {"event":"live",keys} on every change
+//   vector JSON TEXT       vectorSearch "users" for the vector JSON (k 2): {"event":"vector",
+//                          hits:[{key,score}]}; hybridSearch for TEXT over fullText, semantic
+//                          and exact (k 3): {"event":"hybrid",hits:[{key,score,methodScores}]};
+//                          then a live hybrid search (fullText, k 3): {"event":"live",keys}
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -184,6 +188,18 @@ if (scenario === 'watch') {
   out({ event: 'search',
         hits: hits.map((h) => ({ key: h.key, score: h.score, matchedTerms: h.matchedTerms })) });
   const handle = client.searchSubscribe('users', text, { limit: 5 });
+  handle.subscribe((rows) => out({ event: 'live', keys: rows.map((r) => r.key) }));
+  out({ event: 'ready' });
+} else if (scenario === 'vector') {
+  const [vector, text] = rest;
+  await connected;
+  const near = await client.vectorSearch('users', new Float32Array(JSON.parse(vector)), { k: 2 });
+  out({ event: 'vector', hits: near.map((h) => ({ key: h.key, score: h.score })) });
+  const fused = await client.hybridSearch('users', text,
+    { methods: ['fullText', 'semantic', 'exact'], k: 3 });
+  out({ event: 'hybrid',
+        hits: fused.map((h) => ({ key: h.key, score: h.score, methodScores: h.methodScores })) });
+  const handle = client.hybridSearchSubscribe('users', text, { methods: ['fullText'], k: 3 });
   handle.subscribe((rows) => out({ event: 'live', keys: rows.map((r) => r.key) }));
   out({ event: 'ready' });
 } else if (scenario === 'calls') {

@@ -75,6 +75,9 @@ class ServerConfig:
     topgun_search: tuple[str, ...] = ()
     """TopGun maps with a full-text index (``SEARCH``, ``SEARCH_SUB``); ``*``: every map.
     Needs the ``search`` extra (tantivy)."""
+    topgun_vectors: tuple[str, ...] = ()
+    """TopGun maps with a vector index (``VECTOR_SEARCH``, hybrid ``semantic``); ``*``: every
+    map. Needs the ``vector`` extra (usearch)."""
     cluster_url: str | None = None
     """NATS URL of the cluster to join (``--cluster``); None: a single process, no NATS."""
     node_id: str | None = None
@@ -206,10 +209,16 @@ def _gc_age(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
     return replace(cfg, topgun_gc_age=None if value < 0 else float(value))
 
 
-def _search_maps(cfg: ServerConfig, value: list[Any], _p: Path) -> ServerConfig:
-    if not all(isinstance(name, str) and name for name in value):
-        raise ConfigError("topgun_search lists map names", path="server.topgun_search")
-    return replace(cfg, topgun_search=tuple(value))
+def _map_names(setting: str) -> Callable[[ServerConfig, list[Any], Path], ServerConfig]:
+    """A key that lists TopGun map names (``*``: every map)."""
+
+    def apply(cfg: ServerConfig, value: list[Any], _p: Path) -> ServerConfig:
+        if not all(isinstance(name, str) and name for name in value):
+            raise ConfigError(f"{setting} lists map names", path=f"server.{setting}")
+        names: tuple[str, ...] = tuple(value)
+        return replace(cfg, **{setting: names})  # type: ignore[arg-type]
+
+    return apply
 
 
 _NUMBER = (int, float)
@@ -238,7 +247,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "journal_retention": _set("journal_retention", bool),
         "topgun_gc_age": Key(_NUMBER, _gc_age),
         "topgun_gc_interval": _set("topgun_gc_interval", *_NUMBER),
-        "topgun_search": Key((list,), _search_maps),
+        "topgun_search": Key((list,), _map_names("topgun_search")),
+        "topgun_vectors": Key((list,), _map_names("topgun_vectors")),
     },
     "auth": {
         "hs256_secret": _auth("hs256_secret"),

@@ -164,6 +164,7 @@ class Runtime:
             gc_every_ms=int(config.topgun_gc_interval * 1000),
             node_id=node_id or SERVER_NODE,
             search_maps=config.topgun_search,
+            vector_maps=config.topgun_vectors,
         )
         self.replicator: Replicator | None = None
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""

@@ -59,13 +59,17 @@ from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
 from octosync.topgun import durable, replies, requests
 from octosync.topgun.counters import CounterTable
+from octosync.topgun.embedding import Embedder
+from octosync.topgun.hybrid import LiveHybrid, hybrid_search, vector_search
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.topgun.query_pages import QueryPages
 from octosync.topgun.search import FullText
+from octosync.topgun.vectors import VectorIndexes
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_requests as rq
 from octosync.wire import topgun_services as sv
 from octosync.wire.topgun_requests import QuerySyncInit
 from octosync.wire.topgun_services import GcPrune, GcPrunePayload, OrMapSyncInit
@@ -148,12 +152,15 @@ class TopGunCore:
         gc_age_ms: int | None = None,
         gc_every_ms: int = 3_600_000,
         search_maps: Collection[str] = (),
+        vector_maps: Collection[str] = (),
+        embedder: Embedder | None = None,
     ) -> None:
         """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
         (without one, ``PERSISTED`` cannot be achieved and the ack says so, and lock grants
         and counters are not journaled); ``gc_age_ms``: tombstones older than this are pruned
-        by :meth:`tick` every ``gc_every_ms`` (None: never); ``search_maps``: maps with a
-        full-text index (``topgun.search``)."""
+        by :meth:`tick` every ``gc_every_ms`` (None: never); ``search_maps``, ``vector_maps``:
+        maps with a full-text (``topgun.search``) or vector index (``topgun.vectors``, text
+        embedded by ``embedder``, a deterministic hashing one by default)."""
         self.clock = clock
         self.persistent = persistent
         self.gc_age_ms = gc_age_ms
@@ -166,6 +173,8 @@ class TopGunCore:
         self.queries = QueryTable()
         self.pages = QueryPages()
         self.search = FullText(search_maps)
+        self.vectors = VectorIndexes(vector_maps, embedder)
+        self.hybrid = LiveHybrid()
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
         """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
@@ -202,6 +211,7 @@ class TopGunCore:
         self.queries.disconnect(conn)
         self.pages.disconnect(conn)
         self.search.disconnect(conn)
+        self.hybrid.disconnect(conn)
         self._granted(fx, self.locks.disconnect(conn, self.clock()))
         return fx
 
@@ -241,8 +251,9 @@ class TopGunCore:
             self.locks.resume_after(state.fencing_token)
             for name, sides in state.counters.items():
                 self.counters.restore(name, sides.positive, sides.negative)
-        names = [n for n in self.maps.store.maps() if self.search.enabled(n)]
-        self.search.rebuild((n, self.maps.live_items(n)) for n in names)
+        for index in (self.search, self.vectors):
+            names = [n for n in self.maps.store.maps() if index.enabled(n)]
+            index.rebuild((n, self.maps.live_items(n)) for n in names)
         return changed
 
     def follow_map(self, name: str) -> Snapshot | None:
@@ -337,6 +348,23 @@ class TopGunCore:
                 fx.send(conn, self.search.subscribe(conn, p, self._value_of))
             case sv.SearchUnsub(payload=p):
                 self.search.unsubscribe(conn, p.subscription_id)
+            case rq.VectorSearch(payload=p):
+                self._require_map(c, p.map_name, "read")
+                fx.send(conn, vector_search(self.vectors, p, self._value_of))
+            case rq.HybridSearch(payload=p):
+                self._require_map(c, p.map_name, "read")
+                found = hybrid_search(
+                    self.search, self.vectors, p, self._value_of, self.maps.live_items
+                )
+                fx.send(conn, found)
+            case rq.HybridSearchSub(payload=p):
+                self._require_map(c, p.map_name, "read")
+                first = self.hybrid.subscribe(
+                    conn, self.search, self.vectors, p, self._value_of, self.maps.live_items
+                )
+                fx.send(conn, first)
+            case rq.HybridSearchUnsub(payload=p):
+                self.hybrid.unsubscribe(conn, p.subscription_id)
             case tg.QueryUnsub(payload=p):
                 self.queries.unsubscribe(conn, p.query_id)
                 self.pages.forget(conn, p.query_id)
@@ -553,9 +581,12 @@ class TopGunCore:
             self._map_deltas(fx, events)
         maps = {e.map_name for e in events} if len(events) > 1 else {events[0].map_name}
         self._pending.append((sender, frozenset(maps), events))
-        if self.search.active:
+        if self.search.active or self.vectors.active:
             for name in maps:
-                self.search.written(name, (e.key for e in events if e.map_name == name))
+                keys = [e.key for e in events if e.map_name == name]
+                self.search.written(name, keys)
+                self.vectors.written(name, keys)
+                self.hybrid.written(name, keys)
 
     def has_pending_events(self) -> bool:
         return bool(self._pending)
@@ -568,9 +599,8 @@ class TopGunCore:
         the writes of many batches and clients reach a subscriber as one message and one
         socket write."""
         fx = Effects()
-        if self.search.active:
-            for target, update in self.search.flush(self._value_of):
-                fx.send(target, update)
+        if self.search.active or self.vectors.active:
+            self._flush_indexes(fx)
         chunks, self._pending = self._pending, []
         if not chunks:
             return fx
@@ -598,6 +628,19 @@ class TopGunCore:
             if sum(n for n, _ in parts):
                 fx.out.append(Outbound(tuple(targets), tg.join_event_runs(parts)))
         return fx
+
+    def _flush_indexes(self, fx: Effects) -> None:
+        """Bring the search indexes up to date with the writes since the last flush, and send
+        the live searches' changes."""
+        for target, update in self.search.flush(self._value_of):
+            fx.send(target, update)
+        self.vectors.settle(self._value_of)
+        if self.hybrid.any():
+            found = self.hybrid.flush(
+                self.search, self.vectors, self._value_of, self.maps.live_items
+            )
+            for target, change in found:
+                fx.send(target, change)
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
         by_map: dict[str, dict[str, bytes | None]] = {}
@@ -739,6 +782,7 @@ class TopGunCore:
         return (
             self.map_streams.followed(name)
             or self.search.enabled(name)
+            or self.vectors.enabled(name)
             or name in self.queries.watched()
             or any(name in c.maps for c in self._conns.values())
         )

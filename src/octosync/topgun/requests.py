@@ -24,9 +24,6 @@ _SANDBOX = "entry processors and conflict resolvers need a code sandbox this ser
 
 _UNSERVED: dict[type, str] = {
     rq.SqlQuery: "SQL",
-    rq.VectorSearch: "vector search",
-    rq.HybridSearch: "hybrid search",
-    rq.HybridSearchSub: "live hybrid search",
     rq.HybridQuerySubscribe: "hybrid queries",
     rq.JournalRead: "the event journal",
     sv.JournalSubscribe: "the event journal",
@@ -36,7 +33,6 @@ _UNSERVED: dict[type, str] = {
 
 _NO_REPLY = (
     rq.ClientApplyAck,  # TopGun's tombstone frontier; octosync's GC horizon is time-based
-    rq.HybridSearchUnsub,
     rq.HybridQueryUnsubscribe,
     rq.JournalUnsubscribe,
 )

@@ -28,6 +28,7 @@ import msgspec
 
 from octosync.crdt.sync_messages import NIL
 from octosync.errors import ConfigError, DecodeError, FeatureDisabled, LimitExceeded
+from octosync.topgun.live_table import LiveTable
 from octosync.wire import topgun_services as sv
 
 MAX_QUERY_CHARS = 1024
@@ -127,9 +128,7 @@ class FullText:
                 ) from None
             self._tantivy = tantivy
         self._indexes: dict[str, _MapIndex] = {}
-        self._live: dict[str, dict[tuple[int, str], _Live]] = {}
-        self._changed: dict[str, set[str]] = {}
-        """Keys changed since the last flush, per map with live searches."""
+        self._live: LiveTable[_Live] = LiveTable("live searches", MAX_LIVE_PER_CONNECTION)
 
     @property
     def active(self) -> bool:
@@ -163,8 +162,7 @@ class FullText:
             return
         keys = list(keys)
         self._index(name).dirty.update(keys)
-        if self._live.get(name):
-            self._changed.setdefault(name, set()).update(keys)
+        self._live.written(name, keys)
 
     def has_changes(self) -> bool:
         return any(index.dirty for index in self._indexes.values())
@@ -187,6 +185,14 @@ class FullText:
         min_score = 0.0 if options is None or options.min_score is None else options.min_score
         return _Live(0, "", query, limit, float(min_score))
 
+    def top(
+        self, name: str, query: str, limit: int, min_score: float, values: Values
+    ) -> tuple[list[tuple[str, float]], int]:
+        """The best hits of an indexed map (for hybrid search), the index brought up to date."""
+        index = self._index(name)
+        index.commit(values, name)
+        return index.top(query, limit, min_score)
+
     def search(self, p: sv.SearchPayload, values: Values) -> sv.SearchResp:
         spec = self._checked(p.map_name, p.query, p.options)
         index = self._index(p.map_name)
@@ -199,39 +205,29 @@ class FullText:
         """A live search: its first results now (``SEARCH_RESP`` under the subscription id),
         its changes at each flush."""
         spec = self._checked(p.map_name, p.query, p.options)
-        subs = self._live.setdefault(p.map_name, {})
-        mine = sum(1 for subs_ in self._live.values() for c, _ in subs_ if c == conn)
-        if (conn, p.subscription_id) not in subs and mine >= MAX_LIVE_PER_CONNECTION:
-            raise LimitExceeded(
-                f"at most {MAX_LIVE_PER_CONNECTION} live searches per connection",
-                path="payload.subscriptionId",
-            )
+        spec.conn, spec.sub_id = conn, p.subscription_id
+        self._live.add(p.map_name, conn, p.subscription_id, spec)
         index = self._index(p.map_name)
         index.commit(values, p.map_name)
         hits, total = index.top(spec.query, spec.limit, spec.min_score)
-        spec.conn, spec.sub_id, spec.hits = conn, p.subscription_id, dict(hits)
-        subs[(conn, p.subscription_id)] = spec
+        spec.hits = dict(hits)
         results = _results(p.map_name, p.query, hits, values)
         return sv.SearchResp(sv.SearchRespPayload(p.subscription_id, results, total))
 
     def unsubscribe(self, conn: int, sub_id: str) -> None:
-        for subs in self._live.values():
-            subs.pop((conn, sub_id), None)
+        self._live.unsubscribe(conn, sub_id)
 
     def disconnect(self, conn: int) -> None:
-        for subs in self._live.values():
-            for key in [k for k in subs if k[0] == conn]:
-                del subs[key]
+        self._live.disconnect(conn)
 
     def flush(self, values: Values) -> list[tuple[int, sv.SearchUpdate]]:
         """Commit what changed; each live search on a changed map, run again: its updates."""
         for name, index in self._indexes.items():
             index.commit(values, name)
-        changed, self._changed = self._changed, {}
         out: list[tuple[int, sv.SearchUpdate]] = []
-        for name, keys in changed.items():
+        for name, keys in self._live.take_changed().items():
             index = self._indexes[name]
-            for live in list(self._live.get(name, {}).values()):
+            for live in self._live.on(name):
                 hits, _total = index.top(live.query, live.limit, live.min_score)
                 new = dict(hits)
                 for key in live.hits.keys() - new.keys():
