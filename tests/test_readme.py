@@ -1,17 +1,45 @@
-"""Every ```python block in README.md runs as written (each in a fresh namespace)."""
+"""Every ```python block in README.md and docs/ runs as written (each in a fresh namespace).
+
+Blocks marked ```python live or ```html live need a running server: ``tests/test_docs_live.py``
+runs those. Blocks marked sh, text, toml and the like are shown, not run.
+"""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
 
-_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-_blocks = _BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+BLOCK = re.compile(r"^```(\w+)( live)?\n(.*?)^```", re.S | re.M)
 
 
-@pytest.mark.parametrize("source", _blocks, ids=[f"block{i}" for i in range(len(_blocks))])
-def test_readme_example_runs(source: str) -> None:
-    exec(compile(source, "README.md", "exec"), {"__name__": "readme_example"})
+def doc_pages() -> list[Path]:
+    """README.md and every Markdown page under docs/ and examples/."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return pages + sorted((ROOT / "examples").rglob("*.md"))
+
+
+def blocks(language: str, *, live: bool) -> list[tuple[str, str]]:
+    """``(id, source)`` of every block in ``language``, live (needs a server) or not."""
+    found = []
+    for page in doc_pages():
+        name = page.relative_to(ROOT).as_posix()
+        for n, (lang, marker, source) in enumerate(BLOCK.findall(page.read_text("utf-8"))):
+            if lang == language and bool(marker) == live:
+                found.append((f"{name}#{n}", source))
+    return found
+
+
+_blocks = blocks("python", live=False)
+
+
+def test_pages_have_runnable_blocks() -> None:
+    assert len(_blocks) >= 7, [i for i, _ in _blocks]
+
+
+@pytest.mark.parametrize("source", [s for _, s in _blocks], ids=[i for i, _ in _blocks])
+def test_doc_example_runs(source: str) -> None:
+    exec(compile(source, "docs", "exec"), {"__name__": "readme_example"})

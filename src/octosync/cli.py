@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from octosync import __version__
+from octosync import __version__, extras
 from octosync.errors import ConfigError, OctosyncError
-from octosync.links import cli as chain_cli
-from octosync.links import cluster_cli
 from octosync.paths import data_dir
-from octosync.pipeline import cli as pipeline_cli
 from octosync.store import cli as store_cli
 from octosync.syndicate import mint_text
 
@@ -43,22 +42,29 @@ def _serve(args: argparse.Namespace) -> int:
         "data_dir": Path(args.data) if args.data else None,
         "cluster_url": args.cluster,
         "node_id": args.node_id,
+        "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
+        "tls_key": Path(args.tls_key) if args.tls_key else None,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
     config.check_ports()
+    from octosync.server.tls import server_context
+
+    server_context(config.tls_cert, config.tls_key)  # a bad certificate: one line, before binding
     if config.cluster_url is not None:
+        extras.require("cluster", "serve --cluster")
+        from octosync.links import cluster_cli
+
         cluster_cli.check_serve_options(config.cluster_url, config.node_id)
+    if config.chain_config is not None:
+        extras.require("cluster", "serve --chain-config")
     try:
         config.check_exposure()
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     data_dir(config.data_dir, "--data", create=True)
-    from octosync.server.run import Started, serve_forever  # the server, once the input is good
-
-    faces = "/lazily /wvp /signal /dataspace /topgun /metrics /healthz, the inspector at /"
-    if config.chain_config is not None:
-        faces += f", /chain/NAME (chains configured at {config.chain_config})"
+    from octosync.server.faces import serving_line  # the server, once the input is good
+    from octosync.server.run import Started, serve_forever
 
     def ready(started: Started) -> None:
         # Only once every port is bound: a failed bind prints its one error line and nothing else.
@@ -77,14 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        tcp = f", lazily over TCP on {config.host}:{started.tcp_port}" if started.tcp_port else ""
-        if started.dataspace_port:
-            tcp += f", dataspace over TCP on {config.host}:{started.dataspace_port}"
-        print(
-            f"octosync serving {faces} on http://{config.host}:{started.port}{tcp} "
-            f"(data in {config.data_dir})",
-            flush=True,
-        )
+        print(serving_line(config, started.port, started.tcp_ports), flush=True)
 
     asyncio.run(serve_forever(config, ready))
     return 0
@@ -101,11 +100,55 @@ def _stream_name(stream: str) -> str:
     return stream
 
 
+OTHER_FACES = ("wvp", "signal", "topgun", "dataspace", "chain")
+"""The faces that do not speak the lazily protocol ``watch`` and ``publish-demo`` use."""
+
+
+def lazily_url(url: str) -> str:
+    """``--url``, refused in one line when it cannot be a ``/lazily`` endpoint: no scheme
+    (``127.0.0.1:8765``), another face's path (``/wvp``), or no path at all."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if "://" not in url:
+        host = url.strip("/").split("/")[0] or "127.0.0.1:8765"
+        raise ConfigError(f"--url {url!r} has no scheme: use ws://{host}/lazily (wss:// with TLS)")
+    if parts.scheme not in ("ws", "wss", "http", "https"):
+        raise ConfigError(
+            f"--url {url!r}: {parts.scheme}:// is not a WebSocket scheme: use "
+            f"ws://{parts.netloc}/lazily (wss:// with TLS)"
+        )
+    path = parts.path.rstrip("/")
+    segments = path.split("/")
+    face = segments[-1] if segments[-1] in OTHER_FACES else None
+    if len(segments) > 1 and segments[-2] == "chain":
+        face = "chain"
+    if face is not None:
+        raise ConfigError(
+            f"--url {url!r} is the /{face} face; watch and publish-demo speak "
+            f"/lazily: use {parts.scheme}://{parts.netloc}/lazily"
+        )
+    if not path.endswith("/lazily"):
+        raise ConfigError(
+            f"--url {url!r} does not end in /lazily: use {parts.scheme}://{parts.netloc}/lazily"
+        )
+    return url
+
+
+def _retries(value: int) -> int | None:
+    return None if value < 0 else value
+
+
 def _watch(args: argparse.Namespace) -> int:
     from octosync.client.tools import watch
 
     stream = _stream_name(args.stream)
-    asyncio.run(watch(args.url, stream, token=args.token, limit=args.limit))
+    url = lazily_url(args.url)
+    wait = None if args.wait <= 0 else args.wait
+    coro = watch(
+        url, stream, token=args.token, limit=args.limit, wait=wait, retries=_retries(args.retries)
+    )
+    asyncio.run(coro)
     return 0
 
 
@@ -113,9 +156,16 @@ def _publish_demo(args: argparse.Namespace) -> int:
     from octosync.client.tools import publish_demo
 
     stream = _stream_name(args.stream)
-    asyncio.run(
-        publish_demo(args.url, stream, token=args.token, ticks=args.ticks, interval=args.interval)
+    url = lazily_url(args.url)
+    coro = publish_demo(
+        url,
+        stream,
+        token=args.token,
+        ticks=args.ticks,
+        interval=args.interval,
+        retries=_retries(args.retries),
     )
+    asyncio.run(coro)
     return 0
 
 
@@ -137,6 +187,11 @@ def _token(args: argparse.Namespace) -> int:
                 "write (as in scoreboard=read,publish)"
             )
         streams[name] = wanted
+    if not streams and not args.no_grants:
+        raise ConfigError(
+            "a token without --grant grants nothing (every stream refuses it): "
+            "add --grant STREAM=read,publish,write (repeatable), or --no-grants to mint it anyway"
+        )
     extra = {} if args.ttl is None else {"exp": int(time.time()) + args.ttl}
     size = len(args.secret.encode())
     if size < MIN_HS256_SECRET:  # our one line instead of PyJWT's multi-line warning
@@ -171,6 +226,8 @@ def describe(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
     url = getattr(args, "url", None)
     if isinstance(exc, ConfigError):
         return str(exc), 2
+    if isinstance(exc, ModuleNotFoundError) and (extra := extras.extra_of(exc.name)):
+        return str(extras.missing_extra(extra, "this command")), 2
     if isinstance(exc, OctosyncError):
         hint = HINTS.get(exc.name)
         if hint:  # a refusal from the server: its code and message, then what to do
@@ -184,6 +241,13 @@ def describe(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
         )
     if isinstance(exc, aiohttp.InvalidURL):
         return f"--url {url!r} is not a URL (expected ws://HOST:PORT/lazily)", 2
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError) and url:
+        why = getattr(exc.certificate_error, "verify_message", None) or exc.certificate_error
+        return (
+            f"{url}: the server's TLS certificate is not trusted here (certificate verify "
+            f"failed: {why}); point SSL_CERT_FILE at the CA that signed it",
+            1,
+        )
     if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError) and url:
         cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
         why = os.strerror(cause.errno) if cause.errno else str(cause)
@@ -206,6 +270,13 @@ def _stream_client(parser: argparse.ArgumentParser) -> None:
         "--token",
         default=None,
         help="JWT from 'octosync token' (needed unless the server runs --insecure-dev)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=10,
+        help="reconnect attempts after losing the server, each one said on stderr (10; "
+        "-1: forever)",
     )
 
 
@@ -261,6 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-journal", action="store_true", help="do not journal accepted stream frames"
     )
     serve.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="PEM",
+        help="serve every face over TLS (https://, wss://) with this certificate (chain)",
+    )
+    serve.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's key")
+    serve.add_argument(
         "--cluster",
         default=None,
         metavar="nats://HOST:PORT",
@@ -279,6 +357,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _stream_client(watch)
     watch.add_argument("--limit", type=int, default=None, help="stop after N states")
+    watch.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        help="seconds to wait for the stream's first state before saying nobody publishes it "
+        "(10; 0: forever)",
+    )
     watch.set_defaults(func=_watch)
     demo = sub.add_parser(
         "publish-demo",
@@ -302,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument(
         "--ttl", type=int, default=None, help="seconds until the token expires (default: never)"
     )
+    token.add_argument(
+        "--no-grants", action="store_true", help="mint a token that grants nothing (for tests)"
+    )
     token.set_defaults(func=_token)
     dataspace = sub.add_parser("dataspace", help="the dataspace face (Syndicate protocol)")
     dataspace_sub = dataspace.add_subparsers(dest="dataspace_command", required=True)
@@ -310,10 +398,37 @@ def build_parser() -> argparse.ArgumentParser:
     mint.add_argument("--data", default="./var", help="data directory holding dataspace.key")
     mint.set_defaults(func=_mint)
     store_cli.register(sub)
-    pipeline_cli.register(sub)
-    chain_cli.register(sub)
-    cluster_cli.register(sub)
+    _register_optional(sub, "octosync.pipeline.cli", "pipeline", "PySpark jobs over the journal")
+    _register_optional(sub, "octosync.links.cli", "chain", "Octoprotocol chain replication")
+    _register_optional(
+        sub, "octosync.links.cluster_cli", "cluster", "octosync servers as a cluster over NATS"
+    )
     return parser
+
+
+def _register_optional(sub: Any, module: str, command: str, help_text: str) -> None:
+    """Register ``command`` from ``module``; when an extra it needs is not installed, register
+    a stand-in that accepts any arguments and says, in one line, what to install."""
+    try:
+        register = importlib.import_module(module).register
+    except ModuleNotFoundError as exc:
+        extra = extras.extra_of(exc.name)
+        if extra is None:
+            raise
+        stand_in = sub.add_parser(
+            command,
+            help=f"{help_text} (needs: pip install 'octosync[{extra}]')",
+            add_help=False,
+            prefix_chars="\0",  # no options: every word goes to ``words``
+        )
+        stand_in.add_argument("words", nargs=argparse.REMAINDER)
+
+        def refuse(args: argparse.Namespace) -> int:
+            raise extras.missing_extra(extra, "this command")
+
+        stand_in.set_defaults(func=refuse)
+        return
+    register(sub)
 
 
 def _command(args: argparse.Namespace) -> str:

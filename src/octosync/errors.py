@@ -327,6 +327,20 @@ class DataDirInUse(ConfigError):
     code = 101
 
 
+class MissingExtra(ConfigError):
+    """A command needs an optional part of the package (an extra) that is not installed."""
+
+    name = "MissingExtra"
+    code = 102
+
+
+class NothingPublished(OctosyncError):
+    """A subscriber got no state in the time it was given: nobody publishes the stream there."""
+
+    name = "NothingPublished"
+    code = 103
+
+
 class PipelineError(OctosyncError):
     """A pipeline job failed; the message names the input and the stage."""
 

@@ -35,7 +35,7 @@ from octosync.cluster.core import (
     Release,
     RequestSnapshot,
 )
-from octosync.wire.cluster import StreamFrame
+from octosync.wire.cluster import ClusterFrame
 
 S = "s"
 NODES = ("a", "b", "c")
@@ -69,7 +69,7 @@ class ClusterMachine(RuleBasedStateMachine):
         super().__init__()
         self.now = 0.0
         self.nodes: dict[str, Sim] = {}
-        self.links: dict[tuple[str, str], list[StreamFrame]] = {}
+        self.links: dict[tuple[str, str], list[ClusterFrame]] = {}
         self.watch: dict[str, list[tuple[str | None, int]]] = {}
         self.kv_ops: list[tuple[str, Claim | Release]] = []
         self.requests: list[tuple[str, str]] = []
@@ -149,12 +149,12 @@ class ClusterMachine(RuleBasedStateMachine):
         self.published.setdefault(claim, set()).add(sim.name)
         assert self.published[claim] == {sim.name}
         body = chain.encode()
-        f = StreamFrame(sim.name, S, claim, kind, frm, to, body)  # type: ignore[arg-type]
+        f = ClusterFrame(sim.name, S, claim, kind, frm, to, body)  # type: ignore[arg-type]
         for m in NODES:
             if m != sim.name:
                 self.links[(sim.name, m)].append(f)
 
-    def apply(self, sim: Sim, f: StreamFrame) -> None:
+    def apply(self, sim: Sim, f: ClusterFrame) -> None:
         hub = sim.hub
         assert self.won.get(f.claim) == f.node, "applied a frame of a claim never won"
         assert sim.follows, f"{sim.name} applied a frame of a stream nobody reads there"
@@ -364,7 +364,9 @@ class ClusterMachine(RuleBasedStateMachine):
         if claim is None or o.hub.epoch is None or o.hub.chain is None:
             self.run(a, a.core.snapshot_reply(S, None))
             return
-        f = StreamFrame(owner, S, claim, "snapshot", o.hub.epoch, o.hub.epoch, o.hub.chain.encode())
+        f = ClusterFrame(
+            owner, S, claim, "snapshot", o.hub.epoch, o.hub.epoch, o.hub.chain.encode()
+        )
         self.run(a, a.core.snapshot_reply(S, f))
 
 
@@ -388,8 +390,8 @@ class Clock:
         return self.now
 
 
-def frame(node: str, claim: int, kind: str, frm: int, to: int) -> StreamFrame:
-    return StreamFrame(node, S, claim, kind, frm, to, b"")  # type: ignore[arg-type]
+def frame(node: str, claim: int, kind: str, frm: int, to: int) -> ClusterFrame:
+    return ClusterFrame(node, S, claim, kind, frm, to, b"")  # type: ignore[arg-type]
 
 
 def following(claim: int = 1, epoch: int = 3) -> tuple[ClusterCore, Clock]:

@@ -10,7 +10,7 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -236,6 +236,40 @@ class Spawned:
         return f"ws://127.0.0.1:{self.port}"
 
 
+OCTOSYNC = (sys.executable, "-m", "octosync.cli")
+"""The command line, run by this interpreter (so the worktree's code is what runs)."""
+
+
+@contextlib.contextmanager
+def running(
+    *args: str,
+    command: Sequence[str] = OCTOSYNC,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A long-running ``octosync ARGS`` child (``serve``, ``publish-demo``...), yielded with the
+    first line it printed (its "serving" or "publishing" line) and stopped (SIGTERM) after."""
+    proc = subprocess.Popen(
+        [*command, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc, proc.stdout.readline()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 @contextlib.asynccontextmanager
 async def spawn_server(tmp_path: Path, *args: str) -> AsyncIterator[Spawned]:
     """``octosync serve --insecure-dev`` in a child process, ready when it prints so."""
@@ -255,3 +289,13 @@ async def spawn_server(tmp_path: Path, *args: str) -> AsyncIterator[Spawned]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def chain_record(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
+    """The next ``/chain/NAME`` record of type ``kind`` (others skipped), in a bounded wait."""
+    while True:
+        msg = await asyncio.wait_for(ws.receive(), 10)
+        assert msg.type is aiohttp.WSMsgType.TEXT, msg
+        record: dict[str, Any] = json.loads(msg.data)
+        if record["Type"] == kind:
+            return record

@@ -8,7 +8,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,38 +15,17 @@ import aiohttp
 import pytest
 
 from octosync.errors import ConfigError, ReplicationError
-from octosync.links import nats_server
 from octosync.links.cli import start_node
 from octosync.links.config_store import ConfigStore
 from octosync.links.device import ChainDevice
 from octosync.server.auth import issue_token
 from octosync.server.config import ServerConfig, parse_config
-from tests.e2e.helpers import free_port, serve, spawn_server
+from tests.e2e.helpers import chain_record as receive
+from tests.e2e.helpers import serve, spawn_server
 
 CHAIN = "face"
 SECRET = "f" * 32
 SERVE = [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev"]
-
-
-@pytest.fixture
-def nats_url(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    proc = nats_server.start(tmp_path / "nats", port)
-    try:
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-async def receive(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
-    """The next record of type ``kind`` (others skipped), within a bounded wait."""
-    while True:
-        msg = await asyncio.wait_for(ws.receive(), 10)
-        assert msg.type is aiohttp.WSMsgType.TEXT, msg
-        record: dict[str, Any] = json.loads(msg.data)
-        if record["Type"] == kind:
-            return record
 
 
 async def state_where(ws: aiohttp.ClientWebSocketResponse, path: tuple[str, ...]) -> Any:

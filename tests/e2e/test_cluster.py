@@ -190,7 +190,7 @@ async def kept_reaches(nats_url: str, stream: str, epoch: int) -> None:
             with contextlib.suppress(Exception):  # not there yet
                 entry = await kept.get(cluster_link.token(stream))
                 frame = cluster_wire.decode(entry.value or b"")
-                if isinstance(frame, cluster_wire.StreamFrame) and frame.to_epoch >= epoch:
+                if isinstance(frame, cluster_wire.ClusterFrame) and frame.to_epoch >= epoch:
                     return
             await asyncio.sleep(0.05)
     finally:

@@ -203,7 +203,7 @@ async def test_a_subscriber_whose_encoding_fails_is_reset_alone(tmp_path: Path) 
         await follow_until(doomed, Follower(), 0)
         seen = await follow_until(bystander, Follower(), 0)
         conn = sorted(hub.subscribers_of("victim"))[0]  # the first to subscribe: ``doomed``
-        hub.change_view(conn, ViewKey("lazily-brittle/ws"))
+        hub.change_view(conn, ViewKey("lazily", "lazily-brittle/ws"))
         for epoch in range(20):
             await prod.send_bytes(delta(epoch, 1, b"%d" % epoch))
         error = await recv_json(doomed)

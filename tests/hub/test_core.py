@@ -29,7 +29,7 @@ from octosync.ipc.state_hash import snapshot_hash as default_state_hash
 from octosync.wire import json_tagged
 from tests.hub.helpers import RefSubscriber, cell_set, decode, json_encoder, node_add, snap
 
-JSON = ViewKey("json")
+JSON = ViewKey("lazily", "json")
 
 
 class Clock:
@@ -181,7 +181,7 @@ def test_encode_once_per_view_same_bytes_object_for_every_subscriber() -> None:
     join(hub, 1, woken)
     hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
     for c in range(10, 20):
-        join(hub, c, woken, ViewKey("json2"))
+        join(hub, c, woken, ViewKey("lazily", "json2"))
         hub.subscribe(c, "s")
         hub.take(c)
     calls.clear()
@@ -202,7 +202,7 @@ def test_permission_view_filters_before_encoding() -> None:
 
     hub.register_view("no2", hide_node_2)
     join(hub, 1, woken)
-    join(hub, 2, woken, ViewKey("json", "no2"))
+    join(hub, 2, woken, ViewKey("lazily", "json", "no2"))
     hub.publish(1, "s", lazily_frame(snap(0, {1: b"a", 2: b"b"})))
     hub.subscribe(2, "s")
     hub.take(2)
@@ -440,11 +440,11 @@ def test_replay_model_keeps_snapshot_plus_diffs_and_goes_stale_past_bound() -> N
         return repr((frame.kind, frame.epoch, frame.body)).encode()
 
     hub = Hub(HubConfig(max_replay_diffs=3), clock=Clock(), encoders={"raw": enc})
-    hub.connect(1, ViewKey("raw"))
+    hub.connect(1, ViewKey("lazily", "raw"))
     hub.publish(1, 7, SnapshotFrame(0, "g0"))
     for e in range(2):
         hub.publish(1, 7, DiffFrame(e, e + 1, f"d{e}"))
-    hub.connect(2, ViewKey("raw"))
+    hub.connect(2, ViewKey("lazily", "raw"))
     hub.subscribe(2, 7)
     got = hub.take(2)
     assert got == [b"('snapshot', 0, 'g0')", b"('diff', 1, 'd0')", b"('diff', 2, 'd1')"]
@@ -452,7 +452,7 @@ def test_replay_model_keeps_snapshot_plus_diffs_and_goes_stale_past_bound() -> N
         hub.publish(1, 7, DiffFrame(e, e + 1, f"d{e}"))
     assert hub.needs_snapshot(7)
     assert len(hub.take(2)) == 4  # live subscriber keeps receiving
-    hub.connect(3, ViewKey("raw"))
+    hub.connect(3, ViewKey("lazily", "raw"))
     hub.subscribe(3, 7)
     assert hub.take(3) == []  # cannot replay without a gap: waits
     hub.publish(1, 7, DiffFrame(6, 7, "d6"))
@@ -489,8 +489,8 @@ def test_ts_is_monotonic_across_streams() -> None:
         return b"x"
 
     hub = Hub(clock=Clock(), encoders={"raw": enc})
-    hub.connect(1, ViewKey("raw"))
-    hub.connect(2, ViewKey("raw"))
+    hub.connect(1, ViewKey("lazily", "raw"))
+    hub.connect(2, ViewKey("lazily", "raw"))
     hub.subscribe(2, "a")
     hub.subscribe(2, "b")
     hub.take(2)
@@ -584,7 +584,7 @@ def test_a_subscriber_changing_view_restarts_from_a_snapshot_in_the_new_dialect(
     hub.take(2)
     hub.take(3)
     hub.publish(1, "s", lazily_frame(cell_set(0, 1, b"b")))
-    hub.change_view(2, ViewKey("alt"))
+    hub.change_view(2, ViewKey("lazily", "alt"))
     hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"c")))
     batch = hub.take(2)
     assert all(b.startswith(b"alt:") for b in batch)

@@ -23,7 +23,7 @@ def test_a_restored_stream_serves_late_joiners_and_never_expires() -> None:
     h.restore("s", [SnapshotFrame(3, snap(3, {1: b"a"}))])
     assert h.producer_of("s") is None
     assert h.expire() == []
-    h.connect(1, ViewKey("j"))
+    h.connect(1, ViewKey("lazily", "j"))
     h.subscribe(1, "s")
     sub = RefSubscriber()
     sub.feed(h.take(1))

@@ -57,7 +57,7 @@ class HubMachine(RuleBasedStateMachine):
         self.expected = {s: Expected() for s in STREAMS}
         self.subs: dict[int, dict[str, RefSubscriber]] = {c: {} for c in CONNS}
         for c in CONNS:
-            self.hub.connect(c, ViewKey("t"))
+            self.hub.connect(c, ViewKey("lazily", "t"))
 
     def _publish(self, conn: int, stream: str, msg: Snapshot | Delta) -> type[Exception] | None:
         try:
@@ -155,7 +155,7 @@ class HubMachine(RuleBasedStateMachine):
             if exp.owner == conn:
                 exp.owner = None
                 exp.expires = self.now + TTL
-        self.hub.connect(conn, ViewKey("t"))
+        self.hub.connect(conn, ViewKey("lazily", "t"))
 
     @precondition(lambda self: any(e.expires is not None for e in self.expected.values()))
     @rule(dt=st.floats(0.5, 6.0))

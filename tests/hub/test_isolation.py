@@ -19,8 +19,8 @@ from octosync.hub.model import Frame
 from octosync.ipc.messages import Delta, NodeAdd, NodeRemove
 from tests.hub.helpers import RefSubscriber, cell_set, json_encoder, snap
 
-WVP = ViewKey("wvp/ws")
-LAZILY = ViewKey("json")
+WVP = ViewKey("wvp", "wvp/ws")
+LAZILY = ViewKey("lazily", "json")
 
 
 def wvp_encoder(frame: OutFrame) -> bytes:
@@ -88,7 +88,7 @@ def test_an_encoder_failure_resets_only_its_view_and_others_keep_receiving() -> 
     hub.register_encoder("brittle", fails_on_deltas)
     hub.connect(1, LAZILY, wake=woken.append)
     hub.connect(2, LAZILY, wake=woken.append)
-    hub.connect(3, ViewKey("brittle"), wake=woken.append)
+    hub.connect(3, ViewKey("lazily", "brittle"), wake=woken.append)
     hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
     hub.subscribe(2, "s")
     hub.subscribe(3, "s")
@@ -115,7 +115,7 @@ def test_a_failing_snapshot_encode_faults_only_the_draining_connection() -> None
 
     hub.register_encoder("never", never)
     hub.connect(1, LAZILY, wake=woken.append)
-    hub.connect(2, ViewKey("never"), wake=woken.append)
+    hub.connect(2, ViewKey("lazily", "never"), wake=woken.append)
     hub.connect(3, LAZILY, wake=woken.append)
     hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
     hub.subscribe(2, "s")

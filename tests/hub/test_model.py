@@ -131,8 +131,8 @@ def test_the_hub_accepts_exactly_what_a_subscribers_mirror_accepts(
     from tests.hub.helpers import decode, json_encoder
 
     hub = Hub(HubConfig(), clock=lambda: 0.0, encoders={"json": json_encoder})
-    hub.connect(1, ViewKey("json"))
-    hub.connect(2, ViewKey("json"))
+    hub.connect(1, ViewKey("lazily", "json"))
+    hub.connect(2, ViewKey("lazily", "json"))
     hub.subscribe(2, "s")
     subscriber = Mirror()
     oracle = Mirror()  # the frames the hub accepted, applied in order

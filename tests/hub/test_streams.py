@@ -18,7 +18,7 @@ from octosync.hub.streams import (
 from octosync.server.auth import ClaimGrants, grants_from_claims
 from tests.hub.helpers import cell_set, json_encoder, snap
 
-JSON = ViewKey("json")
+JSON = ViewKey("lazily", "json")
 ANYONE = grants_from_claims({"sub": "rogue", "streams": {"*": ["read", "publish", "write"]}})
 PUBLISHER = grants_from_claims(
     {"sub": "pub", "streams": {"chain:game": ["publish"], "$chain:game": ["publish"]}}
@@ -87,7 +87,7 @@ actions = st.lists(st.sampled_from(["read", "publish", "write"]), unique=True)
 
 @given(names, st.dictionaries(st.sampled_from(["*", "chain:a", "$chain:a", "$*"]), actions))
 def test_the_publisher_scope_is_the_only_way_in(stream: str, table: dict[str, list[str]]) -> None:
-    grants = ClaimGrants("x", {k: frozenset(v) for k, v in table.items()})
+    grants = ClaimGrants.of("x", streams={k: frozenset(v) for k, v in table.items()})
     chain = f"chain:{stream}"
     explicit = f"${chain}" in table and "publish" in table[f"${chain}"]
     if explicit:
@@ -96,3 +96,19 @@ def test_the_publisher_scope_is_the_only_way_in(stream: str, table: dict[str, li
         with pytest.raises(Forbidden):
             check_chain_publisher(grants, chain)
     check_chain_publisher(grants, stream)  # not a chain stream: not this rule's business
+
+
+def test_the_face_is_the_views_field_not_its_encoders_spelling() -> None:
+    """A lazily connection whose encoder happens to be named like WVP's is still lazily, and
+    a WVP connection with any encoder name is WVP: the authority reads ``ViewKey.face``."""
+    hub = Hub(clock=lambda: 0.0, encoders={"wvp-lookalike": json_encoder, "t": json_encoder})
+    hub.connect(1, ViewKey("lazily", "wvp-lookalike"), grants=ANYONE)
+    hub.connect(2, ViewKey("wvp", "t"), grants=ANYONE)
+    hub.subscribe(1, "scoreboard")
+    with pytest.raises(Forbidden, match="belongs to the wvp face"):
+        hub.subscribe(1, "warp:1")
+    with pytest.raises(Forbidden, match="belongs to the lazily face"):
+        hub.subscribe(2, "scoreboard")
+    hub.check_stream(ViewKey("lazily", "wvp-lookalike"), "scoreboard")
+    with pytest.raises(Forbidden):
+        hub.check_stream(ViewKey("wvp", "t"), "scoreboard")

@@ -9,30 +9,31 @@ from hypothesis import strategies as st
 
 from octosync.errors import Oversize
 from octosync.links import frames
+from octosync.wire import chain_link
 from octosync.wire.framing import HEADER
 
 
-def stream(n: int) -> tuple[bytes, list[frames.AnyFrame]]:
-    sent: list[frames.AnyFrame] = [
-        frames.DeviceHello(i, f"device-{i}" * (i % 5 + 1)) for i in range(n)
+def stream(n: int) -> tuple[bytes, list[chain_link.AnyFrame]]:
+    sent: list[chain_link.AnyFrame] = [
+        chain_link.DeviceHello(i, f"device-{i}" * (i % 5 + 1)) for i in range(n)
     ]
-    return b"".join(frames.encode(f) for f in sent), sent
+    return b"".join(chain_link.encode(f) for f in sent), sent
 
 
-async def read_until_end(chunks: list[bytes]) -> tuple[list[frames.AnyFrame], Exception]:
+async def read_until_end(chunks: list[bytes]) -> tuple[list[chain_link.AnyFrame], Exception]:
     """Every frame read, and the error that ended the stream."""
     reader = asyncio.StreamReader()
     for chunk in chunks:
         reader.feed_data(chunk)
     reader.feed_eof()
     incoming = frames.FrameReader(reader)
-    got: list[frames.AnyFrame] = []
+    got: list[chain_link.AnyFrame] = []
     for _ in range(1000):  # bounded: a reader that never consumes would loop
         try:
             payloads = await incoming.payloads()
         except Exception as exc:
             return got, exc
-        got.extend(frames.decode(p) for p in payloads)
+        got.extend(chain_link.decode(p) for p in payloads)
     raise AssertionError(f"no end of stream after {len(got)} frames")
 
 
@@ -56,6 +57,6 @@ def test_end_of_stream_inside_a_frame_is_an_incomplete_read() -> None:
 
 
 def test_an_oversized_length_is_refused_before_its_payload_arrives() -> None:
-    got, end = asyncio.run(read_until_end([HEADER.pack(frames.MAX_FRAME + 1)]))
+    got, end = asyncio.run(read_until_end([HEADER.pack(chain_link.MAX_FRAME + 1)]))
     assert got == []
     assert isinstance(end, Oversize)

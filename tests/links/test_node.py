@@ -17,6 +17,7 @@ from octosync.links.cli import start_node
 from octosync.links.config import Member
 from octosync.links.config_store import ConfigStore
 from octosync.links.node import Node, NodeOptions
+from octosync.wire import chain_link
 
 
 async def test_link_refuses_a_peer_that_is_not_its_predecessor(
@@ -28,22 +29,22 @@ async def test_link_refuses_a_peer_that_is_not_its_predecessor(
     )
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(frames.encode(frames.PeerHello(0, "intruder")))
+        writer.write(chain_link.encode(chain_link.PeerHello(0, "intruder")))
         reply = await asyncio.wait_for(frames.read_frame(reader), 5)
-        assert isinstance(reply, frames.Refused)
+        assert isinstance(reply, chain_link.Refused)
         assert reply.code == "StaleEpoch"
         writer.close()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(frames.encode(frames.DeviceHello(0, "dev")))
-        writer.write(frames.encode(frames.FromDevice(0, DeviceEvent(1, "join", "{}"))))
+        writer.write(chain_link.encode(chain_link.DeviceHello(0, "dev")))
+        writer.write(chain_link.encode(chain_link.FromDevice(0, DeviceEvent(1, "join", "{}"))))
         reply = await asyncio.wait_for(frames.read_frame(reader), 5)
-        assert isinstance(reply, frames.Refused)
+        assert isinstance(reply, chain_link.Refused)
         assert reply.code == "NotBootstrapped"
         writer.close()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(frames.encode(frames.Link(0, Event("dev", 1, 1, "join", "{}"))))
+        writer.write(chain_link.encode(chain_link.Forward(0, Event("dev", 1, 1, "join", "{}"))))
         reply = await asyncio.wait_for(frames.read_frame(reader), 5)
-        assert isinstance(reply, frames.Refused)
+        assert isinstance(reply, chain_link.Refused)
         assert reply.code == "StaleEpoch"
         writer.close()
     finally:

@@ -7,13 +7,13 @@ import pytest
 from octosync.chain.json_tree import merge_patch
 from octosync.chain.records import StateUpdate
 from octosync.errors import DecodeError
-from octosync.links import frames
 from octosync.links.shared_decoding import SharedDecoding
+from octosync.wire import chain_link
 
 
 def payload(sequencer: int) -> bytes:
     update = StateUpdate(sequencer, False, {"players": {"a": {"x": sequencer}}}, {"a": (1,)})
-    return frames.CODEC.encode(frames.ForDevice(3, update))
+    return chain_link.CODEC.encode(chain_link.ForDevice(3, update))
 
 
 def test_identical_bytes_are_decoded_once_and_give_the_same_frame() -> None:
@@ -21,7 +21,7 @@ def test_identical_bytes_are_decoded_once_and_give_the_same_frame() -> None:
     first = shared.decode(payload(1))
     again = shared.decode(bytes(bytearray(payload(1))))  # equal bytes, another object
     assert again is first
-    assert first == frames.decode(payload(1))
+    assert first == chain_link.decode(payload(1))
     other = shared.decode(payload(2))
     assert other != first
     assert shared.decoded == 2
@@ -29,7 +29,7 @@ def test_identical_bytes_are_decoded_once_and_give_the_same_frame() -> None:
 
 def test_a_bad_frame_raises_every_time_and_is_not_kept() -> None:
     shared = SharedDecoding()
-    bad = frames.CODEC.encode(frames.ForDevice(3, StateUpdate(1, False, {}))).replace(
+    bad = chain_link.CODEC.encode(chain_link.ForDevice(3, StateUpdate(1, False, {}))).replace(
         b"Sequencer", b"Sequencex"
     )
     for _ in range(2):

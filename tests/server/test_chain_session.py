@@ -15,16 +15,17 @@ from octosync.server.auth import ANONYMOUS_DEV
 from octosync.server.chain_session import ChainSession
 from octosync.server.config import ServerConfig
 from octosync.server.runtime import Runtime
+from octosync.wire import chain_link
 
 EVENT = b'{"Type": "DeviceEvent", "DeviceSequencer": 1, "Name": "move", "Payload": "{}"}'
 
 
-async def read(data: bytes) -> frames.FromDevice:
+async def read(data: bytes) -> chain_link.FromDevice:
     reader = asyncio.StreamReader()
     reader.feed_data(data)
     reader.feed_eof()
     frame = await frames.read_frame(reader)
-    assert isinstance(frame, frames.FromDevice)
+    assert isinstance(frame, chain_link.FromDevice)
     return frame
 
 

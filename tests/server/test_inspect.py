@@ -10,7 +10,8 @@ import pytest
 
 from octosync.hub import lazily_frame
 from octosync.server.auth import ANONYMOUS_DEV, AuthConfig, ClaimGrants
-from octosync.server.inspect import ASSETS, stream_rows
+from octosync.server.inspect import ASSETS
+from octosync.server.listings import stream_rows
 from tests.e2e.helpers import delta, handshake, serve, snap, ws_lazily
 from tests.hub.helpers import cell_set
 from tests.hub.helpers import snap as hub_snap
@@ -65,7 +66,7 @@ def test_rows_list_only_streams_the_identity_may_read() -> None:
     join(hub, 1, woken)
     for name in ("public", "secret"):
         hub.publish(1, name, lazily_frame(hub_snap(0, {1: b"x"})))
-    reader = ClaimGrants("r", streams={"public": frozenset({"read"})})
+    reader = ClaimGrants.of("r", streams={"public": frozenset({"read"})})
     assert [row["stream"] for row in stream_rows(hub, reader)] == ["public"]
     assert stream_rows(hub, ClaimGrants("nobody")) == []
 
@@ -139,7 +140,7 @@ def test_map_rows_count_live_keys_and_tombstones_of_readable_maps() -> None:
     from octosync.crdt.fold import MapStore
     from octosync.crdt.op import OpKind, OpRecord
     from octosync.crdt.timestamp import Timestamp
-    from octosync.server.inspect import map_rows
+    from octosync.server.listings import map_rows
 
     store = MapStore()
     writes = [
@@ -155,7 +156,7 @@ def test_map_rows_count_live_keys_and_tombstones_of_readable_maps() -> None:
         {"map": "notes", "keys": 1, "tombstones": 0},
         {"map": "users", "keys": 1, "tombstones": 1},
     ]
-    reader = ClaimGrants("r", maps={"users": frozenset({"read"})})
+    reader = ClaimGrants.of("r", maps={"users": frozenset({"read"})})
     assert [r["map"] for r in map_rows(store, reader)] == ["users"]
     assert map_rows(store, ClaimGrants("nobody")) == []
 
@@ -194,7 +195,7 @@ async def test_api_streams_lists_topgun_maps_and_dataspaces_of_a_real_server(
 
 
 def test_dataspace_rows_list_only_dataspaces_the_identity_may_use() -> None:
-    from octosync.server.inspect import dataspace_rows
+    from octosync.server.listings import dataspace_rows
     from octosync.syndicate import Relay
 
     relay = Relay(b"k" * 32)
@@ -202,7 +203,7 @@ def test_dataspace_rows_list_only_dataspaces_the_identity_may_use() -> None:
         relay.dataspace(name)
     assert dataspace_rows(None, ANONYMOUS_DEV) == []  # the face was never used
     assert [r["dataspace"] for r in dataspace_rows(relay, ANONYMOUS_DEV)] == ["lobby", "secret"]
-    member = ClaimGrants("m", streams={"dataspace:lobby": frozenset({"publish"})})
+    member = ClaimGrants.of("m", streams={"dataspace:lobby": frozenset({"publish"})})
     assert dataspace_rows(relay, member) == [
         {"dataspace": "lobby", "assertions": 0, "observers": 0}
     ]

@@ -38,7 +38,7 @@ STREAMS = (GRAPH, WARP)
 MAX_DIFFS = 3
 PRODUCER, WVP_PRODUCER, JOINER = 1, 2, 3
 TTL = 300.0
-VIEWS = {GRAPH: ViewKey("t"), WARP: ViewKey("wvp-t")}
+VIEWS = {GRAPH: ViewKey("lazily", "t"), WARP: ViewKey("wvp", "wvp-t")}
 PRODUCERS = {GRAPH: PRODUCER, WARP: WVP_PRODUCER}
 CODECS = st.sampled_from([None, *sorted(DIALECTS)])
 """How a lazily frame reaches the journal: each dialect's own bytes, or built in-process."""

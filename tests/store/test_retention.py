@@ -128,7 +128,7 @@ def test_restored_state_waits_for_the_producers_snapshot(tmp_path: Path) -> None
     keeper, _ = JournalKeeper.start(hub, tmp_path)
     keeper.close()
     assert hub.expire() == []  # no producer, no TTL: kept
-    hub.connect(1, ViewKey("j"))
+    hub.connect(1, ViewKey("lazily", "j"))
     with pytest.raises(Exception, match="before this producer's first snapshot"):
         hub.publish(1, "s", lazily_frame(Delta(5, 6, (CellSet(1, b"x"),))))
     assert hub.epoch_of("s") == 5

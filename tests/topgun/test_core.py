@@ -28,7 +28,7 @@ from tests.topgun.helpers import (
     sent,
 )
 
-READER = ClaimGrants(subject="reader", maps={"users": frozenset({"read"})})
+READER = ClaimGrants.of("reader", maps={"users": frozenset({"read"})})
 
 
 def opened(c: TopGunCore, conn: int, grants: ClaimGrants = ALL, maps: tuple[str, ...] = ()) -> None:
@@ -107,7 +107,7 @@ def test_a_write_without_the_grant_is_rejected_and_not_applied() -> None:
     assert c.maps.live_items("users") == {}
 
 
-MIXED = ClaimGrants(subject="mixed", maps={"users": frozenset({"read", "write"})})
+MIXED = ClaimGrants.of("mixed", maps={"users": frozenset({"read", "write"})})
 
 
 def test_a_refused_op_is_never_covered_by_the_ack_of_its_batch() -> None:
@@ -271,7 +271,7 @@ def test_topic_messages_reach_the_other_subscribers_only() -> None:
     assert msg.payload.publisher_id == "all"
     with pytest.raises(DecodeError):
         c.handle(1, tg.TopicSub(tg.Topic("bad topic!")))
-    c.connect(4, ClaimGrants(subject="mute", topics={"*": frozenset({"subscribe"})}))
+    c.connect(4, ClaimGrants.of("mute", topics={"*": frozenset({"subscribe"})}))
     with pytest.raises(Forbidden):
         c.handle(4, tg.TopicPub(tg.TopicPubPayload("chat/room-1", data)))
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from octosync.errors import DecodeError
-from octosync.topgun.queries import matches, parse_spec
+from octosync.errors import DecodeError, LimitExceeded
+from octosync.topgun.queries import Query, QuerySpec, QueryTable, matches, parse_spec
 from octosync.wire import topgun as tg
 from tests.topgun.helpers import ALL, batch, core, put, sent
 
@@ -151,3 +151,57 @@ class LiveQueryMachine(RuleBasedStateMachine):
 
 
 TestLiveQueries = LiveQueryMachine.TestCase
+
+
+def test_like_and_regex_run_in_linear_time_and_refuse_what_would_not() -> None:
+    """RE2 semantics: the patterns that make a backtracking engine take exponential time
+    match here like any other; patterns that need backtracking are refused by name."""
+    value = {"s": "a" * 60}
+    assert not matches({"op": "like", "attribute": "s", "value": "%a%a%a%a%a%a%a%a%b"}, value)
+    assert matches({"op": "like", "attribute": "s", "value": "%A%a_"}, value)
+    assert not matches({"op": "regex", "attribute": "s", "value": "^(a+)+$b"}, value)
+    assert matches({"op": "regex", "attribute": "s", "value": "^(a+)+$"}, value)
+    backreference = {"predicate": {"op": "regex", "attribute": "s", "value": r"(a)\1"}}
+    with pytest.raises(DecodeError, match="RE2") as err:
+        parse_spec(msgspec.msgpack.encode(backreference))
+    assert err.value.path == "payload.query.predicate.value"
+    long = {"predicate": {"op": "like", "attribute": "s", "value": "%" * 1025}}
+    with pytest.raises(DecodeError, match="at most 1024"):
+        parse_spec(msgspec.msgpack.encode(long))
+
+
+def test_live_queries_are_capped_per_connection_and_per_map_and_names_are_forgotten() -> None:
+    table = QueryTable(per_connection=2, per_map=3)
+    spec = QuerySpec()
+    table.subscribe(Query(1, "a", "m1", spec), {})
+    table.subscribe(Query(1, "b", "m2", spec), {})
+    with pytest.raises(LimitExceeded, match="2 live queries"):
+        table.subscribe(Query(1, "c", "m3", spec), {})
+    table.subscribe(Query(1, "a", "m3", spec), {})  # the same id replaces, within the cap
+    assert table.watched() == {"m2", "m3"}
+    for conn in (2, 3):
+        table.subscribe(Query(conn, "x", "m3", spec), {})
+    with pytest.raises(LimitExceeded, match="3 live queries"):
+        table.subscribe(Query(4, "x", "m3", spec), {})
+    table.unsubscribe(1, "b")
+    table.disconnect(1)
+    table.disconnect(2)
+    table.unsubscribe(3, "x")
+    assert table.watched() == set()
+
+
+def test_a_map_name_past_the_limit_is_refused_before_anything_keeps_it() -> None:
+    c = core()
+    c.connect(1, ALL)
+    raw = msgspec.Raw(msgspec.msgpack.encode({}))
+    fx = c.handle(1, tg.QuerySub(tg.QuerySubPayload("q", "m" * 257, raw)))
+    (refused,) = sent(fx, 1)  # answered in its own response, with the error inside
+    assert isinstance(refused, tg.QueryResp), refused
+    assert refused.payload.code == "LIMIT_EXCEEDED", refused
+    assert "map name" in (refused.payload.error or "")
+    assert c.queries.watched() == set()
+    fx = c.handle(1, batch(put("1", "k", 1, 10, map_name="n" * 257)))
+    (rejected, *_) = sent(fx, 1)
+    assert isinstance(rejected, tg.OpRejected), rejected
+    assert "m" * 257 not in c.queries.watched()
+    assert c.maps.live_items("n" * 257) == {}

@@ -29,7 +29,7 @@ def test_a_frame_carries_the_message_and_its_epochs(
     for msg in (Snapshot(epoch=base), Delta(base_epoch=base, epoch=base + span)):
         frame = wire.frame_of(node, stream, claim, msg)
         back = wire.decode(wire.encode(frame))
-        assert isinstance(back, wire.StreamFrame)
+        assert isinstance(back, wire.ClusterFrame)
         assert back == frame
         assert (back.from_epoch, back.to_epoch) == (
             (base, base) if isinstance(msg, Snapshot) else (base, base + span)
@@ -131,7 +131,7 @@ def test_any_state_plane_message_crosses_unchanged(msg: Snapshot | Delta) -> Non
     """The body is ``wire.msgpack``: exact for every message in the spelling that dialect
     reads back (an implied node state is not written; ``tests/wire/test_roundtrip.py``)."""
     back = wire.decode(wire.encode(wire.frame_of("n1", "s", 7, msg)))
-    assert isinstance(back, wire.StreamFrame)
+    assert isinstance(back, wire.ClusterFrame)
     assert wire.decode_body(back) == msg
 
 
@@ -160,7 +160,7 @@ def test_a_wvp_diff_crosses_as_its_canonical_cbor(
     frame = wire.wvp_frame_of(node, stream, claim, [diff])
     assert frame.body == wvp.encode_frame(diff)  # the journal's bytes, encoded once
     back = wire.decode(wire.encode(frame))
-    assert isinstance(back, wire.StreamFrame)
+    assert isinstance(back, wire.ClusterFrame)
     assert back == frame
     assert (back.kind, back.from_epoch, back.to_epoch) == ("delta", base, base + 1)
     assert wire.decode_wvp_body(back) == [diff]
@@ -172,7 +172,7 @@ def test_a_wvp_snapshot_crosses_with_the_diffs_since_it(
 ) -> None:
     frames: list[wire.WvpFrame] = [wvp.WarpSnapshot(base, graph), *_diffs(base, ops)]
     back = wire.decode(wire.encode(wire.wvp_frame_of(node, stream, claim, frames)))
-    assert isinstance(back, wire.StreamFrame)
+    assert isinstance(back, wire.ClusterFrame)
     assert (back.kind, back.from_epoch, back.to_epoch) == ("snapshot", base, base + len(ops))
     decoded = wire.decode_wvp_body(back)
     assert decoded == frames
@@ -181,7 +181,7 @@ def test_a_wvp_snapshot_crosses_with_the_diffs_since_it(
     )
 
 
-def _lie(frame: wire.StreamFrame, **changes: object) -> wire.StreamFrame:
+def _lie(frame: wire.ClusterFrame, **changes: object) -> wire.ClusterFrame:
     return msgspec.structs.replace(frame, **changes)
 
 
@@ -218,7 +218,7 @@ SNAP_FRAME = wire.wvp_frame_of("n1", "warp:9", 1, [SNAP, DIFF])
         (_lie(SNAP_FRAME, body=wire.frame_of("n1", "s", 1, Snapshot(epoch=4)).body), "$"),
     ],
 )
-def test_a_wvp_body_is_decoded_strictly(frame: wire.StreamFrame, path: str) -> None:
+def test_a_wvp_body_is_decoded_strictly(frame: wire.ClusterFrame, path: str) -> None:
     with pytest.raises(DecodeError) as err:
         wire.decode_wvp_body(frame)
     assert err.value.path == path

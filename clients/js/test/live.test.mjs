@@ -120,6 +120,21 @@ describe("an open server", () => {
     assert.equal(sub.status, "failed");
   });
 
+  test("a wrong port reports a ConnectionLost error event per failed attempt, then gives up when bounded", async () => {
+    const wrong = new URL(server.url);
+    wrong.port = String(Number(wrong.port) === 1 ? 2 : 1); // nothing listens on port 1 or 2
+    const c = connect(wrong.href, { WebSocket, backoff: { ...fast, maxAttempts: 2 } });
+    clients.push(c);
+    const sub = c.subscribe("anything");
+    sub.on("error", () => {}); // collected in sub.errors
+    const failed = waitFor(sub, "status", (s) => s === "failed");
+    await failed;
+    const lost = sub.errors.filter((e) => e.code === "ConnectionLost");
+    assert.equal(lost.length, 3, lost.map((e) => e.message).join("\n")); // 2 retries, then giving up
+    assert.match(lost[0].message, /^cannot reach ws:\/\/127\.0\.0\.1:[12]\/lazily .*attempt 1 of 2/);
+    assert.match(lost.at(-1).message, /gave up after 2 reconnect attempts/);
+  });
+
   test("a WebSocket option that is not a constructor is refused up front", () => {
     assert.throws(() => connect(server.url, { WebSocket: {} }), errors.LocalProtocolError);
   });

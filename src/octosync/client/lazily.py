@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from octosync.client.ws import connect_ws
+from octosync.client.ws import connect_ws, failure_reason
 from octosync.errors import AuthError, ForbiddenPublish, OctosyncError, ProtocolError, by_name
 from octosync.graph import Context
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
@@ -117,6 +117,7 @@ class Client:
         max_frame_size: int = 1 << 20,
         seed: int | None = None,
         fallbacks: Sequence[str] = (),
+        on_retry: Callable[[int, int | None, BaseException], None] | None = None,
     ) -> None:
         self.url = url
         self.urls = [url, *fallbacks]
@@ -129,6 +130,9 @@ class Client:
         self._http: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []
+        self.on_retry = on_retry
+        """Called as ``on_retry(attempt, max_attempts, why)`` before each reconnect attempt
+        after a failed one, so a tool can say that it lost the server and is retrying."""
 
     async def __aenter__(self) -> Client:
         self._http = aiohttp.ClientSession()
@@ -168,11 +172,14 @@ class Client:
         wire_json.decode_handshake(reply.data)
         return ws
 
-    async def _sleep_backoff(self, attempt: int) -> None:
+    async def _sleep_backoff(self, attempt: int, why: BaseException | None = None) -> None:
         self._at = (self._at + 1) % len(self.urls)
         limit = self.backoff.max_attempts
         if limit is not None and attempt >= limit:
-            raise ConnectionError(f"gave up after {attempt} reconnect attempts")
+            last = "" if why is None else f" (last: {failure_reason(why)})"
+            raise ConnectionError(f"gave up after {attempt} reconnect attempts{last}")
+        if self.on_retry is not None and why is not None:
+            self.on_retry(attempt + 1, limit, why)
         await asyncio.sleep(self.backoff.delay(attempt, self._rng))
 
     # --- subscribing ----------------------------------------------------------------------
@@ -204,8 +211,8 @@ class Client:
             if current is None:
                 try:
                     current = await self._open(stream, publish=publish)
-                except retry:
-                    await self._sleep_backoff(attempt)
+                except retry as exc:
+                    await self._sleep_backoff(attempt, exc)
                     attempt += 1
                     continue
             attempt = 0
@@ -286,6 +293,8 @@ class Client:
                         break
         except OctosyncError as exc:  # refused for good: no grant, a token that expired
             pub.failed = exc
+        except ConnectionError as exc:  # gave up reconnecting (backoff.max_attempts)
+            pub.lost = exc
         finally:
             pub.closed = True
             pub.ended.set()
@@ -353,6 +362,8 @@ class Subscription:
     reconnects: int = 0
     failed: OctosyncError | None = None
     """Why the server ended this subscription for good (a refused reconnect), if it did."""
+    lost: BaseException | None = None
+    """Why the subscription ended otherwise: the client gave up reconnecting, or was closed."""
     _queue: asyncio.Queue[State | BaseException] = field(init=False)
     _ws: aiohttp.ClientWebSocketResponse | None = None
     _last_yielded: int | None = None
@@ -374,6 +385,8 @@ class Subscription:
         self._finished = True
         if isinstance(exc, OctosyncError):
             self.failed = exc
+        else:
+            self.lost = exc
         if self._queue.full():
             with contextlib.suppress(asyncio.QueueEmpty):
                 self._queue.get_nowait()
@@ -425,13 +438,18 @@ class Publication:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     failed: OctosyncError | None = None
     """Why the server refused this publication for good, if it did."""
+    lost: ConnectionError | None = None
+    """Set when the client gave up reconnecting (``Backoff.max_attempts``)."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def wait(self) -> None:
-        """Return when the publication ends; raise the server's refusal if that is why."""
+        """Return when the publication ends; raise the server's refusal, or the
+        ``ConnectionError`` of giving up reconnecting, if that is why."""
         await self.ended.wait()
         if self.failed is not None:
             raise self.failed
+        if self.lost is not None:
+            raise self.lost
 
 
 def connect(url: str, *, token: str | None = None, **options: Any) -> Client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import aiohttp
@@ -53,3 +54,11 @@ async def close_ws(
         await ws.close()
     if http is not None:
         await http.close()
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A short reason for a failed connection (``Connection refused``, not aiohttp's whole
+    sentence), for one-line messages."""
+    if isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno:
+        return os.strerror(exc.os_error.errno)
+    return str(exc) or type(exc).__name__

@@ -58,7 +58,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from octosync.wire.cluster import StreamFrame
+from octosync.wire.cluster import ClusterFrame
 
 ConnId = int
 
@@ -125,7 +125,7 @@ class Kick:
 class Apply:
     """Apply a remote owner's frame to the local hub as that owner's frame."""
 
-    frame: StreamFrame
+    frame: ClusterFrame
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ class StreamView:
     """Epoch of the remote owner's frames applied to the local hub."""
     syncing: bool = False
     requested_at: float | None = None
-    buffer: list[StreamFrame] = field(default_factory=list)
+    buffer: list[ClusterFrame] = field(default_factory=list)
     owner_epoch: int | None = None
     """The owner's epoch as its last frame or heartbeat said (lag = owner_epoch - epoch)."""
     behind_since: float | None = None
@@ -449,7 +449,7 @@ class ClusterCore:
 
     # --- remote frames ------------------------------------------------------------------------
 
-    def remote_frame(self, frame: StreamFrame) -> list[Effect]:
+    def remote_frame(self, frame: ClusterFrame) -> list[Effect]:
         """A frame from NATS: drop it, apply it, or buffer it and ask for a snapshot."""
         if frame.node == self.node:
             return []
@@ -466,7 +466,7 @@ class ClusterCore:
             return effects  # this node's producer holds the hub, or nobody here reads it
         return effects + self._sort(v, frame)
 
-    def _sort(self, v: StreamView, frame: StreamFrame) -> list[Effect]:
+    def _sort(self, v: StreamView, frame: ClusterFrame) -> list[Effect]:
         if frame.kind == "snapshot":
             return self._apply_snapshot(v, frame)
         if v.syncing:
@@ -485,14 +485,14 @@ class ClusterCore:
         v.syncing, v.buffer = True, [frame]
         return self._request(v, frame.stream, frame.node)
 
-    def _apply(self, v: StreamView, frame: StreamFrame) -> list[Effect]:
+    def _apply(self, v: StreamView, frame: ClusterFrame) -> list[Effect]:
         v.epoch, v.applied_owner, v.applied_claim = frame.to_epoch, frame.node, frame.claim
         if v.owner_epoch is None or v.epoch >= v.owner_epoch:
             v.behind_since = None
         self.stats.applied += 1
         return [Apply(frame)]
 
-    def _apply_snapshot(self, v: StreamView, frame: StreamFrame) -> list[Effect]:
+    def _apply_snapshot(self, v: StreamView, frame: ClusterFrame) -> list[Effect]:
         effects = self._apply(v, frame)
         held, v.buffer, v.syncing, v.requested_at = v.buffer, [], False, None
         for f in held:
@@ -505,7 +505,7 @@ class ClusterCore:
         self.stats.snapshot_requests += 1
         return [RequestSnapshot(stream, owner)]
 
-    def snapshot_reply(self, stream: str, frame: StreamFrame | None) -> list[Effect]:
+    def snapshot_reply(self, stream: str, frame: ClusterFrame | None) -> list[Effect]:
         """The owner's answer to ``RequestSnapshot`` (None: it had none to give)."""
         v = self.view(stream)
         if frame is None or frame.kind != "snapshot" or not v.syncing or not v.followed:

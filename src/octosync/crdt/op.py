@@ -29,7 +29,8 @@ class OpKind(StrEnum):
     INC = "INC"
 
 
-MapName = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+MAX_MAP_NAME = 256
+MapName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME)]
 Key = Annotated[str, msgspec.Meta(max_length=4096)]
 OpId = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 

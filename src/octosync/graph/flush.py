@@ -8,21 +8,29 @@ The context epoch counts rounds whose change set was not empty.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from octosync.errors import ComputeError, GraphError
-from octosync.graph.changes import collect
-from octosync.graph.nodes import CLEAN, Node
+from octosync.graph.changes import ChangeSet, collect
+from octosync.graph.nodes import CLEAN, Graph, Node
 
-if TYPE_CHECKING:
-    from octosync.graph.context import Context
+
+class FlushedGraph(Graph, Protocol):
+    """What the flush uses of a graph beyond what its nodes use (``graph.context.Context``)."""
+
+    epoch: int
+    _listeners: list[Callable[[ChangeSet], None]]
+    _resolvers: list[Callable[[Node], bool]]
+    _resolve_all: bool
+
 
 MAX_EFFECT_ROUNDS = 100
 """Effects that keep writing are stopped after this many consecutive rounds."""
 
 
-def run_flush(ctx: Context) -> None:
+def run_flush(ctx: FlushedGraph) -> None:
     """Flush until quiet: signals, resolvers, one change set to listeners, then effects."""
     errors: list[BaseException] = []
     rounds = 0
@@ -58,7 +66,7 @@ def run_flush(ctx: Context) -> None:
         raise ComputeError(f"{len(errors)} effect(s) raised; the first is the cause") from first
 
 
-def _run_signals(ctx: Context) -> list[Node]:
+def _run_signals(ctx: FlushedGraph) -> list[Node]:
     queue = ctx._eager
     ctx._eager = []
     effects: list[Node] = []
@@ -74,7 +82,7 @@ def _run_signals(ctx: Context) -> list[Node]:
     return effects
 
 
-def _run_resolvers(ctx: Context) -> None:
+def _run_resolvers(ctx: FlushedGraph) -> None:
     # A for loop over a list sees items appended while it runs: nodes touched by
     # resolving (sources recomputed on the way) are visited too.
     resolve_all = ctx._resolve_all

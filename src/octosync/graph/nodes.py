@@ -14,14 +14,35 @@ after, which is what gives the equality guard and memo suppression at the set le
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from octosync.errors import ComputeError, CycleError, GraphError
-
-if TYPE_CHECKING:
-    from octosync.graph.context import Context
+from octosync.graph.type_tags import TypeRegistry
 
 T = TypeVar("T")
+
+
+class Graph(Protocol):
+    """What a node uses of the graph it belongs to (``graph.context.Context``): declared here
+    so that nodes depend on a shape, and the context, which makes nodes, is the only module
+    that knows both."""
+
+    registry: TypeRegistry
+    _depth: int
+    _computing: int
+    _tracking: dict[Node, None] | None
+    _gen: int
+    _touched: list[Node]
+    _eager: list[Node]
+
+    def _dispose(self, node: Node) -> None: ...
+
+    def _mark(self, observers: dict[Node, None]) -> None: ...
+
+    def _flush(self) -> None: ...
+
+    def _exit(self) -> None: ...
+
 
 CLEAN = 0
 CHECK = 1
@@ -79,7 +100,7 @@ class Node:
     _derived: ClassVar[bool] = False
     _eager: ClassVar[bool] = False
 
-    _ctx: Context
+    _ctx: Graph
     id: int
     _observers: dict[Node, None]
     _sources: dict[Node, None]
@@ -92,7 +113,7 @@ class Node:
     def _recompute(self) -> None:
         """Run the node's function (cells have none)."""
 
-    def _init(self, ctx: Context, node_id: int, type_tag: str | None) -> None:
+    def _init(self, ctx: Graph, node_id: int, type_tag: str | None) -> None:
         self._ctx = ctx
         self.id = node_id
         self._disposed = False

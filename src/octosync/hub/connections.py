@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from octosync.errors import Forbidden, OctosyncError
 from octosync.hub.frame_log import FrameLog
 from octosync.hub.outbox import Outbox, OutboxLimits
-from octosync.hub.streams import Face, encoder_face
+from octosync.hub.streams import Face
 from octosync.hub.types import Action, AllowAll, ConnId, Grants, StreamId, ViewKey
 
 
@@ -60,7 +60,7 @@ class Connections:
             grants or AllowAll(),
             wake or (lambda _c: None),
             Outbox(self._outbox),
-            encoder_face(view.encoder),
+            view.face,
         )
         self._by_id[conn] = c
         return c

@@ -21,7 +21,7 @@ from octosync.hub.authority import Authority
 from octosync.hub.connections import Connections, require
 from octosync.hub.fanout import Fanout
 from octosync.hub.model import Frame
-from octosync.hub.streams import check_peer_may_write, encoder_face
+from octosync.hub.streams import check_peer_may_write
 from octosync.hub.types import (
     GLOBAL_SCOPE,
     AcceptHook,
@@ -150,7 +150,7 @@ class Hub:
     def check_stream(self, view: ViewKey, stream_id: StreamId) -> None:
         """What ``subscribe``/``publish`` will say of this stream for a connection of ``view``,
         asked before connecting (a handshake that names a stream fails closed on it)."""
-        self._authority.check_stream(encoder_face(view.encoder), stream_id)
+        self._authority.check_stream(view.face, stream_id)
 
     def check_join(self, grants: Grants, stream_id: StreamId, *, publish: bool) -> None:
         """What ``subscribe`` (or, with ``publish``, ``publish``) will refuse a new connection

@@ -20,14 +20,12 @@ to a chain stream (the publisher would have nothing to do with the write).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final
 
 from octosync.errors import Forbidden, ForbiddenPublish
+from octosync.hub.types import Face, Grants
 
-if TYPE_CHECKING:
-    from octosync.hub.types import Grants
-
-Face = Literal["lazily", "wvp"]
+__all__ = ["Face"]
 WARP_PREFIX: Final = "warp:"
 MAP_PREFIX: Final = "map:"
 CHAIN_PREFIX: Final = "chain:"
@@ -80,11 +78,6 @@ def warp_id_of(stream: Hashable) -> int:
 
 def stream_face(stream: Hashable) -> Face:
     return "wvp" if isinstance(stream, str) and stream.startswith(WARP_PREFIX) else "lazily"
-
-
-def encoder_face(encoder: str) -> Face:
-    """The face a connection's encoder belongs to (``wvp/ws``, or a lazily dialect's)."""
-    return "wvp" if encoder.startswith("wvp") else "lazily"
 
 
 def check_face(face: Face, stream: Hashable) -> None:

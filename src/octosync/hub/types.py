@@ -13,6 +13,8 @@ from octosync.hub.outbox import OutboxLimits
 StreamId = Hashable
 ConnId = int
 Action = Literal["read", "publish", "write"]
+Face = Literal["lazily", "wvp"]
+"""The stream namespace a connection may name (``hub.streams``)."""
 GLOBAL_SCOPE = "$global"
 """The pseudo-stream a message to every connection of a face needs ``publish`` on. Grants for
 names starting with ``$`` are never implied by a wildcard."""
@@ -20,12 +22,15 @@ names starting with ``$`` are never implied by a wildcard."""
 
 @dataclass(frozen=True, slots=True)
 class ViewKey:
-    """What a subscriber's bytes depend on: its encoder and its permission view.
+    """What a subscriber's bytes depend on: its face, its encoder and its permission view.
 
-    ``encoder`` names a registered encoder, which is one wire dialect plus the transport's
-    framing (``lazily-json/ws``, ``lazily-msgpack/tcp``, ``wvp/ws``).
+    ``face`` is the stream namespace the connection may name (``hub.streams``: the authority
+    reads it, never the encoder's spelling). ``encoder`` names a registered encoder, which is
+    one wire dialect plus the transport's framing (``lazily-json/ws``, ``lazily-msgpack/tcp``,
+    ``wvp/ws``).
     """
 
+    face: Face
     encoder: str
     view: str = "all"
 

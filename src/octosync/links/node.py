@@ -42,6 +42,7 @@ from octosync.links import frames
 from octosync.links.config import ChainConfig, Member
 from octosync.links.config_store import HEARTBEAT_TTL, ConfigStore
 from octosync.store.chain import Durability, LinkStore
+from octosync.wire import chain_link
 
 log = logging.getLogger("octosync.chain")
 
@@ -71,8 +72,8 @@ class Conn:
     attached: bool = False
     """A downstream connection whose ``PeerWelcome`` was handled: events may flow on it."""
 
-    def send(self, frame: frames.Frame) -> None:
-        self.send_bytes(frames.encode(frame))
+    def send(self, frame: chain_link.LinkFrame) -> None:
+        self.send_bytes(chain_link.encode(frame))
 
     def send_bytes(self, data: bytes) -> None:
         if not self.closed:
@@ -225,10 +226,10 @@ class Node:
         incoming = frames.FrameReader(conn.reader)
         try:
             while not conn.closed:
-                burst: list[frames.AnyFrame] = []
+                burst: list[chain_link.AnyFrame] = []
                 try:
                     for payload in await incoming.payloads():
-                        burst.append(frames.decode(payload))
+                        burst.append(chain_link.decode(payload))
                 finally:  # what decoded before a bad frame is handled, as it arrived
                     if burst:
                         self.inbox.put_nowait(_Input("frames", conn, burst))
@@ -236,7 +237,7 @@ class Node:
             pass
         except OctosyncError as exc:
             with contextlib.suppress(Exception):
-                conn.send(frames.Refused(self.epoch, exc.name, str(exc)))
+                conn.send(chain_link.Refused(self.epoch, exc.name, str(exc)))
         finally:
             self.inbox.put_nowait(_Input("closed", conn))
 
@@ -249,7 +250,7 @@ class Node:
                 await asyncio.sleep(0.1 * (attempt + 1))
                 continue
             conn = Conn(reader, writer, "down", member.id, epoch)
-            conn.send(frames.PeerHello(epoch, self.me.id))
+            conn.send(chain_link.PeerHello(epoch, self.me.id))
             self.inbox.put_nowait(_Input("dialed", conn))
             await self._read_loop(conn)
             return
@@ -268,7 +269,7 @@ class Node:
                 await asyncio.sleep(PROBE_RETRY)
                 continue
             try:
-                writer.write(frames.encode(frames.StatusRequest(self.epoch)))
+                writer.write(chain_link.encode(chain_link.StatusRequest(self.epoch)))
                 await asyncio.wait_for(frames.read_frame(reader), PROBE_TIMEOUT)
                 return True
             except TimeoutError:
@@ -337,24 +338,26 @@ class Node:
                 self._spawn(self._remove_if_dead(member))
 
     def _handle_frame(
-        self, conn: Conn, frame: frames.AnyFrame, outputs: list[tuple[Output, int]]
+        self, conn: Conn, frame: chain_link.AnyFrame, outputs: list[tuple[Output, int]]
     ) -> None:
         try:
             self._frame(conn, frame, outputs)
         except OctosyncError as exc:
             log.warning("%s: %s from %s: %s", self.me.id, exc.name, conn.kind, exc)
-            conn.send(frames.Refused(self.epoch, exc.name, str(exc)))
+            conn.send(chain_link.Refused(self.epoch, exc.name, str(exc)))
             conn.close()
 
-    def _frame(self, conn: Conn, frame: frames.AnyFrame, outputs: list[tuple[Output, int]]) -> None:
-        if isinstance(frame, frames.Link):
+    def _frame(
+        self, conn: Conn, frame: chain_link.AnyFrame, outputs: list[tuple[Output, int]]
+    ) -> None:
+        if isinstance(frame, chain_link.Forward):
             if conn is not self.up and conn is not self.down:
                 raise StaleEpoch(f"a link frame from {conn.peer or 'a stranger'}, not a neighbour")
             if frame.epoch < conn.since_epoch:
                 raise StaleEpoch(f"frame of epoch {frame.epoch} on a link of {conn.since_epoch}")
             for out in self.link.receive(frame.message):
                 outputs.append((out, self.epoch))
-        elif isinstance(frame, frames.FromDevice):
+        elif isinstance(frame, chain_link.FromDevice):
             if conn.kind != "device" or self.devices.get(conn.peer) is not conn:
                 raise StaleEpoch("device frame on a connection that is not a head's device")
             if isinstance(frame.message, BootstrapChainRequest):
@@ -366,15 +369,17 @@ class Node:
             else:
                 produced = self.link.receive_device_event(conn.peer, frame.message)
             outputs.extend((out, self.epoch) for out in produced)
-        elif isinstance(frame, frames.PeerHello):
+        elif isinstance(frame, chain_link.PeerHello):
             self._peer_hello(conn, frame, outputs)
-        elif isinstance(frame, frames.PeerWelcome):
+        elif isinstance(frame, chain_link.PeerWelcome):
             self._peer_welcome(conn, frame, outputs)
-        elif isinstance(frame, frames.Copy):
+        elif isinstance(frame, chain_link.Copy):
             self._copy(conn, frame, outputs)
-        elif isinstance(frame, frames.DeviceHello):
+        elif isinstance(frame, chain_link.DeviceHello):
             if self.link.has_upstream or self.waiting_copy:
-                conn.send(frames.Refused(self.epoch, "NotHead", f"{self.me.id} is not the head"))
+                conn.send(
+                    chain_link.Refused(self.epoch, "NotHead", f"{self.me.id} is not the head")
+                )
                 conn.close()
                 return
             previous = self.devices.get(frame.device)
@@ -382,14 +387,14 @@ class Node:
                 previous.close()
             conn.kind, conn.peer = "device", frame.device
             self.devices[frame.device] = conn
-        elif isinstance(frame, frames.StatusRequest):
+        elif isinstance(frame, chain_link.StatusRequest):
             conn.send(self._status())
-        elif isinstance(frame, frames.Refused):
+        elif isinstance(frame, chain_link.Refused):
             log.warning("%s: refused by %s: %s %s", self.me.id, conn.peer, frame.code, frame.reason)
             conn.close()
 
     def _peer_hello(
-        self, conn: Conn, hello: frames.PeerHello, outputs: list[tuple[Output, int]]
+        self, conn: Conn, hello: chain_link.PeerHello, outputs: list[tuple[Output, int]]
     ) -> None:
         if hello.epoch > self.epoch:
             self._spawn(self._refresh(then=_Input("frame", conn, hello)))
@@ -403,18 +408,18 @@ class Node:
             self.up.close()
         conn.kind, conn.peer, conn.since_epoch = "up", hello.sender, hello.epoch
         self.up = conn
-        conn.send(frames.PeerWelcome(self.epoch, self.link.next_chain, self.waiting_copy))
+        conn.send(chain_link.PeerWelcome(self.epoch, self.link.next_chain, self.waiting_copy))
         if not self.waiting_copy:
             outputs.extend((out, self.epoch) for out in self.link.attach_upstream())
 
     def _peer_welcome(
-        self, conn: Conn, welcome: frames.PeerWelcome, outputs: list[tuple[Output, int]]
+        self, conn: Conn, welcome: chain_link.PeerWelcome, outputs: list[tuple[Output, int]]
     ) -> None:
         if conn is not self.down or self.waiting_copy:
             conn.close()  # not ours, or we have nothing to give yet: the dial is retried
             return
         if welcome.need_copy:
-            conn.send(frames.Copy(self.epoch, self.link.machine()))
+            conn.send(chain_link.Copy(self.epoch, self.link.machine()))
             next_chain = self.link.next_chain
         else:
             next_chain = welcome.next_chain_sequencer
@@ -422,7 +427,7 @@ class Node:
         conn.live_from = len(outputs)  # earlier events of this batch are in the resend below
         outputs.extend((out, self.epoch) for out in self.link.attach_downstream(next_chain))
 
-    def _copy(self, conn: Conn, copy: frames.Copy, outputs: list[tuple[Output, int]]) -> None:
+    def _copy(self, conn: Conn, copy: chain_link.Copy, outputs: list[tuple[Output, int]]) -> None:
         if conn is not self.up or not self.waiting_copy:
             raise StaleEpoch("a replica copy from a link that is not our predecessor")
         self.store.replace(copy.machine, self.epoch)
@@ -522,21 +527,21 @@ class Node:
                 # Before the welcome, attach_downstream resends from where the downstream ends.
                 if down is not None and down.live_from <= i:
                     pending.setdefault(down, []).append(
-                        frames.encode(frames.Link(epoch, out.message))
+                        chain_link.encode(chain_link.Forward(epoch, out.message))
                     )
             elif isinstance(out, ToUpstream):
                 if self.up is not None:
                     pending.setdefault(self.up, []).append(
-                        frames.encode(frames.Link(epoch, out.message))
+                        chain_link.encode(chain_link.Forward(epoch, out.message))
                     )
             elif isinstance(out, ToDevice):
                 conn = self.devices.get(out.device)
                 if conn is not None and conn.bootstrapped and conn.live_from <= i:
                     pending.setdefault(conn, []).append(
-                        frames.encode(frames.ForDevice(epoch, out.message))
+                        chain_link.encode(chain_link.ForDevice(epoch, out.message))
                     )
             elif isinstance(out, ToDevices):
-                broadcast = frames.encode(frames.ForDevice(epoch, out.message))
+                broadcast = chain_link.encode(chain_link.ForDevice(epoch, out.message))
                 for conn in self.devices.values():
                     if conn.bootstrapped and conn.live_from <= i:
                         pending.setdefault(conn, []).append(broadcast)
@@ -552,13 +557,13 @@ class Node:
         if self.down is not None:
             self.down.live_from = 0
 
-    def _status(self) -> frames.Status:
+    def _status(self) -> chain_link.Status:
         role = "head" if self.link.is_head else "tail" if self.link.is_tail else "middle"
         if self.link.is_head and self.link.is_tail:
             role = "head+tail"
         if self.waiting_copy:
             role = "joining"
-        return frames.Status(
+        return chain_link.Status(
             self.epoch,
             self.me.id,
             role,

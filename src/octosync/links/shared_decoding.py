@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from octosync.chain.json_tree import JsonTree, merge_patch
-from octosync.links import frames
+from octosync.wire import chain_link
 
 CAPACITY = 64
 """Recent entries kept; devices of one process read each broadcast within a few loop turns."""
@@ -23,7 +23,7 @@ CAPACITY = 64
 class SharedDecoding:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
-        self._frames: OrderedDict[bytes, frames.AnyFrame] = OrderedDict()
+        self._frames: OrderedDict[bytes, chain_link.AnyFrame] = OrderedDict()
         self._merges: OrderedDict[tuple[int, int], tuple[JsonTree, JsonTree, JsonTree]] = (
             OrderedDict()
         )
@@ -31,10 +31,10 @@ class SharedDecoding:
         """Frames actually decoded (the rest were shared)."""
         self.merged = 0
 
-    def decode(self, payload: bytes) -> frames.AnyFrame:
+    def decode(self, payload: bytes) -> chain_link.AnyFrame:
         frame = self._frames.get(payload)
         if frame is None:
-            frame = frames.decode(payload)  # a bad frame raises and is not kept
+            frame = chain_link.decode(payload)  # a bad frame raises and is not kept
             self.decoded += 1
             self._frames[payload] = frame
             if len(self._frames) > self.capacity:

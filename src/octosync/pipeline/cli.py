@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from octosync import extras
 from octosync.errors import ConfigError, OctosyncError
 from octosync.paths import data_dir
 from octosync.pipeline.jobs._stages import stderr_progress
@@ -18,10 +19,16 @@ from octosync.pipeline.spark import DEFAULT_MASTER, build_session, parse_conf
 
 def _session(args: argparse.Namespace) -> Any:
     """Check the inputs first (seconds before Spark could say so), then start Spark."""
-    data_dir(Path(args.journal), "--journal", create=False)
+    from octosync.pipeline.cluster import java_path
+    from octosync.pipeline.inputs import check_input
+
+    extras.require("pipeline", "this command")
+    journal = data_dir(Path(args.journal), "--journal", create=False)
     out = getattr(args, "out", None)
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise ConfigError(f"--out {out} is a file; point --out at a directory")
+    check_input(journal)
+    java_path()  # no Java: one line now, not the JVM gateway's error naming a --master
     conf = parse_conf(args.conf)
     local = args.master.startswith("local")
     return build_session(

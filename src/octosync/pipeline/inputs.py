@@ -12,11 +12,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from octosync.errors import PipelineError
+from octosync.errors import ConfigError, PipelineError
 from octosync.pipeline.layout import EXPORT_SUBDIR
 from octosync.store.export import FRAMES_DIR, FRAMES_SCHEMA, OPS_DIR, export
 from octosync.store.journal import Journal, journal_path
 from octosync.store.op_table import OPS_SCHEMA
+
+
+def check_input(journal_dir: Path) -> None:
+    """Refuse, before Spark starts, a ``--journal`` folder holding neither a journal, nor an
+    export, nor any Parquet (a job over it would report nothing and look successful)."""
+    journal_dir = Path(journal_dir)
+    if journal_path(journal_dir).exists() or any(
+        (journal_dir / sub).is_dir() for sub in (OPS_DIR, FRAMES_DIR)
+    ):
+        return
+    if next(journal_dir.rglob("*.parquet"), None) is None:
+        raise ConfigError(
+            f"{journal_dir} holds no journal (journal.sqlite3), export (ops/, frames/) or "
+            "Parquet dataset: point --journal at the folder octosync serve --data writes "
+            "(./var by default)",
+            path="--journal",
+        )
 
 
 def resolve_export(journal_dir: Path, progress: Callable[[str], None] | None = None) -> Path:

@@ -20,7 +20,6 @@ from octosync.crdt.op import OpRecord
 from octosync.errors import PipelineError, StorageError
 from octosync.pipeline.layout import META_FILE, RECORDS_DIR
 from octosync.store.journal import Journal
-from octosync.store.op_table import RECORD_SCHEMA, iter_op_records
 
 
 def read_op_records(path: Path, *, batch_size: int = 65_536) -> Iterator[OpRecord]:
@@ -28,6 +27,8 @@ def read_op_records(path: Path, *, batch_size: int = 65_536) -> Iterator[OpRecor
     # Imported here: the server imports this module, and pyarrow.dataset brings pandas (about
     # 60 MB of RSS) into a process that reads a compaction only at start-up.
     import pyarrow.dataset as ds
+
+    from octosync.store.op_table import RECORD_SCHEMA, iter_op_records
 
     dataset = ds.dataset(str(path), format="parquet")
     return iter_op_records(dataset.to_batches(columns=RECORD_SCHEMA.names, batch_size=batch_size))

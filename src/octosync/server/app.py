@@ -2,48 +2,64 @@
 the browser's routes (``server.inspect``: the inspector at ``/`` and the JavaScript client).
 
 Every face runs the same connection loop (``server.connection``); a face is only the session
-class that turns its frames into hub calls. Ports are bound by ``server.run``.
+class that turns its frames into hub calls, declared once in ``server.faces``. Ports are bound
+by ``server.run``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from octosync import __version__
+from octosync import __version__, extras
 from octosync.hub.model import Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
-from octosync.links.cluster_link import DEFAULT_CLUSTER, ClusterLink, default_node_id
-from octosync.links.cluster_maps import MapSettings, MapsLink
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server.config import ServerConfig
-from octosync.server.connection import RUNTIME, SessionFactory, serve_ws, serve_ws_in_band
-from octosync.server.dataspace_session import open_ws_session as open_dataspace_session
+from octosync.server.connection import RUNTIME
+from octosync.server.faces import mount as mount_faces
 from octosync.server.inspect import add_routes as add_browser_routes
-from octosync.server.lazily_session import open_ws_session
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
-from octosync.server.signal_session import SignalSession
-from octosync.server.topgun_session import TopGunSession
-from octosync.server.wvp_session import WvpSession
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.retention import JournalKeeper
 
+if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
+    from octosync.links.cluster_link import ClusterLink
+    from octosync.links.cluster_maps import MapsLink
+
+log = logging.getLogger(__name__)
+
 CONFIG_KEY = web.AppKey("config", ServerConfig)
 KEEPER = web.AppKey("journal_keeper", JournalKeeper)
 KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
-CLUSTER = web.AppKey("cluster_link", ClusterLink)
-CLUSTER_MAPS = web.AppKey("cluster_maps", MapsLink)
+CLUSTER: web.AppKey[ClusterLink] = web.AppKey("cluster_link")
+CLUSTER_MAPS: web.AppKey[MapsLink] = web.AppKey("cluster_maps")
 
 __all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _export_dir(config: ServerConfig) -> Path | None:
+    """Where the maintenance round exports the journal: nowhere without pyarrow (the pipeline
+    extra), and then nothing is trimmed either: the journal keeps every record."""
+    if config.export_dir is not None and not extras.installed("pipeline"):
+        log.warning(
+            "journal export and trim are off: they need the pipeline extra "
+            "(pip install 'octosync[pipeline]'); the journal keeps every record"
+        )
+        return None
+    return config.export_dir
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -55,24 +71,6 @@ async def _healthz(request: web.Request) -> web.Response:
         body = {"status": "degraded", "version": __version__, "journal": health.reason}
         return web.json_response(body, status=503)
     return web.json_response({"status": "ok", "version": __version__})
-
-
-def _face(open_session: SessionFactory) -> Handler:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        return await serve_ws(request, open_session)
-
-    return handler
-
-
-async def _signal(request: web.Request) -> web.StreamResponse:
-    room = request.query.get("session", "default")
-    return await serve_ws(
-        request, lambda rt, conn, identity: SignalSession(rt, conn, identity, room)
-    )
-
-
-async def _topgun(request: web.Request) -> web.StreamResponse:
-    return await serve_ws_in_band(request, TopGunSession, deflate=True)
 
 
 def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> web.Application:
@@ -114,7 +112,11 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             assert link is not None
             link.on_interest(stream, wanted)
 
-    node = None if config.cluster_url is None else config.node_id or default_node_id()
+    node = None
+    if config.cluster_url is not None:  # NATS (the cluster extra) only when asked for
+        from octosync.links.cluster_link import default_node_id
+
+        node = config.node_id or default_node_id()
     runtime = Runtime(
         config,
         on_accept=hook,
@@ -127,12 +129,17 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if recorder is not None:
         recorder.watch = runtime.watch_frame
     if config.cluster_url is not None and node is not None:
+        from octosync.links.cluster_link import ClusterLink
+
         link = ClusterLink(runtime, config.cluster_url, node)
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
     maps_link: MapsLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
+        from octosync.links.cluster_link import DEFAULT_CLUSTER
+        from octosync.links.cluster_maps import MapSettings, MapsLink
+
         settings = MapSettings(
             replicas=config.map_replicas,
             sync_interval=config.map_sync_interval,
@@ -162,16 +169,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
 
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/lazily", _face(open_ws_session))
-    app.router.add_get("/wvp", _face(WvpSession))
-    app.router.add_get("/signal", _signal)
-    app.router.add_get("/dataspace", _face(open_dataspace_session))
-    app.router.add_get("/topgun", _topgun)
+    mount_faces(app, config)  # every face's route (server.faces.FACES)
     add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
-    if config.chain_config is not None:
-        from octosync.links.ws_face import add_routes as add_chain_routes  # NATS only if asked
-
-        add_chain_routes(app, config.chain_config, config.auth)  # /chain/{name}
 
     async def on_startup(app: web.Application) -> None:
         if writer is not None:  # every stream's state is back before the port opens
@@ -179,7 +178,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
                 JournalKeeper.start,
                 runtime.hub,
                 config.data_dir,
-                export_dir=config.export_dir,
+                export_dir=_export_dir(config),
                 durability=config.journal_durability,
                 ops_covered=partial(compacted_through, config.compaction_dir),
             )

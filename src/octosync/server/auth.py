@@ -31,26 +31,28 @@ import jwt
 
 from octosync.errors import Unauthorized
 from octosync.hub.types import Action, StreamId
+from octosync.server.face_names import (
+    CLAIM_TABLES,
+    COUNTERS,
+    LOCKS,
+    MAPS,
+    ROOMS,
+    STREAMS,
+    TOPICS,
+    GrantTable,
+)
 
-STREAM_ACTIONS = frozenset({"read", "publish", "write"})
-ROOM_ACTIONS = frozenset({"join"})
-MAP_ACTIONS = frozenset({"read", "write"})
-TOPIC_ACTIONS = frozenset({"subscribe", "publish"})
-LOCK_ACTIONS = frozenset({"acquire"})
-COUNTER_ACTIONS = frozenset({"read", "write"})
+Tables = Mapping[str, Mapping[str, frozenset[str]]]
 
 
 @dataclass(frozen=True)
 class ClaimGrants:
-    """A connection's identity: the hub asks it ``allows(stream, action)``."""
+    """A connection's identity: the hub asks it ``allows(stream, action)``, other cores
+    ``may(table, name, action)`` (or the ``may_*`` words their own protocols use)."""
 
     subject: str
-    streams: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    rooms: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    maps: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    topics: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    locks: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    counters: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    tables: Tables = field(default_factory=dict)
+    """Claim name -> (name -> granted actions), one entry per ``GrantTable``."""
     peer: int | None = None
     """The signaling peer id this identity may join as (allowlist mode); None: any."""
     expires_at: float | None = None
@@ -58,23 +60,42 @@ class ClaimGrants:
     everything: bool = False
     """Anonymous ``--insecure-dev`` access: every action everywhere."""
 
+    @classmethod
+    def of(
+        cls,
+        subject: str,
+        *,
+        peer: int | None = None,
+        expires_at: float | None = None,
+        **tables: Mapping[str, frozenset[str]],
+    ) -> ClaimGrants:
+        """Grants spelled by table: ``ClaimGrants.of("r", streams={"s": frozenset({"read"})})``."""
+        known = {t.claim for t in CLAIM_TABLES}
+        unknown = sorted(set(tables) - known)
+        if unknown:
+            raise TypeError(f"no grant table named {unknown}")
+        return cls(subject, tables, peer=peer, expires_at=expires_at)
+
+    def may(self, table: GrantTable, name: str, action: str) -> bool:
+        return self.everything or action in _lookup(self.tables.get(table.claim, {}), name)
+
     def allows(self, stream: StreamId, action: Action) -> bool:
-        return self.everything or action in _lookup(self.streams, str(stream))
+        return self.may(STREAMS, str(stream), action)
 
     def may_join(self, room: str) -> bool:
-        return self.everything or "join" in _lookup(self.rooms, room)
+        return self.may(ROOMS, room, "join")
 
     def may_map(self, name: str, action: str) -> bool:
-        return self.everything or action in _lookup(self.maps, name)
+        return self.may(MAPS, name, action)
 
     def may_topic(self, name: str, action: str) -> bool:
-        return self.everything or action in _lookup(self.topics, name)
+        return self.may(TOPICS, name, action)
 
     def may_lock(self, name: str) -> bool:
-        return self.everything or "acquire" in _lookup(self.locks, name)
+        return self.may(LOCKS, name, "acquire")
 
     def may_counter(self, name: str, action: str) -> bool:
-        return self.everything or action in _lookup(self.counters, name)
+        return self.may(COUNTERS, name, action)
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -132,12 +153,7 @@ def grants_from_claims(claims: Mapping[str, object]) -> ClaimGrants:
     exp = claims.get("exp")
     return ClaimGrants(
         subject=str(claims.get("sub", "")),
-        streams=_table(claims, "streams", STREAM_ACTIONS),
-        rooms=_table(claims, "rooms", ROOM_ACTIONS),
-        maps=_table(claims, "maps", MAP_ACTIONS),
-        topics=_table(claims, "topics", TOPIC_ACTIONS),
-        locks=_table(claims, "locks", LOCK_ACTIONS),
-        counters=_table(claims, "counters", COUNTER_ACTIONS),
+        tables={t.claim: _table(claims, t.claim, t.actions) for t in CLAIM_TABLES},
         peer=_peer(claims),
         expires_at=float(exp) if isinstance(exp, int | float) else None,
     )

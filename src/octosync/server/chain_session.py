@@ -1,5 +1,5 @@
 """The ``/chain/{name}`` face's protocol object: a browser device's records, relayed to the
-chain's head (``links.ws_face`` finds the head and reads its answers).
+chain's head (``server.chain_face`` finds the head and reads its answers).
 
 Each WebSocket text message is a ``DeviceToHead`` record in the seed's JSON, decoded strictly;
 the first must be ``BootstrapChainRequest`` (the protocol starts every connection with one). The
@@ -16,9 +16,10 @@ import msgspec
 
 from octosync.chain.records import BootstrapChainRequest, DeviceToHead
 from octosync.errors import HandshakeFailed, OctosyncError
-from octosync.links import frames
 from octosync.server.auth import ClaimGrants
+from octosync.server.face_names import FaceName
 from octosync.server.runtime import Runtime
+from octosync.wire import chain_link
 from octosync.wire.chain import ChainCodec
 from octosync.wire.websocket import ws_frame
 
@@ -35,7 +36,7 @@ _errors = msgspec.json.Encoder()
 
 
 class ChainSession:
-    face = "chain"
+    face = FaceName.CHAIN
     byte_stream = False
     offload_decode = False
 
@@ -70,7 +71,7 @@ class ChainSession:
                 raise HandshakeFailed("the first record must be BootstrapChainRequest", path="Type")
             self._ready = True
         assert isinstance(message, DeviceToHead)
-        self._to_head(frames.encode(frames.FromDevice(0, message)))
+        self._to_head(chain_link.encode(chain_link.FromDevice(0, message)))
 
     def error_frame(self, err: OctosyncError) -> bytes:
         record = _ErrorRecord("Error", err.name, err.message)

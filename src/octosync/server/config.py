@@ -28,7 +28,7 @@ class ServerConfig:
     """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
     chain_config: str | None = None
     """NATS URL of the chain configurations; set: ``/chain/{name}`` relays browser devices to
-    each chain's head (``links.ws_face``). None: no chain face."""
+    each chain's head (``server.chain_face``). None: no chain face."""
     dataspace_secret: bytes | None = None
     """The sturdy-ref secret; None: ``<data_dir>/dataspace.key`` (made on first use)."""
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -90,6 +90,18 @@ class ServerConfig:
     """A map written within this many seconds sits out an anti-entropy round."""
     map_replicate_timeout: float = 30.0
     """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
+    topgun_queries_per_connection: int = 64
+    topgun_queries_per_map: int = 1024
+    tls_cert: Path | None = None
+    """PEM certificate (chain) for TLS on the HTTP port; with ``tls_key``: every face over
+    ``wss://`` (``server.tls``). None: plain HTTP."""
+    tls_key: Path | None = None
+    """The certificate's PEM private key."""
+
+    @property
+    def scheme(self) -> str:
+        """``wss`` when the HTTP port speaks TLS, else ``ws``."""
+        return "ws" if self.tls_cert is None else "wss"
 
     @property
     def export_dir(self) -> Path | None:
@@ -154,28 +166,66 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Range:
+    """The numbers a key takes: ``low`` (exclusive when ``above``) up to ``high``."""
+
+    low: float
+    high: float
+    above: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, int | float) or value != value:  # NaN is in no range
+            return False
+        return (value > self.low if self.above else value >= self.low) and value <= self.high
+
+    def __str__(self) -> str:
+        low = f"> {_num(self.low)}" if self.above else f">= {_num(self.low)}"
+        return f"{low} and <= {_num(self.high)}"
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}".replace(",", "_") if float(x).is_integer() else str(x)
+
+
+@dataclass(frozen=True)
 class Key:
-    """One TOML key: the types it takes and how it changes the config (``apply``)."""
+    """One TOML key: the types it takes, its range, what it means (``doc``, which the
+    generated ``docs/config.md`` shows) and how it changes the config (``apply``)."""
 
     types: tuple[type, ...]
     apply: Callable[[ServerConfig, Any, Path], ServerConfig]
     choices: tuple[object, ...] = ()
     """The only values allowed, when the key takes one of a few."""
+    range: Range | None = None
+    doc: str = ""
+    field: str | None = None
+    """The ``ServerConfig`` field it sets, for the default the reference shows."""
 
 
-def _set(name: str, *types: type, choices: tuple[object, ...] = ()) -> Key:
+def _set(
+    name: str,
+    *types: type,
+    choices: tuple[object, ...] = (),
+    range: Range | None = None,
+    doc: str = "",
+) -> Key:
     """A key that sets the ``ServerConfig`` field ``name`` as it is."""
-    return Key(types, lambda cfg, v, _p: replace(cfg, **{name: v}), choices)
+    return Key(types, lambda cfg, v, _p: replace(cfg, **{name: v}), choices, range, doc, name)
 
 
-def _auth(name: str) -> Key:
-    return Key((str,), lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, **{name: v})))
+def _auth(name: str, doc: str) -> Key:
+    return Key(
+        (str,), lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, **{name: v})), doc=doc
+    )
+
+
+def _relative_to(config_path: Path, value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else config_path.parent / path
 
 
 def _key_file(cfg: ServerConfig, value: str, config_path: Path) -> ServerConfig:
-    key_path = Path(value)
-    if not key_path.is_absolute():
-        key_path = config_path.parent / key_path
+    key_path = _relative_to(config_path, value)
     try:
         key = key_path.read_text()
     except OSError as exc:
@@ -222,59 +272,249 @@ def _map_names(setting: str) -> Callable[[ServerConfig, list[Any], Path], Server
 
 
 _NUMBER = (int, float)
+_PORT = Range(0, 65535)
+_SECONDS = Range(0, 86_400, above=True)
+_DAY = 86_400.0
+_MANY = Range(1, 1 << 31)
 SECTIONS: dict[str, dict[str, Key]] = {
     "server": {
-        "host": _set("host", str),
-        "port": _set("port", int),
-        "tcp_port": _set("tcp_port", int),
-        "dataspace_port": _set("dataspace_port", int),
-        "chain_config": Key((str,), lambda cfg, v, _p: replace(cfg, chain_config=chain_url(v))),
-        "data": Key((str,), lambda cfg, v, _p: replace(cfg, data_dir=Path(v))),
-        "max_frame_size": _set("max_frame_size", int),
-        "shutdown_deadline": _set("shutdown_deadline", *_NUMBER),
-        "journal": _set("journal", bool),
-        "journal_durability": _set("journal_durability", str, choices=("full", "normal")),
-        "close_timeout": _set("close_timeout", *_NUMBER),
-        "handshake_timeout": _set("handshake_timeout", *_NUMBER),
-        "request_timeout": _set("request_timeout", *_NUMBER),
-        "heartbeat": _set("heartbeat", *_NUMBER),
-        "max_connections": _set("max_connections", int),
-        "max_connections_per_address": _set("max_connections_per_address", int),
-        "frames_per_second": _set("frames_per_second", *_NUMBER),
-        "bytes_per_second": _set("bytes_per_second", *_NUMBER),
-        "offload_decode_bytes": _set("offload_decode_bytes", int),
-        "checkpoint_interval": _set("checkpoint_interval", *_NUMBER),
-        "journal_retention": _set("journal_retention", bool),
-        "topgun_gc_age": Key(_NUMBER, _gc_age),
-        "topgun_gc_interval": _set("topgun_gc_interval", *_NUMBER),
-        "topgun_search": Key((list,), _map_names("topgun_search")),
-        "topgun_vectors": Key((list,), _map_names("topgun_vectors")),
+        "host": _set("host", str, doc="Address to listen on."),
+        "port": _set("port", int, range=_PORT, doc="HTTP/WebSocket port (0: any free port)."),
+        "tcp_port": _set("tcp_port", int, range=_PORT, doc="Lazily over plain TCP; unset: off."),
+        "dataspace_port": _set(
+            "dataspace_port", int, range=_PORT, doc="Syndicate protocol over TCP; unset: off."
+        ),
+        "chain_config": Key(
+            (str,),
+            lambda cfg, v, _p: replace(cfg, chain_config=chain_url(v)),
+            doc="NATS URL of the chain configurations; set: `/chain/NAME` relays devices.",
+            field="chain_config",
+        ),
+        "data": Key(
+            (str,),
+            lambda cfg, v, _p: replace(cfg, data_dir=Path(v)),
+            doc="Data folder: journal, checkpoints, exports (one server per folder).",
+            field="data_dir",
+        ),
+        "max_frame_size": _set(
+            "max_frame_size", int, range=Range(1024, 1 << 30), doc="Largest frame, in bytes."
+        ),
+        "shutdown_deadline": _set(
+            "shutdown_deadline",
+            *_NUMBER,
+            range=Range(0, 3600),
+            doc="Seconds to keep flushing after SIGTERM before connections are closed.",
+        ),
+        "journal": _set("journal", bool, doc="Journal every accepted write (`serve` sets it)."),
+        "journal_durability": _set(
+            "journal_durability",
+            str,
+            choices=("full", "normal"),
+            doc="`full`: fsync at every commit; `normal`: a process crash loses nothing, a "
+            "power loss may lose the last commits.",
+        ),
+        "close_timeout": _set(
+            "close_timeout",
+            *_NUMBER,
+            range=_SECONDS,
+            doc="Seconds a closing connection gets before its transport is aborted.",
+        ),
+        "handshake_timeout": _set(
+            "handshake_timeout",
+            *_NUMBER,
+            range=_SECONDS,
+            doc="Seconds a connection has for its face's handshake.",
+        ),
+        "request_timeout": _set(
+            "request_timeout",
+            *_NUMBER,
+            range=_SECONDS,
+            doc="Seconds a new HTTP connection has to send its first request.",
+        ),
+        "heartbeat": _set(
+            "heartbeat",
+            *_NUMBER,
+            range=_SECONDS,
+            doc="Seconds between WebSocket pings; a peer silent as long again is dropped.",
+        ),
+        "max_connections": _set(
+            "max_connections",
+            int,
+            range=_MANY,
+            doc="Open connections in total; unset: from the descriptor limit.",
+        ),
+        "max_connections_per_address": _set(
+            "max_connections_per_address",
+            int,
+            range=_MANY,
+            doc="Open connections per client address.",
+        ),
+        "frames_per_second": _set(
+            "frames_per_second",
+            *_NUMBER,
+            range=Range(0, 1e9, above=True),
+            doc="Input budget per connection, frames (a faster peer is read more slowly).",
+        ),
+        "bytes_per_second": _set(
+            "bytes_per_second",
+            *_NUMBER,
+            range=Range(0, 1 << 40, above=True),
+            doc="Input budget per connection, bytes.",
+        ),
+        "offload_decode_bytes": _set(
+            "offload_decode_bytes",
+            int,
+            range=Range(0, 1 << 30),
+            doc="Frames at least this large are decoded on a worker thread (WVP).",
+        ),
+        "checkpoint_interval": _set(
+            "checkpoint_interval",
+            *_NUMBER,
+            range=Range(0.1, _DAY),
+            doc="Seconds between journal maintenance rounds (checkpoint, export, trim).",
+        ),
+        "journal_retention": _set(
+            "journal_retention",
+            bool,
+            doc="Export the journal each round and trim what is exported and checkpointed.",
+        ),
+        "topgun_gc_age": Key(
+            _NUMBER,
+            _gc_age,
+            range=Range(-1, 3650 * _DAY),
+            doc="Seconds after which TopGun tombstones are pruned; negative: never.",
+            field="topgun_gc_age",
+        ),
+        "topgun_gc_interval": _set(
+            "topgun_gc_interval",
+            *_NUMBER,
+            range=Range(1, 365 * _DAY),
+            doc="Seconds between TopGun tombstone GC rounds.",
+        ),
+        "topgun_queries_per_connection": _set(
+            "topgun_queries_per_connection",
+            int,
+            range=Range(1, 100_000),
+            doc="Live TopGun queries one connection may hold.",
+        ),
+        "topgun_queries_per_map": _set(
+            "topgun_queries_per_map",
+            int,
+            range=Range(1, 1_000_000),
+            doc="Live TopGun queries on one map, all connections together.",
+        ),
+        "tls_cert": Key(
+            (str,),
+            lambda cfg, v, p: replace(cfg, tls_cert=_relative_to(p, v)),
+            doc="PEM certificate (chain): every face over `wss://` (with `tls_key`).",
+            field="tls_cert",
+        ),
+        "tls_key": Key(
+            (str,),
+            lambda cfg, v, p: replace(cfg, tls_key=_relative_to(p, v)),
+            doc="The certificate's PEM private key.",
+            field="tls_key",
+        ),
+        "topgun_search": Key(
+            (list,),
+            _map_names("topgun_search"),
+            doc="Maps indexed for full-text search on `/topgun` (needs the `search` extra).",
+            field="topgun_search",
+        ),
+        "topgun_vectors": Key(
+            (list,),
+            _map_names("topgun_vectors"),
+            doc="Maps indexed for vector search on `/topgun` (needs the `vector` extra).",
+            field="topgun_vectors",
+        ),
     },
     "auth": {
-        "hs256_secret": _auth("hs256_secret"),
-        "rs256_public_key": _auth("rs256_public_key"),
-        "rs256_public_key_file": Key((str,), _key_file),
-        "audience": _auth("audience"),
+        "hs256_secret": _auth("hs256_secret", "Shared secret for HS256 tokens."),
+        "rs256_public_key": _auth("rs256_public_key", "PEM public key for RS256 tokens."),
+        "rs256_public_key_file": Key(
+            (str,), _key_file, doc="File holding the RS256 public key (relative to this file)."
+        ),
+        "audience": _auth("audience", "Required `aud` claim."),
     },
     "hub": {
-        "outbox_max_bytes": _set("outbox_max_bytes", int),
-        "outbox_max_frames": _set("outbox_max_frames", int),
-        "socket_high_water": _set("socket_high_water", int),
-        "coalesce_backlog": _set("coalesce_backlog", bool),
-        "max_replay_diffs": _set("max_replay_diffs", int),
-        "retain_seconds": Key(_NUMBER, _retain),
+        "outbox_max_bytes": _set(
+            "outbox_max_bytes",
+            int,
+            range=Range(1024, 1 << 34),
+            doc="Bytes queued for one subscriber before it is reset to a snapshot.",
+        ),
+        "outbox_max_frames": _set(
+            "outbox_max_frames",
+            int,
+            range=Range(1, 1 << 24),
+            doc="Frames queued for one subscriber before it is reset to a snapshot.",
+        ),
+        "socket_high_water": _set(
+            "socket_high_water",
+            int,
+            range=Range(1024, 1 << 30),
+            doc="Bytes buffered in a socket before the server waits for it to drain.",
+        ),
+        "coalesce_backlog": _set(
+            "coalesce_backlog",
+            bool,
+            doc="Replace a subscriber's backlog of deltas by one snapshot when that is smaller.",
+        ),
+        "max_replay_diffs": _set(
+            "max_replay_diffs",
+            int,
+            range=Range(1, 1 << 20),
+            doc="Diffs a WVP stream keeps after its snapshot for late joiners.",
+        ),
+        "retain_seconds": Key(
+            _NUMBER,
+            _retain,
+            range=Range(-1, 3650 * _DAY),
+            doc="Seconds a stream's state outlives its producer; negative: forever.",
+            field="retain_after_producer_leaves",
+        ),
     },
     "cluster": {
-        "url": Key((str,), lambda cfg, v, _p: replace(cfg, cluster_url=v)),
-        "node_id": _set("node_id", str),
-        "map_replicas": _set("map_replicas", int),
-        "map_sync_interval": _set("map_sync_interval", *_NUMBER),
-        "map_settle": _set("map_settle", *_NUMBER),
-        "map_replicate_timeout": _set("map_replicate_timeout", *_NUMBER),
+        "url": Key(
+            (str,),
+            lambda cfg, v, _p: replace(cfg, cluster_url=v),
+            doc="NATS URL of the cluster to join.",
+            field="cluster_url",
+        ),
+        "node_id": _set("node_id", str, doc="This node's id; default: host name and pid."),
+        "map_replicas": _set(
+            "map_replicas",
+            int,
+            range=Range(1, 5),
+            doc="JetStream replicas of the cluster's TopGun op stream.",
+        ),
+        "map_sync_interval": _set(
+            "map_sync_interval",
+            *_NUMBER,
+            range=Range(0.1, _DAY),
+            doc="Seconds between anti-entropy rounds for TopGun maps.",
+        ),
+        "map_settle": _set(
+            "map_settle",
+            *_NUMBER,
+            range=Range(0, 3600),
+            doc="A map written within this many seconds sits out an anti-entropy round.",
+        ),
+        "map_replicate_timeout": _set(
+            "map_replicate_timeout",
+            *_NUMBER,
+            range=_SECONDS,
+            doc="Seconds a TopGun batch may take to be stored in JetStream.",
+        ),
     },
     "signaling": {
-        "mode": Key((str,), _signaling_mode, ("open", "allowlist")),
-        "allow": Key((dict,), _signaling_allow),
+        "mode": Key(
+            (str,),
+            _signaling_mode,
+            ("open", "allowlist"),
+            doc="`open`: any peer may signal any other; `allowlist`: only pairs in `allow`.",
+        ),
+        "allow": Key((dict,), _signaling_allow, doc="Peer id to the peer ids it may signal."),
     },
 }
 """Every key a config file may hold, per section: adding a setting is one line here."""
@@ -297,6 +537,8 @@ def _check_type(where: str, value: Any, key: Key) -> None:
     if key.choices and value not in key.choices:
         allowed = " or ".join(repr(c) for c in key.choices)
         raise ConfigError(f"must be {allowed}, not {value!r}", path=where)
+    if key.range is not None and value not in key.range:
+        raise ConfigError(f"{value!r} is out of range: must be {key.range}", path=where)
 
 
 def parse_config(doc: dict[str, Any], path: Path, base: ServerConfig) -> ServerConfig:

@@ -10,7 +10,7 @@ What every connection gets, whatever its face, lives here once:
 - large frames of faces with costly decoders are decoded on a worker thread;
 - permessage-deflate, for the faces that fan large messages out (``deflate=True``): always
   answered with ``server_no_context_takeover``, so a message compressed once serves every
-  connection that negotiated it (``Link.deflate``; ``wire.websocket.FrameDeflater``);
+  connection that negotiated it (``ServedConnection.deflate``; ``wire.websocket.FrameDeflater``);
 - a failure serving one connection reaches that connection only: a typed error frame, then the
   close code of ``hub.policy``; an unexpected exception becomes ``InternalError`` (close 1011)
   and is logged once per interval, never as a traceback per frame.
@@ -37,6 +37,7 @@ from octosync.errors import (
 from octosync.hub.limits import InputBudget
 from octosync.hub.policy import close_code, closes_connection
 from octosync.server.auth import ClaimGrants, authenticate, bearer_token
+from octosync.server.face_names import FaceName
 from octosync.server.flusher import writable
 from octosync.server.guard import peer_address
 from octosync.server.runtime import Runtime
@@ -53,8 +54,8 @@ RUNTIME = web.AppKey("runtime", Runtime)
 class Session(Protocol):
     """One connection's protocol object for one face (see ``lazily_session.py`` and others)."""
 
-    face: str
-    """Counters key: ``lazily``, ``tcp``, ``wvp``, ``signal``, ``topgun``."""
+    face: FaceName
+    """Counters key and metric label (``server.faces``)."""
     byte_stream: bool
     """Reads a continuous byte stream (framing is lost after a bad frame)."""
     offload_decode: bool
@@ -96,7 +97,7 @@ class Session(Protocol):
 Closer = Callable[[int], Coroutine[Any, Any, object]]
 
 
-class Link:
+class ServedConnection:
     """A live connection as the runtime sees it: its session, transport and how to close it."""
 
     def __init__(
@@ -120,7 +121,7 @@ class Link:
         """The peer takes compressed frames (``wire.websocket.DEFLATE_ANSWER`` negotiated)."""
 
     @property
-    def session_face(self) -> str:
+    def session_face(self) -> FaceName:
         return self.session.face
 
     async def receive(self, data: bytes) -> bool:
@@ -326,7 +327,7 @@ async def _serve_ws(
         return await ws.close(code=code, message=b"")
 
     session = open_session(conn)
-    link = Link(rt, conn, session, transport, closer)
+    link = ServedConnection(rt, conn, session, transport, closer)
     link.deflate = bool(ws.compress)
     rt.attach(conn, link)
     link.greet()
@@ -342,7 +343,7 @@ async def _serve_ws(
     return ws
 
 
-async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: Link) -> None:
+async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: ServedConnection) -> None:
     """Read frames into ``link`` until the peer closes or the policy does. A peer silent for
     ``heartbeat`` seconds is pinged, and dropped if it stays silent as long again."""
     loop = asyncio.get_running_loop()
@@ -411,7 +412,7 @@ async def serve_tcp(
         transport.write(session.error_frame(refused))
         writer.close()
         return
-    link = Link(rt, conn, session, transport, closer)
+    link = ServedConnection(rt, conn, session, transport, closer)
     rt.attach(conn, link)
     decoder = framer(rt.limits.max_preauth_frame_bytes)
     budget = InputBudget(rt.limits, loop.time())
@@ -450,7 +451,7 @@ async def serve_tcp(
         release(transport, rt.config.close_timeout)
 
 
-async def _receive_all(link: Link, frames: list[bytes], decoder: StreamFramer) -> bool:
+async def _receive_all(link: ServedConnection, frames: list[bytes], decoder: StreamFramer) -> bool:
     for frame in frames:
         if not await link.receive(frame):
             return False

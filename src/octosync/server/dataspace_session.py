@@ -19,6 +19,7 @@ from typing import Literal
 
 from octosync.errors import OctosyncError
 from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
 from octosync.syndicate import error_packet
@@ -56,7 +57,7 @@ def _raw(data: bytes) -> bytes:
 
 
 class DataspaceSession:
-    face = "dataspace"
+    face = FaceName.DATASPACE
     byte_stream = True
     """A Syndicate relay cannot resynchronise after a bad packet: every error closes."""
     offload_decode = False

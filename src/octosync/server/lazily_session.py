@@ -30,6 +30,7 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.face_names import FaceName
 from octosync.server.lazily_dialect import (
     SEED_JSON,
     FaceDialect,
@@ -107,7 +108,7 @@ class LazilySession:
         self.sniffed = False
         self.stream = ""
         self.max_frame = runtime.limits.max_frame_bytes
-        self.face = "tcp" if kind == "tcp" else "lazily"
+        self.face = FaceName.TCP if kind == "tcp" else FaceName.LAZILY
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
 
@@ -131,7 +132,9 @@ class LazilySession:
             sniffed = sniff_producer_dialect(self.dialect, message)
             if sniffed is not self.dialect:
                 self.dialect = sniffed
-                self.rt.hub.change_view(self.conn, ViewKey(lazily_view_key(sniffed, self.kind)))
+                self.rt.hub.change_view(
+                    self.conn, ViewKey("lazily", lazily_view_key(sniffed, self.kind))
+                )
         msg = self.dialect.decode(message)
         if state is State.PRODUCING:
             self._produce(msg, message)
@@ -175,7 +178,7 @@ class LazilySession:
         if identity is None:
             identity = authenticate(None, self.rt.config.auth)
         hub = self.rt.hub
-        view = ViewKey(lazily_view_key(dialect, self.kind))
+        view = ViewKey("lazily", lazily_view_key(dialect, self.kind))
         try:
             hub.check_stream(view, remote.session_id)
         except OctosyncError as exc:

@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 from octosync.cluster.core import ClusterCore
 from octosync.cluster.maps import MapStats
 from octosync.server.runtime import Runtime
+from octosync.store.journal import JournalHealth
 
 
 class RuntimeCollector(Collector):
@@ -40,6 +41,8 @@ class RuntimeCollector(Collector):
         yield frames_in
         yield bytes_in
         yield errors
+        if rt.writer is not None:
+            yield from _journal(rt.writer.health())
         stats = rt.hub.stats
         yield GaugeMetricFamily(
             "octosync_streams", "Streams known to the hub", len(rt.hub.stream_ids())
@@ -167,6 +170,22 @@ def map_metrics(stats: MapStats, position: int) -> Iterator[Metric]:
         yield CounterMetricFamily(f"octosync_cluster_maps_{name}", help_text, value)
     yield GaugeMetricFamily(
         "octosync_cluster_maps_position", "The op stream's sequence taken up to", position
+    )
+
+
+def _journal(health: JournalHealth) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "octosync_journal_available",
+        "1 while journal commits succeed; 0 while they fail and writes are refused",
+        int(health.available),
+    )
+    yield CounterMetricFamily(
+        "octosync_journal_failed_commits", "Journal commits that failed", health.failed_commits
+    )
+    yield GaugeMetricFamily(
+        "octosync_journal_unwritten_records",
+        "Accepted records whose commit failed, waiting to be written again",
+        health.unwritten,
     )
 
 

@@ -16,8 +16,8 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -25,13 +25,13 @@ from aiohttp import web
 from octosync.errors import ListenError
 from octosync.server.app import CLUSTER, build_app
 from octosync.server.config import ServerConfig
-from octosync.server.connection import RUNTIME, serve_tcp
-from octosync.server.dataspace_session import open_tcp_session as open_dataspace_tcp_session
+from octosync.server.connection import RUNTIME, Session, serve_tcp
+from octosync.server.face_names import FaceName
+from octosync.server.faces import FACES, TcpListener
 from octosync.server.guard import GuardedProtocol
-from octosync.server.lazily_session import open_tcp_session
 from octosync.server.runtime import Runtime
 from octosync.server.throttled_log import ThrottledLog
-from octosync.wire.syndicate import PacketStream
+from octosync.server.tls import server_context
 
 log = logging.getLogger("octosync.server")
 
@@ -44,6 +44,8 @@ class Started:
     port: int
     tcp_port: int | None
     dataspace_port: int | None = None
+    tcp_ports: Mapping[FaceName, int] = field(default_factory=dict)
+    """Every face's bound TCP port, by face."""
 
     async def stop(self) -> None:
         for server in self.servers:
@@ -110,36 +112,58 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
 
     servers: list[asyncio.Server] = []
     try:
+        tls = server_context(config.tls_cert, config.tls_key)
         with _listening(config.host, config.port, "--port"):
-            http = await loop.create_server(guarded, config.host, config.port, reuse_address=True)
+            http = await loop.create_server(
+                guarded,
+                config.host,
+                config.port,
+                reuse_address=True,
+                ssl=tls,
+                ssl_handshake_timeout=config.request_timeout if tls else None,
+            )
         servers.append(http)
         port = int(http.sockets[0].getsockname()[1])
-        tcp_port = None
-        if config.tcp_port is not None:
-            with _listening(config.host, config.tcp_port, "--tcp-port"):
+        tcp_ports: dict[FaceName, int] = {}
+        for face in FACES:
+            listener = face.tcp
+            port_wanted = None if listener is None else listener.port(config)
+            if listener is None or port_wanted is None:
+                continue
+            with _listening(config.host, port_wanted, listener.option):
                 tcp = await asyncio.start_server(
-                    functools.partial(serve_tcp, rt, open_tcp_session),
-                    config.host,
-                    config.tcp_port,
+                    _tcp_handler(rt, listener), config.host, port_wanted
                 )
             servers.append(tcp)
-            tcp_port = int(tcp.sockets[0].getsockname()[1])
-        dataspace_port = None
-        if config.dataspace_port is not None:
-            serve = functools.partial(
-                serve_tcp, rt, open_dataspace_tcp_session, framer=PacketStream
-            )
-            dataspace = await asyncio.start_server(serve, config.host, config.dataspace_port)
-            servers.append(dataspace)
-            dataspace_port = int(dataspace.sockets[0].getsockname()[1])
+            tcp_ports[face.name] = int(tcp.sockets[0].getsockname()[1])
         if CLUSTER in app:
-            app[CLUSTER].public_url = f"ws://{config.host}:{port}/lazily"
+            app[CLUSTER].public_url = f"{config.scheme}://{config.host}:{port}/lazily"
     except BaseException:
         for server in servers:
             server.close()
         await runner.cleanup()
         raise
-    return Started(runner, rt, servers, port, tcp_port, dataspace_port)
+    return Started(
+        runner,
+        rt,
+        servers,
+        port,
+        tcp_ports.get(FaceName.TCP),
+        tcp_ports.get(FaceName.DATASPACE),
+        tcp_ports,
+    )
+
+
+def _tcp_handler(
+    rt: Runtime, listener: TcpListener
+) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """The TCP loop of one face's listener (its identity comes in-band)."""
+    opener = listener.open
+
+    def open_session(rt: Runtime, conn: int) -> Session:
+        return opener(rt, conn, None, {})
+
+    return functools.partial(serve_tcp, rt, open_session, framer=listener.framer)
 
 
 YOUNG_COLLECTION_THRESHOLD = 20_000

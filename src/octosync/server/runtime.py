@@ -23,6 +23,7 @@ from octosync.hub.types import AcceptHook, InterestHook, Recorder, ReleaseHook
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
+from octosync.server.face_names import FaceName
 from octosync.server.flusher import Flusher, writable
 from octosync.server.guard import ConnectionGuard, default_max_connections
 from octosync.server.view_encoders import view_encoders
@@ -37,7 +38,6 @@ from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, 
 
 log = logging.getLogger(__name__)
 
-FACES = ("lazily", "tcp", "wvp", "signal", "dataspace", "topgun", "chain")
 STALL_BOUNDS = (0.005, 0.010, 0.050, 0.100, 1.0)
 TOPGUN_FLUSH_GAP = 0.005
 """Seconds between two TopGun fan-outs at most once per this gap: under load the events of
@@ -61,8 +61,8 @@ class FaceCounters:
 
 @dataclass(slots=True)
 class Counters:
-    faces: dict[str, FaceCounters] = field(
-        default_factory=lambda: {f: FaceCounters() for f in FACES}
+    faces: dict[FaceName, FaceCounters] = field(
+        default_factory=lambda: {f: FaceCounters() for f in FaceName}
     )
     refused_upgrades: int = 0
     """Upgrades answered 401 (no or bad credentials)."""
@@ -79,13 +79,13 @@ def _wall_ms() -> int:
 
 
 class LiveConnection(Protocol):
-    """What the runtime needs of a connection (``server.connection.Link``)."""
+    """What the runtime needs of a connection (``server.connection.ServedConnection``)."""
 
     @property
     def transport(self) -> asyncio.BaseTransport: ...
 
     @property
-    def session_face(self) -> str: ...
+    def session_face(self) -> FaceName: ...
 
     @property
     def deflate(self) -> bool:
@@ -166,6 +166,8 @@ class Runtime:
             search_maps=config.topgun_search,
             vector_maps=config.topgun_vectors,
         )
+        self.topgun.queries.per_connection = config.topgun_queries_per_connection
+        self.topgun.queries.per_map = config.topgun_queries_per_map
         self.replicator: Replicator | None = None
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self.counters = Counters()

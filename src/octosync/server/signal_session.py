@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from octosync.errors import OctosyncError
 from octosync.server.auth import ClaimGrants
+from octosync.server.face_names import FaceName
 from octosync.server.runtime import Runtime
 from octosync.signaling import (
     SIGNAL_ERROR_CODES,
@@ -23,7 +24,7 @@ from octosync.wire.websocket import ws_frame
 
 
 class SignalSession:
-    face = "signal"
+    face = FaceName.SIGNAL
     byte_stream = False
     offload_decode = False
     ready = True

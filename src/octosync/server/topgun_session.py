@@ -21,6 +21,7 @@ from typing import cast
 
 from octosync.errors import Forbidden, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants, authenticate
+from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
 from octosync.topgun import Effects, Outbound
@@ -46,7 +47,7 @@ _JOURNALED = (*_WRITES, tg.ORMapPushDiff, tg.CounterSync, tg.LockRequest, tg.Bat
 
 
 class TopGunSession:
-    face = "topgun"
+    face = FaceName.TOPGUN
     byte_stream = False
     offload_decode = False
 

@@ -16,6 +16,7 @@ from octosync.hub import SnapshotFrame, ViewKey
 from octosync.hub.model import DiffFrame
 from octosync.hub.streams import warp_stream_id
 from octosync.server.auth import ClaimGrants
+from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
 from octosync.server.view_encoders import WVP_VIEW
@@ -23,7 +24,7 @@ from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
 
 SERVER_VERSION = 1
-VIEW = ViewKey(WVP_VIEW)
+VIEW = ViewKey("wvp", WVP_VIEW)
 
 
 class State(Enum):
@@ -40,7 +41,7 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 
 
 class WvpSession:
-    face = "wvp"
+    face = FaceName.WVP
     byte_stream = False
     offload_decode = True
 

@@ -25,7 +25,6 @@ from pathlib import Path
 import msgspec
 
 from octosync.hub.core import Hub
-from octosync.store.export import export, read_watermark
 from octosync.store.journal import Durability, Journal
 from octosync.store.recovery import JournalState, RecoveryReport
 
@@ -86,6 +85,8 @@ class JournalKeeper:
         exported = 0
         watermark = 0
         if self.export_dir is not None:
+            from octosync.store.export import export, read_watermark  # pyarrow: only if asked
+
             exported = export(self.journal, self.export_dir).records
             watermark = read_watermark(self.export_dir)
         trimmed = 0

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import msgspec
 
 from octosync.crdt.hlc import HLC
-from octosync.crdt.op import OpKind, OpRecord
+from octosync.crdt.op import MAX_MAP_NAME, OpKind, OpRecord
 from octosync.crdt.sync import SyncResponder
 from octosync.crdt.sync_messages import (
     NIL,
@@ -53,6 +53,7 @@ from octosync.errors import (
     DecodeError,
     Forbidden,
     InvalidRecord,
+    LimitExceeded,
     OctosyncError,
 )
 from octosync.ipc.messages import Delta, Snapshot
@@ -498,13 +499,19 @@ class TopGunCore:
             name = op.map_name
             may = allowed.get(name)
             if may is None:
-                may = allowed[name] = not durable.is_reserved(name) and c.grants.may_map(
-                    name, "write"
+                may = allowed[name] = (
+                    0 < len(name) <= MAX_MAP_NAME
+                    and not durable.is_reserved(name)
+                    and c.grants.may_map(name, "write")
                 )
                 if may and c.grants.may_map(name, "read"):
                     c.maps.add(name)
             if not may:
-                reason = f"no write grant on map {name!r}"
+                reason = (
+                    f"no write grant on map {name!r}"
+                    if 0 < len(name) <= MAX_MAP_NAME
+                    else f"a map name has 1 to {MAX_MAP_NAME} characters, not {len(name)}"
+                )
                 self._reject(fx, conn, op, errors, i, reason, FORBIDDEN_CODE)
                 continue
             try:
@@ -844,6 +851,11 @@ class TopGunCore:
             fx.records.append(encode_record(durable.fence_record(top, self.hlc.now())))
 
     def _require_map(self, c: _Conn, name: str, action: str) -> None:
+        if not 0 < len(name) <= MAX_MAP_NAME:
+            raise LimitExceeded(
+                f"a map name has 1 to {MAX_MAP_NAME} characters, not {len(name)}",
+                path="payload.mapName",
+            )
         if durable.is_reserved(name):
             raise Forbidden(
                 f"map names starting with {durable.RESERVED_PREFIX!r} are the server's own",

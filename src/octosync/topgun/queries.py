@@ -14,15 +14,17 @@ query's window is recomputed and diffed.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cmp_to_key
+from functools import cmp_to_key, lru_cache
 from typing import Any
 
 import msgspec
+import re2
 
-from octosync.errors import DecodeError
+from octosync.errors import DecodeError, LimitExceeded
 
 _DEC = msgspec.msgpack.Decoder()
 _MISSING = object()
@@ -40,6 +42,14 @@ OPERATORS = (
     "or",
     "not",
 )
+
+
+MAX_PATTERN = 1024
+"""Characters in a ``like`` or ``regex`` pattern at most."""
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.max_mem = 8 << 20
+_RE2_OPTIONS.log_errors = False
+"""A compiled pattern's memory is bounded too (RE2 refuses a pattern that needs more)."""
 
 
 class QuerySpec(msgspec.Struct, frozen=True, rename="camel"):
@@ -67,6 +77,19 @@ def parse_spec(raw: bytes) -> QuerySpec:
 def _check(node: Any, path: str) -> None:
     if not isinstance(node, dict) or node.get("op") not in OPERATORS:
         raise DecodeError(f"a predicate needs an op among {OPERATORS}", path=f"{path}.op")
+    op, target = node.get("op"), node.get("value")
+    if op in ("like", "regex") and isinstance(target, str):
+        if len(target) > MAX_PATTERN:
+            raise DecodeError(
+                f"a {op} pattern has at most {MAX_PATTERN} characters, not {len(target)}",
+                path=f"{path}.value",
+            )
+        try:
+            _like(target) if op == "like" else _regex(target)
+        except re2.error as exc:
+            raise DecodeError(
+                f"not a pattern the linear-time engine (RE2) takes: {exc}", path=f"{path}.value"
+            ) from None
     for i, child in enumerate(node.get("children") or []):
         _check(child, f"{path}.children[{i}]")
 
@@ -101,9 +124,18 @@ def _compare(op: str, value: Any, target: Any) -> bool:
         return False
 
 
-def _like(pattern: str) -> re.Pattern[str]:
+@lru_cache(maxsize=1024)
+def _like(pattern: str) -> Any:
+    """SQL ``like`` as an RE2 program: matching takes time linear in the value, whatever
+    the pattern (a backtracking engine takes exponential time on ``%a%a%a%b``)."""
     body = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
-    return re.compile(f"^{body}$", re.IGNORECASE | re.DOTALL)
+    return re2.compile(f"(?is)^{body}$", _RE2_OPTIONS)
+
+
+@lru_cache(maxsize=1024)
+def _regex(pattern: str) -> Any:
+    """A client's regex, run by RE2 (no backreferences or lookaround: linear time)."""
+    return re2.compile(pattern, _RE2_OPTIONS)
 
 
 def matches(predicate: Mapping[str, Any], data: Any) -> bool:
@@ -137,13 +169,13 @@ def matches(predicate: Mapping[str, Any], data: Any) -> bool:
         )
     if not isinstance(value, str) or not isinstance(target, str):
         return False
-    if op == "like":
-        return _like(target).match(value) is not None
-    if op == "regex":
-        try:
-            return re.search(target, value) is not None
-        except re.error:
-            return False
+    try:
+        if op == "like":
+            return _like(target).search(value) is not None
+        if op == "regex":
+            return _regex(target).search(value) is not None
+    except re2.error:
+        return False
     return target.lower() in value.lower()  # contains
 
 
@@ -157,6 +189,11 @@ def _sort_keys(spec: QuerySpec) -> list[tuple[str, bool]]:
     ]
 
 
+Row = tuple[str, bytes, Any]
+"""``(key, value bytes, decoded value)``: a map's rows are decoded once per write, for every
+query that needs them."""
+
+
 @dataclass(slots=True)
 class Query:
     conn: int
@@ -165,6 +202,9 @@ class Query:
     spec: QuerySpec
     keys: dict[str, bytes] = field(default_factory=dict)
     """Current result: key -> value bytes, in result order."""
+    decoded: dict[str, Any] = field(default_factory=dict)
+    """The decoded values of ``keys`` (a limited query's window), for incremental updates."""
+    _rank: Callable[[Row], Any] | None = None
 
     def accepts(self, value: Any) -> bool:
         if not isinstance(value, dict):
@@ -175,24 +215,36 @@ class Query:
             return False
         return self.spec.predicate is None or matches(self.spec.predicate, value)
 
-    def window(self, items: Mapping[str, bytes]) -> dict[str, bytes]:
-        """The result over ``items`` (key -> MsgPack value): filtered, sorted, limited."""
-        rows = [(k, v, _DEC.decode(v)) for k, v in items.items()]
-        rows = [r for r in rows if self.accepts(r[2])]
-        order = _sort_keys(self.spec)
+    def rank(self, row: Row) -> Any:
+        """The sort key of a row: the query's sort fields, then the map key."""
+        if self._rank is None:
+            order = _sort_keys(self.spec)
 
-        def cmp(a: tuple[str, bytes, Any], b: tuple[str, bytes, Any]) -> int:
-            for name, desc in order:
-                x, y = _get(a[2], name), _get(b[2], name)
-                c = _order(x, y)
-                if c:
-                    return -c if desc else c
-            return (a[0] > b[0]) - (a[0] < b[0])
+            def cmp(a: Row, b: Row) -> int:
+                for name, desc in order:
+                    c = _order(_get(a[2], name), _get(b[2], name))
+                    if c:
+                        return -c if desc else c
+                return (a[0] > b[0]) - (a[0] < b[0])
 
-        rows.sort(key=cmp_to_key(cmp))
+            self._rank = cmp_to_key(cmp)
+        return self._rank(row)
+
+    def window(self, rows: list[Row]) -> dict[str, bytes]:
+        """The result over a map's decoded ``rows``: filtered, sorted, limited (the ``limit``
+        smallest are picked, not the whole map sorted)."""
+        kept = [r for r in rows if self.accepts(r[2])]
         if self.spec.limit:
-            rows = rows[: self.spec.limit]
-        return {k: v for k, v, _ in rows}
+            kept = heapq.nsmallest(self.spec.limit, kept, key=self.rank)
+        else:
+            kept.sort(key=self.rank)
+        if self.spec.limit:
+            self.decoded = {k: d for k, _, d in kept}
+        return {k: v for k, v, _ in kept}
+
+
+def decode_rows(items: Mapping[str, bytes]) -> list[Row]:
+    return [(k, v, _DEC.decode(v)) for k, v in items.items()]
 
 
 def _order(x: Any, y: Any) -> int:
@@ -211,67 +263,147 @@ Change = tuple[int, str, str, bytes | None, str]
 
 
 class QueryTable:
-    def __init__(self) -> None:
+    """Every live query, by map and by connection. A map name is kept only while a query is on
+    it, and a connection may hold ``per_connection`` queries, a map ``per_map``: the work one
+    write causes is bounded by what the server allows, not by what clients ask for."""
+
+    def __init__(self, *, per_connection: int = 64, per_map: int = 1024) -> None:
+        self.per_connection = per_connection
+        self.per_map = per_map
         self._by_map: dict[str, dict[tuple[int, str], Query]] = {}
+        self._by_conn: dict[int, dict[str, str]] = {}
+        """conn -> query id -> map name."""
 
     def watched(self) -> set[str]:
         """The maps some live query is on."""
-        return {name for name, queries in self._by_map.items() if queries}
+        return set(self._by_map)
 
     def subscribe(self, query: Query, items: Mapping[str, bytes]) -> dict[str, bytes]:
-        query.keys = query.window(items)
+        """Start ``query`` (replacing one of the same id) over the map's ``items``, or raise
+        ``LimitExceeded`` and keep nothing."""
+        mine = self._by_conn.get(query.conn, {})
+        if query.query_id in mine:
+            self.unsubscribe(query.conn, query.query_id)
+            mine = self._by_conn.get(query.conn, {})
+        if len(mine) >= self.per_connection:
+            raise LimitExceeded(
+                f"a connection may hold {self.per_connection} live queries", path="payload.queryId"
+            )
+        if len(self._by_map.get(query.map_name, ())) >= self.per_map:
+            raise LimitExceeded(
+                f"map {query.map_name!r} already has {self.per_map} live queries",
+                path="payload.mapName",
+            )
+        query.keys = query.window(decode_rows(items))
         self._by_map.setdefault(query.map_name, {})[(query.conn, query.query_id)] = query
+        self._by_conn.setdefault(query.conn, {})[query.query_id] = query.map_name
         return query.keys
 
     def unsubscribe(self, conn: int, query_id: str) -> None:
-        for queries in self._by_map.values():
-            queries.pop((conn, query_id), None)
+        mine = self._by_conn.get(conn)
+        if mine is None or query_id not in mine:
+            return
+        name = mine.pop(query_id)
+        if not mine:
+            del self._by_conn[conn]
+        queries = self._by_map[name]
+        del queries[(conn, query_id)]
+        if not queries:
+            del self._by_map[name]  # the name is forgotten with its last query
 
     def disconnect(self, conn: int) -> None:
-        for queries in self._by_map.values():
-            for key in [k for k in queries if k[0] == conn]:
-                del queries[key]
+        for query_id in list(self._by_conn.get(conn, ())):
+            self.unsubscribe(conn, query_id)
 
     def written(
         self, map_name: str, keys: Mapping[str, bytes | None], items: Callable[[], dict[str, bytes]]
     ) -> list[Change]:
         """Keys of ``map_name`` changed (value bytes, None when removed): the changes of every
-        query on that map. ``items`` gives the map's live values, asked only if needed."""
+        query on that map. ``items`` gives the map's live values, asked (and decoded, once for
+        every query) only when a limited query's window must be recomputed."""
         queries = self._by_map.get(map_name)
         if not queries:
             return []
         decoded = {k: (None if v is None else _DEC.decode(v)) for k, v in keys.items()}
         changes: list[Change] = []
-        snapshot: dict[str, bytes] | None = None
+        rows: list[Row] | None = None
         for q in queries.values():
-            if q.spec.limit:
-                touched = any(
-                    k in q.keys or (v is not None and q.accepts(v)) for k, v in decoded.items()
-                )
-                if not touched:
-                    continue
-                if snapshot is None:
-                    snapshot = items()
-                new = q.window(snapshot)
-                for k in q.keys:
-                    if k not in new:
-                        changes.append((q.conn, q.query_id, k, None, "LEAVE"))
-                for k, v in new.items():
-                    if k not in q.keys:
-                        changes.append((q.conn, q.query_id, k, v, "ENTER"))
-                    elif k in keys and q.keys[k] != v:
-                        changes.append((q.conn, q.query_id, k, v, "UPDATE"))
-                q.keys = new
+            if not q.spec.limit:
+                self._unlimited(q, keys, decoded, changes)
                 continue
-            for k, value in decoded.items():
-                now = value is not None and q.accepts(value)
-                new_bytes = keys[k]
-                if k in q.keys and not now:
-                    del q.keys[k]
+            new = self._slide(q, keys, decoded)
+            if new is None:
+                if rows is None:
+                    rows = decode_rows(items())
+                new = q.window(rows)
+            for k in q.keys:
+                if k not in new:
                     changes.append((q.conn, q.query_id, k, None, "LEAVE"))
-                elif now and new_bytes is not None:
-                    kind = "UPDATE" if k in q.keys else "ENTER"
-                    if q.keys.get(k) != new_bytes:
-                        q.keys[k] = new_bytes
-                        changes.append((q.conn, q.query_id, k, new_bytes, kind))
+            for k, v in new.items():
+                if k not in q.keys:
+                    changes.append((q.conn, q.query_id, k, v, "ENTER"))
+                elif k in keys and q.keys[k] != v:
+                    changes.append((q.conn, q.query_id, k, v, "UPDATE"))
+            q.keys = new
         return changes
+
+    @staticmethod
+    def _slide(
+        q: Query, keys: Mapping[str, bytes | None], decoded: Mapping[str, Any]
+    ) -> dict[str, bytes] | None:
+        """A limited query's new window from its old one and the written keys alone, or None
+        when only the whole map can tell (a key left a full window, or sank to its edge).
+
+        Every matching key outside a full window ranks after the window's last row, so the
+        window stays right while no row of it leaves or falls behind that edge."""
+        limit = q.spec.limit
+        assert limit
+        full = len(q.keys) >= limit
+        edge: Any = None
+        if full:
+            last = next(reversed(q.keys))
+            edge = q.rank((last, q.keys[last], q.decoded[last]))
+        candidates: dict[str, Row] = {
+            k: (k, v, q.decoded[k]) for k, v in q.keys.items() if k not in keys
+        }
+        touched = False
+        for k, value in decoded.items():
+            inside = k in q.keys
+            now = value is not None and q.accepts(value)
+            if not inside and not now:
+                continue
+            touched = True
+            new_bytes = keys[k]
+            if not now or new_bytes is None:
+                if full:
+                    return None  # its place may belong to a key outside the window
+                continue
+            row = (k, new_bytes, value)
+            if inside and full and edge < q.rank(row):
+                return None  # it may now rank behind a key outside the window
+            candidates[k] = row
+        if not touched:
+            return q.keys
+        kept = heapq.nsmallest(limit, candidates.values(), key=q.rank)
+        q.decoded = {k: d for k, _, d in kept}
+        return {k: v for k, v, _ in kept}
+
+    @staticmethod
+    def _unlimited(
+        q: Query,
+        keys: Mapping[str, bytes | None],
+        decoded: Mapping[str, Any],
+        changes: list[Change],
+    ) -> None:
+        """Without a limit a key's place in the result depends on that key alone."""
+        for k, value in decoded.items():
+            now = value is not None and q.accepts(value)
+            new_bytes = keys[k]
+            if k in q.keys and not now:
+                del q.keys[k]
+                changes.append((q.conn, q.query_id, k, None, "LEAVE"))
+            elif now and new_bytes is not None:
+                kind = "UPDATE" if k in q.keys else "ENTER"
+                if q.keys.get(k) != new_bytes:
+                    q.keys[k] = new_bytes
+                    changes.append((q.conn, q.query_id, k, new_bytes, kind))

@@ -36,6 +36,7 @@ from octosync.topgun.queries import (  # the live queries' own order, shared, no
     _get,
     _order,
     _sort_keys,
+    decode_rows,
 )
 from octosync.wire import topgun as tg
 from octosync.wire.topgun_requests import QuerySyncInitPayload
@@ -115,7 +116,7 @@ class QueryPages:
         if extras.group_by:
             rows = grouped(query, extras.group_by, extras.aggregations or [], items)
             return _resp(qid, rows, fields)
-        ordered = _unlimited(query).window(items)
+        ordered = _unlimited(query).window(decode_rows(items))
         limit = query.spec.limit or 0
         if extras.cursor is not None:
             start = _decode_cursor(extras.cursor, query)
@@ -151,7 +152,7 @@ class QueryPages:
         """``QUERY_SYNC_INIT``: a fresh answer when the result changed since the client's
         ``rootHash``; None when it did not."""
         live = self._live[(conn, p.query_id)]
-        window = Query(conn, p.query_id, live.map_name, live.spec).window(items)
+        window = Query(conn, p.query_id, live.map_name, live.spec).window(decode_rows(items))
         rows = [(k, project(v, live.fields)) for k, v in window.items()]
         if root_hash(rows) == p.root_hash:
             return None
@@ -276,7 +277,7 @@ def grouped(
 ) -> list[tuple[str, bytes]]:
     """One row per group of the query's matching rows: (group key, MsgPack value)."""
     groups: dict[str, tuple[list[Any], list[Any]]] = {}
-    for value in _unlimited(query).window(items).values():
+    for value in _unlimited(query).window(decode_rows(items)).values():
         data = _DEC.decode(value)
         keys = [_plain(_get(data, f)) for f in group_by]
         gkey = msgspec.json.encode(keys).decode()

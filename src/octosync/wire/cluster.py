@@ -33,7 +33,7 @@ Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INTEGER)]
 NodeId = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 
 
-class StreamFrame(msgspec.Struct, frozen=True, tag="frame"):
+class ClusterFrame(msgspec.Struct, frozen=True, tag="frame"):
     """One frame the owner's hub accepted (``kind``), fenced by the owner's claim revision."""
 
     node: NodeId
@@ -89,7 +89,7 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
 
 WvpFrame = wvp.WarpSnapshot | wvp.WarpDiff
 
-ClusterMessage = StreamFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write
+ClusterMessage = ClusterFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[ClusterMessage] = msgspec.msgpack.Decoder(ClusterMessage)
@@ -103,13 +103,13 @@ def decode(data: Buffer) -> ClusterMessage:
     return strict(_decoder.decode, data, dialect=DIALECT)
 
 
-def frame_of(node: str, stream: str, claim: int, message: Snapshot | Delta) -> StreamFrame:
+def frame_of(node: str, stream: str, claim: int, message: Snapshot | Delta) -> ClusterFrame:
     """The cluster frame for a lazily message, its body encoded once."""
     if isinstance(message, Snapshot):
-        return StreamFrame(
+        return ClusterFrame(
             node, stream, claim, "snapshot", message.epoch, message.epoch, encode_body(message)
         )
-    return StreamFrame(
+    return ClusterFrame(
         node, stream, claim, "delta", message.base_epoch, message.epoch, encode_body(message)
     )
 
@@ -125,7 +125,7 @@ def decode_write(write: Write) -> Delta:
     return msg
 
 
-def decode_body(frame: StreamFrame) -> Snapshot | Delta:
+def decode_body(frame: ClusterFrame) -> Snapshot | Delta:
     """The lazily message inside ``frame``; its kind and epochs must match the envelope.
     (The reader picks this or ``decode_wvp_body`` by the stream's face; a WVP body is not
     ``wire.msgpack``, so it fails here too.)"""
@@ -142,22 +142,22 @@ def decode_body(frame: StreamFrame) -> Snapshot | Delta:
     return msg
 
 
-def wvp_frame_of(node: str, stream: str, claim: int, frames: Sequence[WvpFrame]) -> StreamFrame:
+def wvp_frame_of(node: str, stream: str, claim: int, frames: Sequence[WvpFrame]) -> ClusterFrame:
     """The cluster frame for a WVP stream: one diff, or a snapshot and the diffs since it."""
     first, last = frames[0], frames[-1]
     if isinstance(first, wvp.WarpDiff):
         if len(frames) != 1:
             raise ValueError("a WVP cluster frame holds one diff, or starts with a snapshot")
-        return StreamFrame(
+        return ClusterFrame(
             node, stream, claim, "delta", first.from_epoch, first.to_epoch, wvp.encode_frame(first)
         )
     to_epoch = last.epoch if isinstance(last, wvp.WarpSnapshot) else last.to_epoch
-    return StreamFrame(
+    return ClusterFrame(
         node, stream, claim, "snapshot", first.epoch, to_epoch, wvp.encode_frames(frames)
     )
 
 
-def decode_wvp_body(frame: StreamFrame) -> list[WvpFrame]:
+def decode_wvp_body(frame: ClusterFrame) -> list[WvpFrame]:
     """The WVP frames inside ``frame``: a diff matching the envelope, or a snapshot at
     ``from_epoch`` followed by gapless diffs up to ``to_epoch``."""
     if stream_face(frame.stream) != "wvp":

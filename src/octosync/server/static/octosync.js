@@ -715,10 +715,10 @@ class Channel extends Emitter {
       if (!handshaken && !this.openedOnce) {
         // The upgrade itself failed: a browser cannot read the HTTP status, so ask the same
         // URL over plain HTTP, which answers 401 with the typed error when credentials are wrong.
-        this.#diagnose(url).then((err) => (err ? this.#fatal(err) : this.#retry(event.code)));
+        this.#diagnose(url).then((err) => (err ? this.#fatal(err) : this.#retry(event.code, url)));
         return;
       }
-      this.#retry(event.code);
+      this.#retry(event.code, handshaken ? null : url);
     };
     ws.onclose = onClose;
     // The close event follows an error and says what happens next; Node 20's WebSocket sends
@@ -741,7 +741,10 @@ class Channel extends Emitter {
     return null;
   }
 
-  #retry(code) {
+  // `failed`: the URL of an attempt that never opened (a wrong host or port, a server that is
+  // down): each such attempt is reported as a ConnectionLost "error" event, so a page shows why
+  // it keeps reconnecting instead of only a status.
+  #retry(code, failed = null) {
     const limit = this.client.backoff.maxAttempts;
     if (limit !== undefined && this.attempt >= limit) {
       this.#fatal(fail(errors.ConnectionLost, `gave up after ${this.attempt} reconnect attempts (last close ${code})`));
@@ -750,6 +753,11 @@ class Channel extends Emitter {
     this.#setStatus("reconnecting");
     const delay = backoffDelay(this.attempt, this.client.backoff, this.client.random);
     this.attempt += 1;
+    if (failed) {
+      const of = limit === undefined ? "" : ` of ${limit}`;
+      const where = `${failed.origin}${failed.pathname}`;
+      this.report(fail(errors.ConnectionLost, `cannot reach ${where} (close ${code}); retrying in ${delay.toFixed(1)}s (attempt ${this.attempt}${of})`));
+    }
     this.timer = setTimeout(() => {
       this.timer = null;
       this.#open();

@@ -7,13 +7,13 @@ import json
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
 from octosync.links.cli import start_node
 from octosync.server.auth import AuthConfig, issue_token
+from tests.e2e.helpers import chain_record as receive
 from tests.e2e.helpers import serve
 
 SECRET = "s" * 32
@@ -32,15 +32,6 @@ async def face_url(nats_url: str, tmp_path: Path) -> AsyncIterator[str]:
     finally:
         proc.kill()
         proc.wait(timeout=10)
-
-
-async def receive(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
-    while True:
-        msg = await asyncio.wait_for(ws.receive(), 10)
-        assert msg.type is aiohttp.WSMsgType.TEXT, msg
-        record: dict[str, Any] = json.loads(msg.data)
-        if record["Type"] == kind:
-            return record
 
 
 async def test_device_bootstraps_sends_and_sees_state(face_url: str) -> None:

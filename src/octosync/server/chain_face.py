@@ -18,7 +18,7 @@ The WebSocket itself is served by the shared loop of ``server.connection`` (sess
 ``server.chain_session``), so limits, budgets, token expiry and the shutdown drain apply.
 
 Wiring: ``add_routes(app, config_url, auth)`` adds the route to any aiohttp application;
-``octosync serve --chain-config nats://HOST:PORT`` mounts it on the server (``server/app.py``).
+``octosync serve --chain-config nats://HOST:PORT`` mounts it on the server (``server/faces.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from octosync.server.auth import AuthConfig, ClaimGrants, authenticate, bearer_t
 from octosync.server.chain_session import ChainSession
 from octosync.server.connection import serve_ws
 from octosync.server.runtime import Runtime
+from octosync.wire import chain_link
 from octosync.wire.chain import ChainCodec
 from octosync.wire.websocket import ws_frame
 
@@ -93,7 +94,7 @@ class ChainFace:
             await ws.close(code=CLOSE_UNAVAILABLE, message=b"no chain head reachable")
             return ws
         reader, writer = head
-        writer.write(frames.encode(frames.DeviceHello(0, device)))
+        writer.write(chain_link.encode(chain_link.DeviceHello(0, device)))
         opened: list[bool] = []
 
         def open_session(rt: Runtime, conn: int, identity: ClaimGrants) -> ChainSession:
@@ -129,9 +130,9 @@ async def _to_device(reader: asyncio.StreamReader, rt: Runtime, conn: int) -> No
     try:
         while True:
             frame = await frames.read_frame(reader)
-            if isinstance(frame, frames.ForDevice):
+            if isinstance(frame, chain_link.ForDevice):
                 rt.deliver(conn, ws_frame(TO_DEVICE.encode(frame.message), text=True))
-            elif isinstance(frame, frames.Refused):
+            elif isinstance(frame, chain_link.Refused):
                 break
     except (asyncio.IncompleteReadError, ConnectionError, OSError, OctosyncError):
         pass

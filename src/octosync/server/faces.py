@@ -1,0 +1,255 @@
+"""The face registry: one frozen declaration per face, and everything derived from it.
+
+A face is what a peer speaks: its route (or TCP port), how its credentials arrive, the session
+that turns its frames into core calls, its codec in ``wire/``, the claim tables its grants
+come from, whether it takes permessage-deflate, and what the inspector lists of it. ``FACES``
+lists them; from it come the app's routes (``mount``), the TCP listeners (``server.run``), the
+inspector's listings (``server.inspect``), the counters and metric labels (``server.runtime``,
+``server.metrics``), the claim tables the token parser reads (``face_names.CLAIM_TABLES``,
+held equal by a test) and the ``octosync serve`` banner (``serving_line``). Adding a face is
+one ``Face(...)`` here (see docs/ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from aiohttp import web
+
+from octosync.server.auth import ClaimGrants
+from octosync.server.config import ServerConfig
+from octosync.server.connection import (
+    Session,
+    StreamFramer,
+    serve_ws,
+    serve_ws_in_band,
+)
+from octosync.server.dataspace_session import DataspaceSession
+from octosync.server.face_names import (
+    COUNTERS,
+    LOCKS,
+    MAPS,
+    ROOMS,
+    STREAMS,
+    TOPICS,
+    FaceName,
+    GrantTable,
+)
+from octosync.server.lazily_session import LazilySession
+from octosync.server.listings import dataspace_rows, map_rows, stream_rows
+from octosync.server.runtime import Runtime
+from octosync.server.signal_session import SignalSession
+from octosync.server.topgun_session import TopGunSession
+from octosync.server.wvp_session import WvpSession
+from octosync.wire.framing import FrameDecoder
+from octosync.wire.syndicate import PacketStream
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Credentials = Literal["upgrade", "in_band"]
+"""``upgrade``: the JWT comes with the HTTP upgrade (401 without it); ``in_band``: the face's
+own first frames carry it (TopGun's ``AUTH``, lazily-over-TCP's ``auth:`` feature)."""
+
+
+Query = Mapping[str, str]
+SessionOpener = Callable[[Runtime, int, ClaimGrants | None, Query], Session]
+"""A face's session for one connection: the runtime, the connection id, the identity the
+upgrade proved (None when credentials come in-band) and the upgrade's query (``?session=``)."""
+
+
+Listing = Callable[[Runtime, ClaimGrants], list[dict[str, object]]]
+
+
+@dataclass(frozen=True, slots=True)
+class TcpListener:
+    """A face's plain-TCP port: the config field that holds it, the option that sets it, the
+    framing of its byte stream, and the banner's words for it."""
+
+    port: Callable[[ServerConfig], int | None]
+    option: str
+    framer: Callable[[int], StreamFramer]
+    label: str
+    open: SessionOpener
+    """The session of one TCP connection (its identity comes in-band)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Face:
+    """One face, declared once."""
+
+    name: FaceName
+    """Counters key and metric label (``octosync_connections{face=...}``)."""
+    open: SessionOpener
+    """The session for one connection: ``open(rt, conn, identity, query)``."""
+    codec: str
+    """The ``wire/`` module that encodes and decodes its frames (imported by a test)."""
+    grants: tuple[GrantTable, ...]
+    """The token's claim tables its rules read."""
+    route: str | None = None
+    """Its WebSocket path on the HTTP port; None: TCP only."""
+    credentials: Credentials = "upgrade"
+    deflate: bool = False
+    """Takes a client's permessage-deflate offer (``server_no_context_takeover``)."""
+    tcp: TcpListener | None = None
+    mount: Callable[[web.Application, ServerConfig], None] | None = None
+    """Mounts a face whose route depends on the configuration (``/chain/{name}``); None: its
+    ``route`` with the shared WebSocket loop."""
+    listing: tuple[str, Listing] | None = None
+    """Its key in the inspector's ``/api/streams`` and the rows one identity may see."""
+
+    def handler(self) -> Handler:
+        """The aiohttp handler of its route: the shared WebSocket loop with this session."""
+        opener = self.open
+        deflate = self.deflate
+        if self.credentials == "in_band":
+
+            async def in_band(request: web.Request) -> web.StreamResponse:
+                query = request.query
+                return await serve_ws_in_band(
+                    request, lambda rt, conn: opener(rt, conn, None, query), deflate=deflate
+                )
+
+            return in_band
+
+        async def upgrade(request: web.Request) -> web.StreamResponse:
+            query = request.query
+            return await serve_ws(
+                request,
+                lambda rt, conn, identity: opener(rt, conn, identity, query),
+                deflate=deflate,
+            )
+
+        return upgrade
+
+
+def _lazily_ws(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+    return LazilySession(rt, conn, "ws", identity)
+
+
+def _lazily_tcp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+    return LazilySession(rt, conn, "tcp", None)
+
+
+def _wvp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+    assert identity is not None
+    return WvpSession(rt, conn, identity)
+
+
+def _signal(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+    assert identity is not None
+    return SignalSession(rt, conn, identity, query.get("session", "default"))
+
+
+def _dataspace_ws(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+    return DataspaceSession(rt, conn, "ws", identity)
+
+
+def _dataspace_tcp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+    return DataspaceSession(rt, conn, "tcp", None)
+
+
+def _topgun(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+    return TopGunSession(rt, conn)
+
+
+def _mount_chain(app: web.Application, config: ServerConfig) -> None:
+    """``/chain/{name}``, only with ``--chain-config`` (it imports NATS only then)."""
+    if config.chain_config is not None:
+        from octosync.server.chain_face import add_routes
+
+        add_routes(app, config.chain_config, config.auth)
+
+
+def _chain(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> Session:
+    raise TypeError("/chain/NAME sessions are opened by the chain relay (server.chain_face)")
+
+
+def _streams(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return stream_rows(rt.hub, identity)
+
+
+def _maps(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return map_rows(rt.topgun.maps.store, identity)
+
+
+def _dataspaces(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return dataspace_rows(rt.started_relay(), identity)
+
+
+FACES: tuple[Face, ...] = (
+    Face(
+        FaceName.LAZILY,
+        _lazily_ws,
+        "server.lazily_dialect",
+        (STREAMS,),
+        route="/lazily",
+        listing=("streams", _streams),
+    ),
+    Face(
+        FaceName.TCP,
+        _lazily_tcp,
+        "server.lazily_dialect",
+        (STREAMS,),
+        credentials="in_band",
+        tcp=TcpListener(
+            lambda c: c.tcp_port, "--tcp-port", FrameDecoder, "lazily over TCP", _lazily_tcp
+        ),
+    ),
+    Face(FaceName.WVP, _wvp, "wire.wvp", (STREAMS,), route="/wvp"),
+    Face(FaceName.SIGNAL, _signal, "signaling.messages", (ROOMS,), route="/signal"),
+    Face(
+        FaceName.DATASPACE,
+        _dataspace_ws,
+        "wire.syndicate",
+        (STREAMS,),
+        route="/dataspace",
+        listing=("dataspaces", _dataspaces),
+        tcp=TcpListener(
+            lambda c: c.dataspace_port,
+            "--dataspace-port",
+            PacketStream,
+            "dataspace over TCP",
+            _dataspace_tcp,
+        ),
+    ),
+    Face(
+        FaceName.TOPGUN,
+        _topgun,
+        "wire.topgun",
+        (MAPS, TOPICS, LOCKS, COUNTERS),
+        route="/topgun",
+        credentials="in_band",
+        deflate=True,
+        listing=("maps", _maps),
+    ),
+    Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,), mount=_mount_chain),
+)
+"""Every face, in the order the banner names them."""
+
+BY_NAME: Mapping[FaceName, Face] = {face.name: face for face in FACES}
+
+
+def mount(app: web.Application, config: ServerConfig) -> None:
+    """Add every face's WebSocket route to ``app``."""
+    for face in FACES:
+        if face.mount is not None:
+            face.mount(app, config)
+        elif face.route is not None:
+            app.router.add_get(face.route, face.handler())
+
+
+def serving_line(config: ServerConfig, port: int, tcp_ports: Mapping[FaceName, int]) -> str:
+    """What ``octosync serve`` prints once every port is bound."""
+    routes = " ".join(face.route for face in FACES if face.route is not None)
+    faces = f"{routes} /metrics /healthz, the inspector at /"
+    if config.chain_config is not None:
+        faces += f", /chain/NAME (chains configured at {config.chain_config})"
+    tcp = "".join(
+        f", {face.tcp.label} on {config.host}:{tcp_ports[face.name]}"
+        for face in FACES
+        if face.tcp is not None and face.name in tcp_ports
+    )
+    http = "https" if config.tls_cert is not None else "http"
+    where = f"{http}://{config.host}:{port}{tcp}"
+    return f"octosync serving {faces} on {where} (data in {config.data_dir})"

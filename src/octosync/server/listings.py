@@ -1,0 +1,61 @@
+"""What the inspector lists of each face's state, as JSON rows, for one identity.
+
+Pure functions of a core's state and the identity's grants; the face registry
+(``server.faces``) names which listing each face contributes to ``/api/streams``.
+"""
+
+from __future__ import annotations
+
+from octosync.crdt.fold import MapStore
+from octosync.hub import Hub
+from octosync.hub.streams import stream_face
+from octosync.server.auth import ClaimGrants
+from octosync.server.dataspace_session import DATASPACE_GRANT_PREFIX
+from octosync.syndicate import Relay
+
+
+def stream_rows(hub: Hub, identity: ClaimGrants) -> list[dict[str, object]]:
+    """One row per stream ``identity`` may read: what the inspector shows, sorted by name."""
+    rows: list[dict[str, object]] = []
+    for stream in hub.stream_ids():
+        if not identity.allows(stream, "read"):
+            continue
+        rows.append(
+            {
+                "stream": str(stream),
+                "face": stream_face(stream),
+                "producer": hub.producer_of(stream),
+                "epoch": hub.epoch_of(stream),
+                "subscribers": len(hub.subscribers_of(stream)),
+                "backlog": hub.backlog_of(stream),
+                "frames": hub.frames_accepted_of(stream),
+            }
+        )
+    rows.sort(key=lambda row: str(row["stream"]))
+    return rows
+
+
+def map_rows(store: MapStore, identity: ClaimGrants) -> list[dict[str, object]]:
+    """One row per TopGun map ``identity`` may read: live keys and tombstones, by name."""
+    rows: list[dict[str, object]] = []
+    for name in store.maps():
+        if not identity.may_map(name, "read"):
+            continue
+        live = dead = 0
+        for row in store.rows(name):
+            dead += row.tombstone
+            live += not row.tombstone
+        rows.append({"map": name, "keys": live, "tombstones": dead})
+    return rows
+
+
+def dataspace_rows(relay: Relay | None, identity: ClaimGrants) -> list[dict[str, object]]:
+    """One row per dataspace ``identity`` may use (assertions and observers), by name; none
+    before the dataspace face's first use."""
+    if relay is None:
+        return []
+    return [
+        {"dataspace": name, "assertions": len(ds.handles), "observers": len(ds.observers)}
+        for name, ds in sorted(relay.dataspaces.items())
+        if identity.allows(f"{DATASPACE_GRANT_PREFIX}{name}", "publish")
+    ]

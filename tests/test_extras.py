@@ -1,0 +1,115 @@
+"""A server-only install: the base package runs the server and the clients without the
+``pipeline`` and ``cluster`` extras, and every command that needs one says which, in one line,
+with exit 2. The missing packages are hidden from real ``octosync`` processes by an import hook
+(this venv has them all), so the test runs the real command line."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from octosync import extras
+from octosync.errors import MissingExtra
+from tests.conftest import ROOT
+from tests.e2e.helpers import free_port, running
+
+HIDDEN = ("pyspark", "pyarrow", "pandas", "matplotlib", "duckdb", "nats")
+SMALL_INSTALL = f"""
+import importlib.abc, sys
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {HIDDEN!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Hide())
+from octosync.cli import main
+sys.exit(main())
+"""
+
+
+def small(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", SMALL_INSTALL, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def test_extra_of_names_the_extra_of_a_module() -> None:
+    assert extras.extra_of("pyspark.sql") == "pipeline"
+    assert extras.extra_of("nats.js.kv") == "cluster"
+    assert extras.extra_of("aiohttp") is None
+    assert extras.extra_of(None) is None
+
+
+def test_require_passes_here_and_names_the_pip_command_when_missing() -> None:
+    extras.require("pipeline", "x")  # this venv has every extra
+    assert extras.missing("cluster") == []
+    err = extras.missing_extra("cluster", "serve --cluster")
+    assert isinstance(err, MissingExtra)
+    assert str(err) == (
+        "serve --cluster needs the cluster extra, which is not installed: "
+        "pip install 'octosync[cluster]'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "extra"),
+    [
+        (["pipeline", "report", "--journal", ".", "--out", "r"], "pipeline"),
+        (["pipeline", "compact", "--journal", ".", "--out", "c"], "pipeline"),
+        (["journal", "export", "--data", "var", "--to", "out"], "pipeline"),
+        (["chain", "up"], "cluster"),
+        (["cluster", "status"], "cluster"),
+        (["serve", "--insecure-dev", "--cluster", "nats://127.0.0.1:4222"], "cluster"),
+        (["serve", "--insecure-dev", "--chain-config", "nats://127.0.0.1:4222"], "cluster"),
+    ],
+)
+def test_a_command_needing_a_missing_extra_says_so_in_one_line(
+    args: list[str], extra: str, tmp_path: Path
+) -> None:
+    ran = small(*args, cwd=tmp_path)
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode == 2, ran.stderr
+    assert len(lines) == 1, ran.stderr
+    assert f"needs the {extra} extra" in lines[0]
+    assert f"pip install 'octosync[{extra}]'" in lines[0]
+
+
+def test_the_server_runs_without_the_extras(tmp_path: Path) -> None:
+    port = free_port()
+    serve = ("serve", "--insecure-dev", "--port", str(port))
+    with running(*serve, command=(sys.executable, "-c", SMALL_INSTALL), cwd=tmp_path) as (
+        proc,
+        line,
+    ):
+        assert "octosync serving" in line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
+            assert reply.status == 200
+        ran = small("watch", "nobody", "--url", f"ws://127.0.0.1:{port}/wvp", cwd=tmp_path)
+        assert ran.returncode == 2  # a client command too (its line is tests/test_cli.py's)
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "journal export and trim are off: they need the pipeline extra" in err
+
+
+def test_make_run_honours_port_and_host() -> None:
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    dry = subprocess.run(
+        [make, "-n", "-W", "pyproject.toml", "run", "PORT=8777", "HOST=127.0.0.2"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert "serve --data ./var --insecure-dev --host 127.0.0.2 --port 8777" in dry.stdout
+    assert "-e '.[dev,pipeline,cluster]'" in dry.stdout
