@@ -104,3 +104,14 @@ def test_a_vector_sent_as_a_map_of_bytes_is_read_as_bytes() -> None:
     assert rq.vector_bytes(message.payload.query_vector, "q") == b"\x01\x02\x03\x04"
     with pytest.raises(DecodeError, match=r"0\.\.n-1"):
         rq.vector_bytes({"1": 3}, "payload.queryVector")
+
+
+def test_the_docs_list_every_message_with_its_status() -> None:
+    import re
+    import typing
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "faces" / "topgun-calls.md"
+    listed = re.findall(r"^\| `([A-Z_]+)` \| (?:C|S|N|C/S) \| \S", page.read_text(), re.M)
+    tags = {t.__struct_config__.tag for t in typing.get_args(tg.Message)}
+    assert sorted(listed) == sorted(tags)
