@@ -225,3 +225,29 @@ async def test_vector_and_hybrid_search_and_live_hybrid(
     assert {h["key"] for h in fused["hits"]} >= {"v1", "v3"}
     assert set(fused["hits"][0]["methodScores"]) >= {"fullText", "exact"}
     assert seeker.frames("in", "HYBRID_SEARCH_UPDATE")
+
+
+async def test_a_request_with_a_bad_field_is_answered_in_its_own_response(
+    tmp_path: Path,
+) -> None:
+    """Over a raw socket: the strict decode refuses the frame, and the refusal still reaches
+    the caller by its id; the connection stays open and serves the next request."""
+    import aiohttp
+    import msgspec
+
+    from octosync.wire import topgun as tg
+
+    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+        await ws.send_bytes(tg.encode(tg.DeviceHello()))
+        await ws.receive()  # DEVICE_ACK
+        bad = {"type": "SQL_QUERY", "payload": {"queryId": "q9", "sql": ["not", "text"]}}
+        await ws.send_bytes(msgspec.msgpack.encode(bad))
+        reply = msgspec.msgpack.decode((await ws.receive()).data)
+        await ws.send_bytes(tg.encode(tg.Ping(timestamp=1)))
+        pong = msgspec.msgpack.decode((await ws.receive()).data)
+        await ws.close()
+    assert reply["type"] == "SQL_QUERY_RESP"
+    assert reply["payload"]["queryId"] == "q9"
+    assert reply["payload"]["code"] == "DECODE_ERROR"
+    assert pong["type"] == "PONG"

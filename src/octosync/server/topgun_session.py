@@ -16,15 +16,16 @@ behind a pending ack. Messages for other connections go through
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from enum import Enum
 from typing import cast
 
-from octosync.errors import Forbidden, OctosyncError, Overloaded, Unauthorized
+from octosync.errors import DecodeError, Forbidden, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants, authenticate
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.runtime import Runtime
-from octosync.topgun import Effects, Outbound
+from octosync.topgun import Effects, Outbound, replies
 from octosync.wire import topgun as tg
 from octosync.wire.websocket import ws_frame
 
@@ -44,6 +45,13 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 _WRITES = (tg.OpBatch, tg.ClientOpMessage)
 _JOURNALED = (*_WRITES, tg.ORMapPushDiff, tg.CounterSync, tg.LockRequest, tg.Batch)
 """Messages whose effects may need the journal: refused up front while it cannot commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A request that failed to decode, and the response that tells its caller so."""
+
+    reply: tg.Message
 
 
 class TopGunSession:
@@ -68,9 +76,18 @@ class TopGunSession:
         return self.life.state is State.OPEN
 
     def decode(self, data: bytes) -> object:
-        return tg.decode(data, max_size=self.max_frame)
+        try:
+            return tg.decode(data, max_size=self.max_frame)
+        except DecodeError as err:  # a request with a bad field still gets its own response
+            reply = replies.refusal_of_frame(data, err) if self.ready else None
+            if reply is None:
+                raise
+            return _Refused(reply)
 
     def handle(self, message: object) -> None:
+        if isinstance(message, _Refused):
+            self._reply(tg.encode(message.reply))
+            return
         message = cast(tg.Message, message)
         if self.life.state is State.AWAIT_AUTH:
             self._authenticate(message)
