@@ -16,7 +16,7 @@ from octosync.crdt.op import OpRecord
 from octosync.store.records import KIND_OP, EncodedRecord, decode_record
 from octosync.topgun import TopGunCore
 from octosync.topgun.embedding import HashingEmbedder
-from octosync.topgun.vectors import record_vector
+from octosync.topgun.vectors import SETTLE_PER_TURN, record_vector
 from octosync.wire import topgun_requests as rq
 from tests.topgun.helpers import ALL, Clock, batch, put, sent
 
@@ -35,8 +35,16 @@ def indexed(records: list[EncodedRecord] | None = None) -> TopGunCore:
 
 
 def fill(c: TopGunCore, docs: dict[str, Any]) -> list[EncodedRecord]:
+    """Write ``docs`` and flush until every vector is indexed (a flush indexes a bounded
+    number of them)."""
     ops = [put(str(i), k, v, 100 + i, map_name="docs") for i, (k, v) in enumerate(docs.items(), 1)]
-    return c.handle(1, batch(*ops)).records
+    records = c.handle(1, batch(*ops)).records
+    flushes = 0
+    while c.has_pending_events():
+        c.flush()
+        flushes += 1
+    assert flushes <= len(docs) // SETTLE_PER_TURN + 1
+    return records
 
 
 def f32(vector: Any) -> bytes:
@@ -112,3 +120,17 @@ def test_bounds_and_a_wrong_dimension_are_refused_in_the_response() -> None:
         got = nearest(c, vector, k)
         assert got.error is not None
         assert got.results == []
+
+
+def test_a_flush_indexes_a_bounded_number_of_written_vectors() -> None:
+    c = indexed()
+    n = 2 * SETTLE_PER_TURN + 10
+    ops = [put(str(i), f"k{i}", {"t": f"word{i}"}, 100 + i, map_name="docs") for i in range(1, n)]
+    c.handle(1, batch(*ops))
+    c.flush()
+    assert c.has_pending_events()  # the rest waits for the next turns
+    first = nearest(c, HashingEmbedder(DIM).embed("word1") or [], 1).total_candidates
+    assert SETTLE_PER_TURN <= first <= 2 * SETTLE_PER_TURN  # the search settled one more chunk
+    while c.has_pending_events():
+        c.flush()
+    assert nearest(c, HashingEmbedder(DIM).embed("word1") or [], 1).total_candidates == n - 1

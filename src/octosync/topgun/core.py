@@ -596,7 +596,8 @@ class TopGunCore:
                 self.hybrid.written(name, keys)
 
     def has_pending_events(self) -> bool:
-        return bool(self._pending)
+        """Something for :meth:`flush`: events to send, or vectors still to index."""
+        return bool(self._pending) or self.vectors.backlog()
 
     def flush(self) -> Effects:
         """The events applied since the last flush, for every connection with their map open

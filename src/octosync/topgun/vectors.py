@@ -5,8 +5,10 @@ map), cosine similarity. A record's vector is its top-level ``vector`` field whe
 ``dim`` numbers (or ``dim`` little-endian float32s as bytes), else the embedding of its text
 (every string in the value) by the server's :class:`~octosync.topgun.embedding.Embedder`;
 a record with neither is not in the index. Like the full-text indexes, these follow every
-write (re-indexed once per flush or before a search) and are rebuilt from the maps at
-start-up. Work per request is bounded: ``k``, ``efSearch`` and the query's dimension are
+write (re-indexed at each flush and before a search) and are rebuilt from the maps at
+start-up; a burst of writes is indexed :data:`SETTLE_PER_TURN` keys per map per flush, so no
+flush holds the event loop for the whole burst, and a search right after a burst may not see
+all of it yet. Work per request is bounded: ``k``, ``efSearch`` and the query's dimension are
 checked; a search is one HNSW walk, never a scan.
 """
 
@@ -23,7 +25,11 @@ from octosync.topgun.embedding import Embedder, HashingEmbedder
 from octosync.topgun.search import Values, text_of
 
 MAX_K = 1000
+SETTLE_PER_TURN = 256
+"""Written keys indexed per map per flush (HNSW inserts cost about 0.4 ms each here)."""
 MAX_EF = 4096
+DEFAULT_EF = 256
+"""HNSW candidates kept per search without the client's ``efSearch``."""
 _DEC = msgspec.msgpack.Decoder()
 
 
@@ -60,18 +66,24 @@ class _MapVectors:
         self.next_label = 1
         self.dirty: set[str] = set()
 
-    def put(self, key: str, vector: list[float] | None, np: Any) -> None:
-        old = self.labels.pop(key, None)
-        if old is not None:
-            self.index.remove(old)
-            del self.keys[old]
-        if vector is None:
+    def put_many(self, rows: list[tuple[str, list[float] | None]], np: Any) -> None:
+        """Replace the vectors of these keys (None: remove), added in one call."""
+        added: list[tuple[str, list[float]]] = []
+        for key, vector in rows:
+            old = self.labels.pop(key, None)
+            if old is not None:
+                self.index.remove(old)
+                del self.keys[old]
+            if vector is not None:
+                added.append((key, vector))
+        if not added:
             return
-        label = self.next_label
-        self.next_label += 1
-        self.index.add(label, np.asarray(vector, dtype=np.float32))
-        self.labels[key] = label
-        self.keys[label] = key
+        labels = np.arange(self.next_label, self.next_label + len(added), dtype=np.uint64)
+        self.next_label += len(added)
+        self.index.add(labels, np.asarray([v for _, v in added], dtype=np.float32))
+        for label, (key, _) in zip(labels.tolist(), added, strict=True):
+            self.labels[key] = label
+            self.keys[label] = key
 
 
 class VectorIndexes:
@@ -110,24 +122,32 @@ class VectorIndexes:
         for name, items in maps:
             if self.enabled(name):
                 vectors = self._maps[name] = _MapVectors(self._usearch, self.embedder.dim)
-                for key, value in items.items():
-                    vectors.put(key, record_vector(_DEC.decode(value), self.embedder), self._np)
+                rows = [(k, record_vector(_DEC.decode(v), self.embedder)) for k, v in items.items()]
+                vectors.put_many(rows, self._np)
 
     def written(self, name: str, keys: Iterable[str]) -> None:
         if self.enabled(name):
             self._map(name).dirty.update(keys)
 
+    def backlog(self) -> bool:
+        """Some written key is not indexed yet."""
+        return any(vectors.dirty for vectors in self._maps.values())
+
     def settle(self, values: Values) -> None:
-        """Re-index every key written since (once per flush, and before a search)."""
+        """Re-index keys written since, at most :data:`SETTLE_PER_TURN` per map (once per
+        flush, and before a search): a burst of writes is indexed over several flushes, so no
+        flush holds the event loop for the whole burst."""
         for name, vectors in self._maps.items():
             self._settle(name, vectors, values)
 
     def _settle(self, name: str, vectors: _MapVectors, values: Values) -> None:
-        for key in vectors.dirty:
+        keys = [vectors.dirty.pop() for _ in range(min(SETTLE_PER_TURN, len(vectors.dirty)))]
+        rows = []
+        for key in keys:
             value = values(name, key)
             vec = None if value is None else record_vector(_DEC.decode(value), self.embedder)
-            vectors.put(key, vec, self._np)
-        vectors.dirty.clear()
+            rows.append((key, vec))
+        vectors.put_many(rows, self._np)
 
     def require(self, name: str) -> None:
         if not self.enabled(name):
@@ -151,7 +171,7 @@ class VectorIndexes:
         size = len(vectors.index)
         if size == 0:
             return [], 0
-        vectors.index.expansion_search = max(ef or 64, k)
+        vectors.index.expansion_search = max(ef or DEFAULT_EF, k)
         found = vectors.index.search(self._np.asarray(vector, dtype=self._np.float32), k)
         hits = [
             (vectors.keys[int(label)], 1.0 - float(dist))
