@@ -36,6 +36,7 @@ import msgspec
 
 from _harness import (
     AUTH,
+    SECRET,
     Canary,
     Server,
     lazily,
@@ -44,8 +45,12 @@ from _harness import (
     stalls,
     worst,
 )
+from octosync.crdt.sync_messages import WireLWWRecord, WireTimestamp
 from octosync.ipc.messages import Delta, EdgeAdd, NodeRemove, NodeSnapshot, Snapshot
+from octosync.server.auth import issue_token
 from octosync.wire import cbor, jsabi
+from octosync.wire import topgun as tg
+from octosync.wire import topgun_services as sv
 
 
 @dataclass
@@ -196,6 +201,75 @@ async def idle_flood(http: aiohttp.ClientSession, srv: Server, out: Outcome, cou
     out.closes = closed
 
 
+TOPGUN_TOKEN = issue_token(SECRET, "bench", {}, maps={"*": ["read", "write"]})
+
+
+async def topgun_socket(
+    http: aiohttp.ClientSession, srv: Server
+) -> aiohttp.ClientWebSocketResponse:
+    ws = await http.ws_connect(f"{srv.ws}/topgun", max_msg_size=0)
+    await ws.receive()  # AUTH_REQUIRED
+    await ws.send_bytes(tg.encode(tg.Auth(token=TOPGUN_TOKEN)))
+    await ws.receive()  # AUTH_ACK
+    return ws
+
+
+def topgun_batch(map_name: str, values: list[Any], first: int) -> bytes:
+    ops = []
+    for i, value in enumerate(values, first):
+        stamp = WireTimestamp(1_700_000_000_000 + i, 0, "hostile")
+        raw = msgspec.Raw(msgspec.msgpack.encode(value))
+        record = WireLWWRecord(raw, stamp)
+        ops.append(
+            tg.ClientOp(map_name=map_name, key=f"k{i}", id=str(i), op_type="PUT",
+                        record=record, timestamp=stamp)
+        )  # fmt: skip
+    return tg.encode(tg.OpBatch(tg.OpBatchPayload(ops)))
+
+
+WORDS = [f"w{i}" for i in range(2000)]
+
+
+async def search_corpus(http: aiohttp.ClientSession, srv: Server, out: Outcome) -> None:
+    """20,000 documents of 12 words in the full-text map ``docs``."""
+    ws = await topgun_socket(http, srv)
+    for first in range(1, 20_000, 500):
+        docs = [{"body": " ".join(WORDS[(i * 7 + j * 13) % 2000] for j in range(12))}
+                for i in range(first, first + 500)]  # fmt: skip
+        await ws.send_bytes(topgun_batch("docs", docs, first))
+        while (await ws.receive()).type is aiohttp.WSMsgType.BINARY:
+            break
+    out.state["ws"] = ws
+
+
+async def search_flood(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """``count`` SEARCH requests at the bounds: 1 KiB of words (a wide OR), limit 100."""
+    ws = out.state["ws"]
+    text = " ".join(WORDS[:300])[:1024]
+    options = sv.SearchOptions(limit=100)
+    for i in range(count):
+        await ws.send_bytes(tg.encode(sv.Search(sv.SearchPayload(f"r{i}", "docs", text, options))))
+        reply = tg.decode((await ws.receive()).data)
+        out.frames += 1
+        if isinstance(reply, sv.SearchResp) and reply.payload.error:
+            out.error(reply.payload.error.split(":")[0])
+    await ws.close()
+
+
+async def vector_burst(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """``count`` batches of 500 records with 64-number vectors, as fast as acks come."""
+    ws = await topgun_socket(http, srv)
+    for b in range(count):
+        values = [{"vector": [((i * 31 + j * 17) % 97) / 97.0 for j in range(64)]}
+                  for i in range(500)]  # fmt: skip
+        await ws.send_bytes(topgun_batch("vecs", values, 1 + b * 500))
+        reply = tg.decode((await ws.receive()).data)
+        out.frames += 1
+        if not isinstance(reply, tg.OpAck):
+            out.error(type(reply).__name__)
+    await ws.close()
+
+
 ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
     # (name, kind, attack, full count, quick count, server settings)
     ("wvp 8 MB packet, no token", "unauth", "/wvp", 20, 3, {}),
@@ -213,6 +287,22 @@ ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
     ("lazily nested JSON x1000", "auth", lazily_nested, 1000, 50, {}),
     ("signal bad UTF-8 / nested", "auth", signal_garbage, 1000, 50, {}),
     ("lazily node_remove 6k vs 48k edges", "auth", node_remove, 1, 1, {}),
+    (
+        "topgun SEARCH 1 KiB OR, limit 100, 20k docs",
+        "auth",
+        search_flood,
+        200,
+        20,
+        {"topgun_search": ["docs"]},
+    ),
+    (
+        "topgun 500-vector batches, HNSW",
+        "auth",
+        vector_burst,
+        10,
+        2,
+        {"topgun_vectors": ["vecs"]},
+    ),
     (
         "2,000 sockets that never send a request",
         "idle",
@@ -281,7 +371,7 @@ async def main_async(quick: bool) -> list[dict[str, Any]]:
     rows = []
     for name, kind, attack, full, small, settings in ATTACKS:
         fn = await unauthenticated(attack) if kind == "unauth" else attack
-        setup = dense_graph if attack is node_remove else None
+        setup = {node_remove: dense_graph, search_flood: search_corpus}.get(attack)
         if quick and "request_timeout" in settings:
             settings = {**settings, "request_timeout": 0.5}
         row = await run_one(

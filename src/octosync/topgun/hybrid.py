@@ -31,11 +31,13 @@ from octosync.errors import DecodeError, FeatureDisabled, LimitExceeded
 from octosync.topgun.live_table import LiveTable
 from octosync.topgun.queries import _check, matches
 from octosync.topgun.search import MAX_QUERY_CHARS, FullText, Values, text_of
-from octosync.topgun.vectors import MAX_K, VectorIndexes, query_vector
+from octosync.topgun.vectors import VectorIndexes, query_vector
 from octosync.wire import topgun_requests as rq
 from octosync.wire import topgun_services as sv
 
 RRF_K = 60
+MAX_HYBRID_K = 100
+"""Results per hybrid search (each method ranks twice as many before the fusion)."""
 MAX_EXACT_SCAN = 20_000
 MAX_LIVE_PER_CONNECTION = 64
 _DEC = msgspec.msgpack.Decoder()
@@ -93,8 +95,8 @@ def hybrid(
     """The fused ranking of ``q`` over its map, best first (ties by key)."""
     name = q.map_name
     k = int(q.k)
-    if not 0 < k <= MAX_K:
-        raise LimitExceeded(f"k must be 1..{MAX_K}", path="payload.k")
+    if not 0 < k <= MAX_HYBRID_K:
+        raise LimitExceeded(f"k must be 1..{MAX_HYBRID_K}", path="payload.k")
     if len(q.query_text) > MAX_QUERY_CHARS:
         raise LimitExceeded(
             f"a search query is at most {MAX_QUERY_CHARS} characters", path="payload.queryText"
@@ -103,7 +105,7 @@ def hybrid(
         raise DecodeError("name at least one method", path="payload.methods")
     has_predicate = bytes(q.predicate) != bytes(NIL)
     predicate = _predicate(q.predicate, "payload.predicate") if has_predicate else None
-    depth = min(MAX_K, 2 * k)
+    depth = 2 * k
     ranked: dict[rq.SearchMethod, list[tuple[str, float]]] = {}
     for method in dict.fromkeys(q.methods):
         if method == "fullText":

@@ -32,7 +32,8 @@ from octosync.topgun.live_table import LiveTable
 from octosync.wire import topgun_services as sv
 
 MAX_QUERY_CHARS = 1024
-MAX_LIMIT = 1000
+MAX_LIMIT = 100
+"""Hits per search: each one is read back, decoded and matched, about 0.06 ms apiece."""
 DEFAULT_LIMIT = 10
 MAX_LIVE_PER_CONNECTION = 64
 _WRITER_HEAP = 15_000_000

@@ -25,8 +25,9 @@ from octosync.topgun.embedding import Embedder, HashingEmbedder
 from octosync.topgun.search import Values, text_of
 
 MAX_K = 1000
-SETTLE_PER_TURN = 256
-"""Written keys indexed per map per flush (HNSW inserts cost about 0.4 ms each here)."""
+SETTLE_PER_TURN = 64
+"""Written keys indexed per map per flush (an HNSW insert costs about 0.05 ms, more on a busy
+machine)."""
 MAX_EF = 4096
 DEFAULT_EF = 256
 """HNSW candidates kept per search without the client's ``efSearch``."""
