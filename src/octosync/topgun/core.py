@@ -307,11 +307,12 @@ class TopGunCore:
         try:
             return self._dispatch(conn, message)
         except OctosyncError as err:
-            reply = replies.refusal(message, err)
-            if reply is None:
+            answers = replies.refusals(message, err)
+            if not answers:
                 raise
             fx = Effects()
-            fx.send(conn, reply)
+            for reply in answers:
+                fx.send(conn, reply)
             return fx
 
     def _dispatch(self, conn: int, message: tg.Message) -> Effects:

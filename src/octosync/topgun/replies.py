@@ -6,8 +6,11 @@ TopGun's client waits for each request's own response, matched by its id (``quer
 subscription forever. So a refusal of a request that has a response goes back as that response
 with its ``error`` (and, where the schema has one, ``code``: ``FEATURE_DISABLED`` for a feature
 this server does not serve, as TopGun's server answers SQL when it is built without it).
+A write batch refused whole (an unknown write concern) gets an ``OP_REJECTED`` per op.
 Requests without a response type (subscriptions to topics, counters, Merkle sync) keep the
-``ERROR`` message.
+``ERROR`` message; so does a refused ``LOCK_REQUEST``: the only correlated answer,
+``LOCK_RELEASED {success: false}``, is read by TopGun's client as a grant without a token, so
+its ``lock()`` would report a lock it does not hold.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from octosync.errors import FeatureDisabled, OctosyncError
+from octosync.errors import FeatureDisabled, Forbidden, OctosyncError
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
 from octosync.wire import topgun_services as sv
@@ -110,6 +113,24 @@ _REPLIES: dict[str, tuple[str | None, str, Reply]] = {
     "LIST_RESOLVERS": (None, "requestId", lambda i, _w, _c, _k: sv.ListResolversResponse(i, [])),
 }
 """Every request with a response of its own (TopGun's schemas), and where its id is."""
+
+
+def refusals(message: tg.Message, err: OctosyncError) -> list[tg.Message]:
+    """Every response that carries ``err`` back to ``message``: one for a request, one
+    ``OP_REJECTED`` per op of a refused batch (the client's write-concern promises wait on
+    them; the ops stay pending), none for a message without a response of its own."""
+    ops: list[tg.ClientOp]
+    match message:
+        case tg.OpBatch(payload=p):
+            ops = p.ops
+        case tg.ClientOpMessage(payload=op):
+            ops = [op]
+        case _:
+            reply = refusal(message, err)
+            return [] if reply is None else [reply]
+    code = 403 if isinstance(err, Forbidden) else 400
+    why = reason(err)
+    return [tg.OpRejected(tg.OpRejectedPayload(op.id, why, code)) for op in ops if op.id]
 
 
 def refusal(message: tg.Message, err: OctosyncError) -> tg.Message | None:
