@@ -251,3 +251,30 @@ async def test_a_request_with_a_bad_field_is_answered_in_its_own_response(
     assert reply["payload"]["queryId"] == "q9"
     assert reply["payload"]["code"] == "DECODE_ERROR"
     assert pong["type"] == "PONG"
+
+
+async def test_a_token_with_roles_gets_what_its_roles_grant(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    roles = {
+        "editor": {"maps": {"*": frozenset({"read", "write"})}},
+        "viewer": {"maps": {"*": frozenset({"read"})}},
+    }
+    auth = AuthConfig(hs256_secret=SECRET, roles=roles)
+    editor = issue_token(SECRET, "ed", {}, roles=["editor"])
+    viewer = issue_token(SECRET, "vi", {}, roles=["viewer"])
+    async with serve(tmp_path, insecure_dev=False, auth=auth) as srv:
+        ed, vi = await asyncio.gather(
+            *(
+                start(topgun_peer, srv.ws_url, "ops", f'put={k}={{"by":"{k}"}}', token=t, seconds=3)
+                for k, t in (("ed", editor), ("vi", viewer))
+            )
+        )
+        await ed.until("synced")
+        lines = await vi.end()
+        await ed.end()
+        stored = srv.runtime.topgun.maps.live_items("users")
+    assert list(stored) == ["ed"]
+    assert vi.frames("in", "OP_REJECTED")
+    (end,) = [line for line in lines if line.get("event") == "end"]
+    assert end["pendingOps"] == 1  # the refused put stays pending

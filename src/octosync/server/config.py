@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from octosync.errors import ConfigError
+from octosync.errors import ConfigError, Unauthorized
 from octosync.hub.limits import Limits
 from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
-from octosync.server.auth import AuthConfig
+from octosync.server.auth import AuthConfig, role_tables
 from octosync.signaling import SignalingPolicy
 
 
@@ -255,6 +255,15 @@ def _signaling_mode(cfg: ServerConfig, value: str, _p: Path) -> ServerConfig:
     return replace(cfg, signaling=replace(cfg.signaling, mode=value))  # type: ignore[arg-type]
 
 
+def _roles(value: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return {
+            str(role): role_tables(tables, f"auth.roles.{role}") for role, tables in value.items()
+        }
+    except Unauthorized as err:
+        raise ConfigError(err.message, path=err.path) from None
+
+
 def _gc_age(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
     return replace(cfg, topgun_gc_age=None if value < 0 else float(value))
 
@@ -435,6 +444,11 @@ SECTIONS: dict[str, dict[str, Key]] = {
             (str,), _key_file, doc="File holding the RS256 public key (relative to this file)."
         ),
         "audience": _auth("audience", "Required `aud` claim."),
+        "roles": Key(
+            (dict,),
+            lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, roles=_roles(v))),
+            doc="Role policies for tokens that name `roles`: role -> claim -> name -> actions.",
+        ),
     },
     "hub": {
         "outbox_max_bytes": _set(
