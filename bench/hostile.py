@@ -201,44 +201,124 @@ async def idle_flood(http: aiohttp.ClientSession, srv: Server, out: Outcome, cou
     out.closes = closed
 
 
-TOPGUN_TOKEN = issue_token(SECRET, "bench", {}, maps={"*": ["read", "write"]})
+# --- TopGun live queries: patterns, amplification, names ---------------------------------------
+
+MAP_TOKEN = issue_token(SECRET, "bench-maps", {}, maps={"*": ["read", "write"]})
 
 
-async def topgun_socket(
-    http: aiohttp.ClientSession, srv: Server
-) -> aiohttp.ClientWebSocketResponse:
+async def topgun(http: aiohttp.ClientSession, srv: Server) -> aiohttp.ClientWebSocketResponse:
     ws = await http.ws_connect(f"{srv.ws}/topgun", max_msg_size=0)
     await ws.receive()  # AUTH_REQUIRED
-    await ws.send_bytes(tg.encode(tg.Auth(token=TOPGUN_TOKEN)))
+    await ws.send_bytes(tg.encode(tg.Auth(token=MAP_TOKEN)))
     await ws.receive()  # AUTH_ACK
     return ws
 
 
-def topgun_batch(map_name: str, values: list[Any], first: int) -> bytes:
-    ops = []
-    for i, value in enumerate(values, first):
-        stamp = WireTimestamp(1_700_000_000_000 + i, 0, "hostile")
-        raw = msgspec.Raw(msgspec.msgpack.encode(value))
-        record = WireLWWRecord(raw, stamp)
-        ops.append(
-            tg.ClientOp(map_name=map_name, key=f"k{i}", id=str(i), op_type="PUT",
-                        record=record, timestamp=stamp)
-        )  # fmt: skip
-    return tg.encode(tg.OpBatch(tg.OpBatchPayload(ops)))
+def put_op(i: int, map_name: str, key: str, value: Any) -> tg.ClientOp:
+    stamp = WireTimestamp(1_000 + i, 0, "bench")
+    record = WireLWWRecord(msgspec.Raw(msgspec.msgpack.encode(value)), stamp)
+    return tg.ClientOp(map_name=map_name, key=key, id=str(i), op_type="PUT", record=record)
 
+
+async def write_map(ws: Any, map_name: str, values: dict[str, Any], start: int = 0) -> None:
+    ops = [put_op(start + i, map_name, k, v) for i, (k, v) in enumerate(values.items())]
+    for at in range(0, len(ops), 500):
+        await ws.send_bytes(tg.encode(tg.OpBatch(tg.OpBatchPayload(ops[at : at + 500]))))
+
+
+def query(qid: str, map_name: str, spec: dict[str, Any]) -> bytes:
+    raw = msgspec.Raw(msgspec.msgpack.encode(spec))
+    return tg.encode(tg.QuerySub(tg.QuerySubPayload(qid, map_name, raw)))
+
+
+async def drain(ws: Any, seconds: float, out: Outcome) -> None:
+    """Read what the server sends for ``seconds``, counting refusals."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            msg = await asyncio.wait_for(ws.receive(), left)
+        except TimeoutError:
+            return
+        if msg.type != aiohttp.WSMsgType.BINARY:
+            out.closes += 1
+            return
+        reply = tg.decode(msg.data)
+        error = getattr(getattr(reply, "payload", None), "code", None)
+        if isinstance(error, str):
+            out.error(error)
+
+
+async def patterned_map(http: aiohttp.ClientSession, srv: Server, out: Outcome) -> None:
+    ws = await topgun(http, srv)
+    await write_map(ws, "redos", {f"k{i}": {"s": "a" * 60} for i in range(200)})
+    out.state["ws"] = ws
+
+
+async def redos(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """Backtracking bombs as live queries, then writes that make them run again."""
+    ws = out.state["ws"]
+    patterns = [
+        {"op": "like", "attribute": "s", "value": "%a%a%a%a%a%a%a%a%b"},
+        {"op": "regex", "attribute": "s", "value": "^(a+)+$"},
+        {"op": "regex", "attribute": "s", "value": "(a|aa)+$b"},
+    ]
+    for i in range(count):
+        await ws.send_bytes(query(f"q{i}", "redos", {"predicate": patterns[i % 3]}))
+        out.frames += 1
+    await write_map(ws, "redos", {f"k{i}": {"s": "a" * 59 + "c"} for i in range(200)}, 1_000)
+    out.frames += 200
+    await drain(ws, 0.5, out)
+    await ws.close()
+
+
+async def sorted_map(http: aiohttp.ClientSession, srv: Server, out: Outcome) -> None:
+    ws = await topgun(http, srv)
+    await write_map(ws, "big", {f"k{i}": {"n": i} for i in range(2_000)})
+    out.state["ws"] = ws
+
+
+async def amplification(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """``count`` sort + limit:1 queries from one connection, then writes that move the top."""
+    ws = out.state["ws"]
+    spec = {"sort": [{"field": "n", "direction": "desc"}], "limit": 1}
+    for i in range(count):
+        await ws.send_bytes(query(f"a{i}", "big", spec))
+        out.frames += 1
+    for round_ in range(20):  # the top row sinks: every window must be recomputed
+        top = 1_999 if round_ == 0 else 10_000 + round_ - 1
+        await write_map(ws, "big", {f"k{top}": {"n": -round_}, f"k{10_000 + round_}": {"n": 5_000}})
+        out.frames += 2
+    await drain(ws, 0.5, out)
+    await ws.close()
+
+
+async def name_flood(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """Queries and writes on distinct 1 MB map names from three connections that then leave."""
+    for c in range(3):
+        ws = await topgun(http, srv)
+        for i in range(count):
+            name = f"{c}-{i}-" + "n" * 1_000_000
+            await ws.send_bytes(query(f"n{i}", name, {}))
+            await write_map(ws, name, {"k": 1}, i)
+            out.frames += 2
+        await drain(ws, 0.3, out)
+        await ws.close()
+
+
+# --- TopGun search: queries and vector bursts at the bounds ------------------------------------
 
 WORDS = [f"w{i}" for i in range(2000)]
 
 
 async def search_corpus(http: aiohttp.ClientSession, srv: Server, out: Outcome) -> None:
     """20,000 documents of 12 words in the full-text map ``docs``."""
-    ws = await topgun_socket(http, srv)
-    for first in range(1, 20_000, 500):
-        docs = [{"body": " ".join(WORDS[(i * 7 + j * 13) % 2000] for j in range(12))}
-                for i in range(first, first + 500)]  # fmt: skip
-        await ws.send_bytes(topgun_batch("docs", docs, first))
-        while (await ws.receive()).type is aiohttp.WSMsgType.BINARY:
-            break
+    ws = await topgun(http, srv)
+    docs = {
+        f"d{i}": {"body": " ".join(WORDS[(i * 7 + j * 13) % 2000] for j in range(12))}
+        for i in range(20_000)
+    }
+    await write_map(ws, "docs", docs)
+    await drain(ws, 1.0, out)
     out.state["ws"] = ws
 
 
@@ -257,16 +337,16 @@ async def search_flood(http: aiohttp.ClientSession, srv: Server, out: Outcome, c
 
 
 async def vector_burst(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
-    """``count`` batches of 500 records with 64-number vectors, as fast as acks come."""
-    ws = await topgun_socket(http, srv)
+    """``count`` batches of 500 records with 64-number vectors."""
+    ws = await topgun(http, srv)
     for b in range(count):
-        values = [{"vector": [((i * 31 + j * 17) % 97) / 97.0 for j in range(64)]}
-                  for i in range(500)]  # fmt: skip
-        await ws.send_bytes(topgun_batch("vecs", values, 1 + b * 500))
-        reply = tg.decode((await ws.receive()).data)
+        values = {
+            f"v{b}-{i}": {"vector": [((i * 31 + j * 17) % 97) / 97.0 for j in range(64)]}
+            for i in range(500)
+        }
+        await write_map(ws, "vecs", values, b * 500)
         out.frames += 1
-        if not isinstance(reply, tg.OpAck):
-            out.error(type(reply).__name__)
+    await drain(ws, 0.5, out)
     await ws.close()
 
 
@@ -287,6 +367,9 @@ ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
     ("lazily nested JSON x1000", "auth", lazily_nested, 1000, 50, {}),
     ("signal bad UTF-8 / nested", "auth", signal_garbage, 1000, 50, {}),
     ("lazily node_remove 6k vs 48k edges", "auth", node_remove, 1, 1, {}),
+    ("topgun like/regex backtracking bombs", "auth", redos, 60, 6, {}),
+    ("topgun 2,000 sort+limit:1 queries, top row sinking", "auth", amplification, 2000, 200, {}),
+    ("topgun 1 MB map names, 3 connections", "auth", name_flood, 100, 10, {}),
     (
         "topgun SEARCH 1 KiB OR, limit 100, 20k docs",
         "auth",
@@ -295,14 +378,7 @@ ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
         20,
         {"topgun_search": ["docs"]},
     ),
-    (
-        "topgun 500-vector batches, HNSW",
-        "auth",
-        vector_burst,
-        10,
-        2,
-        {"topgun_vectors": ["vecs"]},
-    ),
+    ("topgun 500-vector batches, HNSW", "auth", vector_burst, 10, 2, {"topgun_vectors": ["vecs"]}),
     (
         "2,000 sockets that never send a request",
         "idle",
@@ -367,11 +443,21 @@ async def run_one(
     }
 
 
-async def main_async(quick: bool) -> list[dict[str, Any]]:
+SETUPS: dict[Any, Setup] = {
+    node_remove: dense_graph,
+    redos: patterned_map,
+    amplification: sorted_map,
+    search_flood: search_corpus,
+}
+
+
+async def main_async(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
     rows = []
     for name, kind, attack, full, small, settings in ATTACKS:
+        if only is not None and only not in name:
+            continue
         fn = await unauthenticated(attack) if kind == "unauth" else attack
-        setup = {node_remove: dense_graph, search_flood: search_corpus}.get(attack)
+        setup = SETUPS.get(attack)
         if quick and "request_timeout" in settings:
             settings = {**settings, "request_timeout": 0.5}
         row = await run_one(
@@ -395,9 +481,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    parser.add_argument("--only", help="run the attacks whose name contains this")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    rows = asyncio.run(main_async(args.quick))
+    rows = asyncio.run(main_async(args.quick, args.only))
     if args.json:
         print(json.dumps(rows, indent=1))
     bad = [r for r in rows if r["canary_gaps"] or r["tracebacks"]]

@@ -584,3 +584,16 @@ def test_a_release_in_a_heartbeat_frees_the_stream_on_a_node_that_missed_everyth
     assert b.produced_elsewhere(S) is None
     clock.now += 4 * TIMING.dead_after + 0.1
     assert a.released_claims() == {}
+
+
+def test_a_copy_from_another_node_is_refused_to_late_joiners_only_while_unlinked() -> None:
+    core, _ = following(claim=1, epoch=3)
+    assert core.stale_reason(S, linked=True) is None
+    reason = core.stale_reason(S, linked=False)
+    assert reason is not None
+    assert "'b' cannot reach the cluster" in reason
+    assert core.stale_reason("never-seen", linked=False) is None  # nobody else's copy
+    mine = ClusterCore("a", Clock(), TIMING)
+    mine.local_frame(S, 7)
+    mine.claim_result(S, 1)
+    assert mine.stale_reason(S, linked=False) is None  # its own producer's stream: current

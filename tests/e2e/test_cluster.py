@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
@@ -27,7 +28,7 @@ from octosync.links import cluster_link, nats_server
 from octosync.links.cluster_cli import cluster_status, start_node
 from octosync.wire import cluster as cluster_wire
 from octosync.wire import wvp
-from tests.e2e.helpers import free_port
+from tests.e2e.helpers import free_port, handshake
 
 STREAM = "match"
 FAST = Backoff(base=0.05, cap=0.3)
@@ -57,9 +58,15 @@ class Cluster:
 
     def restart_nats(self) -> None:
         """SIGKILL the NATS server and start it again on the same port and store."""
+        self.kill_nats()
+        self.start_nats()
+
+    def kill_nats(self) -> None:
         nats = self.procs[0]
         nats.send_signal(signal.SIGKILL)
         nats.wait(timeout=10)
+
+    def start_nats(self) -> None:
         port = int(self.nats_url.rsplit(":", 1)[1])
         self.procs[0] = nats_server.start(self.nats_dir, port)
 
@@ -425,6 +432,60 @@ async def test_a_node_started_after_the_owner_died_serves_the_snapshot_kept_in_j
     async with connect(f"ws://127.0.0.1:{port}/lazily") as client, watching(client) as seen:
         await until(lambda: bool(seen), "the kept state on the late node")
     assert seen[-1] == 30
+
+
+async def _late_joiner(node: Node) -> tuple[dict[str, Any], dict[str, Any] | None, int | None]:
+    """A raw subscriber's handshake reply, its first frame (None: the socket closed), and the
+    close code."""
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(node.url)
+        await ws.send_str(handshake(STREAM).decode())
+        reply = json.loads((await asyncio.wait_for(ws.receive(), 10)).data)
+        first = await asyncio.wait_for(ws.receive(), 10)
+        doc = json.loads(first.data) if first.type == aiohttp.WSMsgType.TEXT else None
+        if doc is not None and doc.get("type") == "error":
+            closed = await asyncio.wait_for(ws.receive(), 10)
+            assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), closed
+        code = ws.close_code
+        await ws.close()
+        return reply, doc, code
+
+
+@pytest.mark.slow
+async def test_a_node_that_lost_nats_refuses_late_joiners_instead_of_serving_stale_state(
+    cluster: Cluster,
+) -> None:
+    n1, n2, _ = cluster.nodes
+    counter = Counter()
+    async with (
+        connect(n1.url) as producer,
+        connect(n2.url) as watcher,
+        watching(watcher) as seen,
+    ):
+        await publish(producer, counter)
+        await bump_until(counter, lambda: len(seen) >= 10)
+        cluster.kill_nats()
+        # the owner goes on alone; node 2 can no longer know how far
+        await bump_until(counter, lambda: False, limit=50, every=0.005)
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:
+            _, first, code = await _late_joiner(n2)
+            assert first is not None
+            if first.get("type") == "error":
+                break
+            assert first.get("type") == "snapshot", first  # not noticed yet: still current
+            assert asyncio.get_running_loop().time() < deadline, "node 2 never noticed"
+            await asyncio.sleep(0.1)
+        assert first["code"] == "Unavailable", first
+        assert "may be stale" in first["message"], first
+        assert code == 1013
+        cluster.start_nats()
+        last = int(counter.cell.get())
+        counter.bump()
+        await until(lambda: bool(seen) and seen[-1] >= last + 1, "node 2 to follow again", 30)
+        _, first, _ = await _late_joiner(n2)
+        assert first is not None
+        assert first.get("type") == "snapshot", first
 
 
 # --- WVP streams ------------------------------------------------------------------------------

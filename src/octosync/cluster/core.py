@@ -567,6 +567,23 @@ class ClusterCore:
             return None
         return v.owner
 
+    def stale_reason(self, stream: str, linked: bool) -> str | None:
+        """Why this node must not serve ``stream``'s state to a new subscriber now, or None.
+
+        A copy that comes from another node (its owner's frames, or the snapshot kept in
+        JetStream) is only as fresh as the link to the cluster: while NATS is out of reach
+        the owner may have moved on, so a late joiner is refused (``Unavailable``) rather than
+        handed old state as if it were current. Streams this node produces stay served."""
+        if linked:
+            return None
+        v = self.streams.get(stream)
+        if v is None or v.mine:
+            return None
+        return (
+            f"node {self.node!r} cannot reach the cluster, so its copy of stream {stream!r} "
+            "may be stale; try again later or on another node"
+        )
+
     def write_target(self, stream: str) -> tuple[str, int] | None:
         """Where a local subscriber's write to ``stream`` goes: its live remote owner and the
         claim (None: nowhere; the write is dropped, as one to a stream without a producer)."""

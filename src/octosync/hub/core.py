@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from octosync.errors import Forbidden
+from octosync.errors import Forbidden, Unavailable
 from octosync.hub.authority import Authority
 from octosync.hub.connections import Connections, require
 from octosync.hub.fanout import Fanout
@@ -81,6 +81,7 @@ class Hub:
         self._on_interest = on_interest
         self._conns = Connections(self.config.outbox)
         self._authority = Authority(self.config, self.stats, clock, recorder)
+        self._stale: Callable[[StreamId], str | None] | None = None
         self._fanout = Fanout(
             self.config,
             self.stats,
@@ -99,6 +100,11 @@ class Hub:
         """In a cluster: a stream produced on another node refuses producers here, as one
         produced by another connection does."""
         self._authority.remote_owner = lookup
+
+    def register_freshness(self, stale: Callable[[StreamId], str | None]) -> None:
+        """In a cluster: ``stale(stream)`` says why this node's copy may be out of date (it
+        lost the cluster); subscribing is then ``Unavailable``, never old state."""
+        self._stale = stale
 
     def register_view(self, name: str, view: ViewFilter) -> None:
         self._fanout.views[name] = view
@@ -201,10 +207,16 @@ class Hub:
         c = self._conns.get(conn)
         self._authority.check_stream(c.face, stream_id)
         c.require(stream_id, "read")
+        self._check_fresh(stream_id)
         first = not self._fanout.has_subscribers(stream_id)
         self._fanout.subscribe(c, stream_id)
         if first and self._on_interest is not None:
             self._on_interest(stream_id, True)
+
+    def _check_fresh(self, stream_id: StreamId) -> None:
+        why = None if self._stale is None else self._stale(stream_id)
+        if why is not None:
+            raise Unavailable(why, path="stream")
 
     def unsubscribe(self, conn: ConnId, stream_id: StreamId) -> None:
         c = self._conns.get(conn)
@@ -225,6 +237,7 @@ class Hub:
         c = self._conns.get(conn)
         if stream_id not in c.subscriptions:
             raise Forbidden(f"resync on stream {stream_id!r} without a subscription")
+        self._check_fresh(stream_id)
         self._fanout.request_snapshot(c, stream_id)
 
     def write(self, conn: ConnId, stream_id: StreamId, body: object) -> ConnId:

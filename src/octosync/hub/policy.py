@@ -24,6 +24,8 @@ length-prefixed stream) cannot be recovered, so the connection is closed after t
 |                    |        | has no way to resynchronise a peer's handles and OIDs)      |
 | ShuttingDown       | yes    | the server is draining                                      |
 | Overloaded         | yes    | a connection cap is reached                                 |
+| Unavailable        | yes    | this node's copy may be stale (it lost its cluster): come   |
+|                    |        | back later or go to another node                            |
 | JournalUnavailable | yes    | the journal cannot commit: the peer is told to come back    |
 |                    |        | later and resend what was not acknowledged                  |
 | InternalError      | yes    | serving this connection failed; only it is reset            |
@@ -57,6 +59,7 @@ from octosync.errors import (
     ShuttingDown,
     SnapshotRequired,
     Unauthorized,
+    Unavailable,
 )
 
 Disposition = Literal["close", "keep", "close-if-stream"]
@@ -77,6 +80,7 @@ ERROR_POLICY: dict[type[OctosyncError], Disposition] = {
     ShuttingDown: "close",
     Overloaded: "close",
     JournalUnavailable: "close",
+    Unavailable: "close",
     InternalError: "close",
 }
 
@@ -95,6 +99,7 @@ CLOSE_CODES: dict[type[OctosyncError], int] = {
     ShuttingDown: CLOSE_GOING_AWAY,
     Overloaded: CLOSE_TRY_LATER,
     JournalUnavailable: CLOSE_TRY_LATER,
+    Unavailable: CLOSE_TRY_LATER,
     InternalError: CLOSE_INTERNAL,
 }
 

@@ -186,6 +186,7 @@ class ClusterLink:
         runtime.hub.register_encoder(REMOTE_ENCODER, _encode_body)
         runtime.hub.register_encoder(REMOTE_WVP_ENCODER, _encode_nothing)
         runtime.hub.register_remote_owners(self._remote_owner)
+        runtime.hub.register_freshness(self._stale)
         self._out: collections.deque[tuple[str, bytes]] = collections.deque()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -292,6 +293,12 @@ class ClusterLink:
         """The hub's release hook: the local producer of ``stream`` disconnected."""
         if isinstance(stream, str) and self.core.local_producers().get(stream) == conn:
             self._run(self.core.local_released(stream))
+
+    def _stale(self, stream: StreamId) -> str | None:
+        """Why a subscriber here must not be served ``stream`` now (NATS out of reach)."""
+        if not isinstance(stream, str) or self._nc is None:
+            return None
+        return self.core.stale_reason(stream, linked=self._nc.is_connected)
 
     def _remote_owner(self, stream: StreamId, conn: ConnId | None) -> str | None:
         if not isinstance(stream, str) or conn in self._remote.values():

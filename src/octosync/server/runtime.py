@@ -307,7 +307,7 @@ class Runtime:
         self._topgun_flush_due = False
         self._topgun_flushed_at = asyncio.get_running_loop().time()
         self.apply_topgun(self.topgun.flush())
-        self.flush_topgun_soon()  # vectors of a write burst left to index, a turn at a time
+        self.flush_topgun_soon()  # queries or vectors left to update: a turn at a time
 
     def apply_topgun(self, fx: Effects) -> None:
         """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``

@@ -81,6 +81,9 @@ DEFAULT_LEVEL = "MEMORY"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9_\-.:/]{1,256}$")
 _LEADING_INT = re.compile(r"\s*[+-]?\d+")
 SERVER_NODE = "octosync"
+QUERY_BUDGET = 2_000
+"""Rows live queries look at per write or flush at most (a few milliseconds): the rest waits
+for the next flush."""
 FORBIDDEN_CODE = 403
 
 _MAX_COUNTER_NAME = 4096
@@ -172,6 +175,7 @@ class TopGunCore:
         self.locks = LockTable()
         self.counters = CounterTable()
         self.queries = QueryTable()
+        self.query_budget = QUERY_BUDGET
         self.pages = QueryPages()
         self.search = FullText(search_maps)
         self.vectors = VectorIndexes(vector_maps, embedder)
@@ -335,7 +339,7 @@ class TopGunCore:
                 self._require_map(c, p.map_name, "read")
                 raw = bytes(p.query)
                 query = Query(conn, p.query_id, p.map_name, parse_spec(raw))
-                items = self.maps.live_items(p.map_name)
+                items = partial(self.maps.live_items, p.map_name)
                 fx.send(conn, self.pages.subscribe(self.queries, query, raw, p.fields, items))
             case QuerySyncInit(payload=p):
                 live = self.pages.live_map(conn, p.query_id)
@@ -597,8 +601,8 @@ class TopGunCore:
                 self.hybrid.written(name, keys)
 
     def has_pending_events(self) -> bool:
-        """Something for :meth:`flush`: events to send, or vectors still to index."""
-        return bool(self._pending) or self.vectors.backlog()
+        """Something for :meth:`flush`: events to send, queries or vectors still to update."""
+        return bool(self._pending) or self.queries.pending() or self.vectors.backlog()
 
     def flush(self) -> Effects:
         """The events applied since the last flush, for every connection with their map open
@@ -608,6 +612,7 @@ class TopGunCore:
         the writes of many batches and clients reach a subscriber as one message and one
         socket write."""
         fx = Effects()
+        self._query_changes(fx)
         if self.search.active or self.vectors.active:
             self._flush_indexes(fx)
         chunks, self._pending = self._pending, []
@@ -652,14 +657,21 @@ class TopGunCore:
                 fx.send(target, change)
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
-        by_map: dict[str, dict[str, bytes | None]] = {}
+        """Live queries look at what was written now, within ``QUERY_BUDGET`` rows; what is
+        left goes out with the next flushes (``has_pending_events``), so one write that
+        touches many queries never holds the loop for long."""
+        by_map: dict[str, list[str]] = {}
         watched = self.queries.watched()
         for e in events:
             if e.record is not None and e.map_name in watched:
-                raw = bytes(e.record.value)
-                by_map.setdefault(e.map_name, {})[e.key] = None if raw == bytes(NIL) else raw
+                by_map.setdefault(e.map_name, []).append(e.key)
         for name, keys in by_map.items():
-            changes = self.queries.written(name, keys, partial(self.maps.live_items, name))
+            self.queries.mark(name, keys)
+        self._query_changes(fx)
+
+    def _query_changes(self, fx: Effects) -> None:
+        if self.queries.pending():
+            changes = self.queries.run(self.query_budget, self._value_of, self.maps.live_items)
             for conn, query_id, key, value, kind in changes:
                 raw = (
                     NIL if value is None else msgspec.Raw(self.pages.project(conn, query_id, value))

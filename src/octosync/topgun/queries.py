@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cmp_to_key, lru_cache
 from typing import Any
@@ -27,6 +27,7 @@ import re2
 from octosync.errors import DecodeError, LimitExceeded
 
 _DEC = msgspec.msgpack.Decoder()
+_ENC = msgspec.msgpack.Encoder()
 _MISSING = object()
 COMPARISONS = ("eq", "neq", "gt", "gte", "lt", "lte")
 OPERATORS = (
@@ -273,14 +274,35 @@ class QueryTable:
         self._by_map: dict[str, dict[tuple[int, str], Query]] = {}
         self._by_conn: dict[int, dict[str, str]] = {}
         """conn -> query id -> map name."""
+        self._dirty: dict[str, set[str]] = {}
+        """map -> keys written that some of its queries have not looked at yet."""
+        self._todo: dict[str, dict[tuple[int, str], None]] = {}
+        """map -> its queries that owe a look at the dirty keys, in order (an ordered set)."""
 
     def watched(self) -> set[str]:
         """The maps some live query is on."""
         return set(self._by_map)
 
-    def subscribe(self, query: Query, items: Mapping[str, bytes]) -> dict[str, bytes]:
-        """Start ``query`` (replacing one of the same id) over the map's ``items``, or raise
-        ``LimitExceeded`` and keep nothing."""
+    def subscribe(
+        self,
+        query: Query,
+        items: Mapping[str, bytes] | None = None,
+        *,
+        rows: list[Row] | None = None,
+    ) -> dict[str, bytes]:
+        """Start ``query`` (replacing one of the same id) over the map's ``items`` (or its
+        rows decoded already), or raise ``LimitExceeded`` and keep nothing."""
+        self.check_room(query)
+        if rows is None:
+            rows = decode_rows(items or {})
+        query.keys = query.window(rows)
+        self._by_map.setdefault(query.map_name, {})[(query.conn, query.query_id)] = query
+        self._by_conn.setdefault(query.conn, {})[query.query_id] = query.map_name
+        return query.keys
+
+    def check_room(self, query: Query) -> None:
+        """``LimitExceeded`` unless ``query`` may start (one of the same id is let go first):
+        asked before any work is done for it."""
         mine = self._by_conn.get(query.conn, {})
         if query.query_id in mine:
             self.unsubscribe(query.conn, query.query_id)
@@ -294,10 +316,6 @@ class QueryTable:
                 f"map {query.map_name!r} already has {self.per_map} live queries",
                 path="payload.mapName",
             )
-        query.keys = query.window(decode_rows(items))
-        self._by_map.setdefault(query.map_name, {})[(query.conn, query.query_id)] = query
-        self._by_conn.setdefault(query.conn, {})[query.query_id] = query.map_name
-        return query.keys
 
     def unsubscribe(self, conn: int, query_id: str) -> None:
         mine = self._by_conn.get(conn)
@@ -310,42 +328,94 @@ class QueryTable:
         del queries[(conn, query_id)]
         if not queries:
             del self._by_map[name]  # the name is forgotten with its last query
+            self._todo.pop(name, None)
+            self._dirty.pop(name, None)
 
     def disconnect(self, conn: int) -> None:
         for query_id in list(self._by_conn.get(conn, ())):
             self.unsubscribe(conn, query_id)
 
-    def written(
-        self, map_name: str, keys: Mapping[str, bytes | None], items: Callable[[], dict[str, bytes]]
-    ) -> list[Change]:
-        """Keys of ``map_name`` changed (value bytes, None when removed): the changes of every
-        query on that map. ``items`` gives the map's live values, asked (and decoded, once for
-        every query) only when a limited query's window must be recomputed."""
+    def mark(self, map_name: str, keys: Iterable[str]) -> None:
+        """Keys of ``map_name`` were written: its queries owe a look at them (``run``).
+        Queries already waiting will see these keys too; the others queue up behind them."""
         queries = self._by_map.get(map_name)
         if not queries:
-            return []
-        decoded = {k: (None if v is None else _DEC.decode(v)) for k, v in keys.items()}
+            return
+        self._dirty.setdefault(map_name, set()).update(keys)
+        todo = self._todo.setdefault(map_name, {})
+        for qk in queries:
+            todo.setdefault(qk, None)
+
+    def pending(self) -> bool:
+        return bool(self._todo)
+
+    def run(
+        self,
+        budget: int,
+        value_of: Callable[[str, str], bytes | None],
+        items_of: Callable[[str], dict[str, bytes]],
+    ) -> list[Change]:
+        """The changes of queries whose maps were written, worked through until about
+        ``budget`` rows have been looked at (a window recomputed counts every row of its
+        map); what is left waits for the next call, so no write makes one call long. At
+        least one query moves each call, and a key written twice before its query's turn is
+        looked at once, with its value then. Queries with the same filter, sort and limit
+        share one recomputation per call."""
         changes: list[Change] = []
-        rows: list[Row] | None = None
-        for q in queries.values():
-            if not q.spec.limit:
-                self._unlimited(q, keys, decoded, changes)
-                continue
-            new = self._slide(q, keys, decoded)
-            if new is None:
-                if rows is None:
-                    rows = decode_rows(items())
-                new = q.window(rows)
-            for k in q.keys:
-                if k not in new:
-                    changes.append((q.conn, q.query_id, k, None, "LEAVE"))
-            for k, v in new.items():
-                if k not in q.keys:
-                    changes.append((q.conn, q.query_id, k, v, "ENTER"))
-                elif k in keys and q.keys[k] != v:
-                    changes.append((q.conn, q.query_id, k, v, "UPDATE"))
-            q.keys = new
+        spent = moved = 0
+        shared: dict[bytes, tuple[dict[str, bytes], dict[str, Any]]] = {}
+        for name in list(self._todo):
+            keys = {k: value_of(name, k) for k in self._dirty[name]}
+            decoded = {k: (None if v is None else _DEC.decode(v)) for k, v in keys.items()}
+            todo = self._todo[name]
+            queries = self._by_map.get(name, {})
+            rows: list[Row] | None = None
+            shared.clear()
+            while todo and (spent < budget or moved == 0):
+                qk = next(iter(todo))
+                del todo[qk]
+                q = queries.get(qk)
+                if q is None:
+                    continue  # unsubscribed meanwhile
+                moved += 1
+                spent += len(keys)
+                if not q.spec.limit:
+                    self._unlimited(q, keys, decoded, changes)
+                    continue
+                new = self._slide(q, keys, decoded)
+                if new is None:
+                    spec = _ENC.encode(q.spec)
+                    if spec in shared:
+                        window, values = shared[spec]
+                        new, q.decoded = dict(window), dict(values)
+                    else:
+                        if rows is None:
+                            rows = decode_rows(items_of(name))
+                        spent += len(rows)
+                        new = q.window(rows)
+                        shared[spec] = (new, q.decoded)
+                self._diff(q, new, keys, changes)
+            if todo:
+                return changes  # the budget ran out inside this map
+            del self._todo[name]
+            del self._dirty[name]
+            if spent >= budget:
+                break
         return changes
+
+    @staticmethod
+    def _diff(
+        q: Query, new: dict[str, bytes], keys: Mapping[str, bytes | None], changes: list[Change]
+    ) -> None:
+        for k in q.keys:
+            if k not in new:
+                changes.append((q.conn, q.query_id, k, None, "LEAVE"))
+        for k, v in new.items():
+            if k not in q.keys:
+                changes.append((q.conn, q.query_id, k, v, "ENTER"))
+            elif k in keys and q.keys[k] != v:
+                changes.append((q.conn, q.query_id, k, v, "UPDATE"))
+        q.keys = new
 
     @staticmethod
     def _slide(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -104,31 +104,36 @@ class QueryPages:
         query: Query,
         raw: bytes,
         payload_fields: list[str] | None,
-        items: Mapping[str, bytes],
+        items: Callable[[], Mapping[str, bytes]],
     ) -> tg.QueryResp:
-        """The ``QUERY_RESP`` for ``query`` over ``items``; a live query (no cursor, no
-        groups) is registered in ``table`` for its updates."""
+        """The ``QUERY_RESP`` for ``query`` over the map's ``items()``; a live query (no
+        cursor, no groups) is registered in ``table`` for its updates. A live query past the
+        caps is refused before the map is read; the map is decoded once, and a limited
+        answer picks its rows by a heap instead of sorting the map."""
         extras = parse_extras(raw)
         fields = tuple(payload_fields or extras.fields or ())
         if len(fields) > MAX_FIELDS:
             raise DecodeError(f"at most {MAX_FIELDS} fields", path="payload.fields")
         qid = query.query_id
         if extras.group_by:
-            rows = grouped(query, extras.group_by, extras.aggregations or [], items)
+            rows = grouped(query, extras.group_by, extras.aggregations or [], items())
             return _resp(qid, rows, fields)
-        ordered = _unlimited(query).window(decode_rows(items))
         limit = query.spec.limit or 0
         if extras.cursor is not None:
+            ordered = _unlimited(query).window(decode_rows(items()))
             start = _decode_cursor(extras.cursor, query)
             if start is None:
                 payload = tg.QueryRespPayload(qid, [], False, "invalid")
                 return tg.QueryResp(payload)
             after = [(k, v) for k, v in ordered.items() if _after(k, v, start, query.spec)]
             return _page(qid, query, after, limit, fields, status="valid")
-        table.subscribe(query, items)
+        table.check_room(query)
+        decoded = decode_rows(items())
+        peek = _limited(query, limit + 1) if limit else _unlimited(query)
+        first = list(peek.window(decoded).items())  # one more than the page: is there more?
+        table.subscribe(query, rows=decoded)
         self._live[(query.conn, qid)] = _Live(query.map_name, query.spec, fields)
-        resp = _page(qid, query, list(ordered.items()), limit, fields, status="none")
-        return resp
+        return _page(qid, query, first, limit, fields, status="none")
 
     def project(self, conn: int, query_id: str, value: bytes) -> bytes:
         """A ``QUERY_UPDATE`` value as the query asked for it."""
@@ -167,7 +172,11 @@ class QueryPages:
 
 
 def _unlimited(query: Query) -> Query:
-    spec = msgspec.structs.replace(query.spec, limit=None)
+    return _limited(query, None)
+
+
+def _limited(query: Query, limit: int | None) -> Query:
+    spec = msgspec.structs.replace(query.spec, limit=limit)
     return Query(query.conn, query.query_id, query.map_name, spec)
 
 

@@ -81,7 +81,7 @@ class _MapVectors:
             return
         labels = np.arange(self.next_label, self.next_label + len(added), dtype=np.uint64)
         self.next_label += len(added)
-        self.index.add(labels, np.asarray([v for _, v in added], dtype=np.float32))
+        self.index.add(labels, np.asarray([v for _, v in added], dtype=np.float32), threads=1)
         for label, (key, _) in zip(labels.tolist(), added, strict=True):
             self.labels[key] = label
             self.keys[label] = key
@@ -173,7 +173,8 @@ class VectorIndexes:
         if size == 0:
             return [], 0
         vectors.index.expansion_search = max(ef or DEFAULT_EF, k)
-        found = vectors.index.search(self._np.asarray(vector, dtype=self._np.float32), k)
+        query = self._np.asarray(vector, dtype=self._np.float32)
+        found = vectors.index.search(query, k, threads=1)  # no pool to wait for on a busy host
         hits = [
             (vectors.keys[int(label)], 1.0 - float(dist))
             for label, dist in zip(found.keys, found.distances, strict=True)
