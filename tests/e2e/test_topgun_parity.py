@@ -278,3 +278,16 @@ async def test_a_token_with_roles_gets_what_its_roles_grant(
     assert vi.frames("in", "OP_REJECTED")
     (end,) = [line for line in lines if line.get("event") == "end"]
     assert end["pendingOps"] == 1  # the refused put stays pending
+
+
+async def test_sql_over_the_maps(tmp_path: Path, topgun_peer: tuple[str, Path]) -> None:
+    async with serve(tmp_path, topgun_sql=True) as srv:
+        await _people(srv, topgun_peer)
+        caller = await start(topgun_peer, srv.ws_url, "calls", "sql", seconds=8)
+        await caller.end()
+    (result,) = caller.events("call")
+    assert result["ok"] is True, result
+    assert result["value"]["columns"] == ["name"]
+    assert sorted(row[0] for row in result["value"]["rows"]) == sorted(
+        v["name"] for v in PEOPLE.values()
+    )

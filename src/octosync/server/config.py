@@ -75,6 +75,8 @@ class ServerConfig:
     topgun_search: tuple[str, ...] = ()
     """TopGun maps with a full-text index (``SEARCH``, ``SEARCH_SUB``); ``*``: every map.
     Needs the ``search`` extra (tantivy)."""
+    topgun_sql: bool = False
+    """Answer TopGun's ``SQL_QUERY`` (read-only, bounded; needs the ``sql`` extra, DuckDB)."""
     topgun_vectors: tuple[str, ...] = ()
     """TopGun maps with a vector index (``VECTOR_SEARCH``, hybrid ``semantic``); ``*``: every
     map. Needs the ``vector`` extra (usearch)."""
@@ -429,6 +431,11 @@ SECTIONS: dict[str, dict[str, Key]] = {
             _map_names("topgun_search"),
             doc="Maps indexed for full-text search on `/topgun` (needs the `search` extra).",
             field="topgun_search",
+        ),
+        "topgun_sql": _set(
+            "topgun_sql",
+            bool,
+            doc="Answer SQL_QUERY on `/topgun`: read-only, bounded (needs the `sql` extra).",
         ),
         "topgun_vectors": Key(
             (list,),

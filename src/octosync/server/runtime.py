@@ -34,6 +34,8 @@ from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.topgun.core import SERVER_NODE
+from octosync.topgun.sql import MAX_RUNNING as MAX_OFFLOADED
+from octosync.topgun.sql import OffLoop
 from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, ws_frame_header
 
 log = logging.getLogger(__name__)
@@ -165,10 +167,13 @@ class Runtime:
             node_id=node_id or SERVER_NODE,
             search_maps=config.topgun_search,
             vector_maps=config.topgun_vectors,
+            sql=config.topgun_sql,
         )
         self.topgun.queries.per_connection = config.topgun_queries_per_connection
         self.topgun.queries.per_map = config.topgun_queries_per_map
         self.replicator: Replicator | None = None
+        self._offloaded = 0
+        """Off-loop TopGun requests (SQL) running now."""
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self.counters = Counters()
         self._topgun_flush_due = False
@@ -234,6 +239,26 @@ class Runtime:
         conn = None if transport is None else self.http_conns.get(transport)
         if conn is not None:
             conn.request_started()
+
+    def offload(self, job: OffLoop) -> None:
+        """Run ``job`` on a worker thread and send its answer to its connection (at most
+        ``sql.MAX_RUNNING`` at once; beyond that the job's own "busy" answer goes at once)."""
+        if self._offloaded >= MAX_OFFLOADED:
+            self.deliver(job.conn, ws_frame(job.busy(), text=False))
+            return
+        self._offloaded += 1
+        done = asyncio.get_running_loop().run_in_executor(None, job.run)
+
+        def answer(result: asyncio.Future[bytes]) -> None:
+            self._offloaded -= 1
+            try:
+                data = result.result()
+            except Exception:
+                log.exception("an off-loop TopGun request failed")
+                return
+            self.deliver(job.conn, ws_frame(data, text=False))
+
+        done.add_done_callback(answer)
 
     def deliver(self, conn: int, *data: bytes) -> None:
         """Write ``data`` (one frame, or its parts in order) to another connection now; a peer

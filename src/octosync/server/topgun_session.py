@@ -127,6 +127,8 @@ class TopGunSession:
 
     def _apply(self, fx: Effects) -> None:
         self._send_now(fx.out)
+        for job in fx.offload:
+            self.rt.offload(job)
         self.rt.flush_topgun_soon()
         if fx.frames:
             self.rt.publish_map_frames(fx.frames)

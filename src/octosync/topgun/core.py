@@ -58,7 +58,7 @@ from octosync.errors import (
 )
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
-from octosync.topgun import durable, replies, requests
+from octosync.topgun import durable, replies, requests, sql
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.embedding import Embedder
 from octosync.topgun.hybrid import LiveHybrid, hybrid_search, vector_search
@@ -68,6 +68,7 @@ from octosync.topgun.maps import Maps
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.topgun.query_pages import QueryPages
 from octosync.topgun.search import FullText
+from octosync.topgun.sql import OffLoop
 from octosync.topgun.vectors import VectorIndexes
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
@@ -134,6 +135,8 @@ class Effects:
     replicated: list[Outbound] = field(default_factory=list)
     """Sent once ``replicate`` is stored by the cluster (``REPLICATED`` acks); ``durable``
     waits for that too when ``replicate`` is not empty."""
+    offload: list[OffLoop] = field(default_factory=list)
+    """Work for a worker thread (SQL), whose answer the server sends when it is done."""
 
     def send(self, conn: int, message: tg.Message) -> None:
         self.out.append(Outbound((conn,), tg.encode(message)))
@@ -158,13 +161,15 @@ class TopGunCore:
         search_maps: Collection[str] = (),
         vector_maps: Collection[str] = (),
         embedder: Embedder | None = None,
+        sql: bool = False,
     ) -> None:
         """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
         (without one, ``PERSISTED`` cannot be achieved and the ack says so, and lock grants
         and counters are not journaled); ``gc_age_ms``: tombstones older than this are pruned
         by :meth:`tick` every ``gc_every_ms`` (None: never); ``search_maps``, ``vector_maps``:
         maps with a full-text (``topgun.search``) or vector index (``topgun.vectors``, text
-        embedded by ``embedder``, a deterministic hashing one by default)."""
+        embedded by ``embedder``, a deterministic hashing one by default); ``sql``: answer
+        ``SQL_QUERY`` (``topgun.sql``)."""
         self.clock = clock
         self.persistent = persistent
         self.gc_age_ms = gc_age_ms
@@ -180,6 +185,7 @@ class TopGunCore:
         self.search = FullText(search_maps)
         self.vectors = VectorIndexes(vector_maps, embedder)
         self.hybrid = LiveHybrid()
+        self.sql = sql
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
         """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
@@ -369,6 +375,14 @@ class TopGunCore:
                     conn, self.search, self.vectors, p, self._value_of, self.maps.live_items
                 )
                 fx.send(conn, first)
+            case rq.SqlQuery(payload=p):
+                if not self.sql:
+                    raise replies.disabled("SQL")
+
+                def may_read(name: str, grants: Grants = c.grants) -> bool:
+                    return not durable.is_reserved(name) and grants.may_map(name, "read")
+
+                fx.offload.append(sql.prepare(p, conn, may_read, self.maps.live_items))
             case rq.HybridSearchUnsub(payload=p):
                 self.hybrid.unsubscribe(conn, p.subscription_id)
             case tg.QueryUnsub(payload=p):

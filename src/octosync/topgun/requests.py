@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 _SANDBOX = "entry processors and conflict resolvers need a code sandbox this server does not have"
 
 _UNSERVED: dict[type, str] = {
-    rq.SqlQuery: "SQL",
     rq.HybridQuerySubscribe: "hybrid queries",
     rq.JournalRead: "the event journal",
     sv.JournalSubscribe: "the event journal",
