@@ -291,3 +291,68 @@ async def test_sql_over_the_maps(tmp_path: Path, topgun_peer: tuple[str, Path]) 
     assert sorted(row[0] for row in result["value"]["rows"]) == sorted(
         v["name"] for v in PEOPLE.values()
     )
+
+
+async def test_http_sync_with_topguns_http_provider(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    """Ops over POST /topgun/sync are acked, journaled and seen live by a WebSocket client;
+    the provider's polls bring it what a WebSocket client wrote."""
+    async with serve(tmp_path, journal=True) as srv:
+        watcher = await start(topgun_peer, srv.ws_url, "watch", seconds=12, node_id="watcher")
+        await watcher.until("ready")
+        poller = await start(
+            topgun_peer,
+            srv.ws_url,
+            "http",
+            'put=h1={"name":"Hal"}',
+            'put=h2={"name":"Hedy"}',
+            seconds=12,
+            node_id="poller",
+        )
+        await poller.until("ready")
+        await watcher.until("maps", lambda line: set(line["users"]) == {"h1", "h2"})
+        writer = await start(topgun_peer, srv.ws_url, "ops", 'put=w1={"name":"Web"}')
+        await writer.until("synced")
+        await writer.end()
+        await poller.until(
+            "http",
+            lambda line: line["type"] == "SERVER_EVENT" and line["payload"]["key"] == "w1",
+        )
+        for c in (poller, watcher):
+            await c.stop()
+        stored = srv.runtime.topgun.maps.live_items("users")
+    assert sorted(stored) == ["h1", "h2", "w1"]
+    (ack,) = [e for e in poller.events("http") if e["type"] == "OP_ACK"]
+    assert ack["payload"]["lastId"] == "2"
+    events = [e["payload"] for e in poller.events("http") if e["type"] == "SERVER_EVENT"]
+    assert {e["key"] for e in events} == {"h1", "h2", "w1"}
+    assert next(e for e in events if e["key"] == "w1")["record"]["value"] == {"name": "Web"}
+
+
+async def test_http_sync_refuses_bad_tokens_and_bodies_with_the_reason(tmp_path: Path) -> None:
+    import aiohttp
+    import msgspec
+
+    auth = AuthConfig(hs256_secret=SECRET)
+    good = {"clientId": "c", "clientHlc": {"millis": 1, "counter": 0, "nodeId": "c"}}
+    token = issue_token(SECRET, "t", {}, maps={"*": ["read"]})
+    async with (
+        serve(tmp_path, insecure_dev=False, auth=auth) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        url = f"{srv.url}/topgun/sync"
+        answers = []
+        for headers, body in (
+            ({}, good),
+            ({"Authorization": "Bearer not-a-jwt"}, good),
+            ({"Authorization": f"Bearer {token}"}, {"clientId": 5}),
+            ({"Authorization": f"Bearer {token}"}, good),
+        ):
+            async with http.post(url, data=msgspec.msgpack.encode(body), headers=headers) as resp:
+                answers.append((resp.status, msgspec.msgpack.decode(await resp.read())))
+    assert [status for status, _ in answers] == [401, 401, 400, 200]
+    for _, reply in answers[:3]:
+        assert reply["errors"][0]["message"]
+    assert "errors" not in answers[3][1]
+    assert answers[3][1]["serverHlc"]["millis"] > 0

@@ -28,6 +28,10 @@
 //                          hits:[{key,score}]}; hybridSearch for TEXT over fullText, semantic
 //                          and exact (k 3): {"event":"hybrid",hits:[{key,score,methodScores}]};
 //                          then a live hybrid search (fullText, k 3): {"event":"live",keys}
+//   http OP...             TopGun's HttpSyncProvider (POST <url>/sync, the ws URL as http),
+//                          following "users", polling every 200 ms: sends OP (put=KEY=JSON) as
+//                          one OP_BATCH, prints {"event":"http",type,payload} for every message
+//                          it turns the responses into, {"event":"ready"} once connected
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -201,6 +205,30 @@ if (scenario === 'watch') {
         hits: fused.map((h) => ({ key: h.key, score: h.score, methodScores: h.methodScores })) });
   const handle = client.hybridSearchSubscribe('users', text, { methods: ['fullText'], k: 3 });
   handle.subscribe((rows) => out({ event: 'live', keys: rows.map((r) => r.key) }));
+  out({ event: 'ready' });
+} else if (scenario === 'http') {
+  // TopGunClient takes no provider of ours, so the provider is driven as the client would.
+  const { HttpSyncProvider } = await load('topgun-client.mjs');
+  const { pack } = await load('msgpackr.mjs');
+  let tick = 0;
+  const hlc = { now: () => ({ millis: Date.now(), counter: tick++, nodeId }), update: () => {} };
+  const provider = new HttpSyncProvider({
+    url: url.replace(/^ws/, 'http'), clientId: nodeId, hlc, authToken: token || '',
+    syncMaps: ['users'], pollIntervalMs: 200,
+  });
+  provider.on('message', (_node, data) => {
+    const m = unpack(Buffer.from(data));
+    out({ event: 'http', type: m.type, payload: m.payload });
+  });
+  provider.on('error', (err) => out({ event: 'error', message: String(err && err.message) }));
+  const ops = rest.map((op, i) => {
+    const [, key, json] = op.split('=');
+    const timestamp = hlc.now();
+    return { id: String(i + 1), mapName: 'users', opType: 'PUT', key,
+             record: { value: JSON.parse(json), timestamp }, timestamp };
+  });
+  if (ops.length) provider.send(pack({ type: 'OP_BATCH', payload: { ops } }));
+  await provider.connect();
   out({ event: 'ready' });
 } else if (scenario === 'calls') {
   await connected;

@@ -22,6 +22,7 @@ from octosync import __version__, extras
 from octosync.hub.model import Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
 from octosync.pipeline.resume import compacted_through, restart_records
+from octosync.server import topgun_http
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME
 from octosync.server.faces import mount as mount_faces
@@ -170,6 +171,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", metrics)
     mount_faces(app, config)  # every face's route (server.faces.FACES)
+    app.router.add_post(topgun_http.PATH, topgun_http.handler(runtime))  # TopGun's HTTP sync
     add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
 
     async def on_startup(app: web.Application) -> None:

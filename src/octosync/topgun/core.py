@@ -59,6 +59,7 @@ from octosync.errors import (
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
 from octosync.topgun import durable, replies, requests, sql
+from octosync.topgun.arrivals import Arrivals
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.embedding import Embedder
 from octosync.topgun.hybrid import LiveHybrid, hybrid_search, vector_search
@@ -186,6 +187,8 @@ class TopGunCore:
         self.vectors = VectorIndexes(vector_maps, embedder)
         self.hybrid = LiveHybrid()
         self.sql = sql
+        self.arrivals = Arrivals(clock())
+        """Where HTTP sync clients resume, per map they follow (``topgun.arrivals``)."""
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
         """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
@@ -607,6 +610,9 @@ class TopGunCore:
             self._map_deltas(fx, events)
         maps = {e.map_name for e in events} if len(events) > 1 else {events[0].map_name}
         self._pending.append((sender, frozenset(maps), events))
+        if self.arrivals.maps:
+            for name in maps & self.arrivals.maps.keys():
+                self.arrivals.written(name, (e.key for e in events if e.map_name == name))
         if self.search.active or self.vectors.active:
             for name in maps:
                 keys = [e.key for e in events if e.map_name == name]
@@ -818,6 +824,7 @@ class TopGunCore:
             self.map_streams.followed(name)
             or self.search.enabled(name)
             or self.vectors.enabled(name)
+            or name in self.arrivals.maps
             or name in self.queries.watched()
             or any(name in c.maps for c in self._conns.values())
         )
