@@ -356,3 +356,26 @@ async def test_http_sync_refuses_bad_tokens_and_bodies_with_the_reason(tmp_path:
         assert reply["errors"][0]["message"]
     assert "errors" not in answers[3][1]
     assert answers[3][1]["serverHlc"]["millis"] > 0
+
+
+async def test_the_event_journal_reads_committed_changes(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    async with serve(tmp_path, journal=True) as srv:
+        await _people(srv, topgun_peer)
+        remover = await start(topgun_peer, srv.ws_url, "ops", "remove=u2")
+        await remover.until("synced")
+        await remover.end()
+        reader = await start(topgun_peer, srv.ws_url, "calls", "journal", seconds=8)
+        await reader.end()
+    (result,) = reader.events("call")
+    assert result["ok"] is True
+    events = result["value"]
+    assert [(e["mapName"], e["key"], e["type"]) for e in events] == [
+        *(("users", k, "PUT") for k in PEOPLE),
+        ("users", "u2", "DELETE"),
+    ]
+    sequences = [e["sequence"] for e in events]
+    assert sequences == sorted(sequences)
+    assert len(set(sequences)) == len(sequences)
+    assert events[0]["value"] == PEOPLE["u1"]

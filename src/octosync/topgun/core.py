@@ -58,10 +58,11 @@ from octosync.errors import (
 )
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
-from octosync.topgun import durable, replies, requests, sql
+from octosync.topgun import durable, event_journal, replies, requests, sql
 from octosync.topgun.arrivals import Arrivals
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.embedding import Embedder
+from octosync.topgun.event_journal import JournalSource
 from octosync.topgun.hybrid import LiveHybrid, hybrid_search, vector_search
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
@@ -188,6 +189,8 @@ class TopGunCore:
         self.hybrid = LiveHybrid()
         self.sql = sql
         self.arrivals = Arrivals(clock())
+        self.journal: JournalSource | None = None
+        """Set by a server with a journal: where ``JOURNAL_READ`` reads (off the loop)."""
         """Where HTTP sync clients resume, per map they follow (``topgun.arrivals``)."""
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
@@ -386,6 +389,12 @@ class TopGunCore:
                     return not durable.is_reserved(name) and grants.may_map(name, "read")
 
                 fx.offload.append(sql.prepare(p, conn, may_read, self.maps.live_items))
+            case rq.JournalRead():
+
+                def may_see(name: str, grants: Grants = c.grants) -> bool:
+                    return grants.may_map(name, "read")
+
+                fx.offload.append(event_journal.reader(self.journal, conn, message, may_see))
             case rq.HybridSearchUnsub(payload=p):
                 self.hybrid.unsubscribe(conn, p.subscription_id)
             case tg.QueryUnsub(payload=p):

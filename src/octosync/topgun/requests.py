@@ -24,7 +24,6 @@ _SANDBOX = "entry processors and conflict resolvers need a code sandbox this ser
 
 _UNSERVED: dict[type, str] = {
     rq.HybridQuerySubscribe: "hybrid queries",
-    rq.JournalRead: "the event journal",
     sv.JournalSubscribe: "the event journal",
     sv.PartitionMapRequest: "the partition map",
 }
