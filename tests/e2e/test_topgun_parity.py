@@ -379,3 +379,22 @@ async def test_the_event_journal_reads_committed_changes(
     assert sequences == sorted(sequences)
     assert len(set(sequences)) == len(sequences)
     assert events[0]["value"] == PEOPLE["u1"]
+
+
+async def test_the_event_journal_follows_commits_live(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    async with serve(tmp_path, journal=True) as srv:
+        await _people(srv, topgun_peer)  # history: not sent to a subscription from now
+        watcher = await start(topgun_peer, srv.ws_url, "journal-watch", seconds=12)
+        await watcher.until("ready")
+        subs = srv.runtime.topgun.journal_subs
+        while not (subs.any() and subs.placed()):  # JOURNAL_SUBSCRIBE has no reply
+            await asyncio.sleep(0.02)
+        writer = await start(topgun_peer, srv.ws_url, "ops", 'put=n1={"name":"New"}', "remove=u1")
+        await writer.until("synced")
+        await writer.end()
+        await watcher.until("journal", lambda line: line["key"] == "u1")
+        await watcher.stop()
+    seen = [(e["key"], e["type"], e["value"]) for e in watcher.events("journal")]
+    assert seen == [("n1", "PUT", {"name": "New"}), ("u1", "DELETE", None)]

@@ -32,6 +32,8 @@
 //                          following "users", polling every 200 ms: sends OP (put=KEY=JSON) as
 //                          one OP_BATCH, prints {"event":"http",type,payload} for every message
 //                          it turns the responses into, {"event":"ready"} once connected
+//   journal-watch          getEventJournal().subscribe on "users": {"event":"journal",
+//                          sequence,type,key,value} per event; {"event":"ready"} once sent
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -229,6 +231,12 @@ if (scenario === 'watch') {
   });
   if (ops.length) provider.send(pack({ type: 'OP_BATCH', payload: { ops } }));
   await provider.connect();
+  out({ event: 'ready' });
+} else if (scenario === 'journal-watch') {
+  await connected;
+  client.getEventJournal().subscribe((e) => out({
+    event: 'journal', sequence: String(e.sequence), type: e.type, key: e.key, value: e.value ?? null,
+  }), { mapName: 'users' });
   out({ event: 'ready' });
 } else if (scenario === 'calls') {
   await connected;

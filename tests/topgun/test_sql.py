@@ -37,7 +37,7 @@ def ask(c: TopGunCore, text: str, conn: int = 2) -> rq.SqlQueryRespPayload:
     if fx.offload:
         (job,) = fx.offload
         assert job.conn == conn
-        reply = tg.decode(job.run())  # what the worker thread answers
+        (reply,) = [tg.decode(m) for m in job.run()]  # what the worker thread answers
     else:
         (reply,) = sent(fx, conn)
     assert isinstance(reply, rq.SqlQueryResp)

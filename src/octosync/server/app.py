@@ -32,7 +32,7 @@ from octosync.server.runtime import Runtime
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
-from octosync.store.op_events import op_source
+from octosync.store.op_events import OpSource
 from octosync.store.retention import JournalKeeper
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
@@ -137,7 +137,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
-        runtime.topgun.journal = op_source(writer.journal)  # JOURNAL_READ, off the loop
+        runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
         from octosync.links.cluster_link import DEFAULT_CLUSTER

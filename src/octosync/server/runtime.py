@@ -34,8 +34,8 @@ from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.topgun.core import SERVER_NODE
-from octosync.topgun.sql import MAX_RUNNING as MAX_OFFLOADED
-from octosync.topgun.sql import OffLoop
+from octosync.topgun.offload import MAX_RUNNING as MAX_OFFLOADED
+from octosync.topgun.offload import OffLoop
 from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, ws_frame_header
 
 log = logging.getLogger(__name__)
@@ -241,24 +241,30 @@ class Runtime:
             conn.request_started()
 
     def offload(self, job: OffLoop) -> None:
-        """Run ``job`` on a worker thread and send its answer to its connection (at most
-        ``sql.MAX_RUNNING`` at once; beyond that the job's own "busy" answer goes at once)."""
+        """Run ``job`` on a worker thread and send what it returns to its connection (at most
+        ``offload.MAX_RUNNING`` at once; beyond that the job's own "busy" answer goes now)."""
         if self._offloaded >= MAX_OFFLOADED:
-            self.deliver(job.conn, ws_frame(job.busy(), text=False))
+            self._answer(job, job.busy())
             return
         self._offloaded += 1
         done = asyncio.get_running_loop().run_in_executor(None, job.run)
 
-        def answer(result: asyncio.Future[bytes]) -> None:
+        def answer(result: asyncio.Future[list[bytes]]) -> None:
             self._offloaded -= 1
             try:
-                data = result.result()
+                messages = result.result()
             except Exception:
                 log.exception("an off-loop TopGun request failed")
-                return
-            self.deliver(job.conn, ws_frame(data, text=False))
+                messages = []
+            self._answer(job, messages)
 
         done.add_done_callback(answer)
+
+    def _answer(self, job: OffLoop, messages: list[bytes]) -> None:
+        if messages:
+            self.deliver(job.conn, *(ws_frame(m, text=False) for m in messages))
+        if job.after is not None:
+            job.after()
 
     def deliver(self, conn: int, *data: bytes) -> None:
         """Write ``data`` (one frame, or its parts in order) to another connection now; a peer
@@ -339,6 +345,8 @@ class Runtime:
         now, ``durable`` once ``records`` are committed."""
         self.deliver_all(fx.out)
         self.publish_map_frames(fx.frames)
+        for job in fx.offload:
+            self.offload(job)
         if fx.replicate and self.replicator is not None:
             self.replicator.replicate(0, fx.replicate, None)
         if self.writer is None or not (fx.records or fx.durable):

@@ -62,15 +62,15 @@ from octosync.topgun import durable, event_journal, replies, requests, sql
 from octosync.topgun.arrivals import Arrivals
 from octosync.topgun.counters import CounterTable
 from octosync.topgun.embedding import Embedder
-from octosync.topgun.event_journal import JournalSource
+from octosync.topgun.event_journal import JournalSource, JournalSubscriptions
 from octosync.topgun.hybrid import LiveHybrid, hybrid_search, vector_search
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
+from octosync.topgun.offload import OffLoop
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.topgun.query_pages import QueryPages
 from octosync.topgun.search import FullText
-from octosync.topgun.sql import OffLoop
 from octosync.topgun.vectors import VectorIndexes
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
@@ -191,6 +191,7 @@ class TopGunCore:
         self.arrivals = Arrivals(clock())
         self.journal: JournalSource | None = None
         """Set by a server with a journal: where ``JOURNAL_READ`` reads (off the loop)."""
+        self.journal_subs = JournalSubscriptions()
         """Where HTTP sync clients resume, per map they follow (``topgun.arrivals``)."""
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
@@ -229,6 +230,7 @@ class TopGunCore:
         self.pages.disconnect(conn)
         self.search.disconnect(conn)
         self.hybrid.disconnect(conn)
+        self.journal_subs.disconnect(conn)
         self._granted(fx, self.locks.disconnect(conn, self.clock()))
         return fx
 
@@ -238,6 +240,7 @@ class TopGunCore:
         fx = Effects()
         now = self.clock()
         self._granted(fx, self.locks.expire(now))
+        fx.offload.extend(self.journal_subs.tails(self.journal))
         if self.gc_age_ms is not None and now >= self._next_gc:
             self._next_gc = now + self.gc_every_ms
             pruned = self.gc(now - self.gc_age_ms)
@@ -395,6 +398,15 @@ class TopGunCore:
                     return grants.may_map(name, "read")
 
                 fx.offload.append(event_journal.reader(self.journal, conn, message, may_see))
+            case sv.JournalSubscribe():
+
+                def may_follow(name: str, grants: Grants = c.grants) -> bool:
+                    return grants.may_map(name, "read")
+
+                self.journal_subs.subscribe(self.journal, conn, message, may_follow)
+                fx.offload.extend(self.journal_subs.tails(self.journal))
+            case rq.JournalUnsubscribe(subscription_id=sub_id):
+                self.journal_subs.unsubscribe(conn, sub_id)
             case rq.HybridSearchUnsub(payload=p):
                 self.hybrid.unsubscribe(conn, p.subscription_id)
             case tg.QueryUnsub(payload=p):
@@ -642,6 +654,8 @@ class TopGunCore:
         socket write."""
         fx = Effects()
         self._query_changes(fx)
+        if self.journal_subs.any():
+            fx.offload.extend(self.journal_subs.tails(self.journal))
         if self.search.active or self.vectors.active:
             self._flush_indexes(fx)
         chunks, self._pending = self._pending, []

@@ -24,7 +24,6 @@ _SANDBOX = "entry processors and conflict resolvers need a code sandbox this ser
 
 _UNSERVED: dict[type, str] = {
     rq.HybridQuerySubscribe: "hybrid queries",
-    sv.JournalSubscribe: "the event journal",
     sv.PartitionMapRequest: "the partition map",
 }
 """Requests this server refuses as a feature it does not serve, by message type."""
@@ -32,7 +31,6 @@ _UNSERVED: dict[type, str] = {
 _NO_REPLY = (
     rq.ClientApplyAck,  # TopGun's tombstone frontier; octosync's GC horizon is time-based
     rq.HybridQueryUnsubscribe,
-    rq.JournalUnsubscribe,
 )
 
 

@@ -10,19 +10,19 @@ must be a single ``SELECT``, and is bounded: the maps it reads (at most
 time (:data:`MAX_SECONDS`, then it is interrupted), its memory, and its result
 (:data:`MAX_RESULT_ROWS` rows). It runs off the event loop (:class:`OffLoop`): the server
 hands it to a worker thread and sends its answer when it is done; at most
-:data:`MAX_RUNNING` run at once, others are answered "busy".
+``offload.MAX_RUNNING`` run at once, others are answered "busy".
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from octosync.errors import DecodeError, FeatureDisabled, Forbidden, LimitExceeded, OctosyncError
+from octosync.topgun.offload import OffLoop
 from octosync.topgun.replies import reason, wire_code
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
@@ -31,20 +31,9 @@ MAX_SQL_CHARS = 16 * 1024
 MAX_TABLE_ROWS = 50_000
 MAX_RESULT_ROWS = 1_000
 MAX_SECONDS = 2.0
-MAX_RUNNING = 2
 MEMORY_LIMIT = "256MB"
 _DEC = msgspec.msgpack.Decoder()
 _ENC = msgspec.msgpack.Encoder(enc_hook=str)
-
-
-@dataclass(frozen=True, slots=True)
-class OffLoop:
-    """Work for a worker thread: ``run`` returns the encoded answer for ``conn``; ``busy`` is
-    the answer when the server already runs :data:`MAX_RUNNING` of them."""
-
-    conn: int
-    run: Callable[[], bytes]
-    busy: Callable[[], bytes]
 
 
 def _refusal(query_id: str, err: OctosyncError) -> bytes:
@@ -91,8 +80,8 @@ def prepare(
         tables[name] = dict(rows)
     return OffLoop(
         conn,
-        lambda: run(p.query_id, p.sql, tables),
-        lambda: _refusal(p.query_id, LimitExceeded("the server is busy with SQL; try again")),
+        lambda: [run(p.query_id, p.sql, tables)],
+        lambda: [_refusal(p.query_id, LimitExceeded("the server is busy with SQL; try again"))],
     )
 
 
