@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,pipeline,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,pipeline,cluster,search,vector,sql]'
 	@touch $(STAMP)
 
 java-check:
@@ -23,8 +23,8 @@ run: $(STAMP) java-check
 	$(BIN)/octosync serve --data ./var --insecure-dev --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.support import CHROMIUM_FLAGS, chromium_path
+from tests.browser.support import chromium
 from tests.e2e.helpers import free_port, running
 from tests.test_readme import blocks
 
@@ -70,25 +70,20 @@ def test_live_python_block_runs(source: str, port: int, tmp_path: Path) -> None:
 @pytest.mark.browser
 @pytest.mark.parametrize("source", [s for _, s in _html], ids=[i for i, _ in _html])
 def test_live_page_shows_the_score(source: str, port: int, tmp_path: Path) -> None:
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    executable = chromium_path()
+    playwright_expect = pytest.importorskip("playwright.sync_api").expect
     page_file = tmp_path / "scoreboard.html"
     page_file.write_text(at(source, port), encoding="utf-8")
     console: list[str] = []
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
-        try:
-            page: Any = browser.new_page()
-            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-            page.goto(page_file.as_uri())
-            score = page.locator("#score")
-            pattern = re.compile(r"^home \d+ : \d+ away \(total \d+\)$")
-            with contextlib.suppress(Exception):
-                playwright_api.expect(score).to_have_text(pattern, timeout=20_000)
-            text = score.text_content()
-            assert text is not None, console
-            assert pattern.match(text), (text, console)
-            numbers = [int(n) for n in re.findall(r"\d+", text)]
-            assert numbers[0] + numbers[1] == numbers[2], text
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page: Any = browser.new_page()
+        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+        page.goto(page_file.as_uri())
+        score = page.locator("#score")
+        pattern = re.compile(r"^home \d+ : \d+ away \(total \d+\)$")
+        with contextlib.suppress(Exception):  # the assertions below say what was there
+            playwright_expect(score).to_have_text(pattern, timeout=20_000)
+        text = score.text_content()
+    assert text is not None, console
+    assert pattern.match(text), (text, console)
+    numbers = [int(n) for n in re.findall(r"\d+", text)]
+    assert numbers[0] + numbers[1] == numbers[2], text

@@ -17,18 +17,18 @@ from octosync import extras
 from octosync.errors import MissingExtra
 from tests.conftest import ROOT
 from tests.e2e.helpers import free_port, running
+from tests.test_readme import blocks
 
-HIDDEN = ("pyspark", "pyarrow", "pandas", "matplotlib", "duckdb", "nats")
-SMALL_INSTALL = f"""
+HIDDEN = ("pyspark", "pyarrow", "pandas", "matplotlib", "duckdb", "nats", "numpy", "tantivy")
+HIDE = f"""
 import importlib.abc, sys
 class Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name.split(".")[0] in {HIDDEN!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
 sys.meta_path.insert(0, Hide())
-from octosync.cli import main
-sys.exit(main())
 """
+SMALL_INSTALL = HIDE + "from octosync.cli import main\nsys.exit(main())\n"
 
 
 def small(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -66,6 +66,7 @@ def test_require_passes_here_and_names_the_pip_command_when_missing() -> None:
         (["pipeline", "report", "--journal", ".", "--out", "r"], "pipeline"),
         (["pipeline", "compact", "--journal", ".", "--out", "c"], "pipeline"),
         (["journal", "export", "--data", "var", "--to", "out"], "pipeline"),
+        (["journal", "generate", "--data", "var", "--ops", "10"], "pipeline"),
         (["chain", "up"], "cluster"),
         (["cluster", "status"], "cluster"),
         (["serve", "--insecure-dev", "--cluster", "nats://127.0.0.1:4222"], "cluster"),
@@ -95,6 +96,18 @@ def test_the_server_runs_without_the_extras(tmp_path: Path) -> None:
             assert reply.status == 200
         ran = small("watch", "nobody", "--url", f"ws://127.0.0.1:{port}/wvp", cwd=tmp_path)
         assert ran.returncode == 2  # a client command too (its line is tests/test_cli.py's)
+        (topgun_example,) = [s for i, s in blocks("python", live=True) if "topgun.md" in i]
+        example = HIDE + topgun_example.replace("127.0.0.1:8765", f"127.0.0.1:{port}")
+        ran = subprocess.run(  # TopGun writes: the Merkle tree without NumPy, in both processes
+            [sys.executable, "-c", example],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            check=False,
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() == "{'name': 'Ada'}"
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "journal export and trim are off: they need the pipeline extra" in err
@@ -112,4 +125,4 @@ def test_make_run_honours_port_and_host() -> None:
         check=False,
     )
     assert "serve --data ./var --insecure-dev --host 127.0.0.2 --port 8777" in dry.stdout
-    assert "-e '.[dev,pipeline,cluster]'" in dry.stdout
+    assert "-e '.[dev,pipeline,cluster,search,vector,sql]'" in dry.stdout

@@ -22,7 +22,9 @@ from jsonschema import Draft202012Validator
 
 from octosync.errors import all_errors
 from octosync.hub.policy import close_code, closes_connection
+from octosync.hub.streams import warp_stream_id
 from octosync.ipc.messages import Delta, IpcMessage, ResyncRequest, Snapshot
+from octosync.store.journal import Journal
 from octosync.wire import jsabi, wvp
 from octosync.wire import json as seed_json
 from tests.e2e.helpers import TIMEOUT, delta, handshake, serve, snap, ws_lazily
@@ -233,6 +235,29 @@ async def test_what_the_wvp_face_sends_validates(tmp_path: Path) -> None:
         assert ops == ["handshake_ack", "warp_stream", "warp_stream", "handshake_ack", "error"]
         for packet in sent + got:
             check("wvp-envelope", _envelope(packet))
+
+
+async def test_a_wvp_producer_that_asks_learns_what_is_journaled(tmp_path: Path) -> None:
+    async with serve(tmp_path, journal=True) as srv, aiohttp.ClientSession() as http:
+        prod = await http.ws_connect(f"{srv.ws_url}/wvp", max_msg_size=0)
+        hello = wvp.Handshake(capabilities=("durable_ack",), client_version=1)
+        await prod.send_bytes(wvp.encode(hello, 0))
+        ack, _ = wvp.decode((await asyncio.wait_for(prod.receive(), TIMEOUT)).data)
+        assert isinstance(ack, wvp.HandshakeAck)
+        assert "durable_ack" in ack.capabilities
+        await prod.send_bytes(wvp.encode(wvp.WarpStream(4, wvp.WarpSnapshot(0, {"n": [1]})), 1))
+        await prod.send_bytes(wvp.encode(wvp.WarpStream(4, wvp.WarpDiff(0, 1, [{"s": 2}])), 2))
+        through = -1
+        while through < 1:
+            packet = (await asyncio.wait_for(prod.receive(), TIMEOUT)).data
+            check("wvp-envelope", _envelope(packet))
+            msg, _ = wvp.decode(packet)
+            assert isinstance(msg, wvp.DurableAck), msg
+            assert msg.warp_id == 4
+            assert msg.through_epoch > through
+            through = msg.through_epoch
+    with Journal(tmp_path, readonly=True) as j:  # what it said is there
+        assert [e.record.epoch for e in j.frames(warp_stream_id(4))] == [0, 1]
 
 
 def _doc_error_table() -> list[tuple[int, str, bool, bool, str]]:

@@ -43,3 +43,28 @@ def test_pages_have_runnable_blocks() -> None:
 @pytest.mark.parametrize("source", [s for _, s in _blocks], ids=[i for i, _ in _blocks])
 def test_doc_example_runs(source: str) -> None:
     exec(compile(source, "docs", "exec"), {"__name__": "readme_example"})
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    text = BLOCK.sub("", page.read_text("utf-8"))
+    headings = re.findall(r"^#+ (.+)$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_relative_links_and_their_anchors_resolve() -> None:
+    broken = []
+    for page in doc_pages():
+        for target in LINK.findall(BLOCK.sub("", page.read_text("utf-8"))):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            if not resolved.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []

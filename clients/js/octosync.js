@@ -1,1 +1,1199 @@
-../../src/octosync/server/static/octosync.js
+// octosync browser and Node client: one dependency-free ES module, no build step.
+//
+//   import { connect, Store } from "/client/octosync.js";
+//   const client = connect("ws://127.0.0.1:8765", { token });
+//   const sub = client.subscribe("scoreboard");
+//   sub.on("state", (s) => console.log(s.epoch, s.values));   // Map: node id -> value
+//   sub.on("error", (err) => console.warn(err.code, err.message));
+//   sub.write(1, 42);                                         // a cell_set the producer may take
+//
+// It speaks the /lazily face in the seed JSON dialect (docs/PROTOCOL.md): handshake first, then
+// snapshots and gapless deltas mirrored with the rules of octosync/ipc/mirror.py. A gap, a bad
+// op or an undecodable frame sends a resync_request; a dropped connection reconnects with
+// full-jitter exponential backoff. Every error the server sends (`{"type":"error","code",
+// "message"}`) and every error found here becomes a typed `OctosyncError` delivered to "error"
+// listeners (or, with none, to console.error): nothing is dropped silently.
+//
+// Node 22+ has a global WebSocket; on Node 18/20 pass one: connect(url, { WebSocket }) (Node 20
+// also has it behind --experimental-websocket).
+
+// --- errors ------------------------------------------------------------------------------------
+
+/** Root of every error this client raises or receives; `code` is the server's stable name. */
+export class OctosyncError extends Error {
+  constructor(message, { code, path, closes } = {}) {
+    super(path ? `${path}: ${message}` : message);
+    this.name = new.target.errorName ?? "OctosyncError";
+    this.code = code ?? this.name;
+    this.path = path ?? null;
+    /** True when the server closes the connection after this error (hub/policy.py). */
+    this.closes = closes ?? false;
+  }
+}
+
+// The server's error tree (octosync/errors.py), by stable name. A name not listed here still
+// arrives as an OctosyncError carrying that code.
+const TREE = {
+  ProtocolError: "OctosyncError",
+  LocalProtocolError: "ProtocolError",
+  RemoteProtocolError: "ProtocolError",
+  DecodeError: "RemoteProtocolError",
+  Oversize: "RemoteProtocolError",
+  HandshakeFailed: "RemoteProtocolError",
+  EpochGap: "RemoteProtocolError",
+  SnapshotRequired: "RemoteProtocolError",
+  ForbiddenPublish: "RemoteProtocolError",
+  Desync: "RemoteProtocolError",
+  LimitExceeded: "RemoteProtocolError",
+  TypeTagError: "LocalProtocolError",
+  AuthError: "OctosyncError",
+  Unauthorized: "AuthError",
+  Forbidden: "AuthError",
+  ServerError: "OctosyncError",
+  ShuttingDown: "ServerError",
+  Overloaded: "ServerError",
+  InternalError: "ServerError",
+  ConnectionLost: "OctosyncError",
+};
+
+/** Error classes by name: `errors.EpochGap`, `errors.Unauthorized`, ... (instanceof works). */
+export const errors = { OctosyncError };
+for (const [name, parent] of Object.entries(TREE)) {
+  const base = errors[parent];
+  errors[name] = { [name]: class extends base {} }[name];
+  errors[name].errorName = name;
+}
+
+// Which errors close the connection (hub/policy.py, message faces: a DecodeError does not).
+const CLOSING = new Set([
+  "HandshakeFailed", "Unauthorized", "Oversize", "ShuttingDown", "Overloaded", "InternalError",
+]);
+const KEEPING = new Set([
+  "RemoteProtocolError", "DecodeError", "EpochGap", "SnapshotRequired", "ForbiddenPublish",
+  "Desync", "ClockDrift", "SyncResetRequired", "LimitExceeded", "Forbidden", "NotJoined",
+  "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError",
+  "FeatureDisabled",
+]);
+
+/** The typed error for a server error frame `{type: "error", code, message, path?}`. */
+export function errorFromFrame(frame) {
+  const cls = errors[frame.code] ?? OctosyncError;
+  const closes = CLOSING.has(frame.code) || !KEEPING.has(frame.code);
+  const path = typeof frame.path === "string" ? frame.path : undefined;
+  return new cls(String(frame.message), { code: String(frame.code), closes, path });
+}
+
+function fail(cls, message, path) {
+  return new cls(message, { path });
+}
+
+// --- type tags (graph/type_tags.py) ------------------------------------------------------------
+
+const utf8 = new TextEncoder();
+const utf8Strict = new TextDecoder("utf-8", { fatal: true });
+const I64_MIN = -(2n ** 63n);
+const I64_MAX = 2n ** 63n - 1n;
+
+function view(bytes) {
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+function packed(size, write) {
+  const out = new Uint8Array(size);
+  write(view(out));
+  return out;
+}
+
+function fixed(name, size, bytes) {
+  if (bytes.length !== size) throw fail(errors.TypeTagError, `${name} needs ${size} bytes, got ${bytes.length}`);
+  return view(bytes);
+}
+
+function sortedJson(value) {
+  // The server encodes json values with sorted keys; writes do too, so equal values are equal bytes.
+  if (Array.isArray(value)) return `[${value.map(sortedJson).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const keys = Object.keys(value).sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${sortedJson(value[k])}`).join(",")}}`;
+  }
+  if (typeof value === "number" && !Number.isFinite(value)) {
+    throw fail(errors.TypeTagError, "json cannot carry NaN or infinity");
+  }
+  if (value === undefined || typeof value === "function" || typeof value === "symbol" || typeof value === "bigint") {
+    throw fail(errors.TypeTagError, `json cannot encode ${typeof value}`);
+  }
+  return JSON.stringify(value);
+}
+
+const BUILTIN_TAGS = {
+  i32: {
+    encode(v) {
+      if (!Number.isInteger(v) || v < -(2 ** 31) || v > 2 ** 31 - 1) throw fail(errors.TypeTagError, `i32 needs an integer in range, got ${v}`);
+      return packed(4, (d) => d.setInt32(0, v));
+    },
+    decode: (b) => fixed("i32", 4, b).getInt32(0),
+  },
+  i64: {
+    encode(v) {
+      let big;
+      if (typeof v === "bigint") big = v;
+      else if (Number.isSafeInteger(v)) big = BigInt(v);
+      else throw fail(errors.TypeTagError, `i64 needs a safe integer or a BigInt, got ${v}`);
+      if (big < I64_MIN || big > I64_MAX) throw fail(errors.TypeTagError, `${v} does not fit i64`);
+      return packed(8, (d) => d.setBigInt64(0, big));
+    },
+    // A Number when exact, else a BigInt: never a silently rounded integer.
+    decode(b) {
+      const big = fixed("i64", 8, b).getBigInt64(0);
+      const n = Number(big);
+      return Number.isSafeInteger(n) ? n : big;
+    },
+  },
+  f64: {
+    encode(v) {
+      if (typeof v !== "number") throw fail(errors.TypeTagError, `f64 needs a number, got ${typeof v}`);
+      return packed(8, (d) => d.setFloat64(0, v));
+    },
+    decode: (b) => fixed("f64", 8, b).getFloat64(0),
+  },
+  bool: {
+    encode(v) {
+      if (typeof v !== "boolean") throw fail(errors.TypeTagError, `bool needs a boolean, got ${typeof v}`);
+      return Uint8Array.of(v ? 1 : 0);
+    },
+    decode(b) {
+      if (b.length !== 1 || b[0] > 1) throw fail(errors.TypeTagError, "bool needs one byte 0x00 or 0x01");
+      return b[0] === 1;
+    },
+  },
+  string: {
+    encode(v) {
+      if (typeof v !== "string") throw fail(errors.TypeTagError, `string needs a string, got ${typeof v}`);
+      return utf8.encode(v);
+    },
+    decode(b) {
+      try {
+        return utf8Strict.decode(b);
+      } catch {
+        throw fail(errors.TypeTagError, "string payload is not valid UTF-8");
+      }
+    },
+  },
+  bytes: {
+    encode(v) {
+      if (!(v instanceof Uint8Array)) throw fail(errors.TypeTagError, "bytes needs a Uint8Array");
+      return new Uint8Array(v);
+    },
+    decode: (b) => new Uint8Array(b),
+  },
+  json: {
+    encode: (v) => utf8.encode(sortedJson(v)),
+    decode(b) {
+      try {
+        return JSON.parse(utf8Strict.decode(b));
+      } catch (e) {
+        throw fail(errors.TypeTagError, `json payload does not decode: ${e.message}`);
+      }
+    },
+  },
+};
+
+/** A type-tag table: the built-ins plus tags you register (a producer's own value formats). */
+export class TypeRegistry {
+  constructor() {
+    this.tags = new Map(Object.entries(BUILTIN_TAGS));
+  }
+  register(name, encode, decode) {
+    if (!name) throw fail(errors.TypeTagError, "a type tag needs a non-empty name");
+    if (this.tags.has(name)) throw fail(errors.TypeTagError, `type tag ${JSON.stringify(name)} is already registered`);
+    this.tags.set(name, { encode, decode });
+  }
+  has(name) {
+    return this.tags.has(name);
+  }
+  encode(name, value) {
+    const tag = this.tags.get(name);
+    if (!tag) throw fail(errors.TypeTagError, `unknown type tag ${JSON.stringify(name)}`);
+    return tag.encode(value);
+  }
+  /** Decoded value; bytes of a tag this registry does not know come back as a Uint8Array. */
+  decode(name, bytes) {
+    const tag = this.tags.get(name);
+    return tag ? tag.decode(bytes) : new Uint8Array(bytes);
+  }
+}
+
+export const defaultRegistry = new TypeRegistry();
+
+// --- base64 (the seed dialect's payloads) -----------------------------------------------------
+
+const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+export function fromBase64(text, path = "payload") {
+  if (typeof text !== "string" || !B64.test(text)) throw fail(errors.DecodeError, "expected standard padded base64", path);
+  const bin = atob(text);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+export function toBase64(bytes) {
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(bin);
+}
+
+// --- strict decoding of the seed JSON dialect (ipc/messages.py) --------------------------------
+
+const MAX_SAFE_ID = 2 ** 53;
+const NODE_STATES = new Set(["resolved", "dirty", "unset", "opaque"]);
+const KEY_RE = /^[^/]+(\/[^/]+)*$/;
+
+function obj(v, path) {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) throw fail(errors.DecodeError, "expected an object", path);
+  return v;
+}
+function arr(v, path) {
+  if (!Array.isArray(v)) throw fail(errors.DecodeError, "expected an array", path);
+  return v;
+}
+function id(v, path) {
+  if (!Number.isInteger(v) || v < 0 || v > MAX_SAFE_ID) throw fail(errors.DecodeError, `expected an integer in 0..2^53`, path);
+  return v;
+}
+function str(v, path) {
+  if (typeof v !== "string") throw fail(errors.DecodeError, "expected a string", path);
+  return v;
+}
+function known(o, fields, path) {
+  for (const k of Object.keys(o)) {
+    if (!fields.includes(k)) throw fail(errors.DecodeError, `unknown field ${JSON.stringify(k)}`, path);
+  }
+}
+function payload(v, path) {
+  if (typeof v === "string") return fromBase64(v, path);
+  // A blob reference (shared memory, Arrow): kept as it is, there is nothing to decode here.
+  const o = obj(v, path);
+  for (const f of ["offset", "len", "generation", "epoch", "checksum"]) id(o[f], `${path}.${f}`);
+  return { blob: o };
+}
+function nodeKey(v, path) {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== "string" || v.length < 1 || v.length > 1024 || !KEY_RE.test(v)) throw fail(errors.DecodeError, "expected a '/'-joined key", path);
+  return v;
+}
+function state(v, path) {
+  if (!NODE_STATES.has(v)) throw fail(errors.DecodeError, `expected one of ${[...NODE_STATES]}`, path);
+  return v;
+}
+
+const NODE_FIELDS = ["slot_id", "type_tag", "state", "payload", "key"];
+const OP_FIELDS = {
+  cell_set: ["op", "slot_id", "payload"],
+  slot_value: ["op", "slot_id", "payload"],
+  invalidate: ["op", "slot_id"],
+  node_add: ["op", "slot_id", "type_tag", "payload", "key", "state"],
+  node_remove: ["op", "slot_id"],
+  edge_add: ["op", "dependent", "dependency"],
+  edge_remove: ["op", "dependent", "dependency"],
+};
+
+function decodeNode(n, path) {
+  obj(n, path);
+  known(n, NODE_FIELDS, path);
+  const node = {
+    id: id(n.slot_id, `${path}.slot_id`),
+    tag: str(n.type_tag, `${path}.type_tag`),
+    state: state(n.state, `${path}.state`),
+    payload: n.payload == null ? null : payload(n.payload, `${path}.payload`),
+    key: nodeKey(n.key, `${path}.key`),
+  };
+  if ((node.state === "resolved") !== (node.payload !== null)) {
+    throw fail(errors.DecodeError, `node ${node.id}: payload must be present exactly when state is 'resolved'`, path);
+  }
+  return node;
+}
+
+function decodeOp(o, path) {
+  obj(o, path);
+  const fields = OP_FIELDS[o.op];
+  if (!fields) throw fail(errors.DecodeError, `unknown op ${JSON.stringify(o.op)}`, `${path}.op`);
+  known(o, fields, path);
+  const op = { op: o.op };
+  if (fields.includes("slot_id")) op.id = id(o.slot_id, `${path}.slot_id`);
+  if (o.op === "cell_set" || o.op === "slot_value") op.payload = payload(o.payload, `${path}.payload`);
+  if (o.op === "edge_add" || o.op === "edge_remove") {
+    op.dependent = id(o.dependent, `${path}.dependent`);
+    op.dependency = id(o.dependency, `${path}.dependency`);
+  }
+  if (o.op === "node_add") {
+    op.tag = str(o.type_tag, `${path}.type_tag`);
+    op.payload = o.payload == null ? null : payload(o.payload, `${path}.payload`);
+    op.key = nodeKey(o.key, `${path}.key`);
+    op.state = o.state == null ? (op.payload !== null ? "resolved" : "unset") : state(o.state, `${path}.state`);
+  }
+  return op;
+}
+
+/** One server frame of the seed JSON dialect, checked field by field (DecodeError names the path). */
+export function decodeMessage(text) {
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch (e) {
+    throw fail(errors.DecodeError, `not JSON: ${e.message}`, "$");
+  }
+  obj(doc, "$");
+  switch (doc.type) {
+    case "error":
+      known(doc, ["type", "code", "message", "path"], "$");
+      if (doc.path !== undefined) str(doc.path, "$.path");
+      return { type: "error", error: errorFromFrame({ code: str(doc.code, "$.code"), message: str(doc.message, "$.message"), path: doc.path }) };
+    case "snapshot":
+      known(doc, ["type", "epoch", "nodes", "edges", "roots", "state_hash"], "$");
+      return {
+        type: "snapshot",
+        epoch: id(doc.epoch, "$.epoch"),
+        nodes: arr(doc.nodes ?? [], "$.nodes").map((n, i) => decodeNode(n, `$.nodes[${i}]`)),
+        edges: arr(doc.edges ?? [], "$.edges").map((e, i) => {
+          known(obj(e, `$.edges[${i}]`), ["dependent", "dependency"], `$.edges[${i}]`);
+          return [id(e.dependent, `$.edges[${i}].dependent`), id(e.dependency, `$.edges[${i}].dependency`)];
+        }),
+        roots: arr(doc.roots ?? [], "$.roots").map((r, i) => id(r, `$.roots[${i}]`)),
+      };
+    case "delta": {
+      known(doc, ["type", "base_epoch", "epoch", "ops", "state_hash"], "$");
+      const base = id(doc.base_epoch, "$.base_epoch");
+      const epoch = id(doc.epoch, "$.epoch");
+      if (epoch !== base + 1) throw fail(errors.DecodeError, `epoch ${epoch} is not base_epoch ${base} + 1`, "$.epoch");
+      return { type: "delta", base, epoch, ops: arr(doc.ops ?? [], "$.ops").map((o, i) => decodeOp(o, `$.ops[${i}]`)) };
+    }
+    case "resync_request":
+      known(doc, ["type", "last_epoch", "reason"], "$");
+      return { type: "resync_request" };
+    default:
+      throw fail(errors.DecodeError, `unknown message type ${JSON.stringify(doc.type)}`, "$.type");
+  }
+}
+
+// --- the mirror (ipc/mirror.py) -----------------------------------------------------------------
+
+/**
+ * A peer's copy of a stream: apply a snapshot, then gapless deltas. `apply` returns "applied",
+ * "ignored" or a resync reason (an error name); a bad delta changes nothing (rolled back).
+ */
+export class Mirror {
+  constructor(registry = defaultRegistry) {
+    this.registry = registry;
+    this.nodes = new Map(); // id -> {tag, state, payload, key}
+    this.deps = new Map(); // dependent -> Set(dependency)
+    this.roots = new Set();
+    this.epoch = null;
+    this.awaiting = false;
+    this.lastError = null;
+  }
+
+  get inSync() {
+    return this.epoch !== null && !this.awaiting;
+  }
+
+  apply(msg) {
+    if (msg.type === "snapshot") return this.#snapshot(msg);
+    if (msg.type !== "delta") return "ignored";
+    if (this.epoch !== null && msg.epoch <= this.epoch) return "ignored";
+    if (this.awaiting) return "ignored";
+    if (this.epoch === null) return this.#lost(fail(errors.SnapshotRequired, "a delta arrived before any snapshot"));
+    if (msg.base !== this.epoch) {
+      return this.#lost(fail(errors.EpochGap, `delta ${msg.base}->${msg.epoch} does not follow epoch ${this.epoch}`));
+    }
+    const undo = [];
+    try {
+      msg.ops.forEach((op, i) => this.#op(op, i, undo));
+    } catch (err) {
+      for (let i = undo.length - 1; i >= 0; i--) undo[i]();
+      return this.#lost(err);
+    }
+    this.epoch = msg.epoch;
+    return "applied";
+  }
+
+  /** Out of sync from now on: deltas are ignored until a snapshot lands. */
+  lose(error) {
+    return this.#lost(error);
+  }
+
+  #lost(error) {
+    this.awaiting = true;
+    this.lastError = error;
+    return error.code;
+  }
+
+  #snapshot(msg) {
+    const nodes = new Map();
+    const deps = new Map();
+    try {
+      msg.nodes.forEach((n, i) => {
+        if (nodes.has(n.id)) throw fail(errors.RemoteProtocolError, `node ${n.id} appears twice`, `nodes[${i}]`);
+        nodes.set(n.id, { tag: n.tag, state: n.state, payload: n.payload, key: n.key });
+      });
+      msg.edges.forEach(([a, b], i) => {
+        if (!nodes.has(a) || !nodes.has(b)) throw fail(errors.RemoteProtocolError, "edge names an unknown node", `edges[${i}]`);
+        if (!deps.has(a)) deps.set(a, new Set());
+        deps.get(a).add(b);
+      });
+      msg.roots.forEach((r, i) => {
+        if (!nodes.has(r)) throw fail(errors.RemoteProtocolError, `root ${r} is not a node`, `roots[${i}]`);
+      });
+    } catch (err) {
+      return this.#lost(err);
+    }
+    this.nodes = nodes;
+    this.deps = deps;
+    this.roots = new Set(msg.roots);
+    this.epoch = msg.epoch;
+    this.awaiting = false;
+    this.lastError = null;
+    return "applied";
+  }
+
+  #op(op, i, undo) {
+    const bad = (m) => fail(errors.RemoteProtocolError, m, `ops[${i}]`);
+    const nodes = this.nodes;
+    switch (op.op) {
+      case "cell_set":
+      case "slot_value":
+      case "invalidate": {
+        const node = nodes.get(op.id);
+        if (!node) throw bad(`${op.op} on unknown node ${op.id}`);
+        const before = { ...node };
+        undo.push(() => nodes.set(op.id, before));
+        nodes.set(op.id, op.op === "invalidate" ? { ...node, state: "dirty", payload: null } : { ...node, state: "resolved", payload: op.payload });
+        return;
+      }
+      case "node_add": {
+        if (nodes.has(op.id)) throw bad(`node_add of node ${op.id}, which exists (remove it first)`);
+        if ((op.state === "resolved") !== (op.payload !== null)) throw bad(`node_add ${op.id}: payload must be present exactly when resolved`);
+        nodes.set(op.id, { tag: op.tag, state: op.state, payload: op.payload, key: op.key });
+        undo.push(() => nodes.delete(op.id));
+        return;
+      }
+      case "node_remove": {
+        const node = nodes.get(op.id);
+        if (!node) throw bad(`node_remove of unknown node ${op.id}`);
+        const removed = [];
+        for (const [a, bs] of this.deps) {
+          for (const b of bs) if (a === op.id || b === op.id) removed.push([a, b]);
+        }
+        for (const [a, b] of removed) this.#unlink(a, b);
+        const wasRoot = this.roots.delete(op.id);
+        nodes.delete(op.id);
+        undo.push(() => {
+          nodes.set(op.id, node);
+          if (wasRoot) this.roots.add(op.id);
+          for (const [a, b] of removed) this.#link(a, b);
+        });
+        return;
+      }
+      case "edge_add": {
+        if (!nodes.has(op.dependent) || !nodes.has(op.dependency)) throw bad(`edge_add ${op.dependent}->${op.dependency} names an unknown node`);
+        if (this.deps.get(op.dependent)?.has(op.dependency)) return;
+        this.#link(op.dependent, op.dependency);
+        undo.push(() => this.#unlink(op.dependent, op.dependency));
+        return;
+      }
+      case "edge_remove": {
+        if (!this.deps.get(op.dependent)?.has(op.dependency)) return;
+        this.#unlink(op.dependent, op.dependency);
+        undo.push(() => this.#link(op.dependent, op.dependency));
+        return;
+      }
+      default:
+        throw bad(`unknown op ${op.op}`);
+    }
+  }
+
+  #link(a, b) {
+    if (!this.deps.has(a)) this.deps.set(a, new Set());
+    this.deps.get(a).add(b);
+  }
+
+  #unlink(a, b) {
+    const s = this.deps.get(a);
+    if (!s) return;
+    s.delete(b);
+    if (s.size === 0) this.deps.delete(a);
+  }
+
+  /** Map of node id -> decoded value, for resolved nodes (blob references as `{blob}`). */
+  values() {
+    const out = new Map();
+    for (const [nid, n] of this.nodes) {
+      if (n.state !== "resolved") continue;
+      if (!(n.payload instanceof Uint8Array)) {
+        out.set(nid, n.payload);
+        continue;
+      }
+      try {
+        out.set(nid, this.registry.decode(n.tag, n.payload));
+      } catch (err) {
+        throw fail(errors.TypeTagError, `node ${nid}: ${err.message}`, `nodes[${nid}]`);
+      }
+    }
+    return out;
+  }
+
+  /** Node id for a key (or the id itself). */
+  idOf(nameOrId) {
+    if (typeof nameOrId === "number") return this.nodes.has(nameOrId) ? nameOrId : null;
+    for (const [nid, n] of this.nodes) if (n.key === nameOrId) return nid;
+    return null;
+  }
+}
+
+// --- small event emitter ------------------------------------------------------------------------
+
+class Emitter {
+  #listeners = new Map();
+  on(event, fn) {
+    if (!this.#listeners.has(event)) this.#listeners.set(event, new Set());
+    this.#listeners.get(event).add(fn);
+    return () => this.#listeners.get(event)?.delete(fn);
+  }
+  emit(event, value) {
+    const set = this.#listeners.get(event);
+    if (!set || set.size === 0) {
+      if (event === "error") console.error(`octosync: ${value.code}: ${value.message}`);
+      return;
+    }
+    for (const fn of [...set]) fn(value);
+  }
+}
+
+// --- connections --------------------------------------------------------------------------------
+
+const PROTOCOL_ID = "lazily-ipc";
+
+/** Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base * 2^n)) seconds. */
+export function backoffDelay(attempt, { base = 0.1, cap = 5 } = {}, random = Math.random) {
+  return random() * Math.min(cap, base * 2 ** attempt);
+}
+
+function wsUrl(base, path, token) {
+  const url = new URL(base, globalThis.location?.href);
+  if (url.protocol === "http:") url.protocol = "ws:";
+  if (url.protocol === "https:") url.protocol = "wss:";
+  url.pathname = url.pathname.replace(/\/(lazily)?$/, "") + path;
+  if (token) url.searchParams.set("token", token);
+  return url;
+}
+
+function handshake(stream, publish, maxFrame) {
+  return {
+    protocol_id: PROTOCOL_ID,
+    protocol_major_version: 1,
+    codec: "json",
+    max_frame_size: maxFrame,
+    fragmentation_supported: false,
+    ordered_reliable: true,
+    peer_id: 0,
+    session_id: stream,
+    features: publish ? ["publish"] : [],
+  };
+}
+
+function checkHandshake(text, stream) {
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    throw fail(errors.HandshakeFailed, "the server's first frame is not JSON", "$");
+  }
+  if (doc?.type === "error") return errorFromFrame(doc);
+  for (const [field, want] of [["protocol_id", PROTOCOL_ID], ["protocol_major_version", 1], ["codec", "json"], ["session_id", stream]]) {
+    if (doc?.[field] !== want) throw fail(errors.HandshakeFailed, `server ${field} ${JSON.stringify(doc?.[field])} is not ${JSON.stringify(want)}`, field);
+  }
+  return doc;
+}
+
+// Close codes after which reconnecting cannot help (hub/policy.py): policy (auth, handshake)
+// and message too big.
+const FATAL_CLOSES = new Set([1008, 1009]);
+// Errors that end a subscription or publication for good: retrying gets the same answer.
+const FATAL_CODES = new Set(["Unauthorized", "Forbidden", "ForbiddenPublish", "HandshakeFailed", "Oversize"]);
+
+/**
+ * One stream over one WebSocket, reconnecting; `Subscription` and `Publication` build on it.
+ * Status: "connecting" -> "open" -> ("reconnecting" -> "open")* -> "closed" | "failed".
+ */
+class Channel extends Emitter {
+  constructor(client, stream, publish) {
+    super();
+    this.client = client;
+    this.stream = stream;
+    this.publish = publish;
+    this.status = "connecting";
+    this.errors = [];
+    this.reconnects = 0;
+    this.maxFrame = client.maxFrameSize;
+    this.ws = null;
+    this.closed = false;
+    this.attempt = 0;
+    this.timer = null;
+    this.openedOnce = false;
+  }
+
+  start() {
+    this.#open();
+  }
+
+  #setStatus(status) {
+    if (this.status === status) return;
+    this.status = status;
+    this.emit("status", status);
+  }
+
+  report(err) {
+    this.errors.push(err);
+    if (this.errors.length > 100) this.errors.shift();
+    this.emit("error", err);
+  }
+
+  #open() {
+    if (this.closed) return;
+    const Ctor = this.client.WebSocket;
+    const url = wsUrl(this.client.url, "/lazily", this.client.token);
+    let ws;
+    try {
+      ws = new Ctor(url.href);
+    } catch (e) {
+      this.#fatal(fail(errors.ConnectionLost, `cannot open ${url.origin}: ${e.message}`));
+      return;
+    }
+    this.ws = ws;
+    let handshaken = false;
+    ws.onopen = () => ws.send(JSON.stringify(handshake(this.stream, this.publish, this.client.maxFrameSize)));
+    ws.onmessage = (event) => {
+      if (typeof event.data !== "string") {
+        this.report(fail(errors.DecodeError, "binary frame on a JSON connection", "$"));
+        return;
+      }
+      if (!handshaken) {
+        let reply;
+        try {
+          reply = checkHandshake(event.data, this.stream);
+        } catch (err) {
+          this.#fatal(err);
+          return;
+        }
+        if (reply instanceof OctosyncError) {
+          this.report(reply);
+          if (FATAL_CODES.has(reply.code)) this.#fatal(null);
+          return;
+        }
+        handshaken = true;
+        this.maxFrame = Math.min(this.client.maxFrameSize, reply.max_frame_size);
+        this.attempt = 0;
+        if (this.openedOnce) this.reconnects += 1;
+        this.openedOnce = true;
+        this.#setStatus("open");
+        this.opened();
+        return;
+      }
+      this.received(event.data);
+    };
+    const onClose = (event) => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      this.closedConnection();
+      if (this.closed) return;
+      if (FATAL_CLOSES.has(event.code)) {
+        this.#fatal(fail(errors.ConnectionLost, `the server closed the connection (${event.code})`));
+        return;
+      }
+      if (!handshaken && !this.openedOnce) {
+        // The upgrade itself failed: a browser cannot read the HTTP status, so ask the same
+        // URL over plain HTTP, which answers 401 with the typed error when credentials are wrong.
+        this.#diagnose(url).then((err) => (err ? this.#fatal(err) : this.#retry(event.code, url)));
+        return;
+      }
+      this.#retry(event.code, handshaken ? null : url);
+    };
+    ws.onclose = onClose;
+    // The close event follows an error and says what happens next; Node 20's WebSocket sends
+    // none after a refused upgrade, so one is assumed (1006, abnormal) if it does not come.
+    ws.onerror = () => setTimeout(() => onClose({ code: 1006 }), 100);
+  }
+
+  async #diagnose(url) {
+    const http = new URL(url.href);
+    http.protocol = http.protocol === "wss:" ? "https:" : "http:";
+    try {
+      const res = await (this.client.fetch ?? globalThis.fetch)(http.href);
+      if (res.status === 401 || res.status === 403) {
+        const body = await res.json();
+        return errorFromFrame(body);
+      }
+    } catch {
+      // unreachable: retry with backoff like any dropped connection
+    }
+    return null;
+  }
+
+  // `failed`: the URL of an attempt that never opened (a wrong host or port, a server that is
+  // down): each such attempt is reported as a ConnectionLost "error" event, so a page shows why
+  // it keeps reconnecting instead of only a status.
+  #retry(code, failed = null) {
+    const limit = this.client.backoff.maxAttempts;
+    if (limit !== undefined && this.attempt >= limit) {
+      this.#fatal(fail(errors.ConnectionLost, `gave up after ${this.attempt} reconnect attempts (last close ${code})`));
+      return;
+    }
+    this.#setStatus("reconnecting");
+    const delay = backoffDelay(this.attempt, this.client.backoff, this.client.random);
+    this.attempt += 1;
+    if (failed) {
+      const of = limit === undefined ? "" : ` of ${limit}`;
+      const where = `${failed.origin}${failed.pathname}`;
+      this.report(fail(errors.ConnectionLost, `cannot reach ${where} (close ${code}); retrying in ${delay.toFixed(1)}s (attempt ${this.attempt}${of})`));
+    }
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.#open();
+    }, delay * 1000);
+  }
+
+  #fatal(err) {
+    if (err) this.report(err);
+    this.closed = true;
+    this.#setStatus("failed");
+    this.ws?.close(1000);
+    this.ws = null;
+    this.ended(err ?? this.errors.at(-1));
+  }
+
+  /** Send one message (an object, encoded as JSON); a closed connection raises ConnectionLost. */
+  send(message) {
+    const ws = this.ws;
+    if (!ws || this.status !== "open" || ws.readyState !== 1) {
+      throw fail(errors.ConnectionLost, `stream ${JSON.stringify(this.stream)} is not connected (${this.status})`);
+    }
+    const text = JSON.stringify(message);
+    const size = utf8.encode(text).length;
+    if (size > this.maxFrame) throw fail(errors.Oversize, `frame of ${size} bytes exceeds the limit of ${this.maxFrame}`, "$");
+    ws.send(text);
+  }
+
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.ws?.close(1000);
+    this.ws = null;
+    this.#setStatus("closed");
+    this.ended(null);
+  }
+
+  failWith(err) {
+    this.#fatal(err);
+  }
+
+  /** The decoded message, or null once a DecodeError has been reported. */
+  decoded(text) {
+    try {
+      return decodeMessage(text);
+    } catch (err) {
+      this.report(err);
+      return null;
+    }
+  }
+
+  // hooks
+  opened() {}
+  received() {}
+  closedConnection() {}
+  ended() {}
+}
+
+/** A live copy of one stream. Events: "state" ({epoch, values, keys}), "error", "status". */
+export class Subscription extends Channel {
+  constructor(client, stream) {
+    super(client, stream, false);
+    this.mirror = new Mirror(client.registry);
+    this.resyncs = 0;
+    this.state = null;
+    let resolve, reject;
+    this.ready = new Promise((res, rej) => ((resolve = res), (reject = rej)));
+    this.ready.catch(() => {}); // the error is also reported; awaiting it still rejects
+    this.resolveReady = resolve;
+    this.rejectReady = reject;
+  }
+
+  opened() {
+    this.mirror = new Mirror(this.client.registry); // the hub starts every connection with a snapshot
+  }
+
+  received(text) {
+    const msg = this.decoded(text);
+    if (msg === null) {
+      this.#resync(this.mirror.lose(this.errors.at(-1)));
+      return;
+    }
+    if (msg.type === "error") {
+      this.report(msg.error);
+      // Forbidden before any snapshot is the subscription refused (no read grant): final.
+      // Forbidden later answers one write; the subscription goes on.
+      const refused = msg.error.code !== "Forbidden" || this.mirror.epoch === null;
+      if (FATAL_CODES.has(msg.error.code) && refused) this.failWith(null);
+      return;
+    }
+    const result = this.mirror.apply(msg);
+    if (result === "ignored") return;
+    if (result !== "applied") {
+      this.report(this.mirror.lastError);
+      this.#resync(result);
+      return;
+    }
+    let values;
+    try {
+      values = this.mirror.values();
+    } catch (err) {
+      this.report(err);
+      return;
+    }
+    const keys = new Map();
+    for (const [nid, n] of this.mirror.nodes) if (n.key !== null) keys.set(n.key, nid);
+    this.state = { epoch: this.mirror.epoch, values, keys };
+    this.resolveReady(this.state);
+    this.emit("state", this.state);
+  }
+
+  #resync(reason) {
+    this.resyncs += 1;
+    try {
+      this.send({ type: "resync_request", ...(this.mirror.epoch !== null ? { last_epoch: this.mirror.epoch } : {}), reason });
+    } catch (err) {
+      this.report(err);
+    }
+  }
+
+  ended(err) {
+    this.rejectReady(err ?? fail(errors.ConnectionLost, "the subscription was closed"));
+  }
+
+  /** The current value of a node, by id or key (undefined when unknown or not resolved). */
+  get(nameOrId) {
+    const nid = this.mirror.idOf(nameOrId);
+    return nid === null ? undefined : this.state?.values.get(nid);
+  }
+
+  /**
+   * Ask the producer to set a cell: a `cell_set` in a delta based on the mirrored epoch.
+   * Throws (typed) when the node is unknown, the value does not fit its type tag, or the
+   * connection is down; the server answers Forbidden (an "error" event) without a write grant.
+   */
+  write(nameOrId, value) {
+    const nid = this.mirror.idOf(nameOrId);
+    if (nid === null) throw fail(errors.LocalProtocolError, `no node ${JSON.stringify(nameOrId)} in stream ${JSON.stringify(this.stream)}`);
+    const node = this.mirror.nodes.get(nid);
+    const bytes = this.client.registry.encode(node.tag, value);
+    const base = this.mirror.epoch ?? 0;
+    this.send({ type: "delta", base_epoch: base, epoch: base + 1, ops: [{ op: "cell_set", slot_id: nid, payload: toBase64(bytes) }] });
+  }
+}
+
+// --- publishing: a small reactive store ---------------------------------------------------------
+
+/**
+ * Cells and derived values; changes made in one synchronous run (or one `batch`) become one
+ * change set, delivered to subscribers of the store (a Publication turns it into one delta).
+ */
+export class Store {
+  constructor(registry = defaultRegistry) {
+    this.registry = registry;
+    this.nodes = new Map(); // id -> node
+    this.nextId = 1;
+    this.epoch = 0;
+    this.pending = new Map(); // id -> op kind ("set" | "add")
+    this.listeners = new Set();
+    this.depth = 0;
+    this.scheduled = false;
+    this.tracking = null;
+  }
+
+  cell(initial, typeTag, { key } = {}) {
+    return this.#add({ derived: false, tag: typeTag, key: key ?? null, fn: null }, initial);
+  }
+
+  derived(fn, typeTag, { key } = {}) {
+    return this.#add({ derived: true, tag: typeTag, key: key ?? null, fn }, undefined);
+  }
+
+  #add(spec, initial) {
+    const node = { id: this.nextId++, ...spec, value: undefined, payload: null, sources: new Set() };
+    const store = this;
+    const handle = {
+      id: node.id,
+      get() {
+        store.tracking?.add(node.id);
+        return node.value;
+      },
+      set(value) {
+        if (node.derived) throw fail(errors.LocalProtocolError, `node ${node.id} is derived, not a cell`);
+        store.assign(node, value);
+      },
+    };
+    node.handle = handle;
+    this.nodes.set(node.id, node);
+    if (node.derived) this.#compute(node);
+    else this.#encodeInto(node, initial);
+    node.edgesBefore = undefined; // a new node's edges go out with its node_add
+    this.#mark(node.id, "add");
+    return handle;
+  }
+
+  #encodeInto(node, value) {
+    const payload = this.registry.encode(node.tag, value);
+    const same = node.payload !== null && payload.length === node.payload.length && payload.every((b, i) => b === node.payload[i]);
+    node.value = value;
+    node.payload = payload;
+    return !same;
+  }
+
+  #compute(node) {
+    const seen = new Set();
+    const outer = this.tracking;
+    this.tracking = seen;
+    let value;
+    try {
+      value = node.fn();
+    } finally {
+      this.tracking = outer;
+    }
+    const before = node.sources;
+    node.sources = seen;
+    const edgesChanged = before.size !== seen.size || [...seen].some((s) => !before.has(s));
+    if (edgesChanged && this.pending.get(node.id) !== "add") {
+      this.pending.set(node.id, this.pending.get(node.id) ?? "set");
+      node.edgesBefore = node.edgesBefore ?? before;
+    }
+    return this.#encodeInto(node, value);
+  }
+
+  assign(node, value) {
+    if (this.#encodeInto(node, value)) this.#mark(node.id, "set");
+  }
+
+  #mark(nid, kind) {
+    if (this.pending.get(nid) !== "add") this.pending.set(nid, kind);
+    if (this.depth > 0 || this.scheduled) return;
+    this.scheduled = true;
+    queueMicrotask(() => this.flush());
+  }
+
+  /** Run `fn` with every change inside it flushed as one change set. */
+  batch(fn) {
+    this.depth += 1;
+    try {
+      return fn();
+    } finally {
+      this.depth -= 1;
+      if (this.depth === 0) this.flush();
+    }
+  }
+
+  /** Recompute derived values (creation order is dependency order) and emit one change set. */
+  flush() {
+    this.scheduled = false;
+    if (this.pending.size === 0) return;
+    const changed = new Set(this.pending.keys());
+    for (const node of this.nodes.values()) {
+      if (!node.derived) continue;
+      if ([...node.sources].some((s) => changed.has(s))) {
+        if (this.#compute(node)) {
+          this.pending.set(node.id, this.pending.get(node.id) ?? "set");
+          changed.add(node.id);
+        }
+      }
+    }
+    const ops = [];
+    for (const [nid, kind] of this.pending) {
+      const node = this.nodes.get(nid);
+      if (kind === "add") {
+        node.edgesBefore = undefined;
+        ops.push({ op: "node_add", slot_id: nid, type_tag: node.tag, payload: toBase64(node.payload), ...(node.key ? { key: node.key } : {}) });
+        for (const s of node.sources) ops.push({ op: "edge_add", dependent: nid, dependency: s });
+        continue;
+      }
+      const before = node.edgesBefore;
+      node.edgesBefore = undefined;
+      if (before) {
+        for (const s of before) if (!node.sources.has(s)) ops.push({ op: "edge_remove", dependent: nid, dependency: s });
+        for (const s of node.sources) if (!before.has(s)) ops.push({ op: "edge_add", dependent: nid, dependency: s });
+      }
+      ops.push({ op: node.derived ? "slot_value" : "cell_set", slot_id: nid, payload: toBase64(node.payload) });
+    }
+    this.pending.clear();
+    this.epoch += 1;
+    for (const fn of [...this.listeners]) fn(this.epoch - 1, this.epoch, ops);
+  }
+
+  subscribe(fn) {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  snapshot() {
+    if (this.pending.size > 0) this.flush();
+    const nodes = [];
+    const edges = [];
+    const roots = [];
+    for (const node of this.nodes.values()) {
+      nodes.push({ slot_id: node.id, type_tag: node.tag, state: "resolved", payload: toBase64(node.payload), ...(node.key ? { key: node.key } : {}) });
+      for (const s of node.sources) edges.push({ dependent: node.id, dependency: s });
+      if (!node.derived) roots.push(node.id);
+    }
+    return { type: "snapshot", epoch: this.epoch, nodes, edges, roots };
+  }
+
+  /** A subscriber's `cell_set`: decoded with the cell's tag and set; throws if it is not a cell. */
+  applyWrite(nid, bytes) {
+    const node = this.nodes.get(nid);
+    if (!node || node.derived) throw fail(errors.Forbidden, `node ${nid} is not a writable cell`, "slot_id");
+    const value = this.registry.decode(node.tag, bytes);
+    this.assign(node, value);
+    return value;
+  }
+}
+
+/**
+ * Serves a Store as a stream: a snapshot on every (re)connect, one delta per flush. Writes from
+ * subscribers are applied to cells unless `accept(id, value)` returns false. Events: "error",
+ * "status", "write" ({id, value}). `ready` resolves once the first snapshot is sent (the hub
+ * does not acknowledge frames, it refuses them: an "error" event) and rejects when the
+ * handshake is refused (a second producer on a stream: ForbiddenPublish); a refused producer
+ * stops with status "failed".
+ */
+export class Publication extends Channel {
+  constructor(client, stream, store, { accept } = {}) {
+    super(client, stream, true);
+    this.store = store;
+    this.accept = accept ?? (() => true);
+    this.deltasSent = 0;
+    this.unsubscribe = store.subscribe((base, epoch, ops) => this.#delta(base, epoch, ops));
+    let resolve, reject;
+    this.ready = new Promise((res, rej) => ((resolve = res), (reject = rej)));
+    this.ready.catch(() => {});
+    this.resolveReady = resolve;
+    this.rejectReady = reject;
+  }
+
+  opened() {
+    try {
+      this.snapshotting = true; // changes flushed into this snapshot are not sent as a delta
+      this.send(this.store.snapshot());
+    } catch (err) {
+      this.report(err);
+      return;
+    } finally {
+      this.snapshotting = false;
+    }
+    this.resolveReady(this);
+  }
+
+  #delta(base, epoch, ops) {
+    if (this.status !== "open" || this.snapshotting) return; // a snapshot carries it
+    try {
+      this.send({ type: "delta", base_epoch: base, epoch, ops });
+      this.deltasSent += 1;
+    } catch (err) {
+      this.report(err);
+    }
+  }
+
+  received(text) {
+    const msg = this.decoded(text);
+    if (msg === null) return;
+    if (msg.type === "error") {
+      this.report(msg.error);
+      if (FATAL_CODES.has(msg.error.code)) this.failWith(null);
+      else if (["EpochGap", "SnapshotRequired", "Desync", "RemoteProtocolError"].includes(msg.error.code)) this.opened();
+      return;
+    }
+    if (msg.type !== "delta") {
+      this.report(fail(errors.RemoteProtocolError, `a producer does not expect ${msg.type}`, "$.type"));
+      return;
+    }
+    for (const op of msg.ops) {
+      if (op.op !== "cell_set") continue;
+      try {
+        const node = this.store.nodes.get(op.id);
+        const value = node ? this.store.registry.decode(node.tag, op.payload) : undefined;
+        if (!node || node.derived) throw fail(errors.Forbidden, `node ${op.id} is not a writable cell`, "slot_id");
+        if (!this.accept(op.id, value)) continue;
+        this.store.applyWrite(op.id, op.payload);
+        this.emit("write", { id: op.id, value });
+      } catch (err) {
+        this.report(err);
+      }
+    }
+  }
+
+  ended(err) {
+    this.unsubscribe();
+    this.rejectReady(err ?? fail(errors.ConnectionLost, "the publication was closed"));
+  }
+}
+
+// --- the client ---------------------------------------------------------------------------------
+
+/**
+ * A connection factory for one server: `url` is its base (`ws://host:port`, `http://...`, or
+ * relative in a browser page). Options: token, WebSocket (constructor), backoff {base, cap,
+ * maxAttempts} in seconds, random (for tests), maxFrameSize, registry, fetch.
+ */
+export class Client {
+  constructor(url, options = {}) {
+    this.url = url;
+    this.token = options.token ?? null;
+    this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    if (typeof this.WebSocket !== "function") {
+      throw fail(errors.LocalProtocolError, "no WebSocket here: pass connect(url, { WebSocket }) (Node < 22)");
+    }
+    this.backoff = { base: 0.1, cap: 5, ...options.backoff };
+    this.random = options.random ?? Math.random;
+    this.maxFrameSize = options.maxFrameSize ?? 1 << 20;
+    this.registry = options.registry ?? defaultRegistry;
+    this.fetch = options.fetch;
+    this.channels = new Set();
+  }
+
+  subscribe(stream, { onState, onError } = {}) {
+    const sub = new Subscription(this, stream);
+    if (onState) sub.on("state", onState);
+    if (onError) sub.on("error", onError);
+    return this.#track(sub);
+  }
+
+  publish(stream, store, options = {}) {
+    const pub = new Publication(this, stream, store, options);
+    if (options.onError) pub.on("error", options.onError);
+    return this.#track(pub);
+  }
+
+  #track(channel) {
+    this.channels.add(channel);
+    channel.on("status", (s) => (s === "closed" || s === "failed") && this.channels.delete(channel));
+    channel.start();
+    return channel;
+  }
+
+  close() {
+    for (const c of [...this.channels]) c.close();
+  }
+}
+
+export function connect(url, options) {
+  return new Client(url, options);
+}

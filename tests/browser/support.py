@@ -58,6 +58,21 @@ def chromium_path() -> str:
     return CHROMIUM
 
 
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Headless Chromium driven by Playwright (a skip when either is absent)."""
+    import pytest
+
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    executable = chromium_path()
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 class ThreadedServer:
     """A real server on loopback in its own event-loop thread, for synchronous browser tests."""
 

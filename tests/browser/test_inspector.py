@@ -22,7 +22,7 @@ from aiohttp import web
 from octosync.client.lazily import Client, connect
 from octosync.graph import Context
 from octosync.server.auth import AuthConfig
-from tests.browser.support import CHROMIUM_FLAGS, ThreadedServer, chromium_path, threaded_server
+from tests.browser.support import ThreadedServer, chromium, threaded_server
 from tests.e2e.helpers import handshake
 from tests.protocol_schemas import check
 
@@ -34,13 +34,8 @@ SECRET = "browser-test-secret-of-32-bytes-or-more"
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    executable = chromium_path()
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 @contextlib.contextmanager

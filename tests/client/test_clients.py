@@ -267,3 +267,36 @@ async def test_a_refused_publication_raises_from_publish(tmp_path: Path) -> None
                 await client.publish("s", Context())
             with pytest.raises(Forbidden, match="not granted read"):
                 await client.subscribe("other")
+
+
+async def test_a_client_that_loses_the_server_says_each_retry_and_gives_up(tmp_path: Path) -> None:
+    retries: list[tuple[int, int | None, str]] = []
+    server = serve(tmp_path)
+    srv = await server.__aenter__()
+    url = f"{srv.ws_url}/lazily"
+    options = {"backoff": Backoff(base=0.01, cap=0.02, max_attempts=2)}
+
+    def retrying(attempt: int, limit: int | None, why: BaseException) -> None:
+        retries.append((attempt, limit, type(why).__name__))
+
+    ctx = Context()
+    ctx.cell(1, type_tag="i64", name="n")
+    async with (
+        octosync.connect(url, **options) as producer,
+        octosync.connect(url, on_retry=retrying, **options) as viewer,
+    ):
+        publication = await producer.publish("gone", ctx)
+        sub = await viewer.subscribe("gone")
+        await asyncio.wait_for(anext(sub), 5)
+        await server.__aexit__(None, None, None)  # the server goes away for good
+
+        async def drain() -> None:
+            async for _ in sub:
+                pass
+
+        await asyncio.wait_for(drain(), 10)  # the subscription ends: it does not hang
+        assert isinstance(sub.lost, ConnectionError)
+        assert str(sub.lost).startswith("gave up after 2 reconnect attempts (last: ")
+        assert [(a, limit) for a, limit, _ in retries] == [(1, 2), (2, 2)]
+        with pytest.raises(ConnectionError, match="gave up after 2 reconnect attempts"):
+            await asyncio.wait_for(publication.wait(), 10)

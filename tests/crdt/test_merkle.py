@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from octosync.crdt import MerkleTree, Timestamp
+from octosync.crdt import MerkleTree, Timestamp, hashing
 from octosync.crdt.hashing import combine, fmix32, fnv1a32, fnv1a32_many, lww_item_hash
 from octosync.crdt.merkle import leaf_indices, node_path, nodes_from_leaves
 from octosync.errors import InvalidBucketPath, LocalProtocolError
@@ -154,6 +154,7 @@ stamps = st.builds(
 )
 
 
+@pytest.mark.parametrize("vectorised", [True, False], ids=["numpy", "plain"])
 @settings(max_examples=40)
 @given(
     st.lists(st.tuples(keys, stamps), max_size=30),
@@ -161,9 +162,23 @@ stamps = st.builds(
     st.integers(1, 4),
 )
 def test_update_many_equals_updates_in_order(
+    vectorised: bool,
+    before: list[tuple[str, Timestamp]],
+    batch: list[tuple[str, Timestamp]],
+    depth: int,
+) -> None:
+    """Batch and one-by-one agree, including keys repeated in the batch and overwrites, with
+    NumPy and without it (a base install hashes a batch key by key)."""
+    was, hashing.VECTORISED = hashing.VECTORISED, vectorised
+    try:
+        _check_update_many(before, batch, depth)
+    finally:
+        hashing.VECTORISED = was
+
+
+def _check_update_many(
     before: list[tuple[str, Timestamp]], batch: list[tuple[str, Timestamp]], depth: int
 ) -> None:
-    """Batch and one-by-one agree, including keys repeated in the batch and overwrites."""
     one, many = MerkleTree(depth), MerkleTree(depth)
     for key, ts in before:
         one.update(key, ts)

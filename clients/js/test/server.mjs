@@ -1,12 +1,14 @@
 // Real octosync servers for the tests: `python -m octosync.cli serve` on loopback, one per call.
-// OCTOSYNC_PYTHON names the interpreter that has octosync installed (pytest passes its own).
+// OCTOSYNC_PYTHON names the interpreter that has octosync installed (pytest passes its own);
+// without it, the repository's .venv (what `make` creates), else python3 on PATH.
 import { spawn } from "node:child_process";
 import { createHmac } from "node:crypto";
-import { mkdtempSync, writeFileSync, appendFileSync } from "node:fs";
+import { existsSync, mkdtempSync, writeFileSync, appendFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-const PYTHON = process.env.OCTOSYNC_PYTHON ?? "python3";
+const VENV_PYTHON = new URL("../../../.venv/bin/python", import.meta.url).pathname;
+const PYTHON = process.env.OCTOSYNC_PYTHON ?? (existsSync(VENV_PYTHON) ? VENV_PYTHON : "python3");
 const START_TIMEOUT_MS = 20000;
 
 /** Start a server; `secret` turns auth on (HS256), else --insecure-dev. Port 0 picks one. */

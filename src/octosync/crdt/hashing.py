@@ -12,9 +12,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Sequence
 from hashlib import blake2b
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+from octosync.extras import importable
+
+if TYPE_CHECKING:  # NumPy is optional (the pipeline extra brings it): imported where used
+    import numpy as np
+    import numpy.typing as npt
+
+    U32Array = npt.NDArray[np.uint32]
+
+VECTORISED = importable("numpy")
+"""Batches of hashes use NumPy when it is installed (``*_many``); without it, the Merkle tree
+hashes a batch key by key with the same results (``MerkleTree._set_many``)."""
 
 MASK32 = 0xFFFFFFFF
 FNV_OFFSET = 0x811C9DC5
@@ -39,9 +49,6 @@ def fnv1a32(text: str, h: int = FNV_OFFSET) -> int:
     return h
 
 
-U32Array = npt.NDArray[np.uint32]
-
-
 def fnv1a32_many(texts: Sequence[str], seeds: U32Array | None = None) -> U32Array:
     """``fnv1a32`` of many texts at once (``seeds[i]`` continues text ``i``, as ``h`` does).
 
@@ -50,6 +57,8 @@ def fnv1a32_many(texts: Sequence[str], seeds: U32Array | None = None) -> U32Arra
     (texts sorted by length, so the active rows are a prefix): ``max length`` vector steps
     instead of ``total length`` interpreted ones. uint32 arithmetic wraps mod 2^32 by itself.
     """
+    import numpy as np
+
     n = len(texts)
     h = np.full(n, FNV_OFFSET, np.uint32) if seeds is None else seeds.astype(np.uint32)
     if n == 0:
@@ -82,6 +91,8 @@ def fnv1a32_many(texts: Sequence[str], seeds: U32Array | None = None) -> U32Arra
 
 def fmix32_many(hs: U32Array) -> U32Array:
     """``fmix32`` of every element (uint32 in, uint32 out)."""
+    import numpy as np
+
     h = hs.astype(np.uint32)
     h ^= h >> 16
     h *= np.uint32(0x85EBCA6B)

@@ -12,12 +12,11 @@ Nodes whose hash is 0 are not stored (and not listed by :meth:`MerkleTree.bucket
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from octosync.crdt import hashing
 from octosync.crdt.hashing import (
     MASK32,
-    U32Array,
     fmix32,
     fmix32_many,
     fnv1a32,
@@ -27,6 +26,9 @@ from octosync.crdt.hashing import (
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import InvalidBucketPath, LocalProtocolError
 
+if TYPE_CHECKING:
+    from octosync.crdt.hashing import U32Array
+
 DEFAULT_DEPTH = 3
 """TopGun's trie depth: 3 hex digits, 4,096 leaves per map (the pipeline uses the same)."""
 MAX_DEPTH = 8
@@ -35,6 +37,8 @@ _HEX = "0123456789abcdef"
 
 def leaf_indices(routes: U32Array, depth: int = DEFAULT_DEPTH) -> U32Array:
     """The leaf each route hash (``fnv1a32(key)``) lands in: its first ``depth`` hex digits."""
+    import numpy as np
+
     return routes.astype(np.uint32) >> np.uint32(32 - 4 * depth)
 
 
@@ -113,19 +117,45 @@ class MerkleTree:
         if not items:
             return
         keys = [key for key, _ in items]
-        routes = fnv1a32_many(keys)
         suffixes = [f":{ts.millis}:{ts.counter}:{ts.node_id}" for _, ts in items]
-        self._set_many(keys, routes, fnv1a32_many(suffixes, routes))
+        if not hashing.VECTORISED:
+            routes = [fnv1a32(key) for key in keys]
+            entries = [fnv1a32(s, r) for s, r in zip(suffixes, routes, strict=True)]
+            self._set_many_plain(keys, routes, entries)
+            return
+        vector_routes = fnv1a32_many(keys)
+        self._set_many(keys, vector_routes, fnv1a32_many(suffixes, vector_routes))
 
     def set_items(self, items: Sequence[tuple[str, int]]) -> None:
         """``set_item`` for many keys at once, equal to calling it in order."""
         if not items:
             return
         keys = [key for key, _ in items]
+        if not hashing.VECTORISED:
+            routes = [fnv1a32(key) for key in keys]
+            self._set_many_plain(keys, routes, [h & MASK32 for _, h in items])
+            return
+        import numpy as np
+
         hashes = np.array([h & MASK32 for _, h in items], np.uint32)
         self._set_many(keys, fnv1a32_many(keys), hashes)
 
+    def _set_many_plain(self, keys: list[str], routes: list[int], item_hashes: list[int]) -> None:
+        """``_set_many`` without NumPy (a base install): the same changes, key by key."""
+        leaves, deltas = self._leaves, dict[int, int]()
+        for key, route, h in zip(keys, routes, item_hashes, strict=True):
+            idx = route >> self._shift
+            entries = leaves.get(idx)
+            if entries is None:
+                entries = leaves[idx] = {}
+            old = entries.get(key, 0)  # fmix32(0) == 0: an absent key adds nothing
+            entries[key] = h
+            deltas[idx] = deltas.get(idx, 0) + fmix32(h) - fmix32(old)
+        self._propagate_many(deltas)
+
     def _set_many(self, keys: list[str], routes: U32Array, item_hashes: U32Array) -> None:
+        import numpy as np
+
         leaves = self._leaves
         leaf_ids = leaf_indices(routes, self._depth).tolist()
         olds: list[int] = []

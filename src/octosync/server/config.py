@@ -381,7 +381,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "checkpoint_interval": _set(
             "checkpoint_interval",
             *_NUMBER,
-            range=Range(0.1, _DAY),
+            range=Range(0.01, _DAY),
             doc="Seconds between journal maintenance rounds (checkpoint, export, trim).",
         ),
         "journal_retention": _set(

@@ -14,7 +14,7 @@ from enum import Enum
 from octosync.errors import DecodeError, HandshakeFailed, OctosyncError
 from octosync.hub import SnapshotFrame, ViewKey
 from octosync.hub.model import DiffFrame
-from octosync.hub.streams import warp_stream_id
+from octosync.hub.streams import warp_id_of, warp_stream_id
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
@@ -24,6 +24,9 @@ from octosync.wire import jsabi, wvp
 from octosync.wire.websocket import ws_frame
 
 SERVER_VERSION = 1
+DURABLE_ACK = "durable_ack"
+"""A producer that offers this capability gets ``durable_ack {warp_id, through_epoch}`` once
+its frames through that epoch are committed to the journal."""
 VIEW = ViewKey("wvp", WVP_VIEW)
 
 
@@ -74,7 +77,13 @@ class WvpSession:
 
     def close(self) -> None:
         self.life.move("close")
+        self.rt.durable_listeners.pop(self.conn, None)
         self.rt.hub.disconnect(self.conn)
+
+    def _durable(self, stream: object, epoch: int) -> None:
+        """The journal holds this producer's warp through ``epoch``."""
+        ack = wvp.DurableAck(warp_id=warp_id_of(stream), through_epoch=epoch)
+        self.rt.hub.send_control(self.conn, self._frame(ack))
 
     def _frame(self, msg: wvp.Message) -> bytes:
         return ws_frame(wvp.encode(msg, self.rt.hub.next_ts()), text=False)
@@ -92,10 +101,12 @@ class WvpSession:
                 raise HandshakeFailed("the first message must be a handshake", path="op")
             hub.connect(self.conn, VIEW, grants=self.identity, wake=self.rt.flusher.wake)
             self.life.move("handshake")
+            if DURABLE_ACK in message.capabilities and self.rt.writer is not None:
+                self.rt.durable_listeners[self.conn] = self._durable
             ack = wvp.HandshakeAck(
                 status="OK",
                 server_version=SERVER_VERSION,
-                capabilities=("subscribe_warp", "warp_stream", "notification"),
+                capabilities=("subscribe_warp", "warp_stream", "notification", DURABLE_ACK),
                 session_id=f"conn-{self.conn}",
             )
             self._send(self._frame(ack))
@@ -113,7 +124,7 @@ class WvpSession:
                 warp = scope.get("Warp") if isinstance(scope, dict) else None
                 stream = None if warp is None else warp_stream_id(warp)
                 hub.notify(self.conn, stream, self._frame(message))
-            case wvp.HandshakeAck() | wvp.ErrorPayload() | wvp.Handshake():
+            case wvp.HandshakeAck() | wvp.ErrorPayload() | wvp.Handshake() | wvp.DurableAck():
                 raise DecodeError(f"{wvp.OPS[type(message)]} is not sent by clients", path="op")
 
     def _publish_diff(self, wid: int, diff: wvp.WarpDiff) -> None:

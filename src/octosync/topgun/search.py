@@ -26,8 +26,9 @@ from typing import Any
 
 import msgspec
 
+from octosync import extras
 from octosync.crdt.sync_messages import NIL
-from octosync.errors import ConfigError, DecodeError, FeatureDisabled, LimitExceeded
+from octosync.errors import DecodeError, FeatureDisabled, LimitExceeded
 from octosync.topgun.live_table import LiveTable
 from octosync.wire import topgun_services as sv
 
@@ -123,10 +124,7 @@ class FullText:
             try:
                 import tantivy  # optional: pip install "octosync[search]"
             except ImportError:
-                raise ConfigError(
-                    "topgun_search needs the tantivy package (pip install 'octosync[search]')",
-                    path="topgun_search",
-                ) from None
+                raise extras.missing_extra("search", "topgun_search") from None
             self._tantivy = tantivy
         self._indexes: dict[str, _MapIndex] = {}
         self._live: LiveTable[_Live] = LiveTable("live searches", MAX_LIVE_PER_CONNECTION)

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from octosync import extras
 from octosync.errors import DecodeError, FeatureDisabled, Forbidden, LimitExceeded, OctosyncError
 from octosync.topgun.offload import OffLoop
 from octosync.topgun.replies import reason, wire_code
@@ -48,12 +49,10 @@ def prepare(
     items: Callable[[str], Mapping[str, bytes]],
 ) -> OffLoop:
     """Check the query and copy the maps it reads (on the loop); raise to refuse it."""
-    try:
-        import duckdb  # optional: pip install "octosync[sql]"
-    except ImportError:
-        raise FeatureDisabled(
-            "SQL needs the duckdb package (pip install 'octosync[sql]')", path="type"
-        ) from None
+    if not extras.installed("sql"):  # optional: pip install "octosync[sql]"
+        raise FeatureDisabled(str(extras.missing_extra("sql", "SQL")), path="type")
+    import duckdb
+
     if len(p.sql) > MAX_SQL_CHARS:
         raise LimitExceeded(
             f"a SQL query is at most {MAX_SQL_CHARS} characters", path="payload.sql"

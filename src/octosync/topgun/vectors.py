@@ -20,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from octosync.errors import ConfigError, DecodeError, FeatureDisabled, LimitExceeded
+from octosync import extras
+from octosync.errors import DecodeError, FeatureDisabled, LimitExceeded
 from octosync.topgun.embedding import Embedder, HashingEmbedder
 from octosync.topgun.search import Values, text_of
 
@@ -95,14 +96,11 @@ class VectorIndexes:
         self._usearch: Any = None
         self._np: Any = None
         if self.every or self.names:
-            try:
-                import numpy  # a dependency of octosync
-                from usearch import index as usearch  # optional: pip install "octosync[vector]"
+            try:  # optional: pip install "octosync[vector]"
+                import numpy
+                from usearch import index as usearch
             except ImportError:
-                raise ConfigError(
-                    "topgun_vectors needs the usearch package (pip install 'octosync[vector]')",
-                    path="topgun_vectors",
-                ) from None
+                raise extras.missing_extra("vector", "topgun_vectors") from None
             self._usearch, self._np = usearch, numpy
         self._maps: dict[str, _MapVectors] = {}
 

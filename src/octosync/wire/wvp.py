@@ -89,7 +89,17 @@ class WarpStream(_Payload, frozen=True):
     frame: WarpSnapshot | WarpDiff
 
 
-Message = Handshake | HandshakeAck | ErrorPayload | Notification | SubscribeWarp | WarpStream
+class DurableAck(_Payload, frozen=True):
+    """Server to a producer whose handshake offered ``durable_ack``: the journal holds warp
+    ``warp_id`` through ``through_epoch`` (what it must keep to resend after a crash)."""
+
+    warp_id: WarpId
+    through_epoch: U64
+
+
+Message = (
+    Handshake | HandshakeAck | ErrorPayload | Notification | SubscribeWarp | WarpStream | DurableAck
+)
 
 OPS: dict[type[Message], str] = {
     Handshake: "handshake",
@@ -98,6 +108,7 @@ OPS: dict[type[Message], str] = {
     Notification: "notification",
     SubscribeWarp: "subscribe_warp",
     WarpStream: "warp_stream",
+    DurableAck: "durable_ack",
 }
 _BY_OP: dict[str, type[Message]] = {v: k for k, v in OPS.items()}
 _BY_OP["subscribe_rmg"] = SubscribeWarp

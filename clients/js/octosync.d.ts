@@ -1,0 +1,152 @@
+// Types for octosync.js, the dependency-free client of octosync's /lazily face.
+
+/** Root of every error the client raises or receives; `code` is the server's stable name. */
+export class OctosyncError extends Error {
+  constructor(message: string, options?: { code?: string; path?: string | null; closes?: boolean });
+  /** The server's error name (`Unauthorized`, `Forbidden`, `EpochGap`, `ConnectionLost`, ...). */
+  readonly code: string;
+  /** The field the error is about (`stream`, `$.ops[0].slot_id`), if any. */
+  readonly path: string | null;
+  /** True when the server closes the connection after this error. */
+  readonly closes: boolean;
+}
+
+/** Error classes by name (`errors.Unauthorized`, `errors.EpochGap`, ...): `instanceof` works. */
+export const errors: { OctosyncError: typeof OctosyncError } & Record<string, typeof OctosyncError>;
+
+/** The typed error for a server error frame `{type: "error", code, message, path?}`. */
+export function errorFromFrame(frame: { code: string; message: string; path?: string | null }): OctosyncError;
+
+/** A value's wire type: a built-in tag or one registered on a `TypeRegistry`. */
+export type TypeTag = "i64" | "f64" | "bool" | "string" | "bytes" | "json" | (string & {});
+
+/** A type-tag table: the built-ins plus tags you register. */
+export class TypeRegistry {
+  constructor();
+  register(name: string, encode: (value: unknown) => Uint8Array, decode: (bytes: Uint8Array) => unknown): void;
+  has(name: string): boolean;
+  encode(name: string, value: unknown): Uint8Array;
+  decode(name: string, bytes: Uint8Array): unknown;
+}
+
+export const defaultRegistry: TypeRegistry;
+
+export function fromBase64(text: string, path?: string): Uint8Array;
+export function toBase64(bytes: Uint8Array): string;
+
+/** One decoded server frame of the seed JSON dialect. */
+export type Message =
+  | { type: "snapshot"; epoch: number; [field: string]: unknown }
+  | { type: "delta"; base: number; epoch: number; ops: unknown[]; [field: string]: unknown }
+  | { type: "error"; error: OctosyncError }
+  | { type: string; [field: string]: unknown };
+
+/** Decode one frame strictly (a `DecodeError` names the failing field). */
+export function decodeMessage(text: string): Message;
+
+/** What `Mirror.apply` did with a frame. */
+export type ApplyResult = "applied" | "ignored" | string;
+
+/** The receiving side of a stream: a snapshot, then gapless deltas. */
+export class Mirror {
+  constructor(registry?: TypeRegistry);
+  readonly epoch: number | null;
+  readonly inSync: boolean;
+  readonly lastError: OctosyncError | null;
+  apply(msg: Message): ApplyResult;
+  /** Node id -> decoded value, for resolved nodes. */
+  values(): Map<number, unknown>;
+  /** The node id for a key (or the id itself), null when unknown. */
+  idOf(nameOrId: string | number): number | null;
+}
+
+/** Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base * 2^n)) seconds. */
+export function backoffDelay(attempt: number, options?: { base?: number; cap?: number }, random?: () => number): number;
+
+export type Status = "connecting" | "open" | "reconnecting" | "closed" | "failed";
+
+/** A stream's mirrored state. */
+export interface State {
+  epoch: number;
+  /** Node id -> decoded value. */
+  values: Map<number, unknown>;
+  /** Node key (name) -> node id. */
+  keys: Map<string, number>;
+}
+
+interface Channel<Events> {
+  readonly stream: string;
+  readonly status: Status;
+  readonly errors: OctosyncError[];
+  readonly reconnects: number;
+  /** Listen; returns the function that stops listening. */
+  on<E extends keyof Events>(event: E, listener: (value: Events[E]) => void): () => void;
+  close(): void;
+}
+
+/** A live copy of one stream. */
+export interface Subscription extends Channel<{ state: State; error: OctosyncError; status: Status }> {
+  readonly state: State | null;
+  readonly resyncs: number;
+  /** Resolves with the first state; rejects if the subscription ends first. */
+  readonly ready: Promise<State>;
+  /** The current value of a node, by key or id. */
+  get(nameOrId: string | number): unknown;
+  /** Ask the producer to set a cell (the server answers Forbidden without the write grant). */
+  write(nameOrId: string | number, value: unknown): void;
+}
+
+/** A node of a `Store`. */
+export interface Node<T = unknown> {
+  readonly id: number;
+  get(): T;
+  /** Cells only: a derived node throws. */
+  set(value: T): void;
+}
+
+/** Cells and derived values; one synchronous run of changes (or one `batch`) is one delta. */
+export class Store {
+  constructor(registry?: TypeRegistry);
+  cell<T>(initial: T, typeTag: TypeTag, options?: { key?: string }): Node<T>;
+  derived<T>(fn: () => T, typeTag: TypeTag, options?: { key?: string }): Node<T>;
+  batch(fn: () => void): void;
+  flush(): void;
+}
+
+/** A store served as a stream. */
+export interface Publication
+  extends Channel<{ write: { id: number; value: unknown }; error: OctosyncError; status: Status }> {
+  readonly deltasSent: number;
+  /** Resolves once the snapshot is sent; rejects if the publication ends first. */
+  readonly ready: Promise<Publication>;
+}
+
+export interface ClientOptions {
+  /** A JWT, sent as `?token=` (omit with `--insecure-dev`). */
+  token?: string | null;
+  /** A WebSocket constructor (Node before 22). */
+  WebSocket?: unknown;
+  /** Seconds; `maxAttempts` failed attempts in a row end a channel as "failed". */
+  backoff?: { base?: number; cap?: number; maxAttempts?: number };
+  random?: () => number;
+  maxFrameSize?: number;
+  registry?: TypeRegistry;
+  fetch?: typeof fetch;
+}
+
+/** A connection factory for one server (`ws://host:port`, `wss://...`, `http://...`). */
+export class Client {
+  constructor(url: string, options?: ClientOptions);
+  subscribe(
+    stream: string,
+    handlers?: { onState?: (state: State) => void; onError?: (error: OctosyncError) => void },
+  ): Subscription;
+  publish(
+    stream: string,
+    store: Store,
+    options?: { accept?: (id: number, value: unknown) => boolean; onError?: (error: OctosyncError) => void },
+  ): Publication;
+  close(): void;
+}
+
+export function connect(url: string, options?: ClientOptions): Client;
