@@ -89,7 +89,10 @@ def test_the_core_answers_off_the_loop_or_says_it_has_no_journal() -> None:
 
 
 def tail(c: TopGunCore) -> list[tuple[str, str, str]]:
-    """Run every tail job as the server would (the worker, then ``after`` on the loop)."""
+    """A second later, run every tail job as the server would (the worker, then ``after``
+    on the loop)."""
+    assert isinstance(c.clock, Clock)
+    c.clock.now += 1000
     got = []
     for job in c.tick().offload:
         for data in job.run():

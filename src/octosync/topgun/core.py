@@ -240,7 +240,7 @@ class TopGunCore:
         fx = Effects()
         now = self.clock()
         self._granted(fx, self.locks.expire(now))
-        fx.offload.extend(self.journal_subs.tails(self.journal))
+        fx.offload.extend(self.journal_subs.tails(self.journal, now))
         if self.gc_age_ms is not None and now >= self._next_gc:
             self._next_gc = now + self.gc_every_ms
             pruned = self.gc(now - self.gc_age_ms)
@@ -404,7 +404,7 @@ class TopGunCore:
                     return grants.may_map(name, "read")
 
                 self.journal_subs.subscribe(self.journal, conn, message, may_follow)
-                fx.offload.extend(self.journal_subs.tails(self.journal))
+                fx.offload.extend(self.journal_subs.tails(self.journal, self.clock()))
             case rq.JournalUnsubscribe(subscription_id=sub_id):
                 self.journal_subs.unsubscribe(conn, sub_id)
             case rq.HybridSearchUnsub(payload=p):
@@ -655,7 +655,7 @@ class TopGunCore:
         fx = Effects()
         self._query_changes(fx)
         if self.journal_subs.any():
-            fx.offload.extend(self.journal_subs.tails(self.journal))
+            fx.offload.extend(self.journal_subs.tails(self.journal, self.clock()))
         if self.search.active or self.vectors.active:
             self._flush_indexes(fx)
         chunks, self._pending = self._pending, []

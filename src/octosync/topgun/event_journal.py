@@ -34,6 +34,8 @@ from octosync.wire.topgun_services import JournalEvent, JournalEventData, Journa
 MAX_EVENTS = 1000
 MAX_SCAN = 10_000
 MAX_SUBSCRIPTIONS = 16
+TAIL_GAP_MS = 100
+"""A subscription reads the journal at most this often (milliseconds)."""
 
 
 class JournalSource(Protocol):
@@ -134,13 +136,15 @@ class _Sub:
     next_seq: int | None
     """Where the next tail reads from; None: from the latest commit on (not known yet)."""
     running: bool = False
+    read_at: int = -TAIL_GAP_MS
 
 
 class JournalSubscriptions:
     """Live ``JOURNAL_SUBSCRIBE``s: each tails the journal from where it stopped, one job at
-    a time, after writes (:meth:`tails`, called at each flush) and at each tick, so a commit
-    reaches its subscribers within a tick; ``JOURNAL_EVENT`` per committed change. At most
-    :data:`MAX_SUBSCRIPTIONS` per connection."""
+    a time, after writes (:meth:`tails`, called at each flush, at most every
+    :data:`TAIL_GAP_MS`) and at each tick, so a commit reaches its subscribers within a tick;
+    ``JOURNAL_EVENT`` per committed change. At most :data:`MAX_SUBSCRIPTIONS` per
+    connection."""
 
     def __init__(self) -> None:
         self._subs: dict[tuple[int, str], _Sub] = {}
@@ -187,14 +191,16 @@ class JournalSubscriptions:
         now on learns it from its first read)."""
         return all(sub.next_seq is not None for sub in self._subs.values())
 
-    def tails(self, source: JournalSource | None) -> list[OffLoop]:
-        """A read job for every subscription not reading already."""
+    def tails(self, source: JournalSource | None, now_ms: int) -> list[OffLoop]:
+        """A read job for every subscription not reading already and not read in the last
+        :data:`TAIL_GAP_MS` (a busy server flushes far more often than that)."""
         if source is None:
             return []
         jobs = []
         for sub in self._subs.values():
-            if not sub.running:
+            if not sub.running and now_ms - sub.read_at >= TAIL_GAP_MS:
                 sub.running = True
+                sub.read_at = now_ms
                 jobs.append(_tail(source, sub))
         return jobs
 
