@@ -184,7 +184,7 @@ class TopGunCore:
         self.queries = QueryTable()
         self.query_budget = QUERY_BUDGET
         self.pages = QueryPages()
-        self.search = FullText(search_maps)
+        self.search = FullText(search_maps, clock)
         self.vectors = VectorIndexes(vector_maps, embedder)
         self.hybrid = LiveHybrid()
         self.sql = sql
@@ -642,8 +642,13 @@ class TopGunCore:
                 self.hybrid.written(name, keys)
 
     def has_pending_events(self) -> bool:
-        """Something for :meth:`flush`: events to send, queries or vectors still to update."""
-        return bool(self._pending) or self.queries.pending() or self.vectors.backlog()
+        """Something for :meth:`flush`: events to send, queries or indexes still to update."""
+        return (
+            bool(self._pending)
+            or self.queries.pending()
+            or self.vectors.backlog()
+            or self.search.has_changes()
+        )
 
     def flush(self) -> Effects:
         """The events applied since the last flush, for every connection with their map open

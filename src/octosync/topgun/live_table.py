@@ -48,7 +48,10 @@ class LiveTable(Generic[T]):
         if self._live.get(name):
             self._changed.setdefault(name, set()).update(keys)
 
-    def take_changed(self) -> dict[str, set[str]]:
-        """The keys written per watched map since the last call."""
-        changed, self._changed = self._changed, {}
-        return changed
+    def take_changed(self, only: Iterable[str] | None = None) -> dict[str, set[str]]:
+        """The keys written per watched map since they were last taken (of the maps in
+        ``only``, when given; the others stay for later)."""
+        if only is None:
+            changed, self._changed = self._changed, {}
+            return changed
+        return {name: self._changed.pop(name) for name in only if name in self._changed}

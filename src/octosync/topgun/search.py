@@ -5,8 +5,8 @@ index per map named in the server's ``topgun_search`` setting (``*`` for every m
 named answers ``FeatureDisabled`` in its ``SEARCH_RESP``. A record's text is every string in
 its value (nested ones too); its key is the document's id. The indexes are built from the maps
 at start-up, so they hold after a restart exactly what the journal holds, and follow every
-write: changed keys are re-indexed and committed once per flush (once per event-loop turn),
-or before a search that would otherwise miss them.
+write: changed keys are re-indexed at each flush and committed at most every
+:data:`COMMIT_GAP_MS`, so a write is searchable (and reaches live searches) within that gap.
 
 A live search keeps its top ``limit`` hits with ``score >= minScore``; after each flush that
 changed its map it is run again and the difference goes out as ``SEARCH_UPDATE``: ``ENTER``,
@@ -37,6 +37,9 @@ MAX_LIMIT = 100
 """Hits per search: each one is read back, decoded and matched, about 0.06 ms apiece."""
 DEFAULT_LIMIT = 10
 MAX_LIVE_PER_CONNECTION = 64
+COMMIT_GAP_MS = 200
+"""A map's index commits at most this often: each commit is a new segment to search and
+merge, so committing at every write batch slows searches down under a write load."""
 _WRITER_HEAP = 15_000_000
 """tantivy's smallest writer arena (bytes); one writer thread per index."""
 _TOKEN = re.compile(r"\w+")
@@ -85,7 +88,10 @@ class _MapIndex:
         self.index = tantivy.Index(schema.build())
         self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         self.dirty: set[str] = set()
-        """Keys written since the last commit."""
+        """Keys written since they were last handed to the writer."""
+        self.pending = False
+        """The writer holds documents not committed yet."""
+        self.committed_at = -COMMIT_GAP_MS
 
     def put(self, key: str, value: bytes | None) -> None:
         self.writer.delete_documents_by_term("key", key)
@@ -93,14 +99,21 @@ class _MapIndex:
             body = text_of(_DEC.decode(value))
             self.writer.add_document(self.tantivy.Document(key=key, body=body))
 
-    def commit(self, values: Values, name: str) -> None:
-        if not self.dirty:
-            return
-        for key in self.dirty:
-            self.put(key, values(name, key))
-        self.dirty.clear()
+    def sync(self, values: Values, name: str, now_ms: int) -> bool:
+        """Hand the written keys to the writer, and commit when :data:`COMMIT_GAP_MS` passed
+        since the last commit; whether it committed now."""
+        if self.dirty:
+            for key in self.dirty:
+                self.put(key, values(name, key))
+            self.dirty.clear()
+            self.pending = True
+        if not self.pending or now_ms - self.committed_at < COMMIT_GAP_MS:
+            return False
         self.writer.commit()
         self.index.reload()
+        self.committed_at = now_ms
+        self.pending = False
+        return True
 
     def top(self, query: str, limit: int, min_score: float) -> tuple[list[tuple[str, float]], int]:
         """The best ``limit`` hits at or above ``min_score`` (key, score), best first, ties by
@@ -115,8 +128,10 @@ class _MapIndex:
 
 
 class FullText:
-    def __init__(self, maps: Collection[str] = ()) -> None:
-        """``maps``: the map names to index (``*``: every map)."""
+    def __init__(self, maps: Collection[str] = (), clock: Callable[[], int] = lambda: 0) -> None:
+        """``maps``: the map names to index (``*``: every map); ``clock``: milliseconds, for
+        the gap between commits."""
+        self.clock = clock
         self.every = "*" in maps
         self.names = frozenset(m for m in maps if m != "*")
         self._tantivy: Any = None
@@ -154,6 +169,7 @@ class FullText:
                 index.put(key, value)
             index.writer.commit()
             index.index.reload()
+            index.committed_at = self.clock()
 
     def written(self, name: str, keys: Iterable[str]) -> None:
         """Keys of map ``name`` changed (applied writes, from any node)."""
@@ -164,7 +180,8 @@ class FullText:
         self._live.written(name, keys)
 
     def has_changes(self) -> bool:
-        return any(index.dirty for index in self._indexes.values())
+        """Written keys not committed yet (the server flushes again until they are)."""
+        return any(index.dirty or index.pending for index in self._indexes.values())
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -189,13 +206,13 @@ class FullText:
     ) -> tuple[list[tuple[str, float]], int]:
         """The best hits of an indexed map (for hybrid search), the index brought up to date."""
         index = self._index(name)
-        index.commit(values, name)
+        index.sync(values, name, self.clock())
         return index.top(query, limit, min_score)
 
     def search(self, p: sv.SearchPayload, values: Values) -> sv.SearchResp:
         spec = self._checked(p.map_name, p.query, p.options)
         index = self._index(p.map_name)
-        index.commit(values, p.map_name)
+        index.sync(values, p.map_name, self.clock())
         hits, total = index.top(spec.query, spec.limit, spec.min_score)
         results = _results(p.map_name, p.query, hits, values)
         return sv.SearchResp(sv.SearchRespPayload(p.request_id, results, total))
@@ -207,7 +224,7 @@ class FullText:
         spec.conn, spec.sub_id = conn, p.subscription_id
         self._live.add(p.map_name, conn, p.subscription_id, spec)
         index = self._index(p.map_name)
-        index.commit(values, p.map_name)
+        index.sync(values, p.map_name, self.clock())
         hits, total = index.top(spec.query, spec.limit, spec.min_score)
         spec.hits = dict(hits)
         results = _results(p.map_name, p.query, hits, values)
@@ -220,11 +237,12 @@ class FullText:
         self._live.disconnect(conn)
 
     def flush(self, values: Values) -> list[tuple[int, sv.SearchUpdate]]:
-        """Commit what changed; each live search on a changed map, run again: its updates."""
-        for name, index in self._indexes.items():
-            index.commit(values, name)
+        """Commit what changed (at most every :data:`COMMIT_GAP_MS` per map); each live
+        search on a map just committed, run again: its updates."""
+        now = self.clock()
+        committed = [name for name, index in self._indexes.items() if index.sync(values, name, now)]
         out: list[tuple[int, sv.SearchUpdate]] = []
-        for name, keys in self._live.take_changed().items():
+        for name, keys in self._live.take_changed(committed).items():
             index = self._indexes[name]
             for live in self._live.on(name):
                 hits, _total = index.top(live.query, live.limit, live.min_score)
