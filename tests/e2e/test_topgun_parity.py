@@ -187,3 +187,214 @@ async def test_full_text_search_live_updates_and_a_restart(
         await again.stop()
     (after,) = again.events("search")
     assert [h["key"] for h in after["hits"]] == ["a3", "a1"]  # the index, rebuilt
+
+
+def _axis(i: int) -> list[float]:
+    return [1.0 if j == i else 0.0 for j in range(64)]
+
+
+async def test_vector_and_hybrid_search_and_live_hybrid(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    docs = {
+        "v1": {"t": "python notes", "vector": _axis(0)},
+        "v2": {"t": "rust notes", "vector": _axis(1)},
+        "v3": {"t": "python python", "vector": [0.8, 0.6] + [0.0] * 62},
+    }
+    ops = [f"put={k}={json.dumps(v)}" for k, v in docs.items()]
+    maps = {"topgun_search": ("users",), "topgun_vectors": ("users",)}
+    async with serve(tmp_path, **maps) as srv:
+        writer = await start(topgun_peer, srv.ws_url, "ops", *ops)
+        await writer.until("synced")
+        await writer.end()
+        seeker = await start(
+            topgun_peer, srv.ws_url, "vector", json.dumps(_axis(0)), "python", seconds=12
+        )
+        await seeker.until("live", lambda line: line["keys"] == ["v3", "v1"])
+        more = {"t": "python python python", "vector": _axis(2)}
+        edit = await start(topgun_peer, srv.ws_url, "ops", f"put=v4={json.dumps(more)}")
+        await edit.until("synced")
+        await edit.end()
+        await seeker.until("live", lambda line: line["keys"][:1] == ["v4"])
+        await seeker.stop()
+    (near,) = seeker.events("vector")
+    assert [h["key"] for h in near["hits"]] == ["v1", "v3"]
+    assert near["hits"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+    assert near["hits"][1]["score"] == pytest.approx(0.8, abs=1e-4)
+    (fused,) = seeker.events("hybrid")
+    assert {h["key"] for h in fused["hits"]} >= {"v1", "v3"}
+    assert set(fused["hits"][0]["methodScores"]) >= {"fullText", "exact"}
+    assert seeker.frames("in", "HYBRID_SEARCH_UPDATE")
+
+
+async def test_a_request_with_a_bad_field_is_answered_in_its_own_response(
+    tmp_path: Path,
+) -> None:
+    """Over a raw socket: the strict decode refuses the frame, and the refusal still reaches
+    the caller by its id; the connection stays open and serves the next request."""
+    import aiohttp
+    import msgspec
+
+    from octosync.wire import topgun as tg
+
+    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+        await ws.send_bytes(tg.encode(tg.DeviceHello()))
+        await ws.receive()  # DEVICE_ACK
+        bad = {"type": "SQL_QUERY", "payload": {"queryId": "q9", "sql": ["not", "text"]}}
+        await ws.send_bytes(msgspec.msgpack.encode(bad))
+        reply = msgspec.msgpack.decode((await ws.receive()).data)
+        await ws.send_bytes(tg.encode(tg.Ping(timestamp=1)))
+        pong = msgspec.msgpack.decode((await ws.receive()).data)
+        await ws.close()
+    assert reply["type"] == "SQL_QUERY_RESP"
+    assert reply["payload"]["queryId"] == "q9"
+    assert reply["payload"]["code"] == "DECODE_ERROR"
+    assert pong["type"] == "PONG"
+
+
+async def test_a_token_with_roles_gets_what_its_roles_grant(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    roles = {
+        "editor": {"maps": {"*": frozenset({"read", "write"})}},
+        "viewer": {"maps": {"*": frozenset({"read"})}},
+    }
+    auth = AuthConfig(hs256_secret=SECRET, roles=roles)
+    editor = issue_token(SECRET, "ed", {}, roles=["editor"])
+    viewer = issue_token(SECRET, "vi", {}, roles=["viewer"])
+    async with serve(tmp_path, insecure_dev=False, auth=auth) as srv:
+        ed, vi = await asyncio.gather(
+            *(
+                start(topgun_peer, srv.ws_url, "ops", f'put={k}={{"by":"{k}"}}', token=t, seconds=3)
+                for k, t in (("ed", editor), ("vi", viewer))
+            )
+        )
+        await ed.until("synced")
+        lines = await vi.end()
+        await ed.end()
+        stored = srv.runtime.topgun.maps.live_items("users")
+    assert list(stored) == ["ed"]
+    assert vi.frames("in", "OP_REJECTED")
+    (end,) = [line for line in lines if line.get("event") == "end"]
+    assert end["pendingOps"] == 1  # the refused put stays pending
+
+
+async def test_sql_over_the_maps(tmp_path: Path, topgun_peer: tuple[str, Path]) -> None:
+    async with serve(tmp_path, topgun_sql=True) as srv:
+        await _people(srv, topgun_peer)
+        caller = await start(topgun_peer, srv.ws_url, "calls", "sql", seconds=8)
+        await caller.end()
+    (result,) = caller.events("call")
+    assert result["ok"] is True, result
+    assert result["value"]["columns"] == ["name"]
+    assert sorted(row[0] for row in result["value"]["rows"]) == sorted(
+        v["name"] for v in PEOPLE.values()
+    )
+
+
+async def test_http_sync_with_topguns_http_provider(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    """Ops over POST /topgun/sync are acked, journaled and seen live by a WebSocket client;
+    the provider's polls bring it what a WebSocket client wrote."""
+    async with serve(tmp_path, journal=True) as srv:
+        watcher = await start(topgun_peer, srv.ws_url, "watch", seconds=12, node_id="watcher")
+        await watcher.until("ready")
+        poller = await start(
+            topgun_peer,
+            srv.ws_url,
+            "http",
+            'put=h1={"name":"Hal"}',
+            'put=h2={"name":"Hedy"}',
+            seconds=12,
+            node_id="poller",
+        )
+        await poller.until("ready")
+        await watcher.until("maps", lambda line: set(line["users"]) == {"h1", "h2"})
+        writer = await start(topgun_peer, srv.ws_url, "ops", 'put=w1={"name":"Web"}')
+        await writer.until("synced")
+        await writer.end()
+        await poller.until(
+            "http",
+            lambda line: line["type"] == "SERVER_EVENT" and line["payload"]["key"] == "w1",
+        )
+        for c in (poller, watcher):
+            await c.stop()
+        stored = srv.runtime.topgun.maps.live_items("users")
+    assert sorted(stored) == ["h1", "h2", "w1"]
+    (ack,) = [e for e in poller.events("http") if e["type"] == "OP_ACK"]
+    assert ack["payload"]["lastId"] == "2"
+    events = [e["payload"] for e in poller.events("http") if e["type"] == "SERVER_EVENT"]
+    assert {e["key"] for e in events} == {"h1", "h2", "w1"}
+    assert next(e for e in events if e["key"] == "w1")["record"]["value"] == {"name": "Web"}
+
+
+async def test_http_sync_refuses_bad_tokens_and_bodies_with_the_reason(tmp_path: Path) -> None:
+    import aiohttp
+    import msgspec
+
+    auth = AuthConfig(hs256_secret=SECRET)
+    good = {"clientId": "c", "clientHlc": {"millis": 1, "counter": 0, "nodeId": "c"}}
+    token = issue_token(SECRET, "t", {}, maps={"*": ["read"]})
+    async with (
+        serve(tmp_path, insecure_dev=False, auth=auth) as srv,
+        aiohttp.ClientSession() as http,
+    ):
+        url = f"{srv.url}/topgun/sync"
+        answers = []
+        for headers, body in (
+            ({}, good),
+            ({"Authorization": "Bearer not-a-jwt"}, good),
+            ({"Authorization": f"Bearer {token}"}, {"clientId": 5}),
+            ({"Authorization": f"Bearer {token}"}, good),
+        ):
+            async with http.post(url, data=msgspec.msgpack.encode(body), headers=headers) as resp:
+                answers.append((resp.status, msgspec.msgpack.decode(await resp.read())))
+    assert [status for status, _ in answers] == [401, 401, 400, 200]
+    for _, reply in answers[:3]:
+        assert reply["errors"][0]["message"]
+    assert "errors" not in answers[3][1]
+    assert answers[3][1]["serverHlc"]["millis"] > 0
+
+
+async def test_the_event_journal_reads_committed_changes(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    async with serve(tmp_path, journal=True) as srv:
+        await _people(srv, topgun_peer)
+        remover = await start(topgun_peer, srv.ws_url, "ops", "remove=u2")
+        await remover.until("synced")
+        await remover.end()
+        reader = await start(topgun_peer, srv.ws_url, "calls", "journal", seconds=8)
+        await reader.end()
+    (result,) = reader.events("call")
+    assert result["ok"] is True
+    events = result["value"]
+    assert [(e["mapName"], e["key"], e["type"]) for e in events] == [
+        *(("users", k, "PUT") for k in PEOPLE),
+        ("users", "u2", "DELETE"),
+    ]
+    sequences = [e["sequence"] for e in events]
+    assert sequences == sorted(sequences)
+    assert len(set(sequences)) == len(sequences)
+    assert events[0]["value"] == PEOPLE["u1"]
+
+
+async def test_the_event_journal_follows_commits_live(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    async with serve(tmp_path, journal=True) as srv:
+        await _people(srv, topgun_peer)  # history: not sent to a subscription from now
+        watcher = await start(topgun_peer, srv.ws_url, "journal-watch", seconds=12)
+        await watcher.until("ready")
+        subs = srv.runtime.topgun.journal_subs
+        while not (subs.any() and subs.placed()):  # JOURNAL_SUBSCRIBE has no reply
+            await asyncio.sleep(0.02)
+        writer = await start(topgun_peer, srv.ws_url, "ops", 'put=n1={"name":"New"}', "remove=u1")
+        await writer.until("synced")
+        await writer.end()
+        await watcher.until("journal", lambda line: line["key"] == "u1")
+        await watcher.stop()
+    seen = [(e["key"], e["type"], e["value"]) for e in watcher.events("journal")]
+    assert seen == [("n1", "PUT", {"name": "New"}), ("u1", "DELETE", None)]

@@ -24,6 +24,16 @@
 //   search TEXT            search "users" for TEXT (limit 5): {"event":"search",hits:[{key,
 //                          score,matchedTerms}]}; then a live search printing
 //                          {"event":"live",keys} on every change
+//   vector JSON TEXT       vectorSearch "users" for the vector JSON (k 2): {"event":"vector",
+//                          hits:[{key,score}]}; hybridSearch for TEXT over fullText, semantic
+//                          and exact (k 3): {"event":"hybrid",hits:[{key,score,methodScores}]};
+//                          then a live hybrid search (fullText, k 3): {"event":"live",keys}
+//   http OP...             TopGun's HttpSyncProvider (POST <url>/sync, the ws URL as http),
+//                          following "users", polling every 200 ms: sends OP (put=KEY=JSON) as
+//                          one OP_BATCH, prints {"event":"http",type,payload} for every message
+//                          it turns the responses into, {"event":"ready"} once connected
+//   journal-watch          getEventJournal().subscribe on "users": {"event":"journal",
+//                          sequence,type,key,value} per event; {"event":"ready"} once sent
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -185,6 +195,48 @@ if (scenario === 'watch') {
         hits: hits.map((h) => ({ key: h.key, score: h.score, matchedTerms: h.matchedTerms })) });
   const handle = client.searchSubscribe('users', text, { limit: 5 });
   handle.subscribe((rows) => out({ event: 'live', keys: rows.map((r) => r.key) }));
+  out({ event: 'ready' });
+} else if (scenario === 'vector') {
+  const [vector, text] = rest;
+  await connected;
+  const near = await client.vectorSearch('users', new Float32Array(JSON.parse(vector)), { k: 2 });
+  out({ event: 'vector', hits: near.map((h) => ({ key: h.key, score: h.score })) });
+  const fused = await client.hybridSearch('users', text,
+    { methods: ['fullText', 'semantic', 'exact'], k: 3 });
+  out({ event: 'hybrid',
+        hits: fused.map((h) => ({ key: h.key, score: h.score, methodScores: h.methodScores })) });
+  const handle = client.hybridSearchSubscribe('users', text, { methods: ['fullText'], k: 3 });
+  handle.subscribe((rows) => out({ event: 'live', keys: rows.map((r) => r.key) }));
+  out({ event: 'ready' });
+} else if (scenario === 'http') {
+  // TopGunClient takes no provider of ours, so the provider is driven as the client would.
+  const { HttpSyncProvider } = await load('topgun-client.mjs');
+  const { pack } = await load('msgpackr.mjs');
+  let tick = 0;
+  const hlc = { now: () => ({ millis: Date.now(), counter: tick++, nodeId }), update: () => {} };
+  const provider = new HttpSyncProvider({
+    url: url.replace(/^ws/, 'http'), clientId: nodeId, hlc, authToken: token || '',
+    syncMaps: ['users'], pollIntervalMs: 200,
+  });
+  provider.on('message', (_node, data) => {
+    const m = unpack(Buffer.from(data));
+    out({ event: 'http', type: m.type, payload: m.payload });
+  });
+  provider.on('error', (err) => out({ event: 'error', message: String(err && err.message) }));
+  const ops = rest.map((op, i) => {
+    const [, key, json] = op.split('=');
+    const timestamp = hlc.now();
+    return { id: String(i + 1), mapName: 'users', opType: 'PUT', key,
+             record: { value: JSON.parse(json), timestamp }, timestamp };
+  });
+  if (ops.length) provider.send(pack({ type: 'OP_BATCH', payload: { ops } }));
+  await provider.connect();
+  out({ event: 'ready' });
+} else if (scenario === 'journal-watch') {
+  await connected;
+  client.getEventJournal().subscribe((e) => out({
+    event: 'journal', sequence: String(e.sequence), type: e.type, key: e.key, value: e.value ?? null,
+  }), { mapName: 'users' });
   out({ event: 'ready' });
 } else if (scenario === 'calls') {
   await connected;

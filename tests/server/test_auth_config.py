@@ -7,7 +7,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from octosync.errors import Unauthorized
+from octosync.errors import ConfigError, Unauthorized
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate, issue_token
 from octosync.server.config import ServerConfig, load_config_file
 
@@ -147,3 +147,48 @@ def test_insecure_dev_is_loopback_only(host: str, ok: bool) -> None:
         with pytest.raises(ValueError, match="loopback"):
             config.check_exposure()
     ServerConfig(host=host, insecure_dev=False).check_exposure()
+
+
+ROLES = {
+    "editor": {"maps": {"*": frozenset({"read", "write"})}},
+    "viewer": {
+        "maps": {"notes": frozenset({"read"})},
+        "topics": {"news": frozenset({"subscribe"})},
+    },
+}
+
+
+def test_a_topgun_style_token_gets_the_tables_of_its_roles() -> None:
+    config = AuthConfig(hs256_secret=SECRET, roles=ROLES)
+    editor = authenticate(issue_token(SECRET, "ed", {}, roles=["editor"]), config)
+    assert editor.may_map("anything", "write")
+    both = authenticate(
+        issue_token(SECRET, "vi", {}, roles=["viewer", "nobody"], maps={"own": ["write"]}),
+        config,
+    )
+    assert both.may_map("notes", "read")
+    assert not both.may_map("notes", "write")
+    assert both.may_map("own", "write")  # the token's own tables stay
+    assert both.may_topic("news", "subscribe")
+    assert not both.may_map("other", "read")  # "nobody" is no role here: it adds nothing
+    plain = authenticate(issue_token(SECRET, "x", {}, roles=["editor"]), AuthConfig(SECRET))
+    assert not plain.may_map("anything", "read")  # a server without roles grants none
+    with pytest.raises(Unauthorized) as err:
+        authenticate(issue_token(SECRET, "x", {}, roles="editor"), config)
+    assert err.value.path == "roles"
+
+
+def test_roles_in_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "octosync.toml"
+    path.write_text(
+        '[auth]\nhs256_secret = "s"\n[auth.roles.editor]\nmaps = { "*" = ["read", "write"] }\n'
+    )
+    config = load_config_file(path, ServerConfig())
+    assert config.auth.roles == {"editor": {"maps": {"*": frozenset({"read", "write"})}}}
+    path.write_text('[auth.roles.editor]\nmaps = { "*" = ["fly"] }\n')
+    with pytest.raises(ConfigError) as err:
+        load_config_file(path, ServerConfig())
+    assert "maps.*" in str(err.value.path)
+    path.write_text('[auth.roles.editor]\nspells = { "*" = ["read"] }\n')
+    with pytest.raises(ConfigError):
+        load_config_file(path, ServerConfig())

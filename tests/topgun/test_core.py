@@ -201,13 +201,17 @@ def test_fire_and_forget_is_acked_before_anything_else() -> None:
 def test_an_unknown_write_concern_is_refused_whole() -> None:
     c = core()
     opened(c, 1)
-    with pytest.raises(DecodeError) as err:
-        c.handle(1, batch(put("1", "u1", 1, 10), write_concern="SOMETIMES"))
-    assert err.value.path == "payload.writeConcern"  # the batch's own field
+    # every op of the batch is rejected (its write-concern promise resolves), none acked
+    fx = c.handle(1, batch(put("1", "u1", 1, 10), write_concern="SOMETIMES"))
+    (rejected,) = sent(fx, 1)
+    assert isinstance(rejected, tg.OpRejected)
+    assert rejected.payload.op_id == "1"
+    assert rejected.payload.reason.startswith("DecodeError: unknown write concern 'SOMETIMES'")
     one = put("2", "u1", 1, 10, write_concern="NOW")
-    with pytest.raises(DecodeError) as err:
-        c.handle(1, batch(put("1", "u0", 1, 10), one))
-    assert err.value.path == "payload.ops[1].writeConcern"
+    fx = c.handle(1, batch(put("1", "u0", 1, 10), one))
+    assert [m.payload.op_id for m in sent(fx, 1) if isinstance(m, tg.OpRejected)] == ["1", "2"]
+    assert not any(isinstance(m, tg.OpAck) for m in sent(fx, 1))
+    assert fx.records == []
     assert c.maps.live_items("users") == {}
 
 

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from octosync.errors import DecodeError, FeatureDisabled, Forbidden, RemoteProtocolError
-from octosync.topgun.replies import wire_code
+from octosync.topgun.replies import refusal_of_frame, wire_code
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
 from octosync.wire import topgun_services as sv
@@ -104,3 +104,30 @@ def test_a_vector_sent_as_a_map_of_bytes_is_read_as_bytes() -> None:
     assert rq.vector_bytes(message.payload.query_vector, "q") == b"\x01\x02\x03\x04"
     with pytest.raises(DecodeError, match=r"0\.\.n-1"):
         rq.vector_bytes({"1": 3}, "payload.queryVector")
+
+
+def test_the_docs_list_every_message_with_its_status() -> None:
+    import re
+    import typing
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "faces" / "topgun-calls.md"
+    listed = re.findall(r"^\| `([A-Z_]+)` \| (?:C|S|N|C/S) \| \S", page.read_text(), re.M)
+    tags = {t.__struct_config__.tag for t in typing.get_args(tg.Message)}
+    assert sorted(listed) == sorted(tags)
+
+
+def test_a_request_that_fails_to_decode_is_answered_in_its_own_response() -> None:
+    bad = {"type": "SEARCH", "payload": {"requestId": "r7", "mapName": "m", "query": 5}}
+    data = msgspec.msgpack.encode(bad)
+    with pytest.raises(DecodeError) as err:
+        tg.decode(data)
+    reply = refusal_of_frame(data, err.value)
+    assert isinstance(reply, sv.SearchResp)
+    assert reply.payload.request_id == "r7"
+    assert reply.payload.error is not None
+    assert reply.payload.error.startswith("DecodeError: ")
+    flat = msgspec.msgpack.encode({"type": "JOURNAL_READ", "requestId": "j", "limit": "x"})
+    assert isinstance(refusal_of_frame(flat, err.value), rq.JournalReadResponse)
+    for junk in (b"\x01", msgspec.msgpack.encode({"type": "SEARCH"}), b"\x81\xa4type\x05"):
+        assert refusal_of_frame(junk, err.value) is None

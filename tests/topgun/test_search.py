@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from octosync.crdt.op import OpRecord
 from octosync.store.records import KIND_OP, EncodedRecord, decode_record
 from octosync.topgun import TopGunCore
-from octosync.topgun.search import MAX_QUERY_CHARS, text_of, tokens
+from octosync.topgun.search import COMMIT_GAP_MS, MAX_QUERY_CHARS, text_of, tokens
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_services as sv
 from tests.topgun.helpers import ALL, Clock, batch, put, sent
@@ -121,6 +121,8 @@ def test_live_search_enters_updates_and_leaves() -> None:
     assert [r.key for r in first.payload.results] == ["a"]
 
     def updates() -> list[tuple[str, str]]:
+        assert isinstance(c.clock, Clock)
+        c.clock.now += COMMIT_GAP_MS  # an index commits at most this often
         got = [m for m in sent(c.flush(), 1) if isinstance(m, sv.SearchUpdate)]
         return [(m.payload.key, m.payload.change_type) for m in got]
 
@@ -167,6 +169,8 @@ class LiveSearchMachine(RuleBasedStateMachine):
 
     @rule()
     def flush(self) -> None:
+        assert isinstance(self.core.clock, Clock)
+        self.core.clock.now += COMMIT_GAP_MS
         for m in sent(self.core.flush(), 2):
             assert isinstance(m, sv.SearchUpdate)
             if m.payload.change_type == "LEAVE":
@@ -190,3 +194,19 @@ def test_a_query_message_is_decoded_strictly() -> None:
     raw = msgspec.msgpack.encode({"type": "SEARCH", "payload": {"requestId": "r", "mapName": "m"}})
     with pytest.raises(Exception, match="query"):
         tg.decode(raw)
+
+
+def test_commits_are_spaced_and_a_flush_commits_once_the_gap_passed() -> None:
+    c = searchable()
+    write(c, {"a": {"t": "python"}})
+    assert [r.key for r in search(c, "python").results] == ["a"]  # the first commit
+    write(c, {"b": {"t": "python"}}, first_id=2)
+    c.flush()
+    assert c.search.has_changes()  # within the gap: not committed, the server flushes again
+    assert c.has_pending_events()
+    assert [r.key for r in search(c, "python").results] == ["a"]
+    assert isinstance(c.clock, Clock)
+    c.clock.now += COMMIT_GAP_MS
+    c.flush()
+    assert not c.search.has_changes()
+    assert sorted(r.key for r in search(c, "python").results) == ["a", "b"]

@@ -22,6 +22,7 @@ from octosync import __version__, extras
 from octosync.hub.model import Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
 from octosync.pipeline.resume import compacted_through, restart_records
+from octosync.server import topgun_http
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME
 from octosync.server.faces import FACES
@@ -32,6 +33,7 @@ from octosync.server.runtime import Runtime
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
+from octosync.store.op_events import OpSource
 from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
 
@@ -139,6 +141,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
         restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
+        runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
         from octosync.links.cluster_link import DEFAULT_CLUSTER
@@ -176,6 +179,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", metrics)
     mount_faces(app, config)  # every face's route (server.faces.FACES)
+    app.router.add_post(topgun_http.PATH, topgun_http.handler(runtime))  # TopGun's HTTP sync
     add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
 
     async def on_startup(app: web.Application) -> None:

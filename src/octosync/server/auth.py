@@ -14,7 +14,9 @@ Tokens are HS256 (shared secret) or RS256 (public key) JWTs, checked once at the
      "exp": 1767225600}
 
 ``maps``, ``topics``, ``locks`` and ``counters`` are the TopGun face's grants (``/topgun``), by
-map, topic, lock and counter name. ``*`` applies to every stream (or room, map, ...) without
+map, topic, lock and counter name. A token may also name ``roles`` (as TopGun's tokens do:
+``{"sub": "alice", "roles": ["editor"]}``): each role the server defines (``[auth.roles]``)
+adds its tables to the token's own. ``*`` applies to every stream (or room, map, ...) without
 its own entry, except names starting with ``$`` (``$global``: WVP notifications to
 everyone), which only an explicit entry grants. ``peer`` binds signaling joins to one peer
 id in allowlist mode (default: ``sub`` read as an integer). ``exp`` is enforced on open
@@ -111,12 +113,19 @@ def _lookup(table: Mapping[str, frozenset[str]], name: str) -> frozenset[str]:
     return granted or frozenset()
 
 
+Roles = Mapping[str, Tables]
+"""Role name -> the grant tables a token naming that role in its ``roles`` claim gets."""
+
+
 @dataclass(frozen=True)
 class AuthConfig:
     hs256_secret: str | None = None
     rs256_public_key: str | None = None
     audience: str | None = None
     insecure_dev: bool = False
+    roles: Roles = field(default_factory=dict)
+    """TopGun-style role policies: a token ``{"sub", "roles": ["editor"]}`` gets the tables
+    of each role it names, added to its own."""
 
     @property
     def configured(self) -> bool:
@@ -149,11 +158,40 @@ def _peer(claims: Mapping[str, object]) -> int | None:
     return peer
 
 
-def grants_from_claims(claims: Mapping[str, object]) -> ClaimGrants:
+def role_tables(value: object, path: str) -> Tables:
+    """One role's grant tables, checked as a token's claims are (``{"maps": {"*": [...]}}``)."""
+    if not isinstance(value, dict):
+        raise Unauthorized("a role maps claim names to tables", path=path)
+    known = {t.claim: t for t in CLAIM_TABLES}
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise Unauthorized(f"no grant table named {unknown}", path=path)
+    return {claim: _table(value, claim, known[claim].actions) for claim in value}
+
+
+def _with_roles(
+    tables: dict[str, dict[str, frozenset[str]]], claims: Mapping[str, object], roles: Roles
+) -> None:
+    named = claims.get("roles", [])
+    if not isinstance(named, list) or not all(isinstance(r, str) for r in named):
+        raise Unauthorized("claim 'roles' must be a list of role names", path="roles")
+    for role in named:
+        for claim, table in roles.get(role, {}).items():
+            mine = tables.setdefault(claim, {})
+            for name, actions in table.items():
+                mine[name] = mine.get(name, frozenset()) | actions
+
+
+def grants_from_claims(claims: Mapping[str, object], roles: Roles | None = None) -> ClaimGrants:
+    """The grants of a token's claims; with ``roles``, each role the ``roles`` claim names
+    adds its tables (a role the server does not define adds nothing)."""
     exp = claims.get("exp")
+    tables = {t.claim: _table(claims, t.claim, t.actions) for t in CLAIM_TABLES}
+    if roles:
+        _with_roles(tables, claims, roles)
     return ClaimGrants(
         subject=str(claims.get("sub", "")),
-        tables={t.claim: _table(claims, t.claim, t.actions) for t in CLAIM_TABLES},
+        tables=tables,
         peer=_peer(claims),
         expires_at=float(exp) if isinstance(exp, int | float) else None,
     )
@@ -184,7 +222,7 @@ def authenticate(token: str | None, config: AuthConfig) -> ClaimGrants:
         )
     except jwt.PyJWTError as exc:
         raise Unauthorized(f"invalid token: {exc}") from exc
-    return grants_from_claims(claims)
+    return grants_from_claims(claims, config.roles)
 
 
 def bearer_token(authorization: str | None, query_token: str | None) -> str | None:

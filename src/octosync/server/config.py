@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from octosync.errors import ConfigError
+from octosync.errors import ConfigError, Unauthorized
 from octosync.hub.limits import Limits
 from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
-from octosync.server.auth import AuthConfig
+from octosync.server.auth import AuthConfig, role_tables
 from octosync.signaling import SignalingPolicy
 
 
@@ -88,6 +88,11 @@ class ServerConfig:
     topgun_search: tuple[str, ...] = ()
     """TopGun maps with a full-text index (``SEARCH``, ``SEARCH_SUB``); ``*``: every map.
     Needs the ``search`` extra (tantivy)."""
+    topgun_sql: bool = False
+    """Answer TopGun's ``SQL_QUERY`` (read-only, bounded; needs the ``sql`` extra, DuckDB)."""
+    topgun_vectors: tuple[str, ...] = ()
+    """TopGun maps with a vector index (``VECTOR_SEARCH``, hybrid ``semantic``); ``*``: every
+    map. Needs the ``vector`` extra (usearch)."""
     cluster_url: str | None = None
     """NATS URL of the cluster to join (``--cluster``); None: a single process, no NATS."""
     node_id: str | None = None
@@ -265,14 +270,29 @@ def _signaling_mode(cfg: ServerConfig, value: str, _p: Path) -> ServerConfig:
     return replace(cfg, signaling=replace(cfg.signaling, mode=value))  # type: ignore[arg-type]
 
 
+def _roles(value: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return {
+            str(role): role_tables(tables, f"auth.roles.{role}") for role, tables in value.items()
+        }
+    except Unauthorized as err:
+        raise ConfigError(err.message, path=err.path) from None
+
+
 def _gc_age(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
     return replace(cfg, topgun_gc_age=None if value < 0 else float(value))
 
 
-def _search_maps(cfg: ServerConfig, value: list[Any], _p: Path) -> ServerConfig:
-    if not all(isinstance(name, str) and name for name in value):
-        raise ConfigError("topgun_search lists map names", path="server.topgun_search")
-    return replace(cfg, topgun_search=tuple(value))
+def _map_names(setting: str) -> Callable[[ServerConfig, list[Any], Path], ServerConfig]:
+    """A key that lists TopGun map names (``*``: every map)."""
+
+    def apply(cfg: ServerConfig, value: list[Any], _p: Path) -> ServerConfig:
+        if not all(isinstance(name, str) and name for name in value):
+            raise ConfigError(f"{setting} lists map names", path=f"server.{setting}")
+        names: tuple[str, ...] = tuple(value)
+        return replace(cfg, **{setting: names})  # type: ignore[arg-type]
+
+    return apply
 
 
 _NUMBER = (int, float)
@@ -438,9 +458,20 @@ SECTIONS: dict[str, dict[str, Key]] = {
         ),
         "topgun_search": Key(
             (list,),
-            _search_maps,
+            _map_names("topgun_search"),
             doc="Maps indexed for full-text search on `/topgun` (needs the `search` extra).",
             field="topgun_search",
+        ),
+        "topgun_sql": _set(
+            "topgun_sql",
+            bool,
+            doc="Answer SQL_QUERY on `/topgun`: read-only, bounded (needs the `sql` extra).",
+        ),
+        "topgun_vectors": Key(
+            (list,),
+            _map_names("topgun_vectors"),
+            doc="Maps indexed for vector search on `/topgun` (needs the `vector` extra).",
+            field="topgun_vectors",
         ),
     },
     "auth": {
@@ -450,6 +481,11 @@ SECTIONS: dict[str, dict[str, Key]] = {
             (str,), _key_file, doc="File holding the RS256 public key (relative to this file)."
         ),
         "audience": _auth("audience", "Required `aud` claim."),
+        "roles": Key(
+            (dict,),
+            lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, roles=_roles(v))),
+            doc="Role policies for tokens that name `roles`: role -> claim -> name -> actions.",
+        ),
     },
     "hub": {
         "outbox_max_bytes": _set(

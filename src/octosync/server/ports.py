@@ -24,6 +24,7 @@ from octosync.signaling import SignalingHub
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.topgun.offload import OffLoop
 
 
 class LiveConnection(Protocol):
@@ -193,4 +194,8 @@ class TopGunPort(Credentials, Delivery, Protocol):
 
     def apply(self, fx: Effects) -> None:
         """Effects no session sends (a disconnect, expiry, the GC): out now, durable later."""
+        ...
+
+    def offload(self, job: OffLoop) -> None:
+        """Run a request's work on a worker thread; its answer goes to its connection."""
         ...

@@ -130,6 +130,8 @@ class Runtime:
             gc_every_ms=int(config.topgun_gc_interval * 1000),
             node_id=node_id or SERVER_NODE,
             search_maps=config.topgun_search,
+            vector_maps=config.topgun_vectors,
+            sql=config.topgun_sql,
         )
         self.topgun.queries.per_connection = config.topgun_queries_per_connection
         self.topgun.queries.per_map = config.topgun_queries_per_map

@@ -11,6 +11,7 @@ its ``after_commit``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -25,6 +26,8 @@ from octosync.server.ports import LiveConnection, Replicator
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.topgun.offload import MAX_RUNNING as MAX_OFFLOADED
+from octosync.topgun.offload import OffLoop
 from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, ws_frame_header
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,8 @@ class TopGunFace:
         self.replicator: Replicator | None = None
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
         self._flusher = GapFlush(self._flush, FLUSH_GAP)
+        self._offloaded = 0
+        """Off-loop TopGun requests (SQL, journal reads) running now."""
         self._deflater = FrameDeflater()
 
     def authenticate(self, token: str | None) -> ClaimGrants:
@@ -137,12 +142,41 @@ class TopGunFace:
 
     def _flush(self) -> None:
         self.apply(self.topgun.flush())
+        self.flush_soon()  # live queries or vectors left to update: another turn, later
+
+    def offload(self, job: OffLoop) -> None:
+        """Run ``job`` on a worker thread and send what it returns to its connection (at most
+        ``offload.MAX_RUNNING`` at once; beyond that the job's own "busy" answer goes now)."""
+        if self._offloaded >= MAX_OFFLOADED:
+            self._answer(job, job.busy())
+            return
+        self._offloaded += 1
+        done = asyncio.get_running_loop().run_in_executor(None, job.run)
+
+        def answer(result: asyncio.Future[list[bytes]]) -> None:
+            self._offloaded -= 1
+            try:
+                messages = result.result()
+            except Exception:
+                log.exception("an off-loop TopGun request failed")
+                messages = []
+            self._answer(job, messages)
+
+        done.add_done_callback(answer)
+
+    def _answer(self, job: OffLoop, messages: list[bytes]) -> None:
+        if messages:
+            self._deliver(job.conn, *(ws_frame(m, text=False) for m in messages))
+        if job.after is not None:
+            job.after()
 
     def apply(self, fx: Effects) -> None:
         """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``
         now, ``durable`` once ``records`` are committed."""
         self.deliver_all(fx.out)
         self.publish_map_frames(fx.frames)
+        for job in fx.offload:
+            self.offload(job)
         if fx.replicate and self.replicator is not None:
             self.replicator.replicate(0, fx.replicate, None)
         if self.writer is None or not (fx.records or fx.durable):

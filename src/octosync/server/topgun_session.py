@@ -16,14 +16,15 @@ behind a pending ack. Messages for other connections go through
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from enum import Enum
 
-from octosync.errors import Forbidden, OctosyncError, Overloaded, Unauthorized
+from octosync.errors import DecodeError, Forbidden, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.ports import TopGunPort
-from octosync.topgun import Effects, Outbound
+from octosync.topgun import Effects, Outbound, replies
 from octosync.wire import topgun as tg
 from octosync.wire.websocket import ws_frame
 
@@ -43,6 +44,13 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 _WRITES = (tg.OpBatch, tg.ClientOpMessage)
 _JOURNALED = (*_WRITES, tg.ORMapPushDiff, tg.CounterSync, tg.LockRequest, tg.Batch)
 """Messages whose effects may need the journal: refused up front while it cannot commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A request that failed to decode, and the response that tells its caller so."""
+
+    reply: tg.Message
 
 
 class TopGunSession:
@@ -66,10 +74,19 @@ class TopGunSession:
     def ready(self) -> bool:
         return self.life.state is State.OPEN
 
-    def decode(self, data: bytes) -> tg.Message:
-        return tg.decode(data, max_size=self.max_frame)
+    def decode(self, data: bytes) -> tg.Message | _Refused:
+        try:
+            return tg.decode(data, max_size=self.max_frame)
+        except DecodeError as err:  # a request with a bad field still gets its own response
+            reply = replies.refusal_of_frame(data, err) if self.ready else None
+            if reply is None:
+                raise
+            return _Refused(reply)
 
-    def handle(self, message: tg.Message) -> None:
+    def handle(self, message: tg.Message | _Refused) -> None:
+        if isinstance(message, _Refused):
+            self._reply(tg.encode(message.reply))
+            return
         if self.life.state is State.AWAIT_AUTH:
             self._authenticate(message)
             return
@@ -108,6 +125,8 @@ class TopGunSession:
 
     def _apply(self, fx: Effects) -> None:
         self._send_now(fx.out)
+        for job in fx.offload:
+            self.rt.offload(job)
         self.rt.flush_soon()
         if fx.frames:
             self.rt.publish_map_frames(fx.frames)

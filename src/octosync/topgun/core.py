@@ -58,15 +58,22 @@ from octosync.errors import (
 )
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.store.records import KIND_OP, EncodedRecord, encode_op_records, encode_record
-from octosync.topgun import durable, replies, requests
+from octosync.topgun import durable, event_journal, replies, requests, sql
+from octosync.topgun.arrivals import Arrivals
 from octosync.topgun.counters import CounterTable
+from octosync.topgun.embedding import Embedder
+from octosync.topgun.event_journal import JournalSource, JournalSubscriptions
+from octosync.topgun.hybrid import LiveHybrid, hybrid_search, vector_search
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
+from octosync.topgun.offload import OffLoop
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.topgun.query_pages import QueryPages
 from octosync.topgun.search import FullText
+from octosync.topgun.vectors import VectorIndexes
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_requests as rq
 from octosync.wire import topgun_services as sv
 from octosync.wire.topgun_requests import QuerySyncInit
 from octosync.wire.topgun_services import GcPrune, GcPrunePayload, OrMapSyncInit
@@ -130,6 +137,8 @@ class Effects:
     replicated: list[Outbound] = field(default_factory=list)
     """Sent once ``replicate`` is stored by the cluster (``REPLICATED`` acks); ``durable``
     waits for that too when ``replicate`` is not empty."""
+    offload: list[OffLoop] = field(default_factory=list)
+    """Work for a worker thread (SQL), whose answer the server sends when it is done."""
 
     def send(self, conn: int, message: tg.Message) -> None:
         self.out.append(Outbound((conn,), tg.encode(message)))
@@ -152,12 +161,17 @@ class TopGunCore:
         gc_age_ms: int | None = None,
         gc_every_ms: int = 3_600_000,
         search_maps: Collection[str] = (),
+        vector_maps: Collection[str] = (),
+        embedder: Embedder | None = None,
+        sql: bool = False,
     ) -> None:
         """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
         (without one, ``PERSISTED`` cannot be achieved and the ack says so, and lock grants
         and counters are not journaled); ``gc_age_ms``: tombstones older than this are pruned
-        by :meth:`tick` every ``gc_every_ms`` (None: never); ``search_maps``: maps with a
-        full-text index (``topgun.search``)."""
+        by :meth:`tick` every ``gc_every_ms`` (None: never); ``search_maps``, ``vector_maps``:
+        maps with a full-text (``topgun.search``) or vector index (``topgun.vectors``, text
+        embedded by ``embedder``, a deterministic hashing one by default); ``sql``: answer
+        ``SQL_QUERY`` (``topgun.sql``)."""
         self.clock = clock
         self.persistent = persistent
         self.gc_age_ms = gc_age_ms
@@ -170,7 +184,15 @@ class TopGunCore:
         self.queries = QueryTable()
         self.query_budget = QUERY_BUDGET
         self.pages = QueryPages()
-        self.search = FullText(search_maps)
+        self.search = FullText(search_maps, clock)
+        self.vectors = VectorIndexes(vector_maps, embedder)
+        self.hybrid = LiveHybrid()
+        self.sql = sql
+        self.arrivals = Arrivals(clock())
+        self.journal: JournalSource | None = None
+        """Set by a server with a journal: where ``JOURNAL_READ`` reads (off the loop)."""
+        self.journal_subs = JournalSubscriptions()
+        """Where HTTP sync clients resume, per map they follow (``topgun.arrivals``)."""
         self.map_streams = MapStreams()
         self._pending: list[tuple[int, frozenset[str], list[tg.ServerEventPayload]]] = []
         """Applied events waiting for :meth:`flush`: (writer, maps touched, events)."""
@@ -207,6 +229,8 @@ class TopGunCore:
         self.queries.disconnect(conn)
         self.pages.disconnect(conn)
         self.search.disconnect(conn)
+        self.hybrid.disconnect(conn)
+        self.journal_subs.disconnect(conn)
         self._granted(fx, self.locks.disconnect(conn, self.clock()))
         return fx
 
@@ -216,6 +240,7 @@ class TopGunCore:
         fx = Effects()
         now = self.clock()
         self._granted(fx, self.locks.expire(now))
+        fx.offload.extend(self.journal_subs.tails(self.journal, now))
         if self.gc_age_ms is not None and now >= self._next_gc:
             self._next_gc = now + self.gc_every_ms
             pruned = self.gc(now - self.gc_age_ms)
@@ -246,8 +271,9 @@ class TopGunCore:
             self.locks.resume_after(state.fencing_token)
             for name, sides in state.counters.items():
                 self.counters.restore(name, sides.positive, sides.negative)
-        names = [n for n in self.maps.store.maps() if self.search.enabled(n)]
-        self.search.rebuild((n, self.maps.live_items(n)) for n in names)
+        for index in (self.search, self.vectors):
+            names = [n for n in self.maps.store.maps() if index.enabled(n)]
+            index.rebuild((n, self.maps.live_items(n)) for n in names)
         return changed
 
     def follow_map(self, name: str) -> Snapshot | None:
@@ -300,11 +326,12 @@ class TopGunCore:
         try:
             return self._dispatch(conn, message)
         except OctosyncError as err:
-            reply = replies.refusal(message, err)
-            if reply is None:
+            answers = replies.refusals(message, err)
+            if not answers:
                 raise
             fx = Effects()
-            fx.send(conn, reply)
+            for reply in answers:
+                fx.send(conn, reply)
             return fx
 
     def _dispatch(self, conn: int, message: tg.Message) -> Effects:
@@ -342,6 +369,46 @@ class TopGunCore:
                 fx.send(conn, self.search.subscribe(conn, p, self._value_of))
             case sv.SearchUnsub(payload=p):
                 self.search.unsubscribe(conn, p.subscription_id)
+            case rq.VectorSearch(payload=p):
+                self._require_map(c, p.map_name, "read")
+                fx.send(conn, vector_search(self.vectors, p, self._value_of))
+            case rq.HybridSearch(payload=p):
+                self._require_map(c, p.map_name, "read")
+                found = hybrid_search(
+                    self.search, self.vectors, p, self._value_of, self.maps.live_items
+                )
+                fx.send(conn, found)
+            case rq.HybridSearchSub(payload=p):
+                self._require_map(c, p.map_name, "read")
+                first = self.hybrid.subscribe(
+                    conn, self.search, self.vectors, p, self._value_of, self.maps.live_items
+                )
+                fx.send(conn, first)
+            case rq.SqlQuery(payload=p):
+                if not self.sql:
+                    raise replies.disabled("SQL")
+
+                def may_read(name: str, grants: Grants = c.grants) -> bool:
+                    return not durable.is_reserved(name) and grants.may_map(name, "read")
+
+                fx.offload.append(sql.prepare(p, conn, may_read, self.maps.live_items))
+            case rq.JournalRead():
+
+                def may_see(name: str, grants: Grants = c.grants) -> bool:
+                    return grants.may_map(name, "read")
+
+                fx.offload.append(event_journal.reader(self.journal, conn, message, may_see))
+            case sv.JournalSubscribe():
+
+                def may_follow(name: str, grants: Grants = c.grants) -> bool:
+                    return grants.may_map(name, "read")
+
+                self.journal_subs.subscribe(self.journal, conn, message, may_follow)
+                fx.offload.extend(self.journal_subs.tails(self.journal, self.clock()))
+            case rq.JournalUnsubscribe(subscription_id=sub_id):
+                self.journal_subs.unsubscribe(conn, sub_id)
+            case rq.HybridSearchUnsub(payload=p):
+                self.hybrid.unsubscribe(conn, p.subscription_id)
             case tg.QueryUnsub(payload=p):
                 self.queries.unsubscribe(conn, p.query_id)
                 self.pages.forget(conn, p.query_id)
@@ -564,12 +631,24 @@ class TopGunCore:
             self._map_deltas(fx, events)
         maps = {e.map_name for e in events} if len(events) > 1 else {events[0].map_name}
         self._pending.append((sender, frozenset(maps), events))
-        if self.search.active:
+        if self.arrivals.maps:
+            for name in maps & self.arrivals.maps.keys():
+                self.arrivals.written(name, (e.key for e in events if e.map_name == name))
+        if self.search.active or self.vectors.active:
             for name in maps:
-                self.search.written(name, (e.key for e in events if e.map_name == name))
+                keys = [e.key for e in events if e.map_name == name]
+                self.search.written(name, keys)
+                self.vectors.written(name, keys)
+                self.hybrid.written(name, keys)
 
     def has_pending_events(self) -> bool:
-        return bool(self._pending) or self.queries.pending()
+        """Something for :meth:`flush`: events to send, queries or indexes still to update."""
+        return (
+            bool(self._pending)
+            or self.queries.pending()
+            or self.vectors.backlog()
+            or self.search.has_changes()
+        )
 
     def flush(self) -> Effects:
         """The events applied since the last flush, for every connection with their map open
@@ -580,9 +659,10 @@ class TopGunCore:
         socket write."""
         fx = Effects()
         self._query_changes(fx)
-        if self.search.active:
-            for target, update in self.search.flush(self._value_of):
-                fx.send(target, update)
+        if self.journal_subs.any():
+            fx.offload.extend(self.journal_subs.tails(self.journal, self.clock()))
+        if self.search.active or self.vectors.active:
+            self._flush_indexes(fx)
         chunks, self._pending = self._pending, []
         if not chunks:
             return fx
@@ -610,6 +690,19 @@ class TopGunCore:
             if sum(n for n, _ in parts):
                 fx.out.append(Outbound(tuple(targets), tg.join_event_runs(parts)))
         return fx
+
+    def _flush_indexes(self, fx: Effects) -> None:
+        """Bring the search indexes up to date with the writes since the last flush, and send
+        the live searches' changes."""
+        for target, update in self.search.flush(self._value_of):
+            fx.send(target, update)
+        self.vectors.settle(self._value_of)
+        if self.hybrid.any():
+            found = self.hybrid.flush(
+                self.search, self.vectors, self._value_of, self.maps.live_items
+            )
+            for target, change in found:
+                fx.send(target, change)
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
         """Live queries look at what was written now, within ``QUERY_BUDGET`` rows; what is
@@ -758,6 +851,8 @@ class TopGunCore:
         return (
             self.map_streams.followed(name)
             or self.search.enabled(name)
+            or self.vectors.enabled(name)
+            or name in self.arrivals.maps
             or name in self.queries.watched()
             or any(name in c.maps for c in self._conns.values())
         )

@@ -27,22 +27,14 @@ class Replies(Protocol):
 _SANDBOX = "entry processors and conflict resolvers need a code sandbox this server does not have"
 
 _UNSERVED: dict[type, str] = {
-    rq.SqlQuery: "SQL",
-    rq.VectorSearch: "vector search",
-    rq.HybridSearch: "hybrid search",
-    rq.HybridSearchSub: "live hybrid search",
     rq.HybridQuerySubscribe: "hybrid queries",
-    rq.JournalRead: "the event journal",
-    sv.JournalSubscribe: "the event journal",
     sv.PartitionMapRequest: "the partition map",
 }
 """Requests this server refuses as a feature it does not serve, by message type."""
 
 _NO_REPLY = (
     rq.ClientApplyAck,  # TopGun's tombstone frontier; octosync's GC horizon is time-based
-    rq.HybridSearchUnsub,
     rq.HybridQueryUnsubscribe,
-    rq.JournalUnsubscribe,
 )
 
 

@@ -5,8 +5,8 @@ index per map named in the server's ``topgun_search`` setting (``*`` for every m
 named answers ``FeatureDisabled`` in its ``SEARCH_RESP``. A record's text is every string in
 its value (nested ones too); its key is the document's id. The indexes are built from the maps
 at start-up, so they hold after a restart exactly what the journal holds, and follow every
-write: changed keys are re-indexed and committed once per flush (once per event-loop turn),
-or before a search that would otherwise miss them.
+write: changed keys are re-indexed at each flush and committed at most every
+:data:`COMMIT_GAP_MS`, so a write is searchable (and reaches live searches) within that gap.
 
 A live search keeps its top ``limit`` hits with ``score >= minScore``; after each flush that
 changed its map it is run again and the difference goes out as ``SEARCH_UPDATE``: ``ENTER``,
@@ -26,14 +26,20 @@ from typing import Any
 
 import msgspec
 
+from octosync import extras
 from octosync.crdt.sync_messages import NIL
-from octosync.errors import ConfigError, DecodeError, FeatureDisabled, LimitExceeded
+from octosync.errors import DecodeError, FeatureDisabled, LimitExceeded
+from octosync.topgun.live_table import LiveTable
 from octosync.wire import topgun_services as sv
 
 MAX_QUERY_CHARS = 1024
-MAX_LIMIT = 1000
+MAX_LIMIT = 100
+"""Hits per search: each one is read back, decoded and matched, about 0.06 ms apiece."""
 DEFAULT_LIMIT = 10
 MAX_LIVE_PER_CONNECTION = 64
+COMMIT_GAP_MS = 200
+"""A map's index commits at most this often: each commit is a new segment to search and
+merge, so committing at every write batch slows searches down under a write load."""
 _WRITER_HEAP = 15_000_000
 """tantivy's smallest writer arena (bytes); one writer thread per index."""
 _TOKEN = re.compile(r"\w+")
@@ -82,7 +88,10 @@ class _MapIndex:
         self.index = tantivy.Index(schema.build())
         self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         self.dirty: set[str] = set()
-        """Keys written since the last commit."""
+        """Keys written since they were last handed to the writer."""
+        self.pending = False
+        """The writer holds documents not committed yet."""
+        self.committed_at = -COMMIT_GAP_MS
 
     def put(self, key: str, value: bytes | None) -> None:
         self.writer.delete_documents_by_term("key", key)
@@ -90,14 +99,21 @@ class _MapIndex:
             body = text_of(_DEC.decode(value))
             self.writer.add_document(self.tantivy.Document(key=key, body=body))
 
-    def commit(self, values: Values, name: str) -> None:
-        if not self.dirty:
-            return
-        for key in self.dirty:
-            self.put(key, values(name, key))
-        self.dirty.clear()
+    def sync(self, values: Values, name: str, now_ms: int) -> bool:
+        """Hand the written keys to the writer, and commit when :data:`COMMIT_GAP_MS` passed
+        since the last commit; whether it committed now."""
+        if self.dirty:
+            for key in self.dirty:
+                self.put(key, values(name, key))
+            self.dirty.clear()
+            self.pending = True
+        if not self.pending or now_ms - self.committed_at < COMMIT_GAP_MS:
+            return False
         self.writer.commit()
         self.index.reload()
+        self.committed_at = now_ms
+        self.pending = False
+        return True
 
     def top(self, query: str, limit: int, min_score: float) -> tuple[list[tuple[str, float]], int]:
         """The best ``limit`` hits at or above ``min_score`` (key, score), best first, ties by
@@ -112,8 +128,10 @@ class _MapIndex:
 
 
 class FullText:
-    def __init__(self, maps: Collection[str] = ()) -> None:
-        """``maps``: the map names to index (``*``: every map)."""
+    def __init__(self, maps: Collection[str] = (), clock: Callable[[], int] = lambda: 0) -> None:
+        """``maps``: the map names to index (``*``: every map); ``clock``: milliseconds, for
+        the gap between commits."""
+        self.clock = clock
         self.every = "*" in maps
         self.names = frozenset(m for m in maps if m != "*")
         self._tantivy: Any = None
@@ -121,15 +139,10 @@ class FullText:
             try:
                 import tantivy  # optional: pip install "octosync[search]"
             except ImportError:
-                raise ConfigError(
-                    "topgun_search needs the tantivy package (pip install 'octosync[search]')",
-                    path="topgun_search",
-                ) from None
+                raise extras.missing_extra("search", "topgun_search") from None
             self._tantivy = tantivy
         self._indexes: dict[str, _MapIndex] = {}
-        self._live: dict[str, dict[tuple[int, str], _Live]] = {}
-        self._changed: dict[str, set[str]] = {}
-        """Keys changed since the last flush, per map with live searches."""
+        self._live: LiveTable[_Live] = LiveTable("live searches", MAX_LIVE_PER_CONNECTION)
 
     @property
     def active(self) -> bool:
@@ -156,6 +169,7 @@ class FullText:
                 index.put(key, value)
             index.writer.commit()
             index.index.reload()
+            index.committed_at = self.clock()
 
     def written(self, name: str, keys: Iterable[str]) -> None:
         """Keys of map ``name`` changed (applied writes, from any node)."""
@@ -163,11 +177,11 @@ class FullText:
             return
         keys = list(keys)
         self._index(name).dirty.update(keys)
-        if self._live.get(name):
-            self._changed.setdefault(name, set()).update(keys)
+        self._live.written(name, keys)
 
     def has_changes(self) -> bool:
-        return any(index.dirty for index in self._indexes.values())
+        """Written keys not committed yet (the server flushes again until they are)."""
+        return any(index.dirty or index.pending for index in self._indexes.values())
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -187,10 +201,18 @@ class FullText:
         min_score = 0.0 if options is None or options.min_score is None else options.min_score
         return _Live(0, "", query, limit, float(min_score))
 
+    def top(
+        self, name: str, query: str, limit: int, min_score: float, values: Values
+    ) -> tuple[list[tuple[str, float]], int]:
+        """The best hits of an indexed map (for hybrid search), the index brought up to date."""
+        index = self._index(name)
+        index.sync(values, name, self.clock())
+        return index.top(query, limit, min_score)
+
     def search(self, p: sv.SearchPayload, values: Values) -> sv.SearchResp:
         spec = self._checked(p.map_name, p.query, p.options)
         index = self._index(p.map_name)
-        index.commit(values, p.map_name)
+        index.sync(values, p.map_name, self.clock())
         hits, total = index.top(spec.query, spec.limit, spec.min_score)
         results = _results(p.map_name, p.query, hits, values)
         return sv.SearchResp(sv.SearchRespPayload(p.request_id, results, total))
@@ -199,39 +221,30 @@ class FullText:
         """A live search: its first results now (``SEARCH_RESP`` under the subscription id),
         its changes at each flush."""
         spec = self._checked(p.map_name, p.query, p.options)
-        subs = self._live.setdefault(p.map_name, {})
-        mine = sum(1 for subs_ in self._live.values() for c, _ in subs_ if c == conn)
-        if (conn, p.subscription_id) not in subs and mine >= MAX_LIVE_PER_CONNECTION:
-            raise LimitExceeded(
-                f"at most {MAX_LIVE_PER_CONNECTION} live searches per connection",
-                path="payload.subscriptionId",
-            )
+        spec.conn, spec.sub_id = conn, p.subscription_id
+        self._live.add(p.map_name, conn, p.subscription_id, spec)
         index = self._index(p.map_name)
-        index.commit(values, p.map_name)
+        index.sync(values, p.map_name, self.clock())
         hits, total = index.top(spec.query, spec.limit, spec.min_score)
-        spec.conn, spec.sub_id, spec.hits = conn, p.subscription_id, dict(hits)
-        subs[(conn, p.subscription_id)] = spec
+        spec.hits = dict(hits)
         results = _results(p.map_name, p.query, hits, values)
         return sv.SearchResp(sv.SearchRespPayload(p.subscription_id, results, total))
 
     def unsubscribe(self, conn: int, sub_id: str) -> None:
-        for subs in self._live.values():
-            subs.pop((conn, sub_id), None)
+        self._live.unsubscribe(conn, sub_id)
 
     def disconnect(self, conn: int) -> None:
-        for subs in self._live.values():
-            for key in [k for k in subs if k[0] == conn]:
-                del subs[key]
+        self._live.disconnect(conn)
 
     def flush(self, values: Values) -> list[tuple[int, sv.SearchUpdate]]:
-        """Commit what changed; each live search on a changed map, run again: its updates."""
-        for name, index in self._indexes.items():
-            index.commit(values, name)
-        changed, self._changed = self._changed, {}
+        """Commit what changed (at most every :data:`COMMIT_GAP_MS` per map); each live
+        search on a map just committed, run again: its updates."""
+        now = self.clock()
+        committed = [name for name, index in self._indexes.items() if index.sync(values, name, now)]
         out: list[tuple[int, sv.SearchUpdate]] = []
-        for name, keys in changed.items():
+        for name, keys in self._live.take_changed(committed).items():
             index = self._indexes[name]
-            for live in list(self._live.get(name, {}).values()):
+            for live in self._live.on(name):
                 hits, _total = index.top(live.query, live.limit, live.min_score)
                 new = dict(hits)
                 for key in live.hits.keys() - new.keys():

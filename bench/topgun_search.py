@@ -1,0 +1,292 @@
+"""TopGun search benchmark, in-process through ``TopGunCore`` (the server's own rules, no
+sockets): vector search (HNSW, usearch) against exact brute force in NumPy, full-text search
+(BM25, tantivy) against a linear scan, and how long a live search takes to follow a write.
+
+- **Vectors**: ``--vectors`` records (default 100,000) with a 64-number ``vector`` field are
+  written as client batches; then ``--queries`` VECTOR_SEARCH requests (k=10) are answered,
+  timed one by one (queries/s, p99), and recall@10 is measured against the exact top 10 by
+  cosine over the same vectors (NumPy: one matrix product per query, the peer, timed the same
+  way).
+- **Full text**: ``--docs`` records (default 20,000) of 12 words drawn from a 2,000-word
+  vocabulary; SEARCH requests for one or two words (limit 10), against a linear scan that
+  counts the query's words in every record (Python, the peer).
+- **Live search**: ``--live`` subscriptions (SEARCH_SUB, limit 10) on the full-text map; one
+  write batch of 100 records, then the flush that sends their ``SEARCH_UPDATE``s, timed.
+- **Served**: the same documents in a real server (its own process, journal on): SEARCH over
+  a socket, queries/s and p99 alone and while ``--writers`` clients keep writing (the same-run
+  baseline is the phase alone), and how long a live search takes to show a write.
+
+Usage::
+
+    python bench/topgun_search.py            # 100,000 vectors, 20,000 documents
+    python bench/topgun_search.py --quick    # 10,000 vectors, 5,000 documents
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from octosync.crdt.sync_messages import WireLWWRecord, WireTimestamp
+from octosync.server.auth import ClaimGrants
+from octosync.topgun import TopGunCore
+from octosync.topgun.search import COMMIT_GAP_MS
+from octosync.wire import topgun as tg
+from octosync.wire import topgun_requests as rq
+from octosync.wire import topgun_services as sv
+
+DIM = 64
+NOW = 1_700_000_000_000
+CLOCK = NOW + 10**9
+"""The server's clock starts here, later than every op's timestamp (no drift warnings)."""
+
+
+def clock() -> int:
+    """Milliseconds that pass (the search index commits at most every COMMIT_GAP_MS)."""
+    return CLOCK + int(time.monotonic() * 1000)
+
+
+def put(n: int, map_name: str, key: str, value: Any) -> tg.ClientOp:
+    stamp = WireTimestamp(NOW + n, 0, "bench")
+    raw = msgspec.Raw(msgspec.msgpack.encode(value))
+    return tg.ClientOp(
+        map_name=map_name, key=key, id=str(n), op_type="PUT",
+        record=WireLWWRecord(raw, stamp), timestamp=stamp,
+    )  # fmt: skip
+
+
+def write_all(core: TopGunCore, map_name: str, values: list[Any], start: int = 1) -> float:
+    """Seconds to write ``values`` as batches of 500 and flush until all is indexed."""
+    t0 = time.perf_counter()
+    for i in range(0, len(values), 500):
+        ops = [
+            put(start + j, map_name, f"k{j}", values[j])
+            for j in range(i, min(i + 500, len(values)))
+        ]
+        core.handle(1, tg.OpBatch(tg.OpBatchPayload(ops)))
+        core.flush()
+    while core.has_pending_events():
+        core.flush()
+    return time.perf_counter() - t0
+
+
+def timed(calls: list[Callable[[], Any]]) -> tuple[list[Any], list[float]]:
+    results, times = [], []
+    for call in calls:
+        t0 = time.perf_counter()
+        results.append(call())
+        times.append(time.perf_counter() - t0)
+    return results, times
+
+
+def rate(times: list[float]) -> str:
+    qps = len(times) / sum(times)
+    p99 = sorted(times)[max(0, int(len(times) * 0.99) - 1)]
+    return f"{qps:,.0f} queries/s, p99 {p99 * 1000:.2f} ms"
+
+
+def answer(core: TopGunCore, message: tg.Message) -> Any:
+    (out,) = core.handle(1, message).out
+    return tg.decode(out.data)
+
+
+def vectors(n: int, queries: int) -> None:
+    rng = np.random.default_rng(11)
+    points = rng.standard_normal((n, DIM)).astype(np.float32)
+    core = TopGunCore(clock, persistent=False, vector_maps=("vec",))
+    core.connect(1, ClaimGrants(subject="bench", everything=True))
+    took = write_all(core, "vec", [{"vector": [float(x) for x in p]} for p in points])
+    print(f"vectors: {n:,} written and indexed in {took:.1f} s")
+    asks = rng.standard_normal((queries, DIM)).astype(np.float32)
+    unit = points / np.linalg.norm(points, axis=1, keepdims=True)
+    truth, brute = timed(
+        [lambda q=q: set(np.argsort(-(unit @ (q / np.linalg.norm(q))))[:10]) for q in asks]
+    )
+    print(f"  brute force (peer):          {rate(brute)}")
+    for ef in (None, 512):
+        found, hnsw = timed([lambda q=q, ef=ef: answer(core, search(q, ef)) for q in asks])
+        hits = sum(
+            len(t & {int(r.key[1:]) for r in f.payload.results})
+            for t, f in zip(truth, found, strict=True)
+        )
+        label = "default" if ef is None else str(ef)
+        print(
+            f"  HNSW (k=10, ef {label:>7}):   {rate(hnsw)}; recall@10 {hits / (10 * queries):.3f};"
+            f" {sum(brute) / sum(hnsw):.1f}x brute force"
+        )
+
+
+def search(q: Any, ef: int | None) -> rq.VectorSearch:
+    vector = struct.pack("<64f", *q)
+    return rq.VectorSearch(rq.VectorSearchPayload("v", "vec", vector, 10, ef_search=ef))
+
+
+def full_text(n: int, queries: int, live: int) -> None:
+    rng = np.random.default_rng(12)
+    vocab = [f"w{i}" for i in range(2000)]
+    weights = 1.0 / np.arange(1, len(vocab) + 1)  # Zipf-like: a few common words
+    weights /= weights.sum()
+    docs = [" ".join(rng.choice(vocab, 12, p=weights)) for _ in range(n)]
+    core = TopGunCore(clock, persistent=False, search_maps=("txt",))
+    core.connect(1, ClaimGrants(subject="bench", everything=True))
+    took = write_all(core, "txt", [{"body": d} for d in docs])
+    print(f"full text: {n:,} documents written and indexed in {took:.1f} s")
+    words = [" ".join(rng.choice(vocab[:300], rng.integers(1, 3))) for _ in range(queries)]
+    _found, bm25 = timed(
+        [lambda w=w: answer(core, sv.Search(sv.SearchPayload("r", "txt", w))) for w in words]
+    )
+    split = [set(d.split()) for d in docs]
+
+    def scan(w: str) -> list[int]:
+        terms = w.split()
+        scored = [(sum(t in s for t in terms), i) for i, s in enumerate(split)]
+        return [i for c, i in sorted(scored, reverse=True)[:10] if c]
+
+    _, linear = timed([lambda w=w: scan(w) for w in words])
+    print(f"  BM25 (limit 10):    {rate(bm25)}")
+    print(f"  linear scan (peer): {rate(linear)}")
+    print(f"  speed BM25 / scan {sum(linear) / sum(bm25):.1f}x")
+    for i in range(live):
+        sub = sv.SearchSub(sv.SearchSubPayload(f"s{i}", "txt", vocab[i % 50]))
+        core.handle(1, sub)
+    time.sleep(COMMIT_GAP_MS / 1000)  # the index may commit at the next flush
+    batch = [{"body": " ".join(rng.choice(vocab[:50], 12))} for _ in range(100)]
+    ops = [put(n + 10 + j, "txt", f"new{j}", v) for j, v in enumerate(batch)]
+    t0 = time.perf_counter()
+    core.handle(1, tg.OpBatch(tg.OpBatchPayload(ops)))
+    fx = core.flush()
+    spent = time.perf_counter() - t0
+    updates = sum(1 for o in fx.out if tg.decode(o.data).__struct_config__.tag == "SEARCH_UPDATE")
+    print(f"  live search: {live} subscriptions follow a batch of 100 writes in "
+          f"{spent * 1000:.1f} ms ({updates} SEARCH_UPDATE)")  # fmt: skip
+
+
+async def served(docs: int, seconds: float, writers: int) -> None:
+    """Against a real server (its own process, journal on): SEARCH queries/s and p99 alone,
+    then while ``writers`` clients keep writing batches; then how long a live search takes
+    to show a write (write sent -> SEARCH_UPDATE received)."""
+    import tempfile
+    from pathlib import Path
+
+    import aiohttp
+
+    from _harness import Server
+    from hostile import topgun, write_map
+
+    rng = np.random.default_rng(13)
+    vocab = [f"w{i}" for i in range(2000)]
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = Server(Path(tmp), topgun_search=["docs"])
+        try:
+            async with aiohttp.ClientSession() as http:
+                await srv.ready(http)
+                loader = await topgun(http, srv)
+                await write_map(
+                    loader,
+                    "docs",
+                    {f"d{i}": {"body": " ".join(rng.choice(vocab, 12))} for i in range(docs)},
+                )
+                await asyncio.sleep(1.0)  # the acks and the index catch up
+                asker = await topgun(http, srv)
+                words = [" ".join(rng.choice(vocab[:300], 2)) for _ in range(100_000)]
+
+                async def searching(label: str) -> list[float]:
+                    times: list[float] = []
+                    deadline = time.perf_counter() + seconds
+                    i = 0
+                    while time.perf_counter() < deadline:
+                        ask = sv.Search(sv.SearchPayload(f"r{i}", "docs", words[i]))
+                        t0 = time.perf_counter()
+                        await asker.send_bytes(tg.encode(ask))
+                        while (
+                            tg.decode((await asker.receive()).data).__struct_config__.tag
+                            != "SEARCH_RESP"
+                        ):
+                            pass
+                        times.append(time.perf_counter() - t0)
+                        i += 1
+                    print(f"  SEARCH over a socket, {label}: {rate(times)}")
+                    return times
+
+                alone = await searching("alone")
+                stop = asyncio.Event()
+                written = [0]
+
+                async def writing(w: int) -> None:
+                    ws = await topgun(http, srv)
+                    n = 0
+                    while not stop.is_set():
+                        batch = {
+                            f"x{w}-{n + j}": {"body": " ".join(rng.choice(vocab, 12))}
+                            for j in range(100)
+                        }
+                        await write_map(ws, "docs", batch, 10_000_000 * (w + 1) + n)
+                        await ws.receive()  # its OP_ACK
+                        n += 100
+                        written[0] += 100
+                    await ws.close()
+
+                tasks = [asyncio.create_task(writing(w)) for w in range(writers)]
+                t0 = time.perf_counter()
+                loaded = await searching(f"{writers} writers writing")
+                rate_w = written[0] / (time.perf_counter() - t0)
+                stop.set()
+                await asyncio.gather(*tasks)
+                print(f"  writes meanwhile: {rate_w:,.0f} ops/s; search speed loaded / alone "
+                      f"{sum(alone) / len(alone) / (sum(loaded) / len(loaded)):.2f}")  # fmt: skip
+                watcher = await topgun(http, srv)
+                await watcher.send_bytes(
+                    tg.encode(sv.SearchSub(sv.SearchSubPayload("live", "docs", "zebra")))
+                )
+                await watcher.receive()  # its first SEARCH_RESP
+                lags = []
+                for i in range(50):
+                    t0 = time.perf_counter()
+                    await write_map(
+                        loader, "docs", {f"z{i}": {"body": f"zebra {i}"}}, 90_000_000 + i
+                    )
+                    while True:
+                        m = tg.decode((await watcher.receive()).data)
+                        if isinstance(m, sv.SearchUpdate) and m.payload.key == f"z{i}":
+                            break
+                    lags.append(time.perf_counter() - t0)
+                lags.sort()
+                median, worst = lags[len(lags) // 2] * 1000, lags[-1] * 1000
+                print(
+                    f"  live search: a write shows in SEARCH_UPDATE after {median:.1f} ms"
+                    f" (median), {worst:.1f} ms (max of {len(lags)})"
+                )
+        finally:
+            srv.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vectors", type=int, default=100_000)
+    parser.add_argument("--docs", type=int, default=20_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--live", type=int, default=50)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seconds", type=float, default=5.0, help="per served search phase")
+    parser.add_argument("--writers", type=int, default=4)
+    args = parser.parse_args()
+    if args.quick:
+        args.vectors, args.docs, args.queries, args.live = 10_000, 5_000, 50, 10
+        args.seconds = 1.5
+    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} (1 min)")
+    vectors(args.vectors, args.queries)
+    full_text(args.docs, args.queries, args.live)
+    print(f"served: {args.docs:,} documents, a server in its own process")
+    asyncio.run(served(args.docs, args.seconds, args.writers))
+
+
+if __name__ == "__main__":
+    main()
