@@ -38,10 +38,10 @@ def browser() -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def example(name: str, script: str, port: int) -> Iterator[str]:
+def example(name: str, script: str, port: int, *args: str) -> Iterator[str]:
     """The example's Python side, started with its one command; yields its first line."""
     url = f"ws://127.0.0.1:{port}/lazily"
-    command = (sys.executable, str(EXAMPLES / name / script))
+    command = (sys.executable, str(EXAMPLES / name / script), *args)
     with running("--url", url, command=command) as (proc, line):
         assert proc.poll() is None, proc.stderr and proc.stderr.read()
         yield line
@@ -88,6 +88,52 @@ def test_live_dashboard(server: int, browser: Any) -> None:
         points = page.locator("#chart polyline").get_attribute("points") or ""
         assert len(points.split()) >= 3
         page.close()
+
+
+def test_a_counter_clicked_in_two_tabs_loses_no_click(server: int, browser: Any) -> None:
+    with example("counter", "clicker.py", server, "--every", "0") as line:
+        assert line.startswith("counter at")
+        start = int(line.rsplit(": ", 1)[1].split()[0])
+        ada, bob = browser.new_page(), browser.new_page()
+        for page in (ada, bob):
+            page.goto(page_url("counter", server))
+            expect(page.locator("#status"), "synced")
+        for _ in range(25):  # both tabs click, interleaved, as fast as the browser goes
+            ada.click("#plus")
+            bob.click("#plus")
+        for page in (ada, bob):
+            expect(page.locator("#count"), str(start + 50))
+        ada.close()
+        bob.close()
+
+
+def test_a_todo_list_edited_in_two_tabs_and_by_python(server: int, browser: Any) -> None:
+    with example("todo", "helper.py", server) as line:
+        assert line.startswith("todo list ready")
+        ada, bob = browser.new_page(), browser.new_page()
+        for page in (ada, bob):
+            page.goto(page_url("todo", server))
+            expect(page.locator("#items li span"), ["try the list in two tabs"])
+        ada.fill("#text", "buy milk")
+        ada.press("#text", "Enter")
+        bob.fill("#text", "call the plumber!")
+        bob.click("#add button")
+        for page in (ada, bob):  # both edits, in the order they were made, on both tabs
+            expect(
+                page.locator("#items li span"),
+                ["try the list in two tabs", "buy milk", "call the plumber!"],
+            )
+        # the Python side finished the urgent one; ada ticks hers; bob removes the welcome
+        playwright_api.expect(ada.locator("li", has_text="plumber")).to_have_class(
+            "done", timeout=WAIT_MS
+        )
+        ada.locator("li", has_text="buy milk").locator("input").check()
+        bob.locator("li", has_text="try the list").locator("button").click()
+        for page in (ada, bob):
+            expect(page.locator("#items li.done span"), ["buy milk", "call the plumber!"])
+            expect(page.locator("#items li span"), ["buy milk", "call the plumber!"])
+        ada.close()
+        bob.close()
 
 
 def test_every_example_is_listed_and_has_both_sides() -> None:
