@@ -266,6 +266,10 @@ class Journal:
         self._shm = self.path.with_name(self.path.name + "-shm")
         self._conn = _connect(self.path, durability, readonly=readonly)
 
+    def _index_unwritable(self) -> bool:
+        """The shared-memory index exists and this process may not write it."""
+        return not self._readonly and not os.access(self._shm, os.W_OK) and self._shm.exists()
+
     @contextlib.contextmanager
     def _held(self) -> Iterator[None]:
         """The connection, for one thread at a time, once the shared-memory index is
@@ -274,7 +278,7 @@ class Journal:
         error but SIGBUS, which kills the process. Checked before every use, so an
         unwritable file is a ``StorageError`` (the writer then refuses writes and retries)."""
         with self._lock:
-            if not self._readonly and not os.access(self._shm, os.W_OK) and self._shm.exists():
+            if self._index_unwritable():
                 raise StorageError(
                     "the journal's shared-memory index is not writable", path=str(self._shm)
                 )
@@ -534,7 +538,7 @@ class Journal:
 
     def close(self) -> None:
         with self._lock:
-            if not self._readonly and not os.access(self._shm, os.W_OK) and self._shm.exists():
+            if self._index_unwritable():
                 _skip_checkpoint_on_close(self._conn)  # closing would write into the index
             self._conn.close()
 
