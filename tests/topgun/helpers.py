@@ -10,6 +10,7 @@ from octosync.crdt.sync_messages import NIL, WireLWWRecord, WireTimestamp
 from octosync.server.auth import ClaimGrants
 from octosync.topgun import Effects, TopGunCore
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_services as sv
 
 ALL = ClaimGrants(subject="all", everything=True)
 
@@ -69,3 +70,13 @@ def after_commit(fx: Effects, conn: int) -> list[tg.Message]:
 
 def core(*, persistent: bool = True, clock: Clock | None = None) -> TopGunCore:
     return TopGunCore(clock or Clock(), persistent=persistent)
+
+
+def follow(view: dict[str, float], messages: list[tg.Message]) -> None:
+    """Apply a live search's ``SEARCH_UPDATE``s to a client's view (key -> score)."""
+    for m in messages:
+        assert isinstance(m, sv.SearchUpdate)
+        if m.payload.change_type == "LEAVE":
+            del view[m.payload.key]
+        else:
+            view[m.payload.key] = m.payload.score

@@ -17,7 +17,7 @@ from octosync.topgun import TopGunCore
 from octosync.topgun.search import COMMIT_GAP_MS, MAX_QUERY_CHARS, text_of, tokens
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_services as sv
-from tests.topgun.helpers import ALL, Clock, batch, put, sent
+from tests.topgun.helpers import ALL, Clock, batch, follow, put, sent
 
 pytest.importorskip("tantivy")
 
@@ -43,6 +43,11 @@ def write(c: TopGunCore, docs: dict[str, Any], first_id: int = 1) -> list[Encode
         put(str(first_id + i), k, v, 100 + first_id + i) for i, (k, v) in enumerate(docs.items())
     ]
     return c.handle(1, batch(*ops)).records
+
+
+def behind(c: TopGunCore) -> bool:
+    """Some write is not searchable yet (the index watermark is below the last write)."""
+    return c.index_feed.indexed < c.index_feed.written
 
 
 def search(c: TopGunCore, text: str, **options: Any) -> sv.SearchRespPayload:
@@ -171,16 +176,11 @@ class LiveSearchMachine(RuleBasedStateMachine):
     def flush(self) -> None:
         assert isinstance(self.core.clock, Clock)
         self.core.clock.now += COMMIT_GAP_MS
-        for m in sent(self.core.flush(), 2):
-            assert isinstance(m, sv.SearchUpdate)
-            if m.payload.change_type == "LEAVE":
-                del self.view[m.payload.key]
-            else:
-                self.view[m.payload.key] = m.payload.score
+        follow(self.view, sent(self.core.flush(), 2))
 
     @invariant()
     def view_is_a_fresh_search_after_a_flush(self) -> None:
-        if self.core.search.has_changes():
+        if behind(self.core):
             return
         fresh = search(self.core, "python", limit=3)
         assert self.view == {r.key: r.score for r in fresh.results}
@@ -202,11 +202,11 @@ def test_commits_are_spaced_and_a_flush_commits_once_the_gap_passed() -> None:
     assert [r.key for r in search(c, "python").results] == ["a"]  # the first commit
     write(c, {"b": {"t": "python"}}, first_id=2)
     c.flush()
-    assert c.search.has_changes()  # within the gap: not committed, the server flushes again
+    assert behind(c)  # within the gap: not committed, the server flushes again
     assert c.has_pending_events()
     assert [r.key for r in search(c, "python").results] == ["a"]
     assert isinstance(c.clock, Clock)
     c.clock.now += COMMIT_GAP_MS
     c.flush()
-    assert not c.search.has_changes()
+    assert not behind(c)
     assert sorted(r.key for r in search(c, "python").results) == ["a", "b"]

@@ -16,7 +16,8 @@ from octosync.crdt.op import OpRecord
 from octosync.store.records import KIND_OP, EncodedRecord, decode_record
 from octosync.topgun import TopGunCore
 from octosync.topgun.embedding import HashingEmbedder
-from octosync.topgun.vectors import SETTLE_PER_TURN, record_vector
+from octosync.topgun.search import COMMIT_GAP_MS
+from octosync.topgun.vectors import record_vector
 from octosync.wire import topgun_requests as rq
 from tests.topgun.helpers import ALL, Clock, batch, put, sent
 
@@ -35,7 +36,7 @@ def indexed(records: list[EncodedRecord] | None = None) -> TopGunCore:
 
 
 def fill(c: TopGunCore, docs: dict[str, Any]) -> list[EncodedRecord]:
-    """Write ``docs`` and flush until every vector is indexed (a flush indexes a bounded
+    """Write ``docs`` and flush until every vector is indexed (a flush takes in a bounded
     number of them)."""
     ops = [put(str(i), k, v, 100 + i, map_name="docs") for i, (k, v) in enumerate(docs.items(), 1)]
     records = c.handle(1, batch(*ops)).records
@@ -43,7 +44,7 @@ def fill(c: TopGunCore, docs: dict[str, Any]) -> list[EncodedRecord]:
     while c.has_pending_events():
         c.flush()
         flushes += 1
-    assert flushes <= len(docs) // SETTLE_PER_TURN + 1
+    assert flushes <= len(docs) // c.index_feed.max_batch + 1
     return records
 
 
@@ -122,15 +123,18 @@ def test_bounds_and_a_wrong_dimension_are_refused_in_the_response() -> None:
         assert got.results == []
 
 
-def test_a_flush_indexes_a_bounded_number_of_written_vectors() -> None:
+def test_a_flush_takes_in_a_bounded_batch_of_written_vectors() -> None:
     c = indexed()
-    n = 2 * SETTLE_PER_TURN + 10
+    c.index_feed.max_batch = 50
+    n = 2 * c.index_feed.max_batch + 10
     ops = [put(str(i), f"k{i}", {"t": f"word{i}"}, 100 + i, map_name="docs") for i in range(1, n)]
     c.handle(1, batch(*ops))
     c.flush()
     assert c.has_pending_events()  # the rest waits for the next turns
     first = nearest(c, HashingEmbedder(DIM).embed("word1") or [], 1).total_candidates
-    assert SETTLE_PER_TURN <= first <= 2 * SETTLE_PER_TURN  # the search settled one more chunk
+    assert first == 2 * c.index_feed.max_batch  # the search took in one more batch first
     while c.has_pending_events():
+        assert isinstance(c.clock, Clock)
+        c.clock.now += COMMIT_GAP_MS  # the last batches wait for the full-text commit
         c.flush()
     assert nearest(c, HashingEmbedder(DIM).embed("word1") or [], 1).total_candidates == n - 1

@@ -88,6 +88,10 @@ class ServerConfig:
     topgun_search: tuple[str, ...] = ()
     """TopGun maps with a full-text index (``SEARCH``, ``SEARCH_SUB``); ``*``: every map.
     Needs the ``search`` extra (tantivy)."""
+    topgun_index_inline: bool = False
+    """Index TopGun writes for search on the event loop, as each flush happens, instead of on
+    the indexer thread (a benchmark's baseline: searches and every connection then wait for
+    tokenizing, embedding and commits)."""
     topgun_sql: bool = False
     """Answer TopGun's ``SQL_QUERY`` (read-only, bounded; needs the ``sql`` extra, DuckDB)."""
     topgun_vectors: tuple[str, ...] = ()
@@ -461,6 +465,12 @@ SECTIONS: dict[str, dict[str, Key]] = {
             _map_names("topgun_search"),
             doc="Maps indexed for full-text search on `/topgun` (needs the `search` extra).",
             field="topgun_search",
+        ),
+        "topgun_index_inline": _set(
+            "topgun_index_inline",
+            bool,
+            doc="Index `/topgun` writes for search on the event loop, not the indexer thread "
+            "(a benchmark baseline).",
         ),
         "topgun_sql": _set(
             "topgun_sql",

@@ -103,6 +103,20 @@ class RuntimeCollector(Collector):
         for bound, count in counters.loop_stalls.items():
             lag.add_metric([f"{bound * 1000:g}ms"], count)
         yield lag
+        feed = rt.topgun.index_feed
+        yield CounterMetricFamily(
+            "octosync_topgun_index_written",
+            "TopGun writes handed to the search indexes (numbered in order)",
+            feed.written,
+        )
+        yield GaugeMetricFamily(
+            "octosync_topgun_index_watermark",
+            "TopGun writes searchable: every one numbered up to this (or a later write of its key)",
+            feed.indexed,
+        )
+        yield GaugeMetricFamily(
+            "octosync_topgun_index_waiting", "Keys waiting for the search indexer", len(feed)
+        )
         if rt.cluster is not None:
             yield from cluster_metrics(rt.cluster)
         replicator = rt.topgun_face.replicator

@@ -132,6 +132,7 @@ class Runtime:
             search_maps=config.topgun_search,
             vector_maps=config.topgun_vectors,
             sql=config.topgun_sql,
+            index_inline=config.topgun_index_inline,
         )
         self.topgun.queries.per_connection = config.topgun_queries_per_connection
         self.topgun.queries.per_map = config.topgun_queries_per_map
@@ -383,3 +384,4 @@ class Runtime:
             if not link.transport.is_closing():
                 link.abort()
         self.blobs.close()
+        self.topgun_face.close()

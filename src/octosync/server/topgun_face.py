@@ -7,6 +7,12 @@ for all of them (``server_no_context_takeover``: each compressed message stands 
 face implements ``server.ports.TopGunPort`` for its sessions and ``links.cluster_maps.MapsHost``
 for the cluster's maps link; it writes through the runtime's ``deliver`` and journals through
 its ``after_commit``.
+
+Search indexing runs on the face's indexer thread: written keys wait in the core's index feed
+(coalesced per key), and one batch at a time, at most once per commit gap, goes to
+``TopGunCore.indexer`` on that thread; its answer comes back to the loop, which publishes the
+commit (searches read it from then on), moves the index watermark and sends the live
+searches' updates. The loop never waits for tokenizing, embedding or a commit.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from octosync.errors import OctosyncError
 from octosync.hub import Hub
@@ -26,6 +33,8 @@ from octosync.server.ports import LiveConnection, Replicator
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.topgun.index_feed import IndexBatch
+from octosync.topgun.indexer import Indexed
 from octosync.topgun.offload import MAX_RUNNING as MAX_OFFLOADED
 from octosync.topgun.offload import OffLoop
 from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, ws_frame_header
@@ -79,6 +88,10 @@ class TopGunFace:
         self._offloaded = 0
         """Off-loop TopGun requests (SQL, journal reads) running now."""
         self._deflater = FrameDeflater()
+        self._index_pool: ThreadPoolExecutor | None = None
+        """The indexer thread (started with the first batch)."""
+        self._indexing = False
+        self._index_timer: asyncio.TimerHandle | None = None
 
     def authenticate(self, token: str | None) -> ClaimGrants:
         return authenticate(token, self._auth)
@@ -137,8 +150,57 @@ class TopGunFace:
         turn, or, when the last fan-out went out less than ``FLUSH_GAP`` ago, once that
         gap has passed. An idle server sends an event at once; a busy one sends fewer, larger
         messages (each fan-out costs a write per subscriber, whatever it carries)."""
+        self.index_soon()
         if self.topgun.has_pending_events():
             self._flusher.soon()
+
+    def index_soon(self) -> None:
+        """Hand the next batch of written keys to the indexer thread: now when it is due, else
+        once the commit gap has passed (one batch at a time)."""
+        if self._indexing:
+            return
+        core = self.topgun
+        wait = core.index_due_in()
+        if wait is None:
+            return
+        loop = asyncio.get_running_loop()
+        if wait > 0:
+            if self._index_timer is None:
+                self._index_timer = loop.call_later(wait / 1000, self._index_due)
+            return
+        batch = core.take_index_batch()
+        if batch is None:
+            return
+        if self._index_pool is None:
+            self._index_pool = ThreadPoolExecutor(1, thread_name_prefix="octosync-indexer")
+        self._indexing = True
+        done = self._index_pool.submit(core.indexer.run, batch, True)
+        done.add_done_callback(lambda fut: loop.call_soon_threadsafe(self._indexed, batch, fut))
+
+    def _index_due(self) -> None:
+        self._index_timer = None
+        self.index_soon()
+
+    def _indexed(self, batch: IndexBatch, done: Future[Indexed]) -> None:
+        """The indexer thread's step is over (on the loop)."""
+        self._indexing = False
+        try:
+            result = done.result()
+        except Exception:
+            log.exception("indexing TopGun writes failed; their keys are indexed again")
+            self.topgun.index_failed(batch)
+        else:
+            self.apply(self.topgun.indexed(result))
+        self.index_soon()
+
+    def close(self) -> None:
+        """Stop the indexer thread (after the batch it may be indexing)."""
+        if self._index_timer is not None:
+            self._index_timer.cancel()
+            self._index_timer = None
+        if self._index_pool is not None:
+            self._index_pool.shutdown(wait=True, cancel_futures=True)
+            self._index_pool = None
 
     def _flush(self) -> None:
         self.apply(self.topgun.flush())

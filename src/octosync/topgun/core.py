@@ -64,13 +64,15 @@ from octosync.topgun.counters import CounterTable
 from octosync.topgun.embedding import Embedder
 from octosync.topgun.event_journal import JournalSource, JournalSubscriptions
 from octosync.topgun.hybrid import LiveHybrid, hybrid_search, vector_search
+from octosync.topgun.index_feed import IndexBatch, IndexFeed
+from octosync.topgun.indexer import Indexed, Indexer
 from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
 from octosync.topgun.offload import OffLoop
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.topgun.query_pages import QueryPages
-from octosync.topgun.search import FullText
+from octosync.topgun.search import COMMIT_GAP_MS, FullText
 from octosync.topgun.vectors import VectorIndexes
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
@@ -164,6 +166,8 @@ class TopGunCore:
         vector_maps: Collection[str] = (),
         embedder: Embedder | None = None,
         sql: bool = False,
+        index_inline: bool = True,
+        commit_gap_ms: int = COMMIT_GAP_MS,
     ) -> None:
         """``clock``: wall-clock milliseconds; ``persistent``: a journal commits the records
         (without one, ``PERSISTED`` cannot be achieved and the ack says so, and lock grants
@@ -171,7 +175,10 @@ class TopGunCore:
         by :meth:`tick` every ``gc_every_ms`` (None: never); ``search_maps``, ``vector_maps``:
         maps with a full-text (``topgun.search``) or vector index (``topgun.vectors``, text
         embedded by ``embedder``, a deterministic hashing one by default); ``sql``: answer
-        ``SQL_QUERY`` (``topgun.sql``)."""
+        ``SQL_QUERY`` (``topgun.sql``); ``index_inline``: the indexes take in writes at each
+        flush and before each search, on the caller's thread (a bare core); without it the
+        server runs :attr:`indexer` on a thread of its own (:meth:`take_index_batch`,
+        :meth:`indexed`); either way they commit at most every ``commit_gap_ms``."""
         self.clock = clock
         self.persistent = persistent
         self.gc_age_ms = gc_age_ms
@@ -184,9 +191,16 @@ class TopGunCore:
         self.queries = QueryTable()
         self.query_budget = QUERY_BUDGET
         self.pages = QueryPages()
-        self.search = FullText(search_maps, clock)
+        self.search = FullText(search_maps)
         self.vectors = VectorIndexes(vector_maps, embedder)
         self.hybrid = LiveHybrid()
+        self.index_feed = IndexFeed()
+        """Written keys the indexes have still to take in, and the index watermark."""
+        self.indexer = Indexer(self.search, self.vectors)
+        self.index_inline = index_inline
+        self.commit_gap_ms = commit_gap_ms
+        self._index_at = -commit_gap_ms
+        """When the indexes last committed (inline) or the indexer last took a batch."""
         self.sql = sql
         self.arrivals = Arrivals(clock())
         self.journal: JournalSource | None = None
@@ -363,23 +377,28 @@ class TopGunCore:
                     fx.send(conn, resp)
             case sv.Search(payload=p):
                 self._require_map(c, p.map_name, "read")
+                self._index_inline(fx)
                 fx.send(conn, self.search.search(p, self._value_of))
             case sv.SearchSub(payload=p):
                 self._require_map(c, p.map_name, "read")
+                self._index_inline(fx)
                 fx.send(conn, self.search.subscribe(conn, p, self._value_of))
             case sv.SearchUnsub(payload=p):
                 self.search.unsubscribe(conn, p.subscription_id)
             case rq.VectorSearch(payload=p):
                 self._require_map(c, p.map_name, "read")
+                self._index_inline(fx)
                 fx.send(conn, vector_search(self.vectors, p, self._value_of))
             case rq.HybridSearch(payload=p):
                 self._require_map(c, p.map_name, "read")
+                self._index_inline(fx)
                 found = hybrid_search(
                     self.search, self.vectors, p, self._value_of, self.maps.live_items
                 )
                 fx.send(conn, found)
             case rq.HybridSearchSub(payload=p):
                 self._require_map(c, p.map_name, "read")
+                self._index_inline(fx)
                 first = self.hybrid.subscribe(
                     conn, self.search, self.vectors, p, self._value_of, self.maps.live_items
                 )
@@ -635,19 +654,30 @@ class TopGunCore:
             for name in maps & self.arrivals.maps.keys():
                 self.arrivals.written(name, (e.key for e in events if e.map_name == name))
         if self.search.active or self.vectors.active:
-            for name in maps:
-                keys = [e.key for e in events if e.map_name == name]
-                self.search.written(name, keys)
-                self.vectors.written(name, keys)
-                self.hybrid.written(name, keys)
+            self._feed_indexes(maps, events)
+
+    def _feed_indexes(self, maps: Collection[str], events: list[tg.ServerEventPayload]) -> None:
+        """Written keys of indexed maps, with their values now, into the index feed."""
+        feed, fulltext, vectors = self.index_feed, self.search, self.vectors
+        for name in maps:
+            text, vec = fulltext.enabled(name), vectors.enabled(name)
+            if not (text or vec):
+                continue
+            if text:
+                fulltext.ensure(name)
+            if vec:
+                vectors.ensure(name)
+            keys = list(dict.fromkeys(e.key for e in events if e.map_name == name))
+            for key in keys:
+                feed.put(name, key, self._value_of(name, key))
+            self.hybrid.written(name, keys)  # its exact method reads the map as it is now
 
     def has_pending_events(self) -> bool:
         """Something for :meth:`flush`: events to send, queries or indexes still to update."""
         return (
             bool(self._pending)
             or self.queries.pending()
-            or self.vectors.backlog()
-            or self.search.has_changes()
+            or (self.index_inline and (len(self.index_feed) > 0 or self.indexer.uncommitted))
         )
 
     def flush(self) -> Effects:
@@ -661,8 +691,8 @@ class TopGunCore:
         self._query_changes(fx)
         if self.journal_subs.any():
             fx.offload.extend(self.journal_subs.tails(self.journal, self.clock()))
-        if self.search.active or self.vectors.active:
-            self._flush_indexes(fx)
+        self._index_inline(fx)
+        self._hybrid_changes(fx)
         chunks, self._pending = self._pending, []
         if not chunks:
             return fx
@@ -691,12 +721,74 @@ class TopGunCore:
                 fx.out.append(Outbound(tuple(targets), tg.join_event_runs(parts)))
         return fx
 
-    def _flush_indexes(self, fx: Effects) -> None:
-        """Bring the search indexes up to date with the writes since the last flush, and send
-        the live searches' changes."""
-        for target, update in self.search.flush(self._value_of):
+    # -- indexes ----------------------------------------------------------------------------
+
+    def _index_inline(self, fx: Effects) -> None:
+        """A bare core's indexing step (flushes, and before each search): the written keys
+        into the indexes, committed when ``commit_gap_ms`` passed since the last commit."""
+        if not self.index_inline:
+            return
+        batch = self.index_feed.take()
+        now = self.clock()
+        commit = now - self._index_at >= self.commit_gap_ms
+        if batch is None and not (commit and self.indexer.uncommitted):
+            return
+        done = self.indexer.run(batch, commit)
+        if commit:
+            self._index_at = now
+        self._indexed(fx, done)
+
+    def index_due_in(self) -> int | None:
+        """Milliseconds until the indexer thread may take the next batch (0: now); None when
+        nothing waits or a batch is being indexed (never for an inline core)."""
+        feed = self.index_feed
+        if self.index_inline or feed.in_flight or len(feed) == 0:
+            return None
+        return max(0, self._index_at + self.commit_gap_ms - self.clock())
+
+    def take_index_batch(self) -> IndexBatch | None:
+        """The next batch for the indexer thread (to run as ``indexer.run(batch, True)``),
+        None unless :meth:`index_due_in` is 0."""
+        if self.index_due_in() != 0:
+            return None
+        self._index_at = self.clock()
+        return self.index_feed.take()
+
+    def indexed(self, done: Indexed) -> Effects:
+        """The indexer thread's step is over (on the loop): its commit is published, the
+        watermark moves, and live searches on the maps it changed get their updates."""
+        fx = Effects()
+        self._indexed(fx, done)
+        return fx
+
+    def index_failed(self, batch: IndexBatch) -> None:
+        """The indexer thread could not index ``batch``: its keys wait to be taken again."""
+        self.index_feed.failed(batch)
+
+    def _indexed(self, fx: Effects, done: Indexed) -> None:
+        if done.batch is not None:
+            self.index_feed.done(done.batch)
+        if not done.committed:
+            return
+        self.search.publish(done.searchers)
+        self.index_feed.published()
+        changed = done.changed
+
+        def values(name: str, key: str) -> bytes | None:
+            """The value a key was indexed under (what its score was computed from)."""
+            rows = changed.get(name)
+            if rows is not None and key in rows:
+                return rows[key]
+            return self._value_of(name, key)
+
+        for target, update in self.search.live_changes(changed, values):
             fx.send(target, update)
-        self.vectors.settle(self._value_of)
+        for name, keys in changed.items():
+            self.hybrid.written(name, keys)
+        self._hybrid_changes(fx)
+
+    def _hybrid_changes(self, fx: Effects) -> None:
+        """Live hybrid searches on maps written (or indexes committed) since, run again."""
         if self.hybrid.any():
             found = self.hybrid.flush(
                 self.search, self.vectors, self._value_of, self.maps.live_items

@@ -56,7 +56,7 @@ def vector_search(
     raw = rq.vector_bytes(p.query_vector, "payload.queryVector")
     vector = query_vector(raw, vectors.embedder.dim, "payload.queryVector")
     ef = None if p.ef_search is None else int(p.ef_search)
-    hits, size = vectors.nearest(p.map_name, vector, int(p.k), ef, values)
+    hits, size = vectors.nearest(p.map_name, vector, int(p.k), ef)
     opts = p.options or rq.VectorSearchOptions()
     if opts.min_score is not None:
         hits = [(k, s) for k, s in hits if s >= opts.min_score]
@@ -124,7 +124,7 @@ def hybrid(
                 )
             else:
                 vector = vectors.embedder.embed(q.query_text)
-            hits = [] if vector is None else vectors.nearest(name, vector, depth, None, values)[0]
+            hits = [] if vector is None else vectors.nearest(name, vector, depth, None)[0]
         else:
             hits = _exact(name, q.query_text, predicate, items)[:depth]
         if predicate is not None and method != "exact":

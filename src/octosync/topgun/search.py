@@ -5,10 +5,12 @@ index per map named in the server's ``topgun_search`` setting (``*`` for every m
 named answers ``FeatureDisabled`` in its ``SEARCH_RESP``. A record's text is every string in
 its value (nested ones too); its key is the document's id. The indexes are built from the maps
 at start-up, so they hold after a restart exactly what the journal holds, and follow every
-write: changed keys are re-indexed at each flush and committed at most every
-:data:`COMMIT_GAP_MS`, so a write is searchable (and reaches live searches) within that gap.
+write through the indexer (``topgun.indexer``): written keys are put into a map's writer and
+committed at most every :data:`COMMIT_GAP_MS`, on the server's indexer thread. Searches read
+the searcher of the last commit the loop was told of: a consistent view, which the index
+watermark (``topgun.index_feed``) describes.
 
-A live search keeps its top ``limit`` hits with ``score >= minScore``; after each flush that
+A live search keeps its top ``limit`` hits with ``score >= minScore``; after each commit that
 changed its map it is run again and the difference goes out as ``SEARCH_UPDATE``: ``ENTER``,
 ``UPDATE`` (a changed value or score) and ``LEAVE``. Work per request is bounded: the query's
 length, ``limit`` (top-k only, never the whole map), and the live searches per connection.
@@ -38,8 +40,8 @@ MAX_LIMIT = 100
 DEFAULT_LIMIT = 10
 MAX_LIVE_PER_CONNECTION = 64
 COMMIT_GAP_MS = 200
-"""A map's index commits at most this often: each commit is a new segment to search and
-merge, so committing at every write batch slows searches down under a write load."""
+"""The indexes commit at most this often: each commit is a new segment to search and merge,
+so committing at every write batch slows searches down under a write load."""
 _WRITER_HEAP = 15_000_000
 """tantivy's smallest writer arena (bytes); one writer thread per index."""
 _TOKEN = re.compile(r"\w+")
@@ -80,6 +82,9 @@ class _Live:
 
 
 class _MapIndex:
+    """One map's index: written and committed by the indexer (one thread at a time), read
+    through the searcher it last published (a consistent view, never a half-written one)."""
+
     def __init__(self, tantivy: Any) -> None:
         schema = tantivy.SchemaBuilder()
         schema.add_text_field("key", stored=True, tokenizer_name="raw")
@@ -87,11 +92,8 @@ class _MapIndex:
         self.tantivy = tantivy
         self.index = tantivy.Index(schema.build())
         self.writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-        self.dirty: set[str] = set()
-        """Keys written since they were last handed to the writer."""
-        self.pending = False
-        """The writer holds documents not committed yet."""
-        self.committed_at = -COMMIT_GAP_MS
+        self.searcher: Any = self.index.searcher()
+        """What searches read: the last commit the loop was told of (:meth:`FullText.publish`)."""
 
     def put(self, key: str, value: bytes | None) -> None:
         self.writer.delete_documents_by_term("key", key)
@@ -99,27 +101,17 @@ class _MapIndex:
             body = text_of(_DEC.decode(value))
             self.writer.add_document(self.tantivy.Document(key=key, body=body))
 
-    def sync(self, values: Values, name: str, now_ms: int) -> bool:
-        """Hand the written keys to the writer, and commit when :data:`COMMIT_GAP_MS` passed
-        since the last commit; whether it committed now."""
-        if self.dirty:
-            for key in self.dirty:
-                self.put(key, values(name, key))
-            self.dirty.clear()
-            self.pending = True
-        if not self.pending or now_ms - self.committed_at < COMMIT_GAP_MS:
-            return False
+    def commit(self) -> Any:
+        """Make what was put searchable: the new searcher (for :meth:`FullText.publish`)."""
         self.writer.commit()
         self.index.reload()
-        self.committed_at = now_ms
-        self.pending = False
-        return True
+        return self.index.searcher()
 
     def top(self, query: str, limit: int, min_score: float) -> tuple[list[tuple[str, float]], int]:
         """The best ``limit`` hits at or above ``min_score`` (key, score), best first, ties by
         key; and how many documents match at all."""
         parsed, _errors = self.index.parse_query_lenient(query, ["body"])
-        searcher = self.index.searcher()
+        searcher = self.searcher
         found = searcher.search(parsed, limit, count=True)
         hits = [(searcher.doc(addr)["key"][0], float(score)) for score, addr in found.hits]
         hits = [(k, s) for k, s in hits if s >= min_score]
@@ -128,10 +120,8 @@ class _MapIndex:
 
 
 class FullText:
-    def __init__(self, maps: Collection[str] = (), clock: Callable[[], int] = lambda: 0) -> None:
-        """``maps``: the map names to index (``*``: every map); ``clock``: milliseconds, for
-        the gap between commits."""
-        self.clock = clock
+    def __init__(self, maps: Collection[str] = ()) -> None:
+        """``maps``: the map names to index (``*``: every map)."""
         self.every = "*" in maps
         self.names = frozenset(m for m in maps if m != "*")
         self._tantivy: Any = None
@@ -152,11 +142,14 @@ class FullText:
     def enabled(self, name: str) -> bool:
         return self.every or name in self.names
 
+    def ensure(self, name: str) -> None:
+        """Create the index of map ``name`` (on the loop, before the indexer writes to it)."""
+        if name not in self._indexes:
+            self._indexes[name] = _MapIndex(self._tantivy)
+
     def _index(self, name: str) -> _MapIndex:
-        index = self._indexes.get(name)
-        if index is None:
-            index = self._indexes[name] = _MapIndex(self._tantivy)
-        return index
+        self.ensure(name)
+        return self._indexes[name]
 
     def rebuild(self, maps: Iterable[tuple[str, Mapping[str, bytes]]]) -> None:
         """Index maps from their live values (start-up, after the journal is loaded)."""
@@ -167,21 +160,26 @@ class FullText:
             index.writer.delete_all_documents()
             for key, value in items.items():
                 index.put(key, value)
-            index.writer.commit()
-            index.index.reload()
-            index.committed_at = self.clock()
+            index.searcher = index.commit()
 
-    def written(self, name: str, keys: Iterable[str]) -> None:
-        """Keys of map ``name`` changed (applied writes, from any node)."""
-        if not self.enabled(name):
-            return
-        keys = list(keys)
-        self._index(name).dirty.update(keys)
-        self._live.written(name, keys)
+    # -- the indexer's side (one thread at a time) ------------------------------------------
 
-    def has_changes(self) -> bool:
-        """Written keys not committed yet (the server flushes again until they are)."""
-        return any(index.dirty or index.pending for index in self._indexes.values())
+    def write(self, name: str, rows: Iterable[tuple[str, bytes | None]]) -> None:
+        """Put written keys into map ``name``'s writer (searchable once committed)."""
+        index = self._indexes[name]
+        for key, value in rows:
+            index.put(key, value)
+
+    def commit(self, names: Iterable[str]) -> dict[str, Any]:
+        """Commit these maps' writers: each map's new searcher."""
+        return {name: self._indexes[name].commit() for name in names if name in self._indexes}
+
+    # -- the loop's side --------------------------------------------------------------------
+
+    def publish(self, searchers: Mapping[str, Any]) -> None:
+        """Searches read these commits from now on."""
+        for name, searcher in searchers.items():
+            self._indexes[name].searcher = searcher
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -204,16 +202,12 @@ class FullText:
     def top(
         self, name: str, query: str, limit: int, min_score: float, values: Values
     ) -> tuple[list[tuple[str, float]], int]:
-        """The best hits of an indexed map (for hybrid search), the index brought up to date."""
-        index = self._index(name)
-        index.sync(values, name, self.clock())
-        return index.top(query, limit, min_score)
+        """The best hits of an indexed map (for hybrid search), as of its last commit."""
+        return self._index(name).top(query, limit, min_score)
 
     def search(self, p: sv.SearchPayload, values: Values) -> sv.SearchResp:
         spec = self._checked(p.map_name, p.query, p.options)
-        index = self._index(p.map_name)
-        index.sync(values, p.map_name, self.clock())
-        hits, total = index.top(spec.query, spec.limit, spec.min_score)
+        hits, total = self._index(p.map_name).top(spec.query, spec.limit, spec.min_score)
         results = _results(p.map_name, p.query, hits, values)
         return sv.SearchResp(sv.SearchRespPayload(p.request_id, results, total))
 
@@ -223,9 +217,7 @@ class FullText:
         spec = self._checked(p.map_name, p.query, p.options)
         spec.conn, spec.sub_id = conn, p.subscription_id
         self._live.add(p.map_name, conn, p.subscription_id, spec)
-        index = self._index(p.map_name)
-        index.sync(values, p.map_name, self.clock())
-        hits, total = index.top(spec.query, spec.limit, spec.min_score)
+        hits, total = self._index(p.map_name).top(spec.query, spec.limit, spec.min_score)
         spec.hits = dict(hits)
         results = _results(p.map_name, p.query, hits, values)
         return sv.SearchResp(sv.SearchRespPayload(p.subscription_id, results, total))
@@ -236,14 +228,16 @@ class FullText:
     def disconnect(self, conn: int) -> None:
         self._live.disconnect(conn)
 
-    def flush(self, values: Values) -> list[tuple[int, sv.SearchUpdate]]:
-        """Commit what changed (at most every :data:`COMMIT_GAP_MS` per map); each live
-        search on a map just committed, run again: its updates."""
-        now = self.clock()
-        committed = [name for name, index in self._indexes.items() if index.sync(values, name, now)]
+    def live_changes(
+        self, changed: Mapping[str, Collection[str]], values: Values
+    ) -> list[tuple[int, sv.SearchUpdate]]:
+        """Maps just committed (with the keys the commit changed): each live search on them,
+        run again against the new commit; its updates, in order."""
         out: list[tuple[int, sv.SearchUpdate]] = []
-        for name, keys in self._live.take_changed(committed).items():
-            index = self._indexes[name]
+        for name, keys in changed.items():
+            index = self._indexes.get(name)
+            if index is None:
+                continue
             for live in self._live.on(name):
                 hits, _total = index.top(live.query, live.limit, live.min_score)
                 new = dict(hits)

@@ -4,17 +4,18 @@ One in-memory index per map named in the server's ``topgun_vectors`` setting (``
 map), cosine similarity. A record's vector is its top-level ``vector`` field when that holds
 ``dim`` numbers (or ``dim`` little-endian float32s as bytes), else the embedding of its text
 (every string in the value) by the server's :class:`~octosync.topgun.embedding.Embedder`;
-a record with neither is not in the index. Like the full-text indexes, these follow every
-write (re-indexed at each flush and before a search) and are rebuilt from the maps at
-start-up; a burst of writes is indexed :data:`SETTLE_PER_TURN` keys per map per flush, so no
-flush holds the event loop for the whole burst, and a search right after a burst may not see
-all of it yet. Work per request is bounded: ``k``, ``efSearch`` and the query's dimension are
-checked; a search is one HNSW walk, never a scan.
+a record with neither is not in the index. Like the full-text indexes, these are rebuilt from
+the maps at start-up and follow every write through the indexer (``topgun.indexer``, the
+server's indexer thread): vectors are computed outside any lock, then inserted
+:data:`CHUNK` at a time under the map's lock, which a search holds for its HNSW walk, so a
+search sees each chunk whole and waits for at most one. Work per request is bounded: ``k``,
+``efSearch`` and the query's dimension are checked; a search is one HNSW walk, never a scan.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -23,12 +24,12 @@ import msgspec
 from octosync import extras
 from octosync.errors import DecodeError, FeatureDisabled, LimitExceeded
 from octosync.topgun.embedding import Embedder, HashingEmbedder
-from octosync.topgun.search import Values, text_of
+from octosync.topgun.search import text_of
 
 MAX_K = 1000
-SETTLE_PER_TURN = 64
-"""Written keys indexed per map per flush (an HNSW insert costs about 0.05 ms, more on a busy
-machine)."""
+CHUNK = 64
+"""Vectors inserted per hold of a map's lock (an HNSW insert costs about 0.05 ms, more on a
+busy machine): how long a search may wait for the indexer."""
 MAX_EF = 4096
 DEFAULT_EF = 256
 """HNSW candidates kept per search without the client's ``efSearch``."""
@@ -66,7 +67,8 @@ class _MapVectors:
         self.labels: dict[str, int] = {}
         self.keys: dict[int, str] = {}
         self.next_label = 1
-        self.dirty: set[str] = set()
+        self.lock = threading.Lock()
+        """Held by the indexer for one chunk of inserts, and by a search for its walk."""
 
     def put_many(self, rows: list[tuple[str, list[float] | None]], np: Any) -> None:
         """Replace the vectors of these keys (None: remove), added in one call."""
@@ -124,29 +126,21 @@ class VectorIndexes:
                 rows = [(k, record_vector(_DEC.decode(v), self.embedder)) for k, v in items.items()]
                 vectors.put_many(rows, self._np)
 
-    def written(self, name: str, keys: Iterable[str]) -> None:
-        if self.enabled(name):
-            self._map(name).dirty.update(keys)
+    def ensure(self, name: str) -> None:
+        """Create the index of map ``name`` (on the loop, before the indexer writes to it)."""
+        self._map(name)
 
-    def backlog(self) -> bool:
-        """Some written key is not indexed yet."""
-        return any(vectors.dirty for vectors in self._maps.values())
-
-    def settle(self, values: Values) -> None:
-        """Re-index keys written since, at most :data:`SETTLE_PER_TURN` per map (once per
-        flush, and before a search): a burst of writes is indexed over several flushes, so no
-        flush holds the event loop for the whole burst."""
-        for name, vectors in self._maps.items():
-            self._settle(name, vectors, values)
-
-    def _settle(self, name: str, vectors: _MapVectors, values: Values) -> None:
-        keys = [vectors.dirty.pop() for _ in range(min(SETTLE_PER_TURN, len(vectors.dirty)))]
-        rows = []
-        for key in keys:
-            value = values(name, key)
-            vec = None if value is None else record_vector(_DEC.decode(value), self.embedder)
-            rows.append((key, vec))
-        vectors.put_many(rows, self._np)
+    def write(self, name: str, rows: Iterable[tuple[str, bytes | None]]) -> None:
+        """Re-index written keys of map ``name`` (the indexer's side): each value's vector is
+        computed first, then inserted :data:`CHUNK` at a time under the map's lock."""
+        vectors = self._maps[name]
+        embedded = [
+            (key, None if value is None else record_vector(_DEC.decode(value), self.embedder))
+            for key, value in rows
+        ]
+        for i in range(0, len(embedded), CHUNK):
+            with vectors.lock:
+                vectors.put_many(embedded[i : i + CHUNK], self._np)
 
     def require(self, name: str) -> None:
         if not self.enabled(name):
@@ -156,7 +150,7 @@ class VectorIndexes:
             )
 
     def nearest(
-        self, name: str, vector: list[float], k: int, ef: int | None, values: Values
+        self, name: str, vector: list[float], k: int, ef: int | None
     ) -> tuple[list[tuple[str, float]], int]:
         """The ``k`` nearest keys with their cosine similarity, best first (ties by key); and
         how many vectors the index holds."""
@@ -166,26 +160,27 @@ class VectorIndexes:
         if ef is not None and not 0 < ef <= MAX_EF:
             raise LimitExceeded(f"efSearch must be 1..{MAX_EF}", path="payload.efSearch")
         vectors = self._map(name)
-        self._settle(name, vectors, values)
-        size = len(vectors.index)
-        if size == 0:
-            return [], 0
-        vectors.index.expansion_search = max(ef or DEFAULT_EF, k)
         query = self._np.asarray(vector, dtype=self._np.float32)
-        found = vectors.index.search(query, k, threads=1)  # no pool to wait for on a busy host
-        hits = [
-            (vectors.keys[int(label)], 1.0 - float(dist))
-            for label, dist in zip(found.keys, found.distances, strict=True)
-            if int(label) in vectors.keys
-        ]
+        with vectors.lock:
+            size = len(vectors.index)
+            if size == 0:
+                return [], 0
+            vectors.index.expansion_search = max(ef or DEFAULT_EF, k)
+            found = vectors.index.search(query, k, threads=1)  # no pool to wait for
+            hits = [
+                (vectors.keys[int(label)], 1.0 - float(dist))
+                for label, dist in zip(found.keys, found.distances, strict=True)
+                if int(label) in vectors.keys
+            ]
         hits.sort(key=lambda h: (-h[1], h[0]))
         return hits, size
 
     def stored(self, name: str, key: str) -> bytes | None:
         """A key's indexed vector as little-endian float32 bytes (``includeVectors``)."""
         vectors = self._maps.get(name)
-        label = None if vectors is None else vectors.labels.get(key)
-        if vectors is None or label is None:
+        if vectors is None:
             return None
-        got = vectors.index.get(label)
+        with vectors.lock:
+            label = vectors.labels.get(key)
+            got = None if label is None else vectors.index.get(label)
         return None if got is None else self._np.asarray(got, dtype="<f4").tobytes()
