@@ -13,19 +13,24 @@ sockets): vector search (HNSW, usearch) against exact brute force in NumPy, full
 - **Live search**: ``--live`` subscriptions (SEARCH_SUB, limit 10) on the full-text map; one
   write batch of 100 records, then the flush that sends their ``SEARCH_UPDATE``s, timed.
 - **Served**: the same documents in a real server (its own process, journal on): SEARCH over
-  a socket, queries/s and p99 alone and while ``--writers`` clients keep writing (the same-run
-  baseline is the phase alone), and how long a live search takes to show a write.
+  a socket, queries/s and p99 alone and while ``--writers`` clients keep writing, a canary
+  PING's round trip meanwhile, and how long a live search takes to show a write; each run
+  twice, the server indexing on its event loop (``topgun_index_inline``, the same-run
+  baseline) and on its indexer thread, first with a full-text index, then with a vector
+  index as well.
 
 Usage::
 
     python bench/topgun_search.py            # 100,000 vectors, 20,000 documents
     python bench/topgun_search.py --quick    # 10,000 vectors, 5,000 documents
+    python bench/topgun_search.py --served-only --seconds 5
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import struct
 import time
@@ -169,10 +174,65 @@ def full_text(n: int, queries: int, live: int) -> None:
           f"{spent * 1000:.1f} ms ({updates} SEARCH_UPDATE)")  # fmt: skip
 
 
-async def served(docs: int, seconds: float, writers: int) -> None:
+class _Tag(msgspec.Struct):
+    type: str
+
+
+_TAG = msgspec.msgpack.Decoder(_Tag)
+
+
+def writers_process(ws_url: str, writers: int, halt: Any, ready: Any, written: Any) -> None:
+    """The writers, in a process of their own (the bench's loop measures the server, not
+    its own writers): each writes batches of 100 and waits for its ack, until ``halt``."""
+
+    async def run() -> None:
+        import aiohttp
+
+        from hostile import topgun, write_map
+
+        rng = np.random.default_rng(14)
+        vocab = [f"w{i}" for i in range(2000)]
+        where = argparse.Namespace(ws=ws_url)
+        async with aiohttp.ClientSession() as http:
+            sockets = [await topgun(http, where) for _ in range(writers)]  # type: ignore[arg-type]
+            ready.set()
+
+            async def writing(w: int, ws: Any) -> None:
+                n = 0
+                while not halt.is_set():
+                    batch = {
+                        f"x{w}-{n + j}": {"body": " ".join(rng.choice(vocab, 12))}
+                        for j in range(100)
+                    }
+                    await write_map(ws, "docs", batch, 10_000_000 * (w + 1) + n)
+                    await until_ack(ws)  # a closed loop: the next batch after the ack
+                    n += 100
+                    with written.get_lock():
+                        written.value += 100
+                await ws.close()
+
+            await asyncio.gather(*(writing(w, ws) for w, ws in enumerate(sockets)))
+
+    asyncio.run(run())
+
+
+async def until_ack(ws: Any) -> None:
+    """Read until this connection's OP_ACK (other writers' events come in between)."""
+    while _TAG.decode((await ws.receive()).data).type != "OP_ACK":
+        pass
+
+
+async def served(
+    docs: int, seconds: float, writers: int, *, inline: bool, vectors: bool, index: bool = True
+) -> dict[str, float]:
     """Against a real server (its own process, journal on): SEARCH queries/s and p99 alone,
-    then while ``writers`` clients keep writing batches; then how long a live search takes
-    to show a write (write sent -> SEARCH_UPDATE received)."""
+    then while ``writers`` clients keep writing batches, with a canary connection sending a
+    PING every 5 ms throughout (its round trip is how long the loop kept everyone waiting);
+    then how long a live search takes to show a write (write sent -> SEARCH_UPDATE
+    received). ``inline``: the server indexes on its event loop (``topgun_index_inline``,
+    the baseline) instead of its indexer thread; ``vectors``: the map also has a vector
+    index (every write embedded); without ``index`` no map is indexed (SEARCH is answered
+    with its refusal at once): what the writes alone leave of the loop, the reference."""
     import tempfile
     from pathlib import Path
 
@@ -183,8 +243,18 @@ async def served(docs: int, seconds: float, writers: int) -> None:
 
     rng = np.random.default_rng(13)
     vocab = [f"w{i}" for i in range(2000)]
+    figures: dict[str, float] = {}
+    mode = "inline (on the loop)" if inline else "indexer thread"
+    if not index:
+        mode = "no index (the writes alone; SEARCH refused at once)"
+    print(f"served, {mode}{', with a vector index' if vectors and index else ''}:")
+    indexes: dict[str, Any] = {"topgun_search": ["docs"], "topgun_index_inline": inline}
+    if vectors:
+        indexes["topgun_vectors"] = ["docs"]
+    if not index:
+        indexes = {"topgun_search": ["elsewhere"]}
     with tempfile.TemporaryDirectory() as tmp:
-        srv = Server(Path(tmp), topgun_search=["docs"])
+        srv = Server(Path(tmp), **indexes)
         try:
             async with aiohttp.ClientSession() as http:
                 await srv.ready(http)
@@ -194,8 +264,9 @@ async def served(docs: int, seconds: float, writers: int) -> None:
                     "docs",
                     {f"d{i}": {"body": " ".join(rng.choice(vocab, 12))} for i in range(docs)},
                 )
-                await asyncio.sleep(1.0)  # the acks and the index catch up
+                await asyncio.sleep(2.0)  # the acks and the index catch up
                 asker = await topgun(http, srv)
+                canary = await topgun(http, srv)
                 words = [" ".join(rng.choice(vocab[:300], 2)) for _ in range(100_000)]
 
                 async def searching(label: str) -> list[float]:
@@ -218,45 +289,66 @@ async def served(docs: int, seconds: float, writers: int) -> None:
 
                 alone = await searching("alone")
                 stop = asyncio.Event()
-                written = [0]
+                pings: list[float] = []
+                ctx = multiprocessing.get_context("spawn")
+                halt, ready, written = ctx.Event(), ctx.Event(), ctx.Value("q", 0)
+                proc = ctx.Process(
+                    target=writers_process, args=(srv.ws, writers, halt, ready, written)
+                )
+                proc.start()
+                await asyncio.get_running_loop().run_in_executor(None, ready.wait)
 
-                async def writing(w: int) -> None:
-                    ws = await topgun(http, srv)
-                    n = 0
+                async def pinging() -> None:
                     while not stop.is_set():
-                        batch = {
-                            f"x{w}-{n + j}": {"body": " ".join(rng.choice(vocab, 12))}
-                            for j in range(100)
-                        }
-                        await write_map(ws, "docs", batch, 10_000_000 * (w + 1) + n)
-                        await ws.receive()  # its OP_ACK
-                        n += 100
-                        written[0] += 100
-                    await ws.close()
+                        t0 = time.perf_counter()
+                        await canary.send_bytes(tg.encode(tg.Ping(timestamp=0)))
+                        await canary.receive()  # its PONG (the canary follows no map)
+                        pings.append(time.perf_counter() - t0)
+                        await asyncio.sleep(0.005)
 
-                tasks = [asyncio.create_task(writing(w)) for w in range(writers)]
+                tasks = [asyncio.create_task(pinging())]
                 t0 = time.perf_counter()
+                start = written.value
                 loaded = await searching(f"{writers} writers writing")
-                rate_w = written[0] / (time.perf_counter() - t0)
+                rate_w = (written.value - start) / (time.perf_counter() - t0)
                 stop.set()
+                halt.set()
                 await asyncio.gather(*tasks)
-                print(f"  writes meanwhile: {rate_w:,.0f} ops/s; search speed loaded / alone "
-                      f"{sum(alone) / len(alone) / (sum(loaded) / len(loaded)):.2f}")  # fmt: skip
+                await asyncio.get_running_loop().run_in_executor(None, proc.join)
+                pings.sort()
+                p99 = pings[max(0, int(len(pings) * 0.99) - 1)] * 1000
+                print(
+                    f"  writes meanwhile: {rate_w:,.0f} ops/s; search speed loaded / alone "
+                    f"{sum(alone) / len(alone) / (sum(loaded) / len(loaded)):.2f}; canary PING "
+                    f"p50 {pings[len(pings) // 2] * 1000:.1f} ms, p99 {p99:.1f} ms, "
+                    f"max {pings[-1] * 1000:.1f} ms ({len(pings)} pings)"
+                )
+                figures["qps"] = len(loaded) / sum(loaded)
+                figures["p99"] = sorted(loaded)[max(0, int(len(loaded) * 0.99) - 1)] * 1000
+                figures["writes"] = rate_w
+                figures["ping_p99"] = p99
+                if not index:
+                    return figures
                 watcher = await topgun(http, srv)
+                every = sv.SearchOptions(limit=50)  # each of the 20 writes below is a hit
                 await watcher.send_bytes(
-                    tg.encode(sv.SearchSub(sv.SearchSubPayload("live", "docs", "zebra")))
+                    tg.encode(sv.SearchSub(sv.SearchSubPayload("live", "docs", "zebra", every)))
                 )
                 await watcher.receive()  # its first SEARCH_RESP
                 lags = []
-                for i in range(50):
+                for i in range(20):
                     t0 = time.perf_counter()
                     await write_map(
                         loader, "docs", {f"z{i}": {"body": f"zebra {i}"}}, 90_000_000 + i
                     )
-                    while True:
-                        m = tg.decode((await watcher.receive()).data)
-                        if isinstance(m, sv.SearchUpdate) and m.payload.key == f"z{i}":
-                            break
+
+                    async def shown(key: str = f"z{i}") -> None:
+                        while True:
+                            m = tg.decode((await watcher.receive()).data)
+                            if isinstance(m, sv.SearchUpdate) and m.payload.key == key:
+                                return
+
+                    await asyncio.wait_for(shown(), 30)
                     lags.append(time.perf_counter() - t0)
                 lags.sort()
                 median, worst = lags[len(lags) // 2] * 1000, lags[-1] * 1000
@@ -266,6 +358,23 @@ async def served(docs: int, seconds: float, writers: int) -> None:
                 )
         finally:
             srv.stop()
+    return figures
+
+
+async def served_both(docs: int, seconds: float, writers: int, vectors: bool) -> None:
+    """The served phases twice in one run: indexing inline (the baseline), then on the
+    indexer thread; the ratios compare them. Before the first pair, the same load on a server
+    that indexes nothing: the floor the indexes add to."""
+    if not vectors:
+        await served(docs, seconds, writers, inline=False, vectors=False, index=False)
+    before = await served(docs, seconds, writers, inline=True, vectors=vectors)
+    after = await served(docs, seconds, writers, inline=False, vectors=vectors)
+    print(
+        f"  indexer thread / inline: search under writers {after['qps'] / before['qps']:.1f}x "
+        f"queries/s, p99 {before['p99']:.1f} -> {after['p99']:.1f} ms; canary PING p99 "
+        f"{before['ping_p99']:.1f} -> {after['ping_p99']:.1f} ms; writes "
+        f"{before['writes']:,.0f} -> {after['writes']:,.0f} ops/s"
+    )
 
 
 def main() -> None:
@@ -277,15 +386,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seconds", type=float, default=5.0, help="per served search phase")
     parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument(
+        "--served-only", action="store_true", help="only the served phases (a real server)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.vectors, args.docs, args.queries, args.live = 10_000, 5_000, 50, 10
         args.seconds = 1.5
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} (1 min)")
-    vectors(args.vectors, args.queries)
-    full_text(args.docs, args.queries, args.live)
+    if not args.served_only:
+        vectors(args.vectors, args.queries)
+        full_text(args.docs, args.queries, args.live)
     print(f"served: {args.docs:,} documents, a server in its own process")
-    asyncio.run(served(args.docs, args.seconds, args.writers))
+    for with_vectors in (False, True):
+        asyncio.run(served_both(args.docs, args.seconds, args.writers, with_vectors))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,11 @@ from octosync.crdt.op import OpRecord
 from octosync.crdt.sync_messages import SyncInit, SyncRespRoot
 from octosync.links import nats_server
 from octosync.links.cluster_cli import start_node
+from octosync.server.auth import issue_token
 from octosync.store.journal import Journal
 from octosync.topgun import durable
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_services as sv
 from tests.e2e.helpers import free_port
 from tests.topgun.helpers import batch, put
 
@@ -37,7 +39,11 @@ CONFIG = """
 map_sync_interval = 1.0
 map_settle = 0.3
 map_replicate_timeout = 20.0
+
+[auth]
+hs256_secret = "cluster-maps-secret-of-32-bytes-or-more"
 """
+SECRET = "cluster-maps-secret-of-32-bytes-or-more"
 
 
 @dataclass
@@ -67,15 +73,24 @@ class Cluster:
     nats: subprocess.Popen[bytes]
     nodes: dict[str, Node] = field(default_factory=dict)
 
-    def start(self, node_id: str) -> Node:
-        """Start (or start again, on its data directory) node ``node_id``."""
+    def start(self, node_id: str, *, tokens: bool = False) -> Node:
+        """Start (or start again, on its data directory) node ``node_id`` (``tokens``: with
+        ``[auth]`` on, not ``--insecure-dev``)."""
         config = self.root / "octosync.toml"
         config.write_text(CONFIG)
         data = self.root / node_id
         port = free_port()
-        proc = start_node(self.url, node_id, port, data, extra=["--config", str(config)])
+        extra = ["--config", str(config)]
+        proc = start_node(self.url, node_id, port, data, extra=extra, insecure_dev=not tokens)
         node = self.nodes[node_id] = Node(node_id, port, data, proc)
         return node
+
+    def stop(self) -> None:
+        for proc in [self.nats, *(n.proc for n in self.nodes.values())]:
+            if proc.poll() is None:
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
 
     def restart_nats(self) -> None:
         """SIGKILL the NATS server and start it again on the same port and store."""
@@ -94,11 +109,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         c.start("n2")
         yield c
     finally:
-        for proc in [c.nats, *(n.proc for n in c.nodes.values())]:
-            if proc.poll() is None:
-                proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        c.stop()
 
 
 async def until(predicate: Callable[[], bool], what: str, timeout: float = 20) -> None:
@@ -173,12 +184,18 @@ class Peer:
 
 
 @contextlib.asynccontextmanager
-async def peer(url: str) -> AsyncIterator[Peer]:
+async def peer(url: str, token: str | None = None) -> AsyncIterator[Peer]:
+    """A raw TopGun client of the node at ``url``: a device, or with ``token`` AUTH."""
     async with aiohttp.ClientSession() as http:
         ws = await asyncio.wait_for(http.ws_connect(url), 10)
         p = Peer(ws)
-        await p.send(tg.DeviceHello())
-        await p.first(tg.DeviceAck)
+        if token is None:
+            await p.send(tg.DeviceHello())
+            await p.first(tg.DeviceAck)
+        else:
+            await p.first(tg.AuthRequired)
+            await p.send(tg.Auth(token=token))
+            await p.first(tg.AuthAck)
         try:
             yield p
         finally:
@@ -188,13 +205,15 @@ async def peer(url: str) -> AsyncIterator[Peer]:
                 await p._task
 
 
-async def read_until(url: str, want: dict[str, Any], timeout: float = 20) -> dict[str, Any]:
+async def read_until(
+    url: str, want: dict[str, Any], timeout: float = 20, token: str | None = None
+) -> dict[str, Any]:
     """Read the map on the node at ``url`` (fresh clients) until it holds ``want``."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     got: dict[str, Any] = {}
     while loop.time() - start < timeout:
-        async with peer(url) as p:
+        async with peer(url, token) as p:
             got = await p.read()
         if all(got.get(k) == v for k, v in want.items()):
             return got
@@ -456,3 +475,53 @@ async def test_the_real_client_on_two_nodes_sees_one_state(
             e["key"] for m in w.frames("in", "SERVER_BATCH_EVENT") for e in m["payload"]["events"]
         ]
         assert other_keys <= set(live), f"events seen live: {sorted(set(live))}"
+
+
+async def _partition_nodes(url: str, token: str) -> list[str]:
+    async with peer(url, token) as p:
+        await p.send(sv.PartitionMapRequest())
+        got: sv.PartitionMap = await p.first(sv.PartitionMap)
+    return sorted(n.node_id for n in got.payload.nodes)
+
+
+async def wait_for_nodes(url: str, want: list[str], token: str) -> None:
+    """Ask ``url`` for the partition map until it lists ``want`` (heartbeats take a moment)."""
+    async with asyncio.timeout(30):
+        while await _partition_nodes(url, token) != want:
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow
+async def test_the_partition_map_lists_the_nodes_alive_and_drops_a_killed_one(
+    tmp_path: Path,
+) -> None:
+    """Nodes that take tokens, as TopGun's cluster client expects of a cluster (it
+    authenticates each node's connection when the node asks, ``AUTH_REQUIRED``)."""
+    port = free_port()
+    nats = nats_server.start(tmp_path / "nats", port)
+    cluster = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats)
+    token = issue_token(SECRET, "c", {}, maps={"*": ["read", "write"]})
+    try:
+        n1, n2 = cluster.start("n1", tokens=True), cluster.start("n2", tokens=True)
+        await wait_for_nodes(n1.topgun, ["n1", "n2"], token)
+        async with peer(n2.topgun, token) as p:
+            await p.send(sv.PartitionMapRequest(sv.PartitionMapRequestPayload(0)))
+            both: sv.PartitionMap = await p.first(sv.PartitionMap)
+        urls = {n.node_id: n.endpoints.websocket for n in both.payload.nodes}
+        assert urls == {"n1": n1.topgun, "n2": n2.topgun}
+        owners = [p.owner_node_id for p in both.payload.partitions]
+        assert (owners.count("n1"), owners.count("n2")) == (136, 135)
+        assert all(p.backup_node_ids == ["n2" if p.owner_node_id == "n1" else "n1"]
+                   for p in both.payload.partitions)  # fmt: skip
+        n1.kill()
+        await wait_for_nodes(n2.topgun, ["n2"], token)
+        async with peer(n2.topgun, token) as p:
+            await p.send(sv.PartitionMapRequest())
+            alone: sv.PartitionMap = await p.first(sv.PartitionMap)
+        assert alone.payload.version > both.payload.version
+        assert {p.owner_node_id for p in alone.payload.partitions} == {"n2"}
+        async with peer(n2.topgun, token) as p:  # a write n1 would have owned, taken by n2
+            ack = await p.write([put("1", "k1", {"a": 1}, 1_700_000_000_000)], "APPLIED")
+        assert ack.payload.last_id == "1"
+    finally:
+        cluster.stop()

@@ -398,3 +398,24 @@ async def test_the_event_journal_follows_commits_live(
         await watcher.stop()
     seen = [(e["key"], e["type"], e["value"]) for e in watcher.events("journal")]
     assert seen == [("n1", "PUT", {"name": "New"}), ("u1", "DELETE", None)]
+
+
+async def test_topguns_cluster_client_gets_a_partition_map_of_the_server(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    async with serve(tmp_path) as srv:
+        url = f"{srv.ws_url}/topgun"
+        client = await start(
+            topgun_peer, srv.ws_url, "--seeds", url, "cluster", 'put=k1={"a":1}', seconds=8
+        )
+        await client.until("synced")
+        await client.stop()
+        users = srv.runtime.topgun.maps.live_items("users")
+    (first,) = client.events("cluster")
+    assert first["routing"] is True
+    assert first["version"] >= 1
+    assert first["nodes"] == [["octosync", url, "ACTIVE"]]
+    assert first["owners"] == {"octosync": 271}
+    assert client.frames("out", "PARTITION_MAP_REQUEST")
+    assert client.frames("in", "ERROR") == []
+    assert set(users) == {"k1"}

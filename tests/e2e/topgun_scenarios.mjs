@@ -34,6 +34,10 @@
 //                          it turns the responses into, {"event":"ready"} once connected
 //   journal-watch          getEventJournal().subscribe on "users": {"event":"journal",
 //                          sequence,type,key,value} per event; {"event":"ready"} once sent
+//   cluster OP...          (with --seeds URL,URL...: TopGun's cluster client) wait for the
+//                          partition map, print {"event":"cluster",version,routing,nodes,
+//                          owners,connected}, put OPs (put=KEY=JSON) and print the same as
+//                          {"event":"synced"} once acked
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -63,6 +67,7 @@ const token = opt('--token', null);
 const seconds = Number(opt('--seconds', '6'));
 const nodeId = opt('--node', 'scenario-' + process.pid);
 const frames = flag('--frames');
+const seeds = opt('--seeds', null);
 const [scenario, ...rest] = args;
 
 const load = (file) => import(pathToFileURL(path.join(peerDir, file)).href);
@@ -92,7 +97,7 @@ globalThis.WebSocket = TracingWebSocket;
 
 const { TopGunClient } = await load('topgun-client.mjs');
 const client = new TopGunClient({
-  serverUrl: url,
+  ...(seeds ? { cluster: { seeds: seeds.split(','), partitionMapRefreshMs: 1000 } } : { serverUrl: url }),
   storage: new MemoryStorageAdapter(),
   nodeId,
   backoff: { initialDelayMs: 300, maxDelayMs: 600, maxRetries: 2 },
@@ -140,6 +145,30 @@ if (scenario === 'watch') {
   const poll = setInterval(() => {
     if (client.getPendingOpsCount() === 0) { clearInterval(poll); out({ event: 'synced' }); finish(); }
   }, 25);
+} else if (scenario === 'cluster') {
+  await client.clusterClient.waitForPartitionMap(5000);
+  const users = client.getMap('users');
+  const report = (event) => {
+    const map = client.clusterClient.partitionRouter.getMap();
+    const owners = {};
+    for (const p of map ? map.partitions : []) owners[p.ownerNodeId] = (owners[p.ownerNodeId] || 0) + 1;
+    out({
+      event, version: client.getPartitionMapVersion(), routing: client.isRoutingActive(),
+      nodes: map ? map.nodes.map((n) => [n.nodeId, n.endpoints.websocket, n.status]) : [],
+      owners, connected: client.getConnectedNodes(),
+    });
+  };
+  const settle = () => {
+    const poll = setInterval(() => {
+      if (client.getPendingOpsCount() === 0) { clearInterval(poll); report('synced'); }
+    }, 25);
+  };
+  report('cluster');
+  for (const op of rest) {
+    const [kind, key, json] = op.split('=');
+    if (kind === 'put') users.set(key, JSON.parse(json));
+  }
+  settle();
 } else if (scenario === 'lockhold') {
   const [name, ms] = rest;
   await connected;

@@ -43,7 +43,10 @@ def test_mistakes_name_the_key_and_a_fix(tmp_path: Path, text: str, where: str, 
 def test_every_table_key_is_accepted_with_a_value_of_its_type(tmp_path: Path) -> None:
     samples = {str: '"x"', int: "3", float: "1.5", bool: "true", dict: "{}", list: '["x"]'}
     skip = {"rs256_public_key_file"}  # reads a file: covered by test_auth_config
-    shaped = {"chain_config": '"nats://127.0.0.1:4222"'}  # strings with a required shape
+    shaped = {  # strings with a required shape
+        "chain_config": '"nats://127.0.0.1:4222"',
+        "advertised_url": '"wss://node1.example.com"',
+    }
     for section, keys in SECTIONS.items():
         for name, key in keys.items():
             if name in skip:
@@ -53,6 +56,23 @@ def test_every_table_key_is_accepted_with_a_value_of_its_type(tmp_path: Path) ->
                 value = str(key.types[0](key.range.high))
             value = shaped.get(name, value)
             load(tmp_path, f"[{section}]\n{name} = {value}\n")
+
+
+def test_the_advertised_url_is_a_websocket_base_and_anything_else_is_refused(
+    tmp_path: Path,
+) -> None:
+    for given, base in (
+        ("https://node1.example.com/", "wss://node1.example.com"),
+        ("http://10.0.0.5:8765/octo", "ws://10.0.0.5:8765/octo"),
+        ("ws://[::1]:9000", "ws://[::1]:9000"),
+    ):
+        cfg = load(tmp_path, f'[server]\nadvertised_url = "{given}"\n')
+        assert cfg.advertised_url == base
+        assert cfg.public_base(1) == base
+    assert ServerConfig(host="0.0.0.0").public_base(8765) == "ws://0.0.0.0:8765"
+    for bad in ("node1:8765", "ftp://node1", "ws://", "ws://n1:99999", "ws://n1/?q=1", "ws://u@n1"):
+        with pytest.raises(ConfigError, match="advertised_url"):
+            load(tmp_path, f'[server]\nadvertised_url = "{bad}"\n')
 
 
 def test_values_land_where_they_belong(tmp_path: Path) -> None:

@@ -62,9 +62,11 @@ def start_node(
     *,
     log: Path | None = None,
     extra: Sequence[str] = (),
+    insecure_dev: bool = True,
 ) -> subprocess.Popen[bytes]:
     """``octosync serve --cluster URL --node-id ID`` on loopback, once it answers /healthz
-    (``url`` None: a server alone, for a baseline; ``extra``: more ``serve`` options)."""
+    (``url`` None: a server alone, for a baseline; ``extra``: more ``serve`` options;
+    ``insecure_dev`` off: tokens as the config's ``[auth]`` says)."""
     cluster = [] if url is None else ["--cluster", url, "--node-id", node_id]
     data.mkdir(parents=True, exist_ok=True)
     out = open(log or data / "serve.log", "ab")  # noqa: SIM115 (the child keeps it)
@@ -75,7 +77,7 @@ def start_node(
                 "-m",
                 "octosync.cli",
                 "serve",
-                "--insecure-dev",
+                *(["--insecure-dev"] if insecure_dev else []),
                 "--host",
                 "127.0.0.1",
                 "--port",

@@ -177,6 +177,10 @@ class ClusterLink:
         self.core = ClusterCore(node, time.monotonic, timing)
         self.public_url = ""
         """This node's lazily URL, for ``cluster status`` (set once the port is bound)."""
+        self.topgun_url = ""
+        """This node's TopGun URL, for the partition map (set once the port is bound)."""
+        self._topgun_urls: dict[str, str] = {}
+        """Each other node's TopGun URL, as its last heartbeat said."""
         self._nc: NatsClient | None = None
         self._kv: KeyValue | None = None
         self._kept: KeyValue | None = None
@@ -471,6 +475,8 @@ class ClusterLink:
                     for s, load in beat.streams.items()
                     if load.claim and load.epoch is not None
                 }
+                if beat.topgun:
+                    self._topgun_urls[beat.node] = beat.topgun
                 self._run(self.core.heartbeat(beat.node, owned, beat.released))
 
     async def _on_request(self, msg: Msg) -> None:
@@ -600,7 +606,24 @@ class ClusterLink:
                     hub.epoch_of(sid), len(hub.subscribers_of(sid)), self.core.owns(sid) or 0
                 )
         conns = hub.connection_count() - len(self._remote) - (self._writer is not None)
-        return Heartbeat(self.node, self.public_url, streams, conns, self.core.released_claims())
+        return Heartbeat(
+            self.node,
+            self.public_url,
+            streams,
+            conns,
+            self.core.released_claims(),
+            self.topgun_url,
+        )
+
+    def topgun_nodes(self) -> list[tuple[str, str]]:
+        """The nodes alive now with their TopGun URL (this one first), for the partition
+        map: a node is left out until a heartbeat said where it is."""
+        nodes = [(self.node, self.topgun_url)]
+        for node in self.core.nodes_alive():
+            url = self._topgun_urls.get(node)
+            if node != self.node and url:
+                nodes.append((node, url))
+        return nodes
 
 
 async def _unsubscribe(sub: Any) -> None:

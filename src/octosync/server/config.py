@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from octosync.errors import ConfigError, Unauthorized
 from octosync.hub.limits import Limits
@@ -80,6 +81,11 @@ class ServerConfig:
     journal_retention: bool = True
     """Export the journal to ``data_dir/export`` each round and trim what is exported and
     checkpointed, so the journal stays bounded; off: the journal keeps every record."""
+    advertised_url: str | None = None
+    """Where clients reach this server from outside, as a WebSocket base URL (the config file
+    takes ``ws[s]://`` or ``http[s]://`` HOST[:PORT][/PATH]; ``advertised_ws``): TopGun's
+    cluster clients are given its ``/topgun`` in the partition map. None: the bound host and
+    port (``ws://HOST:PORT``)."""
     topgun_gc_age: float | None = 30 * 24 * 3600.0
     """Seconds after which TopGun tombstones are pruned (clients that last synced before
     that are told ``SYNC_RESET_REQUIRED``); None: never."""
@@ -121,6 +127,12 @@ class ServerConfig:
     def scheme(self) -> str:
         """``wss`` when the HTTP port speaks TLS, else ``ws``."""
         return "ws" if self.tls_cert is None else "wss"
+
+    def public_base(self, port: int) -> str:
+        """The WebSocket base URL clients reach this server at (no trailing slash)."""
+        if self.advertised_url is None:
+            return f"{self.scheme}://{self.host}:{port}"
+        return self.advertised_url
 
     @property
     def export_dir(self) -> Path | None:
@@ -173,6 +185,30 @@ def chain_url(url: str) -> str:
             path="chain_config",
         )
     return url
+
+
+def advertised_ws(url: str) -> str:
+    """``url`` (an ``advertised_url``) as a WebSocket base URL: ``ws[s]://HOST[:PORT][/PATH]``
+    without a trailing slash; ``ConfigError`` when it is not one."""
+    split = urlsplit(url)
+    schemes = {"ws": "ws", "http": "ws", "wss": "wss", "https": "wss"}
+    try:
+        port = split.port
+    except ValueError:
+        port = -1
+    if (
+        split.scheme not in schemes
+        or not split.hostname
+        or split.query
+        or split.fragment
+        or split.username is not None
+        or port == -1
+    ):
+        raise ConfigError(
+            f"advertised_url is ws[s]:// or http[s]:// HOST[:PORT][/PATH], not {url!r}",
+            path="server.advertised_url",
+        )
+    return f"{schemes[split.scheme]}://{split.netloc}{split.path.rstrip('/')}"
 
 
 def is_loopback(host: str) -> bool:
@@ -307,6 +343,14 @@ _MANY = Range(1, 1 << 31)
 SECTIONS: dict[str, dict[str, Key]] = {
     "server": {
         "host": _set("host", str, doc="Address to listen on."),
+        "advertised_url": Key(
+            (str,),
+            lambda cfg, v, _p: replace(cfg, advertised_url=advertised_ws(v)),
+            doc="Where clients reach this server (ws[s]:// or http[s]:// HOST[:PORT][/PATH]): "
+            "the URL TopGun's cluster clients get in the partition map (default: the bound "
+            "host and port).",
+            field="advertised_url",
+        ),
         "port": _set("port", int, range=_PORT, doc="HTTP/WebSocket port (0: any free port)."),
         "tcp_port": _set("tcp_port", int, range=_PORT, doc="Lazily over plain TCP; unset: off."),
         "dataspace_port": _set(

@@ -146,8 +146,16 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
         if config.wvp_socket is not None:
             wvp_socket = Path(config.wvp_socket)
             servers.append(await wvp_unix.listen(rt, wvp_socket))
+        base = config.public_base(port)
+        topgun_url = f"{base}/topgun"
         if CLUSTER in app:
-            app[CLUSTER].public_url = f"{config.scheme}://{config.host}:{port}/lazily"
+            link = app[CLUSTER]
+            link.public_url = f"{base}/lazily"
+            link.topgun_url = topgun_url
+            rt.topgun.nodes = link.topgun_nodes
+        else:
+            node = rt.topgun.hlc.node_id
+            rt.topgun.nodes = lambda: [(node, topgun_url)]
     except BaseException:
         for server in servers:
             server.close()

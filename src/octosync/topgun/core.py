@@ -70,6 +70,7 @@ from octosync.topgun.locks import Grant, LockTable
 from octosync.topgun.map_streams import MapStreams, to_json
 from octosync.topgun.maps import Maps
 from octosync.topgun.offload import OffLoop
+from octosync.topgun.partitions import PartitionTable
 from octosync.topgun.queries import Query, QueryTable, parse_spec
 from octosync.topgun.query_pages import QueryPages
 from octosync.topgun.search import COMMIT_GAP_MS, FullText
@@ -205,6 +206,10 @@ class TopGunCore:
         self.arrivals = Arrivals(clock())
         self.journal: JournalSource | None = None
         """Set by a server with a journal: where ``JOURNAL_READ`` reads (off the loop)."""
+        self.partitions = PartitionTable()
+        self.nodes: Callable[[], Iterable[tuple[str, str]]] | None = None
+        """Set by a server: the nodes a TopGun client may connect to now, ``(node id, its
+        /topgun WebSocket URL)``, this one included (``PARTITION_MAP``); None: not served."""
         self.journal_subs = JournalSubscriptions()
         """Where HTTP sync clients resume, per map they follow (``topgun.arrivals``)."""
         self.map_streams = MapStreams()
@@ -461,6 +466,12 @@ class TopGunCore:
                 fx.send(conn, tg.CounterResponse(tg.CounterStatePayload(p.name, state)))
             case tg.CounterSync(payload=p):
                 self._counter_sync(fx, conn, c, p)
+            case sv.PartitionMapRequest():
+                if self.nodes is None:
+                    raise replies.disabled("the partition map")
+                now = self.clock()
+                self.partitions.observe(self.nodes(), now)
+                fx.send(conn, sv.PartitionMap(self.partitions.payload(now)))
             case tg.Auth() | tg.DeviceHello():
                 pass  # the real client sends AUTH twice; TopGun's server ignores the second
             case _:

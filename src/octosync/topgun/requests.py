@@ -28,7 +28,6 @@ _SANDBOX = "entry processors and conflict resolvers need a code sandbox this ser
 
 _UNSERVED: dict[type, str] = {
     rq.HybridQuerySubscribe: "hybrid queries",
-    sv.PartitionMapRequest: "the partition map",
 }
 """Requests this server refuses as a feature it does not serve, by message type."""
 

@@ -85,6 +85,9 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
     released: dict[str, Epoch] = {}
     """Streams this node released, with the claim it held (so nodes whose ownership watch
     was lost, and that follow none of its frames, still see the release)."""
+    topgun: str = ""
+    """Where TopGun clients reach this node (its ``/topgun`` WebSocket URL), for the
+    partition map; empty: not known yet."""
 
 
 WvpFrame = wvp.WarpSnapshot | wvp.WarpDiff
