@@ -58,7 +58,5 @@ class PartitionTable:
                 owner = pid % n
                 backups = [ids[(owner + i) % n] for i in range(1, min(BACKUPS, n - 1) + 1)]
                 partitions.append(sv.PartitionInfo(pid, ids[owner], backups))
-        nodes = [
-            sv.NodeInfo(node, sv.NodeEndpoints(url), "ACTIVE") for node, url in self._nodes
-        ]
+        nodes = [sv.NodeInfo(node, sv.NodeEndpoints(url), "ACTIVE") for node, url in self._nodes]
         return sv.PartitionMapPayload(self.version, PARTITION_COUNT, nodes, partitions, now_ms)
