@@ -166,7 +166,13 @@ export class Client {
   /** A shared document: the multi-writer stream `name` (docs/crdt.md). */
   openDocument(
     name: string,
-    options?: { peer?: number; clock?: () => number; onError?: (error: OctosyncError) => void },
+    options?: {
+      peer?: number;
+      clock?: () => number;
+      onError?: (error: OctosyncError) => void;
+      /** Keep pending edits in IndexedDB for the next page of this document (browsers). */
+      persist?: boolean;
+    },
   ): SharedDocument;
   close(): void;
 }
@@ -215,6 +221,8 @@ export class SharedDocument implements Channel<{ change: string[]; error: Octosy
   map(name: string): SharedValue<Record<string, unknown>>;
   /** Resolves once the document arrived and every local edit is acknowledged. */
   synced(): Promise<SharedDocument>;
+  /** With `persist`: resolves once saved edits are taken up (edit after it); else at once. */
+  readonly ready: Promise<SharedDocument>;
 }
 
 /** A WebRTC data channel from a peer, mirrored (`followPeer`). */

@@ -54,6 +54,7 @@ const TREE = {
   Overloaded: "ServerError",
   InternalError: "ServerError",
   ConnectionLost: "OctosyncError",
+  StorageError: "OctosyncError",
 };
 
 /** Error classes by name: `errors.EpochGap`, `errors.Unauthorized`, ... (instanceof works). */
@@ -1372,6 +1373,8 @@ export class SharedValue extends Emitter {
  * `multi` and `map` give its values; `pending` counts unacknowledged edits; `synced()` waits for
  * none. Events: "change" (names changed), "error", "status".
  */
+const PENDING_DB = "octosync-pending";
+
 export class SharedDocument extends Channel {
   constructor(client, name, options = {}) {
     super(client, name, false);
@@ -1387,10 +1390,86 @@ export class SharedDocument extends Channel {
     this.wall = 0;
     this.logical = 0;
     this.waiters = [];
+    // persist: pending edits kept in IndexedDB, taken up again by the next page that opens this
+    // document (its peer id with them: the server takes a peer's ops from that peer only).
+    this.persist = options.persist === true && typeof indexedDB !== "undefined" && Boolean(globalThis.navigator?.locks);
+    this.restoring = this.persist;
+    this.ready = this.persist ? new Promise((resolve) => (this.restored = resolve)) : Promise.resolve(this);
+    this.saveDue = false;
+    this.releaseLock = null;
+    this.db = null;
+  }
+
+  start() {
+    if (!this.persist) return super.start();
+    this.#restore()
+      .catch((err) => this.report(fail(errors.StorageError, `pending edits could not be restored: ${err?.message ?? err}`)))
+      .finally(() => {
+        this.restoring = false;
+        this.restored(this);
+        if (!this.closed) super.start();
+      });
   }
 
   hello() {
     return { ...handshake(this.stream, false, this.client.maxFrameSize), peer_id: this.peer, features: [PLANE_FEATURE] };
+  }
+
+  // A page's own peer id, held by a Web Lock while it is open: another tab of the same document
+  // takes over a saved peer only once nobody holds it, and otherwise draws its own.
+  async #restore() {
+    const open = indexedDB.open(PENDING_DB, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore("pending", { keyPath: "id" });
+    this.db = await idbRequest(open);
+    const saved = await idbRequest(this.db.transaction("pending").objectStore("pending").getAll());
+    for (const record of saved.filter((r) => r.doc === this.stream)) {
+      if (await this.#lock(record.peer)) {
+        this.peer = record.peer;
+        const names = new Set();
+        for (const raw of record.ops) {
+          const op = { slot_id: raw.slot_id, key: raw.key, stamp: raw.stamp, bytes: Uint8Array.from(raw.bytes) };
+          const name = this.#apply(op);
+          if (name !== null) names.add(name);
+          this.pendingOps.set(`${op.slot_id} ${op.key ?? ""}`, op);
+        }
+        for (const name of names) this.values.get(name)?.refresh();
+        if (names.size) this.emit("change", [...names]);
+        return;
+      }
+    }
+    await this.#lock(this.peer);
+  }
+
+  #lock(peer) {
+    return new Promise((acquired) => {
+      navigator.locks
+        .request(`octosync-doc:${this.stream}:${peer}`, { ifAvailable: true }, (lock) => {
+          acquired(lock !== null);
+          return lock === null ? null : new Promise((release) => (this.releaseLock = release));
+        })
+        .catch(() => acquired(false));
+    });
+  }
+
+  #saveSoon() {
+    if (!this.db || this.saveDue) return;
+    this.saveDue = true;
+    queueMicrotask(() => {
+      this.saveDue = false;
+      const store = this.db.transaction("pending", "readwrite").objectStore("pending");
+      const id = `${this.stream}|${this.peer}`;
+      if (this.pendingOps.size === 0) {
+        store.delete(id);
+        return;
+      }
+      const ops = [...this.pendingOps.values()].map((op) => ({ slot_id: op.slot_id, key: op.key, stamp: op.stamp, bytes: Array.from(op.bytes) }));
+      store.put({ id, doc: this.stream, peer: this.peer, ops });
+    });
+  }
+
+  ended() {
+    this.releaseLock?.();
+    this.releaseLock = null;
   }
 
   get pending() {
@@ -1475,10 +1554,12 @@ export class SharedDocument extends Channel {
   }
 
   write(name, rest, value) {
+    if (this.restoring) throw fail(errors.LocalProtocolError, "the document is taking up its saved edits: await doc.ready first", "ready");
     const text = sortedJson(value);
     const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp: this.#stamp(), bytes: utf8.encode(text) };
     this.#apply(op);
     this.pendingOps.set(`${op.slot_id} ${op.key}`, op);
+    this.#saveSoon();
     this.values.get(name)?.refresh();
     this.emit("change", [name]);
     this.outbox.push(op);
@@ -1597,7 +1678,10 @@ export class SharedDocument extends Channel {
       if (name !== null) changed.add(name);
       if (op.stamp.peer === this.peer) {
         const mine = this.pendingOps.get(`${op.slot_id} ${op.key ?? ""}`);
-        if (mine && !stampAbove(mine.stamp, op.stamp)) this.pendingOps.delete(`${op.slot_id} ${op.key ?? ""}`);
+        if (mine && !stampAbove(mine.stamp, op.stamp)) {
+          this.pendingOps.delete(`${op.slot_id} ${op.key ?? ""}`);
+          this.#saveSoon();
+        }
       }
     }
     if (doc.frontier !== undefined) this.joined = true; // the last frame of the document sent at joining
