@@ -44,14 +44,6 @@ plays = st.lists(
 )
 
 
-def _object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def events(played: list[tuple[str, str, str]]) -> list[Event]:
     return [Event(d, i + 1, i + 1, name, payload) for i, (d, name, payload) in enumerate(played)]
 
@@ -81,7 +73,7 @@ def test_players_stay_on_the_board_and_every_coin_taken_is_one_point(
 ) -> None:
     state = run([events(played)]) or {}
     players = state.get("players", {})
-    joined = {d for d, name, p in played if name == "join" and "name" in _object(p)}
+    joined = {d for d, name, p in played if name == "join" and "name" in rules._payload(p)}
     assert set(players) <= joined
     for player in players.values():
         assert 0 <= player["x"] < rules.SIZE
