@@ -224,6 +224,18 @@ def test_coin_chase_on_a_chain_played_in_two_tabs_and_by_python(
             context.close()
 
 
+def test_the_chain_game_says_what_is_missing_when_no_chain_is_there(
+    server: int, browser: Any
+) -> None:
+    page = browser.new_page()  # this server has no --chain-config
+    page.goto(page_url("chain-game", server, name="ada"))
+    playwright_api.expect(page.locator("#status")).to_contain_text(
+        "is examples/chain-game/chain.py running, and the server started with --chain-config",
+        timeout=WAIT_MS,
+    )
+    page.close()
+
+
 def test_every_example_is_listed_and_has_both_sides() -> None:
     listed = (EXAMPLES / "README.md").read_text("utf-8")
     for folder in sorted(p for p in EXAMPLES.iterdir() if p.is_dir()):

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from octosync.errors import OctosyncError
 from octosync.links import nats_server
 from octosync.links.cli import chain_status, start_node, stop_all, wait_for_stop
 
@@ -73,5 +74,9 @@ if __name__ == "__main__":
     parser.add_argument("--data", type=Path, default=None, help="folder for NATS and the links")
     args = parser.parse_args()
     data = args.data or Path(tempfile.mkdtemp(prefix="octosync-chain-game-"))
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         main(args.chain, args.links, args.nats_port, data)
+    except OctosyncError as exc:  # no nats-server, a port taken, a link that did not start
+        sys.exit(f"chain game: {exc}")
+    except KeyboardInterrupt:
+        pass

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from typing import Any
 
+from octosync.errors import OctosyncError
 from octosync.links.config_store import ConfigStore
 from octosync.links.device import ChainDevice
 
@@ -56,4 +58,9 @@ if __name__ == "__main__":
     parser.add_argument("--moves", type=int, default=None, help="stop moving after N moves")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between moves (1)")
     args = parser.parse_args()
-    asyncio.run(main(args.config, args.chain, args.name, args.moves, args.every))
+    try:
+        asyncio.run(main(args.config, args.chain, args.name, args.moves, args.every))
+    except OctosyncError as exc:
+        sys.exit(f"robot: {exc}; this game's chain is started by examples/chain-game/chain.py")
+    except KeyboardInterrupt:
+        pass
