@@ -23,6 +23,7 @@ bytes, and the same subscriber processes (the raw client below) read all of them
     python bench/fanout.py --quick         # 50 subscribers, 3 s per system
     python bench/fanout.py --subscribers 200 --seconds 5 --systems octosync,bare
     python bench/fanout.py --systems octosync,node-socketio,node-ws
+    python bench/fanout.py --rounds 3      # each system 3 times, interleaved; median per column
     python bench/fanout.py --window 8      # less in flight: lower latency, lower throughput
 """
 
@@ -38,6 +39,7 @@ import mmap
 import os
 import re
 import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -635,6 +637,15 @@ async def run_system(
             server.wait()
 
 
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row whose every number is the median of that column over ``rows`` (one system)."""
+    out = dict(rows[0])
+    for key, value in out.items():
+        if isinstance(value, int | float):
+            out[key] = statistics.median(r[key] for r in rows)
+    return out
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (
         f"{'system':<14}{'subs':>6}{'sent':>10}{'deltas/s':>12}{'frames/s':>12}{'resets':>8}"
@@ -644,8 +655,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print("-" * len(head))
     for r in rows:
         print(
-            f"{r['system']:<14}{r['subscribers']:>6}{r['sent']:>10}{r['deltas_per_s']:>12,.0f}"
-            f"{r['frames_per_s']:>12,.0f}{r['resets']:>8}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+            f"{r['system']:<14}{r['subscribers']:>6.0f}{r['sent']:>10.0f}{r['deltas_per_s']:>12,.0f}"
+            f"{r['frames_per_s']:>12,.0f}{r['resets']:>8.0f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
             f"{r['max_ms']:>9.1f}{r['server_cpu_pct']:>7.0f}{r['server_rss_mib']:>9.1f}"
         )
     by = {r["system"]: r for r in rows}
@@ -679,6 +690,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default="octosync,bare,socketio,node-socketio,node-ws")
     parser.add_argument("--quick", action="store_true", help="50 subscribers, 3 s, 1 process")
     parser.add_argument("--window", type=int, default=16, help="deltas in flight")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run every system N times, interleaved; medians"
+    )
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     parser.add_argument(
         "--stalled",
@@ -697,10 +711,20 @@ def main(argv: list[str] | None = None) -> int:
         except NodeUnavailable as exc:
             print(f"# Node peers skipped: {exc}", file=sys.stderr)
             systems = [s for s in systems if s not in NODE_SYSTEMS]
-    for system in systems:
-        rows.append(
-            asyncio.run(run_system(system, args.subscribers, args.seconds, args.procs, args.window))
-        )
+    rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for n in range(args.rounds):  # interleaved: a load change on a shared machine hits every system
+        for system in systems if n % 2 == 0 else systems[::-1]:
+            rounds[system].append(
+                asyncio.run(
+                    run_system(system, args.subscribers, args.seconds, args.procs, args.window)
+                )
+            )
+    if args.rounds > 1:
+        for n in range(args.rounds):
+            print(f"# round {n + 1}")
+            print_table([rounds[s][n] for s in systems])
+        print(f"# median of {args.rounds} rounds, every column on its own")
+    rows = [median_row(rounds[s]) for s in systems]
     if args.stalled:
         rows.append(
             asyncio.run(
