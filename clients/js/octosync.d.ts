@@ -92,8 +92,22 @@ export interface Subscription extends Channel<{ state: State; error: OctosyncErr
   readonly ready: Promise<State>;
   /** The current value of a node, by key or id. */
   get(nameOrId: string | number): unknown;
-  /** Ask the producer to set a cell (the server answers Forbidden without the write grant). */
-  write(nameOrId: string | number, value: unknown): void;
+  /**
+   * Ask the producer to set a cell. Resolves true once applied, false when the producer only
+   * confirms delivery; rejects with the typed refusal (Forbidden: no grant on the stream or
+   * the node, or the producer's own rule).
+   */
+  write(nameOrId: string | number, value: unknown): Promise<boolean>;
+  /** Ask the producer to run an effect, by its node id; as `write`. */
+  trigger(effectId: number): Promise<boolean>;
+}
+
+/** Who asked a producer for a write, as the server vouches. */
+export interface Writer {
+  /** The writer's connection on the server. */
+  peer: number | null;
+  /** The writer's token subject (null with --insecure-dev). */
+  subject: string | null;
 }
 
 /** A node of a `Store`. */
@@ -144,7 +158,10 @@ export class Client {
   publish(
     stream: string,
     store: Store,
-    options?: { accept?: (id: number, value: unknown) => boolean; onError?: (error: OctosyncError) => void },
+    options?: {
+      accept?: (id: number, value: unknown, writer?: Writer) => boolean;
+      onError?: (error: OctosyncError) => void;
+    },
   ): Publication;
   /** A shared document: the multi-writer stream `name` (docs/crdt.md). */
   openDocument(
