@@ -13,7 +13,7 @@ from octosync.errors import DecodeError
 from octosync.server.auth import ClaimGrants
 from octosync.topgun import TopGunCore, http_sync
 from octosync.wire import topgun_http as th
-from tests.topgun.helpers import ALL, Clock, batch, put, sent
+from tests.topgun.helpers import ALL, Clock, batch, or_add, or_remove, put, sent
 
 ZERO = WireTimestamp(0, 0, "")
 
@@ -118,3 +118,23 @@ def test_a_decoded_request_is_strict() -> None:
     )
     with pytest.raises(DecodeError, match="extra"):
         th.decode_request(body)
+
+
+def test_or_map_ops_are_applied_and_acked_and_their_keys_stay_out_of_lww_deltas() -> None:
+    """TopGun's HttpSyncProvider turns each delta record into a ``SERVER_EVENT`` with an LWW
+    ``record`` only, so OR-map changes reach HTTP clients as nothing rather than as a wrong
+    LWW value; their ops are taken like the WebSocket's."""
+    c = TopGunCore(Clock(), persistent=False)
+    add = or_add("1", "post", "red", 100)
+    got = sync(c, request(operations=[add]))
+    assert got.ack is not None
+    assert got.ack.last_id == "1"
+    assert got.errors is None
+    assert [v for _, v in c.maps.store.or_values("tags", "post")] == [msgspec.msgpack.encode("red")]
+    tag = "100:0:n1"
+    gone = sync(c, request(operations=[or_remove("2", "post", tag, 101)]))
+    assert gone.ack is not None
+    assert gone.ack.last_id == "2"
+    assert c.maps.store.or_values("tags", "post") == []
+    deltas = sync(c, request(sync_maps=[th.SyncMapEntry("tags", ZERO)]))
+    assert [d.records for d in deltas.deltas or []] == [[]]
