@@ -216,6 +216,28 @@ def writers_process(ws_url: str, writers: int, halt: Any, ready: Any, written: A
     asyncio.run(run())
 
 
+async def index_metrics(http: Any, base: str) -> tuple[int, int]:
+    """The server's index counters: (writes handed to the indexes, the watermark)."""
+    async with http.get(f"{base}/metrics") as resp:
+        text = await resp.text()
+    got = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("octosync_topgun_index_written_total", "octosync_topgun_index_watermark"):
+            got[name] = int(float(value))
+    return got["octosync_topgun_index_written_total"], got["octosync_topgun_index_watermark"]
+
+
+async def catch_up(http: Any, base: str) -> int:
+    """Wait until the index watermark reaches the writes so far; how far behind it was."""
+    written, mark = await index_metrics(http, base)
+    behind = written - mark
+    while mark < written:
+        await asyncio.sleep(0.05)
+        _, mark = await index_metrics(http, base)
+    return behind
+
+
 async def until_ack(ws: Any) -> None:
     """Read until this connection's OP_ACK (other writers' events come in between)."""
     while _TAG.decode((await ws.receive()).data).type != "OP_ACK":
@@ -329,6 +351,12 @@ async def served(
                 figures["ping_p99"] = p99
                 if not index:
                     return figures
+                t0 = time.perf_counter()
+                behind = await catch_up(http, srv.http)
+                print(
+                    f"  after the writers stopped, the index took {time.perf_counter() - t0:.1f} s"
+                    f" to catch up ({behind:,} writes behind then)"
+                )
                 watcher = await topgun(http, srv)
                 every = sv.SearchOptions(limit=50)  # each of the 20 writes below is a hit
                 await watcher.send_bytes(
