@@ -16,6 +16,7 @@ indexer's thread, as an immutable value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 
 MAX_BATCH = 5_000
 """Entries per batch: an indexer thread's one step (and one full-text commit)."""
@@ -78,7 +79,7 @@ class IndexFeed:
             return None
         pending = self._pending
         rows: list[Row] = []
-        for entry in list(pending)[: self.max_batch]:
+        for entry in list(islice(pending, self.max_batch)):
             seq, value = pending.pop(entry)
             rows.append(Row(entry[0], entry[1], value, seq))
         first_left = next(iter(pending.values()), None)
