@@ -363,11 +363,13 @@ async def served(
                     tg.encode(sv.SearchSub(sv.SearchSubPayload("live", "docs", "zebra", every)))
                 )
                 await watcher.receive()  # its first SEARCH_RESP
+                # a fresh writer: the loader, never read, may have been dropped as a slow reader
+                poker = await topgun(http, srv)
                 lags = []
                 for i in range(20):
                     t0 = time.perf_counter()
                     await write_map(
-                        loader, "docs", {f"z{i}": {"body": f"zebra {i}"}}, 90_000_000 + i
+                        poker, "docs", {f"z{i}": {"body": f"zebra {i}"}}, 90_000_000 + i
                     )
 
                     async def shown(key: str = f"z{i}") -> None:
