@@ -94,6 +94,9 @@ class CrdtStreams:
         self.total_entries = 0
         self.streams: dict[str, PlaneStream] = {}
         self._members: dict[ConnId, Member] = {}
+        self.replica_position = 0
+        """In a cluster, the op stream's sequence up to which other nodes' batches are merged
+        and journaled here (restored from the journal at start-up)."""
 
     def _stream(self, name: str) -> PlaneStream:
         stream = self.streams.get(name)
@@ -170,10 +173,16 @@ class CrdtStreams:
 
     def restore(self, name: str, ops: Iterable[CrdtOp]) -> None:
         """Merge journaled ops at start-up (before any connection)."""
+        self.merge_remote(name, ops)
+
+    def merge_remote(self, name: str, ops: Iterable[CrdtOp]) -> tuple[CrdtOp, ...]:
+        """Merge ops another node of the cluster accepted (its write checks were made there);
+        returns those that changed the replica."""
         replica = self._stream(name).replica
         before = len(replica)
-        replica.merge(ops)
+        changed = tuple(replica.merge(ops))
         self.total_entries += len(replica) - before
+        return changed
 
     def state_of(self, name: str) -> tuple[CrdtOp, ...]:
         stream = self.streams.get(name)
