@@ -256,6 +256,13 @@ async def _count_clicks(port: int) -> int:
 # --- the run -----------------------------------------------------------------------------------
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far (Linux ``/proc``): the server's
+    work, which a busy machine's scheduling does not inflate as it does latencies."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def p99_to_last(latencies: list[tuple[float, float]], q: float = 0.99) -> float | None:
     """The ``q`` quantile over ops of each op's slowest subscriber."""
     worst: dict[float, float] = {}
@@ -302,9 +309,11 @@ def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict
             assert p.stdout.readline().strip() == b"ready"
         if time.monotonic() > start:
             raise SystemExit("subscribers took too long to join: raise the start delay")
+        cpu_before = cpu_seconds(server.pid)
         acked, clicks = asyncio.run(
             _writers(port, args.writers, args.window, start, args.seconds, args.rate)
         )
+        server_cpu = cpu_seconds(server.pid) - cpu_before
         counted = asyncio.run(_count_clicks(port))
         for p in procs:
             p.wait(timeout=60)
@@ -325,6 +334,7 @@ def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict
         "p99_ms": None if (p := p99_to_last(latencies)) is None else p * 1000,
         "clicks_lost": clicks - counted,
         "p50_ms": None if (m := p99_to_last(latencies, 0.5)) is None else m * 1000,
+        "server_cpu_s": server_cpu,
     }
 
 
@@ -560,7 +570,7 @@ def main() -> None:
         f"  octosync: {ours['deliveries_per_s']:,.0f} op deliveries/s, "
         f"{ours['ops_acked_per_s']:,.0f} ops acked/s, p99 write->last subscriber {p99} "
         f"(p50 {ours['p50_ms'] or 0:.1f} ms), "
-        f"clicks lost {ours['clicks_lost']}"
+        f"clicks lost {ours['clicks_lost']}, server CPU {ours['server_cpu_s']:.2f} s"
     )
     if ours["clicks_lost"]:
         raise SystemExit("a late member's counter is not the sum of the acknowledged clicks")

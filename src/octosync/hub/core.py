@@ -337,6 +337,17 @@ class Hub:
         c.wake(conn)
         return True
 
+    def quiet(self, conn: ConnId) -> bool:
+        """Nothing is queued for ``conn`` and it follows no stream: a frame written to its
+        socket now goes out in order (``Flusher.send_now``)."""
+        c = self._conns.find(conn)
+        return c is not None and c.fault is None and not c.outbox and not c.subscriptions
+
+    def count_out(self, frames: int, size: int) -> None:
+        """Frames written to a socket without passing through an outbox."""
+        self.stats.frames_out += frames
+        self.stats.bytes_out += size
+
     # --- draining -------------------------------------------------------------------------
 
     def take(self, conn: ConnId) -> list[bytes]:

@@ -21,7 +21,7 @@ acknowledgement changes nothing twice. Sans-I/O: the clock is injected, bytes ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from octosync.bounds import MAX_SAFE_INTEGER
@@ -72,8 +72,15 @@ class Accepted:
     stream: str
     writer: ConnId
     fanout: tuple[CrdtOp, ...]
-    readers: tuple[ConnId, ...]
     ack: tuple[CrdtOp, ...]
+    members: Mapping[ConnId, Member] = field(repr=False, compare=False)
+
+    @property
+    def readers(self) -> tuple[ConnId, ...]:
+        """The stream's readers but the writer, asked for when needed: a commit does not walk
+        every member (with a thousand readers that walk was a fifth of the server's time, and
+        the plane fans out a whole turn's commits at once anyway)."""
+        return tuple(m.conn for m in self.members.values() if m.read and m.conn != self.writer)
 
 
 class CrdtStreams:
@@ -166,10 +173,7 @@ class CrdtStreams:
         changed = tuple(stream.replica.merge(checked.ops))
         self.total_entries += len(stream.replica) - before
         stream.ops_accepted += len(checked.ops)
-        readers = tuple(
-            m.conn for m in stream.members.values() if m.read and m.conn != checked.conn
-        )
-        return Accepted(checked.stream, checked.conn, changed, readers, checked.ops)
+        return Accepted(checked.stream, checked.conn, changed, checked.ops, stream.members)
 
     def restore(self, name: str, ops: Iterable[CrdtOp]) -> None:
         """Merge journaled ops at start-up (before any connection)."""

@@ -68,6 +68,10 @@ class PlaneHost(Protocol):
 
     def fault(self, conn: int, err: OctosyncError) -> None: ...
 
+    def send_now(self, conn: int, data: bytes) -> bool:
+        """Write ``data`` to ``conn`` at once if nothing is queued before it (else False)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Framing:
@@ -215,15 +219,17 @@ class Plane:
             if batch.fanout:
                 self.send(readers, CrdtSync(ops=tuple(batch.fanout)))
             sent = set(batch.fanout)
+            reading = set(readers)
             for writer, acks in batch.acks.items():
-                rest = acks if writer not in readers else [op for op in acks if op not in sent]
+                rest = acks if writer not in reading else [op for op in acks if op not in sent]
                 if rest:
                     self.send([writer], CrdtSync(ops=tuple(rest)))
 
     def send(self, conns: Iterable[ConnId], sync: CrdtSync) -> None:
         """Encode ``sync`` once per framing and queue it for each of ``conns``."""
         encoded: dict[str, bytes] = {}
-        hub = self.rt.hub
+        rt = self.rt
+        hub = rt.hub
         for conn in conns:
             framing = self._framing.get(conn)
             if framing is None:
@@ -231,6 +237,8 @@ class Plane:
             data = encoded.get(framing.key)
             if data is None:
                 data = encoded[framing.key] = framing.encode(sync)
+            if rt.send_now(conn, data):
+                continue
             if not hub.send_lossless(conn, data):
                 self.rt.fault(conn, Overloaded("this connection fell behind the plane; rejoin"))
 
