@@ -24,6 +24,7 @@ from octosync.hub import (
     ViewKey,
     lazily_frame,
 )
+from octosync.hub.node_views import NodeRules, NodeView
 from octosync.ipc.messages import CellSet, Delta, Snapshot
 from octosync.ipc.state_hash import snapshot_hash as default_state_hash
 from octosync.wire import json_tagged
@@ -191,25 +192,33 @@ def test_encode_once_per_view_same_bytes_object_for_every_subscriber() -> None:
     assert all(b[0] is batches[0][0] for b in batches)
 
 
-def test_permission_view_filters_before_encoding() -> None:
+def test_permission_view_filters_before_encoding_and_keeps_the_epoch_chain() -> None:
     hub, _, woken = make_hub()
-
-    def hide_node_2(body: object) -> object | None:
-        if isinstance(body, Delta):
-            ops = tuple(op for op in body.ops if getattr(op, "slot_id", None) != 2)
-            return None if not ops else Delta(body.base_epoch, body.epoch, ops)
-        return body
-
-    hub.register_view("no2", hide_node_2)
+    rules = NodeRules(read=("#1",))
+    hub.register_view(rules.view_name, lambda: NodeView(rules))
     join(hub, 1, woken)
-    join(hub, 2, woken, ViewKey("lazily", "json", "no2"))
+    join(hub, 2, woken, ViewKey("lazily", "json", rules.view_name))
     hub.publish(1, "s", lazily_frame(snap(0, {1: b"a", 2: b"b"})))
     hub.subscribe(2, "s")
-    hub.take(2)
+    ref = RefSubscriber()
+    first = [decode(b) for b in hub.take(2)]
+    assert first == [snap(0, {1: b"a"})]  # node 2 is not even named
     hub.publish(1, "s", lazily_frame(cell_set(0, 2, b"secret")))
     hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"ok")))
     got = [decode(b) for b in hub.take(2)]
-    assert got == [cell_set(1, 1, b"ok")]
+    assert got == [Delta(0, 2, (CellSet(1, b"ok"),))]  # one span over the hidden flush
+    ref.feed([json_encoder(OutFrame("s", "snapshot", 0, first[0], 0))])
+    ref.feed([json_encoder(OutFrame("s", "diff", 2, got[0], 0))])
+    assert ref.gaps == 0
+    assert ref.values == {1: b"ok"}
+    hub.publish(1, "s", lazily_frame(cell_set(2, 2, b"more")))
+    join(hub, 3, woken, ViewKey("lazily", "json", rules.view_name))
+    hub.subscribe(3, "s")
+    late = [decode(b) for b in hub.take(3)]
+    assert late == [snap(2, {1: b"ok"})]  # where the view's log stands, not epoch 3
+    hub.publish(1, "s", lazily_frame(cell_set(3, 1, b"again")))
+    assert [decode(b) for b in hub.take(3)] == [Delta(2, 4, (CellSet(1, b"again"),))]
+    assert [decode(b) for b in hub.take(2)] == [Delta(2, 4, (CellSet(1, b"again"),))]
 
 
 def test_stalled_subscriber_is_reset_to_a_fresh_snapshot_others_unaffected() -> None:
