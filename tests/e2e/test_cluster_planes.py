@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from octosync.client.shared import SharedDocument
 from octosync.ipc.messages import CrdtOp
 from octosync.links import nats_server
 from octosync.links.cluster_cli import start_node
+from tests.browser.support import JS_CLIENT, node_command
 from tests.e2e.test_cluster_maps import Cluster, Node, cluster, scrape
 
 __all__ = ["cluster"]  # the fixture: NATS and nodes n1, n2
@@ -150,3 +153,43 @@ async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) ->
     metrics = await scrape(n2)
     assert metrics["octosync_cluster_planes_repaired_total"] >= 1
     assert metrics["octosync_cluster_planes_merged_total"] == 0
+
+
+@pytest.mark.slow
+async def test_a_js_writer_and_a_python_writer_on_two_nodes_end_identical(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """octosync.js under Node on node 2 and the Python client on node 1 click one counter at
+    once and each set a map field: both end with the same entries, byte for byte."""
+    from tests.e2e.test_lazily_py_peer import JS_WRITER, entries_of
+
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    clicks, entries = 40, 4  # two counter entries, two map fields
+    script = tmp_path / "writer.mjs"
+    script.write_text(
+        JS_WRITER.format(
+            module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
+            url=json.dumps(f"ws://127.0.0.1:{n2.port}"),
+            stream=json.dumps(DOC),
+            clicks=clicks,
+            total=2 * clicks,
+            entries=entries,
+        )
+    )
+    js = await asyncio.create_subprocess_exec(
+        *node_command(), str(script), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    async with SharedDocument(n1.lazily, DOC) as doc:
+        for _ in range(clicks):
+            doc.counter("clicks").add(1)
+            await asyncio.sleep(0.001)
+        doc.map("todo").set("py", True)
+        await doc.synced(TIMEOUT)
+        out, err = await asyncio.wait_for(js.communicate(), 90)
+        assert js.returncode == 0, err.decode()[-3000:]
+        await doc.wait_until(lambda: len(doc.cells.state.replica) == entries, TIMEOUT)
+        assert doc.counter("clicks").value == 2 * clicks
+        ours = entries_of(doc)
+    theirs = json.loads(out.decode().strip().splitlines()[-1])
+    assert theirs["counter"] == 2 * clicks
+    assert sorted(theirs["entries"]) == ours
