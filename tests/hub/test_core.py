@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from octosync.errors import (
@@ -25,7 +26,14 @@ from octosync.hub import (
     lazily_frame,
 )
 from octosync.hub.node_views import NodeRules, NodeView
-from octosync.ipc.messages import CellSet, Delta, Snapshot
+from octosync.ipc.messages import (
+    CellSet,
+    Delta,
+    NodeSnapshot,
+    RemoteOp,
+    RemoteOpResult,
+    Snapshot,
+)
 from octosync.ipc.state_hash import snapshot_hash as default_state_hash
 from octosync.wire import json_tagged
 from tests.hub.helpers import RefSubscriber, cell_set, decode, json_encoder, node_add, snap
@@ -332,6 +340,66 @@ def test_writes_go_to_the_producer_only_when_granted() -> None:
     with pytest.raises(Forbidden):
         hub.publish(3, "t", lazily_frame(snap(0, {})))
     assert hub.take(1) == []
+
+
+def test_remote_ops_reach_a_producer_that_takes_them_stamped_else_as_cell_sets() -> None:
+    hub, _, woken = make_hub()
+    hub.register_encoder("any", lambda f: msgspec.json.encode(f.body))
+    hub.connect(1, ViewKey("lazily", "any"), wake=woken.append)
+    join(hub, 2, woken, ViewKey("lazily", "any"))
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    hub.subscribe(2, "s")
+    hub.take(1)
+    hub.take(2)
+    op = RemoteOp("write", 1, b"w", request=4)
+    assert hub.remote_op(2, "s", op, "alice") is False  # the older form: no answer comes
+    assert msgspec.json.decode(hub.take(1)[0], type=Delta) == cell_set(0, 1, b"w")
+    with pytest.raises(Forbidden, match="no trigger_effect requests"):
+        hub.remote_op(2, "s", RemoteOp("trigger_effect", 9), "alice")
+    hub.take_remote_ops(1)
+    assert hub.remote_op(2, "s", op, "alice") is True
+    forwarded = msgspec.json.decode(hub.take(1)[0], type=RemoteOp)
+    assert forwarded == RemoteOp("write", 1, b"w", 4, peer=2, subject="alice")
+    hub.write(2, "s", cell_set(0, 1, b"v"), "alice")  # a cell_set write, stamped the same way
+    assert msgspec.json.decode(hub.take(1)[0], type=RemoteOp) == RemoteOp(
+        "write", 1, b"v", 0, peer=2, subject="alice"
+    )
+    with pytest.raises(Forbidden, match="only the producer"):
+        hub.answer(2, "s", RemoteOpResult(4, peer=2))
+    assert hub.answer(1, "s", RemoteOpResult(4, peer=2, error="Forbidden", message="no")) is True
+    answer = msgspec.json.decode(hub.take(2)[-1], type=RemoteOpResult)
+    assert answer == RemoteOpResult(4, error="Forbidden", message="no")  # peer stripped
+    assert hub.answer(1, "s", RemoteOpResult(5, peer=77)) is False  # nobody to tell
+
+
+def test_node_grants_refuse_writes_by_key_before_the_producer_hears_of_them() -> None:
+    class Narrow:
+        def allows(self, stream: object, action: str) -> bool:
+            return True
+
+        def node_rules(self, stream: object) -> NodeRules:
+            return NodeRules(read=("*",), write=("mine/*",))
+
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    hub.connect(2, JSON, grants=Narrow(), wake=woken.append)
+    keyed = Snapshot(
+        0,
+        (
+            NodeSnapshot(1, "bytes", "resolved", b"a", "mine/x"),
+            NodeSnapshot(2, "bytes", "resolved", b"b", "theirs/y"),
+        ),
+    )
+    hub.publish(1, "s", lazily_frame(keyed))
+    hub.take(1)
+    hub.write(2, "s", cell_set(0, 1, b"ok"))
+    assert len(hub.take(1)) == 1
+    with pytest.raises(Forbidden, match="theirs/y") as refused:
+        hub.write(2, "s", Delta(0, 1, (CellSet(1, b"ok"), CellSet(2, b"no"))))
+    assert refused.value.path == "ops[1]"
+    with pytest.raises(Forbidden, match="#9"):
+        hub.remote_op(2, "s", RemoteOp("trigger_effect", 9))
+    assert hub.take(1) == []  # a refused batch forwards none of it
 
 
 def test_check_join_refuses_what_subscribe_and_publish_would() -> None:

@@ -355,7 +355,7 @@ class LazilySession:
                         "a subscriber may only send cell_set writes",
                         path=f"ops[{bad[0]}]" if bad else "ops",
                     )
-                subject = self.identity.subject if self.identity else None
+                subject = self.identity.subject or None if self.identity else None
                 hub.write(self.conn, self.stream, self.blobs.inbound(msg)[0], subject)
             case _:
                 raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
@@ -369,7 +369,7 @@ class LazilySession:
                 raise Forbidden(
                     "peer and subject are set by the server, not the writer", path="peer"
                 )
-            subject = self.identity.subject if self.identity else None
+            subject = self.identity.subject or None if self.identity else None
             if self.rt.hub.remote_op(self.conn, self.stream, op, subject):
                 return
             result = RemoteOpResult(op.request, applied=False)
