@@ -180,7 +180,7 @@ def answer(
         return Refused(exc.message)
 
 
-class Repair(Rounds):
+class Repair(Rounds["Walk"]):
     """Anti-entropy for one node: which maps to announce, which to pull from whom."""
 
     def __init__(
@@ -189,7 +189,6 @@ class Repair(Rounds):
         self.timing = timing or RepairTiming()
         super().__init__(node, clock, self.timing.interval, self.timing.settle)
         self._known: set[str] = set()
-        self._walks: dict[str, Walk] = {}
 
     def know(self, names: Iterable[str]) -> None:
         """Maps this node holds (read once at start; later ones arrive through :meth:`written`)."""
@@ -220,13 +219,7 @@ class Repair(Rounds):
         return walks
 
     def finished(self, walk: Walk) -> None:
-        """The walk ended (its records were applied, nothing differed, or the peer did not
-        answer): the map may be pulled again."""
-        if self._walks.get(walk.map) is walk:
-            del self._walks[walk.map]
-
-    def walking(self) -> list[str]:
-        return sorted(self._walks)
+        self._finish(walk.map, walk)
 
 
 def pull(

@@ -182,7 +182,7 @@ class RepairTiming:
     max_reply_bytes: int = DEFAULT_MAX_BATCH_BYTES
 
 
-class Repair(Rounds):
+class Repair(Rounds["Walk"]):
     """Anti-entropy for one node: which documents to announce, which to pull from whom."""
 
     def __init__(
@@ -190,7 +190,6 @@ class Repair(Rounds):
     ) -> None:
         self.timing = timing or RepairTiming()
         super().__init__(node, clock, self.timing.interval, self.timing.settle)
-        self._walks: dict[str, Walk] = {}
 
     def roots(self, replicas: Mapping[str, PlaneReplica]) -> dict[str, int]:
         """The root of every settled document this node holds an entry of."""
@@ -219,12 +218,7 @@ class Repair(Rounds):
         return walks
 
     def finished(self, walk: Walk) -> None:
-        """The walk ended (its ops were merged, or the peer did not answer)."""
-        if self._walks.get(walk.stream) is walk:
-            del self._walks[walk.stream]
-
-    def walking(self) -> list[str]:
-        return sorted(self._walks)
+        self._finish(walk.stream, walk)
 
 
 def pull(

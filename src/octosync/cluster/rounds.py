@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+W = TypeVar("W")
 
 
 @dataclass(slots=True)
@@ -47,14 +50,26 @@ class Position:
         return node != self.node
 
 
-class Rounds:
+class Rounds(Generic[W]):
+    """The rounds, and the pulls (walks, ``W``) under way: at most one per name."""
+
     def __init__(self, node: str, clock: Callable[[], float], interval: float, settle: float):
         self.node = node
         self.clock = clock
         self.interval = interval
         self.settle = settle
         self._written: dict[str, float] = {}
+        self._walks: dict[str, W] = {}
         self._next = clock() + interval
+
+    def _finish(self, name: str, walk: W) -> None:
+        """``walk`` of ``name`` ended (applied, nothing differed, or no answer): ``name`` may
+        be pulled again."""
+        if self._walks.get(name) is walk:
+            del self._walks[name]
+
+    def walking(self) -> list[str]:
+        return sorted(self._walks)
 
     def written(self, names: Iterable[str]) -> None:
         """These names changed on this node now (a local write or an applied batch)."""
