@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -193,3 +194,24 @@ async def test_a_js_writer_and_a_python_writer_on_two_nodes_end_identical(
     theirs = json.loads(out.decode().strip().splitlines()[-1])
     assert theirs["counter"] == 2 * clicks
     assert sorted(theirs["entries"]) == ours
+
+
+@pytest.mark.slow
+async def test_an_edit_is_acknowledged_only_once_jetstream_stored_it(cluster: Cluster) -> None:
+    """With NATS gone the node journals the edit but neither merges nor acknowledges it: it
+    stays pending on its writer, and is counted once NATS is back."""
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    async with SharedDocument(n1.lazily, DOC) as writer, reader(n1) as local:
+        await writer.synced(TIMEOUT)
+        cluster.nats.send_signal(signal.SIGKILL)
+        cluster.nats.wait(timeout=10)
+        for _ in range(5):
+            writer.counter("n").add(1)
+        await asyncio.sleep(2.0)
+        assert writer.pending, "acknowledged while no JetStream was there to store it"
+        assert local.counter("n").value == 0  # not fanned out either
+        port = int(cluster.url.rsplit(":", 1)[1])
+        cluster.nats = await asyncio.to_thread(nats_server.start, cluster.root / "nats", port)
+        await writer.synced(TIMEOUT)
+        await local.wait_until(lambda: local.counter("n").value == 5, TIMEOUT)
+    await total_on(n2, 5)
