@@ -295,3 +295,13 @@ def test_a_node_pulls_only_settled_documents_it_differs_on() -> None:
     assert repair.heard("b", {DOC: root(digests(ours))}, replicas) == []  # equal roots
     assert repair.heard("a", {DOC: root(digests(theirs))}, replicas) == []  # its own
     assert repair.roots({DOC: theirs, "empty": PlaneReplica()}) == {DOC: root(digests(theirs))}
+
+
+@given(st.lists(ops_strategy, max_size=20), st.lists(ops_strategy, min_size=1, max_size=5))
+def test_kept_digests_follow_every_change(first: list[CrdtOp], later: list[CrdtOp]) -> None:
+    repair = Repair("a", lambda: 0.0)
+    replica = PlaneReplica()
+    replica.merge(first)
+    assert repair.sums(DOC, replica) == digests(replica)
+    replica.merge(later)  # whatever won, the kept digests are the replica's again
+    assert repair.sums(DOC, replica) == digests(replica)

@@ -131,11 +131,16 @@ def root(sums: Sequence[int]) -> int:
 
 
 def answer(
-    request: RepairRequest, replica: PlaneReplica, max_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    request: RepairRequest,
+    replica: PlaneReplica,
+    max_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    ours: tuple[int, ...] | None = None,
 ) -> RepairReply:
     """A peer's digests answered with this node's ops of every bucket that differs, in entry
-    order after ``request.after``, cut at ``max_bytes`` (``resume``: where the next page starts)."""
-    ours = digests(replica)
+    order after ``request.after``, cut at ``max_bytes`` (``resume``: where the next page starts).
+    ``ours``: this replica's digests, if known."""
+    if ours is None:
+        ours = digests(replica)
     differing = {b for b in range(BUCKETS) if ours[b] != request.digests[b]}
     after = None if request.after is None else (request.after[0], request.after[1])
     out: list[CrdtOp] = []
@@ -162,9 +167,10 @@ class Walk:
     node: str
     sums: tuple[int, ...] = ()
 
-    def start(self, replica: PlaneReplica) -> RepairRequest:
-        self.sums = digests(replica)
-        return RepairRequest(self.node, self.stream, list(self.sums))
+    def start(self, sums: tuple[int, ...]) -> RepairRequest:
+        """The first page's request, with this node's digests of the document."""
+        self.sums = sums
+        return RepairRequest(self.node, self.stream, list(sums))
 
     def on_reply(self, reply: RepairReply) -> RepairRequest | None:
         """The next page's request, or None when the reply was the last."""
@@ -190,11 +196,22 @@ class Repair(Rounds["Walk"]):
     ) -> None:
         self.timing = timing or RepairTiming()
         super().__init__(node, clock, self.timing.interval, self.timing.settle)
+        self._sums: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+
+    def sums(self, name: str, replica: PlaneReplica) -> tuple[int, ...]:
+        """The document's digests, computed again only when it changed since last asked (a
+        large settled document is hashed once, not on every round and request)."""
+        known = self._sums.get(name)
+        if known is not None and known[0] == id(replica) and known[1] == replica.version:
+            return known[2]
+        sums = digests(replica)
+        self._sums[name] = (id(replica), replica.version, sums)
+        return sums
 
     def roots(self, replicas: Mapping[str, PlaneReplica]) -> dict[str, int]:
         """The root of every settled document this node holds an entry of."""
         return {
-            name: root(digests(r))
+            name: root(self.sums(name, r))
             for name, r in sorted(replicas.items())
             if len(r) and self.settled(name)
         }
@@ -211,7 +228,7 @@ class Repair(Rounds["Walk"]):
             if name in self._walks or not self.settled(name):
                 continue
             replica = replicas.get(name)
-            ours = 0 if replica is None else root(digests(replica))
+            ours = 0 if replica is None else root(self.sums(name, replica))
             if ours != roots[name]:
                 walk = self._walks[name] = Walk(name, peer, self.node)
                 walks.append(walk)
@@ -231,7 +248,7 @@ def pull(
     each page with ``merge``; returns how many ops came. The I/O side runs the same steps
     over NATS."""
     got = 0
-    request: RepairRequest | None = walk.start(replica)
+    request: RepairRequest | None = walk.start(digests(replica))
     while request is not None:
         reply = ask(request)
         merge(reply.ops)

@@ -192,7 +192,7 @@ class PlanesLink(OpLogLink):
         assert self._nc is not None
         try:
             replica = self.host.replicas().get(walk.stream) or PlaneReplica()
-            request: wire.RepairRequest | None = walk.start(replica)
+            request: wire.RepairRequest | None = walk.start(self.repair.sums(walk.stream, replica))
             while request is not None:
                 reply = await self._nc.request(
                     self._sync + walk.peer, wire.encode(request), timeout=REQUEST_TIMEOUT
@@ -216,5 +216,6 @@ class PlanesLink(OpLogLink):
         if not isinstance(request, wire.RepairRequest):
             return
         replica = self.host.replicas().get(request.stream) or PlaneReplica()
-        reply = answer(request, replica, self.repair.timing.max_reply_bytes)
+        ours = self.repair.sums(request.stream, replica)
+        reply = answer(request, replica, self.repair.timing.max_reply_bytes, ours)
         await msg.respond(wire.encode(reply))
