@@ -46,15 +46,11 @@ from typing import Any
 
 import aiohttp
 
+from _harness import cpu_seconds, free_port
+
 HERE = Path(__file__).resolve()
 FEATURE = "distributed_crdt"
 STREAM = "bench-doc"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_of(name: str) -> int:
@@ -275,13 +271,6 @@ async def _count_clicks(port: int) -> int:
 
 
 # --- the run -----------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of process ``pid`` so far (Linux ``/proc``): the server's
-    work, which a busy machine's scheduling does not inflate as it does latencies."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def frames_out(port: int) -> float:

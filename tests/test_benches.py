@@ -56,6 +56,18 @@ def test_cluster_maps_bench_runs_both_layouts() -> None:
 
 
 @pytest.mark.slow
+def test_cluster_planes_bench_runs_both_layouts_and_counts_every_click() -> None:
+    """``bench/cluster_planes.py --quick`` starts NATS and the nodes, measures, stops them."""
+    done = run_bench("bench/cluster_planes.py", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    rows = [line for line in lines if line.startswith(("single ", "cluster-2  "))]
+    assert len(rows) == 2
+    assert all("every click on every node: True" in row for row in rows)
+    assert "cluster-2 / single:" in done.stdout
+
+
+@pytest.mark.slow
 def test_crdt_plane_bench_runs_and_loses_no_click() -> None:
     """``bench/crdt_plane.py --quick``: writers, subscribers, a journaled server; a late member's
     counter is the sum of every acknowledged click (the bench exits non-zero otherwise)."""
