@@ -14,6 +14,7 @@ state it gets on reconnect.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -28,6 +29,8 @@ from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
 from octosync.server.gap_flush import GapFlush
 from octosync.store.records import EncodedRecord, PlaneOps, encode_record
+
+log = logging.getLogger(__name__)
 
 
 class JournalRoom(Protocol):
@@ -195,7 +198,9 @@ class Plane:
         try:
             record = encode_record(PlaneOps(stream, tuple(changed), at))
             self.rt.after_commit(0, [record], _nothing)
-        except OctosyncError:
+        except OctosyncError as exc:
+            if self._positions_ok:
+                log.warning("cluster: remote plane ops not journaled (%s); positions stop", exc)
             self._positions_ok = False
         return len(changed)
 
