@@ -258,8 +258,9 @@ def serving_line(config: ServerConfig, port: int, tcp_ports: Mapping[FaceName, i
     faces = f"{routes} /metrics /healthz, the inspector at /"
     if config.chain_config is not None:
         faces += f", /chain/NAME (chains configured at {config.chain_config})"
+    tls = " with TLS" if config.tls_cert is not None else ""
     tcp = "".join(
-        f", {face.tcp.label} on {config.host}:{tcp_ports[face.name]}"
+        f", {face.tcp.label}{tls} on {config.host}:{tcp_ports[face.name]}"
         for face in FACES
         if face.tcp is not None and face.name in tcp_ports
     )
