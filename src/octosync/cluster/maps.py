@@ -207,16 +207,12 @@ class Repair(Rounds["Walk"]):
     def heard(self, peer: str, roots: Mapping[str, int], source: MapSource) -> list[Walk]:
         """A peer's roots: a walk for each settled map whose root differs here (none for a map
         that is being pulled already)."""
-        if peer == self.node:
-            return []
-        walks = []
-        for name in sorted(roots):
-            if is_reserved(name) or name in self._walks or not self.settled(name):
-                continue
-            if source.merkle(name).root() != roots[name]:
-                walk = self._walks[name] = Walk(name, peer, self.node, self.timing.max_leaves)
-                walks.append(walk)
-        return walks
+        return self._heard(
+            peer,
+            roots,
+            lambda name, theirs: not is_reserved(name) and source.merkle(name).root() != theirs,
+            lambda name: Walk(name, peer, self.node, self.timing.max_leaves),
+        )
 
     def finished(self, walk: Walk) -> None:
         self._finish(walk.map, walk)

@@ -221,18 +221,12 @@ class Repair(Rounds["Walk"]):
     ) -> list[Walk]:
         """A peer's roots: a walk for each settled document whose root differs here (none for
         one that is being pulled already)."""
-        if peer == self.node:
-            return []
-        walks = []
-        for name in sorted(roots):
-            if name in self._walks or not self.settled(name):
-                continue
+
+        def differs(name: str, theirs: int) -> bool:
             replica = replicas.get(name)
-            ours = 0 if replica is None else root(self.sums(name, replica))
-            if ours != roots[name]:
-                walk = self._walks[name] = Walk(name, peer, self.node)
-                walks.append(walk)
-        return walks
+            return (0 if replica is None else root(self.sums(name, replica))) != theirs
+
+        return self._heard(peer, roots, differs, lambda name: Walk(name, peer, self.node))
 
     def finished(self, walk: Walk) -> None:
         self._finish(walk.stream, walk)

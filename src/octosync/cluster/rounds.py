@@ -6,7 +6,7 @@ differ only by what is in flight), and roots go out once per ``interval``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -70,6 +70,25 @@ class Rounds(Generic[W]):
 
     def walking(self) -> list[str]:
         return sorted(self._walks)
+
+    def _heard(
+        self,
+        peer: str,
+        roots: Mapping[str, int],
+        differs: Callable[[str, int], bool],
+        walk: Callable[[str], W],
+    ) -> list[W]:
+        """A peer's roots: a new walk for each settled name whose root ``differs`` here (none
+        for a name being pulled already, nor for this node's own roots)."""
+        if peer == self.node:
+            return []
+        walks = []
+        for name in sorted(roots):
+            if name in self._walks or not self.settled(name) or not differs(name, roots[name]):
+                continue
+            walks.append(walk(name))
+            self._walks[name] = walks[-1]
+        return walks
 
     def written(self, names: Iterable[str]) -> None:
         """These names changed on this node now (a local write or an applied batch)."""
