@@ -1569,7 +1569,7 @@ export class Client {
  * `/signal` relay as `peer`, answer the first offer (a Python peer's
  * `octosync.client.webrtc.offer`), and mirror what arrives on its ordered, reliable `lazily`
  * channel: both sides' handshakes, then snapshots and deltas; a gap is answered with a
- * `resync_request`. Resolves once the channel is open to `{peer, close(), mirror, resyncs}`;
+ * `resync_request`. Resolves once the handshakes crossed to `{peer, close(), mirror, resyncs}`;
  * `onState({epoch, values})` runs after each applied frame.
  */
 export async function followPeer(url, { session = "default", peer, token, onState = () => {}, rtcConfig = {} } = {}) {
@@ -1600,22 +1600,24 @@ export async function followPeer(url, { session = "default", peer, token, onStat
     });
     send({ type: "answer", to: msg.from, sdp: pc.localDescription.sdp });
   };
+  // Our handshake answers theirs rather than going out on "open": Chromium can drop a message
+  // sent from the open handler of a channel the remote side opened (it leaves bufferedAmount
+  // and is never counted in messagesSent), and the offerer would wait for it forever.
   function serve(channel) {
     let shaken = false;
     const reply = (m) => channel.send(JSON.stringify(m));
-    channel.onopen = () => {
-      reply({ ...handshake(session, false, 256 * 1024), peer_id: peer });
-      opened.resolve(link);
-    };
     channel.onmessage = ({ data }) => {
       const text = typeof data === "string" ? data : new TextDecoder().decode(data);
       if (!shaken) {
         const theirs = JSON.parse(text);
         if (theirs.protocol_id !== PROTOCOL_ID || !(theirs.features ?? []).includes("publish")) {
+          opened.reject(fail(errors.HandshakeFailed, "the peer's handshake is not a lazily publisher's", "$"));
           link.close();
           return;
         }
+        reply({ ...handshake(session, false, 256 * 1024), peer_id: peer });
         shaken = true;
+        opened.resolve(link);
         return;
       }
       const result = mirror.apply(decodeMessage(text));
