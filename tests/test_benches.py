@@ -62,3 +62,13 @@ def test_crdt_plane_bench_runs_and_loses_no_click() -> None:
     done = run_bench("bench/crdt_plane.py", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "clicks lost 0" in done.stdout
+
+
+@pytest.mark.slow
+def test_dataspace_face_bench_loses_no_delivery() -> None:
+    """``bench/dataspace_face.py --quick``: lean and syndicate-py clients through the face
+    (the bench exits non-zero when an observer missed a synced pair or message)."""
+    for clients in ("lean", "syndicate"):
+        done = run_bench("bench/dataspace_face.py", "--quick", "--clients", clients)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "deliveries lost 0" in done.stdout
