@@ -17,6 +17,7 @@ from octosync.cluster.core import ClusterCore
 from octosync.errors import StorageError
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
+from octosync.server.auth import AuthConfig, issue_token
 from octosync.wire import DIALECTS
 from tests.e2e.helpers import TIMEOUT, handshake, recv_json, serve, spawn_server
 
@@ -172,3 +173,33 @@ async def test_a_large_document_arrives_in_frames_and_joined_means_all_of_it(
         async with SharedDocument(srv.ws_url, "big") as late:
             await late.synced(TIMEOUT)
             assert late.map("fields").value == {f"f{i}": i for i in range(30)}
+
+
+async def test_node_grants_give_each_writer_its_own_values(tmp_path: Path) -> None:
+    secret = "plane-grants-secret-plane-grants-secret!"
+    auth = AuthConfig(hs256_secret=secret)
+
+    def token(subject: str, nodes: dict[str, list[str]]) -> str:
+        return issue_token(secret, subject, {"room": ["read", "write"]}, nodes={"room": nodes})
+
+    host = token("host", {"read": ["*"], "write": ["*"]})
+    guest = token("guest", {"read": ["board/*", "guest/*"], "write": ["guest/*"]})
+    async with (
+        serve(tmp_path, insecure_dev=False, auth=auth) as srv,
+        SharedDocument(srv.ws_url, "room", token=host) as h,
+    ):
+        h.register("board").set("open")
+        h.map("notes").set("plan", "secret")
+        await h.synced(TIMEOUT)
+        async with SharedDocument(srv.ws_url, "room", token=guest) as g:
+            await g.synced(TIMEOUT)
+            assert g.register("board").value == "open"
+            assert g.map("notes").value == {}  # never sent
+            g.counter("guest").add(3)
+            await g.synced(TIMEOUT)
+            await h.wait_until(lambda: h.counter("guest").value == 3, TIMEOUT)
+            h.map("notes").set("plan", "changed")
+            h.register("board").set("closed")
+            await g.wait_until(lambda: g.register("board").value == "closed", TIMEOUT)
+            assert g.map("notes").value == {}
+            assert g.errors == []

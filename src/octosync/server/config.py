@@ -108,8 +108,8 @@ class ServerConfig:
     topgun_queries_per_connection: int = 64
     topgun_queries_per_map: int = 1024
     tls_cert: Path | None = None
-    """PEM certificate (chain) for TLS on the HTTP port; with ``tls_key``: every face over
-    ``wss://`` (``server.tls``). None: plain HTTP."""
+    """PEM certificate (chain) for TLS on every listener; with ``tls_key``: every face over
+    ``wss://`` and the TCP ports over TLS (``server.tls``). None: plain HTTP and TCP."""
     tls_key: Path | None = None
     """The certificate's PEM private key."""
 
@@ -447,7 +447,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "tls_cert": Key(
             (str,),
             lambda cfg, v, p: replace(cfg, tls_cert=_relative_to(p, v)),
-            doc="PEM certificate (chain): every face over `wss://` (with `tls_key`).",
+            doc="PEM certificate (chain): every face over `wss://` and the TCP ports over TLS "
+            "(with `tls_key`).",
             field="tls_cert",
         ),
         "tls_key": Key(
