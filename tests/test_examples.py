@@ -163,65 +163,59 @@ def test_coin_chase_on_a_chain_played_in_two_tabs_and_by_python(
     browser: Any, tmp_path: Path
 ) -> None:
     nats = f"nats://127.0.0.1:{(nats_port := free_port())}"
+    port = free_port()
     chain_args = ("--nats-port", str(nats_port), "--data", str(tmp_path / "chain"))
-    with example("chain-game", "chain.py", *chain_args) as line:
+    with example("chain-game", "chain.py", *chain_args, "--port", str(port)) as line:
         links = re.match(r"chain game 'game' up: 2 links \(processes (\d+), (\d+)\)", line)
         assert links is not None, line
-        port = free_port()
-        serve = ("serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path / "srv"))
-        with running(*serve, "--chain-config", nats) as (_, served):
-            assert "octosync serving" in served
-            context = browser.new_context()  # one browser profile: one IndexedDB, two players
-            ada, bob = context.new_page(), context.new_page()
-            ada.goto(page_url("chain-game", port, name="ada"))
-            expect(ada.locator("#scores li"), ["ada 0 at 0,0"])  # first to join: first corner
-            bob.goto(page_url("chain-game", port, name="bob"))
-            for page in (ada, bob):
-                expect(page.locator("#status"), "live")
-                expect(page.locator("#scores li"), ["ada 0 at 0,0", "bob 0 at 8,8"])
+        # the one command also started the server that relays the players
+        context = browser.new_context()  # one browser profile: one IndexedDB, two players
+        ada, bob = context.new_page(), context.new_page()
+        ada.goto(page_url("chain-game", port, name="ada"))
+        expect(ada.locator("#scores li"), ["ada 0 at 0,0"])  # first to join: first corner
+        bob.goto(page_url("chain-game", port, name="bob"))
+        for page in (ada, bob):
+            expect(page.locator("#status"), "live")
+            expect(page.locator("#scores li"), ["ada 0 at 0,0", "bob 0 at 8,8"])
 
-            coin = board_coin(bob)
-            assert board_coin(ada) == coin
-            assert coin not in ((0, 0), (8, 8))
-            walk(ada, (0, 0), coin)  # ada takes the coin; both tabs see it, and where it went
-            for page in (ada, bob):
-                expect(
-                    page.locator("#scores li"), [f"ada 1 at {coin[0]},{coin[1]}", "bob 0 at 8,8"]
-                )
-            assert board_coin(ada) == board_coin(bob) != coin
-            assert ada.locator("#board").inner_text() == bob.locator("#board").inner_text()
+        coin = board_coin(bob)
+        assert board_coin(ada) == coin
+        assert coin not in ((0, 0), (8, 8))
+        walk(ada, (0, 0), coin)  # ada takes the coin; both tabs see it, and where it went
+        for page in (ada, bob):
+            expect(page.locator("#scores li"), [f"ada 1 at {coin[0]},{coin[1]}", "bob 0 at 8,8"])
+        assert board_coin(ada) == board_coin(bob) != coin
+        assert ada.locator("#board").inner_text() == bob.locator("#board").inner_text()
 
-            ada.reload()  # the game and ada's place in it survive the reload
-            expect(ada.locator("#status"), "live")
-            expect(ada.locator("#scores li"), [f"ada 1 at {coin[0]},{coin[1]}", "bob 0 at 8,8"])
-            ada.click("#pad button >> text=←")
-            bob.keyboard.press("ArrowUp")
-            for page in (ada, bob):
-                expect(
-                    page.locator("#scores li"),
-                    [f"ada 1 at {coin[0] - 1},{coin[1]}", "bob 0 at 8,7"],
-                )
+        ada.reload()  # the game and ada's place in it survive the reload
+        expect(ada.locator("#status"), "live")
+        expect(ada.locator("#scores li"), [f"ada 1 at {coin[0]},{coin[1]}", "bob 0 at 8,8"])
+        ada.click("#pad button >> text=←")
+        bob.keyboard.press("ArrowUp")
+        for page in (ada, bob):
+            expect(
+                page.locator("#scores li"),
+                [f"ada 1 at {coin[0] - 1},{coin[1]}", "bob 0 at 8,7"],
+            )
 
-            # kill -9 the first link (the head): the other leads, the tabs reconnect and play on
-            os.kill(int(links.group(1)), signal.SIGKILL)
-            ada.keyboard.press("ArrowDown")
-            for page in (ada, bob):
-                expect(
-                    page.locator("#scores li"),
-                    [f"ada 1 at {coin[0] - 1},{coin[1] + 1}", "bob 0 at 8,7"],
-                )
+        # kill -9 the first link (the head): the other leads, the tabs reconnect and play on
+        os.kill(int(links.group(1)), signal.SIGKILL)
+        ada.keyboard.press("ArrowDown")
+        for page in (ada, bob):
+            expect(
+                page.locator("#scores li"),
+                [f"ada 1 at {coin[0] - 1},{coin[1] + 1}", "bob 0 at 8,7"],
+            )
 
-            robot = ("--config", nats, "--moves", "3", "--every", "0")
-            with example("chain-game", "robot.py", *robot) as said:  # a Python player joins
-                found = re.fullmatch(r"robot at (\d),(\d) with (\d) coins\n", said)
-                assert found is not None, said
-                x, y, score = found.groups()
-                assert (x, y) != ("0", "8")  # it moved from its corner
-                for page in (ada, bob):
-                    expect(
-                        page.locator("#scores li", has_text="robot"), f"robot {score} at {x},{y}"
-                    )
-            context.close()
+        robot = ("--config", nats, "--moves", "3", "--every", "0")
+        with example("chain-game", "robot.py", *robot) as said:  # a Python player joins
+            found = re.fullmatch(r"robot at (\d),(\d) with (\d) coins\n", said)
+            assert found is not None, said
+            x, y, score = found.groups()
+            assert (x, y) != ("0", "8")  # it moved from its corner
+            for page in (ada, bob):
+                expect(page.locator("#scores li", has_text="robot"), f"robot {score} at {x},{y}")
+        context.close()
 
 
 def test_the_chain_game_says_what_is_missing_when_no_chain_is_there(

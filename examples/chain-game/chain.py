@@ -1,8 +1,8 @@
-"""The chain game's back end: NATS JetStream (the chain's configuration) and two chain links
-running this folder's rules (``coin_chase:compute``), on loopback, until Ctrl-C.
-
-Then start a server that relays browser players to the chain:
-``octosync serve --insecure-dev --chain-config nats://127.0.0.1:4222``.
+"""The chain game in one command: NATS JetStream (the chain's configuration), two chain links
+running this folder's rules (``coin_chase:compute``) and an octosync server that relays
+browser players to the chain's head (``--port``, 8765; ``--no-serve`` to run your own:
+``octosync serve --insecure-dev --chain-config nats://127.0.0.1:4222``), on loopback, until
+Ctrl-C.
 """
 
 from __future__ import annotations
@@ -38,7 +38,20 @@ def formed(chain: str, url: str, links: int) -> bool:
     return False
 
 
-def main(chain: str, links: int, nats_port: int, data: Path) -> None:
+def serve(url: str, port: int, data: Path) -> subprocess.Popen[bytes]:
+    """``octosync serve`` relaying ``/chain/NAME`` to the chain, once it says it serves."""
+    command = [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev"]
+    command += ["--port", str(port), "--data", str(data), "--chain-config", url]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if "octosync serving" not in line:
+        proc.wait()
+        sys.exit(f"chain game: the server did not start (is port {port} taken? --port P)")
+    return proc
+
+
+def main(chain: str, links: int, nats_port: int, data: Path, port: int | None) -> None:
     # the links import the rules by name, from this folder
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(HERE), os.environ.get("PYTHONPATH")])
@@ -54,11 +67,16 @@ def main(chain: str, links: int, nats_port: int, data: Path) -> None:
                 sys.exit(f"chain game: the chain did not form within 30 s (data in {data})")
             time.sleep(0.2)
         pids = ", ".join(str(proc.pid) for proc in procs[1:])
+        if port is None:
+            then = f"next: octosync serve --insecure-dev --chain-config {url}\n"
+        else:
+            procs.append(serve(url, port, data / "server"))
+            then = f"relayed by the server on http://127.0.0.1:{port}\n"
+        query = "" if port in (None, 8765) else f"?server=ws://127.0.0.1:{port}"
         print(
             f"chain game {chain!r} up: {links} links (processes {pids}), configuration in {url} "
-            f"(data in {data})\n"
-            f"next: octosync serve --insecure-dev --chain-config {url}\n"
-            f"then open examples/chain-game/index.html in two tabs",
+            f"(data in {data})\n{then}"
+            f"then open examples/chain-game/index.html{query} in two tabs",
             flush=True,
         )
         wait_for_stop()
@@ -72,10 +90,14 @@ if __name__ == "__main__":
     parser.add_argument("--links", type=int, default=2, help="links in the chain (2)")
     parser.add_argument("--nats-port", type=int, default=4222, help="NATS port on loopback")
     parser.add_argument("--data", type=Path, default=None, help="folder for NATS and the links")
+    parser.add_argument("--port", type=int, default=8765, help="the relaying server's port")
+    parser.add_argument(
+        "--no-serve", action="store_true", help="start no server (run your own, as printed)"
+    )
     args = parser.parse_args()
     data = args.data or Path(tempfile.mkdtemp(prefix="octosync-chain-game-"))
     try:
-        main(args.chain, args.links, args.nats_port, data)
+        main(args.chain, args.links, args.nats_port, data, None if args.no_serve else args.port)
     except OctosyncError as exc:  # no nats-server, a port taken, a link that did not start
         sys.exit(f"chain game: {exc}")
     except KeyboardInterrupt:
