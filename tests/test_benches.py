@@ -95,3 +95,13 @@ def test_fanout_bench_measures_the_node_peers_in_the_same_run() -> None:
         assert row["resets"] == 0
     for peer in ("node-socketio", "node-ws"):
         assert f"octosync / {peer}: " in done.stdout
+
+
+@pytest.mark.slow
+def test_dataspace_face_bench_loses_no_delivery() -> None:
+    """``bench/dataspace_face.py --quick``: lean and syndicate-py clients through the face
+    (the bench exits non-zero when an observer missed a synced pair or message)."""
+    for clients in ("lean", "syndicate"):
+        done = run_bench("bench/dataspace_face.py", "--quick", "--clients", clients)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "deliveries lost 0" in done.stdout
