@@ -71,6 +71,36 @@ class PlaneStream:
     replica: PlaneReplica
     members: dict[ConnId, Member] = field(default_factory=dict)
     ops_accepted: int = 0
+    _audience: Audience | None = None
+
+    def audience(self) -> Audience:
+        """Its readers, sorted by what they may read; kept until a member joins or leaves
+        (a fan-out asks for it every few milliseconds, members change rarely)."""
+        if self._audience is None:
+            whole: list[ConnId] = []
+            narrowed: dict[NodeRules, list[Member]] = {}
+            for m in self.members.values():
+                if m.read:
+                    if m.rules is None:
+                        whole.append(m.conn)
+                    else:
+                        narrowed.setdefault(m.rules, []).append(m)
+            readers = frozenset(whole).union(*([m.conn for m in g] for g in narrowed.values()))
+            self._audience = Audience(tuple(whole), narrowed, readers)
+        return self._audience
+
+    def changed_members(self) -> None:
+        self._audience = None
+
+
+@dataclass(frozen=True, slots=True)
+class Audience:
+    """A plane stream's readers: those sent every op, those sent what their node grants let
+    them read (grouped by rule set, so each group's ops are filtered and encoded once)."""
+
+    whole: tuple[ConnId, ...]
+    narrowed: Mapping[NodeRules, list[Member]]
+    readers: frozenset[ConnId]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +167,7 @@ class CrdtStreams:
         member = Member(conn, name, peer, read, write, rules)
         stream = self._stream(name)
         stream.members[conn] = member
+        stream.changed_members()
         self._members[conn] = member
         return member.readable(stream.replica.ops()) if read else ()
 
@@ -146,6 +177,7 @@ class CrdtStreams:
             return
         stream = self.streams[member.stream]
         stream.members.pop(conn, None)
+        stream.changed_members()
         if not stream.members and not len(stream.replica):
             del self.streams[member.stream]  # never written: joining names costs nothing kept
 

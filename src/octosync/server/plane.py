@@ -23,8 +23,7 @@ from octosync.cluster.planes import PlaneStats
 from octosync.crdt.plane import PlaneReplica
 from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError, Overloaded, StorageError
 from octosync.hub import Hub
-from octosync.hub.crdt_streams import Accepted, Checked, CrdtStreams, Member
-from octosync.hub.node_views import NodeRules
+from octosync.hub.crdt_streams import Accepted, Audience, Checked, CrdtStreams
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
 from octosync.server.gap_flush import GapFlush
@@ -221,10 +220,11 @@ class Plane:
             stream = self.core.streams.get(name)
             if stream is None:
                 continue
+            audience = stream.audience()
             if batch.fanout:
-                self._fan_out(stream.members.values(), batch.fanout)
+                self._fan_out(audience, batch.fanout)
             sent = set(batch.fanout)
-            reading = {m.conn for m in stream.members.values() if m.read}
+            reading = audience.readers
             for writer, acks in batch.acks.items():
                 member = stream.members.get(writer)
                 got: set[CrdtOp] = set()  # what the fan-out already told the writer
@@ -234,19 +234,11 @@ class Plane:
                 if rest:
                     self.send([writer], CrdtSync(ops=tuple(rest)))
 
-    def _fan_out(self, members: Iterable[Member], ops: list[CrdtOp]) -> None:
+    def _fan_out(self, audience: Audience, ops: list[CrdtOp]) -> None:
         """The ops to every reader: whole to those without node grants (encoded once per
         dialect), filtered once per rule set to the others."""
-        whole: list[ConnId] = []
-        narrowed: dict[NodeRules, list[Member]] = {}
-        for m in members:
-            if m.read:
-                if m.rules is None:
-                    whole.append(m.conn)
-                else:
-                    narrowed.setdefault(m.rules, []).append(m)
-        self.send(whole, CrdtSync(ops=tuple(ops)))
-        for group in narrowed.values():
+        self.send(audience.whole, CrdtSync(ops=tuple(ops)))
+        for group in audience.narrowed.values():
             visible = group[0].readable(ops)
             if visible:
                 self.send([m.conn for m in group], CrdtSync(ops=visible))
