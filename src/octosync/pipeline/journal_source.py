@@ -15,10 +15,11 @@ last one a checkpoint records up to the latest committed one (at most ``maxRecor
 seqs when given). Seqs are assigned in commit order and never reused, so the records in
 ``(start, end]`` are the same whenever they are read, which is what makes a restart from a
 checkpoint read each record exactly once; a range the journal's trim already removed is an
-error, not a silent gap. Rows come in the export's schemas (``OPS_SCHEMA``,
-``FRAMES_SCHEMA``), so every job reads this source and the Parquet export alike.
+error, not a silent gap. Rows come in the export's schemas (``store.datasets``), so every job
+reads this source and the Parquet export alike.
 
-Options: ``kind`` (``ops`` or ``frames``), ``partitionSeqs``, ``startSeq`` and ``endSeq``
+Options: ``kind`` (``ops``, ``frames``, ``chain_events``, ``chain_states`` or ``dataspace``),
+``partitionSeqs``, ``startSeq`` and ``endSeq``
 (a batch read of part of the journal; a stream's first seq), ``maxRecordsPerBatch``.
 """
 
@@ -38,7 +39,8 @@ from pyspark.sql.datasource import (
 from octosync.errors import PipelineError
 
 NAME: Final = "octosync-journal"
-KINDS: Final = ("ops", "frames")
+KINDS: Final = ("ops", "frames", "chain_events", "chain_states", "dataspace")
+"""The datasets of ``store.datasets`` (a test holds the two equal)."""
 PARTITION_SEQS: Final = 250_000
 """Seqs per Spark task: large enough that a task's start-up is small beside its work."""
 STREAM_TASKS: Final = 2
@@ -72,38 +74,26 @@ def seq_ranges(data: str, kind: str, first: int, last: int, size: int) -> list[S
 
 
 def _arrow_schema(kind: str) -> Any:
-    from octosync.store.export import FRAMES_SCHEMA
-    from octosync.store.op_table import OPS_SCHEMA
+    from octosync.store.datasets import BY_NAME
 
-    return OPS_SCHEMA if kind == "ops" else FRAMES_SCHEMA
+    return BY_NAME[kind].schema
 
 
 def read_range(part: SeqRange) -> Iterator[Any]:
     """The records of ``part`` as Arrow record batches (what a Spark task yields)."""
     import pyarrow as pa
 
-    from octosync.crdt.op import OpRecord
-    from octosync.store.export import frame_row
+    from octosync.store.datasets import BY_NAME, rows_of
     from octosync.store.journal import Journal
-    from octosync.store.op_table import op_row
-    from octosync.store.records import KIND_FRAME, KIND_OP, StreamFrame, decode_record
 
-    schema = _arrow_schema(part.kind)
-    kind = KIND_OP if part.kind == "ops" else KIND_FRAME
+    dataset = BY_NAME[part.kind]
     with Journal(Path(part.data), readonly=True) as journal:
         start = part.lo
         while start <= part.hi:
-            rows = journal.raw_rows(start, part.hi, limit=READ_CHUNK, kind=kind)
+            rows = journal.raw_rows(start, part.hi, limit=READ_CHUNK, kind=dataset.kind)
             if not rows:
                 return
-            out = []
-            for row in rows:
-                rec = decode_record(row.kind, row.body, seq=row.seq)
-                if isinstance(rec, OpRecord):
-                    out.append(op_row(rec, row.seq, row.recorded_ms))
-                elif isinstance(rec, StreamFrame):
-                    out.append(frame_row(row, rec))
-            yield pa.RecordBatch.from_pylist(out, schema=schema)
+            yield pa.RecordBatch.from_pylist(rows_of(dataset, rows), schema=dataset.schema)
             start = rows[-1].seq + 1
 
 
