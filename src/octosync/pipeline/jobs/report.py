@@ -204,6 +204,8 @@ def _dataspace_section(
         section.body.append("<p>No dataspace activity in this journal.</p>")
         return section
     listed = by_label.merge(lifetimes, on=["dataspace", "label"], how="left")
+    listed["retracted"] = listed["retracted"].fillna(0).astype("int64")
+    listed["lifetime_max_ms"] = listed["lifetime_max_ms"].astype("Int64")  # empty: none
     tables["dataspace_by_label.csv"] = listed
     section.body += [
         f"<p>{n_rows} assertions, retractions and messages the dataspaces took (after "
