@@ -316,7 +316,9 @@ def append_throughput(tmp: Path, durability: str, n: int, threads: int) -> tuple
     return group, single, commits
 
 
-def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[float], int]:
+def stream_lag(
+    tmp: Path, master: str, rate: int, seconds: float, *extra: str
+) -> tuple[list[float], int]:
     """``pipeline stream`` on a journal growing by ``rate`` ops/s for ``seconds``: for each
     tenth of a second's appends, the seconds from its commit until ``compaction.json`` covers
     it; and the ops appended. The stream is started and has finished a first batch before the
@@ -324,7 +326,7 @@ def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[
     from octosync.pipeline.jobs.stream import read_meta
     from octosync.store.synthetic import generate_records
 
-    data = tmp / "stream"
+    data = tmp / f"stream-{time.monotonic_ns()}"
     step = max(1, rate // 10)
     records = generate_records(int(rate * seconds) + step, seed=3)
     with Journal(data) as j:
@@ -332,7 +334,7 @@ def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[
     out = data / "compacted"
     argv = [sys.executable, "-m", "octosync.cli", "pipeline", "stream", "--journal", str(data)]
     proc = subprocess.Popen(
-        [*argv, "--master", master, "--interval", "0.5"],
+        [*argv, "--master", master, "--interval", "0.5", *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -35,9 +35,14 @@ from typing import Any, Final
 
 from octosync.pipeline.inputs import read_ops
 from octosync.pipeline.jobs._stages import Progress, quiet
-from octosync.pipeline.jobs.compact import compact_ops, restore_interrupted_swap, swap_in
+from octosync.pipeline.jobs.compact import (
+    CompactResult,
+    compact_ops,
+    restore_interrupted_swap,
+    swap_in,
+)
 from octosync.pipeline.journal_source import NAME, register
-from octosync.pipeline.layout import META_FILE, RECORDS_DIR
+from octosync.pipeline.layout import MERKLE_DIR, META_FILE, RECORDS_DIR, SNAPSHOT_DIR
 from octosync.pipeline.transforms import activity
 
 AGGREGATES_DIR: Final = "aggregates"
@@ -48,6 +53,14 @@ TABLES: Final = {
     "ops_by_key": ("map", "key"),
 }
 """Each op table and its key columns; the count column is ``ops``."""
+DRIVER_FOLD_RECORDS: Final = 1_000_000
+"""A batch is folded on the driver when the records it joins plus its ops are at most this
+many (about 200 MB of Arrow at the synthetic data's sizes); else by Spark's compaction."""
+
+
+MAX_RECORDS: Final = 200_000
+"""Journal seqs per micro-batch by default: a batch is collected to the driver, so it is
+bounded (a stream catching up runs several)."""
 ACTIVITY_TABLES: Final = {
     "chain_events_by_device": ("chain", "device"),
     "chain_events_by_name": ("chain", "name"),
@@ -97,12 +110,19 @@ def read_meta(out: Path) -> dict[str, Any]:
 
 
 def _batch_counts(ops: Any) -> dict[str, Any]:
-    """The batch's counts per table, as Arrow tables (small: minutes x maps, keys touched)."""
-    return {
-        "ops_by_map": activity.per_minute(ops, "millis", "map", "ops").toArrow(),
-        "ops_by_origin": activity.per_minute(ops, "millis", "origin", "ops").toArrow(),
-        "ops_by_key": ops.groupBy("map", "key").count().withColumnRenamed("count", "ops").toArrow(),
-    }
+    """The batch's op counts per table (``ops``: an Arrow table of op rows), on the driver."""
+    import numpy as np
+    import pyarrow as pa
+
+    millis = ops.column("millis").to_numpy()
+    rows = ops.select(["map", "origin", "key"]).append_column(
+        "minute_ms", pa.array(millis - np.mod(millis, activity.MINUTE_MS), pa.int64())
+    )
+    out = {}
+    for name, keys in TABLES.items():
+        summed = rows.group_by(list(keys)).aggregate([([], "count_all")])
+        out[name] = summed.rename_columns([*keys, "ops"])
+    return out
 
 
 def _activity_counts(counts: Any) -> dict[str, Any]:
@@ -111,12 +131,14 @@ def _activity_counts(counts: Any) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    group = [TABLE_COLUMN, "minute_ms", *KEY_COLUMNS]
+    counts = counts.select(group).group_by(group).aggregate([([], "count_all")])
     out = {}
     for name, keys in ACTIVITY_TABLES.items():
         rows = counts.filter(pc.equal(counts.column(TABLE_COLUMN), name))
         strings = iter(KEY_COLUMNS)
         columns = {k: rows.column("minute_ms" if k == "minute_ms" else next(strings)) for k in keys}
-        out[name] = pa.table({**columns, "events": rows.column("count")})
+        out[name] = pa.table({**columns, "events": rows.column("count_all")})
     return out
 
 
@@ -139,74 +161,149 @@ def _merged(out: Path, name: str, batch: Any) -> Any:
 
 
 def apply_batch(
-    batch: Any, batch_id: int, *, journal: Path, out: Path, progress: Progress = quiet
+    batch: Any,
+    batch_id: int,
+    *,
+    journal: Path,
+    out: Path,
+    progress: Progress = quiet,
+    driver_fold: int = DRIVER_FOLD_RECORDS,
 ) -> bool:
     """Fold one micro-batch into ``out``; False when it was already swapped in (or held
     nothing). ``batch`` holds op rows, and, from the query, count rows (:func:`count_rows`:
-    ``table`` set)."""
+    ``table`` set). It is collected to the driver in one job (a micro-batch is bounded by
+    ``maxRecordsPerBatch``) and folded there when the records it joins plus its ops are at
+    most ``driver_fold``, else by Spark's compaction."""
     restore_interrupted_swap(out)
     meta = read_meta(out)
     if int(meta.get(BATCH_FIELD, -1)) >= batch_id:
         progress(f"batch {batch_id}: already in {out}, skipped")
         return False
-    batch = batch.persist()  # read by several jobs below: decode the journal once
-    try:
-        return _apply(batch, batch_id, meta, journal=journal, out=out, progress=progress)
-    finally:
-        batch.unpersist()
+    return _apply(batch, batch_id, meta, journal, out, progress, driver_fold)
 
 
 def _apply(
-    batch: Any, batch_id: int, meta: dict[str, Any], *, journal: Path, out: Path, progress: Progress
+    batch: Any,
+    batch_id: int,
+    meta: dict[str, Any],
+    journal: Path,
+    out: Path,
+    progress: Progress,
+    driver_fold: int,
 ) -> bool:
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    from pyspark.sql import functions as sf
 
     from octosync.store.op_table import OPS_SCHEMA
 
-    spark = batch.sparkSession
+    table = batch.toArrow()
     activity_counts: dict[str, Any] = {}
-    if TABLE_COLUMN in batch.columns:
-        is_count = sf.col(TABLE_COLUMN).isNotNull()
-        rows = batch.where(is_count).groupBy(TABLE_COLUMN, "minute_ms", *KEY_COLUMNS).count()
-        activity_counts = _activity_counts(rows.toArrow())
-        batch = batch.where(~is_count).select(*OPS_SCHEMA.names)
-    counts = _batch_counts(batch)
-    n_new = sum(counts["ops_by_map"].column("ops").to_pylist())
+    if TABLE_COLUMN in table.column_names:
+        is_count = pc.is_valid(table.column(TABLE_COLUMN))
+        activity_counts = _activity_counts(table.filter(is_count))
+        table = table.filter(pc.invert(is_count))
+    ops = table.select(OPS_SCHEMA.names).cast(OPS_SCHEMA)
+    n_new = ops.num_rows
     n_activity = sum(sum(t.column("events").to_pylist()) for t in activity_counts.values())
     if n_new == 0 and n_activity == 0:
         progress(f"batch {batch_id}: nothing new")
         return False
+    counts = _batch_counts(ops) if n_new else {}
     counts |= {name: t for name, t in activity_counts.items() if t.num_rows}
-    merged = {name: _merged(out, name, table) for name, table in counts.items()}
+    merged = {name: _merged(out, name, t) for name, t in counts.items()}
 
     def extra(staging: Path) -> dict[str, Any]:
         (staging / AGGREGATES_DIR).mkdir(exist_ok=True)
-        for name, table in merged.items():
-            pq.write_table(table, staging / AGGREGATES_DIR / f"{name}.parquet")
+        for name, t in merged.items():
+            pq.write_table(t, staging / AGGREGATES_DIR / f"{name}.parquet")
         return {BATCH_FIELD: batch_id}
 
+    what = f"batch {batch_id}: {n_new} ops, {n_activity} chain and dataspace counts"
     if n_new == 0:
         _swap_without_ops(out, meta, extra)
-        progress(f"batch {batch_id}: {n_activity} chain and dataspace counts, no ops")
+        progress(what)
         return True
-    ops = batch
-    if (out / RECORDS_DIR).exists():
-        ops = read_ops(spark, out / RECORDS_DIR).unionByName(batch)
-    result = compact_ops(
-        spark,
-        ops,
-        out,
-        journal,
-        ops_total=int(meta.get("ops", 0)) + n_new,
-        seq_before=int(meta.get("as_of_seq", 0)),
-        extra=extra,
-    )
-    progress(
-        f"batch {batch_id}: {n_new} ops, {n_activity} chain and dataspace counts; {result.ops} "
-        f"ops up to seq {result.as_of_seq} in {result.rows} rows"
-    )
+    held = int(meta.get("records", driver_fold + 1 if meta else 0))
+    if held + n_new <= driver_fold:
+        result = fold_on_driver(ops, out, meta, extra)
+        how = "on the driver"
+    else:
+        spark = batch.sparkSession
+        new = spark.createDataFrame(ops)
+        if (out / RECORDS_DIR).exists():
+            new = read_ops(spark, out / RECORDS_DIR).unionByName(new)
+        result = compact_ops(
+            spark,
+            new,
+            out,
+            journal,
+            ops_total=int(meta.get("ops", 0)) + n_new,
+            seq_before=int(meta.get("as_of_seq", 0)),
+            extra=lambda staging: extra(staging) | {"records": _records_in(staging)},
+        )
+        how = "by Spark"
+    progress(f"{what}; {result.ops} ops up to seq {result.as_of_seq} in {result.rows} rows, {how}")
     return True
+
+
+def _records_in(staging: Path) -> int:
+    import pyarrow.parquet as pq
+
+    path = staging / RECORDS_DIR
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in path.glob("*.parquet"))
+
+
+def fold_on_driver(ops: Any, out: Path, meta: dict[str, Any], extra: Any) -> CompactResult:
+    """The compaction of the last one's ``records/`` plus ``ops`` (an Arrow table), folded by
+    ``crdt.fold.MapStore`` on the driver as Spark's fold partitions do
+    (``transforms.fold``), written with pyarrow and swapped in like a compaction."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from octosync.crdt.merkle import DEFAULT_DEPTH
+    from octosync.pipeline.transforms.fold import FOLDED_SCHEMA, LEAF, RECORD, ROW, fold_table
+    from octosync.pipeline.transforms.merkle import merkle_roots, tree_table
+    from octosync.pipeline.transforms.ops import SNAPSHOT_COLUMNS
+    from octosync.store.op_table import OPS_SCHEMA
+
+    parts = [ops]
+    if (out / RECORDS_DIR).exists():
+        parts.insert(0, pq.read_table(out / RECORDS_DIR).select(OPS_SCHEMA.names).cast(OPS_SCHEMA))
+    folded = fold_table(pa.concat_tables(parts), depth=DEFAULT_DEPTH)
+    assert folded.schema == FOLDED_SCHEMA
+    kind = folded.column("kind")
+    snapshot = folded.filter(pc.equal(kind, ROW)).select(list(SNAPSHOT_COLUMNS))
+    records = folded.filter(pc.equal(kind, RECORD)).select(OPS_SCHEMA.names)
+    leaves = folded.filter(pc.equal(kind, LEAF))
+    tree = tree_table(
+        list(zip(*(leaves.column(c).to_pylist() for c in ("map", "leaf", "hash")), strict=True))
+    )
+    roots = merkle_roots(tree)
+    staging = out.with_name(f".{out.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    for sub, t in ((SNAPSHOT_DIR, snapshot), (RECORDS_DIR, records), (MERKLE_DIR, tree)):
+        (staging / sub).mkdir(parents=True)
+        pq.write_table(t, staging / sub / "part-driver.parquet")
+    last_seq = int(pc.max(ops.column("seq")).as_py())
+    result = CompactResult(
+        max(last_seq, int(meta.get("as_of_seq", 0))),
+        int(meta.get("ops", 0)) + ops.num_rows,
+        snapshot.num_rows,
+        roots,
+        str(out),
+    )
+    new_meta = {
+        "as_of_seq": result.as_of_seq,
+        "ops": result.ops,
+        "rows": result.rows,
+        "gc_horizon_millis": None,
+        "merkle_roots": dict(sorted(roots.items())),
+        "records": records.num_rows,
+    } | extra(staging)
+    (staging / META_FILE).write_text(json.dumps(new_meta, indent=2) + "\n")
+    swap_in(staging, out)
+    return result
 
 
 def _swap_without_ops(out: Path, meta: dict[str, Any], extra: Any) -> None:
@@ -218,7 +315,7 @@ def _swap_without_ops(out: Path, meta: dict[str, Any], extra: Any) -> None:
         shutil.copytree(out, staging, copy_function=os.link)
     else:
         staging.mkdir(parents=True)
-        meta = {"as_of_seq": 0, "ops": 0, "rows": 0, "merkle_roots": {}}
+        meta = {"as_of_seq": 0, "ops": 0, "rows": 0, "merkle_roots": {}, "records": 0}
     meta = dict(meta) | extra(staging)
     (staging / META_FILE).unlink(missing_ok=True)  # a link to the old one: replace, not write
     (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -235,16 +332,16 @@ def start(
     once: bool = False,
     max_records: int | None = None,
     progress: Progress = quiet,
+    driver_fold: int = DRIVER_FOLD_RECORDS,
 ) -> Any:
-    """Start the query (a ``StreamingQuery``): every ``interval`` seconds, or one batch of
-    everything there is with ``once``."""
+    """Start the query (a ``StreamingQuery``): every ``interval`` seconds, or with ``once``
+    the batches of everything there is, then stop."""
     journal, out, checkpoint = Path(journal).resolve(), Path(out).resolve(), Path(checkpoint)
     register(spark)
 
     def source(kind: str) -> Any:
         reader = spark.readStream.format(NAME).option("kind", kind)
-        if max_records:
-            reader = reader.option("maxRecordsPerBatch", str(max_records))
+        reader = reader.option("maxRecordsPerBatch", str(max_records or MAX_RECORDS))
         return reader.load(str(journal))
 
     rows = source("ops")
@@ -252,7 +349,9 @@ def start(
         rows = rows.unionByName(count_rows(source(kind), kind), allowMissingColumns=True)
 
     def each(batch: Any, batch_id: int) -> None:
-        apply_batch(batch, batch_id, journal=journal, out=out, progress=progress)
+        apply_batch(
+            batch, batch_id, journal=journal, out=out, progress=progress, driver_fold=driver_fold
+        )
 
     writer = (
         rows.writeStream.foreachBatch(each)
@@ -260,6 +359,8 @@ def start(
         .queryName("octosync-compact")
     )
     writer = (
-        writer.trigger(once=True) if once else writer.trigger(processingTime=f"{interval} seconds")
+        writer.trigger(availableNow=True)
+        if once
+        else writer.trigger(processingTime=f"{interval} seconds")
     )
     return writer.start()

@@ -71,6 +71,13 @@ def _fold_partition(
         yield pa.RecordBatch.from_pylist(out[i : i + _BATCH], schema=FOLDED_SCHEMA)
 
 
+def fold_table(ops: pa.Table, *, depth: int = DEFAULT_DEPTH) -> pa.Table:
+    """``FOLDED_SCHEMA`` rows of every op in ``ops`` (``OPS_SCHEMA``), folded in this process
+    (the stream's micro-batches, on the driver)."""
+    batches = _fold_partition(iter(ops.to_batches()), gc_horizon_millis=None, depth=depth)
+    return pa.Table.from_batches(list(batches), schema=FOLDED_SCHEMA)
+
+
 def fold_carriers(
     carriers: DataFrame,
     partitions: int,
