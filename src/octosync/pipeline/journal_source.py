@@ -81,9 +81,7 @@ def _arrow_schema(kind: str) -> Any:
 
 def read_range(part: SeqRange) -> Iterator[Any]:
     """The records of ``part`` as Arrow record batches (what a Spark task yields)."""
-    import pyarrow as pa
-
-    from octosync.store.datasets import BY_NAME, rows_of
+    from octosync.store.datasets import BY_NAME, record_batch
     from octosync.store.journal import Journal
 
     dataset = BY_NAME[part.kind]
@@ -93,8 +91,16 @@ def read_range(part: SeqRange) -> Iterator[Any]:
             rows = journal.raw_rows(start, part.hi, limit=READ_CHUNK, kind=dataset.kind)
             if not rows:
                 return
-            yield pa.RecordBatch.from_pylist(rows_of(dataset, rows), schema=dataset.schema)
+            yield record_batch(dataset, rows)
             start = rows[-1].seq + 1
+
+
+def read_partition(partition: InputPartition) -> Iterator[Any]:
+    """A planned range; nothing for the one empty partition Spark plans when ``partitions``
+    returned none (a journal without records of the kind)."""
+    if not isinstance(partition, SeqRange):
+        return iter(())
+    return read_range(partition)
 
 
 class _Options:
@@ -130,6 +136,15 @@ class _Options:
         with Journal(Path(self.data), readonly=True) as journal:
             return journal.trimmed_before(), journal.latest_seq()
 
+    def ever_held(self) -> bool:
+        """Whether the journal ever had a record of this kind (its side table of scopes: no
+        scan); a read of a kind it never had plans no task."""
+        from octosync.store.datasets import BY_NAME
+        from octosync.store.journal import Journal
+
+        with Journal(Path(self.data), readonly=True) as journal:
+            return bool(journal.scopes(BY_NAME[self.kind].kind))
+
 
 class JournalSource(DataSource):
     @classmethod
@@ -154,14 +169,15 @@ class JournalReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
+        if not o.ever_held():
+            return []
         first, last = o.bounds()
         return seq_ranges(
             o.data, o.kind, max(first, o.start_seq), min(last, o.end_seq), o.partition_seqs
         )
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, SeqRange)
-        return read_range(partition)
+        return read_partition(partition)
 
 
 class JournalStreamReader(DataSourceStreamReader):
@@ -194,7 +210,7 @@ class JournalStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         o = self.options
         first, last = int(start["seq"]) + 1, int(end["seq"])
-        if first > last:
+        if first > last or not o.ever_held():
             return []
         trimmed_before, _ = o.bounds()
         if first < trimmed_before:
@@ -207,8 +223,7 @@ class JournalStreamReader(DataSourceStreamReader):
         return seq_ranges(o.data, o.kind, first, last, max(1, size))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, SeqRange)
-        return read_range(partition)
+        return read_partition(partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the journal keeps its records until a trim."""

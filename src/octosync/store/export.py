@@ -39,7 +39,7 @@ from octosync.store.datasets import (
     FRAMES_SCHEMA,
     Dataset,
     frame_row,
-    rows_of,
+    record_batch,
 )
 from octosync.store.journal import Journal, RawRow
 from octosync.store.op_table import OPS_SCHEMA
@@ -110,7 +110,7 @@ def _write_chunk(rows: list[RawRow], out_dir: Path) -> int:
             groups[(dataset, _hour(row.recorded_ms))].append(row)
     name = f"part-{rows[0].seq:020d}.parquet"
     for (dataset, hour), items in sorted(groups.items(), key=lambda g: (g[0][0].name, g[0][1])):
-        table = pa.Table.from_pylist(rows_of(dataset, items), schema=dataset.schema)
+        table = pa.Table.from_batches([record_batch(dataset, items)], schema=dataset.schema)
         target = out_dir / dataset.name / f"hour={hour}" / name
         write_atomically(target, partial(pq.write_table, table))
     return len(groups)

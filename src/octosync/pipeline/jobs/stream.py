@@ -197,6 +197,7 @@ def _apply(
     from octosync.store.op_table import OPS_SCHEMA
 
     table = batch.toArrow()
+    progress(f"batch {batch_id}: {table.num_rows} rows read")
     activity_counts: dict[str, Any] = {}
     if TABLE_COLUMN in table.column_names:
         is_count = pc.is_valid(table.column(TABLE_COLUMN))
@@ -220,14 +221,18 @@ def _apply(
 
     what = f"batch {batch_id}: {n_new} ops, {n_activity} chain and dataspace counts"
     if n_new == 0:
+        cached = _FOLDS.pop(str(out), None)
         _swap_without_ops(out, meta, extra)
+        if cached is not None and cached[0] == meta.get(BATCH_FIELD):
+            _FOLDS[str(out)] = (batch_id, cached[1])  # the same state, the new batch's id
         progress(what)
         return True
     held = int(meta.get("records", driver_fold + 1 if meta else 0))
     if held + n_new <= driver_fold:
-        result = fold_on_driver(ops, out, meta, extra)
+        result = fold_on_driver(ops, out, meta, extra, batch_id)
         how = "on the driver"
     else:
+        _FOLDS.pop(str(out), None)
         spark = batch.sparkSession
         new = spark.createDataFrame(ops)
         if (out / RECORDS_DIR).exists():
@@ -253,32 +258,39 @@ def _records_in(staging: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in path.glob("*.parquet"))
 
 
-def fold_on_driver(ops: Any, out: Path, meta: dict[str, Any], extra: Any) -> CompactResult:
+_FOLDS: dict[str, tuple[int, Any]] = {}
+"""Per output directory, the driver's fold (``transforms.fold.Folder``) and the batch id of
+the output it equals: the next batch adds its ops to it instead of folding ``records/``
+again. Taken out while a batch changes it, put back once the batch is swapped in, so a
+failed batch leaves none (the next one folds ``records/``)."""
+
+
+def fold_on_driver(
+    ops: Any, out: Path, meta: dict[str, Any], extra: Any, batch_id: int
+) -> CompactResult:
     """The compaction of the last one's ``records/`` plus ``ops`` (an Arrow table), folded by
     ``crdt.fold.MapStore`` on the driver as Spark's fold partitions do
     (``transforms.fold``), written with pyarrow and swapped in like a compaction."""
-    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from octosync.crdt.merkle import DEFAULT_DEPTH
-    from octosync.pipeline.transforms.fold import FOLDED_SCHEMA, LEAF, RECORD, ROW, fold_table
+    from octosync.pipeline.transforms.fold import Folder
     from octosync.pipeline.transforms.merkle import merkle_roots, tree_table
-    from octosync.pipeline.transforms.ops import SNAPSHOT_COLUMNS
     from octosync.store.op_table import OPS_SCHEMA
 
-    parts = [ops]
-    if (out / RECORDS_DIR).exists():
-        parts.insert(0, pq.read_table(out / RECORDS_DIR).select(OPS_SCHEMA.names).cast(OPS_SCHEMA))
-    folded = fold_table(pa.concat_tables(parts), depth=DEFAULT_DEPTH)
-    assert folded.schema == FOLDED_SCHEMA
-    kind = folded.column("kind")
-    snapshot = folded.filter(pc.equal(kind, ROW)).select(list(SNAPSHOT_COLUMNS))
-    records = folded.filter(pc.equal(kind, RECORD)).select(OPS_SCHEMA.names)
-    leaves = folded.filter(pc.equal(kind, LEAF))
-    tree = tree_table(
-        list(zip(*(leaves.column(c).to_pylist() for c in ("map", "leaf", "hash")), strict=True))
-    )
+    cached = _FOLDS.pop(str(out), None)
+    if cached is not None and cached[0] == meta.get(BATCH_FIELD):
+        folder = cached[1]
+    else:
+        folder = Folder()
+        if (out / RECORDS_DIR).exists():
+            held = pq.read_table(out / RECORDS_DIR).select(OPS_SCHEMA.names).cast(OPS_SCHEMA)
+            for part in held.to_batches():
+                folder.add(part)
+    for part in ops.to_batches():
+        folder.add(part)
+    snapshot, records, leaves = folder.tables()
+    tree = tree_table(leaves)
     roots = merkle_roots(tree)
     staging = out.with_name(f".{out.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
@@ -303,6 +315,7 @@ def fold_on_driver(ops: Any, out: Path, meta: dict[str, Any], extra: Any) -> Com
     } | extra(staging)
     (staging / META_FILE).write_text(json.dumps(new_meta, indent=2) + "\n")
     swap_in(staging, out)
+    _FOLDS[str(out)] = (batch_id, folder)
     return result
 
 
