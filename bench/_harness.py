@@ -1,4 +1,4 @@
-"""What the hostile-client and fuzz benchmarks share: a server in its own process, a canary.
+"""What the benchmarks share: a server in its own process, a canary, Node peers from npm.
 
 The server runs ``octosync serve`` with auth on (a token granting everything is ``TOKEN``) and
 its journal on; the canary is a producer publishing a delta every 2 ms to a subscriber of
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -186,3 +187,38 @@ def stalls(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
 def worst(counts: dict[str, int]) -> str:
     over = [b for b, n in counts.items() if n]
     return f">{max(over, key=lambda b: float(b[:-2]))}" if over else "<5ms"
+
+
+NODE_CACHE = Path.home() / ".cache" / "octosync"
+"""Node peers are installed here by npm on first use (outside the repository)."""
+
+
+class NodeUnavailable(Exception):
+    """Why a Node peer cannot run here, in one line (the benchmark skips it and says so)."""
+
+
+def node_folder(name: str, packages: tuple[str, ...], files: dict[str, str]) -> Path:
+    """``NODE_CACHE/name`` with ``packages`` installed by npm (on first use) and ``files``
+    written; ``NodeUnavailable`` when node or npm is absent or the install fails."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            raise NodeUnavailable(f"{tool} is not on PATH")
+    folder = NODE_CACHE / name
+    folder.mkdir(parents=True, exist_ok=True)
+    package = folder / "package.json"
+    if not package.exists():
+        package.write_text(json.dumps({"name": f"octosync-bench-{name}", "private": True}) + "\n")
+    names = [p.rsplit("@", 1)[0] if p.rfind("@") > 0 else p for p in packages]
+    if not all((folder / "node_modules" / n / "package.json").exists() for n in names):
+        done = subprocess.run(
+            ["npm", "install", "--silent", "--no-audit", "--no-fund", *packages],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            raise NodeUnavailable(f"npm install {' '.join(packages)} failed: {reason}")
+    for file, text in files.items():
+        (folder / file).write_text(text)
+    return folder

@@ -42,6 +42,8 @@ from typing import Any
 
 import aiohttp
 
+from _harness import NODE_CACHE, node_folder
+
 HERE = Path(__file__).resolve()
 FEATURE = "distributed_crdt"
 STREAM = "bench-doc"
@@ -330,7 +332,7 @@ def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict
 
 # --- the same-run peer: Hocuspocus (Node) ------------------------------------------------------
 
-HOCUSPOCUS = Path.home() / ".cache" / "octosync" / "hocuspocus"
+HOCUSPOCUS = NODE_CACHE / "hocuspocus"
 HP_PACKAGES = ("@hocuspocus/server@3", "@hocuspocus/provider@3", "yjs@13", "ws@8")
 
 HP_SERVER = """
@@ -442,21 +444,14 @@ process.exit(0);
 
 def hocuspocus_ready() -> Path:
     """The Hocuspocus harness in the cache folder (npm install on first use)."""
-    HOCUSPOCUS.mkdir(parents=True, exist_ok=True)
-    package = HOCUSPOCUS / "package.json"
-    if not package.exists():
-        package.write_text('{"name": "octosync-bench-hocuspocus", "private": true}\n')
-    if not (HOCUSPOCUS / "node_modules" / "@hocuspocus" / "server").exists():
-        subprocess.run(["npm", "install", "--silent", *HP_PACKAGES], cwd=HOCUSPOCUS, check=True)
-    for name, text in (
-        ("server.mjs", HP_SERVER),
-        ("common.mjs", HP_COMMON),
-        ("subscribers.mjs", HP_SUBSCRIBERS),
-        ("writers.mjs", HP_WRITERS),
-        ("octosync_subscribers.mjs", OCTO_JS_SUBSCRIBERS),
-    ):
-        (HOCUSPOCUS / name).write_text(text)
-    return HOCUSPOCUS
+    files = {
+        "server.mjs": HP_SERVER,
+        "common.mjs": HP_COMMON,
+        "subscribers.mjs": HP_SUBSCRIBERS,
+        "writers.mjs": HP_WRITERS,
+        "octosync_subscribers.mjs": OCTO_JS_SUBSCRIBERS,
+    }
+    return node_folder("hocuspocus", HP_PACKAGES, files)
 
 
 def run_hocuspocus(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,13 +10,20 @@ machine), so subscribers measure delivery latency. Systems, measured in the same
   each subscriber's backlog goes out in one socket write, the same bytes object for every
   caught-up subscriber; stalled subscribers are reset, never waited for);
 - ``bare``: a bare aiohttp broadcast loop, one ``send_str`` per message per connection;
-- ``socketio``: python-socketio (aiohttp mode) emitting each message to a room.
+- ``socketio``: python-socketio (aiohttp mode) emitting each message to a room;
+- ``node-socketio``: Socket.IO on Node (npm ``socket.io``), the producer's socket emitting
+  each message to the room;
+- ``node-ws``: a bare Node broadcast loop on npm ``ws``, one ``send`` per message per socket.
 
-Every system carries the same delta JSON bytes. Usage::
+The Node peers are installed by npm into ``~/.cache/octosync/fanout-node`` on first use and
+skipped, with one line, where node or npm is absent. Every system carries the same delta JSON
+bytes, and the same subscriber processes (the raw client below) read all of them. Usage::
 
     python bench/fanout.py                 # 1,000 subscribers, 10 s per system
     python bench/fanout.py --quick         # 50 subscribers, 3 s per system
     python bench/fanout.py --subscribers 200 --seconds 5 --systems octosync,bare
+    python bench/fanout.py --systems octosync,node-socketio,node-ws
+    python bench/fanout.py --rounds 3      # each system 3 times, interleaved; median per column
     python bench/fanout.py --window 8      # less in flight: lower latency, lower throughput
 """
 
@@ -32,6 +39,7 @@ import mmap
 import os
 import re
 import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -42,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from _harness import NodeUnavailable, node_folder
 
 HERE = Path(__file__).resolve()
 TICK = os.sysconf("SC_CLK_TCK")
@@ -132,6 +142,60 @@ async def _run_socketio(port: int) -> None:
 
 SERVERS = {"octosync": _run_octosync, "bare": _run_bare, "socketio": _run_socketio}
 
+NODE_PACKAGES = ("socket.io@4.8.1", "ws@8.18.3")
+NODE_SERVER = """
+import http from "node:http";
+import { Server } from "socket.io";
+import { WebSocketServer } from "ws";
+const [system, port] = process.argv.slice(2);
+const server = http.createServer();
+if (system === "node-ws") {
+  // the Node twin of _run_bare: one send per message per subscriber, as text
+  const wss = new WebSocketServer({ server, perMessageDeflate: false });
+  const subs = new Set();
+  wss.on("connection", (ws, request) => {
+    if (request.url === "/sub") {
+      subs.add(ws);
+      ws.on("close", () => subs.delete(ws));
+    } else {
+      ws.on("message", (data) => { for (const s of subs) s.send(data, { binary: false }); });
+    }
+  });
+} else {
+  // the Node twin of _run_socketio: every socket in one room, the producer's emits relayed
+  const io = new Server(server, {
+    pingTimeout: 60000, pingInterval: 25000, perMessageDeflate: false,
+  });
+  io.on("connection", (socket) => {
+    socket.join("r");
+    socket.on("pub", (data) => socket.to("r").emit("d", data));
+  });
+}
+server.listen(Number(port), "127.0.0.1");
+"""
+NODE_SYSTEMS = ("node-socketio", "node-ws")
+PROTOCOL = {
+    "octosync": "octosync",
+    "bare": "bare",
+    "socketio": "socketio",
+    "node-socketio": "socketio",
+    "node-ws": "bare",
+}
+"""What subscribers and the producer speak to each system: a Node peer speaks its Python twin's."""
+
+
+def node_peers() -> Path:
+    """The folder holding the Node servers (npm install on first use); ``NodeUnavailable``."""
+    return node_folder("fanout-node", NODE_PACKAGES, {"server.mjs": NODE_SERVER})
+
+
+def server_command(system: str, port: int) -> tuple[list[str], Path | None]:
+    """The server process for ``system`` and its working folder."""
+    if system in NODE_SYSTEMS:
+        return ["node", "server.mjs", system, str(port)], node_peers()
+    return [sys.executable, str(HERE), "_server", system, str(port)], None
+
+
 # --- subscribers (each process holds many connections) -----------------------------------------
 
 HANDSHAKE = json.dumps(
@@ -176,6 +240,7 @@ class RawWsClient(asyncio.Protocol):
 
     def __init__(self, system: str, path: str, tally: Tally) -> None:
         self.system = system
+        self.protocol = PROTOCOL[system]
         self.path = path
         self.tally = tally
         self.buf = b""
@@ -216,7 +281,7 @@ class RawWsClient(asyncio.Protocol):
             self._handshake_data(data)
             return
         buf = self.buf + data if self.buf else data
-        if self.system == "socketio" and _SIO_PING in buf:
+        if self.protocol == "socketio" and _SIO_PING in buf:
             self.send_text(b"3")
         now = time.monotonic()
         end = 0
@@ -283,7 +348,7 @@ async def open_subscriber(system: str, port: int, tally: Tally) -> RawWsClient:
         "octosync": "/lazily",
         "bare": "/sub",
         "socketio": "/socket.io/?EIO=4&transport=websocket",
-    }[system]
+    }[PROTOCOL[system]]
     loop = asyncio.get_running_loop()
     _, client = await loop.create_connection(
         lambda: RawWsClient(system, path, tally), "127.0.0.1", port
@@ -292,7 +357,7 @@ async def open_subscriber(system: str, port: int, tally: Tally) -> RawWsClient:
     if system == "octosync":
         client.send_text(HANDSHAKE.encode())
         await client.next_frame()  # the server's handshake
-    elif system == "socketio":
+    elif client.protocol == "socketio":
         await client.next_frame()  # engine.io open
         client.send_text(b"40")
         await client.next_frame()  # socket.io connect ack
@@ -367,6 +432,7 @@ async def _produce(system: str, port: int, seconds: float, window: int, progress
     ``window / deltas per second``.
     """
     base = f"ws://127.0.0.1:{port}"
+    protocol = PROTOCOL[system]
     sent = 0
     skipped = 0
     async with aiohttp.ClientSession() as http:
@@ -388,7 +454,7 @@ async def _produce(system: str, port: int, seconds: float, window: int, progress
                 "roots": [0],
             }
             await ws.send_str(json.dumps(snap))
-        elif system == "bare":
+        elif protocol == "bare":
             ws = await http.ws_connect(f"{base}/pub")
         else:
             ws = await http.ws_connect(f"{base}/socket.io/?EIO=4&transport=websocket")
@@ -407,7 +473,7 @@ async def _produce(system: str, port: int, seconds: float, window: int, progress
                 continue
             stalled_since = None
             data = delta_bytes(sent, time.monotonic())
-            if system == "socketio":
+            if protocol == "socketio":
                 await ws.send_str('42["pub",' + data.decode() + "]")
             elif system == "octosync":
                 await ws.send_bytes(data)
@@ -480,7 +546,8 @@ async def run_system(
 ) -> dict[str, Any]:
     port = _free_port()
     py = sys.executable
-    server = subprocess.Popen([py, str(HERE), "_server", system, str(port)])
+    command, cwd = server_command(system, port)
+    server = subprocess.Popen(command, cwd=cwd)
     subs: list[subprocess.Popen[str]] = []
     fd, progress_path = tempfile.mkstemp(prefix="octosync-fanout-")
     os.close(fd)
@@ -570,26 +637,39 @@ async def run_system(
             server.wait()
 
 
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row whose every number is the median of that column over ``rows`` (one system)."""
+    out = dict(rows[0])
+    for key, value in out.items():
+        if isinstance(value, int | float):
+            out[key] = statistics.median(r[key] for r in rows)
+    return out
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (
-        f"{'system':<10}{'subs':>6}{'sent':>10}{'deltas/s':>12}{'frames/s':>12}{'resets':>8}"
+        f"{'system':<14}{'subs':>6}{'sent':>10}{'deltas/s':>12}{'frames/s':>12}{'resets':>8}"
         f"{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'cpu %':>7}{'rss MiB':>9}"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
         print(
-            f"{r['system']:<10}{r['subscribers']:>6}{r['sent']:>10}{r['deltas_per_s']:>12,.0f}"
-            f"{r['frames_per_s']:>12,.0f}{r['resets']:>8}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+            f"{r['system']:<14}{r['subscribers']:>6.0f}{r['sent']:>10.0f}{r['deltas_per_s']:>12,.0f}"
+            f"{r['frames_per_s']:>12,.0f}{r['resets']:>8.0f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
             f"{r['max_ms']:>9.1f}{r['server_cpu_pct']:>7.0f}{r['server_rss_mib']:>9.1f}"
         )
     by = {r["system"]: r for r in rows}
     ours = by.get("octosync")
     if ours:
-        for other in ("bare", "socketio"):
+        for other in ("bare", "socketio", *NODE_SYSTEMS):
             if other in by and by[other]["deltas_per_s"] > 0:
                 ratio = ours["deltas_per_s"] / by[other]["deltas_per_s"]
-                print(f"octosync / {other}: {ratio:.2f}x deltas delivered per second")
+                p99 = ours["p99_ms"] / by[other]["p99_ms"]
+                print(
+                    f"octosync / {other}: {ratio:.2f}x deltas delivered per second; p99 "
+                    f"{ours['p99_ms']:.1f} vs {by[other]['p99_ms']:.1f} ms ({p99:.2f}x)"
+                )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -607,9 +687,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscribers", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--procs", type=int, default=2, help="subscriber processes")
-    parser.add_argument("--systems", default="octosync,bare,socketio")
+    parser.add_argument("--systems", default="octosync,bare,socketio,node-socketio,node-ws")
     parser.add_argument("--quick", action="store_true", help="50 subscribers, 3 s, 1 process")
     parser.add_argument("--window", type=int, default=16, help="deltas in flight")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run every system N times, interleaved; medians"
+    )
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     parser.add_argument(
         "--stalled",
@@ -621,10 +704,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.subscribers, args.seconds, args.procs = 50, 3.0, 1
     rows = []
-    for system in args.systems.split(","):
-        rows.append(
-            asyncio.run(run_system(system, args.subscribers, args.seconds, args.procs, args.window))
-        )
+    systems = args.systems.split(",")
+    if any(s in NODE_SYSTEMS for s in systems):
+        try:
+            node_peers()
+        except NodeUnavailable as exc:
+            print(f"# Node peers skipped: {exc}", file=sys.stderr)
+            systems = [s for s in systems if s not in NODE_SYSTEMS]
+    rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for n in range(args.rounds):  # interleaved: a load change on a shared machine hits every system
+        for system in systems if n % 2 == 0 else systems[::-1]:
+            rounds[system].append(
+                asyncio.run(
+                    run_system(system, args.subscribers, args.seconds, args.procs, args.window)
+                )
+            )
+    if args.rounds > 1:
+        for n in range(args.rounds):
+            print(f"# round {n + 1}")
+            print_table([rounds[s][n] for s in systems])
+        print(f"# median of {args.rounds} rounds, every column on its own")
+    rows = [median_row(rounds[s]) for s in systems]
     if args.stalled:
         rows.append(
             asyncio.run(

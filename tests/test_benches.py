@@ -5,12 +5,14 @@ Each exits non-zero when the canary saw a gap, the server crashed, or it wrote a
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, missing
 
 
 def run_bench(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -62,3 +64,22 @@ def test_crdt_plane_bench_runs_and_loses_no_click() -> None:
     done = run_bench("bench/crdt_plane.py", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "clicks lost 0" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.peer
+def test_fanout_bench_measures_the_node_peers_in_the_same_run() -> None:
+    """``bench/fanout.py`` installs Socket.IO and ``ws`` by npm into its cache folder, runs them
+    with the same subscriber processes as octosync's, and prints a ratio against each."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        missing("node or npm is not installed: the fan-out bench's Node peers are not run")
+    argv = ("--subscribers", "20", "--seconds", "1", "--procs", "1", "--json")
+    done = run_bench("bench/fanout.py", *argv, "--systems", "octosync,node-socketio,node-ws")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r["system"]: r for r in json.loads(done.stdout.splitlines()[-1])}
+    assert sorted(rows) == ["node-socketio", "node-ws", "octosync"]
+    for row in rows.values():  # every subscriber of every system received deltas
+        assert row["deltas_per_s"] > 0
+        assert row["resets"] == 0
+    for peer in ("node-socketio", "node-ws"):
+        assert f"octosync / {peer}: " in done.stdout

@@ -4,7 +4,9 @@ its own process (one command), and its pages in headless Chromium (opened from t
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,13 +40,16 @@ def browser() -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def example(name: str, script: str, port: int, *args: str) -> Iterator[str]:
+def example(name: str, script: str, *args: str) -> Iterator[str]:
     """The example's Python side, started with its one command; yields its first line."""
-    url = f"ws://127.0.0.1:{port}/lazily"
-    command = (sys.executable, str(EXAMPLES / name / script), *args)
-    with running("--url", url, command=command) as (proc, line):
+    command = (sys.executable, str(EXAMPLES / name / script))
+    with running(*args, command=command) as (proc, line):
         assert proc.poll() is None, proc.stderr and proc.stderr.read()
         yield line
+
+
+def lazily(port: int) -> tuple[str, str]:
+    return ("--url", f"ws://127.0.0.1:{port}/lazily")
 
 
 def page_url(folder: str, port: int, **query: str) -> str:
@@ -57,7 +62,7 @@ def expect(locator: Any, text: str | re.Pattern[str]) -> None:
 
 
 def test_chat_with_presence(server: int, browser: Any) -> None:
-    with example("chat", "room.py", server) as line:
+    with example("chat", "room.py", *lazily(server)) as line:
         assert line.startswith("chat room up")
         ada, bob = browser.new_page(), browser.new_page()
         ada.goto(page_url("chat", server, name="ada"))
@@ -76,7 +81,7 @@ def test_chat_with_presence(server: int, browser: Any) -> None:
 
 
 def test_live_dashboard(server: int, browser: Any) -> None:
-    with example("dashboard", "producer.py", server) as line:
+    with example("dashboard", "producer.py", *lazily(server)) as line:
         assert line.startswith("dashboard published")
         page = browser.new_page()
         page.goto(page_url("dashboard", server))
@@ -91,7 +96,7 @@ def test_live_dashboard(server: int, browser: Any) -> None:
 
 
 def test_a_counter_clicked_in_two_tabs_loses_no_click(server: int, browser: Any) -> None:
-    with example("counter", "clicker.py", server, "--every", "0") as line:
+    with example("counter", "clicker.py", *lazily(server), "--every", "0") as line:
         assert line.startswith("counter at")
         start = int(line.rsplit(": ", 1)[1].split()[0])
         ada, bob = browser.new_page(), browser.new_page()
@@ -108,7 +113,7 @@ def test_a_counter_clicked_in_two_tabs_loses_no_click(server: int, browser: Any)
 
 
 def test_a_todo_list_edited_in_two_tabs_and_by_python(server: int, browser: Any) -> None:
-    with example("todo", "helper.py", server) as line:
+    with example("todo", "helper.py", *lazily(server)) as line:
         assert line.startswith("todo list ready")
         ada, bob = browser.new_page(), browser.new_page()
         for page in (ada, bob):
@@ -134,6 +139,95 @@ def test_a_todo_list_edited_in_two_tabs_and_by_python(server: int, browser: Any)
             expect(page.locator("#items li span"), ["buy milk", "call the plumber!"])
         ada.close()
         bob.close()
+
+
+def board_coin(page: Any) -> tuple[int, int]:
+    at = page.evaluate(
+        "[...document.querySelectorAll('#board div')].findIndex((c) => c.className === 'coin')"
+    )
+    assert at >= 0
+    return at % 9, at // 9
+
+
+def walk(page: Any, start: tuple[int, int], to: tuple[int, int]) -> None:
+    """Arrow keys from ``start`` to ``to``, one square per key press."""
+    (x, y), (tx, ty) = start, to
+    keys = ["ArrowRight" if tx > x else "ArrowLeft"] * abs(tx - x)
+    keys += ["ArrowDown" if ty > y else "ArrowUp"] * abs(ty - y)
+    for key in keys:
+        page.keyboard.press(key)
+
+
+@pytest.mark.slow
+def test_coin_chase_on_a_chain_played_in_two_tabs_and_by_python(
+    browser: Any, tmp_path: Path
+) -> None:
+    nats = f"nats://127.0.0.1:{(nats_port := free_port())}"
+    port = free_port()
+    chain_args = ("--nats-port", str(nats_port), "--data", str(tmp_path / "chain"))
+    with example("chain-game", "chain.py", *chain_args, "--port", str(port)) as line:
+        links = re.match(r"chain game 'game' up: 2 links \(processes (\d+), (\d+)\)", line)
+        assert links is not None, line
+        # the one command also started the server that relays the players
+        context = browser.new_context()  # one browser profile: one IndexedDB, two players
+        ada, bob = context.new_page(), context.new_page()
+        ada.goto(page_url("chain-game", port, name="ada"))
+        expect(ada.locator("#scores li"), ["ada 0 at 0,0"])  # first to join: first corner
+        bob.goto(page_url("chain-game", port, name="bob"))
+        for page in (ada, bob):
+            expect(page.locator("#status"), "live")
+            expect(page.locator("#scores li"), ["ada 0 at 0,0", "bob 0 at 8,8"])
+
+        coin = board_coin(bob)
+        assert board_coin(ada) == coin
+        assert coin not in ((0, 0), (8, 8))
+        walk(ada, (0, 0), coin)  # ada takes the coin; both tabs see it, and where it went
+        for page in (ada, bob):
+            expect(page.locator("#scores li"), [f"ada 1 at {coin[0]},{coin[1]}", "bob 0 at 8,8"])
+        assert board_coin(ada) == board_coin(bob) != coin
+        assert ada.locator("#board").inner_text() == bob.locator("#board").inner_text()
+
+        ada.reload()  # the game and ada's place in it survive the reload
+        expect(ada.locator("#status"), "live")
+        expect(ada.locator("#scores li"), [f"ada 1 at {coin[0]},{coin[1]}", "bob 0 at 8,8"])
+        ada.click("#pad button >> text=←")
+        bob.keyboard.press("ArrowUp")
+        for page in (ada, bob):
+            expect(
+                page.locator("#scores li"),
+                [f"ada 1 at {coin[0] - 1},{coin[1]}", "bob 0 at 8,7"],
+            )
+
+        # kill -9 the first link (the head): the other leads, the tabs reconnect and play on
+        os.kill(int(links.group(1)), signal.SIGKILL)
+        ada.keyboard.press("ArrowDown")
+        for page in (ada, bob):
+            expect(
+                page.locator("#scores li"),
+                [f"ada 1 at {coin[0] - 1},{coin[1] + 1}", "bob 0 at 8,7"],
+            )
+
+        robot = ("--config", nats, "--moves", "3", "--every", "0")
+        with example("chain-game", "robot.py", *robot) as said:  # a Python player joins
+            found = re.fullmatch(r"robot at (\d),(\d) with (\d) coins\n", said)
+            assert found is not None, said
+            x, y, score = found.groups()
+            assert (x, y) != ("0", "8")  # it moved from its corner
+            for page in (ada, bob):
+                expect(page.locator("#scores li", has_text="robot"), f"robot {score} at {x},{y}")
+        context.close()
+
+
+def test_the_chain_game_says_what_is_missing_when_no_chain_is_there(
+    server: int, browser: Any
+) -> None:
+    page = browser.new_page()  # this server has no --chain-config
+    page.goto(page_url("chain-game", server, name="ada"))
+    playwright_api.expect(page.locator("#status")).to_contain_text(
+        "is examples/chain-game/chain.py running, and the server started with --chain-config",
+        timeout=WAIT_MS,
+    )
+    page.close()
 
 
 def test_every_example_is_listed_and_has_both_sides() -> None:

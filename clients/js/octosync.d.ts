@@ -92,8 +92,22 @@ export interface Subscription extends Channel<{ state: State; error: OctosyncErr
   readonly ready: Promise<State>;
   /** The current value of a node, by key or id. */
   get(nameOrId: string | number): unknown;
-  /** Ask the producer to set a cell (the server answers Forbidden without the write grant). */
-  write(nameOrId: string | number, value: unknown): void;
+  /**
+   * Ask the producer to set a cell. Resolves true once applied, false when the producer only
+   * confirms delivery; rejects with the typed refusal (Forbidden: no grant on the stream or
+   * the node, or the producer's own rule).
+   */
+  write(nameOrId: string | number, value: unknown): Promise<boolean>;
+  /** Ask the producer to run an effect, by its node id; as `write`. */
+  trigger(effectId: number): Promise<boolean>;
+}
+
+/** Who asked a producer for a write, as the server vouches. */
+export interface Writer {
+  /** The writer's connection on the server. */
+  peer: number | null;
+  /** The writer's token subject (null with --insecure-dev). */
+  subject: string | null;
 }
 
 /** A node of a `Store`. */
@@ -144,12 +158,21 @@ export class Client {
   publish(
     stream: string,
     store: Store,
-    options?: { accept?: (id: number, value: unknown) => boolean; onError?: (error: OctosyncError) => void },
+    options?: {
+      accept?: (id: number, value: unknown, writer?: Writer) => boolean;
+      onError?: (error: OctosyncError) => void;
+    },
   ): Publication;
   /** A shared document: the multi-writer stream `name` (docs/crdt.md). */
   openDocument(
     name: string,
-    options?: { peer?: number; clock?: () => number; onError?: (error: OctosyncError) => void },
+    options?: {
+      peer?: number;
+      clock?: () => number;
+      onError?: (error: OctosyncError) => void;
+      /** Keep pending edits in IndexedDB for the next page of this document (browsers). */
+      persist?: boolean;
+    },
   ): SharedDocument;
   close(): void;
 }
@@ -198,6 +221,8 @@ export class SharedDocument implements Channel<{ change: string[]; error: Octosy
   map(name: string): SharedValue<Record<string, unknown>>;
   /** Resolves once the document arrived and every local edit is acknowledged. */
   synced(): Promise<SharedDocument>;
+  /** With `persist`: resolves once saved edits are taken up (edit after it); else at once. */
+  readonly ready: Promise<SharedDocument>;
 }
 
 /** A WebRTC data channel from a peer, mirrored (`followPeer`). */

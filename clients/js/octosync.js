@@ -54,6 +54,7 @@ const TREE = {
   Overloaded: "ServerError",
   InternalError: "ServerError",
   ConnectionLost: "OctosyncError",
+  StorageError: "OctosyncError",
 };
 
 /** Error classes by name: `errors.EpochGap`, `errors.Unauthorized`, ... (instanceof works). */
@@ -367,12 +368,34 @@ export function decodeMessage(text) {
       known(doc, ["type", "base_epoch", "epoch", "ops", "state_hash"], "$");
       const base = id(doc.base_epoch, "$.base_epoch");
       const epoch = id(doc.epoch, "$.epoch");
-      if (epoch !== base + 1) throw fail(errors.DecodeError, `epoch ${epoch} is not base_epoch ${base} + 1`, "$.epoch");
+      // A span of several epochs: a view that hides some flushes chains over them.
+      if (epoch <= base) throw fail(errors.DecodeError, `epoch ${epoch} is not above base_epoch ${base}`, "$.epoch");
       return { type: "delta", base, epoch, ops: arr(doc.ops ?? [], "$.ops").map((o, i) => decodeOp(o, `$.ops[${i}]`)) };
     }
     case "resync_request":
       known(doc, ["type", "last_epoch", "reason"], "$");
       return { type: "resync_request" };
+    case "remote_op": {
+      known(doc, ["type", "kind", "node", "payload", "request", "peer", "subject"], "$");
+      if (doc.kind !== "write" && doc.kind !== "trigger_effect") throw fail(errors.DecodeError, `unknown kind ${JSON.stringify(doc.kind)}`, "$.kind");
+      if ((doc.kind === "write") !== (doc.payload !== undefined)) throw fail(errors.DecodeError, "a write carries a payload, a trigger_effect none", "$.payload");
+      return {
+        type: "remote_op",
+        kind: doc.kind,
+        node: id(doc.node, "$.node"),
+        payload: doc.payload === undefined ? null : fromBase64(str(doc.payload, "$.payload"), "$.payload"),
+        request: doc.request === undefined ? 0 : id(doc.request, "$.request"),
+        writer: { peer: doc.peer === undefined ? null : id(doc.peer, "$.peer"), subject: doc.subject === undefined ? null : str(doc.subject, "$.subject") },
+      };
+    }
+    case "remote_op_result":
+      known(doc, ["type", "request", "peer", "error", "message", "applied"], "$");
+      return {
+        type: "remote_op_result",
+        request: id(doc.request, "$.request"),
+        error: doc.error === undefined ? null : errorFromFrame({ code: str(doc.error, "$.error"), message: doc.message === undefined ? doc.error : str(doc.message, "$.message") }),
+        applied: doc.applied ?? true,
+      };
     default:
       throw fail(errors.DecodeError, `unknown message type ${JSON.stringify(doc.type)}`, "$.type");
   }
@@ -589,6 +612,9 @@ function wsUrl(base, path, token) {
   return url;
 }
 
+// Writers' requests stamped with who asked, answered by the producer (server/lazily_session.py).
+const REMOTE_OPS = "remote_op";
+
 function handshake(stream, publish, maxFrame) {
   return {
     protocol_id: PROTOCOL_ID,
@@ -599,7 +625,7 @@ function handshake(stream, publish, maxFrame) {
     ordered_reliable: true,
     peer_id: 0,
     session_id: stream,
-    features: publish ? ["publish"] : [],
+    features: publish ? ["publish", REMOTE_OPS] : [],
   };
 }
 
@@ -698,6 +724,7 @@ class Channel extends Emitter {
           return;
         }
         handshaken = true;
+        this.serverFeatures = Array.isArray(reply.features) ? reply.features : [];
         this.maxFrame = Math.min(this.client.maxFrameSize, reply.max_frame_size);
         this.attempt = 0;
         if (this.openedOnce) this.reconnects += 1;
@@ -828,6 +855,8 @@ export class Subscription extends Channel {
     this.mirror = new Mirror(client.registry);
     this.resyncs = 0;
     this.state = null;
+    this.requests = new Map(); // request id -> {resolve, reject}
+    this.nextRequest = 0;
     let resolve, reject;
     this.ready = new Promise((res, rej) => ((resolve = res), (reject = rej)));
     this.ready.catch(() => {}); // the error is also reported; awaiting it still rejects
@@ -843,6 +872,13 @@ export class Subscription extends Channel {
     const msg = this.decoded(text);
     if (msg === null) {
       this.#resync(this.mirror.lose(this.errors.at(-1)));
+      return;
+    }
+    if (msg.type === "remote_op_result") {
+      const waiting = this.requests.get(msg.request);
+      this.requests.delete(msg.request);
+      if (msg.error) this.report(msg.error);
+      if (waiting) (msg.error ? waiting.reject(msg.error) : waiting.resolve(msg.applied));
       return;
     }
     if (msg.type === "error") {
@@ -883,7 +919,14 @@ export class Subscription extends Channel {
     }
   }
 
+  closedConnection() {
+    const lost = fail(errors.ConnectionLost, "the connection was lost before the producer answered");
+    for (const waiting of this.requests.values()) waiting.reject(lost);
+    this.requests.clear();
+  }
+
   ended(err) {
+    this.closedConnection();
     this.rejectReady(err ?? fail(errors.ConnectionLost, "the subscription was closed"));
   }
 
@@ -894,17 +937,39 @@ export class Subscription extends Channel {
   }
 
   /**
-   * Ask the producer to set a cell: a `cell_set` in a delta based on the mirrored epoch.
-   * Throws (typed) when the node is unknown, the value does not fit its type tag, or the
-   * connection is down; the server answers Forbidden (an "error" event) without a write grant.
+   * Ask the producer to set a cell. Resolves to true once the producer applied it (the value
+   * also comes back as state), false when the producer only takes the older `cell_set` form
+   * (delivery alone is known); rejects with the typed refusal (Forbidden: no write grant on
+   * the stream or the node, or the producer's own rule), also an "error" event. Throws
+   * (typed) at once when the node is unknown, the value does not fit its type tag, or the
+   * connection is down.
    */
   write(nameOrId, value) {
     const nid = this.mirror.idOf(nameOrId);
     if (nid === null) throw fail(errors.LocalProtocolError, `no node ${JSON.stringify(nameOrId)} in stream ${JSON.stringify(this.stream)}`);
     const node = this.mirror.nodes.get(nid);
-    const bytes = this.client.registry.encode(node.tag, value);
-    const base = this.mirror.epoch ?? 0;
-    this.send({ type: "delta", base_epoch: base, epoch: base + 1, ops: [{ op: "cell_set", slot_id: nid, payload: toBase64(bytes) }] });
+    const payload = toBase64(this.client.registry.encode(node.tag, value));
+    if (!(this.serverFeatures ?? []).includes(REMOTE_OPS)) {
+      const base = this.mirror.epoch ?? 0;
+      this.send({ type: "delta", base_epoch: base, epoch: base + 1, ops: [{ op: "cell_set", slot_id: nid, payload }] });
+      return Promise.resolve(false);
+    }
+    return this.#ask({ type: "remote_op", kind: "write", node: nid, payload });
+  }
+
+  /** Ask the producer to run an effect, by its node id (the producer shares it); as `write`. */
+  trigger(effectId) {
+    if (!(this.serverFeatures ?? []).includes(REMOTE_OPS)) throw fail(errors.ProtocolError, "this server does not relay effect requests", "kind");
+    return this.#ask({ type: "remote_op", kind: "trigger_effect", node: effectId });
+  }
+
+  #ask(message) {
+    this.nextRequest += 1;
+    const request = this.nextRequest;
+    this.send({ ...message, request });
+    const answer = new Promise((resolve, reject) => this.requests.set(request, { resolve, reject }));
+    answer.catch(() => {}); // reported as an "error" event too: a caller may ignore the promise
+    return answer;
   }
 }
 
@@ -1126,6 +1191,10 @@ export class Publication extends Channel {
       else if (["EpochGap", "SnapshotRequired", "Desync", "RemoteProtocolError"].includes(msg.error.code)) this.opened();
       return;
     }
+    if (msg.type === "remote_op") {
+      this.#take(msg);
+      return;
+    }
     if (msg.type !== "delta") {
       this.report(fail(errors.RemoteProtocolError, `a producer does not expect ${msg.type}`, "$.type"));
       return;
@@ -1143,6 +1212,36 @@ export class Publication extends Channel {
         this.report(err);
       }
     }
+  }
+
+  // A writer's request, stamped by the server with who asked (`writer`: {peer, subject});
+  // answered to that writer alone: applied, or the typed refusal.
+  #take(msg) {
+    let error = null;
+    try {
+      if (msg.kind !== "write") throw fail(errors.Forbidden, `node ${msg.node} is not an effect this producer runs`, "node");
+      const node = this.store.nodes.get(msg.node);
+      if (!node || node.derived) throw fail(errors.Forbidden, `node ${msg.node} is not a writable cell`, "node");
+      const value = this.store.registry.decode(node.tag, msg.payload);
+      if (!this.accept(msg.node, value, msg.writer)) throw fail(errors.Forbidden, `the producer refused the write to node ${msg.node}`, "node");
+      this.store.applyWrite(msg.node, msg.payload);
+      this.emit("write", { id: msg.node, value, writer: msg.writer });
+    } catch (err) {
+      error = err instanceof OctosyncError ? err : fail(errors.Forbidden, String(err?.message ?? err), "node");
+      this.report(error);
+    }
+    if (!msg.request && !error) return;
+    const answer = { type: "remote_op_result", request: msg.request, peer: msg.writer.peer };
+    if (error) Object.assign(answer, { error: error.code, message: error.message.slice(0, 1024) });
+    // After the store's flush (a microtask queued before this one): the delta that carries
+    // the write goes out first, so the writer's state has it when its write resolves.
+    queueMicrotask(() => {
+      try {
+        this.send(answer);
+      } catch (err) {
+        this.report(err);
+      }
+    });
   }
 
   ended(err) {
@@ -1274,6 +1373,8 @@ export class SharedValue extends Emitter {
  * `multi` and `map` give its values; `pending` counts unacknowledged edits; `synced()` waits for
  * none. Events: "change" (names changed), "error", "status".
  */
+const PENDING_DB = "octosync-pending";
+
 export class SharedDocument extends Channel {
   constructor(client, name, options = {}) {
     super(client, name, false);
@@ -1289,10 +1390,86 @@ export class SharedDocument extends Channel {
     this.wall = 0;
     this.logical = 0;
     this.waiters = [];
+    // persist: pending edits kept in IndexedDB, taken up again by the next page that opens this
+    // document (its peer id with them: the server takes a peer's ops from that peer only).
+    this.persist = options.persist === true && typeof indexedDB !== "undefined" && Boolean(globalThis.navigator?.locks);
+    this.restoring = this.persist;
+    this.ready = this.persist ? new Promise((resolve) => (this.restored = resolve)) : Promise.resolve(this);
+    this.saveDue = false;
+    this.releaseLock = null;
+    this.db = null;
+  }
+
+  start() {
+    if (!this.persist) return super.start();
+    this.#restore()
+      .catch((err) => this.report(fail(errors.StorageError, `pending edits could not be restored: ${err?.message ?? err}`)))
+      .finally(() => {
+        this.restoring = false;
+        this.restored(this);
+        if (!this.closed) super.start();
+      });
   }
 
   hello() {
     return { ...handshake(this.stream, false, this.client.maxFrameSize), peer_id: this.peer, features: [PLANE_FEATURE] };
+  }
+
+  // A page's own peer id, held by a Web Lock while it is open: another tab of the same document
+  // takes over a saved peer only once nobody holds it, and otherwise draws its own.
+  async #restore() {
+    const open = indexedDB.open(PENDING_DB, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore("pending", { keyPath: "id" });
+    this.db = await idbRequest(open);
+    const saved = await idbRequest(this.db.transaction("pending").objectStore("pending").getAll());
+    for (const record of saved.filter((r) => r.doc === this.stream)) {
+      if (await this.#lock(record.peer)) {
+        this.peer = record.peer;
+        const names = new Set();
+        for (const raw of record.ops) {
+          const op = { slot_id: raw.slot_id, key: raw.key, stamp: raw.stamp, bytes: Uint8Array.from(raw.bytes) };
+          const name = this.#apply(op);
+          if (name !== null) names.add(name);
+          this.pendingOps.set(`${op.slot_id} ${op.key ?? ""}`, op);
+        }
+        for (const name of names) this.values.get(name)?.refresh();
+        if (names.size) this.emit("change", [...names]);
+        return;
+      }
+    }
+    await this.#lock(this.peer);
+  }
+
+  #lock(peer) {
+    return new Promise((acquired) => {
+      navigator.locks
+        .request(`octosync-doc:${this.stream}:${peer}`, { ifAvailable: true }, (lock) => {
+          acquired(lock !== null);
+          return lock === null ? null : new Promise((release) => (this.releaseLock = release));
+        })
+        .catch(() => acquired(false));
+    });
+  }
+
+  #saveSoon() {
+    if (!this.db || this.saveDue) return;
+    this.saveDue = true;
+    queueMicrotask(() => {
+      this.saveDue = false;
+      const store = this.db.transaction("pending", "readwrite").objectStore("pending");
+      const id = `${this.stream}|${this.peer}`;
+      if (this.pendingOps.size === 0) {
+        store.delete(id);
+        return;
+      }
+      const ops = [...this.pendingOps.values()].map((op) => ({ slot_id: op.slot_id, key: op.key, stamp: op.stamp, bytes: Array.from(op.bytes) }));
+      store.put({ id, doc: this.stream, peer: this.peer, ops });
+    });
+  }
+
+  ended() {
+    this.releaseLock?.();
+    this.releaseLock = null;
   }
 
   get pending() {
@@ -1377,10 +1554,12 @@ export class SharedDocument extends Channel {
   }
 
   write(name, rest, value) {
+    if (this.restoring) throw fail(errors.LocalProtocolError, "the document is taking up its saved edits: await doc.ready first", "ready");
     const text = sortedJson(value);
     const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp: this.#stamp(), bytes: utf8.encode(text) };
     this.#apply(op);
     this.pendingOps.set(`${op.slot_id} ${op.key}`, op);
+    this.#saveSoon();
     this.values.get(name)?.refresh();
     this.emit("change", [name]);
     this.outbox.push(op);
@@ -1499,7 +1678,10 @@ export class SharedDocument extends Channel {
       if (name !== null) changed.add(name);
       if (op.stamp.peer === this.peer) {
         const mine = this.pendingOps.get(`${op.slot_id} ${op.key ?? ""}`);
-        if (mine && !stampAbove(mine.stamp, op.stamp)) this.pendingOps.delete(`${op.slot_id} ${op.key ?? ""}`);
+        if (mine && !stampAbove(mine.stamp, op.stamp)) {
+          this.pendingOps.delete(`${op.slot_id} ${op.key ?? ""}`);
+          this.#saveSoon();
+        }
       }
     }
     if (doc.frontier !== undefined) this.joined = true; // the last frame of the document sent at joining

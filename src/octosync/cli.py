@@ -345,7 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-cert",
         default=None,
         metavar="PEM",
-        help="serve every face over TLS (https://, wss://) with this certificate (chain)",
+        help="serve every face over TLS (https://, wss://, the TCP ports) with this certificate "
+        "(chain)",
     )
     serve.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's key")
     serve.add_argument(

@@ -297,7 +297,8 @@ def test_a_page_of_its_own_subscribes_and_writes_with_the_served_client(
                 schema = "lazily-handshake" if "protocol_id" in doc else "lazily-json"
                 check(schema, doc)
                 kinds.add((direction, doc.get("type", "handshake")))
-            assert ("sent", "delta") in kinds, kinds
+            assert ("sent", "remote_op") in kinds, kinds  # the write, answered:
+            assert ("received", "remote_op_result") in kinds, kinds
             assert ("received", "snapshot") in kinds, kinds
         finally:
             board.close()

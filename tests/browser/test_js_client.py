@@ -49,5 +49,9 @@ def test_js_client_under_node(tmp_path: Path) -> None:
         seen[record["direction"]].add(kind)
     # The recorded traffic covers every message the client speaks (so the check above means
     # something): handshakes both ways, state both ways, writes, resync requests, errors.
-    assert {"handshake", "snapshot", "delta", "resync_request", "crdt_sync"} <= seen["sent"], seen
-    assert {"handshake", "snapshot", "delta", "error", "crdt_sync"} <= seen["received"], seen
+    sent = {"handshake", "snapshot", "delta", "resync_request", "crdt_sync", "remote_op"}
+    sent |= {"remote_op_result"}
+    assert sent <= seen["sent"], seen
+    received = {"handshake", "snapshot", "delta", "error", "crdt_sync", "remote_op"}
+    received |= {"remote_op_result"}
+    assert received <= seen["received"], seen

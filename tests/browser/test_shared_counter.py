@@ -102,7 +102,10 @@ def static_site(root: Path) -> Iterator[str]:
         site.server_close()
 
 
-def test_ten_tabs_a_kill_9_and_a_closed_tab_lose_no_click(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def counter_site(tmp_path: Path, page: str = PAGE) -> Iterator[tuple[Server, Any, str]]:
+    """A server on fixed data, the page on its own origin and a Chromium context:
+    ``(server, context, url)``; the server is killed at the end, whatever happened."""
     executable = chromium_path()
     server = Server(tmp_path / "data")
     server.start()
@@ -110,56 +113,64 @@ def test_ten_tabs_a_kill_9_and_a_closed_tab_lose_no_click(tmp_path: Path) -> Non
     site_root.mkdir()
     try:
         with static_site(site_root) as site, playwright_api.sync_playwright() as p:
+            (site_root / "index.html").write_text(page)
             browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
-            context = browser.new_context()
-            url = f"{site}/index.html?server=ws://127.0.0.1:{server.port}"
-
-            def open_tab() -> Any:
-                page = context.new_page()
-                page.goto(url)
-                page.wait_for_function("() => window.doc && window.doc.joined", timeout=WAIT_MS)
-                return page
-
-            tabs = [open_tab() for _ in range(TABS)]
-            half, online = CLICKS // 2, 40
-
-            def click(n_of: Any) -> None:  # every tab at once; awaited later
-                for i, tab in enumerate(tabs):
-                    tab.evaluate("n => { window.clicking = window.clickMany(n); }", n_of(i))
-
-            def clicked() -> None:
-                for tab in tabs:
-                    tab.evaluate("() => window.clicking")
-
-            click(lambda i: online)
-            tabs[1].wait_for_function(
-                "() => Number(document.getElementById('count').textContent) >= 150",
-                timeout=WAIT_MS,
-                polling=5,
+            yield (
+                server,
+                browser.new_context(),
+                f"{site}/index.html?server=ws://127.0.0.1:{server.port}",
             )
-            server.kill()  # while clicks are in flight (on a loaded machine, maybe just after)
-            clicked()
-            click(lambda i: (half if i == 0 else CLICKS) - online)  # offline: they queue
-            clicked()
-            assert all(tab.evaluate("() => window.doc.pending") == 1 for tab in tabs)
-            server.start()
-            tabs[0].evaluate("() => window.doc.synced()")  # acknowledged: journaled
-            tabs[0].close()
-            tabs[0] = open_tab()
-            tabs[0].evaluate("n => { window.clicking = window.clickMany(n); }", CLICKS - half)
-            clicked()
-            for tab in tabs:
-                tab.evaluate("() => window.doc.synced()")
-                tab.wait_for_function(
-                    "() => document.getElementById('count').textContent === '1000'",
-                    timeout=WAIT_MS,
-                )
-            shown = [tab.inner_text("#count") for tab in tabs]
-            assert shown == ["1000"] * TABS
-            assert tabs[3].evaluate("() => window.doc.reconnects") >= 1
             browser.close()
     finally:
         server.kill()
+
+
+def test_ten_tabs_a_kill_9_and_a_closed_tab_lose_no_click(tmp_path: Path) -> None:
+    with counter_site(tmp_path) as (server, context, url):
+
+        def open_tab() -> Any:
+            page = context.new_page()
+            page.goto(url)
+            page.wait_for_function("() => window.doc && window.doc.joined", timeout=WAIT_MS)
+            return page
+
+        tabs = [open_tab() for _ in range(TABS)]
+        half, online = CLICKS // 2, 40
+
+        def click(n_of: Any) -> None:  # every tab at once; awaited later
+            for i, tab in enumerate(tabs):
+                tab.evaluate("n => { window.clicking = window.clickMany(n); }", n_of(i))
+
+        def clicked() -> None:
+            for tab in tabs:
+                tab.evaluate("() => window.clicking")
+
+        click(lambda i: online)
+        tabs[1].wait_for_function(
+            "() => Number(document.getElementById('count').textContent) >= 150",
+            timeout=WAIT_MS,
+            polling=5,
+        )
+        server.kill()  # while clicks are in flight (on a loaded machine, maybe just after)
+        clicked()
+        click(lambda i: (half if i == 0 else CLICKS) - online)  # offline: they queue
+        clicked()
+        assert all(tab.evaluate("() => window.doc.pending") == 1 for tab in tabs)
+        server.start()
+        tabs[0].evaluate("() => window.doc.synced()")  # acknowledged: journaled
+        tabs[0].close()
+        tabs[0] = open_tab()
+        tabs[0].evaluate("n => { window.clicking = window.clickMany(n); }", CLICKS - half)
+        clicked()
+        for tab in tabs:
+            tab.evaluate("() => window.doc.synced()")
+            tab.wait_for_function(
+                "() => document.getElementById('count').textContent === '1000'",
+                timeout=WAIT_MS,
+            )
+        shown = [tab.inner_text("#count") for tab in tabs]
+        assert shown == ["1000"] * TABS
+        assert tabs[3].evaluate("() => window.doc.reconnects") >= 1
 
 
 @pytest.mark.parametrize("page_of", ["README.md", "docs/crdt.md"])
@@ -190,3 +201,75 @@ def test_the_two_tab_counter_of_the_docs_counts_every_click(tmp_path: Path, page
             browser.close()
     finally:
         server.kill()
+
+
+PERSIST_PAGE = PAGE.replace(
+    'client.openDocument("clicks")', 'client.openDocument("clicks", { persist: true })'
+).replace(
+    "window.doc = doc;",
+    """window.doc = doc;
+window.savedTally = async () => {  // this page's peer's saved counter entry, as IndexedDB has it
+  const db = await new Promise((ok) => {
+    const o = indexedDB.open("octosync-pending", 1);
+    o.onsuccess = () => ok(o.result);
+  });
+  const all = await new Promise((ok) => {
+    const q = db.transaction("pending").objectStore("pending").getAll();
+    q.onsuccess = () => ok(q.result);
+  });
+  db.close();
+  const mine = all.find((r) => r.peer === doc.peer);
+  return mine ? new TextDecoder().decode(Uint8Array.from(mine.ops[0].bytes)) : null;
+};
+await doc.ready;
+window.restored = true;""",
+)
+
+
+def test_offline_clicks_outlive_a_closed_tab(tmp_path: Path) -> None:
+    """Clicks made while the server is down, in a tab that is then closed, are taken up by the
+    next tab of the page (with that tab's peer id) and counted once the server is back; a tab
+    open beside it draws a peer of its own."""
+    with counter_site(tmp_path, PERSIST_PAGE) as (server, context, url):
+
+        def open_tab(*, joined: bool = True) -> Any:
+            page = context.new_page()
+            page.goto(url)
+            page.wait_for_function("() => window.restored === true", timeout=WAIT_MS)
+            if joined:
+                page.wait_for_function("() => window.doc.joined", timeout=WAIT_MS)
+            return page
+
+        first, beside = open_tab(), open_tab()
+        first.evaluate("() => window.clickMany(3)")
+        first.evaluate("() => window.doc.synced()")
+        peer = first.evaluate("() => window.doc.peer")
+        assert beside.evaluate("() => window.doc.peer") != peer  # the lock is held
+        server.kill()
+        first.evaluate("() => window.clickMany(7)")  # offline: pending, saved
+        assert first.evaluate("() => window.doc.pending") == 1
+        first.wait_for_function(
+            "async () => (await window.savedTally()) === '[10,0]'", timeout=WAIT_MS
+        )
+        first.close()
+        again = open_tab(joined=False)  # the server is still down
+        assert again.evaluate("() => window.doc.peer") == peer
+        assert again.evaluate("() => window.doc.pending") == 1
+        assert again.inner_text("#count") == "10"  # its saved clicks, shown at once
+        server.start()
+        again.evaluate("() => window.doc.synced()")
+        for tab in (again, beside):
+            tab.wait_for_function(
+                "() => document.getElementById('count').textContent === '10'",
+                timeout=WAIT_MS,
+            )
+        again.evaluate("() => window.clickMany(2)")
+        again.evaluate("() => window.doc.synced()")
+        fresh = open_tab()
+        fresh.wait_for_function(
+            "() => document.getElementById('count').textContent === '12'", timeout=WAIT_MS
+        )
+        assert fresh.evaluate("() => window.doc.peer") not in (
+            peer,
+            beside.evaluate("() => window.doc.peer"),
+        )

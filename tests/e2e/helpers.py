@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import socket
+import ssl as ssl_module
 import struct
 import subprocess
 import sys
@@ -190,20 +191,30 @@ async def follow_until(
 
 
 class TcpLazily:
-    """The lazily dialect over plain TCP with u32 length-prefixed frames."""
+    """The lazily dialect over TCP (plain, or TLS given ``ssl``) with u32 length-prefixed
+    frames."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
 
     @classmethod
-    async def open(cls, port: int, *, rcvbuf: int | None = None, limit: int = 1 << 24) -> TcpLazily:
+    async def open(
+        cls,
+        port: int,
+        *,
+        rcvbuf: int | None = None,
+        limit: int = 1 << 24,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> TcpLazily:
         sock = socket.socket()
         if rcvbuf is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-        reader, writer = await asyncio.open_connection(sock=sock, limit=limit)
+        reader, writer = await asyncio.open_connection(
+            sock=sock, limit=limit, ssl=ssl, server_hostname="127.0.0.1" if ssl else None
+        )
         return cls(reader, writer)
 
     def send(self, data: bytes) -> None:

@@ -1,8 +1,10 @@
 """A real syndicate-py program, run as its own process by the interop tests.
 
 ``python syndicate_peer.py MODE ADDRESS STURDYREF [NAME]``: ADDRESS is a syndicate-py transport
-address (``<tcp "127.0.0.1" PORT>`` or ``<ws "ws://127.0.0.1:PORT/dataspace">``). It only uses
-syndicate-py's public API, as any Syndicate program would, and prints one JSON line per event:
+address (``<tcp "127.0.0.1" PORT>`` or ``<ws "ws://127.0.0.1:PORT/dataspace">``, ``wss://`` for
+TLS), or ``tls:<tcp ...>`` for TCP with TLS (both trust the system's CAs and ``SSL_CERT_FILE``).
+It only uses syndicate-py's public API, as any Syndicate program would (for ``tls:``, its TCP
+relay given a TLS socket), and prints one JSON line per event:
 
 - ``presence NAME``: asserts ``<Present NAME>``, prints ``["+", who]`` / ``["-", who]`` for every
   ``<Present who>`` it sees come and go.
@@ -16,14 +18,16 @@ syndicate-py's public API, as any Syndicate program would, and prints one JSON l
 from __future__ import annotations
 
 import json
+import ssl
 import sys
 from typing import Any
 
-from syndicate import Record, Symbol, actor, gatekeeper, parse, relay, turn
+from syndicate import Record, Symbol, actor, gatekeeper, parse, relay, transport, turn
 from syndicate import patterns as P
 from syndicate.dataspace import during, on_message
 from syndicate.during import During
 from syndicate.schema import gatekeeper as gk_schema
+from syndicate.schema import transportAddress
 
 
 def out(*items: Any) -> None:
@@ -77,6 +81,20 @@ def run_publish(ds: Any) -> None:
     turn.sync(ds, synced)
 
 
+def tcp_with_tls() -> None:
+    """syndicate-py's TCP transport has no TLS: the same relay, its socket wrapped in TLS."""
+    context = ssl.create_default_context()
+
+    class TlsTcpTunnelRelay(relay.TcpTunnelRelay):  # type: ignore[misc]
+        async def _create_connection(self, system: Any) -> Any:
+            address = self.address
+            return await system.loop.create_connection(
+                lambda: self, address.host, address.port, ssl=context
+            )
+
+    transport.address(transportAddress.Tcp)(TlsTcpTunnelRelay)
+
+
 def connect(address: str, cap_text: str, on_resolved: Any) -> None:
     """Run an actor that resolves sturdy ref ``cap_text`` at ``address`` through syndicate-py's
     own relay and gatekeeper protocol; ``on_resolved(ds)`` with the dataspace, or prints
@@ -101,6 +119,9 @@ def connect(address: str, cap_text: str, on_resolved: Any) -> None:
 
 def main() -> None:
     mode, address, cap_text = sys.argv[1:4]
+    if address.startswith("tls:"):
+        address = address.removeprefix("tls:")
+        tcp_with_tls()
     name = sys.argv[4] if len(sys.argv) > 4 else ""
 
     def on_resolved(ds: Any) -> None:

@@ -4,7 +4,9 @@ every writer and a restart, refusals are typed, and offline edits merge on recon
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import time
 from pathlib import Path
 
@@ -14,9 +16,11 @@ import pytest
 
 from octosync.client.shared import SharedDocument
 from octosync.cluster.core import ClusterCore
+from octosync.crdt.shared import node_of
 from octosync.errors import StorageError
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
+from octosync.server.auth import AuthConfig, issue_token
 from octosync.wire import DIALECTS
 from tests.e2e.helpers import TIMEOUT, handshake, recv_json, serve, spawn_server
 
@@ -172,3 +176,75 @@ async def test_a_large_document_arrives_in_frames_and_joined_means_all_of_it(
         async with SharedDocument(srv.ws_url, "big") as late:
             await late.synced(TIMEOUT)
             assert late.map("fields").value == {f"f{i}": i for i in range(30)}
+
+
+async def test_node_grants_give_each_writer_its_own_values(tmp_path: Path) -> None:
+    secret = "plane-grants-secret-plane-grants-secret!"
+    auth = AuthConfig(hs256_secret=secret)
+
+    def token(subject: str, nodes: dict[str, list[str]]) -> str:
+        return issue_token(secret, subject, {"room": ["read", "write"]}, nodes={"room": nodes})
+
+    host = token("host", {"read": ["*"], "write": ["*"]})
+    guest = token("guest", {"read": ["board/*", "guest/*"], "write": ["guest/*"]})
+    async with (
+        serve(tmp_path, insecure_dev=False, auth=auth) as srv,
+        SharedDocument(srv.ws_url, "room", token=host) as h,
+    ):
+        h.register("board").set("open")
+        h.map("notes").set("plan", "secret")
+        await h.synced(TIMEOUT)
+        async with SharedDocument(srv.ws_url, "room", token=guest) as g:
+            await g.synced(TIMEOUT)
+            assert g.register("board").value == "open"
+            assert g.map("notes").value == {}  # never sent
+            g.counter("guest").add(3)
+            await g.synced(TIMEOUT)
+            await h.wait_until(lambda: h.counter("guest").value == 3, TIMEOUT)
+            h.map("notes").set("plan", "changed")
+            h.register("board").set("closed")
+            await g.wait_until(lambda: g.register("board").value == "closed", TIMEOUT)
+            assert g.map("notes").value == {}
+            assert g.errors == []
+
+
+async def test_a_compacted_history_restarts_to_the_same_document(tmp_path: Path) -> None:
+    config = tmp_path / "octosync.toml"
+    config.write_text("[server]\ncheckpoint_interval = 0.2\nplane_compact_records = 1000\n")
+    data = tmp_path / "data"
+    journal = data / "journal.sqlite3"
+
+    def plane_records() -> int:
+        with contextlib.closing(sqlite3.connect(f"file:{journal}?mode=ro", uri=True)) as db:
+            (count,) = db.execute("SELECT count(*) FROM journal WHERE kind = 'plane'").fetchone()
+        return int(count)
+
+    async with spawn_server(data, "--config", str(config)) as srv:
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(f"{srv.url}/lazily")
+            await ws.send_str(handshake("doc", peer_id=5, features=[FEATURE]).decode())
+            await recv_json(ws)  # the reply
+            await recv_json(ws)  # the (empty) document
+            frames = 1200
+            for i in range(frames):  # one frame, one journal record each: n/pn/5 counts up
+                stamp = WireStamp(1_000 + i, 0, 5)
+                ops = (
+                    CrdtOp(node_of("n"), stamp, b"[%d,0]" % (i + 1), key="n/pn/5"),
+                    CrdtOp(node_of("last"), stamp, b"%d" % i, key="last/lww"),
+                )
+                await ws.send_bytes(_JSON.encode(CrdtSync(ops=ops)))
+            acked = 0
+            while acked < 2 * frames:  # every op echoed: journaled
+                acked += len((await recv_json(ws)).get("ops", []))
+            await ws.close()
+        async with asyncio.timeout(TIMEOUT):  # a maintenance round compacts it
+            while plane_records() > 10:
+                await asyncio.sleep(0.1)
+        srv.proc.kill()  # kill -9 right after
+        srv.proc.wait()
+    async with spawn_server(data, "--config", str(config)) as srv2:
+        fresh = SharedDocument(srv2.url, "doc")
+        async with fresh:
+            await fresh.synced(TIMEOUT)
+            assert fresh.counter("n").value == frames
+            assert fresh.register("last").value == frames - 1

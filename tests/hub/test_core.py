@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from octosync.errors import (
@@ -24,7 +25,15 @@ from octosync.hub import (
     ViewKey,
     lazily_frame,
 )
-from octosync.ipc.messages import CellSet, Delta, Snapshot
+from octosync.hub.node_views import NodeRules, NodeView
+from octosync.ipc.messages import (
+    CellSet,
+    Delta,
+    NodeSnapshot,
+    RemoteOp,
+    RemoteOpResult,
+    Snapshot,
+)
 from octosync.ipc.state_hash import snapshot_hash as default_state_hash
 from octosync.wire import json_tagged
 from tests.hub.helpers import RefSubscriber, cell_set, decode, json_encoder, node_add, snap
@@ -191,25 +200,33 @@ def test_encode_once_per_view_same_bytes_object_for_every_subscriber() -> None:
     assert all(b[0] is batches[0][0] for b in batches)
 
 
-def test_permission_view_filters_before_encoding() -> None:
+def test_permission_view_filters_before_encoding_and_keeps_the_epoch_chain() -> None:
     hub, _, woken = make_hub()
-
-    def hide_node_2(body: object) -> object | None:
-        if isinstance(body, Delta):
-            ops = tuple(op for op in body.ops if getattr(op, "slot_id", None) != 2)
-            return None if not ops else Delta(body.base_epoch, body.epoch, ops)
-        return body
-
-    hub.register_view("no2", hide_node_2)
+    rules = NodeRules(read=("#1",))
+    hub.register_view(rules.view_name, lambda: NodeView(rules))
     join(hub, 1, woken)
-    join(hub, 2, woken, ViewKey("lazily", "json", "no2"))
+    join(hub, 2, woken, ViewKey("lazily", "json", rules.view_name))
     hub.publish(1, "s", lazily_frame(snap(0, {1: b"a", 2: b"b"})))
     hub.subscribe(2, "s")
-    hub.take(2)
+    ref = RefSubscriber()
+    first = [decode(b) for b in hub.take(2)]
+    assert first == [snap(0, {1: b"a"})]  # node 2 is not even named
     hub.publish(1, "s", lazily_frame(cell_set(0, 2, b"secret")))
     hub.publish(1, "s", lazily_frame(cell_set(1, 1, b"ok")))
     got = [decode(b) for b in hub.take(2)]
-    assert got == [cell_set(1, 1, b"ok")]
+    assert got == [Delta(0, 2, (CellSet(1, b"ok"),))]  # one span over the hidden flush
+    ref.feed([json_encoder(OutFrame("s", "snapshot", 0, first[0], 0))])
+    ref.feed([json_encoder(OutFrame("s", "diff", 2, got[0], 0))])
+    assert ref.gaps == 0
+    assert ref.values == {1: b"ok"}
+    hub.publish(1, "s", lazily_frame(cell_set(2, 2, b"more")))
+    join(hub, 3, woken, ViewKey("lazily", "json", rules.view_name))
+    hub.subscribe(3, "s")
+    late = [decode(b) for b in hub.take(3)]
+    assert late == [snap(2, {1: b"ok"})]  # where the view's log stands, not epoch 3
+    hub.publish(1, "s", lazily_frame(cell_set(3, 1, b"again")))
+    assert [decode(b) for b in hub.take(3)] == [Delta(2, 4, (CellSet(1, b"again"),))]
+    assert [decode(b) for b in hub.take(2)] == [Delta(2, 4, (CellSet(1, b"again"),))]
 
 
 def test_stalled_subscriber_is_reset_to_a_fresh_snapshot_others_unaffected() -> None:
@@ -323,6 +340,66 @@ def test_writes_go_to_the_producer_only_when_granted() -> None:
     with pytest.raises(Forbidden):
         hub.publish(3, "t", lazily_frame(snap(0, {})))
     assert hub.take(1) == []
+
+
+def test_remote_ops_reach_a_producer_that_takes_them_stamped_else_as_cell_sets() -> None:
+    hub, _, woken = make_hub()
+    hub.register_encoder("any", lambda f: msgspec.json.encode(f.body))
+    hub.connect(1, ViewKey("lazily", "any"), wake=woken.append)
+    join(hub, 2, woken, ViewKey("lazily", "any"))
+    hub.publish(1, "s", lazily_frame(snap(0, {1: b"a"})))
+    hub.subscribe(2, "s")
+    hub.take(1)
+    hub.take(2)
+    op = RemoteOp("write", 1, b"w", request=4)
+    assert hub.remote_op(2, "s", op, "alice") is False  # the older form: no answer comes
+    assert msgspec.json.decode(hub.take(1)[0], type=Delta) == cell_set(0, 1, b"w")
+    with pytest.raises(Forbidden, match="no trigger_effect requests"):
+        hub.remote_op(2, "s", RemoteOp("trigger_effect", 9), "alice")
+    hub.take_remote_ops(1)
+    assert hub.remote_op(2, "s", op, "alice") is True
+    forwarded = msgspec.json.decode(hub.take(1)[0], type=RemoteOp)
+    assert forwarded == RemoteOp("write", 1, b"w", 4, peer=2, subject="alice")
+    hub.write(2, "s", cell_set(0, 1, b"v"), "alice")  # a cell_set write, stamped the same way
+    assert msgspec.json.decode(hub.take(1)[0], type=RemoteOp) == RemoteOp(
+        "write", 1, b"v", 0, peer=2, subject="alice"
+    )
+    with pytest.raises(Forbidden, match="only the producer"):
+        hub.answer(2, "s", RemoteOpResult(4, peer=2))
+    assert hub.answer(1, "s", RemoteOpResult(4, peer=2, error="Forbidden", message="no")) is True
+    answer = msgspec.json.decode(hub.take(2)[-1], type=RemoteOpResult)
+    assert answer == RemoteOpResult(4, error="Forbidden", message="no")  # peer stripped
+    assert hub.answer(1, "s", RemoteOpResult(5, peer=77)) is False  # nobody to tell
+
+
+def test_node_grants_refuse_writes_by_key_before_the_producer_hears_of_them() -> None:
+    class Narrow:
+        def allows(self, stream: object, action: str) -> bool:
+            return True
+
+        def node_rules(self, stream: object) -> NodeRules:
+            return NodeRules(read=("*",), write=("mine/*",))
+
+    hub, _, woken = make_hub()
+    join(hub, 1, woken)
+    hub.connect(2, JSON, grants=Narrow(), wake=woken.append)
+    keyed = Snapshot(
+        0,
+        (
+            NodeSnapshot(1, "bytes", "resolved", b"a", "mine/x"),
+            NodeSnapshot(2, "bytes", "resolved", b"b", "theirs/y"),
+        ),
+    )
+    hub.publish(1, "s", lazily_frame(keyed))
+    hub.take(1)
+    hub.write(2, "s", cell_set(0, 1, b"ok"))
+    assert len(hub.take(1)) == 1
+    with pytest.raises(Forbidden, match="theirs/y") as refused:
+        hub.write(2, "s", Delta(0, 1, (CellSet(1, b"ok"), CellSet(2, b"no"))))
+    assert refused.value.path == "ops[1]"
+    with pytest.raises(Forbidden, match="#9"):
+        hub.remote_op(2, "s", RemoteOp("trigger_effect", 9))
+    assert hub.take(1) == []  # a refused batch forwards none of it
 
 
 def test_check_join_refuses_what_subscribe_and_publish_would() -> None:

@@ -16,6 +16,7 @@ from octosync.crdt.shared import SharedState, node_of
 from octosync.errors import ClockDrift, CrdtValueError, Forbidden, LimitExceeded
 from octosync.graph.context import Context
 from octosync.hub.crdt_streams import CrdtStreams
+from octosync.hub.node_views import NodeRules
 from octosync.hub.types import Action, AllowAll, StreamId
 from octosync.ipc.messages import BlobRef, CrdtOp, CrdtSync, WireStamp
 
@@ -56,6 +57,44 @@ def test_writes_need_the_write_grant_and_reads_the_read_grant() -> None:
     accepted = streams.commit(streams.check(2, CrdtSync(ops=(op(6, NOW + 1),))))
     assert accepted.readers == (1, 3)  # the writer without read gets only its ack
     assert accepted.ack == (op(6, NOW + 1),)
+
+
+class Narrowed:
+    """Every stream action, narrowed to values by node grants."""
+
+    def __init__(self, rules: NodeRules) -> None:
+        self.rules = rules
+
+    def allows(self, stream: StreamId, action: Action) -> bool:
+        return True
+
+    def node_rules(self, stream: StreamId) -> NodeRules:
+        return self.rules
+
+
+def keyed(peer: int, key: str, wall: int = NOW) -> CrdtOp:
+    return CrdtOp(slot_id=1, stamp=WireStamp(wall, 0, peer), state=b"1", key=key)
+
+
+def test_node_grants_narrow_a_member_to_some_values() -> None:
+    streams = CrdtStreams(lambda: NOW)
+    streams.join(1, "s", 5, AllowAll())
+    shared, secret = keyed(5, "board/lww"), keyed(5, "notes/map/plan")
+    streams.commit(streams.check(1, CrdtSync(ops=(shared, secret))))
+    guest = Narrowed(NodeRules(read=("board/*", "guest/*"), write=("guest/*",)))
+    assert streams.join(2, "s", 6, guest) == (shared,)  # the state it may read, no more
+    with pytest.raises(Forbidden) as err:
+        streams.check(2, CrdtSync(ops=(keyed(6, "guest/lww"), keyed(6, "board/lww", NOW + 1))))
+    assert err.value.path == "ops[1].key"
+    assert "board/lww" in err.value.message
+    streams.commit(streams.check(2, CrdtSync(ops=(keyed(6, "guest/lww"),))))
+    newer = keyed(5, "notes/map/plan", NOW + 5)
+    frontier = ((5, WireStamp(NOW - 1, 0, 5)),)
+    unseen = streams.delta_for(2, CrdtSync(frontier=frontier))
+    assert sorted(op.key or "" for op in unseen) == ["board/lww", "guest/lww"]  # no notes
+    accepted = streams.commit(streams.check(1, CrdtSync(ops=(newer,))))
+    member = streams.streams["s"].members[2]
+    assert member.readable(accepted.fanout) == ()  # the guest is sent none of it
 
 
 def test_a_stamp_far_ahead_of_the_server_is_refused() -> None:

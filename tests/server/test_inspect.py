@@ -161,9 +161,10 @@ def test_map_rows_count_live_keys_and_tombstones_of_readable_maps() -> None:
     assert map_rows(store, ClaimGrants("nobody")) == []
 
 
-async def test_api_streams_lists_topgun_maps_and_dataspaces_of_a_real_server(
+async def test_api_streams_lists_maps_dataspaces_and_documents_of_a_real_server(
     tmp_path: Path,
 ) -> None:
+    from octosync.client.shared import SharedDocument
     from octosync.wire import topgun as tg
     from tests.e2e.test_dataspace_face import SECRET as DS_SECRET
     from tests.e2e.test_dataspace_face import Raw
@@ -175,7 +176,7 @@ async def test_api_streams_lists_topgun_maps_and_dataspaces_of_a_real_server(
     ):
         async with http.get(f"{srv.url}/api/streams") as res:
             body = await res.json()
-        assert (body["maps"], body["dataspaces"]) == ([], [])
+        assert (body["maps"], body["dataspaces"], body["documents"]) == ([], [], [])
         topgun = await http.ws_connect(f"{srv.ws_url}/topgun")
         await topgun.send_bytes(tg.encode(tg.DeviceHello()))
         await topgun.receive()  # DeviceAck
@@ -184,11 +185,16 @@ async def test_api_streams_lists_topgun_maps_and_dataspaces_of_a_real_server(
         assert isinstance(tg.decode((await topgun.receive()).data), tg.OpAck)
         client = Raw(await http.ws_connect(f"{srv.ws_url}/dataspace"))
         await client.resolved()  # the sturdy ref to dataspace "demo"
+        async with SharedDocument(srv.ws_url, "room") as doc:
+            doc.counter("clicks").add(2)
+            doc.register("title").set("hi")
+            await doc.synced(10)
         async with http.get(f"{srv.url}/api/streams") as res:
             body = await res.json()
         check("api-streams", body)
         assert body["maps"] == [{"map": "users", "keys": 1, "tombstones": 1}]
         assert body["dataspaces"] == [{"dataspace": "demo", "assertions": 0, "observers": 0}]
+        assert body["documents"] == [{"document": "room", "members": 0, "entries": 2, "ops": 2}]
         await topgun.close()
         assert client.ws is not None
         await client.ws.close()

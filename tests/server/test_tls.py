@@ -1,13 +1,16 @@
 """``serve --tls-cert/--tls-key``: a real server process with a certificate from a test CA
 (``trustme``); every face answers over ``wss://``, the command-line tools connect with
-``wss://`` trusting the CA through ``SSL_CERT_FILE``, and plain HTTP on the port gets no answer.
-Each TLS mistake is one line and exit 2."""
+``wss://`` trusting the CA through ``SSL_CERT_FILE``, the TCP ports (``--tcp-port``,
+``--dataspace-port``) speak TLS to a lazily client and to syndicate-py, and plain HTTP or TCP
+on those ports gets no answer. Each TLS mistake is one line and exit 2."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import ssl
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,11 +23,12 @@ import pytest
 from octosync.errors import ConfigError
 from octosync.server.tls import server_context
 from octosync.wire import topgun, wvp
-from tests.e2e.helpers import free_port, running
+from tests.e2e.helpers import Follower, TcpLazily, delta, free_port, handshake, running, snap
 
 trustme = pytest.importorskip("trustme")
 
 CLI = [sys.executable, "-m", "octosync.cli"]
+SYNDICATE_PEER = Path(__file__).resolve().parents[1] / "e2e" / "syndicate_peer.py"
 TIMEOUT = 60
 
 
@@ -48,17 +52,30 @@ def pems(tmp_path_factory: pytest.TempPathFactory) -> Pems:
     return pems
 
 
+@dataclass
+class Ports:
+    http: int
+    tcp: int
+    dataspace: int
+    data: Path
+
+
 @pytest.fixture(scope="module")
-def port(pems: Pems, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    data = tmp_path_factory.mktemp("tls-data")
-    port = free_port()
+def ports(pems: Pems, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ports]:
+    found = Ports(free_port(), free_port(), free_port(), tmp_path_factory.mktemp("tls-data"))
     tls = ("--tls-cert", str(pems.cert), "--tls-key", str(pems.key))
-    with running("serve", "--insecure-dev", "--port", str(port), "--data", str(data), *tls) as (
-        _,
-        line,
-    ):
-        assert f"on https://127.0.0.1:{port}" in line, line
-        yield port
+    tcp = ("--tcp-port", str(found.tcp), "--dataspace-port", str(found.dataspace))
+    serve = ("serve", "--insecure-dev", "--port", str(found.http), "--data", str(found.data))
+    with running(*serve, *tls, *tcp) as (_, line):
+        assert f"on https://127.0.0.1:{found.http}, " in line, line
+        assert f"lazily over TCP with TLS on 127.0.0.1:{found.tcp}" in line
+        assert f"dataspace over TCP with TLS on 127.0.0.1:{found.dataspace}" in line
+        yield found
+
+
+@pytest.fixture(scope="module")
+def port(ports: Ports) -> int:
+    return ports.http
 
 
 def trusting(pems: Pems) -> ssl.SSLContext:
@@ -190,3 +207,73 @@ def test_the_config_file_names_the_pems_relative_to_itself(pems: Pems, tmp_path:
     serve = ("serve", "--insecure-dev", "--config", str(config), "--data", str(tmp_path))
     with running(*serve, cwd=tmp_path) as (_, line):  # cwd: not where the files are
         assert " on https://127.0.0.1:" in line
+
+
+async def test_lazily_over_tcp_with_tls_publishes_and_subscribes(pems: Pems, ports: Ports) -> None:
+    context = trusting(pems)
+    sub = await TcpLazily.open(ports.tcp, ssl=context)
+    sub.send(handshake("tls-tcp"))
+    assert json.loads(await sub.recv())["session_id"] == "tls-tcp"
+    prod = await TcpLazily.open(ports.tcp, ssl=context)
+    prod.send(handshake("tls-tcp", publish=True))
+    await prod.recv()
+    prod.send(snap(0, {1: b"a"}))
+    for e in range(3):
+        prod.send(delta(e, 1, f"v{e}".encode()))
+    seen = Follower()
+    while seen.epoch != 3:
+        seen.feed(await sub.recv())
+    assert seen.values == {1: b"v2"}
+    assert seen.gaps == 0
+    for c in (sub, prod):
+        c.close()
+
+
+async def test_tcp_clients_without_tls_or_trust_get_nothing(pems: Pems, ports: Ports) -> None:
+    with pytest.raises(ssl.SSLCertVerificationError):  # the client's own check refuses
+        await TcpLazily.open(ports.tcp, ssl=ssl.create_default_context())
+    for port in (ports.tcp, ports.dataspace):  # plain bytes on a TLS port: no frame back
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(struct.pack(">I", len(hello := handshake("plain"))) + hello)
+        answer = await asyncio.wait_for(reader.read(), TIMEOUT)  # until the server closes
+        assert answer[:1] in (b"", b"\x15")  # nothing, or a TLS alert record
+        writer.close()
+
+
+@pytest.mark.peer
+def test_syndicate_py_over_tcp_with_tls_sees_a_peer_over_wss(pems: Pems, ports: Ports) -> None:
+    """Two syndicate-py processes on one dataspace, one on the TLS TCP port, one over
+    ``wss://``: each sees the other's presence."""
+    pytest.importorskip("syndicate")
+    minted = subprocess.run(
+        [*CLI, "dataspace", "mint", "demo", "--data", str(ports.data)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    ref = minted.stdout.strip()
+    env = {**os.environ, "SSL_CERT_FILE": str(pems.ca)}
+    addresses = {
+        "ada": f'tls:<tcp "127.0.0.1" {ports.dataspace}>',
+        "bob": f'<ws "wss://127.0.0.1:{ports.http}/dataspace">',
+    }
+    peers = {
+        name: subprocess.Popen(
+            [sys.executable, str(SYNDICATE_PEER), "presence", address, ref, name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        for name, address in addresses.items()
+    }
+    try:
+        for peer in peers.values():
+            assert peer.stdout is not None
+            seen = sorted(json.loads(peer.stdout.readline()) for _ in range(2))
+            assert seen == [["+", "ada"], ["+", "bob"]]
+    finally:
+        for peer in peers.values():
+            peer.kill()
+            peer.wait(timeout=TIMEOUT)

@@ -65,9 +65,11 @@ describe("an open server", () => {
     const sub = client().subscribe("writable");
     await sub.ready;
     const written = waitFor(pub, "write");
-    sub.write("score", 21);
-    assert.deepEqual(await written, { id: score.id, value: 21 });
-    await waitFor(sub, "state", () => sub.get("double") === 42);
+    assert.equal(await sub.write("score", 21), true);
+    const took = await written;
+    assert.deepEqual([took.id, took.value, took.writer.subject], [score.id, 21, null]);
+    assert.equal(Number.isInteger(took.writer.peer), true);
+    assert.equal(sub.get("double"), 42, "the delta that carries a write comes before its answer");
     assert.equal(double.get(), 42);
     assert.throws(() => sub.write("score", "21"), errors.TypeTagError);
     assert.throws(() => sub.write("missing", 1), errors.LocalProtocolError);
@@ -180,6 +182,49 @@ describe("a server with auth", () => {
     await waitFor(reader, "state", () => reader.get("x") === 7);
     const other = client(mintToken(secret, { streams: { elsewhere: ["read"] } })).subscribe("s");
     await assert.rejects(other.ready, errors.Forbidden);
+  });
+
+  test("writers are answered: applied, refused by a node grant, refused by the producer who knows who asked", async () => {
+    const store = new Store();
+    const alice = store.cell(0, "i32", { key: "players/alice/score" });
+    const bob = store.cell(0, "i32", { key: "players/bob/score" });
+    const board = store.cell("open", "string", { key: "board/state" });
+    const seen = [];
+    const producer = client(mintToken(secret, { streams: { game: ["publish"] } }));
+    await producer.publish("game", store, {
+      accept: (id, value, writer) => {
+        seen.push(writer.subject);
+        return value >= 0; // the producer's own rule: no negative scores
+      },
+    }).ready;
+    const token = mintToken(secret, {
+      sub: "alice",
+      streams: { game: ["read", "write"] },
+      nodes: { game: { read: ["board/*", "players/alice/*"], write: ["players/alice/*"] } },
+    });
+    const sub = client(token).subscribe("game");
+    await sub.ready;
+    assert.deepEqual([...sub.state.keys.keys()].sort(), ["board/state", "players/alice/score"]);
+    assert.equal(await sub.write("players/alice/score", 5), true);
+    assert.equal(sub.get("players/alice/score"), 5, "the delta that carries a write comes before its answer");
+    assert.equal(alice.get(), 5);
+    assert.deepEqual(seen, ["alice"]);
+    await assert.rejects(sub.write("players/alice/score", -1), (e) => e instanceof errors.Forbidden && /refused/.test(e.message));
+    await assert.rejects(sub.write("board/state", "won"), (e) => e instanceof errors.Forbidden && /board\/state/.test(e.message));
+    assert.equal(board.get(), "open");
+    await assert.rejects(sub.trigger(99), errors.Forbidden);
+    // Flushes the view hides are skipped; the next visible delta spans them, no resync.
+    const before = sub.mirror.epoch;
+    const closed = waitFor(sub, "state", () => sub.get("board/state") === "closed");
+    for (let i = 1; i <= 3; i++) {
+      bob.set(i); // bob's score, hidden from alice
+      await new Promise((r) => setTimeout(r, 5)); // one flush each
+    }
+    board.set("closed");
+    await closed;
+    assert.equal(sub.resyncs, 0);
+    assert.equal(sub.mirror.epoch > before + 1, true);
+    assert.equal(sub.status, "open");
   });
 });
 

@@ -25,15 +25,24 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from octosync.client.ws import connect_ws, failure_reason
 from octosync.errors import AuthError, ForbiddenPublish, OctosyncError, ProtocolError, by_name
 from octosync.graph import Context
 from octosync.ipc.blobs import spill_blobs
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
-from octosync.ipc.messages import Delta, Handshake, ResyncRequest, Snapshot
+from octosync.ipc.messages import (
+    CellSet,
+    Delta,
+    Handshake,
+    RemoteOp,
+    RemoteOpResult,
+    ResyncRequest,
+    Snapshot,
+)
 from octosync.ipc.mirror import Mirror
-from octosync.ipc.permissions import PeerPermissions
+from octosync.ipc.permissions import PeerPermissions, check_remote_write, trigger_remote_effect
 from octosync.ipc.publisher import Publisher
 from octosync.shm.region import REGION_FEATURE, SHARED_BLOB, SharedRegion, fresh_name
 from octosync.wire import json as wire_json
@@ -82,6 +91,31 @@ class Backoff:
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0.0, min(self.cap, self.base * (2**attempt)))
+
+
+REMOTE_OPS = "remote_op"
+"""The handshake feature of ``RemoteOp`` requests (``server.lazily_session``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Writer:
+    """Who asked a producer for a write or an effect, as the server vouches: its connection
+    on the server (``peer``) and its token's subject (None with ``--insecure-dev``)."""
+
+    peer: int
+    subject: str | None
+
+
+PermissionsFor = Callable[[Writer], PeerPermissions]
+"""A producer's permissions per writer (``Client.publish(permissions_for=...)``)."""
+
+
+def _error_from(result: RemoteOpResult) -> OctosyncError:
+    try:
+        cls = by_name(result.error or "")
+    except KeyError:
+        cls = ProtocolError
+    return cls(result.message or result.error or "refused")
 
 
 def remote_error(raw: bytes | str) -> OctosyncError | None:
@@ -150,6 +184,7 @@ class Client:
         self.shm_capacity = shm_capacity
         self._region: SharedRegion | None = None
         self._server_regions: dict[aiohttp.ClientWebSocketResponse, str] = {}
+        self._server_features: dict[aiohttp.ClientWebSocketResponse, frozenset[str]] = {}
         self.on_retry = on_retry
         """Called as ``on_retry(attempt, max_attempts, why)`` before each reconnect attempt
         after a failed one, so a tool can say that it lost the server and is retrying."""
@@ -195,17 +230,19 @@ class Client:
             await ws.close()
             raise err
         agreed = wire_json.decode_handshake(reply.data)
+        self._server_features[ws] = frozenset(agreed.features)
         for feature in agreed.features:
             if self.shared_blobs and feature.startswith(REGION_FEATURE):
                 self._server_regions[ws] = feature[len(REGION_FEATURE) :]
         return ws
 
     def _features(self, publish: bool) -> tuple[str, ...]:
+        ops = (REMOTE_OPS,) if publish else ()
         if not self.shared_blobs:
-            return ()
+            return ops
         if not publish:
             return (SHARED_BLOB,)
-        return (SHARED_BLOB, REGION_FEATURE + self._own_region().name)
+        return (*ops, SHARED_BLOB, REGION_FEATURE + self._own_region().name)
 
     def _own_region(self) -> SharedRegion:
         if self._region is None:
@@ -279,8 +316,12 @@ class Client:
                 async for current, reconnected in connections:
                     sub.reconnects += reconnected
                     sub._ws = current
-                    await self._pump(sub, current)
-                    sub._ws = None
+                    sub._remote_ops = REMOTE_OPS in self._server_features.pop(current, ())
+                    try:
+                        await self._pump(sub, current)
+                    finally:
+                        sub._ws = None
+                        sub._fail_requests(ConnectionError("the connection was lost"))
         except OctosyncError as exc:  # refused (a token that expired, a revoked grant)
             sub._finish(exc)
         except BaseException as exc:  # cancelled by close() too: end the iteration
@@ -309,7 +350,11 @@ class Client:
             if err is not None:
                 sub.errors.append(err)
                 continue
-            result = mirror.apply(wire_json.decode(msg.data))
+            decoded = wire_json.decode(msg.data)
+            if isinstance(decoded, RemoteOpResult):
+                sub._answered(decoded)
+                continue
+            result = mirror.apply(decoded)
             if isinstance(result, ResyncRequest):
                 sub.resyncs += 1
                 await ws.send_bytes(wire_json.encode(result))
@@ -321,11 +366,20 @@ class Client:
     # --- publishing -----------------------------------------------------------------------
 
     async def publish(
-        self, stream: str, ctx: Context, *, permissions: PeerPermissions | None = None
+        self,
+        stream: str,
+        ctx: Context,
+        *,
+        permissions: PeerPermissions | None = None,
+        permissions_for: PermissionsFor | None = None,
     ) -> Publication:
-        """Serve ``ctx`` as ``stream``: a snapshot now, then one delta per flush."""
+        """Serve ``ctx`` as ``stream``: a snapshot now, then one delta per flush.
+
+        Writers' requests are checked against ``permissions_for(writer)`` (who asked, as the
+        server vouches), or ``permissions`` for everyone; each is answered, applied or refused
+        with the typed error, to that writer alone."""
         ws = await self._open(stream, publish=True)
-        pub = Publication(stream, ctx, permissions or PeerPermissions.allow_all())
+        pub = Publication(stream, ctx, permissions or PeerPermissions.allow_all(), permissions_for)
         task = asyncio.get_running_loop().create_task(self._serve(pub, ws))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -363,6 +417,7 @@ class Client:
     async def _stream_context(self, pub: Publication, ws: aiohttp.ClientWebSocketResponse) -> None:
         publisher = Publisher(pub.ctx, pub.permissions)
         changed = asyncio.Event()
+        replies: list[bytes] = []
         unsubscribe = pub.ctx.subscribe(lambda _changes: changed.set())
 
         async def reader() -> None:
@@ -380,7 +435,12 @@ class Client:
                 except OctosyncError as exc:
                     pub.errors.append(exc)
                     continue
-                if isinstance(write, Delta):
+                if isinstance(write, RemoteOp):
+                    answer = pub.take(write)
+                    if answer is not None:
+                        replies.append(wire_json.encode(answer))
+                        changed.set()
+                elif isinstance(write, Delta):
                     try:
                         publisher.apply_remote(list(write.ops))
                     except OctosyncError as exc:
@@ -403,6 +463,8 @@ class Client:
                 for d in publisher.drain():
                     await ws.send_bytes(self._encode_out(d))
                     pub.deltas_sent += 1
+                while replies:  # after the deltas that carry what they applied
+                    await ws.send_bytes(replies.pop(0))
         finally:
             unsubscribe()
             publisher.close()
@@ -427,6 +489,9 @@ class Subscription:
     """Why the subscription ended otherwise: the client gave up reconnecting, or was closed."""
     _queue: asyncio.Queue[State | BaseException] = field(init=False)
     _ws: aiohttp.ClientWebSocketResponse | None = None
+    _remote_ops: bool = False
+    _requests: dict[int, asyncio.Future[bool]] = field(default_factory=dict)
+    _next_request: int = 0
     _last_yielded: int | None = None
     _finished: bool = False
 
@@ -466,18 +531,64 @@ class Subscription:
             raise StopAsyncIteration from item
         return item
 
-    async def write(self, node: int | str, value: Any) -> None:
+    async def write(self, node: int | str, value: Any, *, timeout: float = 10.0) -> bool:
         """Ask the producer to set cell ``node`` (its id, or its name) to ``value``.
 
-        Sent as a ``cell_set`` on the current connection; the producer applies it if the peer
-        may write that cell, and the new value comes back as an ordinary state. A refusal
-        (``Forbidden``: no write grant, or the producer's permissions) arrives later in
-        ``errors``; a write is never queued across a reconnect.
+        Returns True once the producer applied it (the new value also comes back as an
+        ordinary state), False when the producer only takes the older ``cell_set`` form, so
+        only delivery is known. Raises the typed refusal (``Forbidden``: no write grant on
+        the stream or the node, or the producer's permissions for this writer), or
+        ``ConnectionError``: a write is never queued across a reconnect.
         """
+        delta = self.mirror.write(node, value)
+        op = delta.ops[0]
+        assert isinstance(op, CellSet)
+        assert isinstance(op.payload, bytes)
+        if not self._remote_ops:  # a server without RemoteOp: the seed's cell_set write
+            await self._connected().send_bytes(wire_json.encode(delta))
+            return False
+        return await self._ask(RemoteOp("write", op.slot_id, op.payload), timeout)
+
+    async def trigger(self, effect: int, *, timeout: float = 10.0) -> bool:
+        """Ask the producer to run effect ``effect`` (its node id: effects are not part of
+        the published graph, so the producer shares the id). As ``write`` for the rest."""
+        if not self._remote_ops:
+            raise ProtocolError("this server does not relay effect requests", path="kind")
+        return await self._ask(RemoteOp("trigger_effect", effect), timeout)
+
+    def _connected(self) -> aiohttp.ClientWebSocketResponse:
         ws = self._ws
         if ws is None or ws.closed:
-            raise ConnectionError(f"stream {self.stream!r} is not connected; write not sent")
-        await ws.send_bytes(wire_json.encode(self.mirror.write(node, value)))
+            raise ConnectionError(f"stream {self.stream!r} is not connected; request not sent")
+        return ws
+
+    async def _ask(self, op: RemoteOp, timeout: float) -> bool:
+        ws = self._connected()
+        self._next_request += 1
+        request = self._next_request
+        answer = asyncio.get_running_loop().create_future()
+        self._requests[request] = answer
+        try:
+            await ws.send_bytes(wire_json.encode(msgspec.structs.replace(op, request=request)))
+            return await asyncio.wait_for(answer, timeout)
+        finally:
+            self._requests.pop(request, None)
+
+    def _answered(self, result: RemoteOpResult) -> None:
+        answer = self._requests.get(result.request)
+        if answer is None or answer.done():
+            return
+        if result.error is None:
+            answer.set_result(result.applied)
+        else:
+            err = _error_from(result)
+            self.errors.append(err)
+            answer.set_exception(err)
+
+    def _fail_requests(self, why: BaseException) -> None:
+        for answer in self._requests.values():
+            if not answer.done():
+                answer.set_exception(why)
 
     async def wait_for(self, predicate: Callable[[State], bool]) -> State:
         """The first state (from now on) that satisfies ``predicate``."""
@@ -492,6 +603,7 @@ class Publication:
     stream: str
     ctx: Context
     permissions: PeerPermissions
+    permissions_for: PermissionsFor | None = None
     errors: list[OctosyncError] = field(default_factory=list)
     deltas_sent: int = 0
     reconnects: int = 0
@@ -502,6 +614,23 @@ class Publication:
     lost: ConnectionError | None = None
     """Set when the client gave up reconnecting (``Backoff.max_attempts``)."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take(self, op: RemoteOp) -> RemoteOpResult | None:
+        """Apply a writer's request if its permissions allow; the answer to send back (None:
+        nothing to say, an applied request that asked for no answer)."""
+        writer = Writer(op.peer if op.peer is not None else 0, op.subject)
+        perms = self.permissions if self.permissions_for is None else self.permissions_for(writer)
+        try:
+            if op.kind == "write":
+                assert op.payload is not None  # RemoteOp checks it
+                cell, value = check_remote_write(self.ctx, perms, CellSet(op.node, op.payload))
+                cell.set(value)
+            else:
+                trigger_remote_effect(self.ctx, perms, op.node)
+        except OctosyncError as err:
+            self.errors.append(err)
+            return RemoteOpResult(op.request, op.peer, err.name, err.message[:1024])
+        return RemoteOpResult(op.request, op.peer) if op.request else None
 
     async def wait(self) -> None:
         """Return when the publication ends; raise the server's refusal, or the
@@ -518,4 +647,14 @@ def connect(url: str, *, token: str | None = None, **options: Any) -> Client:
     return Client(url, token=token, **options)
 
 
-__all__ = ["Backoff", "Client", "Publication", "State", "Subscription", "connect", "remote_error"]
+__all__ = [
+    "Backoff",
+    "Client",
+    "PermissionsFor",
+    "Publication",
+    "State",
+    "Subscription",
+    "Writer",
+    "connect",
+    "remote_error",
+]

@@ -335,6 +335,13 @@ class Authority:
         s = self.streams.get(stream_id)
         return None if s is None else s.producer
 
+    def key_of(self, stream_id: StreamId, node_id: int) -> str | None:
+        """A node's key in a lazily stream's state (None: none, or not a graph stream)."""
+        s = self.streams.get(stream_id)
+        return (
+            s.model.key_of(node_id) if s is not None and isinstance(s.model, GraphModel) else None
+        )
+
     def replay(self, stream_id: StreamId) -> list[Frame[object]]:
         """The frames that bring a new subscriber to the stream's current state."""
         s = self.streams.get(stream_id)

@@ -28,6 +28,9 @@ class Connection:
     the view on every drain)."""
     fault: OctosyncError | None = None
     """Set when serving this connection failed; its next drain raises it (and nobody else's)."""
+    remote_ops: bool = False
+    """A producer that takes ``RemoteOp`` requests (with the writer's identity) and answers
+    them; otherwise writes reach it as plain ``cell_set`` deltas."""
 
     def require(self, stream: StreamId, action: Action) -> None:
         """``Forbidden`` unless the connection's grants allow ``action`` on ``stream``."""

@@ -15,12 +15,16 @@ grants, producer, gaps, journal), ``fanout.py`` encodes and queues what was acce
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+from msgspec.structs import replace
 
 from octosync.errors import Forbidden, InternalError, Unavailable
 from octosync.hub.authority import Authority
-from octosync.hub.connections import Connections, require
+from octosync.hub.connections import Connection, Connections, require
 from octosync.hub.fanout import Fanout
 from octosync.hub.model import Frame
+from octosync.hub.node_views import NodeKind, node_label
 from octosync.hub.streams import check_peer_may_write
 from octosync.hub.types import (
     GLOBAL_SCOPE,
@@ -33,15 +37,16 @@ from octosync.hub.types import (
     HubConfig,
     HubStats,
     InterestHook,
+    NodeGrants,
     OutFrame,
     Recorder,
     ReleaseHook,
     RemoteOwner,
     StreamId,
-    ViewFilter,
+    ViewFactory,
     ViewKey,
 )
-from octosync.ipc.messages import Snapshot
+from octosync.ipc.messages import CellSet, Delta, RemoteOp, RemoteOpResult, Snapshot
 
 __all__ = [
     "AcceptHook",
@@ -68,7 +73,7 @@ class Hub:
         *,
         clock: Callable[[], float],
         encoders: dict[str, Encoder] | None = None,
-        views: dict[str, ViewFilter] | None = None,
+        views: dict[str, ViewFactory] | None = None,
         on_accept: AcceptHook | None = None,
         on_release: ReleaseHook | None = None,
         on_interest: InterestHook | None = None,
@@ -106,8 +111,11 @@ class Hub:
         lost the cluster); subscribing is then ``Unavailable``, never old state."""
         self._stale = stale
 
-    def register_view(self, name: str, view: ViewFilter) -> None:
-        self._fanout.views[name] = view
+    def register_view(self, name: str, view: ViewFactory, *, overwrite: bool = True) -> None:
+        """Name a permission view (``ViewKey.view``); ``overwrite=False`` keeps one already
+        registered under that name (views are named by what they show)."""
+        if overwrite or name not in self._fanout.views:
+            self._fanout.views[name] = view
 
     def next_ts(self) -> int:
         """Hub-wide monotonic counter (WVP's ``ts``)."""
@@ -276,24 +284,98 @@ class Hub:
             raise Forbidden(f"no connection {to} to hand stream {stream_id!r} to", path="to")
         self._authority.hand_over(self._conns.get(conn), stream_id, target)
 
-    def write(self, conn: ConnId, stream_id: StreamId, body: object) -> ConnId:
+    def write(
+        self, conn: ConnId, stream_id: StreamId, body: object, subject: str | None = None
+    ) -> ConnId:
         """Forward a subscriber's write to the stream's producer; returns the producer id.
 
         The face checks the write's shape (cell_set only) first; the hub decides who may write
-        and encodes it in the producer's own dialect.
+        (the stream, then each node) and encodes it in the producer's own dialect. A producer
+        that takes ``RemoteOp``s gets one per cell, stamped with the writer (``subject``: its
+        token's subject), and answers refusals only.
         """
         c = self._conns.get(conn)
+        cells = (
+            [op for op in body.ops if isinstance(op, CellSet)] if isinstance(body, Delta) else []
+        )
+        producer = self._writable(c, stream_id, "write", [op.slot_id for op in cells])
+        if producer.remote_ops:
+            for op in cells:
+                if isinstance(op.payload, bytes):
+                    stamped = RemoteOp("write", op.slot_id, op.payload, 0, conn, subject)
+                    self._forward(producer, stream_id, "write", stamped)
+        else:
+            self._forward(producer, stream_id, "write", body)
+        return producer.id
+
+    def remote_op(
+        self, conn: ConnId, stream_id: StreamId, op: RemoteOp, subject: str | None = None
+    ) -> bool:
+        """Forward a writer's ``RemoteOp`` once the stream and the node allow its kind,
+        stamped with who asked. True: the producer answers it; False: it took the older
+        ``cell_set`` form and will not (a ``trigger_effect`` is refused then)."""
+        c = self._conns.get(conn)
+        producer = self._writable(c, stream_id, op.kind, [op.node])
+        if producer.remote_ops:
+            self._forward(producer, stream_id, "write", replace(op, peer=conn, subject=subject))
+            return True
+        if op.kind != "write" or op.payload is None:
+            raise Forbidden(
+                f"the producer of stream {stream_id!r} takes no trigger_effect requests",
+                path="kind",
+            )
+        epoch = self.epoch_of(stream_id) or 0
+        delta = Delta(epoch, epoch + 1, (CellSet(op.node, op.payload),))
+        self._forward(producer, stream_id, "write", delta)
+        return False
+
+    def answer(self, conn: ConnId, stream_id: StreamId, result: RemoteOpResult) -> bool:
+        """The producer ``conn`` answers a writer's ``RemoteOp``: relayed to that writer alone
+        (``result.peer``), if it still follows the stream. False: nobody to tell."""
+        if self._authority.producer_of(stream_id) != conn:
+            raise Forbidden(f"only the producer of stream {stream_id!r} answers its writers")
+        target = None if result.peer is None else self._conns.find(result.peer)
+        if target is None or stream_id not in target.subscriptions:
+            return False
+        self._forward(target, stream_id, "answer", replace(result, peer=None))
+        return True
+
+    def _writable(
+        self, c: Connection, stream_id: StreamId, kind: NodeKind, nodes: Sequence[int]
+    ) -> Connection:
+        """The stream's producer, once ``c`` may ``kind`` every node of ``nodes`` there."""
         self._authority.check_stream(c.face, stream_id)
         check_peer_may_write(stream_id)
-        c.require(stream_id, "write")
+        c.require(stream_id, kind)
+        grants = c.grants
+        rules = grants.node_rules(stream_id) if isinstance(grants, NodeGrants) else None
+        if rules is not None:
+            for i, node in enumerate(nodes):
+                key = self._authority.key_of(stream_id, node)
+                if not rules.allows(kind, node, key):
+                    raise Forbidden(
+                        f"no {kind} grant on node {node_label(node, key)} of stream {stream_id!r}",
+                        path=f"ops[{i}]" if len(nodes) > 1 else "node",
+                    )
         stream = self._authority.get(stream_id)
         if stream is None or stream.producer is None:
             raise Forbidden(f"stream {stream_id!r} has no producer to take writes")
-        producer = self._conns.get(stream.producer)
-        out = OutFrame(stream_id, "write", stream.epoch or 0, body, self.next_ts())
-        producer.outbox.push_control(self._fanout.encode_for(producer, out))
-        producer.wake(producer.id)
-        return producer.id
+        return self._conns.get(stream.producer)
+
+    def _forward(
+        self,
+        target: Connection,
+        stream_id: StreamId,
+        kind: Literal["write", "answer"],
+        body: object,
+    ) -> None:
+        out = OutFrame(stream_id, kind, self.epoch_of(stream_id) or 0, body, self.next_ts())
+        target.outbox.push_control(self._fanout.encode_for(target, out))
+        target.wake(target.id)
+
+    def take_remote_ops(self, conn: ConnId) -> None:
+        """The producer ``conn`` takes ``RemoteOp`` requests and answers them."""
+        self._conns.get(conn).remote_ops = True
 
     def notify(
         self, conn: ConnId, stream_id: StreamId | None, data: Mapping[str, bytes]

@@ -15,6 +15,13 @@ the journal:
    to the writer as its acknowledgement. Nothing is fanned out before it is durable, so no
    client ever holds an op a restarted server lost.
 
+A token's node grants (``hub.node_views``) narrow a member to some of the document's values:
+its ``write`` patterns must match every op's key (``<value>/<kind>/...``, so ``todos/*`` is
+the value ``todos``; ``#<slot>`` for an op without a key), and its ``read`` patterns decide
+which ops it is sent: the state on joining, the fan-out, the answer to its frontier. The
+frontier itself goes whole, as lazily-spec says, so a reader's causal-stability watermark
+stays sound.
+
 Merging is the plane's (``crdt/plane.py``): idempotent, so a writer that resends after a lost
 acknowledgement changes nothing twice. Sans-I/O: the clock is injected, bytes are the caller's.
 """
@@ -27,7 +34,8 @@ from dataclasses import dataclass, field
 from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.crdt.plane import MAX_ENTRIES, PlaneReplica
 from octosync.errors import ClockDrift, Forbidden, LimitExceeded
-from octosync.hub.types import ConnId, Grants
+from octosync.hub.node_views import NodeRules
+from octosync.hub.types import ConnId, Grants, NodeGrants
 from octosync.ipc.messages import CrdtOp, CrdtSync
 
 FEATURE = "distributed_crdt"
@@ -46,6 +54,15 @@ class Member:
     peer: int
     read: bool
     write: bool
+    rules: NodeRules | None = None
+    """The token's node grants on this stream; None: the stream grant covers every value."""
+
+    def readable(self, ops: Iterable[CrdtOp]) -> tuple[CrdtOp, ...]:
+        """The ops this member may be sent."""
+        rules = self.rules
+        if rules is None:
+            return tuple(ops)
+        return tuple(op for op in ops if rules.allows("read", op.slot_id, op.key))
 
 
 @dataclass(slots=True)
@@ -106,11 +123,12 @@ class CrdtStreams:
         read, write = grants.allows(name, "read"), grants.allows(name, "write")
         if not (read or write):
             raise Forbidden(f"no read or write grant on stream {name!r}", path="session_id")
-        member = Member(conn, name, peer, read, write)
+        rules = grants.node_rules(name) if isinstance(grants, NodeGrants) else None
+        member = Member(conn, name, peer, read, write, rules)
         stream = self._stream(name)
         stream.members[conn] = member
         self._members[conn] = member
-        return stream.replica.ops() if read else ()
+        return member.readable(stream.replica.ops()) if read else ()
 
     def leave(self, conn: ConnId) -> None:
         member = self._members.pop(conn, None)
@@ -130,7 +148,13 @@ class CrdtStreams:
         if not member.write:
             raise Forbidden(f"no write grant on stream {member.stream!r}", path="ops")
         horizon = self._clock() + self.max_drift_ms
+        rules = member.rules
         for i, op in enumerate(sync.ops):
+            if rules is not None and not rules.allows("write", op.slot_id, op.key):
+                raise Forbidden(
+                    f"no write grant on {op.key or f'#{op.slot_id}'} of stream {member.stream!r}",
+                    path=f"ops[{i}].key",
+                )
             if op.stamp.peer != member.peer:
                 raise Forbidden(
                     f"op stamped by peer {op.stamp.peer}; this connection is peer {member.peer}",
@@ -185,4 +209,4 @@ class CrdtStreams:
         member = self._members[conn]
         if not member.read or not sync.frontier:
             return ()
-        return self.streams[member.stream].replica.delta_for(sync.frontier)
+        return member.readable(self.streams[member.stream].replica.delta_for(sync.frontier))

@@ -25,7 +25,8 @@ from octosync.hub.types import (
     HubStats,
     OutFrame,
     StreamId,
-    ViewFilter,
+    StreamView,
+    ViewFactory,
     ViewKey,
 )
 
@@ -42,6 +43,8 @@ class Audience:
     by_view: dict[ViewKey, dict[ConnId, Connection]] = field(default_factory=dict)
     logs: dict[ViewKey, FrameLog[ConnId]] = field(default_factory=dict)
     replay_cache: dict[ViewKey, list[bytes]] = field(default_factory=dict)
+    views: dict[ViewKey, StreamView] = field(default_factory=dict)
+    """The state of each restricted view of this stream (it lives as long as its log)."""
 
 
 class Fanout:
@@ -52,7 +55,7 @@ class Fanout:
         replay: Replay,
         collapsible: Callable[[StreamId], bool],
         encoders: dict[str, Encoder],
-        views: dict[str, ViewFilter],
+        views: dict[str, ViewFactory],
     ) -> None:
         self.config = config
         self.stats = stats
@@ -126,6 +129,8 @@ class Fanout:
         log = audience.logs.get(c.view)
         if log is None:
             log = audience.logs[c.view] = FrameLog(self.config.outbox)
+            if c.view.view != "all":
+                audience.views[c.view] = self.views[c.view.view]()
         c.logs[audience.id] = log
 
     def _leave(self, stream_id: StreamId, c: Connection, *, forget: bool = True) -> None:
@@ -144,6 +149,8 @@ class Fanout:
             log.remove(c.id)
             if group is None or not group:
                 del audience.logs[c.view]
+                audience.views.pop(c.view, None)
+                audience.replay_cache.pop(c.view, None)
         if forget and not audience.subscribers:
             del self.audiences[stream_id]
 
@@ -166,7 +173,7 @@ class Fanout:
         stats = self.stats
         for view, group in list(audience.by_view.items()):
             try:
-                data = self._encode(view, stream_id, frame, ts)
+                data = self._encode(view, audience, frame, ts, live=True)
             except Exception as exc:
                 # This view's encoder failed: its subscribers are reset; other views go on.
                 for c in list(group.values()):
@@ -201,11 +208,15 @@ class Fanout:
             raise InternalError(f"a frame could not be encoded for {c.id}: {exc!r}") from exc
 
     def _encode(
-        self, view: ViewKey, stream: StreamId, frame: Frame[object], ts: int
+        self, view: ViewKey, audience: Audience, frame: Frame[object], ts: int, *, live: bool
     ) -> bytes | None:
         body: object | None = frame.body
+        stream = audience.id
         if view.view != "all":
-            body = self.views[view.view](frame.body)
+            state = audience.views.get(view)
+            if state is None:  # a replay for a view nobody holds yet (no log: nothing to chain)
+                state = self.views[view.view]()
+            body = state.live(frame.body) if live else state.replay(frame.body)
             if body is None:
                 return None
         kind: Literal["snapshot", "diff"] = (
@@ -291,8 +302,9 @@ class Fanout:
                 return cached
         ts = self.next_ts()
         out = []
+        where = audience if audience is not None else Audience(stream_id)
         for frame in self._replay(stream_id):
-            data = self._encode(view, stream_id, frame, ts)
+            data = self._encode(view, where, frame, ts, live=False)
             if data is not None:
                 out.append(data)
         if audience is not None and out:

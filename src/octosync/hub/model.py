@@ -110,6 +110,10 @@ class GraphModel:
         self._mirror.apply_checked(delta)
         self._cached = None
 
+    def key_of(self, node_id: int) -> str | None:
+        """The node's key, if the producer gave it one."""
+        return self._mirror.key_of(node_id)
+
     def snapshot(self) -> Snapshot | None:
         """The current state as one Snapshot (cached until the next change)."""
         if self.epoch is None:

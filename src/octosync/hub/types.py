@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from octosync.hub.limits import Limits
 from octosync.hub.model import Frame
+from octosync.hub.node_views import NodeRules
 from octosync.hub.outbox import OutboxLimits
 from octosync.stream_names import Face
 
 StreamId = Hashable
 ConnId = int
-Action = Literal["read", "publish", "write"]
+Action = Literal["read", "publish", "write", "trigger_effect"]
 GLOBAL_SCOPE = "$global"
 """The pseudo-stream a message to every connection of a face needs ``publish`` on. Grants for
 names starting with ``$`` are never implied by a wildcard."""
@@ -39,19 +40,39 @@ class OutFrame:
     """One frame as handed to an encoder: the stream, the (view-filtered) body, its kind."""
 
     stream: StreamId
-    kind: Literal["snapshot", "diff", "write", "resync"]
+    kind: Literal["snapshot", "diff", "write", "resync", "answer"]
     epoch: int
     body: object
     ts: int
 
 
 Encoder = Callable[[OutFrame], bytes]
-ViewFilter = Callable[[object], object | None]
-"""Maps a frame body to what a view may see; ``None``: nothing visible, frame skipped."""
+
+
+class StreamView(Protocol):
+    """What one stream's frames look like in a permission view; fed each frame in order, so
+    it may keep state (which nodes are visible, the last epoch it showed)."""
+
+    def live(self, body: object) -> object | None:
+        """A frame for the view's shared log; ``None``: nothing visible, frame skipped."""
+
+    def replay(self, body: object) -> object | None:
+        """A frame that brings one joiner to where the view's log stands."""
+
+
+ViewFactory = Callable[[], StreamView]
+"""Makes a view's state for one stream (``hub.register_view``)."""
 
 
 class Grants(Protocol):
     def allows(self, stream: StreamId, action: Action) -> bool: ...
+
+
+@runtime_checkable
+class NodeGrants(Protocol):
+    """Grants that may narrow a stream to some of its nodes (``hub.node_views``)."""
+
+    def node_rules(self, stream: StreamId) -> NodeRules | None: ...
 
 
 class AllowAll:

@@ -228,7 +228,48 @@ class CrdtSync(_Msg, frozen=True, tag="crdt_sync"):
     ops: tuple[CrdtOp, ...] = ()
 
 
-IpcMessage = Snapshot | Delta | ResyncRequest | OutboxAck | CrdtSync
+OpKind = Literal["write", "trigger_effect"]
+"""What a writer may ask of a producer (lazily-spec ``OpKind`` without ``read``: reading is
+subscribing, never a request)."""
+Subject = Annotated[str, msgspec.Meta(max_length=256)]
+ErrorText = Annotated[str, msgspec.Meta(max_length=1024)]
+
+
+class RemoteOp(_Msg, frozen=True, tag="remote_op"):
+    """A writer's request to a stream's producer (lazily-spec ``RemoteOp {kind, node}``): set
+    cell ``node`` to ``payload``, or run effect ``node``.
+
+    ``request`` correlates the answer (0: answer a refusal only). ``peer`` and ``subject`` say
+    who asked: the server sets them from the writer's connection and token before forwarding,
+    and refuses a writer that sends them, so a producer can trust them.
+    """
+
+    kind: OpKind
+    node: NodeId
+    payload: bytes | None = None
+    request: U53 = 0
+    peer: PeerId | None = None
+    subject: Subject | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "write") != (self.payload is not None):
+            raise ValueError("a write carries a payload, a trigger_effect none")
+
+
+class RemoteOpResult(_Msg, frozen=True, tag="remote_op_result"):
+    """The producer's answer to a ``RemoteOp``: applied (``error`` None) or refused with a
+    typed error name. ``peer`` routes it back through the server (which strips it);
+    ``applied`` False: delivered to a producer that does not confirm (it took the older
+    ``cell_set`` form), so only delivery is known."""
+
+    request: U53
+    peer: PeerId | None = None
+    error: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
+    message: ErrorText | None = None
+    applied: bool = True
+
+
+IpcMessage = Snapshot | Delta | ResyncRequest | OutboxAck | CrdtSync | RemoteOp | RemoteOpResult
 
 
 class Handshake(_Frozen, frozen=True):

@@ -180,6 +180,10 @@ class Mirror:
                 raise TypeTagError(f"node {sid}: {exc.message}", path=f"nodes[{sid}]") from exc
         return out
 
+    def key_of(self, node_id: int) -> str | None:
+        """The key of a mirrored node, or None (no such node, or it has no key)."""
+        return self._keys.get(node_id)
+
     def names(self) -> dict[str, int]:
         """``{name: node_id}`` for nodes the producer named (their wire ``key``)."""
         return {key: sid for sid, key in self._keys.items()}

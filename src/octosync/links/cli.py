@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,7 @@ def _up(args: argparse.Namespace) -> int:
     data = Path(args.data or tempfile.mkdtemp(prefix="octosync-chain-"))
     nats = nats_server.start(data / "nats", args.nats_port)
     url = f"nats://127.0.0.1:{args.nats_port}"
-    procs: list[subprocess.Popen[str]] = [nats]  # type: ignore[list-item]
+    procs: list[subprocess.Popen[Any]] = [nats]
     try:
         print(f"NATS JetStream on {url} (data in {data})", flush=True)
         for i in range(args.nodes):
@@ -132,18 +133,29 @@ def _up(args: argparse.Namespace) -> int:
             f"  octosync chain device --chain {args.chain} --config {url} --name alice",
             flush=True,
         )
-        stop = {signal.SIGINT, signal.SIGTERM}
-        signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # after the children started
-        signal.sigwait(stop)
+        wait_for_stop()
     except KeyboardInterrupt:
         pass
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        stop_all(procs)
     return 0
+
+
+def wait_for_stop() -> None:
+    """Block until SIGINT or SIGTERM (call it after the children started: they inherit the
+    signal mask)."""
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    signal.sigwait(stop)
+
+
+def stop_all(procs: Sequence[subprocess.Popen[Any]]) -> None:
+    """Terminate the processes, the last started first, and wait for each (bounded)."""
+    for proc in reversed(procs):
+        proc.terminate()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 async def fetch_status(host: str, port: int, epoch: int = 0) -> chain_link.Status | None:

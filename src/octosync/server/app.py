@@ -191,6 +191,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
                 export_dir=_export_dir(config),
                 durability=config.journal_durability,
                 ops_covered=partial(compacted_through, config.compaction_dir),
+                plane_compact_records=config.plane_compact_records,
             )
             app[KEEPER] = keeper
             app[KEEPER_TASK] = asyncio.create_task(keeper.run_every(config.checkpoint_interval))

@@ -10,11 +10,15 @@ Tokens are HS256 (shared secret) or RS256 (public key) JWTs, checked once at the
      "topics": {"chat/room-1": ["subscribe", "publish"]},
      "locks": {"resource-1": ["acquire"]},
      "counters": {"likes:post-1": ["read", "write"]},
+     "nodes": {"game": {"read": ["board/*"], "write": ["players/alice/*"]}},
      "peer": 7,
      "exp": 1767225600}
 
-``maps``, ``topics``, ``locks`` and ``counters`` are the TopGun face's grants (``/topgun``), by
-map, topic, lock and counter name. A token may also name ``roles`` (as TopGun's tokens do:
+``nodes`` narrows a lazily stream's grants to nodes of the producer's graph, by key pattern
+(``hub.node_views``): ``read`` filters what the connection is sent, ``write`` and
+``trigger_effect`` what it may ask of the producer. ``maps``, ``topics``, ``locks`` and
+``counters`` are the TopGun face's grants (``/topgun``), by map, topic, lock and counter name.
+A token may also name ``roles`` (as TopGun's tokens do:
 ``{"sub": "alice", "roles": ["editor"]}``): each role the server defines (``[auth.roles]``)
 adds its tables to the token's own. ``*`` applies to every stream (or room, map, ...) without
 its own entry, except names starting with ``$`` (``$global``: WVP notifications to
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 import jwt
 
 from octosync.errors import Unauthorized
+from octosync.hub.node_views import MAX_PATTERNS, NODE_KINDS, NodeRules
 from octosync.hub.types import Action, StreamId
 from octosync.server.face_names import (
     CLAIM_TABLES,
@@ -61,6 +66,9 @@ class ClaimGrants:
     """Unix time after which the connection is closed (the token's ``exp``)."""
     everything: bool = False
     """Anonymous ``--insecure-dev`` access: every action everywhere."""
+    nodes: Mapping[str, NodeRules] = field(default_factory=dict)
+    """Stream -> the nodes of it this identity may read, write and trigger (``*``: any
+    stream without its own entry); a stream not named keeps its stream grant whole."""
 
     @classmethod
     def of(
@@ -83,6 +91,15 @@ class ClaimGrants:
 
     def allows(self, stream: StreamId, action: Action) -> bool:
         return self.may(STREAMS, str(stream), action)
+
+    def node_rules(self, stream: StreamId) -> NodeRules | None:
+        if self.everything or not self.nodes:
+            return None
+        name = str(stream)
+        rules = self.nodes.get(name)
+        if rules is None and not name.startswith("$"):
+            rules = self.nodes.get("*")
+        return rules
 
     def may_join(self, room: str) -> bool:
         return self.may(ROOMS, room, "join")
@@ -148,6 +165,33 @@ def _table(
     return table
 
 
+def _node_rules(claims: Mapping[str, object]) -> dict[str, NodeRules]:
+    raw = claims.get("nodes", {})
+    if not isinstance(raw, dict):
+        raise Unauthorized(
+            "claim 'nodes' must be a map of stream -> {kind: [patterns]}", path="nodes"
+        )
+    out: dict[str, NodeRules] = {}
+    for stream, kinds in raw.items():
+        path = f"nodes.{stream}"
+        if not isinstance(kinds, dict) or not set(kinds) <= set(NODE_KINDS):
+            raise Unauthorized(f"expected a map with keys drawn from {list(NODE_KINDS)}", path=path)
+        patterns: dict[str, tuple[str, ...]] = {}
+        for kind, listed in kinds.items():
+            if (
+                not isinstance(listed, list)
+                or len(listed) > MAX_PATTERNS
+                or not all(isinstance(p, str) and 0 < len(p) <= 1024 for p in listed)
+            ):
+                raise Unauthorized(
+                    f"expected a list of at most {MAX_PATTERNS} non-empty patterns",
+                    path=f"{path}.{kind}",
+                )
+            patterns[kind] = tuple(listed)
+        out[str(stream)] = NodeRules(**patterns)
+    return out
+
+
 def _peer(claims: Mapping[str, object]) -> int | None:
     peer = claims.get("peer")
     if peer is None:
@@ -194,6 +238,7 @@ def grants_from_claims(claims: Mapping[str, object], roles: Roles | None = None)
         tables=tables,
         peer=_peer(claims),
         expires_at=float(exp) if isinstance(exp, int | float) else None,
+        nodes=_node_rules(claims),
     )
 
 

@@ -107,9 +107,12 @@ class ServerConfig:
     """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
     topgun_queries_per_connection: int = 64
     topgun_queries_per_map: int = 1024
+    plane_compact_records: int = 10_000
+    """A shared document's journal records past which a maintenance round replaces them by
+    the entries they merge to (``store.plane_compaction``)."""
     tls_cert: Path | None = None
-    """PEM certificate (chain) for TLS on the HTTP port; with ``tls_key``: every face over
-    ``wss://`` (``server.tls``). None: plain HTTP."""
+    """PEM certificate (chain) for TLS on every listener; with ``tls_key``: every face over
+    ``wss://`` and the TCP ports over TLS (``server.tls``). None: plain HTTP and TCP."""
     tls_key: Path | None = None
     """The certificate's PEM private key."""
 
@@ -419,6 +422,13 @@ SECTIONS: dict[str, dict[str, Key]] = {
             bool,
             doc="Export the journal each round and trim what is exported and checkpointed.",
         ),
+        "plane_compact_records": _set(
+            "plane_compact_records",
+            int,
+            range=Range(1000, 1_000_000_000),
+            doc="A shared document's journal records past which a round compacts them to "
+            "the document's entries.",
+        ),
         "topgun_gc_age": Key(
             _NUMBER,
             _gc_age,
@@ -447,7 +457,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "tls_cert": Key(
             (str,),
             lambda cfg, v, p: replace(cfg, tls_cert=_relative_to(p, v)),
-            doc="PEM certificate (chain): every face over `wss://` (with `tls_key`).",
+            doc="PEM certificate (chain): every face over `wss://` and the TCP ports over TLS "
+            "(with `tls_key`).",
             field="tls_cert",
         ),
         "tls_key": Key(

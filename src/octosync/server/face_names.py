@@ -35,7 +35,7 @@ class GrantTable:
     actions: frozenset[str]
 
 
-STREAMS = GrantTable("streams", frozenset({"read", "publish", "write"}))
+STREAMS = GrantTable("streams", frozenset({"read", "publish", "write", "trigger_effect"}))
 ROOMS = GrantTable("rooms", frozenset({"join"}))
 MAPS = GrantTable("maps", frozenset({"read", "write"}))
 TOPICS = GrantTable("topics", frozenset({"subscribe", "publish"}))

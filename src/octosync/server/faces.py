@@ -38,7 +38,7 @@ from octosync.server.face_names import (
     GrantTable,
 )
 from octosync.server.lazily_session import LazilySession
-from octosync.server.listings import dataspace_rows, map_rows, stream_rows
+from octosync.server.listings import dataspace_rows, document_rows, map_rows, stream_rows
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
@@ -97,8 +97,8 @@ class Face:
     ``route`` with the shared WebSocket loop."""
     tick: Callable[[Runtime], None] | None = None
     """Its periodic work, once a second (lock expiry, tombstone GC), given the runtime."""
-    listing: tuple[str, Listing] | None = None
-    """Its key in the inspector's ``/api/streams`` and the rows one identity may see."""
+    listings: tuple[tuple[str, Listing], ...] = ()
+    """Its keys in the inspector's ``/api/streams``, each with the rows one identity may see."""
 
     def handler(self) -> Handler:
         """The aiohttp handler of its route: the shared WebSocket loop with this session."""
@@ -177,6 +177,10 @@ def _streams(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
     return stream_rows(rt.hub, identity)
 
 
+def _documents(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return document_rows(rt.plane.core, identity)
+
+
 def _maps(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
     return map_rows(rt.topgun.maps.store, identity)
 
@@ -192,7 +196,7 @@ FACES: tuple[Face, ...] = (
         "wire.lazily_dialects",
         (STREAMS,),
         route="/lazily",
-        listing=("streams", _streams),
+        listings=(("streams", _streams), ("documents", _documents)),
     ),
     Face(
         FaceName.TCP,
@@ -212,7 +216,7 @@ FACES: tuple[Face, ...] = (
         "wire.syndicate",
         (STREAMS,),
         route="/dataspace",
-        listing=("dataspaces", _dataspaces),
+        listings=(("dataspaces", _dataspaces),),
         tcp=TcpListener(
             lambda c: c.dataspace_port,
             "--dataspace-port",
@@ -230,7 +234,7 @@ FACES: tuple[Face, ...] = (
         credentials="in_band",
         deflate=True,
         tick=_topgun_tick,
-        listing=("maps", _maps),
+        listings=(("maps", _maps),),
     ),
     Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,), mount=_mount_chain),
 )
@@ -254,8 +258,9 @@ def serving_line(config: ServerConfig, port: int, tcp_ports: Mapping[FaceName, i
     faces = f"{routes} /metrics /healthz, the inspector at /"
     if config.chain_config is not None:
         faces += f", /chain/NAME (chains configured at {config.chain_config})"
+    tls = " with TLS" if config.tls_cert is not None else ""
     tcp = "".join(
-        f", {face.tcp.label} on {config.host}:{tcp_ports[face.name]}"
+        f", {face.tcp.label}{tls} on {config.host}:{tcp_ports[face.name]}"
         for face in FACES
         if face.tcp is not None and face.name in tcp_ports
     )

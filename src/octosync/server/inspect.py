@@ -45,8 +45,7 @@ async def streams(request: web.Request) -> web.Response:
         return refuse(401, err)
     body: dict[str, object] = {"connections": rt.hub.connection_count()}
     for face in FACES:
-        if face.listing is not None:
-            key, rows = face.listing
+        for key, rows in face.listings:
             body[key] = rows(rt, identity)
     return web.json_response(body, headers={"Cache-Control": "no-store"})
 

@@ -20,6 +20,7 @@ from octosync.errors import (
 from octosync.hub import ViewKey, lazily_frame
 from octosync.hub.crdt_streams import FEATURE as PLANE_FEATURE
 from octosync.hub.model import Sent
+from octosync.hub.node_views import NodeView
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION, negotiate
 from octosync.ipc.messages import (
     CellSet,
@@ -28,6 +29,8 @@ from octosync.ipc.messages import (
     Handshake,
     IpcMessage,
     OutboxAck,
+    RemoteOp,
+    RemoteOpResult,
     ResyncRequest,
     Snapshot,
 )
@@ -56,7 +59,12 @@ SERVER_FEATURES = (
     "outbox_ack",
     SHARED_BLOB,
     PLANE_FEATURE,
+    "remote_op",
 )
+REMOTE_OPS = "remote_op"
+"""Writers may send ``RemoteOp`` (answered by ``RemoteOpResult``); a producer that offers it
+gets each write and effect request stamped with the writer's connection and subject, and
+answers them (``RemoteOpResult`` with ``peer``, relayed to that writer alone)."""
 DURABLE_ACKS = "outbox_ack"
 """A producer that offers this feature gets ``OutboxAck {through_epoch}`` once its frames
 through that epoch are committed to the journal: what it must keep to resend after a crash."""
@@ -131,6 +139,8 @@ class LazilySession:
         self.byte_stream = kind == "tcp"
         self.outgoing: list[bytes] = []
         self.blobs = SessionBlobs(runtime.blobs)
+        self.view_name = "all"
+        """The permission view: ``all``, or the ``nodes`` rules of the token on this stream."""
 
     @property
     def ready(self) -> bool:
@@ -155,7 +165,8 @@ class LazilySession:
             if sniffed is not self.dialect:
                 self.dialect = sniffed
                 self.rt.hub.change_view(
-                    self.conn, ViewKey("lazily", lazily_view_key(sniffed, self.kind))
+                    self.conn,
+                    ViewKey("lazily", lazily_view_key(sniffed, self.kind), self.view_name),
                 )
         msg = self.dialect.decode(message)
         if state is State.PRODUCING:
@@ -224,12 +235,20 @@ class LazilySession:
             extra = self.blobs.negotiate(remote.features, publish=publish)
         except OctosyncError as exc:
             raise HandshakeFailed(exc.message, path="features") from exc
+        rules = None if publish else identity.node_rules(remote.session_id)
+        if rules is not None:
+            self.view_name = rules.view_name
+            hub.register_view(self.view_name, lambda: NodeView(rules), overwrite=False)
         view = ViewKey(
-            "lazily", lazily_view_key(dialect, self.kind) + self.blobs.view_suffix(publish=publish)
+            "lazily",
+            lazily_view_key(dialect, self.kind) + self.blobs.view_suffix(publish=publish),
+            self.view_name,
         )
         if not publish:
             self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
         hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
+        if publish and REMOTE_OPS in remote.features:
+            hub.take_remote_ops(self.conn)
         self.identity, self.dialect, self.max_frame = identity, dialect, max_frame
         self.stream = remote.session_id
         self.life.move("handshake_publish" if publish else "handshake_subscribe")
@@ -305,7 +324,11 @@ class LazilySession:
         self.rt.plane.receive(self.conn, msg)
 
     def _produce(self, msg: IpcMessage, data: bytes) -> None:
-        """What a producer may send: snapshots and deltas of its stream."""
+        """What a producer may send: snapshots and deltas of its stream, and its answers to
+        writers' requests."""
+        if isinstance(msg, RemoteOpResult):
+            self.rt.hub.answer(self.conn, self.stream, msg)
+            return
         if not isinstance(msg, Snapshot | Delta):
             what = (
                 "the producer has nothing to resync from"
@@ -318,11 +341,13 @@ class LazilySession:
         self.rt.hub.publish(self.conn, self.stream, lazily_frame(msg, sent))
 
     def _subscribe(self, msg: IpcMessage) -> None:
-        """What a subscriber may send: resync requests and cell_set writes."""
+        """What a subscriber may send: resync requests, cell_set writes and ``RemoteOp``s."""
         hub = self.rt.hub
         match msg:
             case ResyncRequest():
                 hub.resync(self.conn, self.stream)
+            case RemoteOp():
+                self._remote_op(msg)
             case Snapshot():
                 raise ForbiddenPublish(
                     "this connection subscribed; only a 'publish' connection may publish",
@@ -335,9 +360,30 @@ class LazilySession:
                         "a subscriber may only send cell_set writes",
                         path=f"ops[{bad[0]}]" if bad else "ops",
                     )
-                hub.write(self.conn, self.stream, self.blobs.inbound(msg)[0])
+                subject = self.identity.subject or None if self.identity else None
+                hub.write(self.conn, self.stream, self.blobs.inbound(msg)[0], subject)
             case _:
                 raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
+
+    def _remote_op(self, op: RemoteOp) -> None:
+        """Check and forward a writer's request; one with a ``request`` id is answered by a
+        ``RemoteOpResult`` whatever happens (a refusal here, the producer's answer, or
+        ``applied=False`` when the producer takes only the older ``cell_set`` form)."""
+        try:
+            if op.peer is not None or op.subject is not None:
+                raise Forbidden(
+                    "peer and subject are set by the server, not the writer", path="peer"
+                )
+            subject = self.identity.subject or None if self.identity else None
+            if self.rt.hub.remote_op(self.conn, self.stream, op, subject):
+                return
+            result = RemoteOpResult(op.request, applied=False)
+        except OctosyncError as err:
+            if not op.request:
+                raise
+            result = RemoteOpResult(op.request, error=err.name, message=err.message[:1024])
+        if op.request:
+            self.rt.hub.send_control(self.conn, self.frame(self.dialect.encode(result)))
 
 
 __all__ = ["LazilySession", "server_handshake"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from octosync.crdt.fold import MapStore
 from octosync.hub import Hub
+from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.streams import stream_face
 from octosync.server.auth import ClaimGrants
 from octosync.server.dataspace_session import DATASPACE_GRANT_PREFIX
@@ -33,6 +34,20 @@ def stream_rows(hub: Hub, identity: ClaimGrants) -> list[dict[str, object]]:
         )
     rows.sort(key=lambda row: str(row["stream"]))
     return rows
+
+
+def document_rows(plane: CrdtStreams, identity: ClaimGrants) -> list[dict[str, object]]:
+    """One row per shared document ``identity`` may read: members, entries, ops taken."""
+    return [
+        {
+            "document": name,
+            "members": len(doc.members),
+            "entries": len(doc.replica),
+            "ops": doc.ops_accepted,
+        }
+        for name, doc in sorted(plane.streams.items())
+        if identity.allows(name, "read")
+    ]
 
 
 def map_rows(store: MapStore, identity: ClaimGrants) -> list[dict[str, object]]:

@@ -20,7 +20,8 @@ from typing import Protocol
 
 from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError, Overloaded, StorageError
 from octosync.hub import Hub
-from octosync.hub.crdt_streams import Accepted, Checked, CrdtStreams
+from octosync.hub.crdt_streams import Accepted, Checked, CrdtStreams, Member
+from octosync.hub.node_views import NodeRules
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
 from octosync.server.gap_flush import GapFlush
@@ -146,12 +147,33 @@ class Plane:
                 continue
             readers = [m.conn for m in stream.members.values() if m.read]
             if batch.fanout:
-                self.send(readers, CrdtSync(ops=tuple(batch.fanout)))
+                self._fan_out(stream.members.values(), batch.fanout)
             sent = set(batch.fanout)
             for writer, acks in batch.acks.items():
-                rest = acks if writer not in readers else [op for op in acks if op not in sent]
+                member = stream.members.get(writer)
+                got: set[CrdtOp] = set()  # what the fan-out already told the writer
+                if writer in readers and member is not None:
+                    got = sent if member.rules is None else set(member.readable(sent))
+                rest = [op for op in acks if op not in got]
                 if rest:
                     self.send([writer], CrdtSync(ops=tuple(rest)))
+
+    def _fan_out(self, members: Iterable[Member], ops: list[CrdtOp]) -> None:
+        """The ops to every reader: whole to those without node grants (encoded once per
+        dialect), filtered once per rule set to the others."""
+        whole: list[ConnId] = []
+        narrowed: dict[NodeRules, list[Member]] = {}
+        for m in members:
+            if m.read:
+                if m.rules is None:
+                    whole.append(m.conn)
+                else:
+                    narrowed.setdefault(m.rules, []).append(m)
+        self.send(whole, CrdtSync(ops=tuple(ops)))
+        for group in narrowed.values():
+            visible = group[0].readable(ops)
+            if visible:
+                self.send([m.conn for m in group], CrdtSync(ops=visible))
 
     def send(self, conns: Iterable[ConnId], sync: CrdtSync) -> None:
         """Encode ``sync`` once per framing and queue it for each of ``conns``."""

@@ -138,7 +138,11 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
                 continue
             with _listening(config.host, port_wanted, listener.option):
                 tcp = await asyncio.start_server(
-                    _tcp_handler(rt, listener), config.host, port_wanted
+                    _tcp_handler(rt, listener),
+                    config.host,
+                    port_wanted,
+                    ssl=tls,
+                    ssl_handshake_timeout=config.request_timeout if tls else None,
                 )
             servers.append(tcp)
             tcp_ports[face.name] = int(tcp.sockets[0].getsockname()[1])

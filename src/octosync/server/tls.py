@@ -1,4 +1,5 @@
-"""TLS for the server's one HTTP port: every face over ``https://`` and ``wss://``.
+"""TLS for every listener: the HTTP port (every face over ``https://`` and ``wss://``) and the
+TCP ports (``--tcp-port``, ``--dataspace-port``), with one certificate.
 
 The certificate and key are files (``--tls-cert``/``--tls-key``, ``[server] tls_cert`` and
 ``tls_key``); the context is built once, before any port is bound, so a missing file or a key

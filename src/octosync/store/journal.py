@@ -290,26 +290,60 @@ class Journal:
         """Append in one transaction; returns the seqs once committed."""
         return self.append_encoded([encode_record(r) for r in records])
 
-    def append_encoded(self, encoded: Sequence[EncodedRecord]) -> list[int]:
-        if not encoded:
-            return []
-        now = self._clock()
+    @contextlib.contextmanager
+    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction; any SQLite error rolls it back as a ``StorageError``."""
         with self._held():
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                (last,) = conn.execute(_LATEST_SQL).fetchone()
-                first = int(last) + 1
-                _insert_rows(conn, encoded, first, now)
-                conn.executemany(
-                    "INSERT OR IGNORE INTO journal_scopes (kind, scope) VALUES (?, ?)",
-                    {(e.kind, e.scope) for e in encoded},
-                )
+                yield conn
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 _roll_back(conn)
-                raise StorageError(f"append failed: {exc}", path=str(self.path)) from exc
+                raise StorageError(f"{what} failed: {exc}", path=str(self.path)) from exc
+
+    def append_encoded(self, encoded: Sequence[EncodedRecord]) -> list[int]:
+        if not encoded:
+            return []
+        now = self._clock()
+        with self._transaction("append") as conn:
+            (last,) = conn.execute(_LATEST_SQL).fetchone()
+            first = int(last) + 1
+            _insert_rows(conn, encoded, first, now)
+            conn.executemany(
+                "INSERT OR IGNORE INTO journal_scopes (kind, scope) VALUES (?, ?)",
+                {(e.kind, e.scope) for e in encoded},
+            )
         return list(range(first, first + len(encoded)))
+
+    def replace_scoped(
+        self, kind: str, scope: str, through: int, encoded: Sequence[EncodedRecord]
+    ) -> int:
+        """In one transaction, delete the rows of one scope with ``seq <= through`` and append
+        ``encoded`` (at least one record) in their place; returns how many rows went. The
+        journal holds the old rows or their replacement, never neither (a crash rolls the
+        transaction back)."""
+        if not encoded:
+            raise ValueError("a replacement needs at least one record")
+        now = self._clock()
+        with self._transaction("compaction") as conn:
+            # Seqs are taken before the delete: a seq once used is never used again.
+            (last,) = conn.execute(_LATEST_SQL).fetchone()
+            cur = conn.execute(
+                "DELETE FROM journal WHERE kind = ? AND scope = ? AND seq <= ?",
+                (kind, scope, through),
+            )
+            _insert_rows(conn, encoded, int(last) + 1, now)
+        return int(cur.rowcount)
+
+    def count_scoped(self, kind: str, scope: str) -> int:
+        """How many rows of ``kind`` one scope has."""
+        with self._held():
+            (count,) = self._conn.execute(
+                "SELECT count(*) FROM journal WHERE kind = ? AND scope = ?", (kind, scope)
+            ).fetchone()
+        return int(count)
 
     # -- reading -------------------------------------------------------------------------------
 

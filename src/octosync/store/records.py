@@ -62,7 +62,9 @@ class StreamDropped(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class PlaneOps(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """CRDT plane ops the server accepted on the multi-writer stream ``stream`` (one writer's
     frame). Plane merges are idempotent and commutative, so a restart merges every record of
-    the stream in any order; they are never trimmed (each is the only copy of its ops)."""
+    the stream in any order; they are never trimmed (each is the only copy of its ops), only
+    compacted: a stream's records replaced by the entries they merge to
+    (``store.plane_compaction``)."""
 
     stream: StreamId
     ops: tuple[CrdtOp, ...]

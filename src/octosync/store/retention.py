@@ -26,6 +26,7 @@ import msgspec
 
 from octosync.hub.core import Hub
 from octosync.store.journal import Durability, Journal
+from octosync.store.plane_compaction import compact_planes
 from octosync.store.recovery import JournalState, RecoveryReport
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ class RoundReport(msgspec.Struct, frozen=True):
     trimmed: int
     through_seq: int
     trimmed_before: int
+    plane_records_compacted: int = 0
+    """Shared documents' journal records replaced by the entries they merge to."""
 
 
 class JournalKeeper:
@@ -51,13 +54,17 @@ class JournalKeeper:
         export_dir: Path | None = None,
         trim: bool = True,
         ops_covered: Callable[[], int] | None = None,
+        plane_compact_records: int | None = None,
     ) -> None:
-        """``ops_covered()``: the last seq whose op records a compaction holds (0: none)."""
+        """``ops_covered()``: the last seq whose op records a compaction holds (0: none);
+        ``plane_compact_records``: compact a shared document's history once it has this many
+        records (``store.plane_compaction``; None: never)."""
         self.journal = journal
         self.state = state
         self.export_dir = export_dir
         self.trim = trim
         self.ops_covered = ops_covered
+        self.plane_compact_records = plane_compact_records
 
     @classmethod
     def start(
@@ -69,12 +76,20 @@ class JournalKeeper:
         trim: bool = True,
         durability: Durability = "full",
         ops_covered: Callable[[], int] | None = None,
+        plane_compact_records: int | None = None,
     ) -> tuple[JournalKeeper, RecoveryReport]:
         """Open the journal, rebuild every stream into ``hub``; blocking (run it in a thread)."""
         journal = Journal(data_dir, durability=durability)
         state = JournalState.load(journal, max_replay_diffs=hub.config.max_replay_diffs)
         report = state.restore_into(hub)
-        keeper = cls(journal, state, export_dir=export_dir, trim=trim, ops_covered=ops_covered)
+        keeper = cls(
+            journal,
+            state,
+            export_dir=export_dir,
+            trim=trim,
+            ops_covered=ops_covered,
+            plane_compact_records=plane_compact_records,
+        )
         return keeper, report
 
     def round(self) -> RoundReport:
@@ -99,6 +114,9 @@ class JournalKeeper:
             trimmed = self.journal.trim(
                 before, exported_through=watermark, ops_before=ops_before
             ).deleted
+        compacted = 0
+        if self.plane_compact_records is not None:
+            compacted = compact_planes(self.journal, min_records=self.plane_compact_records)
         return RoundReport(
             folded,
             len(due),
@@ -106,6 +124,7 @@ class JournalKeeper:
             trimmed,
             self.state.through_seq,
             self.journal.trimmed_before(),
+            compacted,
         )
 
     async def run_every(self, interval: float) -> None:

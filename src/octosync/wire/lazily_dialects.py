@@ -23,6 +23,8 @@ from octosync.ipc.messages import (
     Delta,
     Handshake,
     IpcMessage,
+    RemoteOp,
+    RemoteOpResult,
     ResyncRequest,
     Snapshot,
 )
@@ -60,7 +62,9 @@ class FaceDialect:
         return self.codec.decode(data)
 
     def encode(self, msg: object) -> bytes:
-        if not isinstance(msg, Snapshot | Delta | ResyncRequest | CrdtSync):
+        if not isinstance(
+            msg, Snapshot | Delta | ResyncRequest | CrdtSync | RemoteOp | RemoteOpResult
+        ):
             raise TypeError(f"{type(msg).__name__} is not a state-plane message")
         return self.codec.encode(msg)
 

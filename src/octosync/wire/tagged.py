@@ -2,7 +2,8 @@
 
 Wire shape (lazily-spec ``schemas/``): ``{"Snapshot": {...}}``, ``{"Delta": {...}}``,
 ``{"ResyncRequest": {"from_epoch"}}``, ``{"OutboxAck": {"through_epoch"}}``,
-``{"CrdtSync": {...}}``; nodes are named ``node``; value bytes are arrays of u8
+``{"CrdtSync": {...}}``, ``{"RemoteOp": {"kind", "node", ...}}``,
+``{"RemoteOpResult": {"request", ...}}``; nodes are named ``node``; value bytes are arrays of u8
 (``{"Payload": [...]}`` in node states, ``{"Inline": [...]}`` in ops) or ``{"SharedBlob": {...}}``;
 the unit state ``"Opaque"`` is a bare string; a node's optional ``key`` is omitted when absent
 and read as absent when null; a ``CrdtOp`` always carries ``key``.
@@ -46,9 +47,12 @@ from octosync.ipc.messages import (
     NodeRemove,
     NodeSnapshot,
     NodeState,
+    OpKind,
     OutboxAck,
     Payload,
     PeerId,
+    RemoteOp,
+    RemoteOpResult,
     ResyncRequest,
     SlotValue,
     Snapshot,
@@ -147,12 +151,31 @@ class WCrdtSync(_W, Generic[B], frozen=True):
     frontier: tuple[tuple[PeerId, WireStamp], ...] | None = None
 
 
+class WRemoteOp(_W, Generic[B], frozen=True):
+    kind: OpKind
+    node: NodeId
+    payload: B | None = None
+    request: int = 0
+    peer: PeerId | None = None
+    subject: str | None = None
+
+
+class WRemoteOpResult(_W, frozen=True):
+    request: int
+    peer: PeerId | None = None
+    error: str | None = None
+    message: str | None = None
+    applied: bool = True
+
+
 class WEnvelope(_W, Generic[B], frozen=True):
     Snapshot: WSnapshot[B] | UnsetType = UNSET
     Delta: WDelta[B] | UnsetType = UNSET
     ResyncRequest: WResync | UnsetType = UNSET
     OutboxAck: WAck | UnsetType = UNSET
     CrdtSync: WCrdtSync[B] | UnsetType = UNSET
+    RemoteOp: WRemoteOp[B] | UnsetType = UNSET
+    RemoteOpResult: WRemoteOpResult | UnsetType = UNSET
 
 
 ENVELOPE_TAGS: tuple[str, ...] = WEnvelope.__struct_fields__
@@ -271,6 +294,17 @@ def from_wire(env: WEnvelope[Any], dialect: str) -> IpcMessage:
         return ResyncRequest(last_epoch=body.from_epoch)
     if kind == "OutboxAck":
         return OutboxAck(body.through_epoch)
+    if kind in ("RemoteOp", "RemoteOpResult"):
+        # The message's own checks (bounds, a payload exactly for writes) apply here too.
+        fields = msgspec.structs.asdict(body)
+        if kind == "RemoteOp" and body.payload is not None:
+            fields["payload"] = bytes(body.payload)
+        try:
+            if kind == "RemoteOp":
+                return msgspec.convert(fields, RemoteOp)
+            return msgspec.convert(fields, RemoteOpResult)
+        except msgspec.ValidationError as exc:
+            raise DecodeError(f"{dialect}: {exc}", path=f"$.{kind}") from exc
     ops_ = tuple(
         CrdtOp(
             o.node,
@@ -347,5 +381,23 @@ def to_wire(message: IpcMessage) -> WEnvelope[list[int]]:
         return WEnvelope(ResyncRequest=WResync(message.last_epoch or 0))
     if isinstance(message, OutboxAck):
         return WEnvelope(OutboxAck=WAck(message.through_epoch))
+    if isinstance(message, RemoteOp):
+        payload = None if message.payload is None else list(message.payload)
+        return WEnvelope(
+            RemoteOp=WRemoteOp(
+                message.kind,
+                message.node,
+                payload,
+                message.request,
+                message.peer,
+                message.subject,
+            )
+        )
+    if isinstance(message, RemoteOpResult):
+        return WEnvelope(
+            RemoteOpResult=WRemoteOpResult(
+                message.request, message.peer, message.error, message.message, message.applied
+            )
+        )
     ops_ = tuple(WCrdtOp(o.slot_id, o.stamp, _wire_value(o.state), o.key) for o in message.ops)
     return WEnvelope(CrdtSync=WCrdtSync(ops_, message.frontier))

@@ -88,12 +88,13 @@ function render(body) {
     tbody.append(tr);
   }
   $("#no-streams").hidden = body.streams.length > 0;
+  renderList("documents", body.documents ?? [], (r) => [r.document, r.members, r.entries, r.ops]);
   renderList("maps", body.maps ?? [], (r) => [r.map, r.keys, r.tombstones]);
   renderList("dataspaces", body.dataspaces ?? [], (r) => [r.dataspace, r.assertions, r.observers]);
   $("#summary").textContent = `${body.streams.length} streams, ${body.connections} connections · ${new Date().toLocaleTimeString()}`;
 }
 
-// TopGun maps and dataspaces: a plain table each, hidden (with a hint shown) while empty.
+// Shared documents, TopGun maps and dataspaces: a plain table each, hidden (with a hint shown) while empty.
 function renderList(id, rows, columns) {
   $(`#${id} tbody`).replaceChildren(
     ...rows.map((row) => {

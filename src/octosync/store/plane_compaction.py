@@ -1,0 +1,55 @@
+"""Compaction of shared documents' history in the journal.
+
+Every accepted frame of a multi-writer stream is a ``PlaneOps`` record, and a restart merges
+them all, so a busy document's history would grow without end. Plane merges are idempotent and
+commutative, and each entry's winning op is all a replica keeps, so a stream's records through
+some seq can be replaced by the entries they merge to, in chunks, in one transaction: a restart
+merges the replacement and any later records to the same state. Nothing is lost that a replica
+would hold; what goes is the record of ops that later ops overwrote (the journal's history of
+a document is its state, not its edits). Plane records are not exported to Parquet, so the
+pipeline loses nothing either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from octosync.crdt.plane import PlaneReplica
+from octosync.ipc.messages import CrdtOp
+from octosync.store.journal import Journal
+from octosync.store.records import KIND_PLANE, PlaneOps, decode_record, encode_record
+
+CHUNK = 1000
+"""Entries per replacement record (the size a member's joining frames have)."""
+
+
+def _chunks(ops: Sequence[CrdtOp]) -> Iterator[tuple[CrdtOp, ...]]:
+    for at in range(0, len(ops), CHUNK):
+        yield tuple(ops[at : at + CHUNK])
+
+
+def compact_stream(journal: Journal, stream: str) -> int:
+    """Replace one stream's plane records by the entries they merge to; returns how many
+    records went (blocking: run it in a thread)."""
+    through = journal.latest_seq()
+    replica = PlaneReplica(max_entries=2**62)  # the journal held it: no limit applies here
+    for row in journal.scoped_rows(KIND_PLANE, stream, 1, through):
+        record = decode_record(KIND_PLANE, row.body, seq=row.seq)
+        assert isinstance(record, PlaneOps)
+        replica.merge(record.ops)
+    state = replica.ops()
+    if not state:
+        return 0
+    encoded = [encode_record(PlaneOps(stream, chunk)) for chunk in _chunks(state)]
+    return journal.replace_scoped(KIND_PLANE, stream, through, encoded)
+
+
+def compact_planes(journal: Journal, *, min_records: int) -> int:
+    """Compact every stream with at least ``min_records`` plane records (and more records
+    than its compacted form needs); returns how many records went in all."""
+    removed = 0
+    for stream in journal.scopes(KIND_PLANE):
+        count = journal.count_scoped(KIND_PLANE, stream)
+        if count >= min_records:
+            removed += compact_stream(journal, stream)
+    return removed

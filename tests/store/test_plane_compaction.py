@@ -1,0 +1,111 @@
+"""Compacting shared documents' journal history: a restart merges to the same state, seqs are
+never reused, and the history shrinks to the document's entries."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from octosync.crdt.plane import PlaneReplica
+from octosync.hub.crdt_streams import CrdtStreams
+from octosync.ipc.messages import CrdtOp, WireStamp
+from octosync.store.journal import Journal
+from octosync.store.plane_compaction import CHUNK, compact_planes, compact_stream
+from octosync.store.records import KIND_PLANE, PlaneOps
+from octosync.store.recovery import JournalState, restore_planes
+from octosync.store.retention import JournalKeeper
+
+STREAMS = ("doc", "other")
+
+
+def frame_ops(peer: int, wall: int, keys: list[str], value: int) -> tuple[CrdtOp, ...]:
+    return tuple(
+        CrdtOp(slot_id=7, stamp=WireStamp(wall, 0, peer), state=b"%d" % value, key=key)
+        for key in keys
+    )
+
+
+class CompactedJournal(RuleBasedStateMachine):
+    """Writers' frames are journaled; compaction runs at any point; a restart (the journal
+    closed and opened again, every plane merged back) must equal merging every frame ever
+    accepted, as a replica that never restarted would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="plane-compaction-"))
+        self.journal = Journal(self.dir)
+        self.model = {s: PlaneReplica() for s in STREAMS}
+        self.used_seqs: set[int] = set()
+        self.wall = 1
+
+    def teardown(self) -> None:
+        self.journal.close()
+
+    @rule(
+        stream=st.sampled_from(STREAMS),
+        peer=st.integers(1, 4),
+        keys=st.lists(st.sampled_from(["a/lww", "b/pn/1", "c/map/x", "c/map/y"]), min_size=1),
+        value=st.integers(0, 9),
+        later=st.booleans(),
+    )
+    def write(self, stream: str, peer: int, keys: list[str], value: int, later: bool) -> None:
+        self.wall += later
+        ops = frame_ops(peer, self.wall, sorted(set(keys)), value)
+        seqs = self.journal.append([PlaneOps(stream, ops)])
+        assert not self.used_seqs & set(seqs), "a seq was used twice"
+        self.used_seqs.update(seqs)
+        self.model[stream].merge(ops)
+
+    @rule(stream=st.sampled_from(STREAMS))
+    def compact(self, stream: str) -> None:
+        latest = self.journal.latest_seq()
+        before = self.journal.count_scoped(KIND_PLANE, stream)
+        removed = compact_stream(self.journal, stream)
+        after = self.journal.count_scoped(KIND_PLANE, stream)
+        assert removed == before
+        entries = len(self.model[stream])
+        assert after == -(-entries // CHUNK)  # one record per chunk of entries
+        rows = self.journal.scoped_rows(KIND_PLANE, stream, 1, 2**62)
+        assert all(row.seq > latest for row in rows)  # new seqs, never reused ones
+        self.used_seqs.update(row.seq for row in rows)
+
+    @rule()
+    def restart(self) -> None:
+        self.journal.close()
+        self.journal = Journal(self.dir)
+
+    @invariant()
+    def a_restart_merges_to_every_accepted_op(self) -> None:
+        planes = CrdtStreams(lambda: 0)
+        restore_planes(self.journal, planes)
+        for stream in STREAMS:
+            assert planes.state_of(stream) == self.model[stream].ops()
+
+
+CompactedJournal.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=25, deadline=None
+)
+test_compacted_journal = CompactedJournal.TestCase
+
+
+def test_a_round_compacts_streams_past_the_threshold_only(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    for wall in range(1, 31):
+        journal.append([PlaneOps("busy", frame_ops(1, wall, ["n/pn/1"], wall))])
+    for wall in range(1, 4):
+        journal.append([PlaneOps("quiet", frame_ops(2, wall, ["t/lww"], wall))])
+    keeper = JournalKeeper(journal, JournalState(), plane_compact_records=10)
+    report = keeper.round()
+    assert report.plane_records_compacted == 30
+    assert journal.count_scoped(KIND_PLANE, "busy") == 1
+    assert journal.count_scoped(KIND_PLANE, "quiet") == 3
+    assert compact_planes(journal, min_records=10) == 0  # nothing past the threshold now
+    planes = CrdtStreams(lambda: 0)
+    restore_planes(journal, planes)
+    (survivor,) = planes.state_of("busy")
+    assert (survivor.stamp.wall_time, survivor.state) == (30, b"30")
+    journal.close()
