@@ -251,7 +251,7 @@ async def test_chain_and_dataspace_activity_reaches_report_and_stream(
     # event counts twice), and a batch without ops still swaps its tables in.
     compacted, checkpoint = tmp_path / "compacted", tmp_path / "checkpoint"
     query = stream.start(spark, data, compacted, checkpoint, once=True)
-    await asyncio.to_thread(query.awaitTermination)
+    await asyncio.to_thread(stream.wait_until_done, query)
     assert stream.read_meta(compacted)[stream.BATCH_FIELD] == 0
     assert stream.read_meta(compacted)["ops"] == 0
     by_min = Counter(

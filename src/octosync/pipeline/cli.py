@@ -175,6 +175,8 @@ def _stream(args: argparse.Namespace) -> int:
         **({} if args.driver_fold is None else {"driver_fold": args.driver_fold}),
     )
     try:
+        if args.once:
+            stream.wait_until_done(query)
         query.awaitTermination()
         failure = query.exception()
     except KeyboardInterrupt:

@@ -19,8 +19,8 @@ error, not a silent gap. Rows come in the export's schemas (``store.datasets``),
 reads this source and the Parquet export alike.
 
 Options: ``kind`` (``ops``, ``frames``, ``chain_events``, ``chain_states`` or ``dataspace``),
-``partitionSeqs``, ``startSeq`` and ``endSeq``
-(a batch read of part of the journal; a stream's first seq), ``maxRecordsPerBatch``.
+``partitionSeqs``, ``startSeq`` and ``endSeq`` (a batch read of part of the journal; a stream's
+first and last seq), ``maxRecordsPerBatch``.
 """
 
 from __future__ import annotations
@@ -193,7 +193,8 @@ class JournalStreamReader(DataSourceStreamReader):
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
         _, last = self.options.bounds()
-        if isinstance(limit, ReadMaxRows):  # else all that is there (a once trigger)
+        last = min(last, self.options.end_seq)  # a stream run up to a seq, then stopped
+        if isinstance(limit, ReadMaxRows):  # else all that is there
             last = min(last, int(start["seq"]) + int(limit.max_rows))
         return {"seq": max(last, int(start["seq"]))}
 

@@ -347,13 +347,19 @@ def start(
     progress: Progress = quiet,
     driver_fold: int = DRIVER_FOLD_RECORDS,
 ) -> Any:
-    """Start the query (a ``StreamingQuery``): every ``interval`` seconds, or with ``once``
-    the batches of everything there is, then stop."""
+    """Start the query (a ``StreamingQuery``): a batch every ``interval`` seconds; with
+    ``once`` only up to the journal's latest seq now (:func:`wait_until_done` stops it)."""
     journal, out, checkpoint = Path(journal).resolve(), Path(out).resolve(), Path(checkpoint)
     register(spark)
+    end: dict[str, str] = {}
+    if once:  # up to the journal's latest seq now, in bounded batches; see wait_until_done
+        from octosync.store.journal import Journal
+
+        with Journal(journal, readonly=True) as j:
+            end = {"endSeq": str(max(1, j.latest_seq()))}
 
     def source(kind: str) -> Any:
-        reader = spark.readStream.format(NAME).option("kind", kind)
+        reader = spark.readStream.format(NAME).option("kind", kind).options(**end)
         reader = reader.option("maxRecordsPerBatch", str(max_records or MAX_RECORDS))
         return reader.load(str(journal))
 
@@ -371,9 +377,22 @@ def start(
         .option("checkpointLocation", str(checkpoint.resolve()))
         .queryName("octosync-compact")
     )
-    writer = (
-        writer.trigger(availableNow=True)
-        if once
-        else writer.trigger(processingTime=f"{interval} seconds")
-    )
-    return writer.start()
+    return writer.trigger(processingTime=f"{interval} seconds").start()
+
+
+NO_DATA: Final = "Waiting for data to arrive"
+"""A micro-batch query's status message when its last look found nothing new."""
+
+
+def wait_until_done(query: Any, poll: float = 0.2) -> None:
+    """Wait for a query started with ``once`` to reach the seq it stops at, then stop it.
+    (Spark's own run-what-is-there triggers ignore a Python source's batch limit, so a long
+    journal would come as one batch collected on the driver.)"""
+    import time
+
+    while query.isActive:
+        status = query.status
+        if status["message"] == NO_DATA and not status["isTriggerActive"]:
+            query.stop()
+            return
+        time.sleep(poll)
