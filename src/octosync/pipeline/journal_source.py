@@ -37,10 +37,11 @@ from pyspark.sql.datasource import (
 )
 
 from octosync.errors import PipelineError
+from octosync.store.datasets import DATASETS
 
 NAME: Final = "octosync-journal"
-KINDS: Final = ("ops", "frames", "chain_events", "chain_states", "dataspace")
-"""The datasets of ``store.datasets`` (a test holds the two equal)."""
+KINDS: Final = tuple(d.name for d in DATASETS)
+"""Every dataset of ``store.datasets``."""
 PARTITION_SEQS: Final = 250_000
 """Seqs per Spark task: large enough that a task's start-up is small beside its work."""
 STREAM_TASKS: Final = 2
