@@ -139,6 +139,10 @@ def test_kill_9_of_the_driver_mid_run_then_a_restart_counts_every_op_once(
         os.killpg(restarted.pid, signal.SIGTERM)
         restarted.wait(60)
     assert_matches_the_fold(out, records)
+    with Journal(data) as j:  # the frame is counted once too
+        framed = Counter((minute_ms(e.recorded_ms), "a") for e in j.frames("a"))
+    counted = pq.read_table(out / "aggregates" / "frames_by_stream.parquet").to_pylist()
+    assert {(r["minute_ms"], r["stream"]): r["events"] for r in counted} == framed
 
 
 def test_kill_9_of_the_connect_server_mid_run_then_a_restart_counts_every_op_once(

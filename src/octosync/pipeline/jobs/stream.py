@@ -2,15 +2,16 @@
 by a Structured Streaming query.
 
 The query reads the journal as streams (``journal_source``: the offset is the journal's
-``seq``): the op records, and the chain face's and dataspace face's records as count rows
-(:func:`count_rows`), in one union, so one micro-batch covers the same seqs of each and one
-checkpoint holds every offset. Each micro-batch goes to :func:`apply_batch`, which folds the
-batch's ops into the last compaction (its ``records/``: the op records that still carry state,
-so folding them with new ops gives the compaction of everything) and adds the batch's counts
-to the aggregate tables (``aggregates/``: ops per UTC minute per map and per origin, ops per
-key; chain events per device and per name, state changes per minute, dataspace activity per
-label and action). Compaction, tables and the batch's id go into ``OUT`` in one atomic swap (a
-batch without ops links the last compaction's files into the new output).
+``seq``): the op records, and the hub's stream frames and the chain face's and dataspace face's
+records as count rows (:func:`count_rows`), in one union, so one micro-batch covers the same
+seqs of each and one checkpoint holds every offset. Each micro-batch goes to
+:func:`apply_batch`, which folds the batch's ops into the last compaction (its ``records/``:
+the op records that still carry state, so folding them with new ops gives the compaction of
+everything) and adds the batch's counts to the aggregate tables (``aggregates/``: ops per UTC
+minute per map and per origin, ops per key; stream frames per minute per stream; chain events
+per device and per name, state changes per minute, dataspace activity per label and action).
+Compaction, tables and the batch's id go into ``OUT`` in one atomic swap (a batch without ops
+links the last compaction's files into the new output).
 
 Exactly once, by offsets: Spark writes a batch's seq range to the checkpoint's offset log
 before running it and marks it done in the commit log after :func:`apply_batch` returns; a
@@ -66,10 +67,12 @@ ACTIVITY_TABLES: Final = {
     "chain_events_by_name": ("chain", "name"),
     "chain_states_by_minute": ("minute_ms", "chain"),
     "dataspace_by_label": ("dataspace", "label", "action"),
+    "frames_by_stream": ("minute_ms", "stream"),
 }
-"""Each table of the chain and dataspace records and its key columns (minute of
-``recorded_ms``, UTC); the count column is ``events``."""
+"""Each table of the other records and its key columns (minute of ``recorded_ms``, UTC); the
+count column is ``events``."""
 COUNTED_IN: Final = {
+    "frames": ("frames_by_stream",),
     "chain_events": ("chain_events_by_device", "chain_events_by_name"),
     "chain_states": ("chain_states_by_minute",),
     "dataspace": ("dataspace_by_label",),
@@ -219,7 +222,7 @@ def _apply(
             pq.write_table(t, staging / AGGREGATES_DIR / f"{name}.parquet")
         return {BATCH_FIELD: batch_id}
 
-    what = f"batch {batch_id}: {n_new} ops, {n_activity} chain and dataspace counts"
+    what = f"batch {batch_id}: {n_new} ops, {n_activity} frame, chain and dataspace counts"
     if n_new == 0:
         cached = _FOLDS.pop(str(out), None)
         _swap_without_ops(out, meta, extra)
