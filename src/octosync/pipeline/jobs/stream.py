@@ -217,9 +217,16 @@ def _apply(
     merged = {name: _merged(out, name, t) for name, t in counts.items()}
 
     def extra(staging: Path) -> dict[str, Any]:
-        (staging / AGGREGATES_DIR).mkdir(exist_ok=True)
+        tables = staging / AGGREGATES_DIR
+        tables.mkdir(exist_ok=True)
+        held = out / AGGREGATES_DIR
+        for path in sorted(held.glob("*.parquet")) if held.is_dir() else []:
+            if path.stem not in merged and not (tables / path.name).exists():
+                os.link(path, tables / path.name)  # a table this batch did not add to
         for name, t in merged.items():
-            pq.write_table(t, staging / AGGREGATES_DIR / f"{name}.parquet")
+            target = tables / f"{name}.parquet"
+            target.unlink(missing_ok=True)  # may be a link to the live output's file
+            pq.write_table(t, target)
         return {BATCH_FIELD: batch_id}
 
     what = f"batch {batch_id}: {n_new} ops, {n_activity} frame, chain and dataspace counts"
