@@ -9,9 +9,12 @@ members in separate processes that scan each chunk they read for ops. Reported:
 - op deliveries/s: ops received by subscribers during the measured window (every accepted op
   changes the document, so each reaches every subscriber), counted as ``bench/fanout.py``
   counts deltas;
-- p99 from a write to the *last* subscriber: writer 0's register ops carry their send time
+- p99 from a write to the *last* subscriber: every writer's register ops carry their send time
   (CLOCK_MONOTONIC, shared by the machine's processes); per op, the slowest subscriber's
-  latency, then the 99th percentile over those ops.
+  latency, then the 99th percentile over those ops (the Node subscribers of the same-run
+  comparison below sample writer 0's ops only);
+- the CPU seconds the server, the subscriber processes and the writers used while writing,
+  and the server's CPU per frame it wrote (what a busy machine's scheduling does not inflate).
 
 With ``--peer hocuspocus`` the same writes go, in the same run, through a Hocuspocus server
 (npm ``@hocuspocus/server`` with ``yjs``, installed in a cache folder on first use) as ``Y.Map``
@@ -31,6 +34,7 @@ import json
 import os
 import random
 import re
+import select
 import socket
 import struct
 import subprocess
@@ -42,17 +46,11 @@ from typing import Any
 
 import aiohttp
 
-from _harness import NODE_CACHE, node_folder
+from _harness import NODE_CACHE, cpu_seconds, free_port, node_folder
 
 HERE = Path(__file__).resolve()
 FEATURE = "distributed_crdt"
 STREAM = "bench-doc"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_of(name: str) -> int:
@@ -100,46 +98,47 @@ async def _serve(port: int, data: str, durability: str) -> None:
 
 # --- subscribers (each process holds many connections) ------------------------------------------
 
-_LATENCY = re.compile(rb'"state":"([A-Za-z0-9+/]+=*)","key":"w0/lww"')
+_LATENCY = re.compile(rb'"state":"([A-Za-z0-9+/]+=*)","key":"w\d+/lww"')
+"""Every writer's register op carries its send time: about 125 samples a second at the paced
+rate (writer 0's alone gave 25 in a 10 s run, so the p99 was the worst of 25)."""
 _OP = b'"slot_id"'
 
 
-class Subscriber(asyncio.Protocol):
-    """A minimal WebSocket client that counts ops by scanning raw chunks (C-speed ``count`` and
+UPGRADE = (
+    b"GET /lazily HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+    b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    b"Sec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+def ws_text(data: bytes) -> bytes:
+    """A masked (zero key) WebSocket text frame, as a client sends."""
+    n = len(data)
+    header = bytes((0x81, 0x80 | n)) if n < 126 else bytes((0x81, 0xFE)) + struct.pack(">H", n)
+    return header + b"\0\0\0\0" + data
+
+
+class Subscriber:
+    """A minimal WebSocket member that counts ops by scanning raw chunks (C-speed ``count`` and
     one regex): the harness must not be the bottleneck. A count split across two chunks is
     caught by keeping the unmatched tail."""
 
-    def __init__(self, shared: dict[str, Any]) -> None:
-        self.shared = shared
+    __slots__ = ("buf", "sock")
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.sendall(UPGRADE + ws_text(handshake(random.randrange(1, 2**53)).encode()))
         self.buf = b""
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.write(
-            b"GET /lazily HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-            b"Sec-WebSocket-Version: 13\r\n\r\n"
-        )
+    def joined(self, data: bytes) -> bool:
+        """Reading the handshake reply and the document: True once the document came."""
+        self.buf += data
+        if b"crdt_sync" not in self.buf:
+            return False
+        self.buf = b""
+        return True
 
-    def send_text(self, data: bytes) -> None:
-        n = len(data)
-        header = bytes((0x81, 0x80 | n)) if n < 126 else bytes((0x81, 0xFE)) + struct.pack(">H", n)
-        assert self.transport is not None
-        self.transport.write(header + b"\0\0\0\0" + data)
-
-    def data_received(self, data: bytes) -> None:
-        if not self.ready.done():
-            self.buf += data
-            if b"crdt_sync" in self.buf:  # the whole document after the handshake reply
-                self.ready.set_result(None)
-                self.buf = b""
-            return
-        shared = self.shared
-        if not shared["recording"]:
-            return
+    def scan(self, data: bytes, now: float, shared: dict[str, Any]) -> None:
         buf = self.buf + data
         cut = buf.rfind(b"}]}")
         if cut < 0:
@@ -147,27 +146,43 @@ class Subscriber(asyncio.Protocol):
             return
         head, self.buf = buf[: cut + 3], buf[cut + 3 :]
         shared["ops"] += head.count(_OP)
-        now = time.monotonic()
+        worst = shared["worst"]
         for m in _LATENCY.finditer(head):
             sent = float(binascii.a2b_base64(m.group(1)))
-            shared["latencies"].append((sent, now - sent))
+            if now - sent > worst.get(sent, -1.0):  # per op, this process's slowest member
+                worst[sent] = now - sent
 
 
-async def _subscribe(port: int, n: int, start: float, seconds: float, out: str) -> None:
-    shared: dict[str, Any] = {"ops": 0, "latencies": [], "recording": False}
-    loop = asyncio.get_running_loop()
-    clients = []
+def _subscribe(port: int, n: int, start: float, seconds: float, out: str) -> None:
+    """``n`` members read by one ``epoll`` loop, no asyncio: a chunk costs a ``recv`` and a
+    scan, so four such processes do not take the CPU from the server they measure. Arrivals
+    are stamped when ``epoll`` returns them (each chunk was there by then)."""
+    shared: dict[str, Any] = {"ops": 0, "worst": {}}
+    ep = select.epoll()
+    members: dict[int, Subscriber] = {}
     for _ in range(n):
-        _, client = await loop.create_connection(lambda: Subscriber(shared), "127.0.0.1", port)
-        client.send_text(handshake(random.randrange(1, 2**53)).encode())
-        clients.append(client)
-    await asyncio.gather(*(c.ready for c in clients))
+        sub = Subscriber(port)
+        sub.sock.setblocking(False)
+        members[sub.sock.fileno()] = sub
+        ep.register(sub.sock.fileno(), select.EPOLLIN)
+    waiting = set(members)
+    while waiting:
+        for fd, _ in ep.poll(30.0):
+            if members[fd].joined(members[fd].sock.recv(1 << 16)):
+                waiting.discard(fd)
     print("ready", flush=True)
-    await asyncio.sleep(max(0.0, start - time.monotonic()))
-    shared["recording"] = True
-    await asyncio.sleep(seconds)
-    shared["recording"] = False
-    Path(out).write_text(json.dumps({"ops": shared["ops"], "latencies": shared["latencies"]}))
+    end = start + seconds
+    while (now := time.monotonic()) < end:
+        events = ep.poll(max(0.0, min(end - now, 0.1)))
+        now = time.monotonic()
+        for fd, _ in events:
+            data = members[fd].sock.recv(1 << 16)
+            if not data:
+                ep.unregister(fd)
+            elif start <= now < end:
+                members[fd].scan(data, now, shared)
+    latencies = list(shared["worst"].items())
+    Path(out).write_text(json.dumps({"ops": shared["ops"], "latencies": latencies}))
 
 
 # --- writers (this process) ---------------------------------------------------------------------
@@ -258,6 +273,21 @@ async def _count_clicks(port: int) -> int:
 # --- the run -----------------------------------------------------------------------------------
 
 
+def frames_out(port: int) -> float:
+    """Frames the server wrote to sockets so far (its ``/metrics``)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("octosync_frames_out_total "):
+                return float(line.split()[1])
+    raise SystemExit("the server's /metrics has no octosync_frames_out_total")
+
+
+def sampled(latencies: list[tuple[float, float]]) -> int:
+    return len({sent for sent, _ in latencies})
+
+
 def p99_to_last(latencies: list[tuple[float, float]], q: float = 0.99) -> float | None:
     """The ``q`` quantile over ops of each op's slowest subscriber."""
     worst: dict[float, float] = {}
@@ -304,9 +334,15 @@ def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict
             assert p.stdout.readline().strip() == b"ready"
         if time.monotonic() > start:
             raise SystemExit("subscribers took too long to join: raise the start delay")
+        frames_before = frames_out(port)
+        cpu_before = [cpu_seconds(p.pid) for p in (server, *procs)]
+        writers_before = time.process_time()
         acked, clicks = asyncio.run(
             _writers(port, args.writers, args.window, start, args.seconds, args.rate)
         )
+        writers_cpu = time.process_time() - writers_before
+        cpu = [cpu_seconds(p.pid) - b for p, b in zip((server, *procs), cpu_before, strict=True)]
+        frames = frames_out(port) - frames_before
         counted = asyncio.run(_count_clicks(port))
         for p in procs:
             p.wait(timeout=60)
@@ -327,6 +363,9 @@ def run_octosync(args: argparse.Namespace, js_subscribers: bool = False) -> dict
         "p99_ms": None if (p := p99_to_last(latencies)) is None else p * 1000,
         "clicks_lost": clicks - counted,
         "p50_ms": None if (m := p99_to_last(latencies, 0.5)) is None else m * 1000,
+        "cpu_s": {"server": cpu[0], "subscribers": sum(cpu[1:]), "writers": writers_cpu},
+        "server_us_per_frame": cpu[0] / frames * 1e6 if frames else None,
+        "samples": sampled(latencies),
     }
 
 
@@ -538,7 +577,7 @@ def main() -> None:
         return
     if args.subscribe:
         port, n, start, seconds, out = args.subscribe
-        asyncio.run(_subscribe(int(port), int(n), float(start), float(seconds), out))
+        _subscribe(int(port), int(n), float(start), float(seconds), out)
         return
     if args.quick:
         args.writers, args.subscribers, args.seconds, args.processes = 10, 100, 3.0, 2
@@ -554,8 +593,10 @@ def main() -> None:
     print(
         f"  octosync: {ours['deliveries_per_s']:,.0f} op deliveries/s, "
         f"{ours['ops_acked_per_s']:,.0f} ops acked/s, p99 write->last subscriber {p99} "
-        f"(p50 {ours['p50_ms'] or 0:.1f} ms), "
-        f"clicks lost {ours['clicks_lost']}"
+        f"(p50 {ours['p50_ms'] or 0:.1f} ms, over {ours['samples']} ops), "
+        f"clicks lost {ours['clicks_lost']}; CPU seconds while writing: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in ours["cpu_s"].items())
+        + f"; server CPU per frame written {ours['server_us_per_frame'] or 0:.1f} us"
     )
     if ours["clicks_lost"]:
         raise SystemExit("a late member's counter is not the sum of the acknowledged clicks")

@@ -127,6 +127,7 @@ def role_publisher(args: argparse.Namespace) -> None:
     def on_ds(ds: Any) -> None:
         facet = turn.active_facet()
         deadline = time.monotonic() + args.seconds
+        print("ready", flush=True)  # the parent times the phase from here
         k = [args.offset]
 
         def throughput(kind: str) -> None:
@@ -157,21 +158,21 @@ def role_publisher(args: argparse.Namespace) -> None:
         for i in range(n):
             turn.send(ds, Record(Symbol("Timing"), [i]))
         step = 0.005
-        per_step = max(1, round(args.rate * step))
 
         async def pace(_facet: Any) -> bool:
             start = time.monotonic()
             ticks = 0
             while time.monotonic() < deadline:
                 ticks += 1
+                due = int(ticks * step * args.rate)  # exactly ``rate`` pairs per second
 
-                def burst() -> None:
-                    for _ in range(per_step):
+                def burst(due: int = due) -> None:
+                    for _ in range(due - stats["pairs"]):
                         i = k[0] % n
                         k[0] += 1
                         h = turn.publish(ds, Record(item, [i, time.monotonic()]))
                         turn.retract(h)
-                    stats["pairs"] += per_step
+                    stats["pairs"] = due
 
                 turn.external(facet, burst)
                 await asyncio.sleep(max(0.0, start + ticks * step - time.monotonic()))
@@ -328,7 +329,8 @@ def run_face(args: argparse.Namespace, codec: str = "fast") -> dict[str, Any]:
         address = f'<tcp "127.0.0.1" {port}>'
     else:
         address = f'<ws "ws://127.0.0.1:{http}/dataspace">'
-    common = ["--address", address, "--ref", ref, "--observers", str(args.observers)]
+    common = ["--address", address, "--ref", ref, "--observers", str(args.observers),
+              "--clients", args.clients]  # fmt: skip
     out: dict[str, Any] = {}
     try:
         per = -(-args.observers // args.observer_procs)
@@ -349,7 +351,10 @@ def run_face(args: argparse.Namespace, codec: str = "fast") -> dict[str, Any]:
                       "--rate", str(args.rate / args.publishers), "--offset", str(p))
                 for p in range(args.publishers)
             ]  # fmt: skip
-            time.sleep(args.seconds + 1.5)
+            for p in pubs:  # connected: a slow start must not eat into the phase
+                assert p.stdout is not None
+                assert p.stdout.readline().strip() == "ready"
+            time.sleep(args.seconds + 1.0)
             done = [collect(p) for p in pubs]
             cpu = cpu_seconds(server.pid) - cpu0
             out[phase] = {
@@ -381,6 +386,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--transport", choices=("tcp", "ws"), default="tcp")
+    parser.add_argument(
+        "--clients", choices=("lean", "syndicate"), default="lean",
+        help="publishers and observers: raw-socket clients (bench/dataspace_lean.py, TCP only) "
+        "or syndicate-py programs",
+    )  # fmt: skip
     parser.add_argument("--observers", type=int, default=100)
     parser.add_argument("--observer-procs", type=int, default=2)
     parser.add_argument("--publishers", type=int, default=2)
@@ -394,6 +404,11 @@ def main() -> None:
     for name in ("--first", "--count", "--offset"):
         parser.add_argument(name, type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.role in ("observer", "publisher") and args.clients == "lean":
+        sys.path.insert(0, str(HERE.parent))
+        import dataspace_lean
+
+        return dataspace_lean.run(args.role, args, report_on_stdin_eof)
     if args.role == "observer":
         return role_observer(args)
     if args.role == "publisher":
@@ -402,11 +417,13 @@ def main() -> None:
         return role_peer(args)
     if args.quick:
         args.observers, args.publishers, args.seconds, args.pairs = 20, 1, 2.0, 10_000
+    if args.clients == "lean" and args.transport != "tcp":
+        parser.error("the lean clients speak TCP only: --clients syndicate for --transport ws")
     load = os.getloadavg()[0]
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs (other work skews these figures)")
     print(f"dataspace face: {args.observers} observers, {args.publishers} publishers, "
-          f"{args.transport}, {args.seconds:g} s per phase, batches of {args.batch}, "
-          f"window {args.window}", flush=True)  # fmt: skip
+          f"{args.transport}, {args.clients} clients, {args.seconds:g} s per phase, "
+          f"batches of {args.batch}, window {args.window}", flush=True)  # fmt: skip
     baseline = run_face(args, "package")
     face = run_face(args, "fast")
     top = ceiling(args.observers, args.pairs)
@@ -465,6 +482,23 @@ def main() -> None:
     print(f"  targets  >= {target_pairs:,} pairs/s: "
           f"{'met' if pairs['per_s'] >= target_pairs else 'NOT met'}; p99 < {target_p99:g} ms "
           f"at 1,000 pairs/s: {'met' if lat['p99_ms'] < target_p99 else 'NOT met'}")  # fmt: skip
+    lost = sum(lost_deliveries(run, args.seconds) for run in (face, baseline))
+    print(f"  deliveries lost {lost}")
+    if lost:
+        raise SystemExit(1)
+
+
+def lost_deliveries(run: dict[str, Any], seconds: float) -> int:
+    """Pairs and messages that publishers got synced but no observer saw, plus assertions
+    added and never removed (every assertion is retracted in the same turn)."""
+    got = run["delivered"]
+    synced_pairs = round((run["pairs"]["per_s"] + run["latency"]["per_s"]) * seconds)
+    synced_messages = round(run["messages"]["per_s"] * seconds)
+    return (
+        max(0, synced_pairs - got["adds"])
+        + max(0, synced_messages - got["messages"])
+        + abs(got["adds"] - got["removes"])
+    )
 
 
 if __name__ == "__main__":

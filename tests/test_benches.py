@@ -58,6 +58,18 @@ def test_cluster_maps_bench_runs_both_layouts() -> None:
 
 
 @pytest.mark.slow
+def test_cluster_planes_bench_runs_both_layouts_and_counts_every_click() -> None:
+    """``bench/cluster_planes.py --quick`` starts NATS and the nodes, measures, stops them."""
+    done = run_bench("bench/cluster_planes.py", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    rows = [line for line in lines if line.startswith(("single ", "cluster-2  "))]
+    assert len(rows) == 2
+    assert all("every click on every node: True" in row for row in rows)
+    assert "cluster-2 / single:" in done.stdout
+
+
+@pytest.mark.slow
 def test_crdt_plane_bench_runs_and_loses_no_click() -> None:
     """``bench/crdt_plane.py --quick``: writers, subscribers, a journaled server; a late member's
     counter is the sum of every acknowledged click (the bench exits non-zero otherwise)."""
@@ -83,3 +95,13 @@ def test_fanout_bench_measures_the_node_peers_in_the_same_run() -> None:
         assert row["resets"] == 0
     for peer in ("node-socketio", "node-ws"):
         assert f"octosync / {peer}: " in done.stdout
+
+
+@pytest.mark.slow
+def test_dataspace_face_bench_loses_no_delivery() -> None:
+    """``bench/dataspace_face.py --quick``: lean and syndicate-py clients through the face
+    (the bench exits non-zero when an observer missed a synced pair or message)."""
+    for clients in ("lean", "syndicate"):
+        done = run_bench("bench/dataspace_face.py", "--quick", "--clients", clients)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "deliveries lost 0" in done.stdout

@@ -248,6 +248,30 @@ export function followPeer(
   },
 ): Promise<PeerLink>;
 
+/** A WebRTC data channel to a peer that follows this side's store (`publishToPeer`). */
+export interface PublishedLink {
+  /** The peer id the offer went to. */
+  peer: number;
+  deltasSent: number;
+  /** Resync requests answered with a snapshot. */
+  resyncs: number;
+  close(): void;
+}
+
+/** Join `session` of the server's `/signal` relay as `peer`, offer peer `to` a `lazily` data
+ * channel and publish `store` over it: a snapshot, then a delta per flush. */
+export function publishToPeer(
+  url: string,
+  store: Store,
+  options: {
+    session?: string;
+    peer: number;
+    to: number;
+    token?: string;
+    rtcConfig?: RTCConfiguration;
+  },
+): Promise<PublishedLink>;
+
 /** RFC 7386 JSON merge patch. */
 export function mergePatch(target: unknown, patch: unknown): unknown;
 

@@ -1751,13 +1751,11 @@ export class Client {
  * `/signal` relay as `peer`, answer the first offer (a Python peer's
  * `octosync.client.webrtc.offer`), and mirror what arrives on its ordered, reliable `lazily`
  * channel: both sides' handshakes, then snapshots and deltas; a gap is answered with a
- * `resync_request`. Resolves once the channel is open to `{peer, close(), mirror, resyncs}`;
+ * `resync_request`. Resolves once the handshakes crossed to `{peer, close(), mirror, resyncs}`;
  * `onState({epoch, values})` runs after each applied frame.
  */
 export async function followPeer(url, { session = "default", peer, token, onState = () => {}, rtcConfig = {} } = {}) {
-  const where = wsUrl(url, "/signal", token);
-  where.searchParams.set("session", session);
-  const signal = new WebSocket(where);
+  const signal = openSignal(url, session, token);
   const mirror = new Mirror();
   const link = { peer: null, mirror, resyncs: 0, close: () => { pc?.close(); signal.close(); } };
   let pc = null;
@@ -1776,28 +1774,27 @@ export async function followPeer(url, { session = "default", peer, token, onStat
     pc.ondatachannel = ({ channel }) => serve(channel);
     await pc.setRemoteDescription({ type: "offer", sdp: msg.sdp });
     await pc.setLocalDescription(await pc.createAnswer());
-    await new Promise((done) => {
-      if (pc.iceGatheringState === "complete") return done();
-      pc.onicegatheringstatechange = () => pc.iceGatheringState === "complete" && done();
-    });
+    await gathered(pc);
     send({ type: "answer", to: msg.from, sdp: pc.localDescription.sdp });
   };
+  // Our handshake answers theirs rather than going out on "open": Chromium can drop a message
+  // sent from the open handler of a channel the remote side opened (it leaves bufferedAmount
+  // and is never counted in messagesSent), and the offerer would wait for it forever.
   function serve(channel) {
     let shaken = false;
     const reply = (m) => channel.send(JSON.stringify(m));
-    channel.onopen = () => {
-      reply({ ...handshake(session, false, 256 * 1024), peer_id: peer });
-      opened.resolve(link);
-    };
     channel.onmessage = ({ data }) => {
       const text = typeof data === "string" ? data : new TextDecoder().decode(data);
       if (!shaken) {
         const theirs = JSON.parse(text);
         if (theirs.protocol_id !== PROTOCOL_ID || !(theirs.features ?? []).includes("publish")) {
+          opened.reject(fail(errors.HandshakeFailed, "the peer's handshake is not a lazily publisher's", "$"));
           link.close();
           return;
         }
+        reply({ ...handshake(session, false, 256 * 1024), peer_id: peer });
         shaken = true;
+        opened.resolve(link);
         return;
       }
       const result = mirror.apply(decodeMessage(text));
@@ -1810,6 +1807,80 @@ export async function followPeer(url, { session = "default", peer, token, onStat
       onState({ epoch: mirror.epoch, values: mirror.values() });
     };
   }
+  return open;
+}
+
+function openSignal(url, session, token) {
+  const where = wsUrl(url, "/signal", token);
+  where.searchParams.set("session", session);
+  return new WebSocket(where);
+}
+
+/** Resolves once `pc` gathered its candidates (they are then in its local description). */
+function gathered(pc) {
+  return new Promise((done) => {
+    if (pc.iceGatheringState === "complete") return done();
+    pc.onicegatheringstatechange = () => pc.iceGatheringState === "complete" && done();
+  });
+}
+
+/**
+ * Publish `store` to a peer over a WebRTC data channel (browsers), this side making the offer:
+ * join `session` of the server's `/signal` relay as `peer`, offer to peer `to` (a Python peer's
+ * `octosync.client.webrtc.answer`) an ordered, reliable `lazily` channel, and once both
+ * handshakes crossed send a snapshot, then a delta per flush; a `resync_request` gets a fresh
+ * snapshot. Resolves to `{peer, deltasSent, resyncs, close()}` once the follower's handshake
+ * arrived.
+ */
+export async function publishToPeer(url, store, { session = "default", peer, to, token, rtcConfig = {} } = {}) {
+  const signal = openSignal(url, session, token);
+  const pc = new RTCPeerConnection(rtcConfig);
+  const channel = pc.createDataChannel("lazily", { ordered: true });
+  let unsubscribe = () => {};
+  const link = { peer: to, deltasSent: 0, resyncs: 0, close: () => { unsubscribe(); pc.close(); signal.close(); } };
+  let opened;
+  const open = new Promise((resolve, reject) => { opened = { resolve, reject }; });
+  const send = (msg) => signal.send(JSON.stringify(msg));
+  const reply = (m) => channel.send(JSON.stringify(m));
+  signal.onerror = () => opened.reject(new errors.ConnectionLost("the signaling connection failed"));
+  signal.onopen = async () => {
+    send({ type: "join", peer });
+    await pc.setLocalDescription(await pc.createOffer());
+    await gathered(pc);
+    send({ type: "offer", to, sdp: pc.localDescription.sdp });
+  };
+  signal.onmessage = async (event) => {
+    const msg = JSON.parse(event.data);
+    if (msg.type === "error") opened.reject(fail(errors.OctosyncError, `${msg.code}: ${msg.message}`));
+    if (msg.type === "answer" && msg.from === to && !pc.remoteDescription) await pc.setRemoteDescription({ type: "answer", sdp: msg.sdp });
+    if (msg.type === "ice" && msg.from === to && pc.remoteDescription) pc.addIceCandidate({ candidate: msg.candidate, sdpMLineIndex: 0 }).catch(() => {});
+  };
+  // This side opened the channel, so its handshake goes out as the channel opens.
+  channel.onopen = () => reply({ ...handshake(session, true, 256 * 1024), peer_id: peer });
+  let shaken = false;
+  channel.onmessage = ({ data }) => {
+    const text = typeof data === "string" ? data : new TextDecoder().decode(data);
+    const msg = JSON.parse(text);
+    if (!shaken) {
+      if (msg.protocol_id !== PROTOCOL_ID || (msg.features ?? []).includes("publish")) {
+        opened.reject(fail(errors.HandshakeFailed, "the peer's handshake is not a lazily follower's", "$"));
+        link.close();
+        return;
+      }
+      shaken = true;
+      reply(store.snapshot());
+      unsubscribe = store.subscribe((base, epoch, ops) => {
+        reply({ type: "delta", base_epoch: base, epoch, ops });
+        link.deltasSent += 1;
+      });
+      opened.resolve(link);
+      return;
+    }
+    if (msg.type === "resync_request") {
+      link.resyncs += 1;
+      reply(store.snapshot());
+    }
+  };
   return open;
 }
 

@@ -649,3 +649,39 @@ async def test_a_node_started_after_a_wvp_owner_died_serves_its_kept_replay(
     async with WvpClient(f"ws://127.0.0.1:{port}/wvp") as client, wvp_watching(client) as seen:
         await until(lambda: _last_epoch(seen) == 30, "the kept state on the late node")
     assert seen == [wvp.WarpSnapshot(0, {"n": 0}), *_diffs_from(0, 30)]
+
+
+@pytest.mark.slow
+async def test_a_wvp_resync_request_on_another_node_reaches_the_owners_producer(
+    cluster: Cluster,
+) -> None:
+    n1, n2, _ = cluster.nodes
+    async with (
+        WvpClient(n1.wvp_url) as producer,
+        WvpClient(n2.wvp_url) as viewer,
+        wvp_watching(viewer) as seen,
+    ):
+        await producer.publish_snapshot(WARP, 0, {"n": 0})
+        for e in range(3):
+            await producer.publish_diff(WARP, e, [e + 1])
+        await until(lambda: _last_epoch(seen) == 3, "the diffs on the other node")
+        # Two requests at once: the asking node passes one on per interval until the producer
+        # snapshots, and the owner's hub hands that one to its producer.
+        await viewer.request_resync(WARP, 3, "first")
+        await viewer.request_resync(WARP, 3, "second")
+        asked = await producer.receive(20)
+        assert asked == wvp.ResyncRequest(warp_id=WARP, epoch=3, reason="first")
+        await producer.publish_snapshot(WARP, 3, {"n": 3})
+        await until(lambda: seen[-1] == wvp.WarpSnapshot(3, {"n": 3}), "the producer's answer")
+        await producer.publish_diff(WARP, 3, [4])
+        await until(lambda: _last_epoch(seen) == 4, "the diff after the snapshot")
+        # Answered: the next request goes through at once, and "second" never did.
+        await viewer.request_resync(WARP, 4, "third")
+        asked = await producer.receive(20)
+        assert asked == wvp.ResyncRequest(warp_id=WARP, epoch=4, reason="third")
+    # The only snapshots the viewer got: the first, and the producer's answer (the node that
+    # asked never answered from its own copy).
+    assert [f for f in seen if isinstance(f, wvp.WarpSnapshot)] == [
+        wvp.WarpSnapshot(0, {"n": 0}),
+        wvp.WarpSnapshot(3, {"n": 3}),
+    ]

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import aiohttp
@@ -15,7 +14,6 @@ import msgspec
 import pytest
 
 from octosync.client.shared import SharedDocument
-from octosync.cluster.core import ClusterCore
 from octosync.crdt.shared import node_of
 from octosync.errors import StorageError
 from octosync.hub.crdt_streams import FEATURE
@@ -149,19 +147,6 @@ async def test_a_failed_commit_fails_the_ack_and_sends_the_op_nowhere(
         reader.register("probe").set(1)  # its echo comes after anything queued before
         await reader.synced(TIMEOUT)
         assert [o.key for o in reader.cells.state.replica.ops()] == ["probe/lww"]
-
-
-async def test_a_clustered_server_refuses_shared_documents_rather_than_fork_them(
-    tmp_path: Path,
-) -> None:
-    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
-        # the core a server joined to a cluster holds (its NATS side is not needed to refuse)
-        srv.runtime.cluster = ClusterCore("n1", time.monotonic)
-        ws = await http.ws_connect(f"{srv.ws_url}/lazily")
-        await ws.send_str(handshake("board", peer_id=5, features=[FEATURE]).decode())
-        refused = await recv_json(ws)
-        assert (refused["code"], refused["path"]) == ("HandshakeFailed", "features")
-        await ws.close()
 
 
 async def test_a_large_document_arrives_in_frames_and_joined_means_all_of_it(

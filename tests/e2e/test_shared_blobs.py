@@ -19,7 +19,7 @@ from octosync.ipc.messages import BlobRef, CellSet, Delta, NodeSnapshot, Snapsho
 from octosync.server.lazily_session import server_handshake
 from octosync.shm.region import REGION_FEATURE, SHARED_BLOB, SharedRegion, fresh_name
 from octosync.wire import json as wire_json
-from tests.e2e.helpers import TIMEOUT, handshake_struct, serve
+from tests.e2e.helpers import TIMEOUT, TcpLazily, free_port, handshake, handshake_struct, serve
 
 BIG = 200_000
 
@@ -116,5 +116,55 @@ async def test_descriptors_are_refused_unless_negotiated_and_valid(tmp_path: Pat
             with pytest.raises(HandshakeFailed):
                 await _producer(http, url, [SHARED_BLOB, REGION_FEATURE + "no-such"], "other")
             await ws.close()
+    finally:
+        region.close()
+
+
+async def test_shared_blobs_cross_the_tcp_face(tmp_path: Path) -> None:
+    """A producer on plain TCP hands the server a descriptor into its region; a TCP subscriber
+    that negotiated ``shared-blob`` reads the payload from the server's region, another gets
+    the bytes inline."""
+    port = free_port()
+    payload = bytes(range(256)) * (BIG // 256)
+    region = SharedRegion.create(fresh_name("test"), 4 * BIG)
+    try:
+        async with serve(tmp_path, tcp_port=port) as srv:
+            prod = await TcpLazily.open(port)
+            prod.send(
+                handshake(
+                    "reel",
+                    publish=True,
+                    features=["publish", SHARED_BLOB, REGION_FEATURE + region.name],
+                )
+            )
+            assert json.loads(await prod.recv())["session_id"] == "reel"
+            ref = region.write(0, payload)
+            node = NodeSnapshot(1, "bytes", "resolved", ref)
+            prod.send(wire_json.encode(Snapshot(1, (node,), roots=(1,))))
+            for _ in range(100):
+                if srv.runtime.hub.epoch_of("reel") == 1:
+                    break
+                await asyncio.sleep(0.02)
+            near, far = await TcpLazily.open(port), await TcpLazily.open(port)
+            near.send(handshake("reel", features=[SHARED_BLOB]))
+            far.send(handshake("reel"))
+            agreed = json.loads(await near.recv())
+            (server_region,) = [
+                f[len(REGION_FEATURE) :] for f in agreed["features"] if f.startswith(REGION_FEATURE)
+            ]
+            assert not any(
+                f.startswith(REGION_FEATURE) for f in json.loads(await far.recv())["features"]
+            )
+            got_near = wire_json.decode(await near.recv())
+            got_far = wire_json.decode(await far.recv())
+            assert isinstance(got_near, Snapshot)
+            assert isinstance(got_far, Snapshot)
+            described = got_near.nodes[0].payload
+            assert isinstance(described, BlobRef)
+            with SharedRegion.open(server_region) as theirs:
+                assert theirs.read(described) == payload
+            assert got_far.nodes[0].payload == payload
+            for c in (prod, near, far):
+                c.close()
     finally:
         region.close()

@@ -109,3 +109,19 @@ def test_a_round_compacts_streams_past_the_threshold_only(tmp_path: Path) -> Non
     (survivor,) = planes.state_of("busy")
     assert (survivor.stamp.wall_time, survivor.state) == (30, b"30")
     journal.close()
+
+
+def test_a_compaction_keeps_how_far_the_cluster_stream_was_merged(tmp_path: Path) -> None:
+    """Other nodes' batches carry the op stream's position; a restart after a compaction must
+    still replay the stream only from after the highest one."""
+    journal = Journal(tmp_path)
+    for position, wall in ((4, 1), (9, 2), (7, 3)):
+        ops = frame_ops(2, wall, ["n/pn/2"], wall)
+        journal.append([PlaneOps("doc", ops, position)])
+    journal.append([PlaneOps("doc", frame_ops(1, 4, ["t/lww"], 4))])  # a local writer's
+    assert compact_stream(journal, "doc") == 4
+    planes = CrdtStreams(lambda: 0)
+    restore_planes(journal, planes)
+    assert planes.replica_position == 9
+    assert [op.key for op in planes.state_of("doc")] == ["n/pn/2", "t/lww"]
+    journal.close()

@@ -241,3 +241,26 @@ def test_any_wvp_body_decodes_or_raises_the_typed_error(body: bytes, kind: str) 
     frame = _lie(DIFF_FRAME, body=body, kind=kind)
     with contextlib.suppress(DecodeError):
         wire.decode_wvp_body(frame)
+
+
+@given(
+    nodes,
+    warps,
+    epochs,
+    st.builds(wvp.ResyncRequest, st.integers(0, 2**64 - 1), epochs, st.text(max_size=20)),
+)
+def test_a_resync_request_crosses_as_its_wvp_packet(
+    node: str, stream: str, claim: int, request: wvp.ResyncRequest
+) -> None:
+    sent = wire.Resync(node, stream, claim, wvp.encode(request, 1))
+    got = wire.decode(wire.encode(sent))
+    assert got == sent
+    assert isinstance(got, wire.Resync)
+    assert wire.decode_resync(got) == request
+
+
+def test_a_resync_that_carries_another_wvp_message_is_refused() -> None:
+    frame = wvp.WarpStream(1, wvp.WarpDiff(0, 1, [1]))
+    with pytest.raises(DecodeError) as err:
+        wire.decode_resync(wire.Resync("n", "warp:1", 1, wvp.encode(frame, 1)))
+    assert err.value.path == "$.body"

@@ -111,3 +111,14 @@ def test_a_value_after_annotations_and_in_the_middle_of_a_buffer() -> None:
     first = preserves_fast.decode_from(two)
     assert first is not None
     assert preserves_fast.decode_from(two, first[1]) == (Symbol("two"), len(two))
+
+
+def test_decoded_symbols_are_cached_up_to_a_bound() -> None:
+    many = tuple(Symbol(f"s{i}") for i in range(preserves_fast._SYMBOLS_MAX + 100))
+    got = preserves_fast.decode_from(package_encode(many))
+    assert got is not None
+    assert got[0] == many
+    assert len(preserves_fast._SYMBOLS) == preserves_fast._SYMBOLS_MAX
+    again = preserves_fast.decode_from(package_encode((Symbol("s0"), Symbol("s0"))))
+    assert again is not None
+    assert again[0][0] is again[0][1]  # one object for a symbol seen before

@@ -82,6 +82,8 @@ class SharedDocument:
         self.errors: list[OctosyncError] = []
         self.connected = False
         self.reconnects = 0
+        """Sessions after the first (the server went away, or the connection did)."""
+        self._sessions = 0
         self._outbox: list[CrdtOp] = []
         self._changed = asyncio.Event()
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -209,8 +211,8 @@ class SharedDocument:
             refused = remote_error(reply.data)
             if refused is not None:
                 raise refused
-            if self.reconnects or self.connected:
-                self.reconnects += 1
+            self.reconnects = self._sessions
+            self._sessions += 1
             self.connected = True
             self._outbox = sorted(self.pending.values(), key=lambda o: stamp_key(o.stamp))
             sender = asyncio.get_running_loop().create_task(self._send(ws))

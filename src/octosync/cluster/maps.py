@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from octosync.cluster.rounds import LogStats, Position, Rounds
 from octosync.crdt.merkle import MerkleTree
 from octosync.crdt.op import OpRecord
 from octosync.errors import InvalidBucketPath
@@ -87,41 +88,20 @@ def pack(
 
 
 @dataclass(slots=True)
-class MapStats:
-    """What the I/O side counts, for ``/metrics`` (``octosync_cluster_maps_*``)."""
+class MapStats(LogStats):
+    """For ``/metrics`` (``octosync_cluster_maps_*``)."""
 
-    published: int = 0
-    """Op stream messages this node published and JetStream stored (acked)."""
-    republished: int = 0
-    """Publishes sent again after no ack came in time."""
-    failed: int = 0
-    """Messages given up on after ``replicate_timeout``."""
     applied: int = 0
     """Remote records that changed a map here."""
-    batches_in: int = 0
-    repaired: int = 0
-    """Records pulled by anti-entropy."""
-    walks: int = 0
-    resubscribed: int = 0
-    undecodable: int = 0
 
 
-class Intake:
-    """Batches read from the op stream: which records this node applies, and how far it got.
-    ``node``: the name this process signs its batches with (one per run)."""
-
-    def __init__(self, node: str, position: int = 0) -> None:
-        self.node = node
-        self.position = position
-        """The highest stream sequence taken (applied, or skipped as this node's own)."""
+class Intake(Position):
+    """Batches read from the op stream: which records this node applies, and how far it got."""
 
     def take(self, seq: int, batch: OpBatch) -> list[OpRecord]:
         """The records of the batch at stream sequence ``seq`` to apply: none for this node's
         own batches or a sequence already passed; reserved maps never."""
-        if seq <= self.position:
-            return []
-        self.position = seq
-        if batch.node == self.node:
+        if not self.admit(seq, batch.node):
             return []
         return [rec for rec in batch.records if not is_reserved(rec.map)]
 
@@ -200,19 +180,15 @@ def answer(
         return Refused(exc.message)
 
 
-class Repair:
+class Repair(Rounds["Walk"]):
     """Anti-entropy for one node: which maps to announce, which to pull from whom."""
 
     def __init__(
         self, node: str, clock: Callable[[], float], timing: RepairTiming | None = None
     ) -> None:
-        self.node = node
-        self.clock = clock
         self.timing = timing or RepairTiming()
-        self._written: dict[str, float] = {}
+        super().__init__(node, clock, self.timing.interval, self.timing.settle)
         self._known: set[str] = set()
-        self._walks: dict[str, Walk] = {}
-        self._next = clock() + self.timing.interval
 
     def know(self, names: Iterable[str]) -> None:
         """Maps this node holds (read once at start; later ones arrive through :meth:`written`)."""
@@ -220,26 +196,9 @@ class Repair:
 
     def written(self, names: Iterable[str]) -> None:
         """These maps changed on this node now (a local write or an applied batch)."""
-        now = self.clock()
-        for name in names:
-            if not is_reserved(name):
-                self._written[name] = now
-                self._known.add(name)
-
-    def settled(self, name: str) -> bool:
-        at = self._written.get(name)
-        return at is None or self.clock() - at >= self.timing.settle
-
-    def due(self) -> bool:
-        """Time to broadcast this node's roots (then not again for ``interval``)."""
-        now = self.clock()
-        if now < self._next:
-            return False
-        self._next = now + self.timing.interval
-        for name, at in list(self._written.items()):
-            if now - at >= self.timing.settle:
-                del self._written[name]
-        return True
+        mine = [n for n in names if not is_reserved(n)]
+        self._known.update(mine)
+        super().written(mine)
 
     def roots(self, source: MapSource) -> dict[str, int]:
         """The root of every settled map this node knows."""
@@ -248,25 +207,15 @@ class Repair:
     def heard(self, peer: str, roots: Mapping[str, int], source: MapSource) -> list[Walk]:
         """A peer's roots: a walk for each settled map whose root differs here (none for a map
         that is being pulled already)."""
-        if peer == self.node:
-            return []
-        walks = []
-        for name in sorted(roots):
-            if is_reserved(name) or name in self._walks or not self.settled(name):
-                continue
-            if source.merkle(name).root() != roots[name]:
-                walk = self._walks[name] = Walk(name, peer, self.node, self.timing.max_leaves)
-                walks.append(walk)
-        return walks
+        return self._heard(
+            peer,
+            roots,
+            lambda name, theirs: not is_reserved(name) and source.merkle(name).root() != theirs,
+            lambda name: Walk(name, peer, self.node, self.timing.max_leaves),
+        )
 
     def finished(self, walk: Walk) -> None:
-        """The walk ended (its records were applied, nothing differed, or the peer did not
-        answer): the map may be pulled again."""
-        if self._walks.get(walk.map) is walk:
-            del self._walks[walk.map]
-
-    def walking(self) -> list[str]:
-        return sorted(self._walks)
+        self._finish(walk.map, walk)
 
 
 def pull(

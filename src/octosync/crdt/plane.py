@@ -60,12 +60,15 @@ def wins(new: CrdtOp, old: CrdtOp) -> bool:
 class PlaneReplica:
     """One replica of a plane: ``apply`` reports whether the winning entry changed."""
 
-    __slots__ = ("_entries", "_frontier", "max_entries")
+    __slots__ = ("_entries", "_frontier", "max_entries", "version")
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self._entries: dict[EntryKey, CrdtOp] = {}
         self._frontier: dict[int, WireStamp] = {}
         self.max_entries = max_entries
+        self.version = 0
+        """Winners replaced so far: what is derived from the state (a digest) is still
+        current while this has not moved."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -100,6 +103,7 @@ class PlaneReplica:
         if old is not None and (old == op or not wins(op, old)):
             return False
         self._entries[key] = op
+        self.version += 1
         return True
 
     def merge(self, ops: Iterable[CrdtOp]) -> list[CrdtOp]:

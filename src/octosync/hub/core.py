@@ -253,28 +253,35 @@ class Hub:
         a fresh snapshot: ``body`` (the face's request, encoded in the producer's own view as
         a ``resync`` frame) goes to the producer, at most once per ``resync_interval`` until
         it snapshots, and the snapshot fans out to everyone. With no producer here (or one
-        that takes no requests: another node's stand-in) the subscriber gets the hub's
-        replay instead. Returns the producer it went to."""
+        that takes no requests) the subscriber gets the hub's replay instead; another node's
+        stand-in takes them for that node's producer. Returns the producer it went to."""
         c = self._conns.get(conn)
         if stream_id not in c.subscriptions:
             raise Forbidden(f"resync on stream {stream_id!r} without a subscription")
+        taken, producer = self.pass_resync(stream_id, body)
+        if not taken:
+            self._check_fresh(stream_id)
+            self._fanout.request_snapshot(c, stream_id)
+        return producer
+
+    def pass_resync(self, stream_id: StreamId, body: object) -> tuple[bool, ConnId | None]:
+        """``body``, a resync request, to the stream's producer (at most once per
+        ``resync_interval`` until it snapshots): ``(taken, the producer it went to)``. Not
+        taken: no producer here, or one that takes no requests (the caller answers from the
+        hub's replay); taken with no producer: one was asked already and has not answered.
+        Also how another node's request reaches this node's producer."""
         producer = self._authority.forward_resync(stream_id)
         target = None if producer is None else self._conns.find(producer)
-        data = None
-        if target is not None:
-            out = OutFrame(stream_id, "resync", self.epoch_of(stream_id) or 0, body, self.next_ts())
-            try:
-                data = self._fanout.encode_for(target, out)
-            except InternalError:
-                data = None  # a producer that takes no requests (another node's stand-in)
-        if target is None or data is None:
-            if self._authority.producer_of(stream_id) is None or data is None:
-                self._check_fresh(stream_id)
-                self._fanout.request_snapshot(c, stream_id)
-            return None
+        if target is None:
+            return self._authority.producer_of(stream_id) is not None, None
+        out = OutFrame(stream_id, "resync", self.epoch_of(stream_id) or 0, body, self.next_ts())
+        try:
+            data = self._fanout.encode_for(target, out)
+        except InternalError:
+            return False, None  # a producer that takes no requests
         target.outbox.push_control(data)
         target.wake(target.id)
-        return target.id
+        return True, target.id
 
     def hand_over(self, conn: ConnId, stream_id: StreamId, to: ConnId) -> None:
         """The producer ``conn`` gives ``stream_id`` to connection ``to`` (same face, with
@@ -418,6 +425,17 @@ class Hub:
         c.outbox.push_control(data)
         c.wake(conn)
         return True
+
+    def quiet(self, conn: ConnId) -> bool:
+        """Nothing is queued for ``conn`` and it follows no stream: a frame written to its
+        socket now goes out in order (``Flusher.send_now``)."""
+        c = self._conns.find(conn)
+        return c is not None and c.fault is None and not c.outbox and not c.subscriptions
+
+    def count_out(self, frames: int, size: int) -> None:
+        """Frames written to a socket without passing through an outbox."""
+        self.stats.frames_out += frames
+        self.stats.bytes_out += size
 
     # --- draining -------------------------------------------------------------------------
 

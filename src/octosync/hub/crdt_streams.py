@@ -28,7 +28,7 @@ acknowledgement changes nothing twice. Sans-I/O: the clock is injected, bytes ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from octosync.bounds import MAX_SAFE_INTEGER
@@ -71,6 +71,36 @@ class PlaneStream:
     replica: PlaneReplica
     members: dict[ConnId, Member] = field(default_factory=dict)
     ops_accepted: int = 0
+    _audience: Audience | None = None
+
+    def audience(self) -> Audience:
+        """Its readers, sorted by what they may read; kept until a member joins or leaves
+        (a fan-out asks for it every few milliseconds, members change rarely)."""
+        if self._audience is None:
+            whole: list[ConnId] = []
+            narrowed: dict[NodeRules, list[Member]] = {}
+            for m in self.members.values():
+                if m.read:
+                    if m.rules is None:
+                        whole.append(m.conn)
+                    else:
+                        narrowed.setdefault(m.rules, []).append(m)
+            readers = frozenset(whole).union(*([m.conn for m in g] for g in narrowed.values()))
+            self._audience = Audience(tuple(whole), narrowed, readers)
+        return self._audience
+
+    def changed_members(self) -> None:
+        self._audience = None
+
+
+@dataclass(frozen=True, slots=True)
+class Audience:
+    """A plane stream's readers: those sent every op, those sent what their node grants let
+    them read (grouped by rule set, so each group's ops are filtered and encoded once)."""
+
+    whole: tuple[ConnId, ...]
+    narrowed: Mapping[NodeRules, list[Member]]
+    readers: frozenset[ConnId]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +119,15 @@ class Accepted:
     stream: str
     writer: ConnId
     fanout: tuple[CrdtOp, ...]
-    readers: tuple[ConnId, ...]
     ack: tuple[CrdtOp, ...]
+    members: Mapping[ConnId, Member] = field(repr=False, compare=False)
+
+    @property
+    def readers(self) -> tuple[ConnId, ...]:
+        """The stream's readers but the writer, asked for when needed: a commit does not walk
+        every member (with a thousand readers that walk was a fifth of the server's time, and
+        the plane fans out a whole turn's commits at once anyway)."""
+        return tuple(m.conn for m in self.members.values() if m.read and m.conn != self.writer)
 
 
 class CrdtStreams:
@@ -111,6 +148,9 @@ class CrdtStreams:
         self.total_entries = 0
         self.streams: dict[str, PlaneStream] = {}
         self._members: dict[ConnId, Member] = {}
+        self.replica_position = 0
+        """In a cluster, the op stream's sequence up to which other nodes' batches are merged
+        and journaled here (restored from the journal at start-up)."""
 
     def _stream(self, name: str) -> PlaneStream:
         stream = self.streams.get(name)
@@ -127,6 +167,7 @@ class CrdtStreams:
         member = Member(conn, name, peer, read, write, rules)
         stream = self._stream(name)
         stream.members[conn] = member
+        stream.changed_members()
         self._members[conn] = member
         return member.readable(stream.replica.ops()) if read else ()
 
@@ -136,6 +177,7 @@ class CrdtStreams:
             return
         stream = self.streams[member.stream]
         stream.members.pop(conn, None)
+        stream.changed_members()
         if not stream.members and not len(stream.replica):
             del self.streams[member.stream]  # never written: joining names costs nothing kept
 
@@ -187,17 +229,20 @@ class CrdtStreams:
         changed = tuple(stream.replica.merge(checked.ops))
         self.total_entries += len(stream.replica) - before
         stream.ops_accepted += len(checked.ops)
-        readers = tuple(
-            m.conn for m in stream.members.values() if m.read and m.conn != checked.conn
-        )
-        return Accepted(checked.stream, checked.conn, changed, readers, checked.ops)
+        return Accepted(checked.stream, checked.conn, changed, checked.ops, stream.members)
 
     def restore(self, name: str, ops: Iterable[CrdtOp]) -> None:
         """Merge journaled ops at start-up (before any connection)."""
+        self.merge_remote(name, ops)
+
+    def merge_remote(self, name: str, ops: Iterable[CrdtOp]) -> tuple[CrdtOp, ...]:
+        """Merge ops another node of the cluster accepted (its write checks were made there);
+        returns those that changed the replica."""
         replica = self._stream(name).replica
         before = len(replica)
-        replica.merge(ops)
+        changed = tuple(replica.merge(ops))
         self.total_entries += len(replica) - before
+        return changed
 
     def state_of(self, name: str) -> tuple[CrdtOp, ...]:
         stream = self.streams.get(name)

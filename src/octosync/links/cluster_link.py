@@ -82,7 +82,8 @@ REMOTE_WVP_ENCODER = "wvp-cluster"
 REMOTE_WVP_VIEW = ViewKey("wvp", REMOTE_WVP_ENCODER)
 """The view of the connections that stand for remote owners of WVP streams: the hub lets only
 the WVP face produce them, and WVP routes nothing to a producer but resync requests, which
-the hub answers from its own replay when the encoder refuses them."""
+this view encodes as WVP packets for the owner's node (``Resync``), where its producer
+answers with a snapshot that crosses back like any frame."""
 CARRIED = (Snapshot, Delta, wvp.WarpSnapshot, wvp.WarpDiff)
 """The frame bodies that cross nodes: lazily messages and WVP stream frames."""
 REQUEST_TIMEOUT = 1.0
@@ -185,7 +186,7 @@ class ClusterLink:
         self._writer: ConnId | None = None
         self._stopping = False
         runtime.hub.register_encoder(REMOTE_ENCODER, _encode_body)
-        runtime.hub.register_encoder(REMOTE_WVP_ENCODER, _encode_nothing)
+        runtime.hub.register_encoder(REMOTE_WVP_ENCODER, _encode_resync)
         runtime.hub.register_remote_owners(self._remote_owner)
         runtime.hub.register_freshness(self._stale)
         self._out: collections.deque[tuple[str, bytes]] = collections.deque()
@@ -379,13 +380,12 @@ class ClusterLink:
             conn = self._remote[frame.stream] = self.rt.new_conn_id()
             stream = frame.stream
 
-            def wake(c: ConnId) -> None:  # called inside hub.write: pass it on afterwards
+            def wake(c: ConnId) -> None:  # called inside the hub: pass it on afterwards
                 asyncio.get_running_loop().call_soon(self._pass_writes, stream, c)
 
-            if is_wvp:  # WVP defines no writes: nothing is routed to its producer
-                hub.connect(conn, REMOTE_WVP_VIEW, grants=AllowAll())
-            else:
-                hub.connect(conn, REMOTE_VIEW, grants=AllowAll(), wake=wake)
+            # WVP defines no writes: what reaches its stand-in is a subscriber's resync request
+            view = REMOTE_WVP_VIEW if is_wvp else REMOTE_VIEW
+            hub.connect(conn, view, grants=AllowAll(), wake=wake)
         try:
             if is_wvp:
                 for body in wire.decode_wvp_body(frame):
@@ -400,23 +400,30 @@ class ClusterLink:
             self._drop_remote(frame.stream)
 
     def _pass_writes(self, stream: str, conn: ConnId) -> None:
-        """Writes the hub queued for a remote owner's connection go to the owner's node."""
+        """Writes (WVP: resync requests) the hub queued for a remote owner's connection go
+        to the owner's node."""
         bodies = self.rt.hub.take(conn)
         target = self.core.write_target(stream)
         if target is None:
             return
         owner, claim = target
+        passed = wire.Resync if stream_face(stream) == "wvp" else wire.Write
         for body in bodies:
             self._send(
-                self.subjects.writes(owner), wire.encode(wire.Write(self.node, stream, claim, body))
+                self.subjects.writes(owner), wire.encode(passed(self.node, stream, claim, body))
             )
 
     async def _on_write(self, msg: Msg) -> None:
-        """Another node passes a subscriber's write: to this node's producer, if it still owns
-        the stream under the claim the writer knew."""
+        """Another node passes a subscriber's write or WVP resync request: to this node's
+        producer, if it still owns the stream under the claim the other node knew."""
         try:
             write = wire.decode(msg.data)
-            if not isinstance(write, wire.Write) or self.core.owns(write.stream) != write.claim:
+            if not isinstance(write, wire.Write | wire.Resync):
+                return
+            if self.core.owns(write.stream) != write.claim:
+                return
+            if isinstance(write, wire.Resync):
+                self.rt.hub.pass_resync(write.stream, wire.decode_resync(write))
                 return
             delta = wire.decode_write(write)
             hub = self.rt.hub
@@ -615,8 +622,12 @@ def _encode_body(frame: OutFrame) -> bytes:
     return wire.encode_body(body)
 
 
-def _encode_nothing(frame: OutFrame) -> bytes:
-    raise TypeError(f"nothing is sent to a remote owner's stand-in on WVP stream {frame.stream!r}")
+def _encode_resync(frame: OutFrame) -> bytes:
+    """A subscriber's resync request, for the remote owner's node (nothing else goes there)."""
+    body = frame.body
+    if frame.kind != "resync" or not isinstance(body, wvp.ResyncRequest):
+        raise TypeError(f"only resync requests go to a remote owner of {frame.stream!r}")
+    return wvp.encode(body, frame.ts)
 
 
 def wvp_hub_frame(body: WvpFrame) -> Frame[object]:

@@ -18,21 +18,15 @@ failed journal commit: what they were not told was stored, their client sends ag
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import logging
-import os
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.js import api
-from nats.js.client import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from octosync.cluster.maps import (
     DEFAULT_MAX_BATCH_BYTES,
@@ -45,9 +39,10 @@ from octosync.cluster.maps import (
     pack,
 )
 from octosync.crdt.op import OpRecord
-from octosync.errors import InternalError, OctosyncError
+from octosync.errors import OctosyncError
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.links.cluster_link import Faultable, token
+from octosync.links.jetstream_log import LogSettings, OpLogLink, Waiter
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
@@ -56,26 +51,8 @@ from octosync.wire import cluster_maps as wire
 
 log = logging.getLogger("octosync.cluster.maps")
 
-ATTEMPT_TIMEOUT = 2.0
-"""Seconds one publish waits for JetStream's ack before it is sent again."""
 REQUEST_TIMEOUT = 2.0
 """Seconds a repair request waits for the peer's answer."""
-
-
-@dataclass(frozen=True, slots=True)
-class MapSettings:
-    """``[cluster]`` settings for TopGun maps (``server.config``)."""
-
-    replicas: int = 1
-    """JetStream replicas of the op stream (1 for a single NATS server)."""
-    sync_interval: float = 30.0
-    """Seconds between anti-entropy rounds."""
-    settle: float = 2.0
-    """A map written within this many seconds is left out of a round."""
-    replicate_timeout: float = 30.0
-    """Seconds a batch may take to be stored in JetStream before its writers are reset."""
-    catch_up_timeout: float = 30.0
-    """Seconds a starting node waits to replay the op stream before it opens its port."""
 
 
 class MapSubjects:
@@ -95,20 +72,10 @@ class MapSubjects:
 
 
 @dataclass(slots=True)
-class _Waiter:
-    """A session's batch: ``then`` once every message holding its records is stored."""
-
-    conn: int
-    then: Callable[[], None] | None
-    pending: int = 0
-    failed: bool = False
-
-
-@dataclass(slots=True)
 class _Queued:
     name: str
     bodies: list[bytes]
-    waiter: _Waiter
+    waiter: Waiter
 
 
 class MapsHost(Protocol):
@@ -135,7 +102,7 @@ class MapsHost(Protocol):
     ) -> None: ...
 
 
-class MapsLink:
+class MapsLink(OpLogLink):
     """Replicates one server's TopGun maps through the cluster's NATS connection."""
 
     def __init__(
@@ -144,25 +111,18 @@ class MapsLink:
         node: str,
         *,
         cluster: str,
-        settings: MapSettings | None = None,
+        settings: LogSettings | None = None,
     ) -> None:
-        self.rt = runtime
-        self.node = node
-        self.settings = settings or MapSettings()
         self.subjects = MapSubjects(cluster)
-        self._boot = f"{node}-{os.getpid()}-{time.time_ns():x}"
-        """This process's name on its batches: it skips its own, never those of an earlier
-        run of this node (their records may have missed its journal)."""
-        self.intake = Intake(self._boot, runtime.topgun.replica_position)
+        super().__init__(node, settings or LogSettings(), self.subjects.stream, self.subjects.ops)
+        self.rt = runtime
+        self.intake = Intake(self.boot, runtime.topgun.replica_position)
         self.repair = Repair(
             node,
             time.monotonic,
             RepairTiming(interval=self.settings.sync_interval, settle=self.settings.settle),
         )
-        self.stats = MapStats()
-        self._nc: NatsClient | None = None
-        self._js: JetStreamContext | None = None
-        self._sub: Any = None
+        self.stats: MapStats = MapStats()
         self._queue: list[_Queued] = []
         self._flush_due = False
         self._incoming: list[OpRecord] = []
@@ -170,9 +130,6 @@ class MapsLink:
         self._journal_ok = True
         """False after a journal submit failed: positions stop being journaled, so a restart
         replays from before the records that were not stored."""
-        self._last_in = time.monotonic()
-        self._ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def position(self) -> int:
@@ -181,62 +138,16 @@ class MapsLink:
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, nc: NatsClient) -> None:
-        """Make sure the op stream exists, replay it from this node's journaled position
-        (bounded by ``catch_up_timeout``), then follow it and serve repairs."""
-        self._nc = nc
-        js = self._js = nc.jetstream()
-        try:
-            info = await js.stream_info(self.subjects.stream)
-        except NotFoundError:
-            info = await js.add_stream(
-                name=self.subjects.stream,
-                subjects=[self.subjects.ops],
-                num_replicas=self.settings.replicas,
-                storage=api.StorageType.FILE,
-            )
-        if (info.config.num_replicas or 1) != self.settings.replicas:
-            log.warning(
-                "cluster: the op stream %s has %s replicas, not the %s configured here",
-                self.subjects.stream,
-                info.config.num_replicas,
-                self.settings.replicas,
-            )
+        """Replay the op stream from this node's journaled position, then follow it and serve
+        repairs (anti-entropy repairs what a purge of the stream took with it)."""
         self.intake.position = max(self.intake.position, self.rt.topgun.replica_position)
         self.repair.know(self.rt.topgun.maps.store.maps())
-        await nc.subscribe(self.subjects.roots, cb=self._on_roots)
-        await nc.subscribe(self.subjects.sync(self.node), cb=self._on_sync)
-        # The last sequence there is to replay (none when the stream holds no message: a
-        # purge keeps the sequence numbers, and anti-entropy repairs what went with it).
-        last = int(info.state.last_seq or 0) if info.state.messages else 0
-        await self._follow()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.catch_up_timeout
-        while self.intake.position < last and loop.time() < deadline:
-            await asyncio.sleep(0.02)
-        if self.intake.position < last:
-            log.warning(
-                "cluster: caught up with the op stream only to %d of %d before serving",
-                self.intake.position,
-                last,
-            )
+        handlers = {
+            self.subjects.roots: self._on_roots,
+            self.subjects.sync(self.node): self._on_sync,
+        }
+        await self._open(nc, handlers)
         self._apply_incoming()
-        self._spawn(self._ticker())
-
-    async def stop(self, grace: float = 2.0) -> None:
-        """Give publishes in flight ``grace`` seconds to be stored, then stop everything."""
-        publishing = [t for t in self._tasks if t.get_name() == "publish"]
-        if publishing:
-            await asyncio.wait(publishing, timeout=grace)
-        for task in list(self._tasks):
-            task.cancel()
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # --- publishing (the session's side) --------------------------------------------------------
 
@@ -251,7 +162,7 @@ class MapsLink:
             if then is not None:  # later, as a store would: replies sent before go first
                 asyncio.get_running_loop().call_soon(then)
             return
-        waiter = _Waiter(conn, then)
+        waiter = Waiter(conn, then)
         self._queue.extend(_Queued(name, bodies, waiter) for name, bodies in batches)
         if not self._flush_due:
             self._flush_due = True
@@ -266,12 +177,12 @@ class MapsLink:
             by_map.setdefault(q.name, []).append(q)
         for name, items in by_map.items():
             bodies: list[bytes] = []
-            waiters: dict[int, _Waiter] = {}
+            waiters: dict[int, Waiter] = {}
             size = 0
             for q in items:
                 for body in q.bodies:
                     if bodies and size + len(body) > DEFAULT_MAX_BATCH_BYTES:
-                        self._send(name, bodies, list(waiters.values()))
+                        self._send_map(name, bodies, list(waiters.values()))
                         bodies, waiters, size = [], {}, 0
                     if id(q.waiter) not in waiters:
                         q.waiter.pending += 1
@@ -279,74 +190,19 @@ class MapsLink:
                     bodies.append(body)
                     size += len(body)
             if bodies:
-                self._send(name, bodies, list(waiters.values()))
+                self._send_map(name, bodies, list(waiters.values()))
 
-    def _send(self, name: str, bodies: list[bytes], waiters: list[_Waiter]) -> None:
-        data = wire.encode_batch(self._boot, bodies)
-        msg_id = f"{self._boot}-{next(self._ids)}"
-        self._spawn(self._publish(self.subjects.map(name), data, msg_id, waiters), "publish")
+    def _send_map(self, name: str, bodies: list[bytes], waiters: list[Waiter]) -> None:
+        self._send(self.subjects.map(name), wire.encode_batch(self.boot, bodies), waiters)
 
-    async def _publish(
-        self, subject: str, data: bytes, msg_id: str, waiters: list[_Waiter]
-    ) -> None:
-        assert self._js is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.replicate_timeout
-        headers = {"Nats-Msg-Id": msg_id}
-        while True:
-            try:
-                future = await self._js.publish_async(
-                    subject, data, headers=dict(headers), wait_stall=ATTEMPT_TIMEOUT
-                )
-                await asyncio.wait_for(future, ATTEMPT_TIMEOUT)
-                break
-            except (nats.errors.Error, TimeoutError) as exc:
-                if loop.time() >= deadline:
-                    self.stats.failed += 1
-                    log.warning("cluster: a map batch on %s was not stored: %s", subject, exc)
-                    for w in waiters:
-                        self._fail(w)
-                    return
-                self.stats.republished += 1
-                await asyncio.sleep(0.1)
-        self.stats.published += 1
-        for w in waiters:
-            w.pending -= 1
-            if w.pending == 0 and not w.failed and w.then is not None:
-                w.then()
-
-    def _fail(self, w: _Waiter) -> None:
-        if w.failed:
-            return
-        w.failed = True
-        link = self.rt.links.get(w.conn)
+    def _fault(self, conn: int, err: OctosyncError) -> None:
+        link = self.rt.links.get(conn)
         if link is not None:
-            link.fault(InternalError("the cluster did not store a write in time; send it again"))
+            link.fault(err)
 
     # --- the op stream (other nodes' batches) ---------------------------------------------------
 
-    async def _follow(self) -> None:
-        """Subscribe to the op stream from the position after the last one taken."""
-        assert self._js is not None
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=self.intake.position + 1,
-        )
-        self._sub = await self._js.subscribe(
-            self.subjects.ops,
-            stream=self.subjects.stream,
-            cb=self._on_batch,
-            ordered_consumer=True,
-            idle_heartbeat=1.0,
-            config=config,
-        )
-        self._last_in = time.monotonic()
-
     async def _on_batch(self, msg: Msg) -> None:
-        self._last_in = time.monotonic()
         try:
             seq = int(msg.metadata.sequence.stream)
             batch = wire.decode(msg.data)
@@ -392,35 +248,13 @@ class MapsLink:
 
     # --- anti-entropy ---------------------------------------------------------------------------
 
-    async def _ticker(self) -> None:
-        step = min(0.5, self.settings.sync_interval)
-        while True:
-            await asyncio.sleep(step)
-            try:
-                await self._watchdog()
-                if self.repair.due():
-                    roots = self.repair.roots(self.rt.topgun.maps.store)
-                    if roots and self._nc is not None:
-                        await self._nc.publish(
-                            self.subjects.roots, wire.encode(wire.MapRoots(self.node, roots))
-                        )
-            except Exception:  # one bad round must not stop the next
-                log.exception("cluster: a map round failed")
-
-    async def _watchdog(self) -> None:
-        """The ordered consumer recreates itself when NATS comes back; should it stay silent
-        while the stream moved past this node, follow it again from the position."""
-        if self._js is None or time.monotonic() - self._last_in < 5.0:
-            return
-        try:
-            info = await self._js.stream_info(self.subjects.stream)
-        except Exception:
-            return
-        if int(info.state.last_seq or 0) > self.intake.position:
-            self.stats.resubscribed += 1
-            await self._follow()
-        else:
-            self._last_in = time.monotonic()
+    async def _round(self) -> None:
+        if self.repair.due():
+            roots = self.repair.roots(self.rt.topgun.maps.store)
+            if roots and self._nc is not None:
+                await self._nc.publish(
+                    self.subjects.roots, wire.encode(wire.MapRoots(self.node, roots))
+                )
 
     async def _on_roots(self, msg: Msg) -> None:
         try:

@@ -40,6 +40,7 @@ from octosync.store.retention import JournalKeeper
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
     from octosync.links.cluster_link import ClusterLink
     from octosync.links.cluster_maps import MapsLink
+    from octosync.links.cluster_planes import PlanesLink
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ KEEPER = web.AppKey("journal_keeper", JournalKeeper)
 KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 CLUSTER: web.AppKey[ClusterLink] = web.AppKey("cluster_link")
 CLUSTER_MAPS: web.AppKey[MapsLink] = web.AppKey("cluster_maps")
+CLUSTER_PLANES: web.AppKey[PlanesLink] = web.AppKey("cluster_planes")
 
 __all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
@@ -143,11 +145,14 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
         runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
+    planes_link: PlanesLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
         from octosync.links.cluster_link import DEFAULT_CLUSTER
-        from octosync.links.cluster_maps import MapSettings, MapsLink
+        from octosync.links.cluster_maps import MapsLink
+        from octosync.links.cluster_planes import PlanesLink
+        from octosync.links.jetstream_log import LogSettings
 
-        settings = MapSettings(
+        settings = LogSettings(
             replicas=config.map_replicas,
             sync_interval=config.map_sync_interval,
             settle=config.map_settle,
@@ -158,6 +163,11 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         )
         runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
+        # shared documents alike (after restore_planes: its position)
+        planes_link = PlanesLink(
+            runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
+        )
+        runtime.plane.replicator = planes_link
     registry = registry_for(runtime)
 
     @web.middleware
@@ -172,6 +182,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         app[CLUSTER] = link
     if maps_link is not None:
         app[CLUSTER_MAPS] = maps_link
+    if planes_link is not None:
+        app[CLUSTER_PLANES] = planes_link
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -200,8 +212,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             await link.start()
         if maps_link is not None and link is not None:  # and replays the maps' op stream
             await maps_link.start(link.nats)
+        if planes_link is not None and link is not None:  # and the documents' op stream
+            await planes_link.start(link.nats)
 
     async def on_shutdown(app: web.Application) -> None:
+        if planes_link is not None:
+            await planes_link.stop()
         if maps_link is not None:
             await maps_link.stop()
         if link is not None:  # releases what it owns, so other nodes may take it at once

@@ -274,11 +274,6 @@ class LazilySession:
     ) -> None:
         """Join a multi-writer stream: the reply, then the whole state (with ``read``)."""
         hub, name = self.rt.hub, remote.session_id
-        if self.rt.clustered:  # each node would keep its own replica: refuse, not fork
-            raise HandshakeFailed(
-                "shared documents are not served by a cluster yet: use a single server",
-                path="features",
-            )
         if hub.epoch_of(name) is not None or hub.producer_of(name) is not None:
             raise HandshakeFailed(
                 f"stream {name!r} is a single-writer stream with a producer's state",

@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from octosync.cluster.core import ClusterCore
 from octosync.cluster.maps import MapStats
+from octosync.cluster.planes import PlaneStats
 from octosync.server.runtime import Runtime
 from octosync.store.journal import JournalHealth
 
@@ -108,6 +109,9 @@ class RuntimeCollector(Collector):
         replicator = rt.topgun_face.replicator
         if replicator is not None:
             yield from map_metrics(replicator.stats, replicator.position)
+        planes = rt.plane.replicator
+        if planes is not None:
+            yield from plane_metrics(planes.stats, planes.position)
 
 
 def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
@@ -171,6 +175,25 @@ def map_metrics(stats: MapStats, position: int) -> Iterator[Metric]:
         yield CounterMetricFamily(f"octosync_cluster_maps_{name}", help_text, value)
     yield GaugeMetricFamily(
         "octosync_cluster_maps_position", "The op stream's sequence taken up to", position
+    )
+
+
+def plane_metrics(stats: PlaneStats, position: int) -> Iterator[Metric]:
+    """Shared documents across the cluster: their op stream both ways, and anti-entropy."""
+    for name, help_text, value in (
+        ("published", "Plane op batches stored in the cluster's stream", stats.published),
+        ("republished", "Plane op batch publishes sent again", stats.republished),
+        ("failed", "Plane op batches given up on (writers reset)", stats.failed),
+        ("batches_in", "Plane op batches read from the stream", stats.batches_in),
+        ("merged", "Other nodes' ops that changed a document here", stats.merged),
+        ("repaired", "Ops pulled by anti-entropy that changed a document here", stats.repaired),
+        ("walks", "Plane anti-entropy pulls started", stats.walks),
+        ("resubscribed", "Times the plane stream was followed again", stats.resubscribed),
+        ("undecodable", "Plane stream messages not merged", stats.undecodable),
+    ):
+        yield CounterMetricFamily(f"octosync_cluster_planes_{name}", help_text, value)
+    yield GaugeMetricFamily(
+        "octosync_cluster_planes_position", "The plane stream's sequence taken up to", position
     )
 
 

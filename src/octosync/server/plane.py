@@ -14,24 +14,45 @@ state it gets on reconnect.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from octosync.cluster.planes import PlaneStats
+from octosync.crdt.plane import PlaneReplica
 from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError, Overloaded, StorageError
 from octosync.hub import Hub
-from octosync.hub.crdt_streams import Accepted, Checked, CrdtStreams, Member
-from octosync.hub.node_views import NodeRules
+from octosync.hub.crdt_streams import Accepted, Audience, Checked, CrdtStreams
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
 from octosync.server.gap_flush import GapFlush
 from octosync.store.records import EncodedRecord, PlaneOps, encode_record
+
+log = logging.getLogger(__name__)
 
 
 class JournalRoom(Protocol):
     """The journal writer, as far as the plane asks it (``store.journal.GroupCommitWriter``)."""
 
     def has_room(self) -> bool: ...
+
+
+class PlaneReplicator(Protocol):
+    """Where a cluster stores accepted ops besides the journal (``links.cluster_planes``):
+    ``then`` once they are stored; a batch not stored in time resets ``conn``."""
+
+    @property
+    def stats(self) -> PlaneStats: ...
+
+    @property
+    def position(self) -> int:
+        """The cluster's plane op stream's sequence this node has taken up to."""
+        ...
+
+    def replicate(
+        self, conn: ConnId, stream: str, ops: Sequence[CrdtOp], then: Callable[[], None]
+    ) -> None: ...
 
 
 class PlaneHost(Protocol):
@@ -49,6 +70,10 @@ class PlaneHost(Protocol):
     ) -> None: ...
 
     def fault(self, conn: int, err: OctosyncError) -> None: ...
+
+    def send_now(self, conn: int, data: bytes) -> bool:
+        """Write ``data`` to ``conn`` at once if nothing is queued before it (else False)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +112,12 @@ class Plane:
         self._framing: dict[ConnId, Framing] = {}
         self._due: dict[str, _Due] = {}
         self._flusher = GapFlush(self._flush, FLUSH_GAP)
+        self.replicator: PlaneReplicator | None = None
+        """In a cluster, the op stream each accepted frame is published to before it is
+        merged, fanned out and acknowledged."""
+        self._positions_ok = True
+        """False once a remote batch could not be queued for the journal: positions stop
+        being journaled, so a restart replays the cluster's stream from before it."""
 
     def join(self, conn: ConnId, stream: str, framing: Framing, state: Sequence[CrdtOp]) -> None:
         """A member joined (``core.join`` done): it gets the whole state first, with the
@@ -98,6 +129,17 @@ class Plane:
             self.send([conn], CrdtSync(ops=ops[at : at + JOIN_CHUNK]))
         last = ops[(max(len(ops) - 1, 0) // JOIN_CHUNK) * JOIN_CHUNK :]
         self.send([conn], CrdtSync(frontier=frontier, ops=last))
+
+    def replicas(self) -> Mapping[str, PlaneReplica]:
+        """Every document's replica, by stream (the cluster's anti-entropy reads them)."""
+        return {name: stream.replica for name, stream in self.core.streams.items()}
+
+    @property
+    def replica_position(self) -> int:
+        return self.core.replica_position
+
+    def fault(self, conn: int, err: OctosyncError) -> None:
+        self.rt.fault(conn, err)
 
     def leave(self, conn: ConnId) -> None:
         self._framing.pop(conn, None)
@@ -113,7 +155,7 @@ class Plane:
             return
         writer = self.rt.writer
         if writer is None:
-            self._accepted(self.core.commit(checked))
+            self._stored(checked)
             return
         if not writer.has_room():
             raise StorageError("the journal writer is behind: its queue is full; resend later")
@@ -123,10 +165,43 @@ class Plane:
             raise LimitExceeded(
                 f"the ops cannot be journaled: {exc.message}", path=exc.path
             ) from exc
-        self.rt.after_commit(conn, [record], lambda: self._committed(checked))
+        self.rt.after_commit(conn, [record], lambda: self._stored(checked))
+
+    def _stored(self, checked: Checked) -> None:
+        """Journaled (when there is a journal); in a cluster, published next."""
+        replicator = self.replicator
+        if replicator is None:
+            self._committed(checked)
+        else:
+            replicator.replicate(
+                checked.conn, checked.stream, checked.ops, lambda: self._committed(checked)
+            )
 
     def _committed(self, checked: Checked) -> None:
         self._accepted(self.core.commit(checked))
+
+    def merge_remote(self, stream: str, ops: Sequence[CrdtOp], position: int | None) -> int:
+        """Ops another node accepted (stored in the cluster's stream up to ``position``):
+        merged and fanned out at once, journaled with the position behind them (nobody waits
+        for that commit: the stream holds them). Returns how many changed the replica."""
+        changed = self.core.merge_remote(stream, ops)
+        if changed:
+            due = self._due.get(stream)
+            if due is None:
+                due = self._due[stream] = _Due()
+            due.fanout.extend(changed)
+            self._flusher.soon()
+        if self.rt.writer is None or not (changed or position is not None):
+            return len(changed)
+        at = position if self._positions_ok else None
+        try:
+            record = encode_record(PlaneOps(stream, tuple(changed), at))
+            self.rt.after_commit(0, [record], _nothing)
+        except OctosyncError as exc:
+            if self._positions_ok:
+                log.warning("cluster: remote plane ops not journaled (%s); positions stop", exc)
+            self._positions_ok = False
+        return len(changed)
 
     def _accepted(self, accepted: Accepted) -> None:
         """Gather what commits decided this loop turn; ``_flush`` sends it at the turn's end."""
@@ -145,32 +220,25 @@ class Plane:
             stream = self.core.streams.get(name)
             if stream is None:
                 continue
-            readers = [m.conn for m in stream.members.values() if m.read]
+            audience = stream.audience()
             if batch.fanout:
-                self._fan_out(stream.members.values(), batch.fanout)
+                self._fan_out(audience, batch.fanout)
             sent = set(batch.fanout)
+            reading = audience.readers
             for writer, acks in batch.acks.items():
                 member = stream.members.get(writer)
                 got: set[CrdtOp] = set()  # what the fan-out already told the writer
-                if writer in readers and member is not None:
+                if writer in reading and member is not None:
                     got = sent if member.rules is None else set(member.readable(sent))
                 rest = [op for op in acks if op not in got]
                 if rest:
                     self.send([writer], CrdtSync(ops=tuple(rest)))
 
-    def _fan_out(self, members: Iterable[Member], ops: list[CrdtOp]) -> None:
+    def _fan_out(self, audience: Audience, ops: list[CrdtOp]) -> None:
         """The ops to every reader: whole to those without node grants (encoded once per
         dialect), filtered once per rule set to the others."""
-        whole: list[ConnId] = []
-        narrowed: dict[NodeRules, list[Member]] = {}
-        for m in members:
-            if m.read:
-                if m.rules is None:
-                    whole.append(m.conn)
-                else:
-                    narrowed.setdefault(m.rules, []).append(m)
-        self.send(whole, CrdtSync(ops=tuple(ops)))
-        for group in narrowed.values():
+        self.send(audience.whole, CrdtSync(ops=tuple(ops)))
+        for group in audience.narrowed.values():
             visible = group[0].readable(ops)
             if visible:
                 self.send([m.conn for m in group], CrdtSync(ops=visible))
@@ -178,7 +246,8 @@ class Plane:
     def send(self, conns: Iterable[ConnId], sync: CrdtSync) -> None:
         """Encode ``sync`` once per framing and queue it for each of ``conns``."""
         encoded: dict[str, bytes] = {}
-        hub = self.rt.hub
+        rt = self.rt
+        hub = rt.hub
         for conn in conns:
             framing = self._framing.get(conn)
             if framing is None:
@@ -186,5 +255,11 @@ class Plane:
             data = encoded.get(framing.key)
             if data is None:
                 data = encoded[framing.key] = framing.encode(sync)
+            if rt.send_now(conn, data):
+                continue
             if not hub.send_lossless(conn, data):
                 self.rt.fault(conn, Overloaded("this connection fell behind the plane; rejoin"))
+
+
+def _nothing() -> None:
+    """Nobody waits for the commit of ops other nodes accepted."""

@@ -345,6 +345,10 @@ class Runtime:
                 if listener is not None:
                     listener(stream, epoch)
 
+    def send_now(self, conn: int, data: bytes) -> bool:
+        """Write ``data`` to ``conn``'s socket now if nothing is queued before it."""
+        return self.flusher.send_now(conn, data)
+
     def fault(self, conn: int, err: OctosyncError) -> None:
         """Reset one connection with ``err`` (serving it failed outside its own frames)."""
         self._fault(conn, err)

@@ -33,14 +33,21 @@ def compact_stream(journal: Journal, stream: str) -> int:
     records went (blocking: run it in a thread)."""
     through = journal.latest_seq()
     replica = PlaneReplica(max_entries=2**62)  # the journal held it: no limit applies here
+    position: int | None = None  # in a cluster: how far the op stream is merged (kept)
     for row in journal.scoped_rows(KIND_PLANE, stream, 1, through):
         record = decode_record(KIND_PLANE, row.body, seq=row.seq)
         assert isinstance(record, PlaneOps)
         replica.merge(record.ops)
+        if record.position is not None:
+            position = max(position or 0, record.position)
     state = replica.ops()
     if not state:
         return 0
-    encoded = [encode_record(PlaneOps(stream, chunk)) for chunk in _chunks(state)]
+    chunks = list(_chunks(state))
+    encoded = [
+        encode_record(PlaneOps(stream, chunk, position if i == len(chunks) - 1 else None))
+        for i, chunk in enumerate(chunks)
+    ]
     return journal.replace_scoped(KIND_PLANE, stream, through, encoded)
 
 

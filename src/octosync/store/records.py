@@ -59,15 +59,18 @@ class StreamDropped(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     stream: StreamId
 
 
-class PlaneOps(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class PlaneOps(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """CRDT plane ops the server accepted on the multi-writer stream ``stream`` (one writer's
-    frame). Plane merges are idempotent and commutative, so a restart merges every record of
-    the stream in any order; they are never trimmed (each is the only copy of its ops), only
-    compacted: a stream's records replaced by the entries they merge to
-    (``store.plane_compaction``)."""
+    frame, or a batch another node of the cluster accepted). Plane merges are idempotent and
+    commutative, so a restart merges every record of the stream in any order; they are never
+    trimmed (each is the only copy of its ops), only compacted: a stream's records replaced by
+    the entries they merge to (``store.plane_compaction``). ``position``: on another node's
+    batch, the cluster op stream's sequence it ends (``cluster/planes.py``), so a restarted
+    node replays the stream from after it (a compaction keeps the highest)."""
 
     stream: StreamId
     ops: tuple[CrdtOp, ...]
+    position: int | None = None
 
 
 ChainName = Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9_-]{1,64}$")]

@@ -304,10 +304,14 @@ def recover(hub: Restorable, journal: Journal, *, max_replay_diffs: int = 1024) 
 class PlaneRestorable(Protocol):
     def restore(self, name: str, ops: Iterable[CrdtOp]) -> None: ...
 
+    replica_position: int
+
 
 def restore_planes(journal: Journal, planes: PlaneRestorable) -> int:
     """Merge every journaled CRDT plane record into ``planes`` (blocking: run it in a thread);
-    returns how many records that was. Merges commute, so the order does not matter."""
+    returns how many records that was. Merges commute, so the order does not matter. The
+    highest cluster stream position journaled becomes ``planes.replica_position``: records
+    commit in the order they were queued, so every batch up to it is on disk."""
     count = 0
     latest = journal.latest_seq()
     for stream in journal.scopes(KIND_PLANE):
@@ -315,5 +319,7 @@ def restore_planes(journal: Journal, planes: PlaneRestorable) -> int:
             record = decode_record(KIND_PLANE, row.body, seq=row.seq)
             assert isinstance(record, PlaneOps)
             planes.restore(record.stream, record.ops)
+            if record.position is not None:
+                planes.replica_position = max(planes.replica_position, record.position)
             count += 1
     return count

@@ -1,4 +1,5 @@
-"""What octosync nodes say to each other over NATS: frames, heartbeats, snapshot requests.
+"""What octosync nodes say to each other over NATS: frames, heartbeats, snapshot requests,
+writes and WVP resync requests passed to a stream's owner.
 
 MsgPack, one tagged union, strict decoding. A stream frame carries the producer's lazily
 message already encoded (``wire.msgpack``) in ``body``: the owner encodes it once and
@@ -68,6 +69,24 @@ class Write(msgspec.Struct, frozen=True, tag="write"):
     body: bytes
 
 
+class Resync(msgspec.Struct, frozen=True, tag="resync"):
+    """A subscriber's WVP ``resync_request``, passed to the node whose producer owns the
+    stream under ``claim`` (the asking node sends at most one per stream per
+    ``resync_interval``); ``body`` is the request as a WVP packet."""
+
+    node: NodeId
+    stream: str
+    claim: Epoch
+    body: bytes
+
+
+def decode_resync(resync: Resync) -> wvp.ResyncRequest:
+    msg, _ts = wvp.decode(resync.body)
+    if not isinstance(msg, wvp.ResyncRequest):
+        raise DecodeError(f"{DIALECT}: a resync carries a WVP resync_request", path="$.body")
+    return msg
+
+
 class StreamLoad(msgspec.Struct, frozen=True):
     """One stream as a node sees it, for ``octosync cluster status``."""
 
@@ -89,7 +108,7 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
 
 WvpFrame = wvp.WarpSnapshot | wvp.WarpDiff
 
-ClusterMessage = ClusterFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write
+ClusterMessage = ClusterFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write | Resync
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[ClusterMessage] = msgspec.msgpack.Decoder(ClusterMessage)

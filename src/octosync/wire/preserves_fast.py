@@ -130,6 +130,57 @@ def _take(data: bytes, i: int) -> tuple[bytes, int]:
     return data[i:end], end
 
 
+_SYMBOLS: dict[bytes, Symbol] = {}
+_SYMBOLS_MAX = 4096
+"""Decoded symbols by their bytes: a face sees the same few labels in every packet. Bounded,
+so a peer that sends many distinct symbols only stops the caching."""
+
+
+def _symbol(raw: bytes) -> Symbol:
+    sym = _SYMBOLS.get(raw)
+    if sym is None:
+        sym = Symbol(raw.decode("utf-8"))
+        if len(_SYMBOLS) < _SYMBOLS_MAX:
+            _SYMBOLS[raw] = sym
+    return sym
+
+
+def _items(data: bytes, i: int, emb: Callable[[Any], Any]) -> tuple[list[Value], int]:
+    """A record's or sequence's values up to its end marker (``i`` after the marker). The
+    atoms a turn is made of (short symbols, integers and strings, doubles) are read here
+    rather than through a call each."""
+    items: list[Value] = []
+    append = items.append
+    n = len(data)
+    while True:
+        if i >= n:
+            raise _Short
+        tag = data[i]
+        if tag == 0x84:
+            return items, i + 1
+        if (tag == 0xB3 or tag == 0xB0 or tag == 0xB1) and i + 1 < n and data[i + 1] < 128:
+            end = i + 2 + data[i + 1]
+            if end > n:
+                raise _Short
+            raw = data[i + 2 : end]
+            if tag == 0xB3:
+                append(_symbol(raw))
+            elif tag == 0xB0:
+                append(int.from_bytes(raw, "big", signed=True))
+            else:
+                append(raw.decode("utf-8"))
+            i = end
+        elif tag == 0x87 and i + 1 < n and data[i + 1] == 8:
+            end = i + 10
+            if end > n:
+                raise _Short
+            append(_DOUBLE.unpack_from(data, i + 2)[0])
+            i = end
+        else:
+            v, i = _decode(data, i, emb)
+            append(v)
+
+
 def _decode(data: bytes, i: int, emb: Callable[[Any], Any]) -> tuple[Value, int]:
     try:
         tag = data[i]
@@ -137,26 +188,18 @@ def _decode(data: bytes, i: int, emb: Callable[[Any], Any]) -> tuple[Value, int]
         raise _Short from None
     i += 1
     if tag == 0xB4 or tag == 0xB5:
-        items: list[Value] = []
-        while True:
-            try:
-                if data[i] == 0x84:
-                    break
-            except IndexError:
-                raise _Short from None
-            v, i = _decode(data, i, emb)
-            items.append(v)
+        items, i = _items(data, i, emb)
         if tag == 0xB5:
-            return tuple(items), i + 1
+            return tuple(items), i
         if not items:
             raise PreservesDecodeError("Too few elements in encoded record")
-        return Record(items[0], items[1:]), i + 1
+        return Record(items[0], items[1:]), i
     if tag == 0xB0:
         raw, i = _take(data, i)
         return int.from_bytes(raw, "big", signed=True), i
     if tag == 0xB3:
         raw, i = _take(data, i)
-        return Symbol(raw.decode("utf-8")), i
+        return _symbol(raw), i
     if tag == 0xB1:
         raw, i = _take(data, i)
         return raw.decode("utf-8"), i
