@@ -316,7 +316,9 @@ def append_throughput(tmp: Path, durability: str, n: int, threads: int) -> tuple
     return group, single, commits
 
 
-def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[float], int]:
+def stream_lag(
+    tmp: Path, master: str, rate: int, seconds: float, *extra: str
+) -> tuple[list[float], int]:
     """``pipeline stream`` on a journal growing by ``rate`` ops/s for ``seconds``: for each
     tenth of a second's appends, the seconds from its commit until ``compaction.json`` covers
     it; and the ops appended. The stream is started and has finished a first batch before the
@@ -324,7 +326,7 @@ def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[
     from octosync.pipeline.jobs.stream import read_meta
     from octosync.store.synthetic import generate_records
 
-    data = tmp / "stream"
+    data = tmp / f"stream-{time.monotonic_ns()}"
     step = max(1, rate // 10)
     records = generate_records(int(rate * seconds) + step, seed=3)
     with Journal(data) as j:
@@ -332,7 +334,7 @@ def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[
     out = data / "compacted"
     argv = [sys.executable, "-m", "octosync.cli", "pipeline", "stream", "--journal", str(data)]
     proc = subprocess.Popen(
-        [*argv, "--master", master, "--interval", "0.5"],
+        [*argv, "--master", master, "--interval", "0.5", *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -348,6 +350,21 @@ def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[
         deadline = time.monotonic() + 300
         while covered() < step and time.monotonic() < deadline:
             time.sleep(0.1)
+        # A watcher polls the compaction while the appends go on: each time it moves, the
+        # moment is kept with the seq it reached (polling only after the appends would count
+        # the rest of the run as lag).
+        seen: list[tuple[int, float]] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                upto = covered()
+                if not seen or upto > seen[-1][0]:
+                    seen.append((upto, time.monotonic()))
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         commits: list[tuple[int, float]] = []
         with GroupCommitWriter(data, durability="normal") as writer:
             started = time.monotonic()
@@ -355,16 +372,16 @@ def stream_lag(tmp: Path, master: str, rate: int, seconds: float) -> tuple[list[
                 time.sleep(max(0.0, started + i * 0.1 - time.monotonic()))
                 seqs = writer.append(records[lo : lo + step])
                 commits.append((seqs[-1], time.monotonic()))
-        lags: list[float] = []
-        pending = list(commits)
         deadline = time.monotonic() + 300
-        while pending and time.monotonic() < deadline:
-            now, upto = time.monotonic(), covered()
-            while pending and pending[0][0] <= upto:
-                lags.append(now - pending.pop(0)[1])
+        while (not seen or seen[-1][0] < commits[-1][0]) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if pending:
-            sys.exit(f"the stream did not catch up: {len(pending)} appends never covered")
+        done.set()
+        watcher.join()
+        if not seen or seen[-1][0] < commits[-1][0]:
+            sys.exit("the stream did not catch up within 300 s")
+        lags = []
+        for seq, at in commits:  # the first moment the compaction covered it
+            lags.append(max(0.0, next(t for upto, t in seen if upto >= seq) - at))
         return lags, sum(step for _ in commits)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -222,7 +222,14 @@ def test_report_real_times_partial_minutes_sections_and_stream_traffic(
     ]
     page = (out / "index.html").read_text()
     headings = re.findall(r"<h2>(.*?)</h2>", page)
-    assert headings == ["CRDT ops", "Hottest keys", "Concurrent writes", "Stream frames"]
+    assert headings == [
+        "CRDT ops",
+        "Hottest keys",
+        "Concurrent writes",
+        "Stream frames",
+        "Chains",
+        "Dataspaces",
+    ]
     assert "1970" not in page
     assert "from 2026-03-04 10:00:20 UTC to 2026-03-04 10:04:05 UTC" in page
     assert "Partial buckets (each a minute;" in page

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -87,6 +88,45 @@ def test_a_batch_is_applied_once_whatever_reruns(spark: Any, tmp_path: Path) -> 
     assert json.loads((out / "compaction.json").read_text())["as_of_seq"] == 900
 
 
+class Collected:
+    """A micro-batch as ``apply_batch`` reads it: collected in one job."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:
+        return self.table
+
+
+def test_tables_a_batch_does_not_add_to_are_kept(tmp_path: Path) -> None:
+    records = generate_records(300, seed=5)
+    counts = pa.table(
+        {
+            "table": ["frames_by_stream", "dataspace_by_label"],
+            "minute_ms": [60_000, None],
+            "k1": ["a", "demo"],
+            "k2": [None, "Point"],
+            "k3": [None, "assert"],
+        },
+        schema=pa.schema(
+            [("table", pa.string()), ("minute_ms", pa.int64())]
+            + [(k, pa.string()) for k in ("k1", "k2", "k3")]
+        ),
+    )
+    first = pa.concat_tables([op_table(records[:100]), counts], promote_options="permissive")
+    out = tmp_path / "compacted"
+    assert stream.apply_batch(Collected(first), 0, journal=tmp_path, out=out)
+    kept = out / "aggregates" / "frames_by_stream.parquet"
+    assert stream.apply_batch(Collected(first.slice(101)), 1, journal=tmp_path, out=out)  # no ops
+    assert stream.apply_batch(
+        Collected(op_table(records[100:], first_seq=101)), 2, journal=tmp_path, out=out
+    )
+    assert_matches_the_fold(out, records)
+    assert pq.read_table(kept).to_pylist() == [{"minute_ms": 60_000, "stream": "a", "events": 1}]
+    labels = pq.read_table(out / "aggregates" / "dataspace_by_label.parquet").to_pylist()
+    assert labels == [{"dataspace": "demo", "label": "Point", "action": "assert", "events": 2}]
+
+
 def start_stream(data: Path, *extra: str) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "octosync.cli", "pipeline", "stream", "--journal", str(data)]
     argv += ["--master", "local[1]", "--interval", "0.2", "--max-records-per-batch", "400"]
@@ -139,6 +179,10 @@ def test_kill_9_of_the_driver_mid_run_then_a_restart_counts_every_op_once(
         os.killpg(restarted.pid, signal.SIGTERM)
         restarted.wait(60)
     assert_matches_the_fold(out, records)
+    with Journal(data) as j:  # the frame is counted once too
+        framed = Counter((minute_ms(e.recorded_ms), "a") for e in j.frames("a"))
+    counted = pq.read_table(out / "aggregates" / "frames_by_stream.parquet").to_pylist()
+    assert {(r["minute_ms"], r["stream"]): r["events"] for r in counted} == framed
 
 
 def test_kill_9_of_the_connect_server_mid_run_then_a_restart_counts_every_op_once(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -66,3 +67,28 @@ def test_bad_records_are_typed_errors_in_the_devices_json() -> None:
     assert (body["Type"], body["Code"]) == ("Error", "DecodeError")
     assert sent == []
     assert msgspec.json.decode(frame[2:])["Message"] == caught.value.message
+
+
+def test_with_a_journal_nothing_reaches_the_head_before_its_events_are_recorded() -> None:
+    sent: list[bytes] = []
+    recorded: list[tuple[list[DeviceEvent], Any]] = []
+    rt = Runtime(ServerConfig(insecure_dev=True))
+    s = ChainSession(
+        rt, ANONYMOUS_DEV, sent.append, lambda: None, lambda e, then: recorded.append((e, then))
+    )
+    held = (
+        b'{"Type": "BootstrapChainRequest", "NextDeviceSequencer": 3, "Events": {'
+        b'"2": {"Type": "DeviceEvent", "DeviceSequencer": 2, "Name": "b", "Payload": "{}"},'
+        b'"1": {"Type": "DeviceEvent", "DeviceSequencer": 1, "Name": "a", "Payload": "{}"}}}'
+    )
+    s.handle(s.decode(held))
+    s.handle(s.decode(EVENT))
+    assert sent == []  # both wait for their commit
+    assert [[(e.device_sequencer, e.name) for e in events] for events, _ in recorded] == [
+        [(1, "a"), (2, "b")],  # a bootstrap's held events, in sequencer order
+        [(1, "move")],
+    ]
+    for _, then in recorded:
+        then()
+    relayed = [asyncio.run(read(f)) for f in sent]
+    assert [type(f.message) for f in relayed] == [BootstrapChainRequest, DeviceEvent]

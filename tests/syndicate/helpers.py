@@ -151,8 +151,8 @@ def pump(relay: Relay, net: dict[int, WirePeer]) -> None:
 class Net:
     """A relay and its peers."""
 
-    def __init__(self, secret: bytes = SECRET) -> None:
-        self.relay = Relay(secret)
+    def __init__(self, secret: bytes = SECRET, *, record: bool = False) -> None:
+        self.relay = Relay(secret, record=record)
         self.peers: dict[int, WirePeer] = {}
         self._ids = 0
 

@@ -284,3 +284,37 @@ def test_refs_sent_only_in_messages_do_not_grow_the_oid_table() -> None:
         a.message(a.dataspace_oid(), rec("Call", Embedded(Mine(oid))))
     assert len(b.messages[6]) == 10
     assert len(table) == size
+
+
+def test_activity_notes_what_each_dataspace_took_and_who_caused_it() -> None:
+    net = Net(record=True)
+    alice, bob = net.peer(), net.peer()
+    assert net.relay.take_activity() == []  # resolving at the gatekeeper is not activity
+    ds_a, ds_b = alice.dataspace_oid(), bob.dataspace_oid()
+    h = alice.publish(ds_a, rec("Point", 1, 2))
+    alice.publish(ds_a, "bare")
+    bob.message(ds_b, rec("Ping", 3))
+    alice.retract(ds_a, h)
+    notes = net.relay.take_activity()
+    assert [(n.dataspace, n.action, n.label, n.conn) for n in notes] == [
+        ("demo", "assert", "Point", alice.id),
+        ("demo", "assert", "", alice.id),
+        ("demo", "message", "Ping", bob.id),
+        ("demo", "retract", "Point", alice.id),
+    ]
+    assert notes[0].handle == notes[3].handle != notes[1].handle
+    assert notes[2].handle == 0
+    assert notes[3].value is None
+    alice.close()  # the close retracts what is left, naming the connection that closed
+    assert [(n.action, n.label, n.handle, n.conn) for n in net.relay.take_activity()] == [
+        ("retract", "", notes[1].handle, alice.id)
+    ]
+    assert net.relay.take_activity() == []
+
+
+def test_without_recording_nothing_is_kept() -> None:
+    net = Net()
+    alice = net.peer()
+    alice.publish(alice.dataspace_oid(), rec("Point", 1, 2))
+    assert net.relay.activity is None
+    assert net.relay.take_activity() == []

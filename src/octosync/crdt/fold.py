@@ -322,6 +322,10 @@ class MapStore:
     def snapshot_rows(self) -> list[SnapshotRow]:
         return list(self.rows())
 
+    def rows_for(self, map_name: str, key: str) -> Iterator[SnapshotRow]:
+        """The snapshot rows of one key (none for a key never written)."""
+        return self._rows_for((map_name, key))
+
     def _rows_for(self, slot: tuple[str, str]) -> Iterator[SnapshotRow]:
         m, k = slot
         win = self._lww.get(slot)

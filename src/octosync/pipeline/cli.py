@@ -172,8 +172,11 @@ def _stream(args: argparse.Namespace) -> int:
         once=args.once,
         max_records=args.max_records_per_batch,
         progress=stderr_progress("stream"),
+        **({} if args.driver_fold is None else {"driver_fold": args.driver_fold}),
     )
     try:
+        if args.once:
+            stream.wait_until_done(query)
         query.awaitTermination()
         failure = query.exception()
     except KeyboardInterrupt:
@@ -323,7 +326,15 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="at most N journal seqs per batch (default: all there are)",
+        help="at most N journal seqs per batch (200,000)",
+    )
+    s.add_argument(
+        "--driver-fold",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fold a batch on the driver when the records it joins plus its ops are at most N "
+        "(1,000,000); larger ones, and every one with 0, by Spark's compaction",
     )
 
     _register_cluster(psub)

@@ -81,3 +81,11 @@ def read_ops(spark: Any, export_dir: Path) -> Any:
 def read_frames(spark: Any, export_dir: Path) -> Any:
     """Stream frames (``FRAMES_SCHEMA``) from an export; empty when it has none."""
     return _read(spark, Path(export_dir) / FRAMES_DIR, FRAMES_SCHEMA)
+
+
+def read_dataset(spark: Any, export_dir: Path, name: str) -> Any:
+    """One of the export's activity datasets (``chain_events``, ``chain_states``,
+    ``dataspace``: ``store.datasets``) from an export; empty when it has none."""
+    from octosync.store.datasets import BY_NAME
+
+    return _read(spark, Path(export_dir) / name, BY_NAME[name].schema)

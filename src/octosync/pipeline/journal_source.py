@@ -15,11 +15,12 @@ last one a checkpoint records up to the latest committed one (at most ``maxRecor
 seqs when given). Seqs are assigned in commit order and never reused, so the records in
 ``(start, end]`` are the same whenever they are read, which is what makes a restart from a
 checkpoint read each record exactly once; a range the journal's trim already removed is an
-error, not a silent gap. Rows come in the export's schemas (``OPS_SCHEMA``,
-``FRAMES_SCHEMA``), so every job reads this source and the Parquet export alike.
+error, not a silent gap. Rows come in the export's schemas (``store.datasets``), so every job
+reads this source and the Parquet export alike.
 
-Options: ``kind`` (``ops`` or ``frames``), ``partitionSeqs``, ``startSeq`` and ``endSeq``
-(a batch read of part of the journal; a stream's first seq), ``maxRecordsPerBatch``.
+Options: ``kind`` (``ops``, ``frames``, ``chain_events``, ``chain_states`` or ``dataspace``),
+``partitionSeqs``, ``startSeq`` and ``endSeq`` (a batch read of part of the journal; a stream's
+first and last seq), ``maxRecordsPerBatch``.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ from pyspark.sql.datasource import (
 )
 
 from octosync.errors import PipelineError
+from octosync.store.datasets import DATASETS
 
 NAME: Final = "octosync-journal"
-KINDS: Final = ("ops", "frames")
+KINDS: Final = tuple(d.name for d in DATASETS)
+"""Every dataset of ``store.datasets``."""
 PARTITION_SEQS: Final = 250_000
 """Seqs per Spark task: large enough that a task's start-up is small beside its work."""
 STREAM_TASKS: Final = 2
@@ -72,39 +75,33 @@ def seq_ranges(data: str, kind: str, first: int, last: int, size: int) -> list[S
 
 
 def _arrow_schema(kind: str) -> Any:
-    from octosync.store.export import FRAMES_SCHEMA
-    from octosync.store.op_table import OPS_SCHEMA
+    from octosync.store.datasets import BY_NAME
 
-    return OPS_SCHEMA if kind == "ops" else FRAMES_SCHEMA
+    return BY_NAME[kind].schema
 
 
 def read_range(part: SeqRange) -> Iterator[Any]:
     """The records of ``part`` as Arrow record batches (what a Spark task yields)."""
-    import pyarrow as pa
-
-    from octosync.crdt.op import OpRecord
-    from octosync.store.export import frame_row
+    from octosync.store.datasets import BY_NAME, record_batch
     from octosync.store.journal import Journal
-    from octosync.store.op_table import op_row
-    from octosync.store.records import KIND_FRAME, KIND_OP, StreamFrame, decode_record
 
-    schema = _arrow_schema(part.kind)
-    kind = KIND_OP if part.kind == "ops" else KIND_FRAME
+    dataset = BY_NAME[part.kind]
     with Journal(Path(part.data), readonly=True) as journal:
         start = part.lo
         while start <= part.hi:
-            rows = journal.raw_rows(start, part.hi, limit=READ_CHUNK, kind=kind)
+            rows = journal.raw_rows(start, part.hi, limit=READ_CHUNK, kind=dataset.kind)
             if not rows:
                 return
-            out = []
-            for row in rows:
-                rec = decode_record(row.kind, row.body, seq=row.seq)
-                if isinstance(rec, OpRecord):
-                    out.append(op_row(rec, row.seq, row.recorded_ms))
-                elif isinstance(rec, StreamFrame):
-                    out.append(frame_row(row, rec))
-            yield pa.RecordBatch.from_pylist(out, schema=schema)
+            yield record_batch(dataset, rows)
             start = rows[-1].seq + 1
+
+
+def read_partition(partition: InputPartition) -> Iterator[Any]:
+    """A planned range; nothing for the one empty partition Spark plans when ``partitions``
+    returned none (a journal without records of the kind)."""
+    if not isinstance(partition, SeqRange):
+        return iter(())
+    return read_range(partition)
 
 
 class _Options:
@@ -140,6 +137,15 @@ class _Options:
         with Journal(Path(self.data), readonly=True) as journal:
             return journal.trimmed_before(), journal.latest_seq()
 
+    def ever_held(self) -> bool:
+        """Whether the journal ever had a record of this kind (its side table of scopes: no
+        scan); a read of a kind it never had plans no task."""
+        from octosync.store.datasets import BY_NAME
+        from octosync.store.journal import Journal
+
+        with Journal(Path(self.data), readonly=True) as journal:
+            return bool(journal.scopes(BY_NAME[self.kind].kind))
+
 
 class JournalSource(DataSource):
     @classmethod
@@ -164,14 +170,15 @@ class JournalReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
+        if not o.ever_held():
+            return []
         first, last = o.bounds()
         return seq_ranges(
             o.data, o.kind, max(first, o.start_seq), min(last, o.end_seq), o.partition_seqs
         )
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, SeqRange)
-        return read_range(partition)
+        return read_partition(partition)
 
 
 class JournalStreamReader(DataSourceStreamReader):
@@ -187,7 +194,8 @@ class JournalStreamReader(DataSourceStreamReader):
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
         _, last = self.options.bounds()
-        if isinstance(limit, ReadMaxRows):  # else all that is there (a once trigger)
+        last = min(last, self.options.end_seq)  # a stream run up to a seq, then stopped
+        if isinstance(limit, ReadMaxRows):  # else all that is there
             last = min(last, int(start["seq"]) + int(limit.max_rows))
         return {"seq": max(last, int(start["seq"]))}
 
@@ -204,7 +212,7 @@ class JournalStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         o = self.options
         first, last = int(start["seq"]) + 1, int(end["seq"])
-        if first > last:
+        if first > last or not o.ever_held():
             return []
         trimmed_before, _ = o.bounds()
         if first < trimmed_before:
@@ -217,8 +225,7 @@ class JournalStreamReader(DataSourceStreamReader):
         return seq_ranges(o.data, o.kind, first, last, max(1, size))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, SeqRange)
-        return read_range(partition)
+        return read_partition(partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the journal keeps its records until a trim."""

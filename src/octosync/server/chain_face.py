@@ -17,6 +17,14 @@ restart): the browser reconnects and bootstraps with the new head, as the protoc
 The WebSocket itself is served by the shared loop of ``server.connection`` (session:
 ``server.chain_session``), so limits, budgets, token expiry and the shutdown drain apply.
 
+With a journal (``serve`` without ``--no-journal``) the face journals what it relays, for the
+pipeline: each device event before it goes to the head (``ChainEventSeen``; the record reaches
+the head only after the commit, so no event the chain took through this face is missing from
+the journal), and each state change the head sends its devices, once per sequencer
+(``ChainStateSeen``; not waited for, like the hub's fan-out). Events of devices that reach the
+head directly over TCP are the chain's own business and appear only through the state changes
+that consume them.
+
 Wiring: ``add_routes(app, config_url, auth)`` adds the route to any aiohttp application;
 ``octosync serve --chain-config nats://HOST:PORT`` mounts it on the server (``server/faces.py``).
 """
@@ -26,17 +34,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import Callable
 
+import msgspec
 from aiohttp import web
 
-from octosync.chain.records import HeadToDevice
-from octosync.errors import OctosyncError, Unauthorized
+from octosync.chain.records import DeviceEvent, HeadToDevice, StateUpdate
+from octosync.errors import OctosyncError, StorageError, Unauthorized
 from octosync.links import frames
 from octosync.links.config_store import ConfigStore
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate, bearer_token
 from octosync.server.chain_session import ChainSession
 from octosync.server.connection import serve_ws
 from octosync.server.runtime import Runtime
+from octosync.store.records import ChainEventSeen, ChainStateSeen, encode_record
 from octosync.wire import chain_link
 from octosync.wire.chain import ChainCodec
 from octosync.wire.websocket import ws_frame
@@ -54,6 +65,8 @@ class ChainFace:
         self.config_url = config_url
         self.auth = auth
         self._stores: dict[str, ConfigStore] = {}
+        self.states_journaled: dict[str, int] = {}
+        """Per chain, the highest state sequencer journaled (every device gets each one)."""
 
     async def _configs(self, chain: str) -> ConfigStore:
         store = self._stores.get(chain)
@@ -98,19 +111,68 @@ class ChainFace:
         opened: list[bool] = []
 
         def open_session(rt: Runtime, conn: int, identity: ClaimGrants) -> ChainSession:
-            relay = asyncio.get_running_loop().create_task(_to_device(reader, rt, conn))
+            relay = asyncio.get_running_loop().create_task(
+                _to_device(reader, rt, conn, self.journal_state(rt, chain))
+            )
 
             def closed() -> None:
                 relay.cancel()
                 writer.close()
 
             opened.append(True)
-            return ChainSession(rt, identity, writer.write, closed)
+            record = None if rt.writer is None else self.journal_events(rt, chain, device, conn)
+            return ChainSession(rt, identity, writer.write, closed, record)
 
         response = await serve_ws(request, open_session)
         if not opened:  # refused before the upgrade (shutting down)
             writer.close()
         return response
+
+    def journal_events(
+        self, rt: Runtime, chain: str, device: str, conn: int
+    ) -> Callable[[list[DeviceEvent], Callable[[], None]], None]:
+        """Journal a device's events, then relay (``ChainSession``'s ``record``); a journal
+        that cannot take them refuses the record (the device sends it again)."""
+        writer = rt.writer
+        assert writer is not None
+        who = f"{rt.run}.{conn}"
+
+        def record(events: list[DeviceEvent], then: Callable[[], None]) -> None:
+            writer.check_writable()
+            if not writer.has_room():
+                raise StorageError("the journal writer is behind: its queue is full")
+            encoded = [
+                encode_record(
+                    ChainEventSeen(chain, device, e.device_sequencer, e.name, e.payload, who)
+                )
+                for e in events
+            ]
+            rt.after_commit(conn, encoded, then)  # an empty list still keeps the order
+
+        return record
+
+    def journal_state(self, rt: Runtime, chain: str) -> Callable[[StateUpdate], None]:
+        """Journal each state change of ``chain`` once, as the first device's copy arrives
+        (none without a journal; skipped, and tried with the next copy, when it is full)."""
+
+        def record(update: StateUpdate) -> None:
+            writer = rt.writer
+            if writer is None or update.sequencer <= self.states_journaled.get(chain, 0):
+                return
+            seen = ChainStateSeen(
+                chain,
+                update.sequencer,
+                update.replace,
+                msgspec.json.encode(update.change).decode(),
+                {d: tuple(s) for d, s in update.consumed.items()},
+            )
+            try:
+                writer.submit_encoded([encode_record(seen)], block=False)
+            except OctosyncError:
+                return
+            self.states_journaled[chain] = update.sequencer
+
+        return record
 
     async def _connect_head(
         self, chain: str
@@ -125,12 +187,19 @@ class ChainFace:
         return None
 
 
-async def _to_device(reader: asyncio.StreamReader, rt: Runtime, conn: int) -> None:
+async def _to_device(
+    reader: asyncio.StreamReader,
+    rt: Runtime,
+    conn: int,
+    journal_state: Callable[[StateUpdate], None],
+) -> None:
     """The head's records for this device, written to it; a lost head closes it with 1012."""
     try:
         while True:
             frame = await frames.read_frame(reader)
             if isinstance(frame, chain_link.ForDevice):
+                if isinstance(frame.message, StateUpdate):
+                    journal_state(frame.message)
                 rt.deliver(conn, ws_frame(TO_DEVICE.encode(frame.message), text=True))
             elif isinstance(frame, chain_link.Refused):
                 break

@@ -8,7 +8,9 @@ gatekeeper at OID 0 resolves a sturdy ref to a dataspace the credentials grant
 The relay (``syndicate.relay``) decides everything; this class moves its packets: to this
 connection through ``outgoing``, to other connections through ``DataspacePort.deliver`` (a peer that
 cannot keep up is dropped, and its assertions retracted, never waited for). Any error ends the
-connection after an ``Error`` packet, as Syndicate's relays do.
+connection after an ``Error`` packet, as Syndicate's relays do. With a journal, what each turn
+(and each close) does to the dataspaces is journaled after it (``store.dataspace_hook``); a turn
+is refused while the journal could not take it.
 """
 
 from __future__ import annotations
@@ -94,7 +96,9 @@ class DataspaceSession:
         if self.identity is None:  # TCP: no upgrade carried credentials
             self.identity = self.rt.authenticate(None)
         self.life.move("turn")
+        self.rt.check_activity_room()
         self.relay.receive(self.conn, message)
+        self.rt.record_activity()
         if self.life.state is State.AWAIT_RESOLVE and self.relay.is_resolved(self.conn):
             self.life.move("resolved")
         self._flush()
@@ -109,6 +113,7 @@ class DataspaceSession:
         if self.life.allows("close"):
             self.life.move("close")
         self.relay.disconnect(self.conn)
+        self.rt.record_activity()
         self.rt.relay_framing.pop(self.conn, None)
         self._flush()
 

@@ -128,6 +128,14 @@ class DataspacePort(Credentials, Delivery, Protocol):
     @property
     def relay_framing(self) -> MutableMapping[int, Callable[[bytes], bytes]]: ...
 
+    def check_activity_room(self) -> None:
+        """Raise when the journal could not record a turn's activity now."""
+        ...
+
+    def record_activity(self) -> None:
+        """Journal what the dataspaces took since the last call."""
+        ...
+
 
 class JournalGate(Protocol):
     """What a write asks the journal before it is applied (``store.journal``)."""

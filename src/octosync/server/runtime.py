@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, cast
 
 from octosync.cluster.core import ClusterCore
-from octosync.errors import InternalError, OctosyncError
+from octosync.errors import InternalError, OctosyncError, StorageError
 from octosync.hub import Hub, HubConfig, OutboxLimits
 from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.policy import CLOSE_GOING_AWAY
@@ -34,6 +34,7 @@ from octosync.server.shared_blobs import ServerBlobs
 from octosync.server.topgun_face import TopGunFace
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
+from octosync.store.dataspace_hook import dataspace_records
 from octosync.store.hub_hook import Prepared
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
@@ -98,6 +99,8 @@ class Runtime:
         self.ticks = tuple(ticks)
         self.writer = writer
         """The journal's writer (TopGun ops are journaled through it); None: no journal."""
+        self.run = f"{time.time_ns() // 1_000_000:x}"
+        """Names this server run in journaled connection names (``<run>.<connection>``)."""
         self.limits = config.limits()
         self.hub = Hub(
             HubConfig(
@@ -185,8 +188,30 @@ class Runtime:
             secret = self.config.dataspace_secret
             if secret is None:
                 secret = load_or_create_secret(self.config.data_dir)
-            self._relay = Relay(secret)
+            self._relay = Relay(secret, record=self.writer is not None)
         return self._relay
+
+    def check_activity_room(self) -> None:
+        """Before a dataspace turn: refuse it while the journal could not record what it does
+        (``JournalUnavailable``, or ``StorageError`` when the writer's queue is full)."""
+        writer = self.writer
+        if writer is not None:
+            writer.check_writable()
+            if not writer.has_room():
+                raise StorageError("the journal writer is behind: its queue is full")
+
+    def record_activity(self) -> None:
+        """Queue what the dataspaces took since the last call to the journal (not waited for);
+        a close's retractions cannot be refused, so a full queue loses those notes only."""
+        relay, writer = self._relay, self.writer
+        if relay is None or writer is None:
+            return
+        taken = relay.take_activity()
+        if taken:
+            try:
+                writer.submit_encoded(dataspace_records(taken, self.run), block=False)
+            except OctosyncError as exc:
+                log.warning("dataspace activity not journaled: %s", exc)
 
     def started_relay(self) -> Relay | None:
         """The dataspace relay if the face has been used (the inspector lists it); never

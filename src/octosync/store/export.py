@@ -4,6 +4,7 @@ Layout under ``DIR``::
 
     ops/hour=2026-01-01T00/part-00000000000000000001.parquet
     frames/hour=2026-01-01T00/part-00000000000000000001.parquet
+    chain_events/ chain_states/ dataspace/   (the same layout; ``store.datasets``)
     _watermark.json                      {"seq": <last exported seq>}
 
 Records are read in chunks of seqs after the watermark; each chunk is written as one file per
@@ -23,38 +24,32 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from octosync.crdt.op import OpRecord
 from octosync.errors import StorageError
+from octosync.store.datasets import (
+    BY_KIND,
+    CHAIN_EVENTS_SCHEMA,
+    CHAIN_STATES_SCHEMA,
+    DATASPACE_SCHEMA,
+    FRAMES_SCHEMA,
+    Dataset,
+    frame_row,
+    record_batch,
+)
 from octosync.store.journal import Journal, RawRow
-from octosync.store.op_table import OPS_SCHEMA, op_row
-from octosync.store.records import StreamFrame, decode_record
+from octosync.store.op_table import OPS_SCHEMA
 
 WATERMARK_FILE: Final = "_watermark.json"
 OPS_DIR: Final = "ops"
 FRAMES_DIR: Final = "frames"
-
-FRAMES_SCHEMA: Final = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("stream", pa.string()),
-        ("base_epoch", pa.int64()),
-        ("epoch", pa.int64()),
-        ("snapshot", pa.bool_()),
-        ("payload", pa.binary()),
-        ("codec", pa.string()),
-        ("state_hash", pa.binary()),
-        ("recorded_ms", pa.int64()),
-        ("producer", pa.string()),
-    ]
-)
-"""``recorded_ms`` is the server's wall clock when the frame was journalled (UTC
-milliseconds since the epoch); ``producer`` is null for records that name none."""
+CHAIN_EVENTS_DIR: Final = "chain_events"
+CHAIN_STATES_DIR: Final = "chain_states"
+DATASPACE_DIR: Final = "dataspace"
 
 
 class ExportResult(msgspec.Struct, frozen=True):
@@ -107,35 +102,16 @@ def _hour(recorded_ms: int) -> str:
     return datetime.fromtimestamp(recorded_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H")
 
 
-def frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
-    """One ``FRAMES_SCHEMA`` row."""
-    return {
-        "seq": row.seq,
-        "stream": rec.stream,
-        "base_epoch": rec.base_epoch,
-        "epoch": rec.epoch,
-        "snapshot": rec.snapshot,
-        "payload": rec.payload,
-        "codec": rec.codec,
-        "state_hash": rec.state_hash,
-        "recorded_ms": row.recorded_ms,
-        "producer": rec.producer,
-    }
-
-
 def _write_chunk(rows: list[RawRow], out_dir: Path) -> int:
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[Dataset, str], list[RawRow]] = defaultdict(list)
     for row in rows:
-        rec = decode_record(row.kind, row.body, seq=row.seq)
-        if isinstance(rec, OpRecord):
-            groups[(OPS_DIR, _hour(row.recorded_ms))].append(op_row(rec, row.seq, row.recorded_ms))
-        elif isinstance(rec, StreamFrame):
-            groups[(FRAMES_DIR, _hour(row.recorded_ms))].append(frame_row(row, rec))
+        dataset = BY_KIND.get(row.kind)
+        if dataset is not None:
+            groups[(dataset, _hour(row.recorded_ms))].append(row)
     name = f"part-{rows[0].seq:020d}.parquet"
-    for (kind_dir, hour), items in sorted(groups.items()):
-        schema = OPS_SCHEMA if kind_dir == OPS_DIR else FRAMES_SCHEMA
-        table = pa.Table.from_pylist(items, schema=schema)
-        target = out_dir / kind_dir / f"hour={hour}" / name
+    for (dataset, hour), items in sorted(groups.items(), key=lambda g: (g[0][0].name, g[0][1])):
+        table = pa.Table.from_batches([record_batch(dataset, items)], schema=dataset.schema)
+        target = out_dir / dataset.name / f"hour={hour}" / name
         write_atomically(target, partial(pq.write_table, table))
     return len(groups)
 
@@ -168,6 +144,9 @@ def export(
 
 
 __all__ = [
+    "CHAIN_EVENTS_SCHEMA",
+    "CHAIN_STATES_SCHEMA",
+    "DATASPACE_SCHEMA",
     "FRAMES_SCHEMA",
     "OPS_SCHEMA",
     "ExportResult",

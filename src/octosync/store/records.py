@@ -1,8 +1,10 @@
 """What the journal holds: one tagged record kind per row, encoded once as MsgPack.
 
-Every row has a ``kind`` and a ``scope`` (the map name for ops, the stream id for frames), so
-reads by map or by stream use one index whatever the kind. A later kind (device events, state
-changes) is a new Struct plus one entry in ``_KINDS``; the table does not change.
+Every row has a ``kind`` and a ``scope`` (the map name for ops, the stream id for frames, the
+chain or dataspace name for their activity), so reads by map or by stream use one index
+whatever the kind. A later kind is a new Struct plus one entry in ``_KINDS``; the table does
+not change. Chain and dataspace records are what those faces saw, for the pipeline: recovery
+never reads them, and a trim removes them once exported.
 """
 
 from __future__ import annotations
@@ -71,18 +73,85 @@ class PlaneOps(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     position: int | None = None
 
 
-Record = OpRecord | StreamFrame | StreamDropped | PlaneOps
+ChainName = Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9_-]{1,64}$")]
+Connection = Annotated[str, msgspec.Meta(max_length=64)]
+Sequencer = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
+class ChainEventSeen(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A device event the chain face relayed to ``chain``'s head (journaled before it is
+    relayed). A device re-sends the events it holds when it bootstraps again, so one
+    ``(chain, device, device_sequencer)`` may be journaled more than once: its first record
+    is when the server first saw it."""
+
+    chain: ChainName
+    device: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    device_sequencer: Sequencer
+    name: Annotated[str, msgspec.Meta(max_length=256)]
+    payload: str
+    connection: Connection | None = None
+
+
+class ChainStateSeen(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A state change of ``chain`` as its head sent it to the face's devices (journaled once
+    per sequencer by a server run): the merge patch (or replacement) as JSON text, and per
+    device the device sequencers it consumed."""
+
+    chain: ChainName
+    sequencer: Sequencer
+    replace: bool
+    change: str
+    consumed: dict[str, tuple[Sequencer, ...]] = {}
+
+
+DataspaceAction = Literal["assert", "retract", "message"]
+"""As ``syndicate.relay.Action``."""
+
+
+class DataspaceEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An assertion, retraction or message a dataspace took (after caveats). ``handle`` is
+    the server's handle of the assertion (0 for a message), so a retraction pairs with its
+    assertion; ``label`` is the record's label (empty for a value that is not a record);
+    ``value`` is the Preserves text of what was asserted or sent (empty for a retraction;
+    entity references read ``#:ref``); ``peer`` is the connection that caused it, as
+    ``<server run>.<connection>`` (a connection's retractions when it closes name it too)."""
+
+    dataspace: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_STREAM_NAME)]
+    action: DataspaceAction
+    handle: Annotated[int, msgspec.Meta(ge=0)]
+    label: str
+    value: str
+    peer: Connection | None = None
+
+
+Record = (
+    OpRecord
+    | StreamFrame
+    | StreamDropped
+    | PlaneOps
+    | ChainEventSeen
+    | ChainStateSeen
+    | DataspaceEvent
+)
 
 KIND_OP: Final = "op"
 KIND_FRAME: Final = "frame"
 KIND_DROP: Final = "drop"
 KIND_PLANE: Final = "plane"
-_KINDS: dict[str, type[OpRecord] | type[StreamFrame] | type[StreamDropped] | type[PlaneOps]] = {
-    KIND_OP: OpRecord,
-    KIND_FRAME: StreamFrame,
-    KIND_DROP: StreamDropped,
-    KIND_PLANE: PlaneOps,
+KIND_CHAIN_EVENT: Final = "chain_event"
+KIND_CHAIN_STATE: Final = "chain_state"
+KIND_DATASPACE: Final = "dataspace"
+_SCOPES: dict[type[Record], tuple[str, str]] = {
+    OpRecord: (KIND_OP, "map"),
+    StreamFrame: (KIND_FRAME, "stream"),
+    StreamDropped: (KIND_DROP, "stream"),
+    PlaneOps: (KIND_PLANE, "stream"),
+    ChainEventSeen: (KIND_CHAIN_EVENT, "chain"),
+    ChainStateSeen: (KIND_CHAIN_STATE, "chain"),
+    DataspaceEvent: (KIND_DATASPACE, "dataspace"),
 }
+"""Each record type's kind and the field that is its scope."""
+_KINDS: dict[str, type[Record]] = {kind: cls for cls, (kind, _) in _SCOPES.items()}
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS = {kind: msgspec.msgpack.Decoder(cls) for kind, cls in _KINDS.items()}
 
@@ -120,14 +189,10 @@ def _path_of(exc: msgspec.ValidationError) -> str | None:
 
 def encode_record(record: Record) -> EncodedRecord:
     """Validate and encode; raises :class:`InvalidRecord` naming the field, appends nothing."""
-    if isinstance(record, OpRecord):
-        return EncodedRecord(KIND_OP, record.map, _encode_checked(record))
-    if isinstance(record, StreamFrame):
-        return EncodedRecord(KIND_FRAME, record.stream, _encode_checked(record))
-    if isinstance(record, StreamDropped):
-        return EncodedRecord(KIND_DROP, record.stream, _encode_checked(record))
-    if isinstance(record, PlaneOps):
-        return EncodedRecord(KIND_PLANE, record.stream, _encode_checked(record))
+    scope = _SCOPES.get(type(record))
+    if scope is not None:
+        kind, field = scope
+        return EncodedRecord(kind, getattr(record, field), _encode_checked(record))
     raise InvalidRecord(f"cannot journal a {type(record).__name__}", path="$")
 
 

@@ -13,12 +13,16 @@ proxies for objects the peers exported (``RemoteEntity``: events for them are qu
 events on their connection). Everything asserted through a ref passes its caveats first.
 Observers get Syndicate's semantics: each distinct capture vector is asserted to the observer
 once (as a sequence) and retracted when it stops matching; messages are sent once per match.
+
+``Relay(secret, record=True)`` also notes what each dataspace took (``activity``: assertions,
+retractions and messages that passed the caveats, with the connection that caused them), for
+the server to journal and the pipeline to count; ``take_activity`` drains it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import preserves
 
@@ -142,6 +146,32 @@ def forget_transient(pins: list[WireSymbol]) -> None:
             ws.membrane.forget(ws)
 
 
+Action = Literal["assert", "retract", "message"]
+
+
+class Activity(NamedTuple):
+    """One thing a dataspace took: ``action`` is ``assert``, ``retract`` or ``message``;
+    ``handle`` the server's handle of the assertion (0 for a message); ``value`` what was
+    asserted or sent (None for a retraction); ``label`` the record label's text (the
+    retracted assertion's for a retraction, empty for a value that is not a record);
+    ``conn`` the connection whose turn (or close) caused it."""
+
+    dataspace: str
+    action: Action
+    handle: int
+    label: str
+    value: Value
+    conn: int | None
+
+
+def label_of(value: Value) -> str:
+    """The text of a record's label (a symbol's name); empty for any other value."""
+    if type(value) is not Record:
+        return ""
+    label = value.label
+    return label.name if type(label) is Symbol else str(label)
+
+
 class _Observer:
     __slots__ = ("handles", "ref")
 
@@ -158,11 +188,16 @@ class DataspaceEntity(Entity):
         self.space = Dataspace()
         self.handles: dict[int, int] = {}
         self.observers: dict[int, _Observer] = {}
+        self.labels: dict[int, str] = {}
+        """Each live assertion's label, while the relay records activity."""
 
     def __repr__(self) -> str:
         return f"DataspaceEntity({self.name!r})"
 
     def on_assert(self, relay: Relay, value: Value, handle: int) -> None:
+        if relay.activity is not None:
+            label = self.labels[handle] = label_of(value)
+            relay.note(Activity(self.name, "assert", handle, label, value, None))
         parts = observe_parts(value)
         if parts is None:
             self.handles[handle] = self.space.assert_(value)
@@ -187,6 +222,9 @@ class DataspaceEntity(Entity):
         )
 
     def on_retract(self, relay: Relay, handle: int) -> None:
+        if relay.activity is not None:
+            label = self.labels.pop(handle, "")
+            relay.note(Activity(self.name, "retract", handle, label, None, None))
         self.space.retract(self.handles.pop(handle))
         observer = self.observers.pop(handle, None)
         if observer is not None:  # a removed observer's matches are retracted from it
@@ -195,6 +233,8 @@ class DataspaceEntity(Entity):
             observer.handles.clear()
 
     def on_message(self, relay: Relay, value: Value) -> None:
+        if relay.activity is not None:
+            relay.note(Activity(self.name, "message", 0, label_of(value), value, None))
         self.space.send(value)
 
 
@@ -313,7 +353,7 @@ class RelayConnection:
 class Relay:
     """Every dataspace and connection of one server (see the module docstring)."""
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, *, record: bool = False) -> None:
         self.gatekeeper = Gatekeeper(secret)
         self.dataspaces: dict[str, DataspaceEntity] = {}
         self.conns: dict[int, RelayConnection] = {}
@@ -322,6 +362,9 @@ class Relay:
         self.current: RelayConnection | None = None
         self._next_handle = 1
         self._dirty: list[RelayConnection] = []
+        self.activity: list[Activity] | None = [] if record else None
+        """What the dataspaces took since the last ``take_activity`` (None: not recorded)."""
+        self._closing: int | None = None
 
     # -- connections ------------------------------------------------------------------------
 
@@ -339,8 +382,12 @@ class Relay:
             return
         conn.closed = True
         conn.pending.clear()
-        for server_handle, _pins in list(conn.inbound.values()):
-            self.retract(server_handle)
+        self._closing = conn_id
+        try:
+            for server_handle, _pins in list(conn.inbound.values()):
+                self.retract(server_handle)
+        finally:
+            self._closing = None
         conn.inbound.clear()
         conn.outbound.clear()
 
@@ -440,6 +487,19 @@ class Relay:
         drop(pins)
 
     # -- what entities do ------------------------------------------------------------------
+
+    def note(self, activity: Activity) -> None:
+        """Record what a dataspace took, naming the connection whose turn or close caused it."""
+        assert self.activity is not None
+        conn = self.current.id if self.current is not None else self._closing
+        self.activity.append(activity._replace(conn=conn))
+
+    def take_activity(self) -> list[Activity]:
+        """The activity since the last call, in the order the dataspaces took it."""
+        taken = self.activity or []
+        if self.activity is not None:
+            self.activity = []
+        return taken
 
     def new_handle(self) -> int:
         h = self._next_handle

@@ -54,14 +54,14 @@ class CompactResult(msgspec.Struct, frozen=True):
 
 
 def restore_interrupted_swap(out: Path) -> None:
-    """A crash between the two renames of ``_swap_in`` leaves ``out`` missing and the previous
+    """A crash between the two renames of ``swap_in`` leaves ``out`` missing and the previous
     output beside it: put that back (the job that was swapping in re-runs)."""
     old = out.with_name(f".{out.name}.old")
     if not out.exists() and old.exists():
         old.rename(out)
 
 
-def _swap_in(staging: Path, out: Path) -> None:
+def swap_in(staging: Path, out: Path) -> None:
     restore_interrupted_swap(out)
     old = out.with_name(f".{out.name}.old")
     shutil.rmtree(old, ignore_errors=True)
@@ -224,6 +224,6 @@ def compact_ops(
         if extra is not None:
             meta |= extra(staging)
         (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        _swap_in(staging, out)
+        swap_in(staging, out)
     progress(f"done: {out}")
     return CompactResult(as_of, n_ops, rows, roots, str(out))

@@ -1,6 +1,6 @@
 """``octosync pipeline report``: one HTML page (``OUT/index.html``) with a section each for
-CRDT ops, hot keys, concurrent writes and the server's stream frames, as PNG charts and CSV
-tables."""
+CRDT ops, hot keys, concurrent writes, the server's stream frames, the chains its chain face
+relayed and its dataspaces, as PNG charts and CSV tables."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import msgspec
 
 from octosync.pipeline import charts
-from octosync.pipeline.inputs import read_frames, read_ops, resolve_export
+from octosync.pipeline.inputs import read_dataset, read_frames, read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.transforms import activity as transforms
-from octosync.pipeline.transforms import traffic
+from octosync.pipeline.transforms import chain, dataspace, traffic
 
 
 class ReportResult(msgspec.Struct, frozen=True):
@@ -26,6 +26,12 @@ class ReportResult(msgspec.Struct, frozen=True):
     """The streams whose frames the journal holds (the stream section lists each)."""
     axes: dict[str, tuple[int, int]] = {}
     """Each time chart's x axis as drawn, in UTC milliseconds since the epoch."""
+    chain_events: int = 0
+    """Distinct device events the chain face relayed."""
+    chain_states: int = 0
+    """Distinct state changes the chain face saw."""
+    dataspace_events: int = 0
+    """Assertions, retractions and messages the dataspaces took."""
 
 
 class _Section(msgspec.Struct):
@@ -99,6 +105,21 @@ def run(
         ops.unpersist()
         frames.unpersist()
         conflicts.unpersist()
+    with stage("chains and dataspaces", source, progress):
+        events = chain.distinct_events(read_dataset(spark, source, "chain_events")).cache()
+        states = read_dataset(spark, source, "chain_states")
+        n_events = events.count()
+        n_states = chain.distinct_states(states).count()
+        by_device = chain.events_by_device(events).toPandas()
+        by_name = chain.events_by_name(events).toPandas()
+        latency = chain.latency_by_name(chain.consumption(events, states)).toPandas()
+        events.unpersist()
+        ds_rows = read_dataset(spark, source, "dataspace").cache()
+        n_ds = ds_rows.count()
+        by_label = dataspace.activity_by_label(ds_rows).toPandas()
+        lifetimes = dataspace.lifetime_by_label(dataspace.assertion_lifetimes(ds_rows))
+        lifetimes_pdf = lifetimes.toPandas()
+        ds_rows.unpersist()
     with stage("charts and page", out, progress):
         drawn: list[str] = []
         axes: dict[str, tuple[int, int]] = {}
@@ -108,6 +129,8 @@ def run(
             _keys_section(hot, top, out, drawn),
             _conflicts_section(conflict_keys, n_conflicts, conflict_window_ms, top, out, drawn),
             _streams_section(per_stream, streams, frame_span, n_frames, out, drawn, tables, axes),
+            _chain_section(n_events, n_states, by_device, by_name, latency, tables),
+            _dataspace_section(n_ds, by_label, lifetimes_pdf, tables),
         ]
         for name, pdf in tables.items():
             pdf.to_csv(out / name, index=False)
@@ -119,7 +142,8 @@ def run(
             "td,th{border:1px solid #ccc;padding:2px 6px}.note{color:#555}</style></head><body>"
             f"<h1>octosync journal report</h1>"
             f"<p>{html.escape(str(journal))}: {n_ops} distinct CRDT ops, {n_frames} stream "
-            f"frames, {n_conflicts} concurrent writes.</p>{body}</body></html>"
+            f"frames, {n_conflicts} concurrent writes, {n_events} chain events, {n_ds} "
+            f"dataspace events.</p>{body}</body></html>"
         )
         (out / "index.html").write_text(page, encoding="utf-8")
     progress(f"report in {out / 'index.html'}")
@@ -130,7 +154,66 @@ def run(
         sorted(drawn),
         sorted(streams["stream"]),
         axes,
+        n_events,
+        n_states,
+        n_ds,
     )
+
+
+def _chain_section(
+    n_events: int,
+    n_states: int,
+    by_device: Any,
+    by_name: Any,
+    latency: Any,
+    tables: dict[str, Any],
+) -> _Section:
+    section = _Section("Chains", [])
+    if not n_events and not n_states:
+        section.body.append(
+            "<p>No chain activity in this journal (the server journals what its chain face, "
+            "<code>--chain-config</code>, relays).</p>"
+        )
+        return section
+    listed = by_device.assign(
+        first=[charts.utc_text(int(m)) for m in by_device["first_ms"]],
+        last=[charts.utc_text(int(m)) for m in by_device["last_ms"]],
+    )[["chain", "device", "events", "first", "last"]]
+    tables["chain_events_by_device.csv"] = listed
+    tables["chain_events_by_name.csv"] = by_name
+    tables["chain_latency_by_name.csv"] = latency
+    section.body += [
+        f"<p>{n_events} device events relayed by the chain face and {n_states} state changes "
+        "it saw. Latency runs from an event's arrival at the server to the arrival of the "
+        "state change that consumed it.</p>",
+        "<h3>Events per device</h3>",
+        _table_html(listed),
+        "<h3>Events per name</h3>",
+        _table_html(by_name),
+        "<h3>Latency from device event to state change, per name (ms)</h3>",
+        _table_html(latency) if len(latency) else "<p>No consumed event was seen.</p>",
+    ]
+    return section
+
+
+def _dataspace_section(
+    n_rows: int, by_label: Any, lifetimes: Any, tables: dict[str, Any]
+) -> _Section:
+    section = _Section("Dataspaces", [])
+    if not n_rows:
+        section.body.append("<p>No dataspace activity in this journal.</p>")
+        return section
+    listed = by_label.merge(lifetimes, on=["dataspace", "label"], how="left")
+    listed["retracted"] = listed["retracted"].fillna(0).astype("int64")
+    listed["lifetime_max_ms"] = listed["lifetime_max_ms"].astype("Int64")  # empty: none
+    tables["dataspace_by_label.csv"] = listed
+    section.body += [
+        f"<p>{n_rows} assertions, retractions and messages the dataspaces took (after "
+        "caveats), per record label; lifetimes are of assertions retracted (by their peer or "
+        "when its connection closed).</p>",
+        _table_html(listed, limit=len(listed)),
+    ]
+    return section
 
 
 def _ops_section(
