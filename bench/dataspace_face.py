@@ -317,8 +317,9 @@ def run_face(args: argparse.Namespace, codec: str = "fast") -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="octosync-bench-"))
     ref = mint_text(load_or_create_secret(data), "bench")
     http, port = free_port(), free_port()
+    journal = [] if args.journal else ["--no-journal"]
     server = subprocess.Popen(
-        [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev", "--no-journal",
+        [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev", *journal,
          "--port", str(http), "--dataspace-port", str(port), "--data", str(data)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
         env={**os.environ, "OCTOSYNC_PRESERVES": codec},
@@ -391,6 +392,11 @@ def main() -> None:
         help="publishers and observers: raw-socket clients (bench/dataspace_lean.py, TCP only) "
         "or syndicate-py programs",
     )  # fmt: skip
+    parser.add_argument(
+        "--journal",
+        action="store_true",
+        help="the server journals every assertion, retraction and message (as serve does)",
+    )
     parser.add_argument("--observers", type=int, default=100)
     parser.add_argument("--observer-procs", type=int, default=2)
     parser.add_argument("--publishers", type=int, default=2)
@@ -423,7 +429,8 @@ def main() -> None:
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs (other work skews these figures)")
     print(f"dataspace face: {args.observers} observers, {args.publishers} publishers, "
           f"{args.transport}, {args.clients} clients, {args.seconds:g} s per phase, "
-          f"batches of {args.batch}, window {args.window}", flush=True)  # fmt: skip
+          f"batches of {args.batch}, window {args.window}, "
+          f"journal {'on' if args.journal else 'off'}", flush=True)  # fmt: skip
     baseline = run_face(args, "package")
     face = run_face(args, "fast")
     top = ceiling(args.observers, args.pairs)
