@@ -42,7 +42,7 @@ from octosync.ipc.messages import (
     Snapshot,
 )
 from octosync.ipc.mirror import Mirror
-from octosync.ipc.permissions import PeerPermissions, check_remote_write, trigger_remote_effect
+from octosync.ipc.permissions import PeerPermissions, apply_remote_write, trigger_remote_effect
 from octosync.ipc.publisher import Publisher
 from octosync.shm.region import REGION_FEATURE, SHARED_BLOB, SharedRegion, fresh_name
 from octosync.wire import json as wire_json
@@ -623,8 +623,7 @@ class Publication:
         try:
             if op.kind == "write":
                 assert op.payload is not None  # RemoteOp checks it
-                cell, value = check_remote_write(self.ctx, perms, CellSet(op.node, op.payload))
-                cell.set(value)
+                apply_remote_write(self.ctx, perms, CellSet(op.node, op.payload))
             else:
                 trigger_remote_effect(self.ctx, perms, op.node)
         except OctosyncError as err:

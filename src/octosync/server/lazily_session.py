@@ -355,10 +355,14 @@ class LazilySession:
                         "a subscriber may only send cell_set writes",
                         path=f"ops[{bad[0]}]" if bad else "ops",
                     )
-                subject = self.identity.subject or None if self.identity else None
-                hub.write(self.conn, self.stream, self.blobs.inbound(msg)[0], subject)
+                hub.write(self.conn, self.stream, self.blobs.inbound(msg)[0], self._subject)
             case _:
                 raise Forbidden(f"{type(msg).__name__} is not served on this face", path="type")
+
+    @property
+    def _subject(self) -> str | None:
+        """Who writes, as the token says (None for anonymous ``--insecure-dev`` access)."""
+        return self.identity.subject or None if self.identity else None
 
     def _remote_op(self, op: RemoteOp) -> None:
         """Check and forward a writer's request; one with a ``request`` id is answered by a
@@ -369,8 +373,7 @@ class LazilySession:
                 raise Forbidden(
                     "peer and subject are set by the server, not the writer", path="peer"
                 )
-            subject = self.identity.subject or None if self.identity else None
-            if self.rt.hub.remote_op(self.conn, self.stream, op, subject):
+            if self.rt.hub.remote_op(self.conn, self.stream, op, self._subject):
                 return
             result = RemoteOpResult(op.request, applied=False)
         except OctosyncError as err:

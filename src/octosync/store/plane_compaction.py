@@ -28,15 +28,21 @@ def _chunks(ops: Sequence[CrdtOp]) -> Iterator[tuple[CrdtOp, ...]]:
         yield tuple(ops[at : at + CHUNK])
 
 
+def plane_records(journal: Journal, stream: str, through: int) -> Iterator[PlaneOps]:
+    """One stream's plane records with ``seq <= through``, decoded, in seq order."""
+    for row in journal.scoped_rows(KIND_PLANE, stream, 1, through):
+        record = decode_record(KIND_PLANE, row.body, seq=row.seq)
+        assert isinstance(record, PlaneOps)
+        yield record
+
+
 def compact_stream(journal: Journal, stream: str) -> int:
     """Replace one stream's plane records by the entries they merge to; returns how many
     records went (blocking: run it in a thread)."""
     through = journal.latest_seq()
     replica = PlaneReplica(max_entries=2**62)  # the journal held it: no limit applies here
     position: int | None = None  # in a cluster: how far the op stream is merged (kept)
-    for row in journal.scoped_rows(KIND_PLANE, stream, 1, through):
-        record = decode_record(KIND_PLANE, row.body, seq=row.seq)
-        assert isinstance(record, PlaneOps)
+    for record in plane_records(journal, stream, through):
         replica.merge(record.ops)
         if record.position is not None:
             position = max(position or 0, record.position)

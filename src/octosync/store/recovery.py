@@ -28,11 +28,11 @@ from octosync.hub.model import DiffFrame, Frame, GraphModel, ReplayModel, Snapsh
 from octosync.hub.streams import stream_face
 from octosync.ipc.messages import CrdtOp, Delta, Snapshot
 from octosync.store.journal import Journal
+from octosync.store.plane_compaction import plane_records
 from octosync.store.records import (
     KIND_DROP,
     KIND_FRAME,
     KIND_PLANE,
-    PlaneOps,
     StreamCheckpoint,
     StreamDropped,
     StreamFrame,
@@ -315,9 +315,7 @@ def restore_planes(journal: Journal, planes: PlaneRestorable) -> int:
     count = 0
     latest = journal.latest_seq()
     for stream in journal.scopes(KIND_PLANE):
-        for row in journal.scoped_rows(KIND_PLANE, stream, 1, latest):
-            record = decode_record(KIND_PLANE, row.body, seq=row.seq)
-            assert isinstance(record, PlaneOps)
+        for record in plane_records(journal, stream, latest):
             planes.restore(record.stream, record.ops)
             if record.position is not None:
                 planes.replica_position = max(planes.replica_position, record.position)
