@@ -38,6 +38,9 @@
 //                          partition map, print {"event":"cluster",version,routing,nodes,
 //                          owners,connected}, put OPs (put=KEY=JSON) and print the same as
 //                          {"event":"synced"} once acked
+//   writes PREFIX N MS     put PREFIX-i every MS ms, N times; {"event":"synced",refreshToken}
+//                          once acked. With --exchange PROVIDER --external TOKEN|- [--refresh
+//                          TOKEN]: the client's auth is TopGun's token exchange (see below)
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -68,6 +71,9 @@ const seconds = Number(opt('--seconds', '6'));
 const nodeId = opt('--node', 'scenario-' + process.pid);
 const frames = flag('--frames');
 const seeds = opt('--seeds', null);
+const exchange = opt('--exchange', null);
+const external = opt('--external', null);
+const refreshToken = opt('--refresh', null);
 const [scenario, ...rest] = args;
 
 const load = (file) => import(pathToFileURL(path.join(peerDir, file)).href);
@@ -95,12 +101,34 @@ function trace(dir, raw) {
 }
 globalThis.WebSocket = TracingWebSocket;
 
-const { TopGunClient } = await load('topgun-client.mjs');
+const { TopGunClient, CustomAuthProvider } = await load('topgun-client.mjs');
+const storage = new MemoryStorageAdapter();
+let auth;
+if (exchange) {
+  // TopGun's token exchange: the external token (none with "-") is exchanged at
+  // POST /api/auth/token, renewed at /api/auth/refresh; each call is printed as
+  // {"event":"fetch",path,status}, each renewal as {"event":"auth",type}.
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = async (u, init) => {
+    const response = await realFetch(u, init);
+    out({ event: 'fetch', path: new URL(u).pathname, status: response.status });
+    return response;
+  };
+  await storage.initialize('topgun_offline_db');
+  if (refreshToken) await storage.setMeta('topgun:refreshToken', refreshToken);
+  auth = new CustomAuthProvider(async () => (external === '-' ? null : external), {
+    tokenExchangeConfig: { serverUrl: url.replace(/^ws/, 'http').replace(/\/topgun$/, ''),
+                           providerName: exchange, enableRefresh: true },
+    refreshMarginMs: 500, storageAdapter: storage,
+  });
+  auth.onAuthEvent((e) => out({ event: 'auth', type: e.type, error: e.error ? String(e.error.message) : null }));
+}
 const client = new TopGunClient({
   ...(seeds ? { cluster: { seeds: seeds.split(','), partitionMapRefreshMs: 1000 } } : { serverUrl: url }),
-  storage: new MemoryStorageAdapter(),
+  storage,
   nodeId,
   backoff: { initialDelayMs: 300, maxDelayMs: 600, maxRetries: 2 },
+  ...(auth ? { auth } : {}),
 });
 await client.start();
 if (token) client.setAuthToken(token);
@@ -169,6 +197,23 @@ if (scenario === 'watch') {
     if (kind === 'put') users.set(key, JSON.parse(json));
   }
   settle();
+} else if (scenario === 'writes') {
+  // writes PREFIX COUNT GAP_MS: put PREFIX-i = {"i": i} every GAP_MS; once all are acked
+  // print {"event":"synced",refreshToken} (the refresh token the client holds then) and end
+  const [prefix, count, gap] = rest;
+  const users = client.getMap('users');
+  await connected;
+  for (let i = 0; i < Number(count); i++) {
+    users.set(`${prefix}-${i}`, { i });
+    await sleep(Number(gap));
+  }
+  const poll = setInterval(() => {
+    if (client.getPendingOpsCount() === 0) {
+      clearInterval(poll);
+      out({ event: 'synced', refreshToken: auth ? auth.refreshTokenValue : null });
+      finish();
+    }
+  }, 25);
 } else if (scenario === 'lockhold') {
   const [name, ms] = rest;
   await connected;
