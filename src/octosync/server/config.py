@@ -611,12 +611,12 @@ SECTIONS: dict[str, dict[str, Key]] = {
         ),
         "access_token_seconds": _auth_seconds(
             "access_token_seconds",
-            Range(1, _DAY),
+            Range(1, 86_400),
             "Lifetime of the access tokens the token exchange and refresh issue.",
         ),
         "refresh_token_seconds": _auth_seconds(
             "refresh_token_seconds",
-            Range(60, 3650 * _DAY),
+            Range(60, 3650 * 86_400),
             "Lifetime of each refresh token (single-use; a refresh issues the next).",
         ),
     },

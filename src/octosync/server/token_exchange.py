@@ -6,7 +6,7 @@ opaque refresh token it got alongside. The external token is verified by the pro
 in ``[auth.providers]`` (every provider in turn when the request names none, as TopGun's
 server does); the issued token carries the external ``sub`` and ``roles`` (role policies:
 ``[auth.roles]``) and expires after ``access_token_seconds``. Refresh tokens rotate and a
-reused one revokes its family (``topgun.refresh_grants``); they are kept hashed in
+reused one revokes its family (``refresh.rotation``); they are kept hashed in
 ``DATA/refresh_tokens.sqlite3`` (``store.refresh_grants``) on one worker thread, and a token
 is answered only once it is committed. Errors are TopGun's ``{code, message, field}`` with
 octosync's error name: 400 for a body that does not decode, 401 for a token refused, 404
@@ -33,19 +33,19 @@ from octosync.errors import (
     FeatureDisabled,
     LimitExceeded,
     OctosyncError,
-    RefreshTokenReused,
     StorageError,
     Unauthorized,
 )
+from octosync.refresh import rotation as rg
 from octosync.server.auth import AuthConfig, external_identity, issue_access_token
 from octosync.store.refresh_grants import RefreshGrants
-from octosync.topgun import refresh_grants as rg
 from octosync.wire import token_exchange as tx
 
 TOKEN_PATH = "/api/auth/token"
 REFRESH_PATH = "/api/auth/refresh"
 
 _T = TypeVar("_T")
+EXCHANGE: web.AppKey[TokenExchange] = web.AppKey("token_exchange")
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
@@ -88,6 +88,7 @@ class TokenExchange:
         self._thread.shutdown(wait=False)
 
     def mount(self, app: web.Application) -> None:
+        app[EXCHANGE] = self
         app.router.add_post(TOKEN_PATH, _answering(self.exchange))
         app.router.add_post(REFRESH_PATH, _answering(self.refresh))
 
@@ -110,15 +111,17 @@ class TokenExchange:
                 f"unknown provider {body.provider!r} (known: {names})", path="provider"
             )
         named = [providers[body.provider]] if body.provider else list(providers.values())
-        refusals: list[str] = []
+        refusals: list[Unauthorized] = []
         for provider in named:
             try:
                 subject, roles = external_identity(body.token, provider)
                 break
             except Unauthorized as err:
-                refusals.append(err.message)
+                refusals.append(err)
         else:
-            raise Unauthorized("; ".join(refusals), path="token")
+            if len(refusals) == 1:
+                raise refusals[0]
+            raise Unauthorized("; ".join(e.message for e in refusals), path="token")
         now = self.clock()
         raw = self.new_token()
         grant = rg.start_family(subject, roles, raw, now, self.auth.refresh_token_seconds)
@@ -128,20 +131,11 @@ class TokenExchange:
     async def refresh(self, request: web.Request) -> tx.TokenResponse:
         grants = self._store()
         body = tx.decode_refresh_request(await _body(request))
-        presented = rg.hash_token(body.refresh_token)
-        found = await self._off(grants.find, presented)
         now = self.clock()
         raw = self.new_token()
-        step = rg.redeem(found, raw, now, self.auth.refresh_token_seconds)
-        if isinstance(step, rg.Rotate) and await self._off(grants.rotate, step, now):
-            grant = step.grant
-            return self._answer(grant.subject, grant.roles, raw, grant, now)
-        family = step.family if isinstance(step, rg.Reuse) else step.grant.family
-        await self._off(grants.revoke, family)
-        raise RefreshTokenReused(
-            "the refresh token was used already: every token of its family is revoked",
-            path="refreshToken",
-        )
+        lifetime = self.auth.refresh_token_seconds
+        grant = await self._off(grants.refresh, body.refresh_token, raw, now, lifetime)
+        return self._answer(grant.subject, grant.roles, raw, grant, now)
 
     def _answer(
         self, subject: str, roles: tuple[str, ...], raw: str, grant: rg.Grant, now: float

@@ -15,8 +15,8 @@ import sqlite3
 from pathlib import Path
 from typing import Literal
 
-from octosync.errors import StorageError
-from octosync.topgun.refresh_grants import Grant, Rotate
+from octosync.errors import RefreshTokenReused, StorageError
+from octosync.refresh.rotation import Grant, Reuse, Rotate, hash_token, redeem
 
 FILE_NAME = "refresh_tokens.sqlite3"
 PRUNE_BATCH = 256
@@ -87,6 +87,19 @@ class RefreshGrants:
             self._insert(rotation.grant)
             self._prune(now)
         return True
+
+    def refresh(self, raw: str, raw_next: str, now: float, lifetime: float) -> Grant:
+        """Spend the refresh token ``raw`` for ``raw_next`` and return the new grant: one
+        presentation, decided by ``refresh.rotation.redeem`` and written here. A spent
+        token revokes its family and is ``RefreshTokenReused``."""
+        step = redeem(self.find(hash_token(raw)), raw_next, now, lifetime)
+        if isinstance(step, Rotate) and self.rotate(step, now):
+            return step.grant
+        self.revoke(step.family if isinstance(step, Reuse) else step.grant.family)
+        raise RefreshTokenReused(
+            "the refresh token was used already: every token of its family is revoked",
+            path="refreshToken",
+        )
 
     def revoke(self, family: str) -> None:
         with self._write("revoke the token family"):

@@ -19,7 +19,8 @@ _T = TypeVar("_T")
 MAX_BODY = 16 * 1024
 """Bytes of a request body (a JWT of a few KiB fits many times over)."""
 
-Token = Annotated[str, msgspec.Meta(min_length=1, max_length=8192)]
+Token = Annotated[str, msgspec.Meta(min_length=1)]
+"""An external token: bounded by the body (``MAX_BODY``)."""
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 Opaque = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 

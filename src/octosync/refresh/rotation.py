@@ -66,11 +66,11 @@ def redeem(found: Grant | None, raw_next: str, now: float, lifetime: float) -> R
     is ``RefreshTokenRefused``."""
     if found is None:
         raise RefreshTokenRefused("unknown refresh token", path="refreshToken")
+    if now >= found.expires_at:  # spent or not: useless to anyone, so nothing is revoked
+        raise RefreshTokenRefused("the refresh token expired", path="refreshToken")
     if found.revoked:
         raise RefreshTokenRefused("the refresh token was revoked", path="refreshToken")
     if found.spent:
         return Reuse(found.family)
-    if now >= found.expires_at:
-        raise RefreshTokenRefused("the refresh token expired", path="refreshToken")
     nxt = Grant(hash_token(raw_next), found.family, found.subject, found.roles, now + lifetime)
     return Rotate(found.token_hash, nxt)
