@@ -72,12 +72,13 @@ class Cluster:
     root: Path
     nats: subprocess.Popen[bytes]
     nodes: dict[str, Node] = field(default_factory=dict)
+    config: str = CONFIG
 
     def start(self, node_id: str, *, tokens: bool = False) -> Node:
         """Start (or start again, on its data directory) node ``node_id`` (``tokens``: with
         ``[auth]`` on, not ``--insecure-dev``)."""
         config = self.root / "octosync.toml"
-        config.write_text(CONFIG)
+        config.write_text(self.config)
         data = self.root / node_id
         port = free_port()
         extra = ["--config", str(config)]

@@ -41,6 +41,9 @@
 //   writes PREFIX N MS     put PREFIX-i every MS ms, N times; {"event":"synced",refreshToken}
 //                          once acked. With --exchange PROVIDER --external TOKEN|- [--refresh
 //                          TOKEN]: the client's auth is TopGun's token exchange (see below)
+//   failover PREFIX MS     (with --seeds) put PREFIX-i every MS ms, {"event":"progress",
+//                          written,pending,connected} every 10, until a line on stdin; then
+//                          {"event":"synced",written,connected} once every op is acked
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -87,17 +90,17 @@ const out = (obj) => process.stdout.write(JSON.stringify(obj, (_k, v) =>
 class TracingWebSocket extends WS {
   constructor(u, protocols) {
     super(u, protocols);
-    if (frames) this.on('message', (data) => trace('in', data));
+    if (frames) this.on('message', (data) => trace('in', data, this.url));
   }
   send(data, ...more) {
-    if (frames) trace('out', data);
+    if (frames) trace('out', data, this.url);
     return super.send(data, ...more);
   }
 }
-function trace(dir, raw) {
+function trace(dir, raw, socketUrl) {
   let msg;
   try { msg = unpack(Buffer.from(raw)); } catch { msg = { undecodable: true }; }
-  out({ event: 'frame', dir, type: msg && msg.type, msg });
+  out({ event: 'frame', dir, type: msg && msg.type, msg, url: socketUrl });
 }
 globalThis.WebSocket = TracingWebSocket;
 
@@ -132,6 +135,10 @@ const client = new TopGunClient({
 });
 await client.start();
 if (token) client.setAuthToken(token);
+// TopGunClient.setAuthToken reaches only its SyncEngine, which sends AUTH on one pooled
+// connection; the cluster client's pool authenticates every node's connection itself (on
+// open and on AUTH_REQUIRED) once it holds the token.
+if (token && seeds) client.clusterClient.setAuthToken(token);
 const finish = async () => {
   out({ event: 'end', state: client.getConnectionState(), pendingOps: client.getPendingOpsCount() });
   await client.close().catch(() => {});
@@ -211,6 +218,33 @@ if (scenario === 'watch') {
     if (client.getPendingOpsCount() === 0) {
       clearInterval(poll);
       out({ event: 'synced', refreshToken: auth ? auth.refreshTokenValue : null });
+      finish();
+    }
+  }, 25);
+} else if (scenario === 'failover') {
+  // failover PREFIX GAP_MS (with --seeds): put PREFIX-i every GAP_MS, printing
+  // {"event":"progress",written,pending,connected} every 10 writes, until a line on stdin;
+  // then stop, wait until every op is acked: {"event":"synced",written,connected}
+  const [prefix, gap] = rest;
+  await client.clusterClient.waitForPartitionMap(5000);
+  const users = client.getMap('users');
+  let stop = false;
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', () => { stop = true; });
+  let written = 0;
+  while (!stop) {
+    users.set(`${prefix}-${written}`, { i: written });
+    written++;
+    if (written % 10 === 0) {
+      out({ event: 'progress', written, pending: client.getPendingOpsCount(),
+            connected: client.getConnectedNodes() });
+    }
+    await sleep(Number(gap));
+  }
+  const poll = setInterval(() => {
+    if (client.getPendingOpsCount() === 0) {
+      clearInterval(poll);
+      out({ event: 'synced', written, connected: client.getConnectedNodes() });
       finish();
     }
   }, 25);

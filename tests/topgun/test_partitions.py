@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from octosync.errors import FeatureDisabled
 from octosync.topgun.partitions import PARTITION_COUNT, PartitionTable, partition_of
 from octosync.wire import topgun_services as sv
-from tests.topgun.helpers import ALL, core, sent
+from tests.topgun.helpers import ALL, Clock, core, sent
 
 NODE_IDS = st.lists(
     st.text("abcdefgh", min_size=1, max_size=4), min_size=1, max_size=6, unique=True
@@ -68,3 +68,32 @@ def test_a_request_is_answered_with_the_map_or_refused_without_nodes() -> None:
     assert isinstance(answer, sv.PartitionMap)
     assert {p.owner_node_id for p in answer.payload.partitions} == {"octosync"}
     assert answer.payload.nodes[0].endpoints.websocket == "ws://127.0.0.1:8765/topgun"
+
+
+def test_a_change_of_nodes_is_pushed_to_every_connection_on_the_tick() -> None:
+    clock = Clock(5_000)
+    c = core(clock=clock)
+    alive = [("n1", "ws://n1/topgun"), ("n2", "ws://n2/topgun")]
+    c.nodes = lambda: list(alive)
+    c.connect(1, ALL)
+    c.connect(2, ALL)
+    assert sent(c.tick(), 1) == []  # the first view: nobody holds an older map
+    clock.now = 6_000
+    assert sent(c.tick(), 1) == []  # nothing changed
+    before = c.partitions.version
+    del alive[0]  # n1 lost
+    clock.now = 9_000
+    fx = c.tick()
+    for conn in (1, 2):  # also to a connection that never asked for a map
+        (pushed,) = sent(fx, conn)
+        assert isinstance(pushed, sv.PartitionMap)
+        assert pushed.payload.version > before
+        assert [n.node_id for n in pushed.payload.nodes] == ["n2"]
+        assert {p.owner_node_id for p in pushed.payload.partitions} == {"n2"}
+    assert sent(c.tick(), 1) == []  # pushed once
+
+
+def test_without_nodes_nothing_is_pushed() -> None:
+    c = core()
+    c.connect(1, ALL)
+    assert sent(c.tick(), 1) == []

@@ -164,6 +164,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         )
         runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
+        runtime.topgun.acks_replicated = config.map_acks == "replicated"
         # shared documents alike (after restore_planes: its position)
         planes_link = PlanesLink(
             runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings

@@ -113,6 +113,10 @@ class ServerConfig:
     """Seconds between the cluster's anti-entropy rounds for TopGun maps."""
     map_settle: float = 2.0
     """A map written within this many seconds sits out an anti-entropy round."""
+    map_acks: Literal["requested", "replicated"] = "requested"
+    """``replicated``: every TopGun ack in a cluster waits until the cluster stored the batch
+    (a client asking ``MEMORY`` or ``APPLIED``, as TopGun's client always does, is answered
+    ``REPLICATED``); ``requested``: at the level the client asked."""
     map_replicate_timeout: float = 30.0
     """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
     topgun_queries_per_connection: int = 64
@@ -694,6 +698,14 @@ SECTIONS: dict[str, dict[str, Key]] = {
             *_NUMBER,
             range=Range(0, 3600),
             doc="A map written within this many seconds sits out an anti-entropy round.",
+        ),
+        "map_acks": _set(
+            "map_acks",
+            str,
+            choices=("requested", "replicated"),
+            doc="`replicated`: every TopGun ack waits until the cluster stored the batch, so a "
+            "node killed after it acked loses no write (TopGun's client asks `MEMORY`); "
+            "`requested`: acks at the level each batch asks.",
         ),
         "map_replicate_timeout": _set(
             "map_replicate_timeout",
