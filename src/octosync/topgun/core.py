@@ -287,7 +287,7 @@ class TopGunCore:
             return
         targets = tuple(self._conns)
         if targets:
-            message = sv.PartitionMap(self.partitions.payload(now))
+            message = sv.PartitionMap(self.partitions.payload(now, self.hlc.node_id))
             fx.out.append(Outbound(targets, tg.encode(message)))
 
     def topic_subscribers(self, topic: str) -> set[int]:
@@ -495,7 +495,7 @@ class TopGunCore:
                     raise replies.disabled("the partition map")
                 now = self.clock()
                 self.partitions.observe(self.nodes(), now)
-                fx.send(conn, sv.PartitionMap(self.partitions.payload(now)))
+                fx.send(conn, sv.PartitionMap(self.partitions.payload(now, self.hlc.node_id)))
             case tg.Auth() | tg.DeviceHello():
                 pass  # the real client sends AUTH twice; TopGun's server ignores the second
             case _:
