@@ -261,7 +261,8 @@ class Key:
     range: Range | None = None
     doc: str = ""
     field: str | None = None
-    """The ``ServerConfig`` field it sets, for the default the reference shows."""
+    """The ``ServerConfig`` field it sets (dotted for a nested one: ``auth.NAME``), for the
+    default the reference shows."""
 
 
 def _set(
@@ -374,6 +375,7 @@ def _auth_seconds(name: str, range: Range, doc: str) -> Key:
         lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, **{name: v})),
         range=range,
         doc=doc,
+        field=f"auth.{name}",
     )
 
 
