@@ -26,6 +26,7 @@ from tests.e2e.test_cluster_maps import Cluster, Node, cluster, scrape
 __all__ = ["cluster"]  # the fixture: NATS and nodes n1, n2
 
 DOC = "clicks"
+STREAM = "octosync_octosync_planes"
 TIMEOUT = 60.0
 
 
@@ -146,7 +147,7 @@ async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) ->
     # The stream loses them (as limits or an operator's purge would): only node 1 has them.
     nc = await nats_server.connect(cluster.url)
     try:
-        await nc.jetstream().purge_stream("octosync_octosync_planes")
+        await nc.jetstream().purge_stream(STREAM)
     finally:
         await nc.close()
     n2 = restart(cluster, "n2")
@@ -154,6 +155,39 @@ async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) ->
     metrics = await scrape(n2)
     assert metrics["octosync_cluster_planes_repaired_total"] >= 1
     assert metrics["octosync_cluster_planes_merged_total"] == 0
+
+
+@pytest.mark.slow
+async def test_edits_past_the_streams_age_limit_reach_a_returning_node(cluster: Cluster) -> None:
+    """The op stream keeps messages ``map_log_max_age`` seconds: a node away longer than that
+    finds them gone, says how many, and gets the edits from the other node instead."""
+    cluster.nodes["n2"].kill()
+    cluster.nodes["n1"].kill()
+    n1 = cluster.start("n1", cluster_keys="map_log_max_age = 1.0")
+    nc = await nats_server.connect(cluster.url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(STREAM)
+        assert info.config.max_age == 1.0  # the existing stream took the node's limit
+        async with SharedDocument(n1.lazily, DOC) as writer:
+            for _ in range(30):
+                writer.counter("n").add(1)
+            await writer.synced(TIMEOUT)
+        published = (await js.stream_info(STREAM)).state.last_seq
+        assert published >= 1
+        for _ in range(200):  # NATS expires them within a few seconds
+            if (await js.stream_info(STREAM)).state.messages == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert (await js.stream_info(STREAM)).state.messages == 0
+    finally:
+        await nc.close()
+    n2 = restart(cluster, "n2")
+    await total_on(n2, 30)  # a sync round each second (the fixture's configuration)
+    metrics = await scrape(n2)
+    assert metrics["octosync_cluster_planes_unreplayed_total"] == published
+    assert metrics["octosync_cluster_planes_merged_total"] == 0
+    assert metrics["octosync_cluster_planes_repaired_total"] >= 1
 
 
 @pytest.mark.slow
