@@ -230,6 +230,72 @@ async def test_a_js_writer_and_a_python_writer_on_two_nodes_end_identical(
     assert sorted(theirs["entries"]) == ours
 
 
+FAILOVER_WRITER = """
+import {{ connect }} from {module};
+const client = connect({urls});
+const doc = client.openDocument({stream});
+await doc.synced();
+for (let i = 0; i < {clicks}; i += 1) {{
+  doc.counter("n").add(1);
+  await new Promise((r) => setTimeout(r, 5));
+}}
+await doc.synced();
+while (doc.counter("n").value !== {total}) await new Promise((r) => doc.on("change", r));
+console.log(JSON.stringify({{ counter: doc.counter("n").value, reconnects: doc.reconnects }}));
+client.close();
+process.exit(0);
+"""
+
+
+@pytest.mark.slow
+async def test_writers_given_the_nodes_go_on_with_the_next_when_theirs_is_killed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A Python and a JavaScript writer, each given both nodes, write through node 1; node 1 is
+    SIGKILLed while they write and stays down: both move on to node 2 with their pending
+    edits, and node 2 counts every click exactly once."""
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    clicks = 200
+    script = tmp_path / "failover.mjs"
+    script.write_text(
+        FAILOVER_WRITER.format(
+            module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
+            urls=json.dumps([f"ws://127.0.0.1:{n1.port}", f"ws://127.0.0.1:{n2.port}"]),
+            stream=json.dumps(DOC),
+            clicks=clicks,
+            total=2 * clicks,
+        )
+    )
+    js = await asyncio.create_subprocess_exec(
+        *node_command(), str(script), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+
+    async def kill_midway(watcher: SharedDocument) -> None:
+        await watcher.wait_until(lambda: watcher.counter("n").value >= clicks // 2, TIMEOUT)
+        n1.kill()
+
+    async with (
+        SharedDocument([n1.lazily, n2.lazily], DOC) as writer,
+        reader(n2) as watcher,
+    ):
+        killer = asyncio.create_task(kill_midway(watcher))
+        for _ in range(clicks):
+            writer.counter("n").add(1)
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(killer, TIMEOUT)
+        assert n1.proc.poll() is not None
+        await writer.synced(TIMEOUT)
+        out, err = await asyncio.wait_for(js.communicate(), 90)
+        assert js.returncode == 0, err.decode()[-3000:]
+        theirs = json.loads(out.decode().strip().splitlines()[-1])
+        await watcher.wait_until(lambda: watcher.counter("n").value == 2 * clicks, TIMEOUT)
+        assert writer.url == n2.lazily
+        assert writer.reconnects >= 1
+        assert theirs["counter"] == 2 * clicks
+        assert theirs["reconnects"] >= 1
+    await total_on(n2, 2 * clicks)
+
+
 @pytest.mark.slow
 async def test_an_edit_is_acknowledged_only_once_jetstream_stored_it(cluster: Cluster) -> None:
     """With NATS gone the node journals the edit but neither merges nor acknowledges it: it

@@ -12,7 +12,9 @@ The document joins the stream over ``/lazily`` with the ``distributed_crdt`` fea
 apply locally at once and are sent as CRDT ops; each stays pending until the server echoes it
 back, which it does only after its journal committed it. Edits made while disconnected are
 kept, and sent again (with every still pending one) on reconnect; the server's whole state
-arrives first on every connection, so an offline replica converges. The cells are ordinary
+arrives first on every connection, so an offline replica converges. Given a cluster's nodes
+(a list of URLs), a document that loses its node goes on with the next one: every node keeps
+the whole document, and pending edits merge idempotently wherever they land. The cells are ordinary
 cells of ``doc.context`` (``crdt.replicated``): memos and effects read them like any cell.
 """
 
@@ -22,7 +24,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -33,7 +35,13 @@ from octosync.client.ws import close_ws, connect_ws
 from octosync.crdt.plane import stamp_key
 from octosync.crdt.replicated import Replicated, ReplicatedCell
 from octosync.crdt.shared import SharedState
-from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
+from octosync.errors import (
+    AuthError,
+    Forbidden,
+    HandshakeFailed,
+    LocalProtocolError,
+    OctosyncError,
+)
 from octosync.graph import Context
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
@@ -60,7 +68,7 @@ class SharedDocument:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         name: str,
         *,
         token: str | None = None,
@@ -69,7 +77,11 @@ class SharedDocument:
         clock: Callable[[], int] = _wall_ms,
         backoff: Backoff | None = None,
     ) -> None:
-        self.url = lazily_url(url)
+        self.urls = tuple(lazily_url(u) for u in ([url] if isinstance(url, str) else url))
+        """The server, or a cluster's nodes: a session that fails moves on to the next."""
+        if not self.urls:
+            raise LocalProtocolError("no server URL given", path="url")
+        self._node = 0
         self.name = name
         self.token = token
         self.peer = peer if peer is not None else new_peer_id()
@@ -92,6 +104,17 @@ class SharedDocument:
         self._joined = False
         self._closing = False
         self._rng = random.Random()
+
+    @property
+    def url(self) -> str:
+        """The ``/lazily`` URL the document is (or will next be) connected to."""
+        return self.urls[self._node % len(self.urls)]
+
+    @url.setter
+    def url(self, url: str) -> None:
+        """Follow one server from the next session on (one that moved, say)."""
+        self.urls = (lazily_url(url),)
+        self._node = 0
 
     # --- the values -------------------------------------------------------------------------
 
@@ -197,6 +220,7 @@ class SharedDocument:
                 self.connected = False
                 self._joined = False
                 self._notify()
+                self._node += 1  # the next node, when there are several
                 delay = self.backoff.delay(attempt, self._rng)
                 attempt += 1
                 await asyncio.sleep(delay)
@@ -256,6 +280,6 @@ class SharedDocument:
         raise ConnectionError("the server closed the connection")
 
 
-def open_document(url: str, name: str, **options: Any) -> SharedDocument:
+def open_document(url: str | Sequence[str], name: str, **options: Any) -> SharedDocument:
     """A shared document (not started: ``async with`` it, or ``await doc.start()``)."""
     return SharedDocument(url, name, **options)
