@@ -146,12 +146,13 @@ export interface ClientOptions {
   maxFrameSize?: number;
   registry?: TypeRegistry;
   fetch?: typeof fetch;
+  /** Other nodes of a cluster: a channel that loses its node goes on with the next. */
+  fallbacks?: string[];
 }
 
-/** A connection factory for one server (`ws://host:port`, `wss://...`, `http://...`), or for
- * a cluster's nodes (a list: a channel that loses its node goes on with the next). */
+/** A connection factory for one server (`ws://host:port`, `wss://...`, `http://...`). */
 export class Client {
-  constructor(url: string | string[], options?: ClientOptions);
+  constructor(url: string, options?: ClientOptions);
   subscribe(
     stream: string,
     handlers?: { onState?: (state: State) => void; onError?: (error: OctosyncError) => void },
@@ -178,7 +179,7 @@ export class Client {
   close(): void;
 }
 
-export function connect(url: string | string[], options?: ClientOptions): Client;
+export function connect(url: string, options?: ClientOptions): Client;
 
 /** The node id every replica gives to a shared value's entries (low 48 bits of FNV-1a-64). */
 export function nodeOf(name: string): number;

@@ -1702,15 +1702,15 @@ export class SharedDocument extends Channel {
 
 /**
  * A connection factory for one server: `url` is its base (`ws://host:port`, `http://...`, or
- * relative in a browser page), or a list of a cluster's nodes, tried in turn when one fails. Options: token, WebSocket (constructor), backoff {base, cap,
- * maxAttempts} in seconds, random (for tests), maxFrameSize, registry, fetch.
+ * relative in a browser page). Options: token, WebSocket (constructor), backoff {base, cap,
+ * maxAttempts} in seconds, random (for tests), maxFrameSize, registry, fetch, fallbacks (other
+ * nodes of a cluster, tried in turn when a channel's node fails).
  */
 export class Client {
   constructor(url, options = {}) {
-    // Several URLs: nodes of one cluster; a channel that loses its node goes on with the next.
-    this.urls = Array.isArray(url) ? [...url] : [url];
-    if (this.urls.length === 0) throw fail(errors.LocalProtocolError, "no server URL given", "url");
-    this.url = this.urls[0];
+    this.url = url;
+    // Other nodes of a cluster: a channel that loses its node goes on with the next.
+    this.urls = [url, ...(options.fallbacks ?? [])];
     this.token = options.token ?? null;
     this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
     if (typeof this.WebSocket !== "function") {

@@ -232,7 +232,7 @@ async def test_a_js_writer_and_a_python_writer_on_two_nodes_end_identical(
 
 FAILOVER_WRITER = """
 import {{ connect }} from {module};
-const client = connect({urls});
+const client = connect({url}, {{ fallbacks: [{fallback}] }});
 const doc = client.openDocument({stream});
 await doc.synced();
 for (let i = 0; i < {clicks}; i += 1) {{
@@ -260,7 +260,8 @@ async def test_writers_given_the_nodes_go_on_with_the_next_when_theirs_is_killed
     script.write_text(
         FAILOVER_WRITER.format(
             module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
-            urls=json.dumps([f"ws://127.0.0.1:{n1.port}", f"ws://127.0.0.1:{n2.port}"]),
+            url=json.dumps(f"ws://127.0.0.1:{n1.port}"),
+            fallback=json.dumps(f"ws://127.0.0.1:{n2.port}"),
             stream=json.dumps(DOC),
             clicks=clicks,
             total=2 * clicks,
@@ -275,7 +276,7 @@ async def test_writers_given_the_nodes_go_on_with_the_next_when_theirs_is_killed
         n1.kill()
 
     async with (
-        SharedDocument([n1.lazily, n2.lazily], DOC) as writer,
+        SharedDocument(n1.lazily, DOC, fallbacks=[n2.lazily]) as writer,
         reader(n2) as watcher,
     ):
         killer = asyncio.create_task(kill_midway(watcher))

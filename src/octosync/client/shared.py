@@ -12,8 +12,8 @@ The document joins the stream over ``/lazily`` with the ``distributed_crdt`` fea
 apply locally at once and are sent as CRDT ops; each stays pending until the server echoes it
 back, which it does only after its journal committed it. Edits made while disconnected are
 kept, and sent again (with every still pending one) on reconnect; the server's whole state
-arrives first on every connection, so an offline replica converges. Given a cluster's nodes
-(a list of URLs), a document that loses its node goes on with the next one: every node keeps
+arrives first on every connection, so an offline replica converges. Given a cluster's other
+nodes as ``fallbacks``, a document that loses its node goes on with the next one: every node keeps
 the whole document, and pending edits merge idempotently wherever they land. The cells are ordinary
 cells of ``doc.context`` (``crdt.replicated``): memos and effects read them like any cell.
 """
@@ -35,13 +35,7 @@ from octosync.client.ws import close_ws, connect_ws
 from octosync.crdt.plane import stamp_key
 from octosync.crdt.replicated import Replicated, ReplicatedCell
 from octosync.crdt.shared import SharedState
-from octosync.errors import (
-    AuthError,
-    Forbidden,
-    HandshakeFailed,
-    LocalProtocolError,
-    OctosyncError,
-)
+from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
 from octosync.graph import Context
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
@@ -68,19 +62,19 @@ class SharedDocument:
 
     def __init__(
         self,
-        url: str | Sequence[str],
+        url: str,
         name: str,
         *,
         token: str | None = None,
+        fallbacks: Sequence[str] = (),
         peer: int | None = None,
         context: Context | None = None,
         clock: Callable[[], int] = _wall_ms,
         backoff: Backoff | None = None,
     ) -> None:
-        self.urls = tuple(lazily_url(u) for u in ([url] if isinstance(url, str) else url))
-        """The server, or a cluster's nodes: a session that fails moves on to the next."""
-        if not self.urls:
-            raise LocalProtocolError("no server URL given", path="url")
+        self.urls = (lazily_url(url), *map(lazily_url, fallbacks))
+        """Where to connect, in turn (other nodes of a cluster as ``fallbacks``): a session
+        that fails moves on to the next."""
         self._node = 0
         self.name = name
         self.token = token
@@ -280,6 +274,6 @@ class SharedDocument:
         raise ConnectionError("the server closed the connection")
 
 
-def open_document(url: str | Sequence[str], name: str, **options: Any) -> SharedDocument:
+def open_document(url: str, name: str, **options: Any) -> SharedDocument:
     """A shared document (not started: ``async with`` it, or ``await doc.start()``)."""
     return SharedDocument(url, name, **options)
