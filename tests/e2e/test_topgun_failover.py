@@ -27,16 +27,6 @@ from tests.e2e.test_topgun_interop import Client, start
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow]
 
-CONFIG = f"""
-[cluster]
-map_sync_interval = 1.0
-map_settle = 0.3
-map_replicate_timeout = 20.0
-map_acks = "replicated"
-
-[auth]
-hs256_secret = "{SECRET}"
-"""
 LIMIT = 60.0
 """Seconds any one wait of the test may take."""
 
@@ -45,10 +35,10 @@ LIMIT = 60.0
 def two_nodes(tmp_path: Path) -> Iterator[Cluster]:
     port = free_port()
     c = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "nats", port))
-    c.config = CONFIG
+    held = 'map_acks = "replicated"'  # every ack waits until the cluster stored the batch
     try:
-        c.start("n1", tokens=True)
-        c.start("n2", tokens=True)
+        c.start("n1", tokens=True, cluster_keys=held)
+        c.start("n2", tokens=True, cluster_keys=held)
         yield c
     finally:
         c.stop()
