@@ -154,3 +154,26 @@ def test_a_write_that_cannot_be_stored_fails_and_keeps_nothing(tmp_path: Path) -
     assert first is not None
     assert not first.spent  # the failed rotation spent nothing: the token still works
     grants.close()
+
+
+def test_a_subject_keeps_its_newest_families_and_a_family_its_newest_spent_tokens(
+    tmp_path: Path,
+) -> None:
+    grants = RefreshGrants(tmp_path, families=2, spent=3)
+    for raw in ("a", "b", "c"):  # three sign-ins of one subject
+        grants.insert(start_family("ann", (), raw, 0.0, LIFETIME), 0.0)
+    grants.insert(start_family("bo", (), "other", 0.0, LIFETIME), 0.0)  # not ann's
+    assert grants.find(hash_token("a")) is None  # the oldest family went
+    assert grants.find(hash_token("b")) is not None
+    assert grants.find(hash_token("other")) is not None
+    held = "c"
+    for n in range(5):
+        grants.refresh(held, f"c{n}", 0.0, LIFETIME)
+        held = f"c{n}"
+    spent = ["c", "c0", "c1", "c2", "c3"]
+    kept = [raw for raw in spent if grants.find(hash_token(raw)) is not None]
+    assert kept == ["c1", "c2", "c3"]  # the newest three spent, for reuse detection
+    with pytest.raises(RefreshTokenRefused, match="unknown"):
+        grants.refresh("c", "x", 0.0, LIFETIME)  # too old to tell from a guess: refused
+    assert grants.refresh("c4", "c5", 0.0, LIFETIME).family == hash_token("c")
+    grants.close()

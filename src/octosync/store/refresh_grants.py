@@ -5,7 +5,9 @@ so a token handed out is a token held across a restart, and a write that fails r
 ``StorageError``: the request fails and no token is issued. ``rotate`` spends the old grant
 only while it is unspent and not revoked, in the same transaction as the new grant's insert,
 so two presentations of one token cannot both rotate. Expired grants are pruned a bounded
-batch at a time on each write. Not thread-safe: the server calls it from one worker thread.
+batch at a time on each write, a subject keeps its newest ``FAMILIES_PER_SUBJECT`` families and
+a family its newest ``SPENT_PER_FAMILY`` spent tokens. Not thread-safe: the server calls it
+from one worker thread.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from octosync.refresh.rotation import Grant, Reuse, Rotate, hash_token, redeem
 
 FILE_NAME = "refresh_tokens.sqlite3"
 PRUNE_BATCH = 256
+FAMILIES_PER_SUBJECT = 32
+"""Families (signed-in sessions) one subject keeps; a new exchange drops the oldest past it."""
+SPENT_PER_FAMILY = 64
+"""Spent tokens a family keeps for reuse detection; an older one comes back as unknown."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS refresh_grants (
@@ -33,13 +39,23 @@ CREATE TABLE IF NOT EXISTS refresh_grants (
 );
 CREATE INDEX IF NOT EXISTS refresh_grants_family ON refresh_grants (family);
 CREATE INDEX IF NOT EXISTS refresh_grants_expiry ON refresh_grants (expires_at);
+CREATE INDEX IF NOT EXISTS refresh_grants_subject ON refresh_grants (subject);
 """
 
 
 class RefreshGrants:
-    """Refresh grants of one data folder."""
+    """Refresh grants of one data folder, bounded per subject and per family so no client
+    grows the file without end: ``families`` per subject, ``spent`` kept per family."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        families: int = FAMILIES_PER_SUBJECT,
+        spent: int = SPENT_PER_FAMILY,
+    ) -> None:
+        self.families = families
+        self.spent = spent
         self.path = data_dir / FILE_NAME
         self.where = str(self.path)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -71,6 +87,12 @@ class RefreshGrants:
     def insert(self, grant: Grant, now: float) -> None:
         with self._write("keep the refresh token"):
             self._insert(grant)
+            self._db.execute(
+                "DELETE FROM refresh_grants WHERE subject = ? AND family NOT IN"
+                " (SELECT family FROM refresh_grants WHERE subject = ?"
+                " GROUP BY family ORDER BY MAX(rowid) DESC LIMIT ?)",
+                (grant.subject, grant.subject, self.families),
+            )
             self._prune(now)
 
     def rotate(self, rotation: Rotate, now: float) -> bool:
@@ -85,6 +107,11 @@ class RefreshGrants:
             if spent != 1:
                 return False
             self._insert(rotation.grant)
+            self._db.execute(
+                "DELETE FROM refresh_grants WHERE rowid IN (SELECT rowid FROM refresh_grants"
+                " WHERE family = ? AND spent = 1 ORDER BY rowid DESC LIMIT -1 OFFSET ?)",
+                (rotation.grant.family, self.spent),
+            )
             self._prune(now)
         return True
 
