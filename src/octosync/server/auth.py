@@ -198,11 +198,7 @@ def _node_rules(claims: Mapping[str, object]) -> dict[str, NodeRules]:
             raise Unauthorized(f"expected a map with keys drawn from {list(NODE_KINDS)}", path=path)
         patterns: dict[str, tuple[str, ...]] = {}
         for kind, listed in kinds.items():
-            if (
-                not isinstance(listed, list)
-                or len(listed) > MAX_PATTERNS
-                or not all(isinstance(p, str) and 0 < len(p) <= 1024 for p in listed)
-            ):
+            if not _names(listed, MAX_PATTERNS, 1024):
                 raise Unauthorized(
                     f"expected a list of at most {MAX_PATTERNS} non-empty patterns",
                     path=f"{path}.{kind}",
@@ -210,6 +206,16 @@ def _node_rules(claims: Mapping[str, object]) -> dict[str, NodeRules]:
             patterns[kind] = tuple(listed)
         out[str(stream)] = NodeRules(**patterns)
     return out
+
+
+def _names(value: object, most: int, longest: int) -> bool:
+    """A claim's list of names: at most ``most``, each a non-empty string of at most
+    ``longest`` characters."""
+    return (
+        isinstance(value, list)
+        and len(value) <= most
+        and all(isinstance(v, str) and 0 < len(v) <= longest for v in value)
+    )
 
 
 def _peer(claims: Mapping[str, object]) -> int | None:
@@ -316,11 +322,7 @@ def external_identity(token: str, provider: ExchangeProvider) -> tuple[str, tupl
     roles = claims.get("roles", [])
     if not isinstance(sub, str) or not sub:
         raise Unauthorized("claim 'sub' must be a non-empty string", path="token.sub")
-    if (
-        not isinstance(roles, list)
-        or len(roles) > MAX_EXCHANGED_ROLES
-        or not all(isinstance(r, str) and 0 < len(r) <= 256 for r in roles)
-    ):
+    if not _names(roles, MAX_EXCHANGED_ROLES, 256):
         raise Unauthorized(
             f"claim 'roles' must be a list of at most {MAX_EXCHANGED_ROLES} role names",
             path="token.roles",
