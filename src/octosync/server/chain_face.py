@@ -40,13 +40,14 @@ import msgspec
 from aiohttp import web
 
 from octosync.chain.records import DeviceEvent, HeadToDevice, StateUpdate
-from octosync.errors import OctosyncError, StorageError, Unauthorized
+from octosync.errors import OctosyncError, Unauthorized
 from octosync.links import frames
 from octosync.links.config_store import ConfigStore
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate, bearer_token
 from octosync.server.chain_session import ChainSession
 from octosync.server.connection import serve_ws
 from octosync.server.runtime import Runtime
+from octosync.store.journal import check_room
 from octosync.store.records import ChainEventSeen, ChainStateSeen, encode_record
 from octosync.wire import chain_link
 from octosync.wire.chain import ChainCodec
@@ -138,9 +139,7 @@ class ChainFace:
         who = f"{rt.run}.{conn}"
 
         def record(events: list[DeviceEvent], then: Callable[[], None]) -> None:
-            writer.check_writable()
-            if not writer.has_room():
-                raise StorageError("the journal writer is behind: its queue is full")
+            check_room(writer)
             encoded = [
                 encode_record(
                     ChainEventSeen(chain, device, e.device_sequencer, e.name, e.payload, who)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, cast
 
 from octosync.cluster.core import ClusterCore
-from octosync.errors import InternalError, OctosyncError, StorageError
+from octosync.errors import InternalError, OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits
 from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.policy import CLOSE_GOING_AWAY
@@ -36,7 +36,7 @@ from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
 from octosync.store.dataspace_hook import dataspace_records
 from octosync.store.hub_hook import Prepared
-from octosync.store.journal import GroupCommitWriter
+from octosync.store.journal import GroupCommitWriter, check_room
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import TopGunCore
@@ -196,9 +196,7 @@ class Runtime:
         (``JournalUnavailable``, or ``StorageError`` when the writer's queue is full)."""
         writer = self.writer
         if writer is not None:
-            writer.check_writable()
-            if not writer.has_room():
-                raise StorageError("the journal writer is behind: its queue is full")
+            check_room(writer)
 
     def record_activity(self) -> None:
         """Queue what the dataspaces took since the last call to the journal (not waited for);

@@ -20,6 +20,7 @@ from octosync.crdt.sync_messages import WireTimestamp
 from octosync.errors import AuthError, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import authenticate, bearer_token
 from octosync.server.runtime import Runtime
+from octosync.store.journal import check_room
 from octosync.topgun import Effects, Outbound, http_sync
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_http as th
@@ -72,9 +73,8 @@ async def _sync(rt: Runtime, request: web.Request) -> web.Response:
         batch = http_sync.op_batch(req)
         if batch is not None:
             if rt.writer is not None:
-                rt.writer.check_writable()  # JournalUnavailable: nothing applied, nothing acked
-                if not rt.writer.has_room():
-                    raise Overloaded("the journal writer is behind; send the ops again")
+                # JournalUnavailable, or a full queue: nothing applied, nothing acked
+                check_room(rt.writer, Overloaded, "send the ops again")
             replies = await _write(rt, conn, core.handle(conn, batch))
         response = http_sync.answer(core, conn, identity, req, replies)
     finally:

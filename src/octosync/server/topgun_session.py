@@ -27,6 +27,7 @@ from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.ports import TopGunPort
+from octosync.store.journal import check_room
 from octosync.topgun import Effects, Outbound, replies
 from octosync.wire import topgun as tg
 from octosync.wire.websocket import ws_frame
@@ -95,9 +96,11 @@ class TopGunSession:
             return
         rt = self.rt
         if rt.writer is not None and isinstance(message, _JOURNALED):
-            rt.writer.check_writable()  # JournalUnavailable: nothing is applied, nothing acked
-            if isinstance(message, _WRITES) and not rt.writer.has_room():
-                raise Overloaded("the journal writer is behind; reconnect and resend")
+            # JournalUnavailable (or a full queue, for writes): nothing applied, nothing acked
+            if isinstance(message, _WRITES):
+                check_room(rt.writer, Overloaded, "reconnect and resend")
+            else:
+                rt.writer.check_writable()
         self._apply(rt.topgun.handle(self.conn, message))
 
     def _authenticate(self, message: tg.Message) -> None:

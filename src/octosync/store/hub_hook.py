@@ -19,9 +19,9 @@ from typing import Any, cast
 
 import msgspec
 
-from octosync.errors import InvalidRecord, StorageError
+from octosync.errors import InvalidRecord
 from octosync.hub.model import DiffFrame, SnapshotFrame
-from octosync.store.journal import GroupCommitWriter
+from octosync.store.journal import GroupCommitWriter, check_room
 from octosync.store.records import (
     EncodedRecord,
     FrameCodec,
@@ -105,13 +105,8 @@ class JournalRecorder:
         self.run = run if run is not None else f"{time.time_ns() // 1_000_000:x}"
         self.watch = watch
 
-    def _check_room(self) -> None:
-        self.writer.check_writable()
-        if not self.writer.has_room():
-            raise StorageError("the journal writer is behind: its queue is full")
-
     def prepare(self, stream: Any, conn: Any, frame: Any) -> Prepared:
-        self._check_room()
+        check_room(self.writer)
         try:
             record = frame_record(stream, frame, self.encode, f"{self.run}.{conn}")
         except (TypeError, ValueError, OverflowError) as exc:
@@ -123,7 +118,7 @@ class JournalRecorder:
     def prepare_drop(self, stream: Any) -> Prepared:
         """The record that the hub dropped ``stream``'s state; ``StorageError`` when the
         writer cannot take it now (the hub keeps the state and tries again later)."""
-        self._check_room()
+        check_room(self.writer)
         return Prepared(encode_record(StreamDropped(str(stream))))
 
     def commit(self, prepared: Prepared) -> None:
