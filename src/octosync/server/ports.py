@@ -24,6 +24,7 @@ from octosync.signaling import SignalingHub
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.topgun.device_credentials import Binding
 from octosync.topgun.offload import OffLoop
 
 
@@ -206,4 +207,12 @@ class TopGunPort(Credentials, Delivery, Protocol):
 
     def offload(self, job: OffLoop) -> None:
         """Run a request's work on a worker thread; its answer goes to its connection."""
+        ...
+
+    def bind_device(
+        self, subject: str | None, presented: str | None, then: Callable[[Binding | None], None]
+    ) -> None:
+        """Re-bind the device ``presented`` names, or mint one, for ``subject`` (None: the
+        anonymous namespace), off the loop; ``then`` on the loop with the binding, or None
+        when the credential store failed (the connection goes on without a device id)."""
         ...
