@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from octosync.errors import Overloaded
+from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.ports import JournalGate, Replicator, SignalPort, TopGunPort
 from octosync.server.signal_session import SignalSession
@@ -18,7 +19,6 @@ from octosync.server.topgun_session import TopGunSession
 from octosync.signaling import SignalingHub
 from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
-from octosync.topgun.device_credentials import Binding
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_services as sv
 from octosync.wire.websocket import ws_frame

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from octosync.errors import StorageError
+from octosync.refresh.device_tokens import SECRET_BYTES, Minted, mint
 from octosync.store.device_credentials import FILE_NAME, DeviceCredentials
-from octosync.topgun.device_credentials import SECRET_BYTES, Minted, mint
 
 PER_OWNER = 3
 SUBJECTS = [None, "ann", "bo"]

@@ -16,6 +16,7 @@ from octosync.cluster.maps import MapStats
 from octosync.errors import OctosyncError
 from octosync.hub import Hub
 from octosync.ipc.messages import Delta, Snapshot
+from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.plane import Plane
@@ -24,7 +25,6 @@ from octosync.signaling import SignalingHub
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
-from octosync.topgun.device_credentials import Binding
 from octosync.topgun.offload import OffLoop
 
 

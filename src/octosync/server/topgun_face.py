@@ -30,6 +30,7 @@ from octosync.hub import Hub
 from octosync.hub.model import lazily_frame
 from octosync.hub.streams import map_name_of, map_stream_id
 from octosync.ipc.messages import Delta, Snapshot
+from octosync.refresh.device_tokens import SECRET_BYTES, Binding, Minted, mint
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate
 from octosync.server.gap_flush import GapFlush
 from octosync.server.ports import LiveConnection, Replicator
@@ -37,7 +38,6 @@ from octosync.store.device_credentials import DeviceCredentials
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
-from octosync.topgun.device_credentials import SECRET_BYTES, Binding, Minted, mint
 from octosync.topgun.index_feed import IndexBatch
 from octosync.topgun.indexer import Indexed
 from octosync.topgun.offload import MAX_RUNNING as MAX_OFFLOADED

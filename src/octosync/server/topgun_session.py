@@ -10,7 +10,7 @@ only ``PING`` is answered; any other message is dropped unread, as TopGun's serv
 the socket opens, before ``AUTH_ACK``, and resend them), and the connection loop's handshake
 deadline closes an idle socket. After it, the rules are ``topgun.TopGunCore``'s.
 
-The device identity (``topgun.device_credentials``) is bound once per connection, off the
+The device identity (``refresh.device_tokens``) is bound once per connection, off the
 loop (``TopGunPort.bind_device``): the session is open at once, and the ack waits in the
 reply queue, ahead of every reply after it, until the binding is committed.
 
@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from octosync.errors import DecodeError, OctosyncError, Overloaded, Unauthorized
+from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.ports import TopGunPort
 from octosync.store.journal import check_room
 from octosync.topgun import Effects, Outbound, replies
-from octosync.topgun.device_credentials import Binding
 from octosync.wire import topgun as tg
 from octosync.wire.websocket import ws_frame
 

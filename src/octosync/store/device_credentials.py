@@ -2,7 +2,7 @@
 
 ``present_or_mint`` is one transaction, committed (``synchronous=FULL``) before the caller
 answers: a device token handed out is a token honoured after a restart. The rules are
-``topgun.device_credentials``'s. The file is bounded: an owner keeps its
+``refresh.device_tokens``'s. The file is bounded: an owner keeps its
 ``DEVICES_PER_OWNER`` most recently seen devices (a client that loses its storage mints a
 new one on every connect and pushes only its own owner's oldest out); a device pushed out
 is given a new identity when it comes back. Not thread-safe: the server calls it from one
@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from octosync.errors import StorageError
+from octosync.refresh.device_tokens import Binding, Minted, claim, matches, owner_key
 from octosync.store.credential_file import Transaction, open_credentials
-from octosync.topgun.device_credentials import Binding, Minted, claim, matches, owner_key
 
 FILE_NAME = "device_credentials.sqlite3"
 DEVICES_PER_OWNER = 256

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octosync.topgun.device_credentials import (
+from octosync.refresh.device_tokens import (
     MAX_TOKEN,
     SECRET_BYTES,
     claim,
