@@ -103,3 +103,19 @@ async def test_a_bad_stored_token_gets_a_new_identity_and_the_connection_serves(
     assert device["deviceToken"] not in (None, stored)
     assert client.frames("in", "ERROR") == []
     assert client.frames("in", "AUTH_FAIL") == []
+
+
+async def test_a_credential_file_that_cannot_be_opened_leaves_the_client_served_without_an_id(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    data = tmp_path / "data"
+    (data / FILE_NAME).mkdir(parents=True)  # SQLite cannot open a folder
+    async with serve(data, insecure_dev=False, auth=AUTH) as srv:
+        writer = await start(topgun_peer, srv.ws_url, "ops", "put=u1=1", token=ALICE)
+        await writer.until("synced")
+        await writer.end()
+        users = srv.runtime.topgun.maps.live_items("users")
+    (ack,) = writer.frames("in", "AUTH_ACK")
+    assert ack["userId"] == "alice"
+    assert "deviceId" not in ack
+    assert list(users) == ["u1"]

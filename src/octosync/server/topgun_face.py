@@ -102,6 +102,7 @@ class TopGunFace:
         self._devices: DeviceCredentials | None = None
         """Device credentials (opened on the device thread by the first binding)."""
         self._device_pool = ThreadPoolExecutor(1, thread_name_prefix="octosync-devices")
+        self._devices_closed = False
 
     def authenticate(self, token: str | None) -> ClaimGrants:
         return authenticate(token, self._auth)
@@ -209,7 +210,11 @@ class TopGunFace:
         """Present-or-mint on the device thread (a commit per binding, never on the loop);
         a store that fails leaves the connection without a device id, as TopGun's does."""
         loop = asyncio.get_running_loop()
-        done = self._device_pool.submit(self._bind, subject, presented)
+        try:
+            done = self._device_pool.submit(self._bind, subject, presented)
+        except RuntimeError:  # the server is closing: no binding, the ack still goes out
+            then(None)
+            return
 
         def bound(fut: Future[Binding]) -> None:
             try:
@@ -233,8 +238,10 @@ class TopGunFace:
 
     def close(self) -> None:
         """Stop the indexer and device threads (after the batch it may be indexing)."""
-        self._device_pool.submit(self._close_devices)
-        self._device_pool.shutdown(wait=True)  # bindings asked for still commit
+        if not self._devices_closed:
+            self._devices_closed = True
+            self._device_pool.submit(self._close_devices)
+            self._device_pool.shutdown(wait=True)  # bindings asked for still commit
         if self._index_timer is not None:
             self._index_timer.cancel()
             self._index_timer = None
