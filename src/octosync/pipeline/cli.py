@@ -405,7 +405,8 @@ def _register_server(psub: Any) -> None:
     up.add_argument(
         "--master",
         default=DEFAULT_MASTER,
-        help=f"where it runs jobs: local[N] or a cluster's spark:// URL ({DEFAULT_MASTER})",
+        help=f"where it runs jobs: local[N], a cluster's spark:// URL, or 'cluster': the one "
+        f"`pipeline cluster up` started under --data ({DEFAULT_MASTER})",
     )
     up.add_argument("--port", type=int, default=15002, help="gRPC port (15002; 0 picks a free one)")
     up.add_argument("--driver-memory", default="2g", help="the server JVM's heap (2g)")

@@ -37,9 +37,11 @@ from octosync.pipeline.cluster import (
     _last_line,
     check_port_free,
     free_port,
+    is_spark_daemon,
     java_path,
     spark_home,
 )
+from octosync.pipeline.cluster import read_state as read_cluster_state
 from octosync.pipeline.layout import CONNECT_SUBDIR
 from octosync.pipeline.spark import DEFAULT_MASTER, session_conf
 
@@ -145,6 +147,27 @@ def server_conf(master: str, port: int, conf: Mapping[str, str] | None = None) -
     return settings | dict(conf or {})
 
 
+CLUSTER_MASTER = "cluster"
+"""``--master cluster``: the standalone cluster ``pipeline cluster up`` started under the same
+data directory."""
+
+
+def cluster_master(data: Path, master: str, conf: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The master URL and settings for ``master``: ``cluster`` names the standalone cluster
+    started under ``data`` (its URL, and executors as large as its workers offer unless
+    ``conf`` says otherwise); any other master is passed through."""
+    if master != CLUSTER_MASTER:
+        return master, dict(conf)
+    state = read_cluster_state(data)
+    if state is None or not any(is_spark_daemon(d.pid) for d in state.daemons()):
+        raise PipelineError(
+            f"--master cluster: no cluster is up under {data}; start one with "
+            "`octosync pipeline cluster up` (or give its spark:// URL)",
+            path="--master",
+        )
+    return state.url, {"spark.executor.memory": state.memory} | dict(conf)
+
+
 def up(
     data: Path,
     *,
@@ -155,7 +178,9 @@ def up(
     timeout: float = 120.0,
     progress: Callable[[str], None] | None = None,
 ) -> ServerState:
-    """Start the server; return once it accepts connections on its port.
+    """Start the server; return once it accepts connections on its port. ``master`` is where
+    it runs its jobs: ``local[N]``, a standalone cluster's ``spark://`` URL, or ``cluster``
+    (:func:`cluster_master`).
 
     Past ``timeout`` seconds (or when the server exits early) it is stopped and a
     ``PipelineError`` quotes the last line of its log.
@@ -171,6 +196,7 @@ def up(
             )
         (state_dir(data) / STATE_FILE).unlink()  # stale: the server is gone
     java_path()
+    master, conf = cluster_master(data, master, conf or {})
     port = port or free_port()
     check_port_free(port, "--port")
     home = spark_home()
