@@ -184,6 +184,7 @@ def _stream(args: argparse.Namespace) -> int:
         failure = None
     except Exception as exc:  # a Connect server that went away, among others
         failure = exc
+    stream.record_progress(journal, checkpoint)  # what the last batches committed
     if failure is not None:
         first = str(failure).strip().splitlines()[0] if str(failure).strip() else "failed"
         raise PipelineError(f"the streaming query stopped: {first}", path=str(journal))
