@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,17 @@ class ServerState(msgspec.Struct, frozen=True):
     master: str
     log: str
     python: str
+    session: str = ""
+    """The id of the server-side session the batch jobs share (a UUID)."""
 
     @property
     def url(self) -> str:
         return f"sc://{HOST}:{self.port}"
+
+    @property
+    def job_url(self) -> str:
+        """``url`` naming the shared session: a job run there finds it warm."""
+        return f"{self.url}/;session_id={self.session}" if self.session else self.url
 
 
 def state_dir(data: Path) -> Path:
@@ -124,15 +132,16 @@ def answers(port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def running_url(data: Path) -> str | None:
-    """The ``sc://`` URL of the server ``up`` started under ``data``, when it is running."""
+def running_url(data: Path, *, shared: bool = False) -> str | None:
+    """The ``sc://`` URL of the server ``up`` started under ``data``, when it is running;
+    with ``shared``, the URL of its shared session (:attr:`ServerState.job_url`)."""
     try:
         state = read_state(data)
     except PipelineError:
         return None
     if state is None or not server_pids(state.pid):
         return None
-    return state.url
+    return state.job_url if shared else state.url
 
 
 def server_conf(master: str, port: int, conf: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -143,6 +152,11 @@ def server_conf(master: str, port: int, conf: Mapping[str, str] | None = None) -
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.grpc.port.maxRetries": "0",  # the port we recorded, or a failure
+        # The batch jobs share one session (``ServerState.session``): its first plan costs
+        # about a second more than the next ones (measured in ``bench/pipeline.py``). A
+        # session idle for an hour is closed as usual; keeping no tombstones of closed
+        # sessions lets the next job open the shared one again under the same id.
+        "spark.connect.session.manager.closedSessionsTombstonesSize": "0",
     }
     return settings | dict(conf or {})
 
@@ -227,7 +241,7 @@ def up(
             cwd=root,
             start_new_session=True,  # its own group: `down` signals the group, not us
         )
-    state = ServerState(proc.pid, port, master, str(log), sys.executable)
+    state = ServerState(proc.pid, port, master, str(log), sys.executable, str(uuid.uuid4()))
     say(f"spark connect server pid {proc.pid} on {HOST}:{port} (log {log})")
     try:
         (root / STATE_FILE).write_bytes(msgspec.json.encode(state))
