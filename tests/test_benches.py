@@ -105,3 +105,15 @@ def test_dataspace_face_bench_loses_no_delivery() -> None:
         done = run_bench("bench/dataspace_face.py", "--quick", "--clients", clients)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "deliveries lost 0" in done.stdout
+
+
+@pytest.mark.slow
+def test_remote_writes_bench_answers_writers_on_both_nodes() -> None:
+    """``bench/remote_writes.py`` starts NATS, two nodes and the clients, and every writer's
+    request on either node is answered applied (a writer asserts it)."""
+    done = run_bench("bench/remote_writes.py", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("node ")]
+    assert [r[:2] for r in rows[:2]] == [["node", "1"], ["node", "2"]]
+    assert all(float(r[-3]) > 0 for r in rows[:2]), done.stdout
+    assert "node 2 / node 1: throughput" in done.stdout

@@ -146,6 +146,8 @@ export interface ClientOptions {
   maxFrameSize?: number;
   registry?: TypeRegistry;
   fetch?: typeof fetch;
+  /** Other nodes of a cluster: a channel that loses its node goes on with the next. */
+  fallbacks?: string[];
 }
 
 /** A connection factory for one server (`ws://host:port`, `wss://...`, `http://...`). */

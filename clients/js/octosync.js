@@ -668,6 +668,12 @@ class Channel extends Emitter {
     this.attempt = 0;
     this.timer = null;
     this.openedOnce = false;
+    this.node = 0; // which of the client's URLs this channel uses
+  }
+
+  /** The base URL this channel connects to now (a cluster client moves on when one fails). */
+  get url() {
+    return this.client.urls[this.node % this.client.urls.length];
   }
 
   start() {
@@ -694,7 +700,7 @@ class Channel extends Emitter {
   #open() {
     if (this.closed) return;
     const Ctor = this.client.WebSocket;
-    const url = wsUrl(this.client.url, "/lazily", this.client.token);
+    const url = wsUrl(this.url, "/lazily", this.client.token);
     let ws;
     try {
       ws = new Ctor(url.href);
@@ -785,6 +791,7 @@ class Channel extends Emitter {
     this.#setStatus("reconnecting");
     const delay = backoffDelay(this.attempt, this.client.backoff, this.client.random);
     this.attempt += 1;
+    this.node += 1; // the next node, when the client was given several
     if (failed) {
       const of = limit === undefined ? "" : ` of ${limit}`;
       const where = `${failed.origin}${failed.pathname}`;
@@ -1696,11 +1703,14 @@ export class SharedDocument extends Channel {
 /**
  * A connection factory for one server: `url` is its base (`ws://host:port`, `http://...`, or
  * relative in a browser page). Options: token, WebSocket (constructor), backoff {base, cap,
- * maxAttempts} in seconds, random (for tests), maxFrameSize, registry, fetch.
+ * maxAttempts} in seconds, random (for tests), maxFrameSize, registry, fetch, fallbacks (other
+ * nodes of a cluster, tried in turn when a channel's node fails).
  */
 export class Client {
   constructor(url, options = {}) {
     this.url = url;
+    // Other nodes of a cluster: a channel that loses its node goes on with the next.
+    this.urls = [url, ...(options.fallbacks ?? [])];
     this.token = options.token ?? null;
     this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
     if (typeof this.WebSocket !== "function") {

@@ -29,6 +29,14 @@ from octosync.server.runtime import Runtime
 TIMEOUT = 5.0
 
 
+def refusal(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a command refused with (exit status 2), as every refusal at start is."""
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -20,10 +20,18 @@ from typing import Any
 import aiohttp
 import pytest
 
-from octosync.client.lazily import Backoff, Client, Publication, Subscription, connect
+from octosync.client.lazily import (
+    Backoff,
+    Client,
+    Publication,
+    Subscription,
+    Writer,
+    connect,
+)
 from octosync.client.wvp import WvpClient
-from octosync.errors import ForbiddenPublish, OctosyncError
+from octosync.errors import Forbidden, ForbiddenPublish, OctosyncError
 from octosync.graph import Context
+from octosync.ipc.permissions import PeerPermissions
 from octosync.links import cluster_link, nats_server
 from octosync.links.cluster_cli import cluster_status, start_node
 from octosync.wire import cluster as cluster_wire
@@ -262,6 +270,40 @@ async def test_deltas_reach_other_nodes_in_order_and_a_second_producer_is_refuse
             )
             assert not pub.closed
             assert pub.failed is None
+
+
+async def test_writers_on_another_node_are_answered_by_the_producer(cluster: Cluster) -> None:
+    """Two writers on node 2 ask the producer on node 1: a write it allows is answered True, one
+    it refuses raises its refusal, an effect it lets them trigger runs; it tells them apart."""
+    n1, n2, _ = cluster.nodes
+    ctx = Context()
+    board = ctx.cell("open", type_tag="string", name="board")
+    score = ctx.cell(0, type_tag="i64", name="score")
+    rings: list[str] = []
+    bell = ctx.effect(lambda: rings.append(board.get()))
+    rings.clear()  # the effect's first run, when it was made
+    asked: list[Writer] = []
+
+    def permissions_for(writer: Writer) -> PeerPermissions:
+        asked.append(writer)
+        perms = PeerPermissions(write=[score.id])
+        perms.grant("trigger_effect", bell.id)
+        return perms
+
+    async with connect(n1.url) as p, connect(n2.url) as a, connect(n2.url) as b:
+        await p.publish(STREAM, ctx, permissions_for=permissions_for)
+        sub_a, sub_b = await a.subscribe(STREAM), await b.subscribe(STREAM)
+        for sub in (sub_a, sub_b):
+            await asyncio.wait_for(sub.wait_for(lambda s: "score" in s.by_name), 20)
+        assert await asyncio.wait_for(sub_a.write("score", 5), 10) is True
+        assert score.get() == 5
+        with pytest.raises(Forbidden, match=f"node {board.id}"):
+            await asyncio.wait_for(sub_b.write("board", "won"), 10)
+        assert board.get() == "open"
+        assert await asyncio.wait_for(sub_b.trigger(bell.id), 10) is True
+        assert rings == ["open"]
+        assert len({w.peer for w in asked}) == 2  # node 1 tells node 2's writers apart
+        await asyncio.wait_for(sub_b.wait_for(lambda s: s.by_name.get("score") == 5), 10)
 
 
 @pytest.mark.slow

@@ -73,11 +73,11 @@ class Cluster:
     nats: subprocess.Popen[bytes]
     nodes: dict[str, Node] = field(default_factory=dict)
 
-    def start(self, node_id: str, *, tokens: bool = False) -> Node:
+    def start(self, node_id: str, *, tokens: bool = False, cluster_keys: str = "") -> Node:
         """Start (or start again, on its data directory) node ``node_id`` (``tokens``: with
-        ``[auth]`` on, not ``--insecure-dev``)."""
+        ``[auth]`` on, not ``--insecure-dev``; ``cluster_keys``: more ``[cluster]`` lines)."""
         config = self.root / "octosync.toml"
-        config.write_text(CONFIG)
+        config.write_text(CONFIG.replace("[cluster]\n", f"[cluster]\n{cluster_keys}\n", 1))
         data = self.root / node_id
         port = free_port()
         extra = ["--config", str(config)]

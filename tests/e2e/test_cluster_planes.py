@@ -26,6 +26,7 @@ from tests.e2e.test_cluster_maps import Cluster, Node, cluster, scrape
 __all__ = ["cluster"]  # the fixture: NATS and nodes n1, n2
 
 DOC = "clicks"
+STREAM = "octosync_octosync_planes"
 TIMEOUT = 60.0
 
 
@@ -146,7 +147,7 @@ async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) ->
     # The stream loses them (as limits or an operator's purge would): only node 1 has them.
     nc = await nats_server.connect(cluster.url)
     try:
-        await nc.jetstream().purge_stream("octosync_octosync_planes")
+        await nc.jetstream().purge_stream(STREAM)
     finally:
         await nc.close()
     n2 = restart(cluster, "n2")
@@ -154,6 +155,39 @@ async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) ->
     metrics = await scrape(n2)
     assert metrics["octosync_cluster_planes_repaired_total"] >= 1
     assert metrics["octosync_cluster_planes_merged_total"] == 0
+
+
+@pytest.mark.slow
+async def test_edits_past_the_streams_age_limit_reach_a_returning_node(cluster: Cluster) -> None:
+    """The op stream keeps messages ``map_log_max_age`` seconds: a node away longer than that
+    finds them gone, says how many, and gets the edits from the other node instead."""
+    cluster.nodes["n2"].kill()
+    cluster.nodes["n1"].kill()
+    n1 = cluster.start("n1", cluster_keys="map_log_max_age = 1.0")
+    nc = await nats_server.connect(cluster.url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(STREAM)
+        assert info.config.max_age == 1.0  # the existing stream took the node's limit
+        async with SharedDocument(n1.lazily, DOC) as writer:
+            for _ in range(30):
+                writer.counter("n").add(1)
+            await writer.synced(TIMEOUT)
+        published = (await js.stream_info(STREAM)).state.last_seq
+        assert published >= 1
+        for _ in range(200):  # NATS expires them within a few seconds
+            if (await js.stream_info(STREAM)).state.messages == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert (await js.stream_info(STREAM)).state.messages == 0
+    finally:
+        await nc.close()
+    n2 = restart(cluster, "n2")
+    await total_on(n2, 30)  # a sync round each second (the fixture's configuration)
+    metrics = await scrape(n2)
+    assert metrics["octosync_cluster_planes_unreplayed_total"] == published
+    assert metrics["octosync_cluster_planes_merged_total"] == 0
+    assert metrics["octosync_cluster_planes_repaired_total"] >= 1
 
 
 @pytest.mark.slow
@@ -194,6 +228,73 @@ async def test_a_js_writer_and_a_python_writer_on_two_nodes_end_identical(
     theirs = json.loads(out.decode().strip().splitlines()[-1])
     assert theirs["counter"] == 2 * clicks
     assert sorted(theirs["entries"]) == ours
+
+
+FAILOVER_WRITER = """
+import {{ connect }} from {module};
+const client = connect({url}, {{ fallbacks: [{fallback}] }});
+const doc = client.openDocument({stream});
+await doc.synced();
+for (let i = 0; i < {clicks}; i += 1) {{
+  doc.counter("n").add(1);
+  await new Promise((r) => setTimeout(r, 5));
+}}
+await doc.synced();
+while (doc.counter("n").value !== {total}) await new Promise((r) => doc.on("change", r));
+console.log(JSON.stringify({{ counter: doc.counter("n").value, reconnects: doc.reconnects }}));
+client.close();
+process.exit(0);
+"""
+
+
+@pytest.mark.slow
+async def test_writers_given_the_nodes_go_on_with_the_next_when_theirs_is_killed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A Python and a JavaScript writer, each given both nodes, write through node 1; node 1 is
+    SIGKILLed while they write and stays down: both move on to node 2 with their pending
+    edits, and node 2 counts every click exactly once."""
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    clicks = 200
+    script = tmp_path / "failover.mjs"
+    script.write_text(
+        FAILOVER_WRITER.format(
+            module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
+            url=json.dumps(f"ws://127.0.0.1:{n1.port}"),
+            fallback=json.dumps(f"ws://127.0.0.1:{n2.port}"),
+            stream=json.dumps(DOC),
+            clicks=clicks,
+            total=2 * clicks,
+        )
+    )
+    js = await asyncio.create_subprocess_exec(
+        *node_command(), str(script), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+
+    async def kill_midway(watcher: SharedDocument) -> None:
+        await watcher.wait_until(lambda: watcher.counter("n").value >= clicks // 2, TIMEOUT)
+        n1.kill()
+
+    async with (
+        SharedDocument(n1.lazily, DOC, fallbacks=[n2.lazily]) as writer,
+        reader(n2) as watcher,
+    ):
+        killer = asyncio.create_task(kill_midway(watcher))
+        for _ in range(clicks):
+            writer.counter("n").add(1)
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(killer, TIMEOUT)
+        assert n1.proc.poll() is not None
+        await writer.synced(TIMEOUT)
+        out, err = await asyncio.wait_for(js.communicate(), 90)
+        assert js.returncode == 0, err.decode()[-3000:]
+        theirs = json.loads(out.decode().strip().splitlines()[-1])
+        await watcher.wait_until(lambda: watcher.counter("n").value == 2 * clicks, TIMEOUT)
+        assert writer.url == n2.lazily
+        assert writer.reconnects >= 1
+        assert theirs["counter"] == 2 * clicks
+        assert theirs["reconnects"] >= 1
+    await total_on(n2, 2 * clicks)
 
 
 @pytest.mark.slow

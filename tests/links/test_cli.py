@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from octosync.links.cli import start_node
+from tests.e2e.helpers import refusal
 
 
 def chain_cli(*args: str) -> list[str]:
@@ -55,3 +56,32 @@ async def test_device_watch_and_status(nats_url: str, tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+async def test_a_second_link_on_the_same_replica_file_exits_2_naming_it_and_the_holder(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """Two links of one id and folder would each write their own replica over the other's: the
+    second is refused in one line, and once the first is killed the file is free again."""
+    data = tmp_path / "n1"
+    app = "octosync.chain.game:compute"
+    first, _ = await asyncio.to_thread(start_node, "twins", "n1", nats_url, app, data)
+    try:
+        args = ["--chain", "twins", "--id", "n1", "--listen", "127.0.0.1:0"]
+        args += ["--config", nats_url, "--app", app, "--data", str(data)]
+        second = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "octosync.links.cli", "node", *args],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        said = refusal(second)
+        assert str((data / "n1.sqlite").resolve()) in said
+        assert f"process {first.pid}" in said
+    finally:
+        first.kill()
+        first.wait(timeout=10)
+    again, _ = await asyncio.to_thread(start_node, "twins", "n1", nats_url, app, data)
+    again.kill()
+    again.wait(timeout=10)

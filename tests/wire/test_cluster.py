@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octosync.errors import DecodeError
-from octosync.ipc.messages import Delta, Snapshot
+from octosync.ipc.messages import Delta, RemoteOp, RemoteOpResult, Snapshot
 from octosync.wire import cbor, wvp
 from octosync.wire import cluster as wire
 from tests.strategies import deltas, snapshots
@@ -264,3 +264,56 @@ def test_a_resync_that_carries_another_wvp_message_is_refused() -> None:
     with pytest.raises(DecodeError) as err:
         wire.decode_resync(wire.Resync("n", "warp:1", 1, wvp.encode(frame, 1)))
     assert err.value.path == "$.body"
+
+
+writer_fields = (st.integers(0, 2**53), st.integers(1, 2**53), st.none() | st.text(max_size=20))
+remote_ops = st.one_of(
+    st.builds(
+        lambda node, payload, req, peer, subject: RemoteOp(
+            "write", node, payload, req, peer, subject
+        ),
+        st.integers(0, 2**53),
+        st.binary(max_size=32),
+        *writer_fields,
+    ),
+    st.builds(
+        lambda node, req, peer, subject: RemoteOp("trigger_effect", node, None, req, peer, subject),
+        st.integers(0, 2**53),
+        *writer_fields,
+    ),
+)
+results = st.builds(
+    RemoteOpResult,
+    st.integers(1, 2**53),
+    st.integers(1, 2**53),
+    st.none() | st.text(min_size=1, max_size=20),
+    st.none() | st.text(min_size=1, max_size=40),
+    st.booleans(),
+)
+
+
+@given(nodes, streams, epochs, remote_ops)
+def test_a_writers_request_crosses_to_the_owner_unchanged(
+    node: str, stream: str, claim: int, op: RemoteOp
+) -> None:
+    got = wire.decode(wire.encode(wire.Write(node, stream, claim, wire.encode_body(op))))
+    assert isinstance(got, wire.Write)
+    assert wire.decode_write(got) == op
+
+
+@given(nodes, streams, results)
+def test_the_producers_answer_crosses_back_unchanged(
+    node: str, stream: str, result: RemoteOpResult
+) -> None:
+    got = wire.decode(wire.encode(wire.Answer(node, stream, wire.encode_body(result))))
+    assert isinstance(got, wire.Answer)
+    assert wire.decode_answer(got) == result
+
+
+def test_an_answer_to_nobody_or_of_another_kind_is_refused() -> None:
+    for body in (RemoteOpResult(1, applied=True), RemoteOp("write", 1, b"1")):
+        with pytest.raises(DecodeError) as err:
+            wire.decode_answer(wire.Answer("n", "s", wire.encode_body(body)))
+        assert err.value.path == "$.body"
+    with pytest.raises(DecodeError, match="a delta or a remote_op"):
+        wire.decode_write(wire.Write("n", "s", 1, wire.encode_body(RemoteOpResult(1, 2))))

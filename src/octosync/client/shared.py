@@ -12,7 +12,9 @@ The document joins the stream over ``/lazily`` with the ``distributed_crdt`` fea
 apply locally at once and are sent as CRDT ops; each stays pending until the server echoes it
 back, which it does only after its journal committed it. Edits made while disconnected are
 kept, and sent again (with every still pending one) on reconnect; the server's whole state
-arrives first on every connection, so an offline replica converges. The cells are ordinary
+arrives first on every connection, so an offline replica converges. Given a cluster's other
+nodes as ``fallbacks``, a document that loses its node goes on with the next one: every node keeps
+the whole document, and pending edits merge idempotently wherever they land. The cells are ordinary
 cells of ``doc.context`` (``crdt.replicated``): memos and effects read them like any cell.
 """
 
@@ -22,7 +24,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -64,12 +66,16 @@ class SharedDocument:
         name: str,
         *,
         token: str | None = None,
+        fallbacks: Sequence[str] = (),
         peer: int | None = None,
         context: Context | None = None,
         clock: Callable[[], int] = _wall_ms,
         backoff: Backoff | None = None,
     ) -> None:
-        self.url = lazily_url(url)
+        self.urls = (lazily_url(url), *map(lazily_url, fallbacks))
+        """Where to connect, in turn (other nodes of a cluster as ``fallbacks``): a session
+        that fails moves on to the next."""
+        self._node = 0
         self.name = name
         self.token = token
         self.peer = peer if peer is not None else new_peer_id()
@@ -92,6 +98,17 @@ class SharedDocument:
         self._joined = False
         self._closing = False
         self._rng = random.Random()
+
+    @property
+    def url(self) -> str:
+        """The ``/lazily`` URL the document is (or will next be) connected to."""
+        return self.urls[self._node % len(self.urls)]
+
+    @url.setter
+    def url(self, url: str) -> None:
+        """Follow one server from the next session on (one that moved, say)."""
+        self.urls = (lazily_url(url),)
+        self._node = 0
 
     # --- the values -------------------------------------------------------------------------
 
@@ -197,6 +214,7 @@ class SharedDocument:
                 self.connected = False
                 self._joined = False
                 self._notify()
+                self._node += 1  # the next node, when there are several
                 delay = self.backoff.delay(attempt, self._rng)
                 attempt += 1
                 await asyncio.sleep(delay)

@@ -29,6 +29,8 @@ class LogStats:
     walks: int = 0
     resubscribed: int = 0
     undecodable: int = 0
+    unreplayed: int = 0
+    """Stream messages gone (age limit, purge) before this node took them."""
 
 
 class Position:

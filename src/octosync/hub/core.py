@@ -87,6 +87,7 @@ class Hub:
         self._conns = Connections(self.config.outbox)
         self._authority = Authority(self.config, self.stats, clock, recorder)
         self._stale: Callable[[StreamId], str | None] | None = None
+        self._answer_relay: Callable[[StreamId, RemoteOpResult], bool] | None = None
         self._fanout = Fanout(
             self.config,
             self.stats,
@@ -110,6 +111,11 @@ class Hub:
         """In a cluster: ``stale(stream)`` says why this node's copy may be out of date (it
         lost the cluster); subscribing is then ``Unavailable``, never old state."""
         self._stale = stale
+
+    def register_answer_relay(self, relay: Callable[[StreamId, RemoteOpResult], bool]) -> None:
+        """In a cluster: a producer's answer to a writer that is not a connection here (one
+        relayed from another node) goes to ``relay``."""
+        self._answer_relay = relay
 
     def register_view(self, name: str, view: ViewFactory, *, overwrite: bool = True) -> None:
         """Name a permission view (``ViewKey.view``); ``overwrite=False`` keeps one already
@@ -323,8 +329,16 @@ class Hub:
         ``cell_set`` form and will not (a ``trigger_effect`` is refused then)."""
         c = self._conns.get(conn)
         producer = self._writable(c, stream_id, op.kind, [op.node])
+        return self._ask(producer, stream_id, replace(op, peer=conn, subject=subject))
+
+    def relay_remote_op(self, stream_id: StreamId, op: RemoteOp) -> bool:
+        """A writer's ``RemoteOp`` from another node, checked and stamped there (its ``peer``
+        stands for that writer here): to this node's producer, as ``remote_op`` says."""
+        return self._ask(self._producer(stream_id), stream_id, op)
+
+    def _ask(self, producer: Connection, stream_id: StreamId, op: RemoteOp) -> bool:
         if producer.remote_ops:
-            self._forward(producer, stream_id, "write", replace(op, peer=conn, subject=subject))
+            self._forward(producer, stream_id, "write", op)
             return True
         if op.kind != "write" or op.payload is None:
             raise Forbidden(
@@ -342,6 +356,8 @@ class Hub:
         if self._authority.producer_of(stream_id) != conn:
             raise Forbidden(f"only the producer of stream {stream_id!r} answers its writers")
         target = None if result.peer is None else self._conns.find(result.peer)
+        if target is None and self._answer_relay is not None:
+            return self._answer_relay(stream_id, result)  # a writer on another node
         if target is None or stream_id not in target.subscriptions:
             return False
         self._forward(target, stream_id, "answer", replace(result, peer=None))
@@ -364,6 +380,9 @@ class Hub:
                         f"no {kind} grant on node {node_label(node, key)} of stream {stream_id!r}",
                         path=f"ops[{i}]" if len(nodes) > 1 else "node",
                     )
+        return self._producer(stream_id)
+
+    def _producer(self, stream_id: StreamId) -> Connection:
         stream = self._authority.get(stream_id)
         if stream is None or stream.producer is None:
             raise Forbidden(f"stream {stream_id!r} has no producer to take writes")

@@ -56,8 +56,12 @@ def _node(args: argparse.Namespace) -> int:
         ready,
         durability=args.durability,
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        run_node(options)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            run_node(options)
+    except OctosyncError as exc:  # its replica file is another link's, say
+        print(f"octosync: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -32,6 +32,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 import nats
+from msgspec.structs import replace
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js.errors import BucketNotFoundError
@@ -52,12 +53,13 @@ from octosync.cluster.core import (
     Release,
     RequestSnapshot,
 )
+from octosync.cluster.writer_aliases import WriterAliases
 from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError
 from octosync.hub import AllowAll, DiffFrame, Hub, OutFrame, SnapshotFrame, ViewKey, lazily_frame
 from octosync.hub.model import Frame
 from octosync.hub.streams import stream_face
 from octosync.hub.types import ConnId, StreamId
-from octosync.ipc.messages import Delta, Snapshot
+from octosync.ipc.messages import Delta, RemoteOp, RemoteOpResult, Snapshot
 from octosync.links import nats_server
 from octosync.wire import cluster as wire
 from octosync.wire import wvp
@@ -193,6 +195,9 @@ class ClusterLink:
         runtime.hub.register_encoder(REMOTE_WVP_ENCODER, _encode_resync)
         runtime.hub.register_remote_owners(self._remote_owner)
         runtime.hub.register_freshness(self._stale)
+        runtime.hub.register_answer_relay(self._relay_answer)
+        self._aliases = WriterAliases(runtime.new_conn_id)
+        """Writers on other nodes whose requests this node's producers answer."""
         self._out: collections.deque[tuple[str, bytes]] = collections.deque()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -390,6 +395,8 @@ class ClusterLink:
             # WVP defines no writes: what reaches its stand-in is a subscriber's resync request
             view = REMOTE_WVP_VIEW if is_wvp else REMOTE_VIEW
             hub.connect(conn, view, grants=AllowAll(), wake=wake)
+            if not is_wvp:  # writers' requests cross to the owner, whose producer answers
+                hub.take_remote_ops(conn)
         try:
             if is_wvp:
                 for body in wire.decode_wvp_body(frame):
@@ -422,6 +429,9 @@ class ClusterLink:
         producer, if it still owns the stream under the claim the other node knew."""
         try:
             write = wire.decode(msg.data)
+            if isinstance(write, wire.Answer):
+                self._on_answer(write)
+                return
             if not isinstance(write, wire.Write | wire.Resync):
                 return
             if self.core.owns(write.stream) != write.claim:
@@ -429,14 +439,52 @@ class ClusterLink:
             if isinstance(write, wire.Resync):
                 self.rt.hub.pass_resync(write.stream, wire.decode_resync(write))
                 return
-            delta = wire.decode_write(write)
+            body = wire.decode_write(write)
+            if isinstance(body, RemoteOp):
+                self._ask(write.node, write.stream, body)
+                return
             hub = self.rt.hub
             if self._writer is None:
                 self._writer = self.rt.new_conn_id()
                 hub.connect(self._writer, REMOTE_VIEW, grants=AllowAll())
-            hub.write(self._writer, write.stream, delta)
+            hub.write(self._writer, write.stream, body)
         except OctosyncError as exc:
             log.info("cluster: a write from another node was refused: %s", exc)
+
+    def _ask(self, node: str, stream: str, op: RemoteOp) -> None:
+        """A writer's request from ``node`` (checked there) to this node's producer, under
+        this node's id for the writer; the writer's node hears the outcome as it would have
+        from a producer of its own."""
+        peer = op.peer
+        local = None if peer is None else self._aliases.alias(node, peer)
+        try:
+            if self.rt.hub.relay_remote_op(stream, replace(op, peer=local)):
+                return  # the producer answers (``_relay_answer``)
+            result = RemoteOpResult(op.request, applied=False)
+        except OctosyncError as err:
+            result = RemoteOpResult(op.request, error=err.name, message=err.message[:1024])
+        if op.request and peer is not None:
+            self._answer(node, stream, replace(result, peer=peer))
+
+    def _relay_answer(self, stream: StreamId, result: RemoteOpResult) -> bool:
+        """A producer here answers a writer of another node: to that node."""
+        origin = None if result.peer is None else self._aliases.origin(result.peer)
+        if origin is None or not isinstance(stream, str):
+            return False
+        node, peer = origin
+        self._answer(node, stream, replace(result, peer=peer))
+        return True
+
+    def _answer(self, node: str, stream: str, result: RemoteOpResult) -> None:
+        body = wire.encode_body(result)
+        self._send(self.subjects.writes(node), wire.encode(wire.Answer(self.node, stream, body)))
+
+    def _on_answer(self, answer: wire.Answer) -> None:
+        """The owner's producer answered a writer here: through the stream's stand-in, the
+        producer as this node's hub knows it."""
+        conn = self._remote.get(answer.stream)
+        if conn is not None:
+            self.rt.hub.answer(conn, answer.stream, wire.decode_answer(answer))
 
     def _drop_remote(self, stream: str) -> None:
         conn = self._remote.pop(stream, None)
@@ -640,7 +688,7 @@ async def _unsubscribe(sub: Any) -> None:
 
 def _encode_body(frame: OutFrame) -> bytes:
     body = frame.body
-    if not isinstance(body, Snapshot | Delta):
+    if not isinstance(body, Snapshot | Delta | RemoteOp):
         raise TypeError(f"{type(body).__name__} is not a lazily state-plane message")
     return wire.encode_body(body)
 

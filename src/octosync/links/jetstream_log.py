@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import nats
@@ -32,15 +32,45 @@ SILENT_AFTER = 5.0
 """Seconds without a message (or the consumer's heartbeat) before the stream is checked."""
 
 
-async def ensure_stream(js: JetStreamContext, name: str, subject: str, replicas: int) -> int:
-    """Make the stream if it does not exist; returns the last sequence there is to replay (0
+@dataclass(frozen=True, slots=True)
+class StreamSpan:
+    """What a stream holds when a node opens it: sequences ``first`` to ``last`` (``last`` is 0
     when it holds no message: a purge keeps the sequence numbers)."""
+
+    first: int
+    last: int
+
+    def lost_after(self, position: int) -> int:
+        """How many sequences past ``position`` the stream no longer holds (its age limit or a
+        purge removed them before this node took them): anti-entropy has to bring them."""
+        return max(0, self.first - 1 - position)
+
+
+DUPLICATE_WINDOW = 120.0
+"""Seconds JetStream remembers a ``Nats-Msg-Id`` (its default), never past the age limit."""
+
+
+async def ensure_stream(
+    js: JetStreamContext, name: str, subject: str, replicas: int, max_age: float
+) -> StreamSpan:
+    """Make the stream if it does not exist, with messages kept ``max_age`` seconds; an existing
+    stream with another age limit is given this one (the op log is not the record of truth:
+    every node journals what it takes, and anti-entropy repairs what a node never read)."""
+    window = min(DUPLICATE_WINDOW, max_age)
     try:
         info = await js.stream_info(name)
     except NotFoundError:
         info = await js.add_stream(
-            name=name, subjects=[subject], num_replicas=replicas, storage=api.StorageType.FILE
+            name=name,
+            subjects=[subject],
+            num_replicas=replicas,
+            storage=api.StorageType.FILE,
+            max_age=max_age,
+            duplicate_window=window,
         )
+    if info.config.max_age != max_age:
+        config = replace(info.config, max_age=max_age, duplicate_window=window)
+        info = await js.update_stream(config)
     if (info.config.num_replicas or 1) != replicas:
         log.warning(
             "cluster: the stream %s has %s replicas, not the %s configured here",
@@ -48,7 +78,9 @@ async def ensure_stream(js: JetStreamContext, name: str, subject: str, replicas:
             info.config.num_replicas,
             replicas,
         )
-    return int(info.state.last_seq or 0) if info.state.messages else 0
+    if not info.state.messages:
+        return StreamSpan(first=int(info.state.first_seq or 1), last=0)
+    return StreamSpan(first=int(info.state.first_seq or 1), last=int(info.state.last_seq or 0))
 
 
 async def publish_stored(
@@ -163,6 +195,9 @@ class LogSettings:
     """Seconds a batch may take to be stored in JetStream before its writers are reset."""
     catch_up_timeout: float = 30.0
     """Seconds a starting node waits to replay the op stream before it opens its port."""
+    max_age: float = 7 * 86400.0
+    """Seconds JetStream keeps an op stream message; a node that was away longer is repaired
+    by anti-entropy instead of the replay."""
 
 
 @dataclass(slots=True)
@@ -183,6 +218,7 @@ class LogCounts(Protocol):
     republished: int
     failed: int
     resubscribed: int
+    unreplayed: int
 
 
 class OpLogLink:
@@ -230,11 +266,23 @@ class OpLogLink:
         from ``position`` (bounded by ``catch_up_timeout``), then follow it and run rounds."""
         self._nc = nc
         js = self._js = nc.jetstream()
-        last = await ensure_stream(js, self.log_stream, self.log_subject, self.settings.replicas)
+        span = await ensure_stream(
+            js, self.log_stream, self.log_subject, self.settings.replicas, self.settings.max_age
+        )
+        lost = span.lost_after(self.position)
+        if lost:
+            self.stats.unreplayed += lost
+            log.warning(
+                "cluster: %s no longer holds %d messages after %d; anti-entropy brings them",
+                self.log_stream,
+                lost,
+                self.position,
+            )
         for subject, handler in handlers.items():
             await nc.subscribe(subject, cb=handler)
         self._follower = Follower(js, self.log_stream, self.log_subject, self._on_batch)
         await self._follower.follow(self.position)
+        last = span.last
         if not await wait_caught_up(lambda: self.position, last, self.settings.catch_up_timeout):
             log.warning(
                 "cluster: caught up with %s only to %d of %d before serving",

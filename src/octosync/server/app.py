@@ -157,6 +157,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             sync_interval=config.map_sync_interval,
             settle=config.map_settle,
             replicate_timeout=config.map_replicate_timeout,
+            max_age=config.map_log_max_age,
         )
         maps_link = MapsLink(
             runtime.topgun_face, link.node, cluster=DEFAULT_CLUSTER, settings=settings

@@ -115,6 +115,9 @@ class ServerConfig:
     """A map written within this many seconds sits out an anti-entropy round."""
     map_replicate_timeout: float = 30.0
     """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
+    map_log_max_age: float = 7 * 86400.0
+    """Seconds the cluster's op streams (TopGun maps, shared documents) keep a message; a node
+    away longer is brought up to date by anti-entropy."""
     topgun_queries_per_connection: int = 64
     topgun_queries_per_map: int = 1024
     plane_compact_records: int = 10_000
@@ -632,6 +635,12 @@ SECTIONS: dict[str, dict[str, Key]] = {
             *_NUMBER,
             range=_SECONDS,
             doc="Seconds a TopGun batch may take to be stored in JetStream.",
+        ),
+        "map_log_max_age": _set(
+            "map_log_max_age",
+            *_NUMBER,
+            range=Range(1, 3650 * _DAY),
+            doc="Seconds the cluster's op streams keep a message (anti-entropy covers the rest).",
         ),
     },
     "signaling": {

@@ -185,6 +185,7 @@ def map_metrics(stats: MapStats, position: int) -> Iterator[Metric]:
             stats.resubscribed,
         ),
         ("undecodable", "Op stream messages that did not decode", stats.undecodable),
+        ("unreplayed", "Op stream messages gone before this node took them", stats.unreplayed),
     ):
         yield CounterMetricFamily(f"octosync_cluster_maps_{name}", help_text, value)
     yield GaugeMetricFamily(
@@ -204,6 +205,7 @@ def plane_metrics(stats: PlaneStats, position: int) -> Iterator[Metric]:
         ("walks", "Plane anti-entropy pulls started", stats.walks),
         ("resubscribed", "Times the plane stream was followed again", stats.resubscribed),
         ("undecodable", "Plane stream messages not merged", stats.undecodable),
+        ("unreplayed", "Plane stream messages gone before this node took them", stats.unreplayed),
     ):
         yield CounterMetricFamily(f"octosync_cluster_planes_{name}", help_text, value)
     yield GaugeMetricFamily(

@@ -21,6 +21,7 @@ from octosync.chain.json_tree import JsonTree
 from octosync.chain.link import ChainLink, Dirty
 from octosync.chain.records import ChainStateMachine, DeviceEvent, DeviceStateMachine, Event
 from octosync.errors import StorageError
+from octosync.store.data_lock import DataDirLock
 
 Durability = Literal["full", "normal"]
 _encode = msgspec.msgpack.encode
@@ -39,6 +40,14 @@ def _connect(path: Path, durability: Durability) -> sqlite3.Connection:
     return conn
 
 
+def _hold(path: Path, what: str) -> DataDirLock:
+    """One process per file: two links (or devices) with one name and folder would each
+    write their own machine over the other's, and a restart would load the wrong one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    return DataDirLock.hold(lock, f"{what} {path.resolve()}", f"another {what} of that name?")
+
+
 def _decode_state(blob: bytes) -> JsonTree:
     return msgspec.msgpack.decode(blob)
 
@@ -48,6 +57,7 @@ class DeviceStore:
 
     def __init__(self, path: Path, *, durability: Durability = "full") -> None:
         self.path = path
+        self._lock = _hold(path, "device")
         self._conn = _connect(path, durability)
         with self._conn:
             self._conn.execute(
@@ -99,6 +109,7 @@ class DeviceStore:
 
     def close(self) -> None:
         self._conn.close()
+        self._lock.release()
 
 
 class Prepared(msgspec.Struct, frozen=True):
@@ -131,6 +142,7 @@ class LinkStore:
 
     def __init__(self, path: Path, *, durability: Durability = "full") -> None:
         self.path = path
+        self._lock = _hold(path, "chain link")
         self._conn = _connect(path, durability)
         with self._conn:
             self._conn.execute(
@@ -209,3 +221,4 @@ class LinkStore:
 
     def close(self) -> None:
         self._conn.close()
+        self._lock.release()

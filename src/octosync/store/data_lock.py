@@ -1,4 +1,5 @@
-"""One server per data folder: an exclusive ``fcntl`` lock on ``DATA/octosync.lock``.
+"""One server per data folder: an exclusive ``fcntl`` lock on ``DATA/octosync.lock`` (and one
+process per chain link replica or device file, on ``<file>.lock`` beside it).
 
 Two servers on one folder would append to one journal with their own idea of each stream's
 epochs, and one's ``drop`` record would erase the other's stream at the next restart. The lock
@@ -29,7 +30,16 @@ class DataDirLock:
     @classmethod
     def acquire(cls, data_dir: Path) -> DataDirLock:
         """Take the folder, or raise ``DataDirInUse`` naming it and the holder's pid."""
-        path = Path(data_dir) / LOCK_FILE
+        return cls.hold(
+            Path(data_dir) / LOCK_FILE,
+            f"data folder {Path(data_dir).resolve()}",
+            "another octosync serve?",
+        )
+
+    @classmethod
+    def hold(cls, path: Path, what: str, guess: str) -> DataDirLock:
+        """Take the lock file ``path`` for ``what``, or raise ``DataDirInUse`` naming ``what``,
+        the holder's pid and ``guess`` (who that probably is)."""
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -43,8 +53,7 @@ class DataDirLock:
             os.close(fd)
             who = f"process {holder}" if holder else "another process"
             raise DataDirInUse(
-                f"data folder {Path(data_dir).resolve()} is in use by {who} (another octosync "
-                "serve?); stop it or choose another --data",
+                f"{what} is in use by {who} ({guess}); stop it or choose another --data",
                 path="--data",
             ) from None
         os.ftruncate(fd, 0)

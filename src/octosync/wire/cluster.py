@@ -1,5 +1,6 @@
 """What octosync nodes say to each other over NATS: frames, heartbeats, snapshot requests,
-writes and WVP resync requests passed to a stream's owner.
+writes and WVP resync requests passed to a stream's owner, and its producer's answers to
+writers' requests passed back to the writer's node.
 
 MsgPack, one tagged union, strict decoding. A stream frame carries the producer's lazily
 message already encoded (``wire.msgpack``) in ``body``: the owner encodes it once and
@@ -22,7 +23,7 @@ import msgspec
 
 from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.errors import DecodeError
-from octosync.ipc.messages import Delta, Snapshot
+from octosync.ipc.messages import Delta, RemoteOp, RemoteOpResult, Snapshot
 from octosync.stream_names import stream_face
 from octosync.wire import msgpack as wire_msgpack
 from octosync.wire import wvp
@@ -59,13 +60,23 @@ class NoSnapshot(msgspec.Struct, frozen=True, tag="no_snapshot"):
 
 
 class Write(msgspec.Struct, frozen=True, tag="write"):
-    """A subscriber's ``cell_set`` write, passed to the node whose producer owns the stream
-    under ``claim`` (the writer's node checked its grant); ``body`` is the Delta as
-    ``wire.msgpack``."""
+    """A subscriber's write, passed to the node whose producer owns the stream under
+    ``claim`` (the writer's node checked its grants); ``body`` is, as ``wire.msgpack``, a
+    ``cell_set`` Delta or a ``RemoteOp`` stamped there with the writer's connection (``peer``)
+    and token subject."""
 
     node: NodeId
     stream: str
     claim: Epoch
+    body: bytes
+
+
+class Answer(msgspec.Struct, frozen=True, tag="answer"):
+    """The owner's producer answers a ``RemoteOp`` that came from node ``to``: ``body`` is the
+    ``RemoteOpResult`` as ``wire.msgpack``, its ``peer`` the writer's connection there."""
+
+    node: NodeId
+    stream: str
     body: bytes
 
 
@@ -111,7 +122,7 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
 
 WvpFrame = wvp.WarpSnapshot | wvp.WarpDiff
 
-ClusterMessage = ClusterFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write | Resync
+ClusterMessage = ClusterFrame | SnapshotRequest | NoSnapshot | Heartbeat | Write | Resync | Answer
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[ClusterMessage] = msgspec.msgpack.Decoder(ClusterMessage)
@@ -136,14 +147,22 @@ def frame_of(node: str, stream: str, claim: int, message: Snapshot | Delta) -> C
     )
 
 
-def encode_body(message: Snapshot | Delta) -> bytes:
+def encode_body(message: Snapshot | Delta | RemoteOp | RemoteOpResult) -> bytes:
     return wire_msgpack.encode(message)
 
 
-def decode_write(write: Write) -> Delta:
+def decode_write(write: Write) -> Delta | RemoteOp:
     msg = wire_msgpack.decode(write.body)
-    if not isinstance(msg, Delta):
-        raise DecodeError(f"{DIALECT}: a write carries a delta", path="$.body")
+    if not isinstance(msg, Delta | RemoteOp):
+        raise DecodeError(f"{DIALECT}: a write carries a delta or a remote_op", path="$.body")
+    return msg
+
+
+def decode_answer(answer: Answer) -> RemoteOpResult:
+    msg = wire_msgpack.decode(answer.body)
+    if not isinstance(msg, RemoteOpResult) or msg.peer is None:
+        what = "an answer carries a remote_op_result to a peer"
+        raise DecodeError(f"{DIALECT}: {what}", path="$.body")
     return msg
 
 
