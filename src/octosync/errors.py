@@ -206,6 +206,21 @@ class Forbidden(AuthError):
     code = 22
 
 
+class RefreshTokenRefused(Unauthorized):
+    """A refresh token the server does not hold, or holds as expired or revoked."""
+
+    name = "RefreshTokenRefused"
+    code = 23
+
+
+class RefreshTokenReused(Unauthorized):
+    """A refresh token that was spent already: its whole family is revoked (someone else
+    may hold a copy)."""
+
+    name = "RefreshTokenReused"
+    code = 24
+
+
 class StorageError(OctosyncError):
     """The journal or a snapshot file could not be read or written."""
 

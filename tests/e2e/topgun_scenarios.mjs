@@ -38,6 +38,12 @@
 //                          partition map, print {"event":"cluster",version,routing,nodes,
 //                          owners,connected}, put OPs (put=KEY=JSON) and print the same as
 //                          {"event":"synced"} once acked
+//   writes PREFIX N MS     put PREFIX-i every MS ms, N times; {"event":"synced",refreshToken}
+//                          once acked. With --exchange PROVIDER --external TOKEN|- [--refresh
+//                          TOKEN]: the client's auth is TopGun's token exchange (see below)
+//   failover PREFIX MS     (with --seeds) put PREFIX-i every MS ms, {"event":"progress",
+//                          written,pending,connected} every 10, until a line on stdin; then
+//                          {"event":"synced",written,connected} once every op is acked
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -68,6 +74,9 @@ const seconds = Number(opt('--seconds', '6'));
 const nodeId = opt('--node', 'scenario-' + process.pid);
 const frames = flag('--frames');
 const seeds = opt('--seeds', null);
+const exchange = opt('--exchange', null);
+const external = opt('--external', null);
+const refreshToken = opt('--refresh', null);
 const [scenario, ...rest] = args;
 
 const load = (file) => import(pathToFileURL(path.join(peerDir, file)).href);
@@ -81,29 +90,55 @@ const out = (obj) => process.stdout.write(JSON.stringify(obj, (_k, v) =>
 class TracingWebSocket extends WS {
   constructor(u, protocols) {
     super(u, protocols);
-    if (frames) this.on('message', (data) => trace('in', data));
+    if (frames) this.on('message', (data) => trace('in', data, this.url));
   }
   send(data, ...more) {
-    if (frames) trace('out', data);
+    if (frames) trace('out', data, this.url);
     return super.send(data, ...more);
   }
 }
-function trace(dir, raw) {
+function trace(dir, raw, socketUrl) {
   let msg;
   try { msg = unpack(Buffer.from(raw)); } catch { msg = { undecodable: true }; }
-  out({ event: 'frame', dir, type: msg && msg.type, msg });
+  out({ event: 'frame', dir, type: msg && msg.type, msg, url: socketUrl });
 }
 globalThis.WebSocket = TracingWebSocket;
 
-const { TopGunClient } = await load('topgun-client.mjs');
+const { TopGunClient, CustomAuthProvider } = await load('topgun-client.mjs');
+const storage = new MemoryStorageAdapter();
+let auth;
+if (exchange) {
+  // TopGun's token exchange: the external token (none with "-") is exchanged at
+  // POST /api/auth/token, renewed at /api/auth/refresh; each call is printed as
+  // {"event":"fetch",path,status}, each renewal as {"event":"auth",type}.
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = async (u, init) => {
+    const response = await realFetch(u, init);
+    out({ event: 'fetch', path: new URL(u).pathname, status: response.status });
+    return response;
+  };
+  await storage.initialize('topgun_offline_db');
+  if (refreshToken) await storage.setMeta('topgun:refreshToken', refreshToken);
+  auth = new CustomAuthProvider(async () => (external === '-' ? null : external), {
+    tokenExchangeConfig: { serverUrl: url.replace(/^ws/, 'http').replace(/\/topgun$/, ''),
+                           providerName: exchange, enableRefresh: true },
+    refreshMarginMs: 500, storageAdapter: storage,
+  });
+  auth.onAuthEvent((e) => out({ event: 'auth', type: e.type, error: e.error ? String(e.error.message) : null }));
+}
 const client = new TopGunClient({
   ...(seeds ? { cluster: { seeds: seeds.split(','), partitionMapRefreshMs: 1000 } } : { serverUrl: url }),
-  storage: new MemoryStorageAdapter(),
+  storage,
   nodeId,
   backoff: { initialDelayMs: 300, maxDelayMs: 600, maxRetries: 2 },
+  ...(auth ? { auth } : {}),
 });
 await client.start();
 if (token) client.setAuthToken(token);
+// TopGunClient.setAuthToken reaches only its SyncEngine, which sends AUTH on one pooled
+// connection; the cluster client's pool authenticates every node's connection itself (on
+// open and on AUTH_REQUIRED) once it holds the token.
+if (token && seeds) client.clusterClient.setAuthToken(token);
 const finish = async () => {
   out({ event: 'end', state: client.getConnectionState(), pendingOps: client.getPendingOpsCount() });
   await client.close().catch(() => {});
@@ -169,6 +204,50 @@ if (scenario === 'watch') {
     if (kind === 'put') users.set(key, JSON.parse(json));
   }
   settle();
+} else if (scenario === 'writes') {
+  // writes PREFIX COUNT GAP_MS: put PREFIX-i = {"i": i} every GAP_MS; once all are acked
+  // print {"event":"synced",refreshToken} (the refresh token the client holds then) and end
+  const [prefix, count, gap] = rest;
+  const users = client.getMap('users');
+  await connected;
+  for (let i = 0; i < Number(count); i++) {
+    users.set(`${prefix}-${i}`, { i });
+    await sleep(Number(gap));
+  }
+  const poll = setInterval(() => {
+    if (client.getPendingOpsCount() === 0) {
+      clearInterval(poll);
+      out({ event: 'synced', refreshToken: auth ? auth.refreshTokenValue : null });
+      finish();
+    }
+  }, 25);
+} else if (scenario === 'failover') {
+  // failover PREFIX GAP_MS (with --seeds): put PREFIX-i every GAP_MS, printing
+  // {"event":"progress",written,pending,connected} every 10 writes, until a line on stdin;
+  // then stop, wait until every op is acked: {"event":"synced",written,connected}
+  const [prefix, gap] = rest;
+  await client.clusterClient.waitForPartitionMap(5000);
+  const users = client.getMap('users');
+  let stop = false;
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', () => { stop = true; });
+  let written = 0;
+  while (!stop) {
+    users.set(`${prefix}-${written}`, { i: written });
+    written++;
+    if (written % 10 === 0) {
+      out({ event: 'progress', written, pending: client.getPendingOpsCount(),
+            connected: client.getConnectedNodes() });
+    }
+    await sleep(Number(gap));
+  }
+  const poll = setInterval(() => {
+    if (client.getPendingOpsCount() === 0) {
+      clearInterval(poll);
+      out({ event: 'synced', written, connected: client.getConnectedNodes() });
+      finish();
+    }
+  }, 25);
 } else if (scenario === 'lockhold') {
   const [name, ms] = rest;
   await connected;

@@ -192,3 +192,54 @@ def test_roles_in_the_config_file(tmp_path: Path) -> None:
     path.write_text('[auth.roles.editor]\nspells = { "*" = ["read"] }\n')
     with pytest.raises(ConfigError):
         load_config_file(path, ServerConfig())
+
+
+def test_token_exchange_providers_in_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "octosync.toml"
+    path.write_text(
+        '[auth]\nhs256_secret = "s"\naccess_token_seconds = 60\n'
+        '[auth.providers.clerk]\nhs256_secret = "p"\nissuer = "https://clerk.example"\n'
+    )
+    auth = load_config_file(path, ServerConfig()).auth
+    assert auth.access_token_seconds == 60
+    assert auth.refresh_token_seconds == 30 * 86_400
+    (clerk,) = auth.providers.values()
+    assert (clerk.name, clerk.hs256_secret, clerk.issuer) == ("clerk", "p", "https://clerk.example")
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "words"),
+    [
+        ("[auth]\naccess_token_seconds = 0\n", "auth.access_token_seconds", "0 is out of range"),
+        (
+            "[auth]\nrefresh_token_seconds = 5\n",
+            "auth.refresh_token_seconds",
+            "must be >= 60 and <= 315_360_000",
+        ),
+        ('[auth.providers.a]\nhs256_secret = "p"\n', "auth.providers", "hs256_secret: set it"),
+        (
+            '[auth]\nhs256_secret = "s"\n[auth.providers.a]\nissuer = "i"\n',
+            "auth.providers.a",
+            "exactly one of",
+        ),
+        (
+            '[auth]\nhs256_secret = "s"\n[auth.providers.a]\nsecret = "p"\n',
+            "auth.providers.a",
+            "did you mean 'hs256_secret'",
+        ),
+        (
+            '[auth]\nhs256_secret = "s"\n[auth.providers.a]\nhs256_secret = 3\n',
+            "auth.providers.a.hs256_secret",
+            "non-empty string",
+        ),
+    ],
+)
+def test_token_exchange_mistakes_name_file_key_and_value(
+    tmp_path: Path, text: str, where: str, words: str
+) -> None:
+    path = tmp_path / "octosync.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config_file(path, ServerConfig())
+    assert info.value.path == f"{path}: {where}"
+    assert words in info.value.message

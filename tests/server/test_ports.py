@@ -19,6 +19,7 @@ from octosync.signaling import SignalingHub
 from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_services as sv
 from octosync.wire.websocket import ws_frame
 from tests.topgun.helpers import Clock, batch, put
 
@@ -130,6 +131,23 @@ def test_a_write_is_refused_while_the_journal_has_no_room() -> None:
         feed(session, batch(put("1", "k", "v", 10), write_concern="APPLIED"))
     assert port.commits == []
     assert port.topgun.maps.live_items("users") == {}
+
+
+def test_before_auth_every_message_but_ping_is_dropped_unread() -> None:
+    """As TopGun's server does: its cluster client's pooled connections send a
+    ``PARTITION_MAP_REQUEST`` and ops as soon as the socket opens, and resend them."""
+    port = FakeTopGun()
+    port.insecure_dev = False
+    session = TopGunSession(port, 3)
+    session.outgoing.clear()  # AUTH_REQUIRED
+    assert feed(session, sv.PartitionMapRequest()) == []
+    assert feed(session, batch(put("1", "k", "v", 10))) == []
+    (pong,) = feed(session, tg.Ping(timestamp=4))
+    assert isinstance(pong, tg.Pong)
+    assert not session.ready
+    assert port.topgun.maps.live_items("users") == {}
+    (ack,) = feed(session, tg.Auth(token="any"))
+    assert isinstance(ack, tg.AuthAck)
 
 
 class FakeSignal:

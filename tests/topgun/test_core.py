@@ -473,3 +473,29 @@ def test_events_encoded_once_are_the_messages_byte_for_byte() -> None:
     batch_bytes = tg.encode(tg.ServerBatchEvent(tg.ServerBatchEventPayload(events)))
     assert tg.encode_events(raws) == batch_bytes
     assert tg.encode_events(raws[:1]) == tg.encode(tg.ServerEvent(events[0]))
+
+
+@pytest.mark.parametrize("asked", [None, "MEMORY", "APPLIED"])
+def test_in_a_cluster_that_holds_acks_every_ack_waits_for_the_cluster(asked: str | None) -> None:
+    c = core()
+    c.replicated = True
+    c.acks_replicated = True
+    opened(c, 1)
+    fx = c.handle(1, batch(put("1", "u1", 1, 10), put("2", "u2", 2, 11), write_concern=asked))
+    assert [m for m in sent(fx, 1) if isinstance(m, tg.OpAck)] == []  # not before it is stored
+    (held,) = fx.replicated
+    ack = tg.decode(held.data)
+    assert isinstance(ack, tg.OpAck)
+    assert (ack.payload.last_id, ack.payload.achieved_level) == ("2", "REPLICATED")
+    assert len(fx.replicate) == 2
+
+
+def test_in_a_cluster_acks_come_at_the_level_asked_unless_held() -> None:
+    c = core()
+    c.replicated = True
+    opened(c, 1)
+    fx = c.handle(1, batch(put("1", "u1", 1, 10)))
+    (ack,) = sent(fx, 1)
+    assert isinstance(ack, tg.OpAck)
+    assert ack.payload.achieved_level == "MEMORY"
+    assert fx.replicated == []

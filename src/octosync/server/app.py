@@ -30,6 +30,7 @@ from octosync.server.faces import mount as mount_faces
 from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
+from octosync.server.token_exchange import TokenExchange
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
@@ -164,6 +165,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         )
         runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
+        runtime.topgun.acks_replicated = config.map_acks == "replicated"
         # shared documents alike (after restore_planes: its position)
         planes_link = PlanesLink(
             runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
@@ -193,6 +195,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app.router.add_get("/metrics", metrics)
     mount_faces(app, config)  # every face's route (server.faces.FACES)
     app.router.add_post(topgun_http.PATH, topgun_http.handler(runtime))  # TopGun's HTTP sync
+    TokenExchange(config.auth, config.data_dir).mount(app)  # /api/auth/token, /api/auth/refresh
     add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
 
     async def on_startup(app: web.Application) -> None:

@@ -135,6 +135,20 @@ Roles = Mapping[str, Tables]
 
 
 @dataclass(frozen=True)
+class ExchangeProvider:
+    """An external identity provider whose tokens ``POST /api/auth/token`` exchanges for the
+    server's own (TopGun's token exchange): how its tokens are verified."""
+
+    name: str
+    hs256_secret: str | None = None
+    rs256_public_key: str | None = None
+    issuer: str | None = None
+    """Required ``iss`` claim; None: not checked."""
+    audience: str | None = None
+    """Required ``aud`` claim; None: not checked."""
+
+
+@dataclass(frozen=True)
 class AuthConfig:
     hs256_secret: str | None = None
     rs256_public_key: str | None = None
@@ -143,6 +157,12 @@ class AuthConfig:
     roles: Roles = field(default_factory=dict)
     """TopGun-style role policies: a token ``{"sub", "roles": ["editor"]}`` gets the tables
     of each role it names, added to its own."""
+    providers: Mapping[str, ExchangeProvider] = field(default_factory=dict)
+    """External providers whose tokens are exchanged for the server's (``[auth.providers]``)."""
+    access_token_seconds: int = 3600
+    """Lifetime of an access token issued by the token exchange or a refresh."""
+    refresh_token_seconds: int = 30 * 86_400
+    """Lifetime of a refresh token (each refresh issues a new one with a new lifetime)."""
 
     @property
     def configured(self) -> bool:
@@ -178,11 +198,7 @@ def _node_rules(claims: Mapping[str, object]) -> dict[str, NodeRules]:
             raise Unauthorized(f"expected a map with keys drawn from {list(NODE_KINDS)}", path=path)
         patterns: dict[str, tuple[str, ...]] = {}
         for kind, listed in kinds.items():
-            if (
-                not isinstance(listed, list)
-                or len(listed) > MAX_PATTERNS
-                or not all(isinstance(p, str) and 0 < len(p) <= 1024 for p in listed)
-            ):
+            if not _names(listed, MAX_PATTERNS, 1024):
                 raise Unauthorized(
                     f"expected a list of at most {MAX_PATTERNS} non-empty patterns",
                     path=f"{path}.{kind}",
@@ -190,6 +206,16 @@ def _node_rules(claims: Mapping[str, object]) -> dict[str, NodeRules]:
             patterns[kind] = tuple(listed)
         out[str(stream)] = NodeRules(**patterns)
     return out
+
+
+def _names(value: object, most: int, longest: int) -> bool:
+    """A claim's list of names: at most ``most``, each a non-empty string of at most
+    ``longest`` characters."""
+    return (
+        isinstance(value, list)
+        and len(value) <= most
+        and all(isinstance(v, str) and 0 < len(v) <= longest for v in value)
+    )
 
 
 def _peer(claims: Mapping[str, object]) -> int | None:
@@ -268,6 +294,58 @@ def authenticate(token: str | None, config: AuthConfig) -> ClaimGrants:
     except jwt.PyJWTError as exc:
         raise Unauthorized(f"invalid token: {exc}") from exc
     return grants_from_claims(claims, config.roles)
+
+
+def external_identity(token: str, provider: ExchangeProvider) -> tuple[str, tuple[str, ...]]:
+    """The subject and roles of an external provider's token, verified by ``provider``'s key,
+    issuer and audience; ``Unauthorized`` naming what failed."""
+    key, algorithm = (
+        (provider.hs256_secret, "HS256")
+        if provider.hs256_secret is not None
+        else (provider.rs256_public_key or "", "RS256")
+    )
+    required = ["sub", "exp", *(["iss"] if provider.issuer is not None else [])]
+    try:
+        claims = jwt.decode(
+            token,
+            key,
+            algorithms=[algorithm],
+            audience=provider.audience,
+            issuer=provider.issuer,
+            options={"require": required, "verify_aud": provider.audience is not None},
+        )
+    except jwt.PyJWTError as exc:
+        raise Unauthorized(
+            f"provider {provider.name!r} refused the token: {exc}", path="token"
+        ) from exc
+    sub = claims["sub"]
+    roles = claims.get("roles", [])
+    if not isinstance(sub, str) or not sub:
+        raise Unauthorized("claim 'sub' must be a non-empty string", path="token.sub")
+    if not _names(roles, MAX_EXCHANGED_ROLES, 256):
+        raise Unauthorized(
+            f"claim 'roles' must be a list of at most {MAX_EXCHANGED_ROLES} role names",
+            path="token.roles",
+        )
+    return sub, tuple(dict.fromkeys(roles))
+
+
+MAX_EXCHANGED_ROLES = 64
+
+
+def issue_access_token(
+    config: AuthConfig, subject: str, roles: tuple[str, ...], now: float
+) -> tuple[str, int]:
+    """The server's own HS256 token for ``subject`` with ``roles`` (TopGun's ``{sub, roles,
+    exp, iat}``, plus ``aud`` when the server requires one) and its expiry."""
+    if config.hs256_secret is None:
+        raise Unauthorized("the server has no HS256 secret to sign tokens with")
+    iat = int(now)
+    exp = iat + config.access_token_seconds
+    claims: dict[str, object] = {"sub": subject, "roles": list(roles), "iat": iat, "exp": exp}
+    if config.audience is not None:
+        claims["aud"] = config.audience
+    return jwt.encode(claims, config.hs256_secret, "HS256"), exp
 
 
 def bearer_token(authorization: str | None, query_token: str | None) -> str | None:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from octosync.errors import ConfigError, Unauthorized
 from octosync.hub.limits import Limits
 from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
-from octosync.server.auth import AuthConfig, role_tables
+from octosync.server.auth import AuthConfig, ExchangeProvider, role_tables
 from octosync.signaling import SignalingPolicy
 
 
@@ -113,6 +113,10 @@ class ServerConfig:
     """Seconds between the cluster's anti-entropy rounds for TopGun maps."""
     map_settle: float = 2.0
     """A map written within this many seconds sits out an anti-entropy round."""
+    map_acks: Literal["requested", "replicated"] = "requested"
+    """``replicated``: every TopGun ack in a cluster waits until the cluster stored the batch
+    (a client asking ``MEMORY`` or ``APPLIED``, as TopGun's client always does, is answered
+    ``REPLICATED``); ``requested``: at the level the client asked."""
     map_replicate_timeout: float = 30.0
     """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
     map_log_max_age: float = 7 * 86400.0
@@ -260,7 +264,8 @@ class Key:
     range: Range | None = None
     doc: str = ""
     field: str | None = None
-    """The ``ServerConfig`` field it sets, for the default the reference shows."""
+    """The ``ServerConfig`` field it sets (dotted for a nested one: ``auth.NAME``), for the
+    default the reference shows."""
 
 
 def _set(
@@ -323,6 +328,58 @@ def _roles(value: dict[str, Any]) -> dict[str, Any]:
         }
     except Unauthorized as err:
         raise ConfigError(err.message, path=err.path) from None
+
+
+_PROVIDER_KEYS = ("hs256_secret", "rs256_public_key", "rs256_public_key_file", "issuer", "audience")
+
+
+def _providers(cfg: ServerConfig, value: dict[str, Any], config_path: Path) -> ServerConfig:
+    """``[auth.providers.NAME]`` tables: how each external provider's tokens are verified."""
+    providers: dict[str, ExchangeProvider] = {}
+    for name, table in value.items():
+        where = f"auth.providers.{name}"
+        if not isinstance(table, dict):
+            raise ConfigError("must be a table of the provider's settings", path=where)
+        for key, setting in table.items():
+            if key not in _PROVIDER_KEYS:
+                raise ConfigError(
+                    f"unknown key {key!r}{_suggest(key, list(_PROVIDER_KEYS))}", path=where
+                )
+            if not isinstance(setting, str) or not setting:
+                raise ConfigError(
+                    f"must be a non-empty string, not {setting!r}", path=f"{where}.{key}"
+                )
+        public_key = table.get("rs256_public_key")
+        if "rs256_public_key_file" in table:
+            key_path = _relative_to(config_path, table["rs256_public_key_file"])
+            try:
+                public_key = key_path.read_text()
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read the public key file {str(key_path)!r}: {exc.strerror or exc}",
+                    path=f"{where}.rs256_public_key_file",
+                ) from None
+        secret = table.get("hs256_secret")
+        if (secret is None) == (public_key is None):
+            raise ConfigError(
+                "needs exactly one of hs256_secret and rs256_public_key(_file): how the "
+                "provider's tokens are verified",
+                path=where,
+            )
+        providers[name] = ExchangeProvider(
+            name, secret, public_key, table.get("issuer"), table.get("audience")
+        )
+    return replace(cfg, auth=replace(cfg.auth, providers=providers))
+
+
+def _auth_seconds(name: str, range: Range, doc: str) -> Key:
+    return Key(
+        (int,),
+        lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, **{name: v})),
+        range=range,
+        doc=doc,
+        field=f"auth.{name}",
+    )
 
 
 def _gc_age(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
@@ -554,6 +611,23 @@ SECTIONS: dict[str, dict[str, Key]] = {
             lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, roles=_roles(v))),
             doc="Role policies for tokens that name `roles`: role -> claim -> name -> actions.",
         ),
+        "providers": Key(
+            (dict,),
+            _providers,
+            doc="External identity providers whose tokens `POST /api/auth/token` exchanges: "
+            "`[auth.providers.NAME]` with `hs256_secret` or `rs256_public_key(_file)`, and "
+            "optional `issuer` and `audience` (needs `hs256_secret` in `[auth]`).",
+        ),
+        "access_token_seconds": _auth_seconds(
+            "access_token_seconds",
+            Range(1, 86_400),
+            "Lifetime of the access tokens the token exchange and refresh issue.",
+        ),
+        "refresh_token_seconds": _auth_seconds(
+            "refresh_token_seconds",
+            Range(60, 3650 * 86_400),
+            "Lifetime of each refresh token (single-use; a refresh issues the next).",
+        ),
     },
     "hub": {
         "outbox_max_bytes": _set(
@@ -630,6 +704,14 @@ SECTIONS: dict[str, dict[str, Key]] = {
             range=Range(0, 3600),
             doc="A map written within this many seconds sits out an anti-entropy round.",
         ),
+        "map_acks": _set(
+            "map_acks",
+            str,
+            choices=("requested", "replicated"),
+            doc="`replicated`: every TopGun ack waits until the cluster stored the batch, so a "
+            "node killed after it acked loses no write (TopGun's client asks `MEMORY`); "
+            "`requested`: acks at the level each batch asks.",
+        ),
         "map_replicate_timeout": _set(
             "map_replicate_timeout",
             *_NUMBER,
@@ -700,6 +782,11 @@ def parse_config(doc: dict[str, Any], path: Path, base: ServerConfig) -> ServerC
                 raise ConfigError(f"unknown key {name!r} in [{section}]{hint}", path=where)
             _check_type(where, value, key)
             cfg = key.apply(cfg, value, path)
+    if cfg.auth.providers and cfg.auth.hs256_secret is None:
+        raise ConfigError(
+            "token exchange signs the tokens it issues with [auth] hs256_secret: set it",
+            path="auth.providers",
+        )
     return cfg
 
 

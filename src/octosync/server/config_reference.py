@@ -19,9 +19,13 @@ Generated from the code (`octosync.server.config`); do not edit by hand.
 
 
 def _default(key: Key, defaults: ServerConfig) -> str:
-    if key.field is None or not hasattr(defaults, key.field):
+    if key.field is None:
         return "unset"
-    value = getattr(defaults, key.field)
+    value: object = defaults
+    for part in key.field.split("."):  # "auth.access_token_seconds": a nested setting
+        if not hasattr(value, part):
+            return "unset"
+        value = getattr(value, part)
     if value is None:
         return "unset"
     if isinstance(value, Path):

@@ -3,8 +3,11 @@
 TopGun authenticates in-band: with auth on, the session greets with ``AUTH_REQUIRED`` and
 takes ``AUTH {token}`` (the server's JWT keys, ``server.auth``), answering exactly one
 ``AUTH_ACK``, or ``AUTH_FAIL`` and a close; with ``--insecure-dev`` a token-less client's
-``DEVICE_HELLO`` gets ``DEVICE_ACK``. Until then only ``PING`` is answered, and the connection
-loop's handshake deadline closes an idle socket. After it, the rules are ``topgun.TopGunCore``'s.
+``DEVICE_HELLO`` gets ``DEVICE_ACK``. Until then only ``PING`` is answered; any other message
+is dropped unread, as TopGun's server drops it (its cluster client's pooled connections send
+``PARTITION_MAP_REQUEST`` and ops as soon as the socket opens, before ``AUTH_ACK``, and resend
+them), and the connection loop's handshake deadline closes an idle socket. After it, the
+rules are ``topgun.TopGunCore``'s.
 
 Bytes for this connection go out through ``outgoing`` (written after each frame) or, when they
 wait for the journal (``PERSISTED`` acks) or the cluster (``REPLICATED`` acks, through
@@ -19,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 
-from octosync.errors import DecodeError, Forbidden, OctosyncError, Overloaded, Unauthorized
+from octosync.errors import DecodeError, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
@@ -116,7 +119,7 @@ class TopGunSession:
                 pong = tg.Pong(timestamp=ts, server_time=self.rt.topgun.clock())
                 self._reply(tg.encode(pong))
             case _:
-                raise Forbidden("authenticate first (AUTH)", path="type")
+                return  # dropped unread, as TopGun's server does (its pooled client sends early)
 
     def _open(self, identity: ClaimGrants) -> None:
         self.identity = identity

@@ -218,6 +218,11 @@ class TopGunCore:
         self.gc_horizon_ms = 0
         self.replicated = False
         """Set by a server in a cluster: map ops go to ``Effects.replicate``."""
+        self.acks_replicated = False
+        """Set by a server in a cluster (``[cluster] map_acks = "replicated"``): a batch
+        that asks ``MEMORY`` or ``APPLIED`` (TopGun's client always does) is acknowledged as
+        ``REPLICATED``, once the cluster stored it, so a node killed after its ack loses no
+        write the client was told about."""
         self.replica_position = 0
         """The cluster op stream's sequence applied and journaled through (restored by
         :meth:`load` from the reserved record :meth:`apply_remote` journals)."""
@@ -260,11 +265,30 @@ class TopGunCore:
         now = self.clock()
         self._granted(fx, self.locks.expire(now))
         fx.offload.extend(self.journal_subs.tails(self.journal, now))
+        self._push_partitions(fx, now)
         if self.gc_age_ms is not None and now >= self._next_gc:
             self._next_gc = now + self.gc_every_ms
             pruned = self.gc(now - self.gc_age_ms)
             fx.out.extend(pruned.out)
         return fx
+
+    def _push_partitions(self, fx: Effects, now: int) -> None:
+        """A new partition map (a node joined or was lost) to every connection, as TopGun's
+        server broadcasts it: TopGun's cluster client asks only its first seed for a new map
+        and sends the ops it cannot route to that seed, so when the seed is the node lost,
+        this map is how the client drops it and goes on with the survivors. Clients that
+        are not cluster clients leave the message unhandled. The first view of the nodes is
+        not pushed (nobody holds an older one)."""
+        if self.nodes is None:
+            return
+        before = self.partitions.version
+        self.partitions.observe(self.nodes(), now)
+        if self.partitions.version == before or before == 0:
+            return
+        targets = tuple(self._conns)
+        if targets:
+            message = sv.PartitionMap(self.partitions.payload(now, self.hlc.node_id))
+            fx.out.append(Outbound(targets, tg.encode(message)))
 
     def topic_subscribers(self, topic: str) -> set[int]:
         return set(self._topics.get(topic, ()))
@@ -471,7 +495,7 @@ class TopGunCore:
                     raise replies.disabled("the partition map")
                 now = self.clock()
                 self.partitions.observe(self.nodes(), now)
-                fx.send(conn, sv.PartitionMap(self.partitions.payload(now)))
+                fx.send(conn, sv.PartitionMap(self.partitions.payload(now, self.hlc.node_id)))
             case tg.Auth() | tg.DeviceHello():
                 pass  # the real client sends AUTH twice; TopGun's server ignores the second
             case _:
@@ -506,6 +530,8 @@ class TopGunCore:
                     )
                 levels.append(level)
             wanted = max(levels, key=RANK.__getitem__)
+        if self.acks_replicated and self.replicated and wanted in ("MEMORY", "APPLIED"):
+            wanted = "REPLICATED"
         explicit = batch_level is not None or per_op
         last_id = next((op.id for op in reversed(ops) if op.id is not None), None)
         ack_at = len(fx.out)  # a FIRE_AND_FORGET ack goes first, once refusals are known
