@@ -1,6 +1,9 @@
 """octosync: live state shared between one server and many clients."""
 
-from octosync.graph import Context
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from octosync.graph import Context
 
 __version__ = "0.1.0"
 
@@ -8,8 +11,13 @@ __all__ = ["Context", "__version__"]
 
 
 def __getattr__(name: str) -> object:
-    """``octosync.connect`` and ``octosync.open_document`` without importing the asyncio
-    client on ``import octosync``."""
+    """``octosync.Context``, ``octosync.connect`` and ``octosync.open_document`` without
+    importing the graph or the asyncio client on ``import octosync`` (every command line run
+    imports the package; a pipeline job needs neither)."""
+    if name == "Context":
+        from octosync.graph import Context
+
+        return Context
     if name == "connect":
         from octosync.client import connect
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import os
 import sys
@@ -17,7 +16,6 @@ from octosync import __version__, extras
 from octosync.errors import ConfigError, OctosyncError
 from octosync.paths import data_dir
 from octosync.store import cli as store_cli
-from octosync.syndicate import mint_text
 
 INSECURE_BANNER = """
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
@@ -89,6 +87,8 @@ def _serve(args: argparse.Namespace) -> int:
             line += f"; WVP on the Unix socket {started.wvp_socket}"
         print(line, flush=True)
 
+    import asyncio
+
     asyncio.run(serve_forever(config, ready))
     return 0
 
@@ -152,6 +152,8 @@ def _watch(args: argparse.Namespace) -> int:
     coro = watch(
         url, stream, token=args.token, limit=args.limit, wait=wait, retries=_retries(args.retries)
     )
+    import asyncio
+
     asyncio.run(coro)
     return 0
 
@@ -169,6 +171,8 @@ def _publish_demo(args: argparse.Namespace) -> int:
         interval=args.interval,
         retries=_retries(args.retries),
     )
+    import asyncio
+
     asyncio.run(coro)
     return 0
 
@@ -293,11 +297,24 @@ def _mint(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"cannot read or create the dataspace key in {args.data}: {exc}"
         ) from None
+    from octosync.syndicate import mint_text
+
     print(mint_text(secret, args.name))
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+OPTIONAL_COMMANDS = (
+    ("pipeline", "octosync.pipeline.cli", "PySpark jobs over the journal"),
+    ("chain", "octosync.links.cli", "Octoprotocol chain replication"),
+    ("cluster", "octosync.links.cluster_cli", "octosync servers as a cluster over NATS"),
+)
+"""Commands whose modules import an extra's packages: (command, module, help)."""
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; when ``command`` (the first word of a run) is one of the
+    optional commands, the others are left out: importing them (NATS, aiohttp) cost a pipeline
+    job against a running Connect server a tenth of its time. ``octosync --help`` lists all."""
     parser = argparse.ArgumentParser(
         prog="octosync", description="Live state shared between one server and many clients."
     )
@@ -409,11 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
     mint.add_argument("--data", default="./var", help="data directory holding dataspace.key")
     mint.set_defaults(func=_mint)
     store_cli.register(sub)
-    _register_optional(sub, "octosync.pipeline.cli", "pipeline", "PySpark jobs over the journal")
-    _register_optional(sub, "octosync.links.cli", "chain", "Octoprotocol chain replication")
-    _register_optional(
-        sub, "octosync.links.cluster_cli", "cluster", "octosync servers as a cluster over NATS"
-    )
+    named = command in {name for name, _, _ in OPTIONAL_COMMANDS}
+    for name, module, help_text in OPTIONAL_COMMANDS:
+        if not named or name == command:
+            _register_optional(sub, module, name, help_text)
     return parser
 
 
@@ -456,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in words
     words = [w for w in words if w != "--debug"]
-    args = build_parser().parse_args(words)
+    args = build_parser(words[0] if words else None).parse_args(words)
     try:
         result: int = args.func(args)
     except KeyboardInterrupt:

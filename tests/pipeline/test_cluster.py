@@ -45,6 +45,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 WORKER_MEMORY = "512m"
 JOB_TIMEOUT = 240.0
+CLI = (sys.executable, "-m", "octosync.cli", "pipeline")
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +195,65 @@ def test_cli_mistakes_are_one_line_and_a_nonzero_exit(
     assert main(["pipeline", "cluster", "status", "--data", data]) == 0
     listed = capsys.readouterr().out
     assert listed.count(": running, master says ALIVE") == 2
+
+
+def test_compact_through_a_connect_server_on_the_cluster_equals_local_mode(
+    spark: Any,
+    spark_cluster: cluster.ClusterState,
+    journal: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``pipeline server up --master cluster`` finds the cluster started under the same data
+    directory; a compaction through that server runs its tasks on the cluster's executors and
+    writes what local mode writes."""
+    from octosync.pipeline import connect
+
+    data = Path(spark_cluster.master.log).parent.parent
+    argv = ["pipeline", "server", "up", "--data", str(data), "--master", "cluster"]
+    assert main([*argv, "--port", "0", "--driver-memory", "1g"]) == 0
+    state = connect.read_state(data)
+    assert state is not None
+    try:
+        assert state.master == spark_cluster.url
+        assert f"(master {spark_cluster.url})" in capsys.readouterr().out
+        out = tmp_path / "through-connect"
+        done = subprocess.run(
+            [*CLI, "compact", "--journal", str(journal), "--out", str(out), "--remote", state.url],
+            capture_output=True,
+            text=True,
+            timeout=JOB_TIMEOUT,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        view = cluster.master_json(spark_cluster)
+        assert view is not None
+        apps = view["activeapps"]
+        assert len(apps) == 1, apps  # the Connect server is the cluster's one application
+        executors = Path(spark_cluster.master.log).parent.glob("worker-*/*/*/stderr")
+        assert apps[0]["id"] in {p.parent.parent.name for p in executors}
+    finally:
+        connect.down(data, grace=10.0)
+    local = compact.run(spark, journal, tmp_path / "local")
+    assert_same_compaction(out, local, journal, done.stdout)
+
+
+def test_server_up_on_a_cluster_that_is_not_up_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["pipeline", "server", "up", "--data", str(tmp_path), "--master", "cluster"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("octosync pipeline server up: ")
+    assert "no cluster is up under" in err
+    assert "\n" not in err
+    assert connect_state_absent(tmp_path)
+
+
+def connect_state_absent(data: Path) -> bool:
+    from octosync.pipeline import connect
+
+    return connect.read_state(data) is None
 
 
 def write_ops(out: Path, n_ops: int, n_keys: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,10 +89,16 @@ def test_compact_through_the_server_equals_local_mode_and_the_fold(
 ) -> None:
     data, state = served
     before = executions(state)
+    log_size = len(Path(state.log).read_text(errors="replace"))
     remote = tmp_path / "remote"
     done = run_cli("compact", "--journal", str(data), "--out", str(remote))
     assert done.returncode == 0, done.stderr
     assert executions(state) > before  # the job ran on the server, not in this process
+    again = run_cli("compact", "--journal", str(data), "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    log = Path(state.log).read_text(errors="replace")[log_size:]
+    used = set(re.findall(r"sessionId: ([0-9a-f-]+) accessed", log))
+    assert used == {state.session}  # both jobs ran in the server's shared session
     local = compact.run(spark, data, tmp_path / "local")
 
     assert_same_compaction(remote, local, data, done.stdout)
@@ -134,7 +141,10 @@ def test_remote_local_and_master_keep_a_job_off_the_server(
     base = ["pipeline", "verify", "--journal", str(data)]
     from octosync.pipeline.cli import remote_url
 
-    assert remote_url(parse(base)) == state.url
+    assert remote_url(parse(base)) == state.job_url == f"{state.url}/;session_id={state.session}"
+    assert remote_url(parse([*base, "--conf", "spark.sql.shuffle.partitions=3"])) == state.url
+    streaming = ["pipeline", "stream", "--journal", str(data)]
+    assert remote_url(parse(streaming)) == state.url  # a query of its own, in a session of its own
     assert remote_url(parse([*base, "--remote", "local"])) is None
     assert remote_url(parse([*base, "--master", "local[1]"])) is None
     assert remote_url(parse([*base, "--remote", "sc://127.0.0.1:1"])) == "sc://127.0.0.1:1"

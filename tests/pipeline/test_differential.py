@@ -17,6 +17,7 @@ from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.testing.strategies import op_histories
 from octosync.pipeline.jobs import compact
 from octosync.pipeline.layout import MERKLE_DIR, RECORDS_DIR, SNAPSHOT_DIR
+from octosync.pipeline.transforms import lww
 from octosync.store.op_table import op_table
 
 pytestmark = pytest.mark.spark
@@ -78,13 +79,17 @@ def test_spark_compaction_equals_the_in_process_fold(
     n_files = data.draw(st.integers(1, 4), label="files")
     partitions = data.draw(st.integers(1, 6), label="shuffle partitions")
     horizon = data.draw(st.none() | st.integers(0, 7), label="tombstone GC horizon")
+    one_pass = data.draw(st.booleans(), label="one-pass plan for a small input")
     path = tmp_path_factory.mktemp("ops") / "ops"
     write_ops(delivered, path, n_files)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    default_one_pass = lww.ONE_PASS_OPS
+    lww.ONE_PASS_OPS = default_one_pass if one_pass else 0
     try:
         rows, trees = spark_result(spark, path, horizon)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
+        lww.ONE_PASS_OPS = default_one_pass
 
     store = fold(history)  # the in-process fold of the history without duplicates, in order
     slots = {(r.map, r.key) for r in store.snapshot_rows()}

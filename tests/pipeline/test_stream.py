@@ -151,6 +151,16 @@ def wait_for(out: Path, proc: subprocess.Popen[str], done: Any) -> dict[str, Any
     pytest.fail(f"no progress within {WAIT}s")
 
 
+def restart_until_every_op_is_in(data: Path, n_ops: int) -> None:
+    """Start the stream again and stop it once its compaction holds ``n_ops`` ops."""
+    restarted = start_stream(data)
+    try:
+        wait_for(data / "compacted", restarted, lambda m: m["ops"] >= n_ops)
+    finally:
+        os.killpg(restarted.pid, signal.SIGTERM)
+        restarted.wait(60)
+
+
 def test_kill_9_of_the_driver_mid_run_then_a_restart_counts_every_op_once(
     tmp_path: Path,
 ) -> None:
@@ -172,17 +182,46 @@ def test_kill_9_of_the_driver_mid_run_then_a_restart_counts_every_op_once(
         proc.wait()
     killed_at = meta["ops"]
     assert killed_at < len(records)  # it was killed mid-run
-    restarted = start_stream(data)
-    try:
-        wait_for(out, restarted, lambda m: m["ops"] >= len(records))
-    finally:
-        os.killpg(restarted.pid, signal.SIGTERM)
-        restarted.wait(60)
+    restart_until_every_op_is_in(data, len(records))
     assert_matches_the_fold(out, records)
     with Journal(data) as j:  # the frame is counted once too
         framed = Counter((minute_ms(e.recorded_ms), "a") for e in j.frames("a"))
     counted = pq.read_table(out / "aggregates" / "frames_by_stream.parquet").to_pylist()
     assert {(r["minute_ms"], r["stream"]): r["events"] for r in counted} == framed
+
+
+def test_a_trim_while_the_stream_is_down_keeps_what_it_has_not_read(tmp_path: Path) -> None:
+    """``kill -9`` of the stream, then a trim of the whole journal (exported, and the op
+    records covered as if by a compaction) keeps the records after the stream's committed
+    seq; the restarted stream reads them and counts every op once."""
+    from octosync.store.export import export, read_watermark
+
+    data = tmp_path / "data"
+    records = generate_records(4000, seed=23)
+    with Journal(data) as j:
+        j.append(records[:2000])
+    out = data / "compacted"
+    proc = start_stream(data)
+    try:
+        wait_for(out, proc, lambda m: m["stream_batch"] >= 2)
+        with Journal(data) as j:
+            j.append(records[2000:])
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    committed = stream.committed_seq(data / "stream-checkpoint")
+    assert 0 < committed < len(records)  # killed mid-run, with batches committed
+    with Journal(data, readonly=True) as j:
+        export(j, data / "export")
+    watermark = read_watermark(data / "export")
+    with Journal(data) as j:
+        done = j.trim(len(records) + 1, exported_through=watermark, ops_before=len(records) + 1)
+        assert done.held_at == done.before
+        assert done.before <= committed + 1  # no record the stream has not read is gone
+        assert done.deleted == done.before - 1 > 0
+        assert next(r.seq for r in j.read()) == done.before
+    restart_until_every_op_is_in(data, len(records))
+    assert_matches_the_fold(out, records)
 
 
 def test_kill_9_of_the_connect_server_mid_run_then_a_restart_counts_every_op_once(

@@ -22,14 +22,20 @@ from octosync.pipeline.spark import DEFAULT_MASTER, build_session, parse_conf
 def remote_url(args: argparse.Namespace) -> str | None:
     """Where a job runs: ``--remote``, else the Connect server ``pipeline server up`` started
     under ``--journal`` when it is running and no ``--master`` was given, else None (a
-    session of its own)."""
+    session of its own).
+
+    On that server a batch job without ``--conf`` joins the server's shared session, which
+    earlier jobs have warmed (a new session's first plan costs about a second more); a
+    stream (whose query lives as long as its session) and a job with settings of its own get
+    a session of their own."""
     if args.remote is not None:
         return None if args.remote == "local" else str(args.remote)
     if args.master is not None:
         return None
     from octosync.pipeline.connect import running_url
 
-    return running_url(Path(args.journal))
+    shared = args.pipeline_command != "stream" and not args.conf
+    return running_url(Path(args.journal), shared=shared)
 
 
 def _session(args: argparse.Namespace) -> Any:
@@ -79,7 +85,7 @@ def _compact(args: argparse.Namespace) -> int:
     done = time.perf_counter()
     print(
         f"compacted {result.ops} ops (up to seq {result.as_of_seq}) into {result.rows} rows in "
-        f"{done - job_started:.1f}s job, {done - started:.1f}s with Spark start-up"
+        f"{done - job_started:.2f}s job, {done - started:.2f}s with Spark start-up"
     )
     for name, root in sorted(result.roots.items()):
         print(f"  {name}: merkle root {root}")
@@ -184,6 +190,7 @@ def _stream(args: argparse.Namespace) -> int:
         failure = None
     except Exception as exc:  # a Connect server that went away, among others
         failure = exc
+    stream.record_progress(journal, checkpoint)  # what the last batches committed
     if failure is not None:
         first = str(failure).strip().splitlines()[0] if str(failure).strip() else "failed"
         raise PipelineError(f"the streaming query stopped: {first}", path=str(journal))
@@ -207,7 +214,8 @@ def _server_up(args: argparse.Namespace) -> int:
     )
     print(f"spark connect server up at {state.url} (master {state.master})")
     print(
-        f"pipeline commands with --journal {args.data} now run on it; others: --remote {state.url}"
+        f"pipeline commands with --journal {args.data} now run on it; others: --remote "
+        f"{state.job_url}"
     )
     print(f"stop: octosync pipeline server down --data {args.data}")
     return 0
@@ -405,7 +413,8 @@ def _register_server(psub: Any) -> None:
     up.add_argument(
         "--master",
         default=DEFAULT_MASTER,
-        help=f"where it runs jobs: local[N] or a cluster's spark:// URL ({DEFAULT_MASTER})",
+        help=f"where it runs jobs: local[N], a cluster's spark:// URL, or 'cluster': the one "
+        f"`pipeline cluster up` started under --data ({DEFAULT_MASTER})",
     )
     up.add_argument("--port", type=int, default=15002, help="gRPC port (15002; 0 picks a free one)")
     up.add_argument("--driver-memory", default="2g", help="the server JVM's heap (2g)")

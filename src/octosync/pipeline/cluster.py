@@ -20,8 +20,6 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -130,6 +128,9 @@ def is_spark_daemon(pid: int) -> bool:
 
 def master_json(state: ClusterState, timeout: float = 2.0) -> dict[str, Any] | None:
     """The master's own view (``/json/``: workers, their state, running apps), or None."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(state.json_url, timeout=timeout) as reply:
             data: dict[str, Any] = json.loads(reply.read())

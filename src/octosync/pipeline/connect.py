@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,11 @@ from octosync.pipeline.cluster import (
     _last_line,
     check_port_free,
     free_port,
+    is_spark_daemon,
     java_path,
     spark_home,
 )
+from octosync.pipeline.cluster import read_state as read_cluster_state
 from octosync.pipeline.layout import CONNECT_SUBDIR
 from octosync.pipeline.spark import DEFAULT_MASTER, session_conf
 
@@ -58,10 +61,17 @@ class ServerState(msgspec.Struct, frozen=True):
     master: str
     log: str
     python: str
+    session: str = ""
+    """The id of the server-side session the batch jobs share (a UUID)."""
 
     @property
     def url(self) -> str:
         return f"sc://{HOST}:{self.port}"
+
+    @property
+    def job_url(self) -> str:
+        """``url`` naming the shared session: a job run there finds it warm."""
+        return f"{self.url}/;session_id={self.session}" if self.session else self.url
 
 
 def state_dir(data: Path) -> Path:
@@ -122,15 +132,16 @@ def answers(port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def running_url(data: Path) -> str | None:
-    """The ``sc://`` URL of the server ``up`` started under ``data``, when it is running."""
+def running_url(data: Path, *, shared: bool = False) -> str | None:
+    """The ``sc://`` URL of the server ``up`` started under ``data``, when it is running;
+    with ``shared``, the URL of its shared session (:attr:`ServerState.job_url`)."""
     try:
         state = read_state(data)
     except PipelineError:
         return None
     if state is None or not server_pids(state.pid):
         return None
-    return state.url
+    return state.job_url if shared else state.url
 
 
 def server_conf(master: str, port: int, conf: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -141,8 +152,34 @@ def server_conf(master: str, port: int, conf: Mapping[str, str] | None = None) -
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.grpc.port.maxRetries": "0",  # the port we recorded, or a failure
+        # The batch jobs share one session (``ServerState.session``): its first plan costs
+        # about a second more than the next ones (measured in ``bench/pipeline.py``). A
+        # session idle for an hour is closed as usual; keeping no tombstones of closed
+        # sessions lets the next job open the shared one again under the same id.
+        "spark.connect.session.manager.closedSessionsTombstonesSize": "0",
     }
     return settings | dict(conf or {})
+
+
+CLUSTER_MASTER = "cluster"
+"""``--master cluster``: the standalone cluster ``pipeline cluster up`` started under the same
+data directory."""
+
+
+def cluster_master(data: Path, master: str, conf: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The master URL and settings for ``master``: ``cluster`` names the standalone cluster
+    started under ``data`` (its URL, and executors as large as its workers offer unless
+    ``conf`` says otherwise); any other master is passed through."""
+    if master != CLUSTER_MASTER:
+        return master, dict(conf)
+    state = read_cluster_state(data)
+    if state is None or not any(is_spark_daemon(d.pid) for d in state.daemons()):
+        raise PipelineError(
+            f"--master cluster: no cluster is up under {data}; start one with "
+            "`octosync pipeline cluster up` (or give its spark:// URL)",
+            path="--master",
+        )
+    return state.url, {"spark.executor.memory": state.memory} | dict(conf)
 
 
 def up(
@@ -155,7 +192,9 @@ def up(
     timeout: float = 120.0,
     progress: Callable[[str], None] | None = None,
 ) -> ServerState:
-    """Start the server; return once it accepts connections on its port.
+    """Start the server; return once it accepts connections on its port. ``master`` is where
+    it runs its jobs: ``local[N]``, a standalone cluster's ``spark://`` URL, or ``cluster``
+    (:func:`cluster_master`).
 
     Past ``timeout`` seconds (or when the server exits early) it is stopped and a
     ``PipelineError`` quotes the last line of its log.
@@ -171,6 +210,7 @@ def up(
             )
         (state_dir(data) / STATE_FILE).unlink()  # stale: the server is gone
     java_path()
+    master, conf = cluster_master(data, master, conf or {})
     port = port or free_port()
     check_port_free(port, "--port")
     home = spark_home()
@@ -201,7 +241,7 @@ def up(
             cwd=root,
             start_new_session=True,  # its own group: `down` signals the group, not us
         )
-    state = ServerState(proc.pid, port, master, str(log), sys.executable)
+    state = ServerState(proc.pid, port, master, str(log), sys.executable, str(uuid.uuid4()))
     say(f"spark connect server pid {proc.pid} on {HOST}:{port} (log {log})")
     try:
         (root / STATE_FILE).write_bytes(msgspec.json.encode(state))

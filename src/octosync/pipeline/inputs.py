@@ -78,6 +78,15 @@ def read_ops(spark: Any, export_dir: Path) -> Any:
     return _read(spark, Path(export_dir), OPS_SCHEMA)
 
 
+def ops_rows(export_dir: Path) -> int:
+    """The op records :func:`read_ops` reads, from the Parquet files' footers (no Spark job)."""
+    import pyarrow.parquet as pq
+
+    sub = Path(export_dir) / OPS_DIR
+    root = sub if sub.is_dir() or (Path(export_dir) / FRAMES_DIR).is_dir() else Path(export_dir)
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(root.rglob("*.parquet")))
+
+
 def read_frames(spark: Any, export_dir: Path) -> Any:
     """Stream frames (``FRAMES_SCHEMA``) from an export; empty when it has none."""
     return _read(spark, Path(export_dir) / FRAMES_DIR, FRAMES_SCHEMA)

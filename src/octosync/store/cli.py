@@ -86,7 +86,8 @@ def _trim(args: argparse.Namespace) -> int:
     except OctosyncError as exc:
         print(f"octosync journal trim: {exc}", file=sys.stderr)
         return 2
-    print(f"trimmed {result.deleted} records below seq {result.before}")
+    held = "" if result.held_at is None else " (a registered stream has read only that far)"
+    print(f"trimmed {result.deleted} records below seq {result.before}{held}")
     return 0
 
 

@@ -78,6 +78,7 @@ from octosync.store.records import (
     encode_checkpoint,
     encode_record,
 )
+from octosync.store.stream_progress import lowest_committed
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,9 @@ def _skip_checkpoint_on_close(conn: sqlite3.Connection) -> None:
 class TrimResult(msgspec.Struct, frozen=True):
     before: int
     deleted: int
+    held_at: int | None = None
+    """The trim point a registered stream held it to, lower than the one asked for
+    (``store.stream_progress``); None when none did."""
 
 
 ROWS_PER_INSERT = 128
@@ -511,9 +515,11 @@ class Journal:
         ``min(before, ops_before)`` only: the server rebuilds its TopGun maps from them at
         start-up, so they go only once a ``pipeline compact`` output covers them (its
         ``as_of_seq + 1`` is ``ops_before``; the default keeps every op record). CRDT plane
-        records are never trimmed: each holds the only copy of its ops. Deletes run
-        in chunks, so a concurrent writer waits for one chunk at a time, never for the whole
-        trim.
+        records are never trimmed: each holds the only copy of its ops. Nothing after the
+        lowest seq a registered continuous stream has committed is trimmed either
+        (``store.stream_progress``): ``before`` is lowered to it, and ``held_at`` says so.
+        Deletes run in chunks, so a concurrent writer waits for one chunk at a time, never for
+        the whole trim.
         """
         if before < 1:
             raise TrimRefused("the trim point must be a seq of at least 1", path="before")
@@ -528,6 +534,10 @@ class Journal:
                 f"(export watermark at seq {exported_through})",
                 path="before",
             )
+        held_at = None
+        committed = lowest_committed(self.path.parent)
+        if committed is not None and committed + 1 < before:
+            before = held_at = committed + 1  # a registered stream has not read the rest
         uncovered = self.uncovered_frames(before)
         if uncovered:
             stream, seq = uncovered[0]
@@ -568,7 +578,7 @@ class Journal:
             except sqlite3.Error as exc:
                 _roll_back(conn)
                 raise StorageError(f"trim failed: {exc}", path=str(self.path)) from exc
-        return TrimResult(before, deleted)
+        return TrimResult(before, deleted, held_at)
 
     def close(self) -> None:
         with self._lock:

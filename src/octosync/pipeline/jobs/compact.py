@@ -35,7 +35,7 @@ import msgspec
 from pyspark.sql import functions as sf
 
 from octosync.pipeline.connect import parallelism
-from octosync.pipeline.inputs import read_ops, resolve_export
+from octosync.pipeline.inputs import ops_rows, read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.layout import MERKLE_DIR, META_FILE, RECORDS_DIR, SNAPSHOT_DIR
 from octosync.pipeline.transforms import lww
@@ -116,7 +116,13 @@ def run(
         source = resolve_export(journal, progress)
         ops = tf_ops.as_of(read_ops(spark, source), as_of_seq)
     return compact_ops(
-        spark, ops, out, source, gc_horizon_millis=gc_horizon_millis, progress=progress
+        spark,
+        ops,
+        out,
+        source,
+        gc_horizon_millis=gc_horizon_millis,
+        progress=progress,
+        input_ops=ops_rows(source),
     )
 
 
@@ -135,12 +141,15 @@ def compact_ops(
     ops_total: int | None = None,
     seq_before: int = 0,
     extra: Extra | None = None,
+    input_ops: int | None = None,
 ) -> CompactResult:
     """Compact the op records of the DataFrame ``ops`` (``OPS_SCHEMA``) into ``out``.
 
     The continuous job passes the records of the last compaction plus the new ops: it says
     how many journal ops that stands for (``ops_total``) and the seq the last compaction
-    reached (``seq_before``, never gone below). ``extra`` adds its files to the same swap."""
+    reached (``seq_before``, never gone below). ``extra`` adds its files to the same swap.
+    ``input_ops`` (the rows of ``ops``, when known without a job) lets a small input take the
+    one-pass plan."""
     import pyarrow.parquet as pq
 
     out = Path(out).resolve()
@@ -149,25 +158,36 @@ def compact_ops(
     cached: list[Any] = []
     try:
         with stage("summarise ops", source, progress):
-            summary = tf_ops.key_summary(ops).persist()
-            cached.append(summary)
-            t = tf_ops.totals(summary)
+            one_pass = None  # the per-key summary and LWW winners, collected in one action
+            if input_ops is not None and input_ops <= min(lww.ONE_PASS_OPS, lww.DRIVER_MERKLE_KEYS):
+                one_pass = lww.summary_with_winners(ops).toArrow()
+                t = tf_ops.totals_of_table(one_pass)
+                if t.families - {"lww"}:  # OR or counter ops: the two-pass plan folds them
+                    one_pass = None
+            if one_pass is None:
+                summary = tf_ops.key_summary(ops).persist()
+                cached.append(summary)
+                t = tf_ops.totals(summary)
             progress(
                 f"{t.ops} ops on {t.keys} keys up to seq {t.last_seq}; "
                 f"families: {', '.join(sorted(t.families))}"
             )
         with stage("fold ops into state", source, progress):
-            carriers = tf_ops.carriers(ops, summary, t)
             mixed = bool(t.families - {"lww"})
-            if mixed:  # read by both paths below: filter the input once
-                carriers = carriers.persist()
-                cached.append(carriers)
-            in_python = sf.col(tf_ops.IN_PYTHON)
-            wins = lww.winners(carriers.where(~in_python) if mixed else carriers)
-            on_driver = t.keys <= lww.DRIVER_MERKLE_KEYS
+            on_driver = one_pass is not None or t.keys <= lww.DRIVER_MERKLE_KEYS
             snapshots, records, leaves = [], [], []
+            if one_pass is not None:
+                won = one_pass.select(OPS_SCHEMA.names)
+            else:
+                carriers = tf_ops.carriers(ops, summary, t)
+                if mixed:  # read by both paths below: filter the input once
+                    carriers = carriers.persist()
+                    cached.append(carriers)
+                in_python = sf.col(tf_ops.IN_PYTHON)
+                wins = lww.winners(carriers.where(~in_python) if mixed else carriers)
             if on_driver:  # one action: every LWW output is built from the collected winners
-                won = wins.toArrow()
+                if one_pass is None:
+                    won = wins.toArrow()
                 live_won = lww.surviving_table(won, gc_horizon_millis)
             else:
                 wins = wins.persist()

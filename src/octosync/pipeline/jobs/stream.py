@@ -19,7 +19,9 @@ restart re-runs an unfinished batch with the same range. ``OUT/compaction.json``
 of the last batch swapped in, so a batch that was swapped in before the crash but not yet
 marked done is skipped, not counted again; one that was not swapped in runs from the same
 previous output. Either way every op is folded and counted once, whatever moment a
-``kill -9`` hits.
+``kill -9`` hits. The query registers the seq its commit log has reached under the journal's
+data directory (:func:`record_progress`, at start and before each batch), and the journal's
+trim keeps every record after it, so a stream that is down finds its records when restarted.
 
 The aggregate tables count journal records: an op journaled twice (a client that re-sent it),
 or a chain event a device re-sent on a new connection, counts twice here, while ``pipeline
@@ -360,6 +362,8 @@ def start(
     """Start the query (a ``StreamingQuery``): a batch every ``interval`` seconds; with
     ``once`` only up to the journal's latest seq now (:func:`wait_until_done` stops it)."""
     journal, out, checkpoint = Path(journal).resolve(), Path(out).resolve(), Path(checkpoint)
+    checkpoint = checkpoint.resolve()
+    record_progress(journal, checkpoint)  # from now on a trim waits for this query
     register(spark)
     end: dict[str, str] = {}
     if once:  # up to the journal's latest seq now, in bounded batches; see wait_until_done
@@ -378,16 +382,47 @@ def start(
         rows = rows.unionByName(count_rows(source(kind), kind), allowMissingColumns=True)
 
     def each(batch: Any, batch_id: int) -> None:
+        record_progress(journal, checkpoint)  # the batches before this one are committed
         apply_batch(
             batch, batch_id, journal=journal, out=out, progress=progress, driver_fold=driver_fold
         )
 
     writer = (
         rows.writeStream.foreachBatch(each)
-        .option("checkpointLocation", str(checkpoint.resolve()))
+        .option("checkpointLocation", str(checkpoint))
         .queryName("octosync-compact")
     )
     return writer.trigger(processingTime=f"{interval} seconds").start()
+
+
+def committed_seq(checkpoint: Path) -> int:
+    """The seq up to which every source of the query has read and committed: the end offsets
+    of the last batch in the checkpoint's commit log (0 before the first, or when the
+    offset log cannot be read: a trim then keeps everything)."""
+    commits = Path(checkpoint) / "commits"
+    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not done:
+        return 0
+    try:
+        lines = (Path(checkpoint) / "offsets" / str(max(done))).read_text().splitlines()
+        seqs = [int(json.loads(line)["seq"]) for line in lines[2:] if line.strip()]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    return min(seqs, default=0)
+
+
+def record_progress(journal: Path, checkpoint: Path) -> int:
+    """Register the query under ``journal`` with the seq its checkpoint has committed
+    (``store.stream_progress``: the journal's trim keeps every record after it); returns it."""
+    import hashlib
+
+    from octosync.store import stream_progress
+
+    checkpoint = Path(checkpoint).resolve()
+    reader = "stream-" + hashlib.sha256(str(checkpoint).encode()).hexdigest()[:16]
+    seq = committed_seq(checkpoint)
+    stream_progress.record(journal, reader, str(checkpoint), seq)
+    return seq
 
 
 NO_DATA: Final = "Waiting for data to arrive"

@@ -48,6 +48,40 @@ def winners(carriers: DataFrame) -> DataFrame:
     )
 
 
+ONE_PASS_OPS: Final = 2_000_000
+"""Up to this many input ops the compaction makes one pass (:func:`summary_with_winners`): a
+sort-based aggregate over so few ops costs less than the second read, the broadcast and the
+second action of the two-pass plan (measured in ``bench/pipeline.py``)."""
+
+SUMMARY_COLUMNS: Final = ("ops", "other_ops", "last_seq", "families")
+
+
+def summary_with_winners(ops: DataFrame) -> DataFrame:
+    """Per ``(map, key)``: :func:`.ops.key_summary`'s counts (``SUMMARY_COLUMNS``) and the
+    winner of its LWW ops in ``OPS_SCHEMA`` columns (null when it has none), in one aggregate
+    and one shuffle. The winner is only the key's state when every op is LWW; the job checks
+    the ``families`` it brings back before using it."""
+    from octosync.pipeline.transforms.ops import FAMILY_BITS, family_code
+
+    rest = [c for c in OPS_SCHEMA.names if c not in (*WINNER_ORDER, "map", "key")]
+    is_lww = sf.col("code") == FAMILY_BITS["lww"]
+    coded = ops.select(*OPS_SCHEMA.names, family_code().alias("code"))
+    best = coded.groupBy("map", "key").agg(
+        sf.count("*").alias("ops"),
+        sf.count(sf.when(~is_lww, 1)).alias("other_ops"),
+        sf.max("seq").alias("last_seq"),
+        sf.bit_or("code").alias("families"),
+        sf.max(sf.when(is_lww, sf.struct(*WINNER_ORDER, *rest))).alias("w"),
+    )
+    return best.select(
+        *SUMMARY_COLUMNS,
+        *(
+            sf.col(c) if c in ("map", "key") else sf.col(f"w.{c}").alias(c)
+            for c in OPS_SCHEMA.names
+        ),
+    )
+
+
 def _tombstone() -> Any:
     return sf.col("op") == OpKind.REMOVE.value
 

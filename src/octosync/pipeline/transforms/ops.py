@@ -96,6 +96,27 @@ def totals(summary: DataFrame) -> Totals:
     )
 
 
+def totals_of_table(summary: Any) -> Totals:
+    """:func:`totals` of a per-key summary collected to the driver (a ``pyarrow.Table`` with
+    the columns of :func:`key_summary`)."""
+    import numpy as np
+
+    if summary.num_rows == 0:
+        return Totals(0, 0, 0, 0, frozenset())
+
+    def column(name: str) -> Any:
+        return summary.column(name).to_numpy(zero_copy_only=False)
+
+    mask = int(np.bitwise_or.reduce(column("families")))
+    return Totals(
+        int(column("ops").sum()),
+        summary.num_rows,
+        int(column("other_ops").sum()),
+        int(column("last_seq").max()),
+        frozenset(f for f, bit in FAMILY_BITS.items() if mask & bit),
+    )
+
+
 IN_PYTHON = "in_python"
 """Column of :func:`carriers`: the key has OR or counter ops, so ``crdt.fold`` folds it in a
 Python worker (:mod:`.fold`); other keys are plain LWW, converged in Spark SQL (:mod:`.lww`)."""
