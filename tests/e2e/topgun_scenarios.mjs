@@ -44,6 +44,10 @@
 //   failover PREFIX MS     (with --seeds) put PREFIX-i every MS ms, {"event":"progress",
 //                          written,pending,connected} every 10, until a line on stdin; then
 //                          {"event":"synced",written,connected} once every op is acked
+//   device                 print {"event":"device",deviceId,deviceToken} once connected with the
+//                          device identity the server bound (with --meta FILE the storage
+//                          adapter's meta store is read from FILE at start and written to it
+//                          on every change, so a second process is the same client restarted)
 //   calls NAME...          make each client call NAME in turn (sql, search, vector, hybrid,
 //                          journal, processor, resolvers, apply-ack), printing {"event":"call",
 //                          name, ok, value | error, code} as each settles, then end
@@ -77,6 +81,7 @@ const seeds = opt('--seeds', null);
 const exchange = opt('--exchange', null);
 const external = opt('--external', null);
 const refreshToken = opt('--refresh', null);
+const metaFile = opt('--meta', null);
 const [scenario, ...rest] = args;
 
 const load = (file) => import(pathToFileURL(path.join(peerDir, file)).href);
@@ -106,6 +111,17 @@ globalThis.WebSocket = TracingWebSocket;
 
 const { TopGunClient, CustomAuthProvider } = await load('topgun-client.mjs');
 const storage = new MemoryStorageAdapter();
+if (metaFile) {
+  const { existsSync, readFileSync, writeFileSync } = await import('node:fs');
+  if (existsSync(metaFile)) {
+    for (const [k, v] of Object.entries(JSON.parse(readFileSync(metaFile, 'utf8')))) storage.meta.set(k, v);
+  }
+  const setMeta = storage.setMeta.bind(storage);
+  storage.setMeta = async (key, value) => {
+    await setMeta(key, value);
+    writeFileSync(metaFile, JSON.stringify(Object.fromEntries(storage.meta)));
+  };
+}
 let auth;
 if (exchange) {
   // TopGun's token exchange: the external token (none with "-") is exchanged at
@@ -346,6 +362,16 @@ if (scenario === 'watch') {
     event: 'journal', sequence: String(e.sequence), type: e.type, key: e.key, value: e.value ?? null,
   }), { mapName: 'users' });
   out({ event: 'ready' });
+} else if (scenario === 'device') {
+  await connected;
+  const poll = setInterval(() => {
+    const deviceId = storage.meta.get('deviceId');
+    if (deviceId) {
+      clearInterval(poll);
+      out({ event: 'device', deviceId, deviceToken: storage.meta.get('deviceToken') ?? null });
+      finish();
+    }
+  }, 25);
 } else if (scenario === 'calls') {
   await connected;
   const calls = {

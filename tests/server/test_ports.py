@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from octosync.errors import Overloaded
+from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.ports import JournalGate, Replicator, SignalPort, TopGunPort
 from octosync.server.signal_session import SignalSession
@@ -60,6 +61,17 @@ class FakeTopGun:
         self.delivered: list[tuple[int, bytes]] = []
         self.commits: list[tuple[int, int, Callable[[], None]]] = []
         self.flushes = 0
+        self.binds: list[tuple[str | None, str | None, Callable[[Binding | None], None]]] = []
+        self.bind_at_once = True
+        """Bindings answer during the call (else a test answers ``binds`` itself)."""
+
+    def bind_device(
+        self, subject: str | None, presented: str | None, then: Callable[[Binding | None], None]
+    ) -> None:
+        if self.bind_at_once:
+            then(Binding(f"device-of-{subject}", "minted"))
+        else:
+            self.binds.append((subject, presented, then))
 
     @property
     def writer(self) -> JournalGate | None:
@@ -148,6 +160,47 @@ def test_before_auth_every_message_but_ping_is_dropped_unread() -> None:
     assert port.topgun.maps.live_items("users") == {}
     (ack,) = feed(session, tg.Auth(token="any"))
     assert isinstance(ack, tg.AuthAck)
+
+
+def test_replies_wait_behind_the_auth_ack_until_the_device_is_bound() -> None:
+    port = FakeTopGun()
+    port.insecure_dev = False
+    port.bind_at_once = False
+    session = TopGunSession(port, 5)
+    session.outgoing.clear()  # AUTH_REQUIRED
+    assert feed(session, tg.Auth(token="any", device_token="kept")) == []
+    assert session.ready
+    assert feed(session, tg.Ping(timestamp=9)) == []  # behind the ack
+    ((subject, presented, then),) = port.binds
+    assert (subject, presented) == (None, "kept")  # the fake's identity is anonymous
+    then(Binding("d-1"))
+    ((to, data),) = port.delivered
+    ack, pong = (tg.decode(p) for p in unframe(data))
+    assert to == 5
+    assert isinstance(ack, tg.AuthAck)
+    assert (ack.device_id, ack.device_token) == ("d-1", None)
+    assert isinstance(pong, tg.Pong)
+
+
+def test_a_failed_binding_still_acks_without_a_device_id() -> None:
+    port = FakeTopGun()
+    port.bind_at_once = False
+    session = TopGunSession(port, 6)
+    assert feed(session, tg.DeviceHello(device_token="x" * 500)) == []
+    ((_, presented, then),) = port.binds
+    assert presented == "x" * 500
+    then(None)
+    ((_, data),) = port.delivered
+    (ack,) = (tg.decode(p) for p in unframe(data))
+    assert ack == tg.DeviceAck()
+
+
+def test_a_second_device_hello_is_dropped_once_bound() -> None:
+    port = FakeTopGun()
+    session = TopGunSession(port, 8)
+    (ack,) = feed(session, tg.DeviceHello())
+    assert ack == tg.DeviceAck(device_id="device-of-None", device_token="minted")
+    assert feed(session, tg.DeviceHello(device_token="other")) == []
 
 
 class FakeSignal:

@@ -16,6 +16,7 @@ from octosync.cluster.maps import MapStats
 from octosync.errors import OctosyncError
 from octosync.hub import Hub
 from octosync.ipc.messages import Delta, Snapshot
+from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.plane import Plane
@@ -206,4 +207,12 @@ class TopGunPort(Credentials, Delivery, Protocol):
 
     def offload(self, job: OffLoop) -> None:
         """Run a request's work on a worker thread; its answer goes to its connection."""
+        ...
+
+    def bind_device(
+        self, subject: str | None, presented: str | None, then: Callable[[Binding | None], None]
+    ) -> None:
+        """Re-bind the device ``presented`` names, or mint one, for ``subject`` (None: the
+        anonymous namespace), off the loop; ``then`` on the loop with the binding, or None
+        when the credential store failed (the connection goes on without a device id)."""
         ...

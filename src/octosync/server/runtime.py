@@ -162,6 +162,7 @@ class Runtime:
             auth=config.auth,
             insecure_dev=config.insecure_dev,
             max_frame=self.limits.max_frame_bytes,
+            data_dir=config.data_dir,
         )
         """The TopGun face: its flush timing, shared deflate and ways out."""
         self.guard = ConnectionGuard(

@@ -19,17 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from octosync.errors import OctosyncError
 from octosync.hub import Hub
 from octosync.hub.model import lazily_frame
 from octosync.hub.streams import map_name_of, map_stream_id
 from octosync.ipc.messages import Delta, Snapshot
+from octosync.refresh.device_tokens import SECRET_BYTES, Binding, Minted, mint
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate
 from octosync.server.gap_flush import GapFlush
 from octosync.server.ports import LiveConnection, Replicator
+from octosync.store.device_credentials import DeviceCredentials
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
@@ -71,6 +76,7 @@ class TopGunFace:
         auth: AuthConfig,
         insecure_dev: bool,
         max_frame: int,
+        data_dir: Path,
     ) -> None:
         self.topgun = core
         self._hub = hub
@@ -92,6 +98,11 @@ class TopGunFace:
         """The indexer thread (started with the first batch)."""
         self._indexing = False
         self._index_timer: asyncio.TimerHandle | None = None
+        self._data_dir = data_dir
+        self._devices: DeviceCredentials | None = None
+        """Device credentials (opened on the device thread by the first binding)."""
+        self._device_pool = ThreadPoolExecutor(1, thread_name_prefix="octosync-devices")
+        self._devices_closed = False
 
     def authenticate(self, token: str | None) -> ClaimGrants:
         return authenticate(token, self._auth)
@@ -193,8 +204,44 @@ class TopGunFace:
             self.apply(self.topgun.indexed(result))
         self.index_soon()
 
+    def bind_device(
+        self, subject: str | None, presented: str | None, then: Callable[[Binding | None], None]
+    ) -> None:
+        """Present-or-mint on the device thread (a commit per binding, never on the loop);
+        a store that fails leaves the connection without a device id, as TopGun's does."""
+        loop = asyncio.get_running_loop()
+        try:
+            done = self._device_pool.submit(self._bind, subject, presented)
+        except RuntimeError:  # the server is closing: no binding, the ack still goes out
+            then(None)
+            return
+
+        def bound(fut: Future[Binding]) -> None:
+            try:
+                binding: Binding | None = fut.result()
+            except Exception:
+                log.exception("binding a TopGun device failed; the connection has no device id")
+                binding = None
+            then(binding)
+
+        done.add_done_callback(lambda fut: loop.call_soon_threadsafe(bound, fut))
+
+    def _bind(self, subject: str | None, presented: str | None) -> Binding:
+        if self._devices is None:
+            self._devices = DeviceCredentials(self._data_dir)
+        return self._devices.present_or_mint(subject, presented, _fresh_device)
+
+    def _close_devices(self) -> None:
+        if self._devices is not None:
+            self._devices.close()
+            self._devices = None
+
     def close(self) -> None:
-        """Stop the indexer thread (after the batch it may be indexing)."""
+        """Stop the indexer and device threads (after the batch it may be indexing)."""
+        if not self._devices_closed:
+            self._devices_closed = True
+            self._device_pool.submit(self._close_devices)
+            self._device_pool.shutdown(wait=True)  # bindings asked for still commit
         if self._index_timer is not None:
             self._index_timer.cancel()
             self._index_timer = None
@@ -249,3 +296,7 @@ class TopGunFace:
             self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
         except OctosyncError as err:  # the writer is full: these grants time out client-side
             log.warning("TopGun effects not journaled, not sent: %s", err)
+
+
+def _fresh_device() -> Minted:
+    return mint(uuid.uuid4(), secrets.token_bytes(SECRET_BYTES))

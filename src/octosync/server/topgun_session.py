@@ -1,13 +1,18 @@
 """The TopGun face's protocol object: one MsgPack message per binary WebSocket frame.
 
 TopGun authenticates in-band: with auth on, the session greets with ``AUTH_REQUIRED`` and
-takes ``AUTH {token}`` (the server's JWT keys, ``server.auth``), answering exactly one
-``AUTH_ACK``, or ``AUTH_FAIL`` and a close; with ``--insecure-dev`` a token-less client's
-``DEVICE_HELLO`` gets ``DEVICE_ACK``. Until then only ``PING`` is answered; any other message
-is dropped unread, as TopGun's server drops it (its cluster client's pooled connections send
-``PARTITION_MAP_REQUEST`` and ops as soon as the socket opens, before ``AUTH_ACK``, and resend
-them), and the connection loop's handshake deadline closes an idle socket. After it, the
-rules are ``topgun.TopGunCore``'s.
+takes ``AUTH {token, deviceToken?}`` (the server's JWT keys, ``server.auth``), answering
+exactly one ``AUTH_ACK {userId, deviceId, deviceToken?}``, or ``AUTH_FAIL`` and a close; with
+``--insecure-dev`` a token-less client's ``DEVICE_HELLO {deviceToken?}`` gets
+``DEVICE_ACK {deviceId, deviceToken?}`` (a JWT server drops it, as TopGun's does). Until then
+only ``PING`` is answered; any other message is dropped unread, as TopGun's server drops it
+(its cluster client's pooled connections send ``PARTITION_MAP_REQUEST`` and ops as soon as
+the socket opens, before ``AUTH_ACK``, and resend them), and the connection loop's handshake
+deadline closes an idle socket. After it, the rules are ``topgun.TopGunCore``'s.
+
+The device identity (``refresh.device_tokens``) is bound once per connection, off the
+loop (``TopGunPort.bind_device``): the session is open at once, and the ack waits in the
+reply queue, ahead of every reply after it, until the binding is committed.
 
 Bytes for this connection go out through ``outgoing`` (written after each frame) or, when they
 wait for the journal (``PERSISTED`` acks) or the cluster (``REPLICATED`` acks, through
@@ -19,10 +24,12 @@ behind a pending ack. Messages for other connections go through
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
 from octosync.errors import DecodeError, OctosyncError, Overloaded, Unauthorized
+from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
@@ -70,7 +77,8 @@ class TopGunSession:
         self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
         self._held: deque[tuple[list[bool], list[bytes]]] = deque()
-        """Replies queued behind a durable ack still waiting for its commit, in order."""
+        """Replies queued behind an ack still waiting (a commit, a device binding), in order."""
+        self._handling = False
         if not rt.insecure_dev:
             self._reply(tg.encode(tg.AuthRequired()))
 
@@ -88,6 +96,13 @@ class TopGunSession:
             return _Refused(reply)
 
     def handle(self, message: tg.Message | _Refused) -> None:
+        self._handling = True
+        try:
+            self._handle(message)
+        finally:
+            self._handling = False
+
+    def _handle(self, message: tg.Message | _Refused) -> None:
         if isinstance(message, _Refused):
             self._reply(tg.encode(message.reply))
             return
@@ -105,24 +120,57 @@ class TopGunSession:
 
     def _authenticate(self, message: tg.Message) -> None:
         match message:
-            case tg.Auth(token=token):
+            case tg.Auth(token=token, device_token=presented):
                 identity = self.rt.authenticate(token)
                 if identity.expired(self.rt.topgun.clock() / 1000):
                     raise Unauthorized("the token expired", path="exp")
                 self._open(identity)
+                subject = None if identity is ANONYMOUS_DEV else identity.subject
                 node = self.rt.topgun.hlc.node_id  # the cluster node id, in a cluster
-                ack = tg.AuthAck(connection_id=str(self.conn), server_node_id=node)
-                self._reply(tg.encode(ack))
-            case tg.DeviceHello():
+
+                def auth_ack(bound: Binding | None) -> tg.Message:
+                    return tg.AuthAck(
+                        connection_id=str(self.conn),
+                        server_node_id=node,
+                        user_id=subject,
+                        device_id=None if bound is None else bound.device_id,
+                        device_token=None if bound is None else bound.token,
+                    )
+
+                self._bind_device(subject, presented, auth_ack)
+            case tg.DeviceHello(device_token=presented):
                 if not self.rt.insecure_dev:
                     return  # a JWT server drops it; the client answers AUTH_REQUIRED
                 self._open(ANONYMOUS_DEV)
-                self._reply(tg.encode(tg.DeviceAck(device_id=f"device-{self.conn}")))
+
+                def device_ack(bound: Binding | None) -> tg.Message:
+                    if bound is None:
+                        return tg.DeviceAck()
+                    return tg.DeviceAck(device_id=bound.device_id, device_token=bound.token)
+
+                self._bind_device(None, presented, device_ack)
             case tg.Ping(timestamp=ts):
                 pong = tg.Pong(timestamp=ts, server_time=self.rt.topgun.clock())
                 self._reply(tg.encode(pong))
             case _:
                 return  # dropped unread, as TopGun's server does (its pooled client sends early)
+
+    def _bind_device(
+        self,
+        subject: str | None,
+        presented: str | None,
+        ack: Callable[[Binding | None], tg.Message],
+    ) -> None:
+        """Bind the device off the loop; its ack holds a place in the reply queue meanwhile."""
+        slot: tuple[list[bool], list[bytes]] = ([False], [])
+        self._held.append(slot)
+
+        def bound(binding: Binding | None) -> None:
+            slot[1].insert(0, ws_frame(tg.encode(ack(binding)), text=False))
+            slot[0][0] = True
+            self._release()
+
+        self.rt.bind_device(subject, presented, bound)
 
     def _open(self, identity: ClaimGrants) -> None:
         self.identity = identity
@@ -193,7 +241,11 @@ class TopGunSession:
         out: list[bytes] = []
         while self._held and self._held[0][0][0]:
             out.extend(self._held.popleft()[1])
-        if out:
+        if not out:
+            return
+        if self._handling:  # released while a frame is handled: written after it, in order
+            self.outgoing.extend(out)
+        else:
             self.rt.deliver(self.conn, b"".join(out))
 
     def error_frame(self, err: OctosyncError) -> bytes:

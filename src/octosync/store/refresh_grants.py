@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Literal
 
 from octosync.errors import RefreshTokenReused, StorageError
 from octosync.refresh.rotation import Grant, Reuse, Rotate, hash_token, redeem
+from octosync.store.credential_file import Transaction, open_credentials
 
 FILE_NAME = "refresh_tokens.sqlite3"
 PRUNE_BATCH = 256
@@ -58,16 +58,7 @@ class RefreshGrants:
         self.spent = spent
         self.path = data_dir / FILE_NAME
         self.where = str(self.path)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(
-                str(self.path), isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open the refresh tokens: {exc}", path=self.where) from exc
+        self._db = open_credentials(self.path, _SCHEMA, "refresh tokens")
 
     def find(self, token_hash: str) -> Grant | None:
         try:
@@ -157,33 +148,5 @@ class RefreshGrants:
             (now, PRUNE_BATCH),
         )
 
-    def _write(self, what: str) -> _Transaction:
-        return _Transaction(self._db, what, self.path)
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``; any SQLite error rolls back and is ``StorageError``."""
-
-    def __init__(self, db: sqlite3.Connection, what: str, path: Path) -> None:
-        self.db = db
-        self.what = what
-        self.path = path
-
-    def __enter__(self) -> None:
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot {self.what}: {exc}", path=str(self.path)) from exc
-
-    def __exit__(self, kind: object, exc: BaseException | None, _tb: object) -> Literal[False]:
-        if exc is None:
-            try:
-                self.db.execute("COMMIT")
-                return False
-            except sqlite3.Error as err:
-                exc = err
-        if self.db.in_transaction:
-            self.db.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.Error):
-            raise StorageError(f"cannot {self.what}: {exc}", path=str(self.path)) from exc
-        return False
+    def _write(self, what: str) -> Transaction:
+        return Transaction(self._db, what, self.path)

@@ -76,6 +76,11 @@ class AuthAck(TopGunStruct, frozen=True, tag_field="type", tag="AUTH_ACK"):
     server_node_id: str | None = None
     roles: list[str] | None = None
     protocol_version: JsInt | None = None
+    user_id: str | None = None
+    device_id: str | None = None
+    """The device identity bound to the connection (stable across reconnects)."""
+    device_token: str | None = None
+    """Set only when the server minted a new device credential: the client keeps it."""
 
     integral = ("protocol_version",)
 
