@@ -123,15 +123,21 @@ if (metaFile) {
   };
 }
 let auth;
+let inflight = 0; // token exchange and refresh calls not yet answered
 if (exchange) {
   // TopGun's token exchange: the external token (none with "-") is exchanged at
   // POST /api/auth/token, renewed at /api/auth/refresh; each call is printed as
   // {"event":"fetch",path,status}, each renewal as {"event":"auth",type}.
   const realFetch = globalThis.fetch;
   globalThis.fetch = async (u, init) => {
-    const response = await realFetch(u, init);
-    out({ event: 'fetch', path: new URL(u).pathname, status: response.status });
-    return response;
+    inflight += 1;
+    try {
+      const response = await realFetch(u, init);
+      out({ event: 'fetch', path: new URL(u).pathname, status: response.status });
+      return response;
+    } finally {
+      inflight -= 1;
+    }
   };
   await storage.initialize('topgun_offline_db');
   if (refreshToken) await storage.setMeta('topgun:refreshToken', refreshToken);
@@ -231,8 +237,10 @@ if (scenario === 'watch') {
     await sleep(Number(gap));
   }
   const poll = setInterval(() => {
-    if (client.getPendingOpsCount() === 0) {
+    // the token printed must stay unspent: no renewal in flight, and none after it
+    if (client.getPendingOpsCount() === 0 && inflight === 0) {
       clearInterval(poll);
+      auth?.clearRefreshTimer();
       out({ event: 'synced', refreshToken: auth ? auth.refreshTokenValue : null });
       finish();
     }
