@@ -278,11 +278,7 @@ def authenticate(token: str | None, config: AuthConfig) -> ClaimGrants:
         if config.insecure_dev:
             return ANONYMOUS_DEV
         raise Unauthorized("the server has no JWT key configured")
-    key, algorithm = (
-        (config.hs256_secret, "HS256")
-        if config.hs256_secret is not None
-        else (config.rs256_public_key or "", "RS256")
-    )
+    key, algorithm = _verifier(config.hs256_secret, config.rs256_public_key)
     try:
         claims = jwt.decode(
             token,
@@ -296,14 +292,18 @@ def authenticate(token: str | None, config: AuthConfig) -> ClaimGrants:
     return grants_from_claims(claims, config.roles)
 
 
+def _verifier(hs256_secret: str | None, rs256_public_key: str | None) -> tuple[str, str]:
+    """The key and algorithm a token is checked with: the shared secret when there is one,
+    else the public key."""
+    if hs256_secret is not None:
+        return hs256_secret, "HS256"
+    return rs256_public_key or "", "RS256"
+
+
 def external_identity(token: str, provider: ExchangeProvider) -> tuple[str, tuple[str, ...]]:
     """The subject and roles of an external provider's token, verified by ``provider``'s key,
     issuer and audience; ``Unauthorized`` naming what failed."""
-    key, algorithm = (
-        (provider.hs256_secret, "HS256")
-        if provider.hs256_secret is not None
-        else (provider.rs256_public_key or "", "RS256")
-    )
+    key, algorithm = _verifier(provider.hs256_secret, provider.rs256_public_key)
     required = ["sub", "exp", *(["iss"] if provider.issuer is not None else [])]
     try:
         claims = jwt.decode(
