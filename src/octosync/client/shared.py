@@ -33,7 +33,7 @@ import aiohttp
 from octosync.client.lazily import _DROPPED, Backoff, lazily_url, remote_error
 from octosync.client.ws import close_ws, connect_ws
 from octosync.crdt.plane import stamp_key
-from octosync.crdt.replicated import Replicated, ReplicatedCell
+from octosync.crdt.replicated import Replicated, ReplicatedCell, ReplicatedList
 from octosync.crdt.shared import SharedState
 from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
 from octosync.graph import Context
@@ -123,6 +123,9 @@ class SharedDocument:
 
     def map(self, name: str) -> ReplicatedCell[dict[str, Any]]:
         return self.cells.map(name)
+
+    def list(self, name: str) -> ReplicatedList:
+        return self.cells.list(name)
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ import msgspec
 
 from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.crdt.plane import wins
+from octosync.crdt.seq import check_position, id_peer
 from octosync.errors import CrdtValueError, Forbidden
 from octosync.ipc.messages import CrdtOp
 
@@ -99,6 +100,10 @@ def _field(value: Any, path: str) -> Any:
     return value
 
 
+def _position(value: Any, path: str) -> Any:
+    return check_position(value, path)
+
+
 def _counter_grows(old: Any, new: Any) -> bool:
     return bool(new[0] >= old[0] and new[1] >= old[1])
 
@@ -119,6 +124,9 @@ class Kind:
     """For a kind whose entries only grow: whether ``new`` may replace ``old``."""
     fields: tuple[str, ...] = ()
     """The segments' names, for error messages (``PEER`` for the owner)."""
+    minted: int | None = None
+    """Which segment (if any) is an element id minted under a peer (``PEER.WALL.LOGICAL``):
+    only that peer may create the entry; once it exists, any writer may replace it."""
 
     @property
     def shape(self) -> str:
@@ -132,6 +140,9 @@ KINDS: dict[str, Kind] = {
         Kind("pn", 1, 0, _counter, _counter_grows, ("PEER",)),
         Kind("mv", 1, 0, _multi, None, ("PEER",)),
         Kind("map", 1, None, _field, None, ("FIELD",)),
+        # a list (crdt/seq.py): each element's position and its value, two LWW registers
+        Kind("lp", 1, None, _position, None, ("ID",), minted=0),
+        Kind("lv", 1, None, _field, None, ("ID",), minted=0),
     )
 }
 """Every kind of a shared document's values, by the tag its keys carry."""
@@ -188,6 +199,21 @@ def check_op(
         if owner != writer:
             raise Forbidden(
                 f"entry {op.key!r} belongs to peer {owner}; this writer is peer {writer}",
+                path=f"{path}.key",
+            )
+    if kind.minted is not None:
+        element = layout.rest[kind.minted]
+        minter = id_peer(element)
+        if minter is None:
+            raise CrdtValueError(
+                f"{element!r} in key {op.key!r} is not an element id (PEER.WALL.LOGICAL, "
+                f"canonical decimals)",
+                path=f"{path}.key",
+            )
+        if held is None and minter != writer:
+            raise Forbidden(
+                f"element {element!r} is minted by peer {minter}: only it creates it, and "
+                f"this writer is peer {writer}",
                 path=f"{path}.key",
             )
     if not isinstance(op.state, bytes):

@@ -1,18 +1,20 @@
 """Replicated cells: graph cells whose value is the merge of every replica's writes.
 
-``Replicated(ctx, state)`` makes LWW registers (the default), MV registers, PN counters and LWW
-maps of a ``SharedState`` into ordinary cells of ``ctx``: memos, signals and effects read them
-like any cell. A merge runs in one batch and writes each affected cell with its new observed
-value, so the cell's equality guard applies after the merge (a merge that lands on the value
-already held invalidates nothing and memos stay suppressed), and effects run once per merge,
-not once per op. Local writes go the same way and queue their op for the wire.
+``Replicated(ctx, state)`` makes LWW registers (the default), MV registers, PN counters, LWW
+maps and lists of a ``SharedState`` into ordinary cells of ``ctx``: memos, signals and effects
+read them like any cell. A merge runs in one batch and writes each affected cell with its new
+observed value, so the cell's equality guard applies after the merge (a merge that lands on the
+value already held invalidates nothing and memos stay suppressed), and effects run once per
+merge, not once per op. Local writes go the same way and queue their op for the wire.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import builtins
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from octosync.crdt.seq import ListChange, diff
 from octosync.crdt.shared import SharedState, check_name
 from octosync.errors import CrdtValueError
 from octosync.graph.context import Context
@@ -74,6 +76,76 @@ class ReplicatedCell(Generic[T]):
         """Call ``callback(value)`` now and after every flush that changed the value."""
         return self._owner.ctx.effect(lambda: callback(self.get()))
 
+    def _refresh(self) -> bool:
+        value = self._owner.state.read(self.name, self.kind)
+        if value == self.cell.peek():
+            return False
+        self.cell.set(value)
+        return True
+
+
+class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
+    """A list (the move-aware sequence): its value is the tuple of its values in order, and
+    ``on_edit`` says what each change inserted, deleted, moved or set."""
+
+    __slots__ = ("_edits", "_seen")
+
+    def __init__(self, owner: Replicated, name: str, cell: Cell[tuple[Any, ...]]) -> None:
+        super().__init__(owner, name, "list", cell)
+        self._seen = self._items()
+        self._edits: list[Callable[[ListChange], object]] = []
+
+    def _items(self) -> list[tuple[str, Any]]:
+        return [(e.id, e.value) for e in self._owner.state.list_elements(self.name)]
+
+    def _ops(self, ops: tuple[CrdtOp, ...]) -> None:
+        self._owner._local_many(self.name, ops)
+
+    def insert(self, index: int, value: Any) -> None:
+        """Insert ``value`` so that it is at ``index`` (0 to ``len``)."""
+        self._ops(self._owner.state.list_insert(self.name, index, value))
+
+    def push(self, value: Any) -> None:
+        """Append ``value``."""
+        self.insert(len(self), value)
+
+    def move(self, source: int, target: int) -> None:
+        """Move the element at ``source`` so that it is at ``target``."""
+        self._ops(self._owner.state.list_move(self.name, source, target))
+
+    def delete(self, index: int) -> None:  # type: ignore[override]
+        """Remove the element at ``index``."""
+        self._ops(self._owner.state.list_delete(self.name, index))
+
+    def set(self, index: int, value: Any) -> None:
+        """Replace the value at ``index``."""
+        self._ops(self._owner.state.list_set(self.name, index, value))
+
+    def __len__(self) -> int:
+        return len(self.cell.peek())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.cell.peek())
+
+    def __getitem__(self, index: int) -> Any:
+        return self.cell.peek()[index]
+
+    def on_edit(self, callback: Callable[[ListChange], object]) -> Callable[[], None]:
+        """Call ``callback(change)`` after every change of the list; returns the unsubscribe."""
+        self._edits.append(callback)
+        return lambda: self._edits.remove(callback) if callback in self._edits else None
+
+    def _refresh(self) -> bool:
+        items = self._items()
+        change = diff(self._seen, items)
+        if not change:
+            return False
+        self._seen = items
+        self.cell.set(tuple(v for _, v in items))
+        for callback in list(self._edits):
+            callback(change)
+        return True
+
 
 class Replicated:
     """The replicated cells of one ``Context`` over one ``SharedState``."""
@@ -115,6 +187,18 @@ class Replicated:
         """An LWW map: one register per field."""
         return self._cell(name, "map")
 
+    def list(self, name: str) -> ReplicatedList:
+        """A list: elements inserted, moved, set and deleted by every replica."""
+        check_name(name)
+        known = self._cells.get(name)
+        if known is None:
+            made = ReplicatedList(self, name, self.ctx.cell(self.state.list_values(name)))
+            self._cells[name] = made
+            return made
+        if not isinstance(known, ReplicatedList):
+            raise CrdtValueError(f"{name!r} is a {known.kind} value, not list", path="kind")
+        return known
+
     def merge(self, ops: Iterable[CrdtOp]) -> set[str]:
         """Merge remote ops in one batch; returns the names whose observed value changed."""
         with self.ctx.batch():
@@ -124,23 +208,22 @@ class Replicated:
         moved = set()
         for name in names:
             rc = self._cells.get(name)
-            if rc is None:
-                continue
-            value = self.state.read(name, rc.kind)
-            if value != rc.cell.peek():
+            if rc is not None and rc._refresh():
                 moved.add(name)
-                rc.cell.set(value)
         return moved
 
     def _local(self, op: CrdtOp) -> None:
-        if self.on_local is None:
-            self.outgoing.append(op)
-        else:
-            self.on_local(op)
-        name = (op.key or "").split("/", 1)[0]
+        self._local_many((op.key or "").split("/", 1)[0], (op,))
+
+    def _local_many(self, name: str, ops: Iterable[CrdtOp]) -> None:
+        for op in ops:
+            if self.on_local is None:
+                self.outgoing.append(op)
+            else:
+                self.on_local(op)
         with self.ctx.batch():
             self._refresh([name])
 
-    def take_outgoing(self) -> list[CrdtOp]:
+    def take_outgoing(self) -> builtins.list[CrdtOp]:
         ops, self.outgoing = self.outgoing, []
         return ops

@@ -19,6 +19,11 @@ MV register    ``NAME/mv/PEER``            ``[value, {peer: n}]``: each peer's l
                                            no other entry's vector dominates (concurrent writes
                                            all survive until one write has seen them).
 LWW map        ``NAME/map/FIELD``          ``[value]`` or ``[]`` (deleted); one LWW per field.
+list           ``NAME/lp/ID``,             the move-aware sequence (``crdt/seq.py``): per element
+               ``NAME/lv/ID``              a position ``[digits...]`` (its writer's peer breaks
+                                           ties) and a value ``[value]`` or ``[]`` (removed), two
+                                           LWW registers; ``ID`` is ``PEER.WALL.LOGICAL``, minted
+                                           by the inserting replica from its insert's stamp.
 =============  ==========================  =====================================================
 
 The node id of every entry of ``NAME`` is ``node_of(NAME)`` (48 bits of FNV-1a-64), so
@@ -39,6 +44,7 @@ import msgspec
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
 from octosync.crdt.entries import node_of
 from octosync.crdt.plane import PlaneReplica, stamp_key
+from octosync.crdt.seq import Element, Position, check_position, mint_id, order, place
 from octosync.errors import CrdtValueError
 from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, WireStamp
 
@@ -110,10 +116,10 @@ class SharedState:
         self._by_name.setdefault(name, {})[rest] = op
         return name
 
-    def _write(self, name: str, rest: str, value: object) -> CrdtOp:
+    def _write(self, name: str, rest: str, value: object, stamp: WireStamp | None = None) -> CrdtOp:
         op = CrdtOp(
             slot_id=node_of(name),
-            stamp=self.stamp(),
+            stamp=stamp or self.stamp(),
             state=_JSON.encode(value),
             key=f"{name}/{rest}",
         )
@@ -168,6 +174,83 @@ class SharedState:
         check_name(name)
         check_name(field, "field")
         return self._write(name, f"map/{field}", [])
+
+    # --- lists (the move-aware sequence of crdt/seq.py) -----------------------------------------
+
+    def list_insert(self, name: str, index: int, value: object) -> tuple[CrdtOp, ...]:
+        """Insert ``value`` so that it is at ``index`` (0 to the length): a new element, its id
+        minted from this write's stamp, between its two neighbours."""
+        check_name(name)
+        self._check_value(value)
+        live = self.list_elements(name)
+        _check_index(index, len(live) + 1)
+        position = _between(
+            live[index - 1] if index else None,
+            live[index] if index < len(live) else None,
+            self.peer,
+        )
+        stamp = self.stamp()
+        element = mint_id(stamp)
+        return (
+            self._write(name, f"lv/{element}", [value], stamp),
+            self._write(name, f"lp/{element}", list(position), stamp),
+        )
+
+    def list_move(self, name: str, source: int, target: int) -> tuple[CrdtOp, ...]:
+        """Move the element at ``source`` so that it is at ``target``: one new position for
+        it (nothing when it is already there)."""
+        check_name(name)
+        live = self.list_elements(name)
+        _check_index(source, len(live), "from")
+        _check_index(target, len(live), "to")
+        if source == target:
+            return ()
+        moving = live.pop(source)
+        position = _between(
+            live[target - 1] if target else None,
+            live[target] if target < len(live) else None,
+            self.peer,
+        )
+        return (self._write(name, f"lp/{moving.id}", list(position)),)
+
+    def list_delete(self, name: str, index: int) -> tuple[CrdtOp, ...]:
+        """Remove the element at ``index`` (its value register becomes a tombstone)."""
+        check_name(name)
+        live = self.list_elements(name)
+        _check_index(index, len(live))
+        return (self._write(name, f"lv/{live[index].id}", []),)
+
+    def list_set(self, name: str, index: int, value: object) -> tuple[CrdtOp, ...]:
+        """Replace the value at ``index`` (its position is untouched: a concurrent move
+        applies too)."""
+        check_name(name)
+        self._check_value(value)
+        live = self.list_elements(name)
+        _check_index(index, len(live))
+        return (self._write(name, f"lv/{live[index].id}", [value]),)
+
+    def list_elements(self, name: str) -> list[Element]:
+        """The list's live elements in order."""
+        positions: dict[str, tuple[Position, int]] = {}
+        values: dict[str, list[Any]] = {}
+        for rest, op in self._by_name.get(name, {}).items():
+            if rest.startswith("lp/"):
+                try:
+                    digits = check_position(_decode(op.state), "state")  # type: ignore[arg-type]
+                    positions[rest[3:]] = (digits, op.stamp.peer)
+                except (msgspec.DecodeError, CrdtValueError):
+                    continue
+            elif rest.startswith("lv/"):
+                try:
+                    held = _decode(op.state)  # type: ignore[arg-type]
+                except msgspec.DecodeError:
+                    continue
+                if isinstance(held, list) and len(held) <= 1:
+                    values[rest[3:]] = held
+        return order(positions, values)
+
+    def list_values(self, name: str) -> tuple[Any, ...]:
+        return tuple(e.value for e in self.list_elements(name))
 
     @staticmethod
     def _check_value(value: object) -> None:
@@ -249,11 +332,29 @@ class SharedState:
         return out
 
     def read(self, name: str, kind: str) -> Any:
-        """The value of ``name`` read as ``kind`` (one of ``KINDS``)."""
+        """The value of ``name`` read as ``kind`` (one of ``KINDS``, or ``list``)."""
         if kind == "pn":
             return self.counter(name)
         if kind == "mv":
             return self.multi(name)
         if kind == "map":
             return self.map(name)
+        if kind == "list":
+            return self.list_values(name)
         return self.register(name)
+
+
+def _check_index(index: int, size: int, what: str = "index") -> None:
+    if type(index) is not int or not 0 <= index < size:
+        raise CrdtValueError(f"{what} {index!r} is outside the list (0 to {size - 1})", path=what)
+
+
+def _between(lo: Element | None, hi: Element | None, peer: int) -> Position:
+    """A position between two neighbours, ending with ``peer``'s digits. Neighbours with one
+    position (only a writer outside this layout makes them) leave no room between: the new
+    element goes after both."""
+    low = None if lo is None else lo.position
+    high = None if hi is None else hi.position
+    if low is not None and high is not None and low >= high:
+        high = None
+    return place(low, high, peer)
