@@ -201,7 +201,38 @@ export class SharedValue<T = unknown> {
   on(event: "change", fn: (value: T) => void): () => void;
 }
 
-/** One replica of a multi-writer stream: counters, registers, multi-value registers, maps. */
+/** What one change of a list did: indexes of `deleted` and moves' `from` are in the old list. */
+export interface ListChange<T = unknown> {
+  inserted: { index: number; value: T }[];
+  deleted: { index: number; value: T }[];
+  moved: { from: number; to: number; value: T }[];
+  set: { index: number; value: T }[];
+}
+
+/** A list of a shared document (the move-aware sequence): the Python client's names. */
+export class SharedList<T = unknown> implements Iterable<T> {
+  readonly name: string;
+  readonly kind: "list";
+  readonly value: T[];
+  readonly length: number;
+  at(index: number): T | undefined;
+  [Symbol.iterator](): Iterator<T>;
+  /** Insert `value` so that it is at `index` (0 to length). */
+  insert(index: number, value: T): void;
+  push(value: T): void;
+  /** Move the element at `from` so that it is at `to` (one position write: never a copy). */
+  move(from: number, to: number): void;
+  delete(index: number): void;
+  set(index: number, value: T): void;
+  /** Call `fn(values)` now and after every change; returns the function that stops it. */
+  onChange(fn: (value: T[]) => void): () => void;
+  /** Call `fn(change)` after every change, saying what was inserted, deleted, moved and set. */
+  onEdit(fn: (change: ListChange<T>) => void): () => void;
+  on(event: "change", fn: (value: T[]) => void): () => void;
+  on(event: "edit", fn: (change: ListChange<T>) => void): () => void;
+}
+
+/** One replica of a multi-writer stream: counters, registers, multi-value registers, maps, lists. */
 export class SharedDocument implements Channel<{ change: string[]; error: OctosyncError; status: Status }> {
   readonly stream: string;
   readonly status: Status;
@@ -221,6 +252,7 @@ export class SharedDocument implements Channel<{ change: string[]; error: Octosy
   register(name: string): SharedValue<unknown>;
   multi(name: string): SharedValue<unknown[]>;
   map(name: string): SharedValue<Record<string, unknown>>;
+  list<T = unknown>(name: string): SharedList<T>;
   /** Resolves once the document arrived and every local edit is acknowledged. */
   synced(): Promise<SharedDocument>;
   /** With `persist`: resolves once saved edits are taken up (edit after it); else at once. */

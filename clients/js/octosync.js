@@ -1271,7 +1271,7 @@ const PLANE_FEATURE = "distributed_crdt";
 const FNV64_OFFSET = 0xcbf29ce484222325n;
 const FNV64_PRIME = 0x100000001b3n;
 const MASK64 = (1n << 64n) - 1n;
-const DOC_KINDS = new Set(["lww", "pn", "mv", "map"]);
+const DOC_KINDS = new Set(["lww", "pn", "mv", "map", "lp", "lv"]);
 
 /** The node id every replica gives to a value's entries (low 48 bits of FNV-1a-64, UTF-8). */
 export function nodeOf(name) {
@@ -1372,6 +1372,193 @@ export class SharedValue extends Emitter {
     this.value = value;
     this.seen = text;
     this.emit("change", value);
+  }
+}
+
+// --- lists: the move-aware sequence (octosync.crdt.seq; the same positions, ids and entries) ----
+
+const POS_BASE = 2 ** 32;
+const POS_STEP = 2 ** 16;
+const POS_MAX_DIGITS = 32;
+
+function comparePositions(a, b) {
+  for (let i = 0; i < Math.min(a.length, b.length); i += 1) if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1;
+  return a.length - b.length;
+}
+
+/** A position after `lo` and before `hi` (null: the start or end), as octosync.crdt.seq.between. */
+export function positionBetween(lo, hi) {
+  lo = lo ?? [];
+  if (hi !== null && comparePositions(lo, hi) >= 0) throw fail(errors.CrdtValueError, `no position between ${JSON.stringify(lo)} and ${JSON.stringify(hi)}`, "position");
+  const out = [];
+  for (let i = 0; out.length < POS_MAX_DIGITS; i += 1) {
+    const loOpen = i >= lo.length;
+    const low = loOpen ? 0 : lo[i];
+    const high = hi === null ? POS_BASE : i < hi.length ? hi[i] : 0;
+    const gap = high - low;
+    if (gap >= 2) {
+      const step = Math.min(Math.floor(gap / 2), POS_STEP);
+      if (loOpen && hi === null) out.push(low + Math.floor(gap / 2));
+      else if (loOpen) out.push(high - step);
+      else out.push(low + step);
+      return out;
+    }
+    out.push(low);
+    if (gap === 1) hi = null; // anything that starts with `out` is below `hi` now
+  }
+  throw fail(errors.LimitExceeded, `no room for a position of at most ${POS_MAX_DIGITS} digits`, "position");
+}
+
+/** The position `peer` gives an element between `lo` and `hi`: `positionBetween`, then the peer's two digits. */
+export function placePosition(lo, hi, peer) {
+  const out = [...positionBetween(lo, hi), Math.floor(peer / 2 ** 31), (peer % 2 ** 31) * 2 + 1];
+  if (out.length > POS_MAX_DIGITS) throw fail(errors.LimitExceeded, `no room for a position of at most ${POS_MAX_DIGITS} digits`, "position");
+  return out;
+}
+
+function isPosition(value) {
+  return Array.isArray(value) && value.length > 0 && value.length <= POS_MAX_DIGITS && value.every((d) => Number.isInteger(d) && d >= 0 && d < POS_BASE) && value[value.length - 1] > 0;
+}
+
+function compareElements(a, b) {
+  return comparePositions(a.position, b.position) || a.peer - b.peer || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+}
+
+/** Indexes into `seq` of one longest increasing run: the elements that stayed while others moved. */
+function keptInOrder(seq) {
+  const tails = [];
+  const prev = new Array(seq.length).fill(-1);
+  seq.forEach((x, i) => {
+    let lo = 0;
+    let hi = tails.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (seq[tails[mid]] < x) lo = mid + 1;
+      else hi = mid;
+    }
+    prev[i] = lo ? tails[lo - 1] : -1;
+    tails[lo] = i;
+  });
+  const kept = new Set();
+  for (let k = tails.length ? tails[tails.length - 1] : -1; k >= 0; k = prev[k]) kept.add(k);
+  return kept;
+}
+
+/** What moved between two orders of [id, value]: as octosync.crdt.seq.diff. */
+export function listChange(before, after) {
+  const oldAt = new Map(before.map(([id], i) => [id, i]));
+  const newAt = new Map(after.map(([id], i) => [id, i]));
+  const common = before.filter(([id]) => newAt.has(id)).map(([id]) => id);
+  const keptIdx = keptInOrder(common.map((id) => newAt.get(id)));
+  const kept = new Set([...keptIdx].map((i) => common[i]));
+  const same = (a, b) => sortedJson(a) === sortedJson(b);
+  return {
+    inserted: after.flatMap(([id, value], index) => (oldAt.has(id) ? [] : [{ index, value }])),
+    deleted: before.flatMap(([id, value], index) => (newAt.has(id) ? [] : [{ index, value }])),
+    moved: common.filter((id) => !kept.has(id)).map((id) => ({ from: oldAt.get(id), to: newAt.get(id), value: after[newAt.get(id)][1] })),
+    set: after.flatMap(([id, value], index) => (oldAt.has(id) && !same(before[oldAt.get(id)][1], value) ? [{ index, value }] : [])),
+  };
+}
+
+function checkIndex(index, size, what = "index") {
+  if (!Number.isInteger(index) || index < 0 || index >= size) throw fail(errors.CrdtValueError, `${what} ${index} is outside the list (0 to ${size - 1})`, what);
+}
+
+/**
+ * A list of a shared document: `insert(index, value)`, `push`, `move(from, to)`, `delete(index)`,
+ * `set(index, value)`, `length`, `at(index)`, iteration; `onChange(fn(values))`, and "edit" events
+ * saying what was inserted, deleted, moved and set (`onEdit`). Same entries as the Python client.
+ */
+export class SharedList extends Emitter {
+  constructor(doc, name) {
+    super();
+    this.doc = doc;
+    this.name = name;
+    this.kind = "list";
+    this.items = doc.listElements(name).map((e) => [e.id, e.value]);
+    this.value = this.items.map(([, v]) => v);
+  }
+
+  get length() {
+    return this.value.length;
+  }
+
+  at(index) {
+    return this.value.at(index);
+  }
+
+  [Symbol.iterator]() {
+    return this.value[Symbol.iterator]();
+  }
+
+  #neighbours(live, index) {
+    const lo = index > 0 ? live[index - 1] : null;
+    const hi = index < live.length ? live[index] : null;
+    const low = lo ? lo.position : null;
+    let high = hi ? hi.position : null;
+    if (low && high && comparePositions(low, high) >= 0) high = null; // no room between equal positions
+    return placePosition(low, high, this.doc.peer);
+  }
+
+  /** Insert `value` so that it is at `index` (0 to length). */
+  insert(index, value) {
+    const live = this.doc.listElements(this.name);
+    checkIndex(index, live.length + 1);
+    const position = this.#neighbours(live, index);
+    this.doc.writeStamped(this.name, (stamp) => {
+      const id = `${stamp.peer}.${stamp.wall_time}.${stamp.logical}`;
+      return [[`lv/${id}`, [value]], [`lp/${id}`, position]];
+    });
+  }
+
+  /** Append `value`. */
+  push(value) {
+    this.insert(this.length, value);
+  }
+
+  /** Move the element at `from` so that it is at `to`. */
+  move(from, to) {
+    const live = this.doc.listElements(this.name);
+    checkIndex(from, live.length, "from");
+    checkIndex(to, live.length, "to");
+    if (from === to) return;
+    const [moving] = live.splice(from, 1);
+    this.doc.write(this.name, `lp/${moving.id}`, this.#neighbours(live, to));
+  }
+
+  /** Remove the element at `index`. */
+  delete(index) {
+    const live = this.doc.listElements(this.name);
+    checkIndex(index, live.length);
+    this.doc.write(this.name, `lv/${live[index].id}`, []);
+  }
+
+  /** Replace the value at `index`. */
+  set(index, value) {
+    const live = this.doc.listElements(this.name);
+    checkIndex(index, live.length);
+    this.doc.write(this.name, `lv/${live[index].id}`, [value]);
+  }
+
+  /** Call `fn(values)` now and after every change. */
+  onChange(fn) {
+    fn(this.value);
+    return this.on("change", fn);
+  }
+
+  /** Call `fn({inserted, deleted, moved, set})` after every change. */
+  onEdit(fn) {
+    return this.on("edit", fn);
+  }
+
+  refresh() {
+    const items = this.doc.listElements(this.name).map((e) => [e.id, e.value]);
+    const change = listChange(this.items, items);
+    if (!change.inserted.length && !change.deleted.length && !change.moved.length && !change.set.length) return;
+    this.items = items;
+    this.value = items.map(([, v]) => v);
+    this.emit("change", this.value);
+    this.emit("edit", change);
   }
 }
 
@@ -1499,6 +1686,19 @@ export class SharedDocument extends Channel {
     return this.#value(name, "map");
   }
 
+  /** A list (the move-aware sequence): see SharedList. */
+  list(name) {
+    checkName(name);
+    const known = this.values.get(name);
+    if (known) {
+      if (known.kind !== "list") throw fail(errors.CrdtValueError, `${JSON.stringify(name)} is a ${known.kind} value, not list`, "kind");
+      return known;
+    }
+    const made = new SharedList(this, name);
+    this.values.set(name, made);
+    return made;
+  }
+
   /** Resolves once the server's state arrived and every local edit is acknowledged. */
   synced() {
     if (this.#isSynced()) return Promise.resolve(this);
@@ -1521,6 +1721,7 @@ export class SharedDocument extends Channel {
       if (known.kind !== kind) throw fail(errors.CrdtValueError, `${JSON.stringify(name)} is a ${known.kind} value, not ${kind}`, "kind");
       return known;
     }
+    if (kind === "list") return this.list(name);
     const made = new SharedValue(this, name, kind);
     this.values.set(name, made);
     return made;
@@ -1561,16 +1762,43 @@ export class SharedDocument extends Channel {
   }
 
   write(name, rest, value) {
+    this.writeStamped(name, () => [[rest, value]]);
+  }
+
+  /** Write entries of `name` that share one fresh stamp (`entries(stamp)` gives [rest, value] pairs). */
+  writeStamped(name, entries) {
     if (this.restoring) throw fail(errors.LocalProtocolError, "the document is taking up its saved edits: await doc.ready first", "ready");
-    const text = sortedJson(value);
-    const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp: this.#stamp(), bytes: utf8.encode(text) };
-    this.#apply(op);
-    this.pendingOps.set(`${op.slot_id} ${op.key}`, op);
+    const stamp = this.#stamp();
+    for (const [rest, value] of entries(stamp)) {
+      const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp, bytes: utf8.encode(sortedJson(value)) };
+      this.#apply(op);
+      this.pendingOps.set(`${op.slot_id} ${op.key}`, op);
+      this.outbox.push(op);
+    }
     this.#saveSoon();
     this.values.get(name)?.refresh();
     this.emit("change", [name]);
-    this.outbox.push(op);
     this.#flushSoon();
+  }
+
+  /** A list's live elements in order: {id, position, peer, value} (see SharedList). */
+  listElements(name) {
+    const positions = new Map();
+    const values = new Map();
+    for (const [rest, op] of this.byName.get(name) ?? []) {
+      const kind = rest.slice(0, 3);
+      if (kind !== "lp/" && kind !== "lv/") continue;
+      const parsed = parseState(op);
+      if (!parsed.ok) continue;
+      if (kind === "lp/" && isPosition(parsed.value)) positions.set(rest.slice(3), { position: parsed.value, peer: op.stamp.peer });
+      else if (kind === "lv/" && Array.isArray(parsed.value) && parsed.value.length <= 1) values.set(rest.slice(3), parsed.value);
+    }
+    const live = [];
+    for (const [id, { position, peer }] of positions) {
+      const held = values.get(id);
+      if (held && held.length === 1) live.push({ id, position, peer, value: held[0] });
+    }
+    return live.sort(compareElements);
   }
 
   #flushSoon() {
@@ -1613,8 +1841,9 @@ export class SharedDocument extends Channel {
     return seen;
   }
 
-  /** The value of `name` read as `kind` ("pn", "lww", "mv" or "map"). */
+  /** The value of `name` read as `kind` ("pn", "lww", "mv", "map" or "list"). */
   read(name, kind) {
+    if (kind === "list") return this.listElements(name).map((e) => e.value);
     if (kind === "pn") {
       let total = 0;
       for (const [, op] of this.#entries(name, "pn/")) {
