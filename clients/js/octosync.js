@@ -45,6 +45,7 @@ const TREE = {
   ForbiddenPublish: "RemoteProtocolError",
   Desync: "RemoteProtocolError",
   LimitExceeded: "RemoteProtocolError",
+  CrdtValueError: "RemoteProtocolError",
   TypeTagError: "LocalProtocolError",
   AuthError: "OctosyncError",
   Unauthorized: "AuthError",
