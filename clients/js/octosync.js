@@ -1272,7 +1272,7 @@ const PLANE_FEATURE = "distributed_crdt";
 const FNV64_OFFSET = 0xcbf29ce484222325n;
 const FNV64_PRIME = 0x100000001b3n;
 const MASK64 = (1n << 64n) - 1n;
-const DOC_KINDS = new Set(["lww", "pn", "mv", "map", "lp", "lv"]);
+const DOC_KINDS = new Set(["lww", "pn", "mv", "map", "lp", "lv", "ld"]);
 
 /** The node id every replica gives to a value's entries (low 48 bits of FNV-1a-64, UTF-8). */
 export function nodeOf(name) {
@@ -1508,7 +1508,7 @@ export class SharedList extends Emitter {
     const position = this.#neighbours(live, index);
     this.doc.writeStamped(this.name, (stamp) => {
       const id = `${stamp.peer}.${stamp.wall_time}.${stamp.logical}`;
-      return [[`lv/${id}`, [value]], [`lp/${id}`, position]];
+      return [[`lv/${id}`, value], [`lp/${id}`, position]];
     });
   }
 
@@ -1531,14 +1531,14 @@ export class SharedList extends Emitter {
   delete(index) {
     const live = this.doc.listElements(this.name);
     checkIndex(index, live.length);
-    this.doc.write(this.name, `lv/${live[index].id}`, []);
+    this.doc.write(this.name, `ld/${live[index].id}`, true);
   }
 
   /** Replace the value at `index`. */
   set(index, value) {
     const live = this.doc.listElements(this.name);
     checkIndex(index, live.length);
-    this.doc.write(this.name, `lv/${live[index].id}`, [value]);
+    this.doc.write(this.name, `lv/${live[index].id}`, value);
   }
 
   /** Call `fn(values)` now and after every change. */
@@ -1786,18 +1786,19 @@ export class SharedDocument extends Channel {
   listElements(name) {
     const positions = new Map();
     const values = new Map();
+    const removed = new Set();
     for (const [rest, op] of this.byName.get(name) ?? []) {
       const kind = rest.slice(0, 3);
-      if (kind !== "lp/" && kind !== "lv/") continue;
+      if (kind !== "lp/" && kind !== "lv/" && kind !== "ld/") continue;
       const parsed = parseState(op);
       if (!parsed.ok) continue;
       if (kind === "lp/" && isPosition(parsed.value)) positions.set(rest.slice(3), { position: parsed.value, peer: op.stamp.peer });
-      else if (kind === "lv/" && Array.isArray(parsed.value) && parsed.value.length <= 1) values.set(rest.slice(3), parsed.value);
+      else if (kind === "lv/") values.set(rest.slice(3), parsed.value);
+      else if (kind === "ld/" && parsed.value === true) removed.add(rest.slice(3));
     }
     const live = [];
     for (const [id, { position, peer }] of positions) {
-      const held = values.get(id);
-      if (held && held.length === 1) live.push({ id, position, peer, value: held[0] });
+      if (values.has(id) && !removed.has(id)) live.push({ id, position, peer, value: values.get(id) });
     }
     return live.sort(compareElements);
   }

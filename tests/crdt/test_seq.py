@@ -200,8 +200,8 @@ def test_diff_reports_a_move_as_a_move() -> None:
 # --- what a server lets a writer send -----------------------------------------------------
 
 
-def entry(key: str, state: object, peer: int = 7, raw: bool = False) -> CrdtOp:
-    body = state if raw else _JSON.encode(state)
+def entry(key: str, state: object, peer: int = 7) -> CrdtOp:
+    body = state if isinstance(state, bytes) else _JSON.encode(state)
     assert isinstance(body, bytes)
     return CrdtOp(node_of(key.split("/")[0]), WireStamp(5, 0, peer), body, key=key)
 
@@ -214,15 +214,18 @@ def refused(op: CrdtOp, writer: int = 7, held: CrdtOp | None = None) -> Octosync
 
 def test_only_the_minting_peer_creates_an_element() -> None:
     check_op(entry("todo/lp/7.5.0", [9, 0, 15]), 7, None, "ops[0]")
-    check_op(entry("todo/lv/7.5.0", ["milk"]), 7, None, "ops[0]")
+    check_op(entry("todo/lv/7.5.0", "milk"), 7, None, "ops[0]")
+    check_op(entry("todo/ld/7.5.0", True), 7, None, "ops[0]")
     err = refused(entry("todo/lp/8.5.0", [9, 0, 15]))
     assert isinstance(err, Forbidden)
     assert (err.path, "peer 8" in str(err)) == ("ops[0].key", True)
-    assert isinstance(refused(entry("todo/lv/8.5.0", ["forged"])), Forbidden)
+    assert isinstance(refused(entry("todo/lv/8.5.0", "forged")), Forbidden)
+    assert isinstance(refused(entry("todo/ld/8.5.0", True)), Forbidden)
     # once peer 8's element exists, any writer moves, sets or removes it
     held = entry("todo/lp/8.5.0", [9, 0, 17], peer=8)
     check_op(entry("todo/lp/8.5.0", [3, 0, 15]), 7, held, "ops[0]")
-    check_op(entry("todo/lv/8.5.0", []), 7, entry("todo/lv/8.5.0", ["x"], 8), "ops[0]")
+    check_op(entry("todo/lv/8.5.0", "y"), 7, entry("todo/lv/8.5.0", "x", 8), "ops[0]")
+    check_op(entry("todo/ld/8.5.0", True), 7, entry("todo/ld/8.5.0", True, 8), "ops[0]")
 
 
 @pytest.mark.parametrize(
@@ -238,8 +241,9 @@ def test_only_the_minting_peer_creates_an_element() -> None:
         ("todo/lp/7.5.0", [1.5], "ops[0].state"),
         ("todo/lp/7.5.0", [1] * (MAX_DIGITS + 1), "ops[0].state"),
         ("todo/lp/7.5.0", "a0", "ops[0].state"),
-        ("todo/lv/7.5.0", [1, 2], "ops[0].state"),
-        ("todo/lv/7.5.0", {"v": 1}, "ops[0].state"),
+        ("todo/lv/7.5.0", b"\xff{", "ops[0].state"),
+        ("todo/ld/7.5.0", False, "ops[0].state"),
+        ("todo/ld/7.5.0", [], "ops[0].state"),
     ],
 )
 def test_a_malformed_list_entry_is_refused_naming_the_field(
@@ -371,10 +375,7 @@ class Lists(RuleBasedStateMachine):
         assert orders[0] == orders[1] == orders[2]
         assert values[0] == values[1] == values[2]
         removed = {
-            op.key.split("/")[2]
-            for ops in self.sent
-            for op in ops
-            if op.key and "/lv/" in op.key and op.state == b"[]"
+            op.key.split("/")[2] for ops in self.sent for op in ops if op.key and "/ld/" in op.key
         }
         # nothing lost: every insert not removed is there (both of two concurrent ones kept)
         assert self.inserted - removed <= set(orders[0])
@@ -425,3 +426,19 @@ def test_concurrent_moves_of_one_element_keep_one_copy_at_the_later_move() -> No
     b.merge(a.take_outgoing())
     assert a.list("l").value == b.list("l").value == ("x", "y", "z", "w")
     assert moves == [((2, 3, "w"),)]
+
+
+def test_a_removal_stays_removed_whatever_edit_or_move_was_made_at_once() -> None:
+    walls = iter(range(1, 100))
+    clock = walls.__next__
+    a = Replicated(Context(), SharedState(1, clock))
+    b = Replicated(Context(), SharedState(2, clock))
+    for v in "xyz":
+        a.list("l").push(v)
+    b.merge(a.take_outgoing())
+    a.list("l").delete(0)
+    b.list("l").set(0, "X")  # later stamps than the removal: an edit and a move of x
+    b.list("l").move(0, 2)
+    a.merge(b.take_outgoing())
+    b.merge(a.take_outgoing())
+    assert a.list("l").value == b.list("l").value == ("y", "z")

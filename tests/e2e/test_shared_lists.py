@@ -206,9 +206,9 @@ async def test_an_element_minted_under_another_peer_is_refused_and_nothing_appli
             slot = node_of("todo")
             stamp = WireStamp(2_000_000, 0, 6)
             body = msgspec.json.encode
-            own = CrdtOp(slot, stamp, body(["mine"]), key="todo/lv/6.2000000.0")
+            own = CrdtOp(slot, stamp, body("mine"), key="todo/lv/6.2000000.0")
             own_at = CrdtOp(slot, stamp, body([9, 0, 13]), key="todo/lp/6.2000000.0")
-            forged = CrdtOp(slot, stamp, body(["forged"]), key="todo/lv/5.2000000.0")
+            forged = CrdtOp(slot, stamp, body("forged"), key="todo/lv/5.2000000.0")
             forged_at = CrdtOp(slot, stamp, body([1, 0, 11]), key="todo/lp/5.2000000.0")
             await ws.send_bytes(_JSON.encode(CrdtSync(ops=(own, own_at, forged, forged_at))))
             error = await recv_json(ws)

@@ -104,6 +104,12 @@ def _position(value: Any, path: str) -> Any:
     return check_position(value, path)
 
 
+def _removed(value: Any, path: str) -> Any:
+    if value is not True:
+        raise CrdtValueError("a list element's removed entry holds true", path=path)
+    return value
+
+
 def _counter_grows(old: Any, new: Any) -> bool:
     return bool(new[0] >= old[0] and new[1] >= old[1])
 
@@ -140,9 +146,10 @@ KINDS: dict[str, Kind] = {
         Kind("pn", 1, 0, _counter, _counter_grows, ("PEER",)),
         Kind("mv", 1, 0, _multi, None, ("PEER",)),
         Kind("map", 1, None, _field, None, ("FIELD",)),
-        # a list (crdt/seq.py): each element's position and its value, two LWW registers
+        # a list (crdt/seq.py): each element's position, value and removal, three LWW registers
         Kind("lp", 1, None, _position, None, ("ID",), minted=0),
-        Kind("lv", 1, None, _field, None, ("ID",), minted=0),
+        Kind("lv", 1, None, _any, None, ("ID",), minted=0),
+        Kind("ld", 1, None, _removed, None, ("ID",), minted=0),
     )
 }
 """Every kind of a shared document's values, by the tag its keys carry."""

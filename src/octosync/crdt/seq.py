@@ -1,13 +1,13 @@
 """The move-aware sequence: an ordered list whose elements move without duplicating.
 
-lazily-spec's "Move-aware sequence order": each element has an id, a *position* and a *value*,
-each its own last-writer-wins register. The position is a fractional index (a list of digits,
-compared lexicographically) with the peer that wrote it as the tiebreak, so the order of any
-set of elements is a total order every replica computes alike. Inserting picks a position
-between the neighbours; a move is one reassignment of the position register (never a delete
+lazily-spec's "Move-aware sequence order": each element has an id, a *position*, a *value* and
+a *removed* flag, each its own last-writer-wins register. The position is a fractional index (a
+list of digits, compared lexicographically) with the peer that wrote it as the tiebreak, so the
+order of any set of elements is a total order every replica computes alike. Inserting picks a
+position between the neighbours; a move is one reassignment of the position register (never a delete
 and a re-insert), so two concurrent moves of one element end at the later one, with one copy;
-a move and a value edit touch different registers and both apply. Removal writes the value
-register as a tombstone.
+a move and a value edit touch different registers and both apply. Removal sets the removed
+register (a tombstone): an edit or move made at the same time does not bring the element back.
 
 An element's id is minted by the replica that inserts it, under its own peer
 (``PEER.WALL.LOGICAL``: the insert's own stamp, unique because a replica's stamps only grow),
@@ -170,8 +170,8 @@ class Element:
 def order(
     positions: Mapping[str, tuple[Position, int]], values: Mapping[str, Sequence[Any]]
 ) -> list[Element]:
-    """The live elements in list order: those with a position and a value that is not a
-    tombstone (``[value]``; ``[]`` is removed), by ``(position, peer, id)``."""
+    """The live elements in list order, by ``(position, peer, id)``: those with a position and
+    a value (``values`` holds ``[value]`` for each element that has one and is not removed)."""
     live = [
         Element(eid, pos, peer, held[0])
         for eid, (pos, peer) in positions.items()

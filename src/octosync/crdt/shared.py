@@ -20,9 +20,9 @@ MV register    ``NAME/mv/PEER``            ``[value, {peer: n}]``: each peer's l
                                            all survive until one write has seen them).
 LWW map        ``NAME/map/FIELD``          ``[value]`` or ``[]`` (deleted); one LWW per field.
 list           ``NAME/lp/ID``,             the move-aware sequence (``crdt/seq.py``): per element
-               ``NAME/lv/ID``              a position ``[digits...]`` (its writer's peer breaks
-                                           ties) and a value ``[value]`` or ``[]`` (removed), two
-                                           LWW registers; ``ID`` is ``PEER.WALL.LOGICAL``, minted
+               ``NAME/lv/ID``,             a position ``[digits...]`` (its writer's peer breaks
+               ``NAME/ld/ID``              ties), a value, and ``true`` once removed: three LWW
+                                           registers; ``ID`` is ``PEER.WALL.LOGICAL``, minted
                                            by the inserting replica from its insert's stamp.
 =============  ==========================  =====================================================
 
@@ -192,7 +192,7 @@ class SharedState:
         stamp = self.stamp()
         element = mint_id(stamp)
         return (
-            self._write(name, f"lv/{element}", [value], stamp),
+            self._write(name, f"lv/{element}", value, stamp),
             self._write(name, f"lp/{element}", list(position), stamp),
         )
 
@@ -214,11 +214,12 @@ class SharedState:
         return (self._write(name, f"lp/{moving.id}", list(position)),)
 
     def list_delete(self, name: str, index: int) -> tuple[CrdtOp, ...]:
-        """Remove the element at ``index`` (its value register becomes a tombstone)."""
+        """Remove the element at ``index`` (its removed register: a tombstone that a concurrent
+        edit or move does not undo)."""
         check_name(name)
         live = self.list_elements(name)
         _check_index(index, len(live))
-        return (self._write(name, f"lv/{live[index].id}", []),)
+        return (self._write(name, f"ld/{live[index].id}", True),)
 
     def list_set(self, name: str, index: int, value: object) -> tuple[CrdtOp, ...]:
         """Replace the value at ``index`` (its position is untouched: a concurrent move
@@ -227,12 +228,13 @@ class SharedState:
         self._check_value(value)
         live = self.list_elements(name)
         _check_index(index, len(live))
-        return (self._write(name, f"lv/{live[index].id}", [value]),)
+        return (self._write(name, f"lv/{live[index].id}", value),)
 
     def list_elements(self, name: str) -> list[Element]:
         """The list's live elements in order."""
         positions: dict[str, tuple[Position, int]] = {}
         values: dict[str, list[Any]] = {}
+        removed: set[str] = set()
         for rest, op in self._by_name.get(name, {}).items():
             if rest.startswith("lp/"):
                 try:
@@ -242,11 +244,13 @@ class SharedState:
                     continue
             elif rest.startswith("lv/"):
                 try:
-                    held = _decode(op.state)  # type: ignore[arg-type]
+                    values[rest[3:]] = [_decode(op.state)]  # type: ignore[arg-type]
                 except msgspec.DecodeError:
                     continue
-                if isinstance(held, list) and len(held) <= 1:
-                    values[rest[3:]] = held
+            elif rest.startswith("ld/") and op.state == b"true":
+                removed.add(rest[3:])
+        for element in removed:
+            values.pop(element, None)
         return order(positions, values)
 
     def list_values(self, name: str) -> tuple[Any, ...]:
