@@ -1766,11 +1766,13 @@ export class SharedDocument extends Channel {
     this.writeStamped(name, () => [[rest, value]]);
   }
 
-  /** Write entries of `name` that share one fresh stamp (`entries(stamp)` gives [rest, value] pairs). */
+  /** Write entries of `name`, each with a fresh stamp (`entries(first)` gives [rest, value] pairs; `first` is the first's). */
   writeStamped(name, entries) {
     if (this.restoring) throw fail(errors.LocalProtocolError, "the document is taking up its saved edits: await doc.ready first", "ready");
-    const stamp = this.#stamp();
-    for (const [rest, value] of entries(stamp)) {
+    const first = this.#stamp();
+    for (const [i, [rest, value]] of entries(first).entries()) {
+      // each op its own stamp: a lazily plane replica takes one op per (node, stamp)
+      const stamp = i === 0 ? first : this.#stamp();
       const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp, bytes: utf8.encode(sortedJson(value)) };
       this.#apply(op);
       this.pendingOps.set(`${op.slot_id} ${op.key}`, op);

@@ -263,6 +263,8 @@ def test_every_op_a_replica_writes_passes_the_servers_checks() -> None:
         check_op(op, 7, held.get(op.key), "ops[0]")
         held[op.key] = op
     assert state.list_values("l") == ("B",)
+    # one op per stamp: a lazily plane replica keeps one op per (node, stamp)
+    assert len({op.stamp for op in ops}) == len(ops)
 
 
 def test_index_errors_name_the_argument() -> None:

@@ -1,7 +1,7 @@
 """Lists in shared documents over real sockets: octosync.js (under Node) and the Python client
-write the same entries for the same edits and converge when they edit one list at once; a
-writer cannot create an element under another peer's id; acknowledged list edits survive
-``kill -9``."""
+write the same entries for the same edits and converge when they edit one list at once;
+lazily-py's own ``SeqCrdt`` edits the same list; a writer cannot create an element under
+another peer's id; acknowledged list edits survive ``kill -9``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
+import pytest
 
 from octosync.client.shared import SharedDocument
 from octosync.crdt.entries import node_of
@@ -20,9 +21,11 @@ from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.wire import DIALECTS
 from tests.browser.support import JS_CLIENT, node_command
-from tests.e2e.helpers import TIMEOUT, handshake, recv_json, serve, spawn_server
+from tests.e2e.helpers import TIMEOUT, free_port, handshake, recv_json, serve, spawn_server
+from tests.e2e.test_lazily_py_peer import lazily_venv
 
 _JSON = DIALECTS["json"]
+SEQ_PEER = Path(__file__).with_name("lazily_seq_peer.py")
 START = 1_000_000
 """The scripted writers' wall clock (milliseconds, long past: stamps behind the server's
 clock are accepted, ahead of it they are not)."""
@@ -254,3 +257,38 @@ async def test_acknowledged_list_edits_survive_kill_9(tmp_path: Path) -> None:
         async with fresh:
             await fresh.synced(TIMEOUT)
             assert fresh.list("order").value == ("four", "ONE", "three")
+
+
+@pytest.mark.peer
+async def test_lazily_py_seqcrdt_edits_one_list_with_the_python_client(tmp_path: Path) -> None:
+    """lazily-py's own ``SeqCrdt`` (lazily_seq_peer.py) appends, moves and sets while the
+    Python client inserts and deletes: both end with one list, every edit in it."""
+    lazily_python = lazily_venv()
+    tcp = free_port()
+    async with (
+        spawn_server(tmp_path, "--tcp-port", str(tcp)) as srv,
+        SharedDocument(srv.url, "seq-interop", peer=32) as doc,
+    ):
+        lst = doc.list("items")
+        for v in "abc":
+            lst.push(v)
+        await doc.synced(TIMEOUT)
+        peer = await asyncio.create_subprocess_exec(
+            str(lazily_python),
+            str(SEQ_PEER),
+            str(tcp),
+            "seq-interop",
+            "424243",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        await doc.wait_until(lambda: "L1" in lst.value and "B" in lst.value, 60)
+        assert lst.value == ("B", "c", "a", "L1")  # a moved after c, b set, L1 appended
+        lst.insert(0, "P0")
+        lst.delete(lst.value.index("c"))
+        await doc.synced(TIMEOUT)
+        out, err = await asyncio.wait_for(peer.communicate(), 90)
+        assert peer.returncode == 0, err.decode()[-3000:]
+        found = json.loads(out.decode().strip().splitlines()[-1])
+        assert found["errors"] == []
+        assert tuple(found["values"]) == lst.value == ("P0", "B", "a", "L1")

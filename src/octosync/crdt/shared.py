@@ -179,7 +179,9 @@ class SharedState:
 
     def list_insert(self, name: str, index: int, value: object) -> tuple[CrdtOp, ...]:
         """Insert ``value`` so that it is at ``index`` (0 to the length): a new element, its id
-        minted from this write's stamp, between its two neighbours."""
+        minted from the stamp of its value entry, between its two neighbours. The position
+        entry takes the next stamp: a lazily plane replica takes one op per ``(node, stamp)``,
+        and every entry of a list shares its node."""
         check_name(name)
         self._check_value(value)
         live = self.list_elements(name)
@@ -193,7 +195,7 @@ class SharedState:
         element = mint_id(stamp)
         return (
             self._write(name, f"lv/{element}", value, stamp),
-            self._write(name, f"lp/{element}", list(position), stamp),
+            self._write(name, f"lp/{element}", list(position)),  # its own stamp: see the doc
         )
 
     def list_move(self, name: str, source: int, target: int) -> tuple[CrdtOp, ...]:
