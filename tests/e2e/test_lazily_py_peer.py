@@ -18,12 +18,22 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from octosync.client.shared import SharedDocument
 from tests.browser.support import JS_CLIENT, node_command
 from tests.conftest import missing
-from tests.e2e.helpers import free_port, spawn_server
+from tests.e2e.helpers import (
+    Follower,
+    delta,
+    follow_until,
+    free_port,
+    serve,
+    snap,
+    spawn_server,
+    ws_lazily,
+)
 
 pytestmark = pytest.mark.peer
 
@@ -158,3 +168,80 @@ async def test_lazily_py_python_and_js_writers_converge_on_every_click(tmp_path:
     assert len(ours) == ENTRIES
     assert sorted(peer["entries"]) == ours
     assert sorted(browser["entries"]) == ours
+
+
+STATE_PEER = Path(__file__).with_name("lazily_state_peer.py")
+
+
+async def lazily_run(python: Path, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        str(python), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+
+
+async def finished(proc: asyncio.subprocess.Process) -> str:
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return out.decode().strip().splitlines()[-1] if out.strip() else ""
+
+
+async def test_lazily_py_publishes_and_follows_streams_on_the_unix_socket(
+    tmp_path: Path,
+) -> None:
+    lazily_python = lazily_venv()
+    sock = tmp_path / "lazily.sock"
+    where = f"unix:{sock}"
+    async with serve(tmp_path, lazily_socket=str(sock)) as srv, aiohttp.ClientSession() as http:
+        ws, _ = await ws_lazily(http, srv.ws_url, "from-lazily")
+        follower = await lazily_run(
+            lazily_python, str(STATE_PEER), "follow", where, "from-lazily", "2"
+        )
+        await finished(
+            await lazily_run(lazily_python, str(STATE_PEER), "publish", where, "from-lazily")
+        )
+        seen = json.loads(await finished(follower))
+        assert seen == {"epoch": 2, "values": {"1": b"one".hex(), "2": b"two".hex()}}
+        ours = await follow_until(ws, Follower(), 2)  # and a WebSocket subscriber alike
+        assert ours.values == {1: b"one", 2: b"two"}
+        producer, _ = await ws_lazily(http, srv.ws_url, "to-lazily", publish=True)
+        await producer.send_bytes(snap(0, {5: b"five", 6: b"6"}))
+        await producer.send_bytes(delta(0, 6, b"six"))
+        follower = await lazily_run(
+            lazily_python, str(STATE_PEER), "follow", where, "to-lazily", "1"
+        )
+        seen = json.loads(await finished(follower))
+        assert seen == {"epoch": 1, "values": {"5": b"five".hex(), "6": b"six".hex()}}
+        await producer.close()
+        await ws.close()
+
+
+async def test_lazily_py_writes_a_shared_document_on_the_unix_socket(tmp_path: Path) -> None:
+    lazily_python = lazily_venv()
+    sock = tmp_path / "lazily.sock"
+    total = 2 * CLICKS
+    entries = 4  # two counter entries (lazily-py's and ours), its title and our note
+    async with serve(tmp_path, lazily_socket=str(sock)) as srv:
+        peer = await lazily_run(
+            lazily_python,
+            str(PEER),
+            f"unix:{sock}",
+            STREAM,
+            "515151",
+            str(CLICKS),
+            str(total),
+            str(entries),
+        )
+        async with SharedDocument(srv.ws_url, STREAM) as doc:
+            for _ in range(CLICKS):
+                doc.counter("clicks").add(1)
+                await asyncio.sleep(0.001)
+            doc.register("note").set("from python")
+            await doc.synced(60)
+            await doc.wait_until(lambda: doc.counter("clicks").value == total, 60)
+            result = json.loads(await finished(peer))
+            await doc.wait_until(lambda: len(doc.cells.state.replica) == entries, 30)
+            assert doc.register("title").value == "from lazily-py"
+            ours = entries_of(doc)
+    assert result["errors"] == []
+    assert result["counter"] == total
+    assert sorted(result["entries"]) == ours
