@@ -2,7 +2,8 @@
 
 It needs Python 3.12 or newer: the first such interpreter found (on PATH or under pyenv)
 gets a virtual environment in ``~/.cache/octosync/lazily-py`` with ``lazily`` installed once;
-``lazily_python()`` is None when there is none, and tests skip with one line.
+``lazily_python()`` is None when there is none, and tests that need it call
+``require_lazily_python()``, which skips with one line (``tests.conftest.missing``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.conftest import missing
 
 LAZILY = "lazily==0.45.0"
 VENV = Path.home() / ".cache" / "octosync" / "lazily-py"
@@ -52,10 +55,21 @@ def lazily_python() -> Path | None:
     return None
 
 
+def require_lazily_python() -> Path:
+    """``lazily_python()``, or ``missing`` (a skip, a failure under
+    ``OCTOSYNC_REQUIRE_PEERS=1``) saying why there is none."""
+    python = lazily_python()
+    if python is None:
+        missing(
+            f"no Python 3.12+ interpreter could install {LAZILY} into {VENV}: "
+            "lazily-py interop skipped"
+        )
+    return python
+
+
 def run_lazily(script: str, stdin: str = "", timeout: float = 60) -> str:
     """Run ``script`` under lazily-py's interpreter; returns its stdout (raises on failure)."""
-    python = lazily_python()
-    assert python is not None
+    python = require_lazily_python()
     done = subprocess.run(
         [str(python), "-c", script],
         input=stdin,
