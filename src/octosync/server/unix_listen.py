@@ -53,11 +53,14 @@ def _clear_stale(path: Path, option: str) -> None:
         kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a socket"
         raise ListenError(f"{path} exists and is {kind}; choose another {option}")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)  # a live server with a full backlog answers EAGAIN, not a wait
     try:
         probe.connect(str(path))
     except ConnectionRefusedError:
         path.unlink(missing_ok=True)  # nobody listens: left by a process that died
         return
+    except BlockingIOError:
+        pass  # listening, busy: a live server
     except OSError as exc:
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise ListenError(f"cannot check {path}: {why}; choose another {option}") from exc
