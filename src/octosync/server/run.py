@@ -51,25 +51,19 @@ class Started:
     tcp_ports: Mapping[FaceName, int] = field(default_factory=dict)
     """Every face's bound TCP port, by face."""
     wvp_socket: Path | None = None
-    """The Unix socket WVP is served on (``--wvp-socket``), removed at stop."""
+    """The Unix socket WVP is served on (``--wvp-socket``)."""
     unix_listeners: list[UnixListener] = field(default_factory=list)
-    """Socket files made by ``unix_listen`` (``--lazily-socket``), each removed at stop if
-    it is still the one this server made."""
+    """Socket files made by ``unix_listen`` (``--wvp-socket``, ``--lazily-socket``), each
+    removed at stop if it is still the one this server made."""
 
-    @property
-    def lazily_socket(self) -> Path | None:
-        """The Unix socket lazily is served on (``--lazily-socket``)."""
-        for listener in self.unix_listeners:
-            return listener.path
-        return None
+    lazily_socket: Path | None = None
+    """The Unix socket lazily is served on (``--lazily-socket``)."""
 
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
         for listener in self.unix_listeners:
             listener.remove()
-        if self.wvp_socket is not None:
-            self.wvp_socket.unlink(missing_ok=True)
         await self.runner.cleanup()
 
 
@@ -161,12 +155,13 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
                 )
             servers.append(tcp)
             tcp_ports[face.name] = int(tcp.sockets[0].getsockname()[1])
-        wvp_socket = None
+        wvp_socket = lazily_path = None
         if config.wvp_socket is not None:
             wvp_socket = Path(config.wvp_socket)
-            servers.append(await wvp_unix.listen(rt, wvp_socket))
+            unix_listeners.append(await wvp_unix.listen(rt, wvp_socket))
         if config.lazily_socket is not None:
-            unix_listeners.append(await lazily_socket.listen(rt, Path(config.lazily_socket)))
+            lazily_path = Path(config.lazily_socket)
+            unix_listeners.append(await lazily_socket.listen(rt, lazily_path))
         base = config.public_base(port)
         topgun_url = f"{base}/topgun"
         if CLUSTER in app:
@@ -194,6 +189,7 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
         tcp_ports,
         wvp_socket,
         unix_listeners,
+        lazily_path,
     )
 
 

@@ -9,7 +9,6 @@ a loopback WebSocket.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from octosync.hub.types import GLOBAL_SCOPE
 from octosync.server.auth import ClaimGrants
 from octosync.server.connection import serve_tcp
 from octosync.server.runtime import Runtime
-from octosync.server.unix_listen import bind_socket
+from octosync.server.unix_listen import UnixListener, listen_unix
 from octosync.server.view_encoders import WVP_STREAM_VIEW
 from octosync.server.wvp_session import WvpSession
 from octosync.wire import jsabi, wvp
@@ -66,18 +65,12 @@ class PacketSplitter:
         return out
 
 
-async def listen(rt: Runtime, path: Path) -> asyncio.Server:
-    """Listen on ``path`` (mode 0600, made as ``unix_listen`` makes it). A stale socket file
+async def listen(rt: Runtime, path: Path) -> UnixListener:
+    """Listen on ``path`` (mode 0600, made as ``unix_listen`` makes it): a stale socket file
     is replaced; anything else there, or a socket another process still serves, is a
     ``ListenError``."""
     serve = functools.partial(serve_tcp, rt, open_socket_session, framer=PacketSplitter)
-    sock = bind_socket(path, "--wvp-socket")
-    try:
-        return await asyncio.start_unix_server(serve, sock=sock)
-    except BaseException:
-        sock.close()
-        path.unlink(missing_ok=True)
-        raise
+    return await listen_unix(path, serve, "--wvp-socket")
 
 
 __all__ = ["DecodeError", "PacketSplitter", "WvpStreamSession", "listen", "open_socket_session"]
