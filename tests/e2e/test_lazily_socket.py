@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import stat
+import struct
 import subprocess
 from pathlib import Path
 
@@ -91,6 +92,25 @@ async def test_a_socket_writer_shares_a_document_with_a_websocket_writer(tmp_pat
         assert ack["ops"][0]["key"] == "clicks/pn/31"
         await doc.wait_until(lambda: doc.counter("clicks").value == 5, TIMEOUT)
         writer.close()
+
+
+async def test_an_oversize_frame_closes_only_that_socket_connection(tmp_path: Path) -> None:
+    sock = tmp_path / "lazily.sock"
+    async with serve(tmp_path, lazily_socket=str(sock), max_frame_size=1024):
+        good = await TcpLazily.open_unix(sock)
+        good.send(handshake("x", publish=True))
+        await good.recv()
+        big = await TcpLazily.open_unix(sock)
+        big.writer.write(struct.pack(">I", 10_000_000))  # header only: refused unread
+        assert json.loads(await big.recv())["code"] == "Oversize"
+        assert await big.closed()
+        good.send(snap(0, {1: b"ok"}))
+        late = await TcpLazily.open_unix(sock)
+        late.send(handshake("x"))
+        await late.recv()
+        assert json.loads(await late.recv())["epoch"] == 0
+        for c in (good, late):
+            c.close()
 
 
 async def test_a_stale_socket_is_replaced_and_a_live_one_symlink_or_file_refused(
