@@ -1,9 +1,10 @@
 """lazily-py (PyPI ``lazily``, the spec's Python binding) as a real peer in a subprocess.
 
-It needs Python 3.12 or newer: the first such interpreter found (on PATH or under pyenv)
-gets a virtual environment in ``~/.cache/octosync/lazily-py`` with ``lazily`` installed once;
-``lazily_python()`` is None when there is none, and tests that need it call
-``require_lazily_python()``, which skips with one line (``tests.conftest.missing``).
+It needs Python 3.12 or newer: the first such interpreter found (``OCTOSYNC_PYTHON312``, then
+on PATH, then under pyenv) gets a virtual environment in the cache folder
+(``$XDG_CACHE_HOME/octosync/lazily-py-0.45.0``) with ``lazily`` installed once; every test
+that runs lazily-py gets it from ``require_lazily_python()``, which skips with one line when
+there is none (``tests.conftest.missing``: a failure under ``OCTOSYNC_REQUIRE_PEERS=1``).
 """
 
 from __future__ import annotations
@@ -19,18 +20,20 @@ from pathlib import Path
 from tests.conftest import missing
 
 LAZILY = "lazily==0.45.0"
-VENV = Path.home() / ".cache" / "octosync" / "lazily-py"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "octosync"
+VENV = CACHE / "lazily-py-0.45.0"
 
 
 def _interpreters() -> list[str]:
-    found = [shutil.which(f"python3.{minor}") for minor in range(12, 16)]
+    given = [os.environ.get("OCTOSYNC_PYTHON312", "")]
+    found = [shutil.which(f"python3.{minor}") or "" for minor in range(12, 16)]
     pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
-    return [p for p in [*found, *pyenv] if p]
+    return [p for p in [*given, *found, *pyenv] if p]
 
 
 def _has_lazily(python: Path) -> bool:
-    done = subprocess.run([str(python), "-c", "import lazily"], capture_output=True)
-    return done.returncode == 0
+    probe = [str(python), "-c", "import lazily.crdt_plane, lazily.ipc, lazily.transport"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
 
 
 @functools.cache

@@ -22,7 +22,7 @@ SKIPPERS = {"skip", "skipif", "importorskip", "skipTest", "SkipTest"}
 imports, or a plain variable."""
 ALLOWED = {("tests/conftest.py", "missing")}
 """(file, function) where a skip may be decided: the one helper."""
-PEER_STARTERS = {"lazily_python", "require_lazily_python", "run_lazily", "lazily_venv"}
+PEER_STARTERS = {"lazily_python", "require_lazily_python", "run_lazily"}
 """Helpers that start lazily-py: a test file importing one carries the ``peer`` marker."""
 
 
