@@ -391,13 +391,25 @@ async def test_the_event_journal_follows_commits_live(
         subs = srv.runtime.topgun.journal_subs
         while not (subs.any() and subs.placed()):  # JOURNAL_SUBSCRIBE has no reply
             await asyncio.sleep(0.02)
-        writer = await start(topgun_peer, srv.ws_url, "ops", 'put=n1={"name":"New"}', "remove=u1")
+        writer = await start(
+            topgun_peer,
+            srv.ws_url,
+            "ops",
+            'put=n1={"name":"New"}',
+            'put=u2={"name":"Bo","age":23}',
+            "remove=u1",
+        )
         await writer.until("synced")
         await writer.end()
         await watcher.until("journal", lambda line: line["key"] == "u1")
         await watcher.stop()
     seen = [(e["key"], e["type"], e["value"]) for e in watcher.events("journal")]
-    assert seen == [("n1", "PUT", {"name": "New"}), ("u1", "DELETE", None)]
+    assert seen == [
+        ("n1", "PUT", {"name": "New"}),
+        ("u2", "PUT", {"name": "Bo", "age": 23}),  # an update is a PUT, as TopGun's server says
+        ("u1", "DELETE", None),
+    ]
+    assert [e["previousValue"] for e in watcher.events("journal")] == [None, None, None]
 
 
 async def test_topguns_cluster_client_gets_a_partition_map_of_the_server(

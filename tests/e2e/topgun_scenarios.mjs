@@ -36,7 +36,7 @@
 //                          one OP_BATCH, prints {"event":"http",type,payload} for every message
 //                          it turns the responses into, {"event":"ready"} once connected
 //   journal-watch          getEventJournal().subscribe on "users": {"event":"journal",
-//                          sequence,type,key,value} per event; {"event":"ready"} once sent
+//                          sequence,type,key,value,previousValue} per event; {"event":"ready"} once sent
 //   cluster OP...          (with --seeds URL,URL...: TopGun's cluster client) wait for the
 //                          partition map, print {"event":"cluster",version,routing,nodes,
 //                          owners,connected}, put OPs (put=KEY=JSON) and print the same as
@@ -380,6 +380,7 @@ if (scenario === 'watch') {
   await connected;
   client.getEventJournal().subscribe((e) => out({
     event: 'journal', sequence: String(e.sequence), type: e.type, key: e.key, value: e.value ?? null,
+    previousValue: e.previousValue ?? null,
   }), { mapName: 'users' });
   out({ event: 'ready' });
 } else if (scenario === 'device') {
