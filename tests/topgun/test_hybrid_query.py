@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -170,6 +170,39 @@ def test_unsubscribe_and_disconnect_end_the_deltas() -> None:
     c.handle(1, batch(put("50", "e", {"title": "python again"}, 500, map_name="docs")))
     assert [m for m in sent(c.flush(), 2) if isinstance(m, rq.HybridQueryDelta)] == []
     assert c.hybrid_queries.any() is False
+
+
+TITLES = st.lists(st.sampled_from(["python", "rust", "go", "notes"]), min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    docs=st.dictionaries(
+        st.sampled_from("abcdefgh"),
+        st.tuples(TITLES, TITLES, st.integers(2020, 2024)),
+        max_size=8,
+    ),
+    word=st.sampled_from(["python", "rust", "go"]),
+    year=st.integers(2020, 2025),
+    negate=st.booleans(),
+)
+def test_the_rows_are_the_records_the_predicate_picks_on_their_own_attribute(
+    docs: dict[str, tuple[list[str], list[str], int]], word: str, year: int, negate: bool
+) -> None:
+    values = {
+        k: {"title": " ".join(t), "body": " ".join(b), "year": y} for k, (t, b, y) in docs.items()
+    }
+    c = core(values)
+    text: dict[str, Any] = match("title", word)
+    if negate:
+        text = {"op": "not", "children": [text]}
+    newer = {"op": "gte", "attribute": "year", "value": year}
+    got = subscribe(c, {"op": "and", "children": [text, newer]})
+    expected = {k for k, (t, _b, y) in docs.items() if (word in t) != negate and y >= year}
+    assert set(keys(got)) == expected
+    for r in got.results:
+        assert (r.score > 0) == (not negate)
+        assert r.matched_terms == ([] if negate else [word])
 
 
 WORDS = st.sampled_from(["python", "rust", "go"])
