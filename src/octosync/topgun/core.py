@@ -720,7 +720,6 @@ class TopGunCore:
             for key in keys:
                 feed.put(name, key, self._value_of(name, key))
             self.hybrid.written(name, keys)  # its exact method reads the map as it is now
-            self.hybrid_queries.written(name, keys)  # their values are read as they are now
 
     def has_pending_events(self) -> bool:
         """Something for :meth:`flush`: events to send, queries or indexes still to update."""

@@ -21,10 +21,11 @@ equality AND; ``sort`` (``{field: direction}`` or ``[{field, direction}]``, with
 ``_score`` and ``_key``) orders the result, best score first without one; ``limit``
 (1..:data:`MAX_RESULTS`) caps it and ``hasMore`` says there was more. Cursors are not served.
 
-The answer is ``HYBRID_QUERY_RESP``; after each index commit or write of its map the query
-runs again, and each key that entered, changed or left goes out as ``HYBRID_QUERY_DELTA``
-(TopGun's two schemas for it). A refusal is a ``HYBRID_QUERY_RESP`` with ``error`` and
-``code``, never an uncorrelated ``ERROR``.
+The answer is ``HYBRID_QUERY_RESP``; after each index commit of its map (every write of an
+indexed map is committed within the indexer's gap) the query runs again, and each key that
+entered, changed or left goes out as ``HYBRID_QUERY_DELTA`` (TopGun's two schemas for it).
+A refusal is a ``HYBRID_QUERY_RESP`` with ``error`` and ``code``, never an uncorrelated
+``ERROR``.
 """
 
 from __future__ import annotations
@@ -45,14 +46,16 @@ from octosync.wire import topgun_requests as rq
 from octosync.wire import topgun_services as sv
 
 FULL_TEXT_OPS = ("match", "matchPhrase", "matchPrefix")
-MAX_LEAF_HITS = 1000
+MAX_LEAF_HITS = 200
 """Records each full-text leaf takes from the index, best first."""
-MAX_LEAVES = 8
+MAX_LEAVES = 4
 MAX_NODES = 256
 MAX_SLOP = 16
 MAX_RESULTS = 100
-MAX_SCAN = 20_000
-MAX_LIVE_PER_CONNECTION = 64
+MAX_SCAN = 2_000
+MAX_LIVE_PER_CONNECTION = 16
+"""A live query runs again at each index commit of its map (at most every 200 ms): these
+bounds keep what one connection's queries cost the loop then to a few milliseconds each."""
 _DEC = msgspec.msgpack.Decoder()
 _MISSING = object()
 
@@ -271,12 +274,19 @@ Row = tuple[str, bytes, float, list[str]]
 def run(spec: Spec, fulltext: FullText, values: Values, items: Items) -> tuple[list[Row], bool]:
     """The query's rows, in order, at most ``limit``; and whether there were more."""
     name = spec.map_name
+    decoded: dict[str, Any] = {}
+
+    def data_of(key: str, value: bytes) -> Any:
+        if key not in decoded:
+            decoded[key] = _DEC.decode(value)
+        return decoded[key]
+
     found: dict[int, dict[str, tuple[float, list[str]]]] = {}
     for leaf in spec.leaves:
         hits: dict[str, tuple[float, list[str]]] = {}
         for key, score in fulltext.leaf_top(name, leaf.kind, leaf.words, leaf.slop, MAX_LEAF_HITS):
             value = values(name, key)
-            terms = None if value is None else leaf.terms(_DEC.decode(value))
+            terms = None if value is None else leaf.terms(data_of(key, value))
             if terms is not None and score * leaf.boost >= leaf.min_score:
                 hits[key] = (score * leaf.boost, terms)
         found[leaf.node_id] = hits
@@ -297,7 +307,7 @@ def run(spec: Spec, fulltext: FullText, values: Values, items: Items) -> tuple[l
     for key, value in candidates:
         if value is None:
             continue
-        data = _DEC.decode(value)
+        data = data_of(key, value)
         if spec.where and not _where(spec.where, data):
             continue
         if spec.predicate is not None and not _holds(spec.predicate, key, data, found):
