@@ -80,6 +80,9 @@ class TopGunSession:
         self._held: deque[tuple[list[bool], list[bytes]]] = deque()
         """Replies queued behind an ack still waiting (a commit, a device binding), in order."""
         self._handling = False
+        self.messages_in_frame = 1
+        """What the last frame carried (a ``BATCH``: its inner messages), for the connection's
+        frame budget."""
         if not rt.insecure_dev:
             self._reply(tg.encode(tg.AuthRequired()))
 
@@ -97,6 +100,7 @@ class TopGunSession:
             return _Refused(reply)
 
     def handle(self, message: tg.Message | _Refused) -> None:
+        self.messages_in_frame = 1
         self._handling = True
         try:
             self._handle(message)
@@ -129,6 +133,7 @@ class TopGunSession:
         that does not decode refuses it with nothing of it applied. An inner request refused
         is answered as it would be alone, and the next is handled."""
         inner = tg.unpack_batch(batch, max_size=self.max_frame)
+        self.messages_in_frame = max(1, len(inner))
         for message in inner:
             try:
                 self._handle(message)
