@@ -107,6 +107,7 @@ def _messages(session: AnySession) -> int:
     n = getattr(session, "messages_in_frame", 1)
     return n if isinstance(n, int) and n > 0 else 1
 
+
 Closer = Callable[[int], Coroutine[Any, Any, object]]
 
 
