@@ -6,7 +6,7 @@ The predicate is TopGun's tree (``topgun.queries``) plus its full-text leaves, e
 
 - ``match {query, matchOptions?}``: the attribute holds any of the query's words (all of
   them with ``operator: "and"``), scored by BM25 over the map's index, times ``boost``,
-  dropped below ``minScore``;
+  dropped below ``minScore`` (``fuzziness`` is not applied);
 - ``matchPhrase {query, slop?}``: the attribute holds the words in order, at most ``slop``
   other words between each two;
 - ``matchPrefix {prefix}``: the attribute holds a word that starts with ``prefix``.
