@@ -16,9 +16,10 @@ from octosync.errors import OctosyncError
 from octosync.topgun import TopGunCore, hybrid_query
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
+from tests.conftest import require_module
 from tests.topgun.helpers import ALL, Clock, batch, put, sent
 
-pytest.importorskip("tantivy")
+require_module("tantivy", "the search extra")
 
 DOCS = {
     "a": {"title": "python tips", "body": "more python and python", "year": 2020},
