@@ -85,7 +85,7 @@ class ExpiringValue(Generic[V]):
     def set(self, value: V, now: float, ttl: float) -> bool:
         before = self.value(now)
         self._held = _Held(value, now + ttl)
-        return before != value
+        return bool(before != value)
 
     def tick(self, now: float) -> bool:
         """Clear the value once its time is up; whether it was cleared now."""
