@@ -150,9 +150,15 @@ KINDS: dict[str, Kind] = {
         Kind("lp", 1, None, _position, None, ("ID",), minted=0),
         Kind("lv", 1, None, _any, None, ("ID",), minted=0),
         Kind("ld", 1, None, _removed, None, ("ID",), minted=0),
+        # presence and awareness (hub/presence.py): each peer's own value, never journaled
+        Kind("pr", 1, 0, _any, None, ("PEER",)),
+        Kind("aw", 1, 0, _any, None, ("PEER",)),
     )
 }
 """Every kind of a shared document's values, by the tag its keys carry."""
+
+EPHEMERAL_KINDS = frozenset({"pr", "aw"})
+"""Presence and awareness: a server keeps these apart and never journals them."""
 
 
 @dataclass(frozen=True, slots=True)

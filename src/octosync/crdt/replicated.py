@@ -147,6 +147,66 @@ class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
         return True
 
 
+class ReplicatedPresence:
+    """Every peer's presence (``pr``) or awareness (``aw``) value ``name``: ``set`` this
+    replica's, read ``all`` (by peer), ``others`` (without this replica) and ``mine``. The
+    server keeps them, never journaled: a presence lives while its connection does, either
+    kind until its TTL runs out unless set again."""
+
+    __slots__ = ("_owner", "cell", "kind", "name", "wanted")
+
+    def __init__(self, owner: Replicated, name: str, kind: str) -> None:
+        self._owner = owner
+        self.name = name
+        self.kind = kind
+        self.cell: Cell[tuple[tuple[int, Any], ...]] = owner.ctx.cell(self._read())
+        self.wanted: Any = None
+        """What this replica last set (sent again on every reconnect and heartbeat)."""
+
+    def set(self, value: Any) -> None:
+        """Set this replica's value (``None`` clears it)."""
+        self.wanted = value
+        self._owner._local_many(
+            self.name, (self._owner.state.set_ephemeral(self.name, self.kind, value),)
+        )
+
+    def clear(self) -> None:
+        self.set(None)
+
+    def _read(self) -> tuple[tuple[int, Any], ...]:
+        # pairs, not a dict: a cell's value is JSON, whose object keys are strings
+        return tuple(self._owner.state.peers(self.name, self.kind).items())
+
+    @property
+    def all(self) -> dict[int, Any]:
+        """Every peer's value, by peer id."""
+        return dict(self.cell.peek())
+
+    @property
+    def others(self) -> dict[int, Any]:
+        me = self._owner.state.peer
+        return {p: v for p, v in self.cell.peek() if p != me}
+
+    @property
+    def mine(self) -> Any:
+        return self.all.get(self._owner.state.peer)
+
+    def get(self) -> dict[int, Any]:
+        """``all``, read as a tracked dependency."""
+        return dict(self.cell.get())
+
+    def on_change(self, callback: Callable[[dict[int, Any]], object]) -> Effect:
+        """Call ``callback(all)`` now and after every change."""
+        return self._owner.ctx.effect(lambda: callback(self.get()))
+
+    def _refresh(self) -> bool:
+        value = self._read()
+        if value == self.cell.peek():
+            return False
+        self.cell.set(value)
+        return True
+
+
 class Replicated:
     """The replicated cells of one ``Context`` over one ``SharedState``."""
 
@@ -154,6 +214,7 @@ class Replicated:
         self.ctx = ctx
         self.state = state
         self._cells: dict[str, ReplicatedCell[Any]] = {}
+        self._ephemeral: dict[tuple[str, str], ReplicatedPresence] = {}
         self.outgoing: list[CrdtOp] = []
         """Local ops not yet taken for the wire (``take_outgoing``), unless ``on_local``."""
         self.on_local: Callable[[CrdtOp], None] | None = None
@@ -199,6 +260,24 @@ class Replicated:
             raise CrdtValueError(f"{name!r} is a {known.kind} value, not list", path="kind")
         return known
 
+    def presence(self, name: str = "presence") -> ReplicatedPresence:
+        """Each connection's presence: alive while it is connected."""
+        return self._presence(name, "pr")
+
+    def awareness(self, name: str) -> ReplicatedPresence:
+        """An awareness value (a cursor, a selection): each peer's latest, until its TTL."""
+        return self._presence(name, "aw")
+
+    def _presence(self, name: str, kind: str) -> ReplicatedPresence:
+        check_name(name)
+        known = self._ephemeral.get((name, kind))
+        if known is None:
+            known = self._ephemeral[(name, kind)] = ReplicatedPresence(self, name, kind)
+        return known
+
+    def ephemeral_values(self) -> Iterable[ReplicatedPresence]:
+        return self._ephemeral.values()
+
     def merge(self, ops: Iterable[CrdtOp]) -> set[str]:
         """Merge remote ops in one batch; returns the names whose observed value changed."""
         with self.ctx.batch():
@@ -210,6 +289,10 @@ class Replicated:
             rc = self._cells.get(name)
             if rc is not None and rc._refresh():
                 moved.add(name)
+            for kind in ("pr", "aw"):
+                rp = self._ephemeral.get((name, kind))
+                if rp is not None and rp._refresh():
+                    moved.add(name)
         return moved
 
     def _local(self, op: CrdtOp) -> None:

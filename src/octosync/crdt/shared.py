@@ -41,8 +41,8 @@ from typing import Any
 
 import msgspec
 
+from octosync.crdt.entries import EPHEMERAL_KINDS, node_of
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
-from octosync.crdt.entries import node_of
 from octosync.crdt.plane import PlaneReplica, stamp_key
 from octosync.crdt.seq import Element, Position, check_position, mint_id, order, place
 from octosync.errors import CrdtValueError
@@ -66,7 +66,7 @@ def _decode(data: bytes) -> Any:
 class SharedState:
     """One replica's view of a shared document (sans-I/O; the clock is injected)."""
 
-    __slots__ = ("_by_name", "_clock", "_logical", "_wall", "peer", "replica")
+    __slots__ = ("_by_name", "_clock", "_logical", "_wall", "ephemeral", "peer", "replica")
 
     def __init__(self, peer: int, clock: Callable[[], int]) -> None:
         if not 0 < peer <= MAX_SAFE_ID:
@@ -77,6 +77,9 @@ class SharedState:
         self._wall = 0
         self._logical = 0
         self._by_name: dict[str, dict[str, CrdtOp]] = {}
+        self.ephemeral: dict[str, dict[str, CrdtOp]] = {}
+        """Presence and awareness entries by name and ``KIND/PEER``: the latest of each, kept
+        apart from the replica (they are not the document's state)."""
 
     # --- the clock ----------------------------------------------------------------------------
 
@@ -100,11 +103,56 @@ class SharedState:
         changed: set[str] = set()
         for op in ops:
             self._observe(op.stamp)
+            if _is_ephemeral(op):
+                taken = self._ephemeral(op)
+                if taken is not None:
+                    changed.add(taken)
+                continue
             if self.replica.apply(op):
                 name = self._index(op)
                 if name is not None:
                     changed.add(name)
         return changed
+
+    def _ephemeral(self, op: CrdtOp) -> str | None:
+        """Take a presence or awareness op; its name when it is newer, else None."""
+        parts = (op.key or "").split("/")
+        held = self.ephemeral.setdefault(parts[0], {})
+        rest = f"{parts[1]}/{parts[2]}"
+        old = held.get(rest)
+        if old is not None and stamp_key(op.stamp) <= stamp_key(old.stamp):
+            return None
+        held[rest] = op
+        return parts[0]
+
+    def set_ephemeral(self, name: str, kind: str, value: object) -> CrdtOp:
+        """Set this peer's presence (``pr``) or awareness (``aw``) value ``name``; ``None``
+        clears it."""
+        check_name(name)
+        self._check_value(value)
+        op = CrdtOp(
+            slot_id=node_of(name),
+            stamp=self.stamp(),
+            state=_JSON.encode(value),
+            key=f"{name}/{kind}/{self.peer}",
+        )
+        self._ephemeral(op)
+        return op
+
+    def peers(self, name: str, kind: str) -> dict[int, Any]:
+        """Each peer's live presence or awareness value ``name`` (as the server last said)."""
+        out: dict[int, Any] = {}
+        for rest, op in sorted(self.ephemeral.get(name, {}).items()):
+            tag, _, peer = rest.partition("/")
+            if tag != kind or not peer.isdigit():
+                continue
+            try:
+                value = _decode(op.state)  # type: ignore[arg-type]
+            except msgspec.DecodeError:
+                continue
+            if value is not None:
+                out[int(peer)] = value
+        return dict(sorted(out.items()))
 
     def _index(self, op: CrdtOp) -> str | None:
         key = op.key
@@ -348,6 +396,11 @@ class SharedState:
         if kind == "list":
             return self.list_values(name)
         return self.register(name)
+
+
+def _is_ephemeral(op: CrdtOp) -> bool:
+    parts = (op.key or "").split("/")
+    return len(parts) == 3 and parts[1] in EPHEMERAL_KINDS and op.slot_id == node_of(parts[0])
 
 
 def _check_index(index: int, size: int, what: str = "index") -> None:

@@ -130,6 +130,9 @@ class ServerConfig:
     plane_compact_records: int = 10_000
     """A shared document's journal records past which a maintenance round replaces them by
     the entries they merge to (``store.plane_compaction``)."""
+    presence_ttl: float = 30.0
+    """Seconds a shared document's presence or awareness value lives after it was last set
+    (clients set their presence again well before)."""
     tls_cert: Path | None = None
     """PEM certificate (chain) for TLS on every listener; with ``tls_key``: every face over
     ``wss://`` and the TCP ports over TLS (``server.tls``). None: plain HTTP and TCP."""
@@ -545,6 +548,14 @@ SECTIONS: dict[str, dict[str, Key]] = {
             range=Range(1000, 1_000_000_000),
             doc="A shared document's journal records past which a round compacts them to "
             "the document's entries.",
+        ),
+        "presence_ttl": _set(
+            "presence_ttl",
+            int,
+            float,
+            range=Range(1, 3600),
+            doc="Seconds a shared document's presence or awareness value lives after it was "
+            "last set.",
         ),
         "topgun_gc_age": Key(
             _NUMBER,
