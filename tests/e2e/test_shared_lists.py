@@ -22,7 +22,7 @@ from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.wire import DIALECTS
 from tests.browser.support import JS_CLIENT, node_command
 from tests.e2e.helpers import TIMEOUT, free_port, handshake, recv_json, serve, spawn_server
-from tests.e2e.test_lazily_py_peer import lazily_venv
+from tests.lazily_peer import require_lazily_python
 
 _JSON = DIALECTS["json"]
 SEQ_PEER = Path(__file__).with_name("lazily_seq_peer.py")
@@ -263,7 +263,7 @@ async def test_acknowledged_list_edits_survive_kill_9(tmp_path: Path) -> None:
 async def test_lazily_py_seqcrdt_edits_one_list_with_the_python_client(tmp_path: Path) -> None:
     """lazily-py's own ``SeqCrdt`` (lazily_seq_peer.py) appends, moves and sets while the
     Python client inserts and deletes: both end with one list, every edit in it."""
-    lazily_python = lazily_venv()
+    lazily_python = require_lazily_python()
     tcp = free_port()
     async with (
         spawn_server(tmp_path, "--tcp-port", str(tcp)) as srv,
