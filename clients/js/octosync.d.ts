@@ -174,6 +174,8 @@ export class Client {
       onError?: (error: OctosyncError) => void;
       /** Keep pending edits in IndexedDB for the next page of this document (browsers). */
       persist?: boolean;
+      /** Seconds between resends of this replica's presence and awareness values (10). */
+      heartbeat?: number;
     },
   ): SharedDocument;
   close(): void;
@@ -232,6 +234,20 @@ export class SharedList<T = unknown> implements Iterable<T> {
   on(event: "edit", fn: (change: ListChange<T>) => void): () => void;
 }
 
+/** Every peer's presence or awareness value, by peer id (kept by the server, never journaled). */
+export class SharedPresence<T = unknown> {
+  readonly name: string;
+  readonly kind: "pr" | "aw";
+  readonly all: Record<string, T>;
+  readonly others: Record<string, T>;
+  readonly mine: T | null;
+  /** Set this replica's value (`null` clears it); sent again on reconnect and every heartbeat. */
+  set(value: T | null): void;
+  clear(): void;
+  onChange(fn: (all: Record<string, T>) => void): () => void;
+  on(event: "change", fn: (all: Record<string, T>) => void): () => void;
+}
+
 /** One replica of a multi-writer stream: counters, registers, multi-value registers, maps, lists. */
 export class SharedDocument implements Channel<{ change: string[]; error: OctosyncError; status: Status }> {
   readonly stream: string;
@@ -253,6 +269,10 @@ export class SharedDocument implements Channel<{ change: string[]; error: Octosy
   multi(name: string): SharedValue<unknown[]>;
   map(name: string): SharedValue<Record<string, unknown>>;
   list<T = unknown>(name: string): SharedList<T>;
+  /** Each connection's presence: alive while it is connected. */
+  readonly presence: SharedPresence;
+  /** An awareness value (a cursor, a selection): each peer's latest, until the server's TTL. */
+  awareness<T = unknown>(name: string): SharedPresence<T>;
   /** Resolves once the document arrived and every local edit is acknowledged. */
   synced(): Promise<SharedDocument>;
   /** With `persist`: resolves once saved edits are taken up (edit after it); else at once. */

@@ -1563,6 +1563,61 @@ export class SharedList extends Emitter {
   }
 }
 
+// --- presence and awareness (octosync.hub.presence: kept by the server, never journaled) -----------
+
+const EPHEMERAL_KINDS = new Set(["pr", "aw"]);
+
+/**
+ * Every peer's presence (`doc.presence`: alive while its connection is) or awareness value
+ * (`doc.awareness(name)`: each peer's latest, until the server's TTL): `set(value)`, `clear()`,
+ * `all`, `others` and `mine` (objects by peer id), `onChange(fn(all))`. Same entries as Python.
+ */
+export class SharedPresence extends Emitter {
+  constructor(doc, name, kind) {
+    super();
+    this.doc = doc;
+    this.name = name;
+    this.kind = kind;
+    this.wanted = null; // what this replica last set: sent again on reconnect and heartbeat
+    this.all = doc.peers(name, kind);
+    this.seen = sortedJson(this.all);
+  }
+
+  /** Set this replica's value (`null` clears it). */
+  set(value) {
+    this.wanted = value ?? null;
+    this.doc.writeEphemeral(this.name, this.kind, this.wanted);
+  }
+
+  clear() {
+    this.set(null);
+  }
+
+  get others() {
+    const me = String(this.doc.peer);
+    return Object.fromEntries(Object.entries(this.all).filter(([peer]) => peer !== me));
+  }
+
+  get mine() {
+    return this.all[String(this.doc.peer)] ?? null;
+  }
+
+  /** Call `fn(all)` now and after every change. */
+  onChange(fn) {
+    fn(this.all);
+    return this.on("change", fn);
+  }
+
+  refresh() {
+    const all = this.doc.peers(this.name, this.kind);
+    const text = sortedJson(all);
+    if (text === this.seen) return;
+    this.all = all;
+    this.seen = text;
+    this.emit("change", all);
+  }
+}
+
 /**
  * One replica of a multi-writer stream, over a reconnecting WebSocket. `counter`, `register`,
  * `multi` and `map` give its values; `pending` counts unacknowledged edits; `synced()` waits for
@@ -1578,6 +1633,10 @@ export class SharedDocument extends Channel {
     this.entries = new Map(); // "node key" -> op {slot_id, key, stamp, bytes}
     this.byName = new Map(); // name -> Map(rest -> op)
     this.values = new Map(); // name -> SharedValue
+    this.ephemeral = new Map(); // name -> Map("pr/PEER" | "aw/PEER" -> op): presence and awareness
+    this.presences = new Map(); // "kind name" -> SharedPresence
+    this.heartbeat = (options.heartbeat ?? 10) * 1000; // ms between resends of presence and awareness
+    this.beating = null;
     this.pendingOps = new Map(); // "node key" -> op
     this.outbox = [];
     this.flushDue = false;
@@ -1665,6 +1724,8 @@ export class SharedDocument extends Channel {
   ended() {
     this.releaseLock?.();
     this.releaseLock = null;
+    if (this.beating !== null) clearInterval(this.beating);
+    this.beating = null;
   }
 
   get pending() {
@@ -1685,6 +1746,55 @@ export class SharedDocument extends Channel {
 
   map(name) {
     return this.#value(name, "map");
+  }
+
+  /** Each connection's presence: see SharedPresence. */
+  get presence() {
+    return this.#presence("presence", "pr");
+  }
+
+  /** An awareness value such as a cursor: see SharedPresence. */
+  awareness(name) {
+    return this.#presence(name, "aw");
+  }
+
+  #presence(name, kind) {
+    checkName(name);
+    const id = `${kind} ${name}`;
+    if (!this.presences.has(id)) this.presences.set(id, new SharedPresence(this, name, kind));
+    return this.presences.get(id);
+  }
+
+  /** Each peer's live presence or awareness value `name` (by peer id, as the server last said). */
+  peers(name, kind) {
+    const out = {};
+    const held = [...(this.ephemeral.get(name) ?? new Map()).entries()].filter(([rest]) => rest.startsWith(`${kind}/`));
+    held.sort(([a], [b]) => Number(a.slice(3)) - Number(b.slice(3)));
+    for (const [rest, op] of held) {
+      const parsed = parseState(op);
+      if (parsed.ok && parsed.value !== null) out[rest.slice(3)] = parsed.value;
+    }
+    return out;
+  }
+
+  /** Set this replica's presence or awareness value: sent when connected, never pending. */
+  writeEphemeral(name, kind, value) {
+    const op = { slot_id: nodeOf(name), key: `${name}/${kind}/${this.peer}`, stamp: this.#stamp(), bytes: utf8.encode(sortedJson(value)) };
+    if (this.#apply(op) !== null) this.#refreshNames([name]);
+    this.outbox.push(op);
+    this.#flushSoon();
+  }
+
+  #resendEphemeral() {
+    for (const p of this.presences.values()) if (p.wanted !== null) this.writeEphemeral(p.name, p.kind, p.wanted);
+  }
+
+  #refreshNames(names) {
+    for (const name of names) {
+      this.values.get(name)?.refresh();
+      this.presences.get(`pr ${name}`)?.refresh();
+      this.presences.get(`aw ${name}`)?.refresh();
+    }
   }
 
   /** A list (the move-aware sequence): see SharedList. */
@@ -1746,6 +1856,16 @@ export class SharedDocument extends Channel {
     if (s.wall_time > this.wall || (s.wall_time === this.wall && s.logical > this.logical)) {
       this.wall = s.wall_time;
       this.logical = s.logical;
+    }
+    const parts = (op.key ?? "").split("/");
+    if (parts.length === 3 && EPHEMERAL_KINDS.has(parts[1]) && op.slot_id === nodeOf(parts[0])) {
+      // presence and awareness: the latest per peer, kept apart from the document's entries
+      if (!this.ephemeral.has(parts[0])) this.ephemeral.set(parts[0], new Map());
+      const held = this.ephemeral.get(parts[0]);
+      const was = held.get(`${parts[1]}/${parts[2]}`);
+      if (was && !stampAbove(op.stamp, was.stamp)) return null;
+      held.set(`${parts[1]}/${parts[2]}`, op);
+      return parts[0];
     }
     const id = `${op.slot_id} ${op.key ?? ""}`;
     const old = this.entries.get(id);
@@ -1884,7 +2004,9 @@ export class SharedDocument extends Channel {
   opened() {
     this.joined = false;
     this.outbox = [...this.pendingOps.values()].sort((a, b) => (stampAbove(a.stamp, b.stamp) ? 1 : -1));
+    this.#resendEphemeral(); // the server dropped them when the last connection closed
     this.#flushSoon();
+    if (this.beating === null) this.beating = setInterval(() => this.status === "open" && this.#resendEphemeral(), this.heartbeat);
   }
 
   received(text) {
@@ -1925,7 +2047,7 @@ export class SharedDocument extends Channel {
       }
     }
     if (doc.frontier !== undefined) this.joined = true; // the last frame of the document sent at joining
-    for (const name of changed) this.values.get(name)?.refresh();
+    this.#refreshNames(changed);
     if (changed.size) this.emit("change", [...changed]);
     this.#settle();
   }

@@ -4,6 +4,8 @@ never journaled."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sqlite3
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from octosync.hub.crdt_streams import FEATURE
 from octosync.hub.presence import MAX_VALUE_BYTES
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.wire import DIALECTS
+from tests.browser.support import JS_CLIENT, node_command
 from tests.e2e.helpers import TIMEOUT, handshake, recv_json, serve, spawn_server
 
 _JSON = DIALECTS["json"]
@@ -121,3 +124,42 @@ async def test_presence_is_never_journaled(tmp_path: Path) -> None:
             assert fresh.counter("visits").value == 1  # the journal holds the document
             assert fresh.presence.all == {}
             assert {op.key for op in fresh.cells.state.replica.ops()} == {"visits/pn/41"}
+
+
+JS_TAB = """
+import {{ connect }} from {module};
+const client = connect({url});
+const doc = client.openDocument("room", {{ peer: 51 }});
+await doc.synced();
+doc.presence.set({{ name: "js" }});
+doc.awareness("cursor").set({{ at: 5 }});
+while (doc.presence.others["52"]?.name !== "py") await new Promise((r) => doc.on("change", r));
+console.log(JSON.stringify({{ all: doc.presence.all, entries: doc.entries.size }}));
+await new Promise((r) => setTimeout(r, 100));
+client.close();
+process.exit(0);
+"""
+
+
+async def test_python_and_js_tabs_see_each_others_presence(tmp_path: Path) -> None:
+    node = node_command()
+    script = tmp_path / "tab.mjs"
+    async with serve(tmp_path) as srv:
+        script.write_text(
+            JS_TAB.format(
+                module=json.dumps((JS_CLIENT / "octosync.js").as_uri()), url=json.dumps(srv.ws_url)
+            )
+        )
+        async with SharedDocument(srv.ws_url, "room", peer=52) as doc:
+            doc.presence.set({"name": "py"})
+            await doc.synced(TIMEOUT)
+            js = await asyncio.create_subprocess_exec(
+                *node, str(script), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+            await doc.wait_until(lambda: doc.presence.others == {51: {"name": "js"}}, TIMEOUT)
+            assert doc.awareness("cursor").others == {51: {"at": 5}}
+            out, err = await asyncio.wait_for(js.communicate(), 60)
+            assert js.returncode == 0, err.decode()[-3000:]
+            seen = json.loads(out.decode().strip().splitlines()[-1])
+            assert seen == {"all": {"51": {"name": "js"}, "52": {"name": "py"}}, "entries": 0}
+            await doc.wait_until(lambda: 51 not in doc.presence.all, TIMEOUT)  # the tab closed

@@ -98,3 +98,27 @@ test("lists: two tabs moving one item at once keep one copy, and a move and an e
   assert.throws(() => a.list("todo").move(0, 4), (err) => err.path === "to");
   assert.throws(() => a.counter("todo"), (err) => err.path === "kind");
 });
+
+test("presence: each tab sees the others, a closed tab leaves, and awareness is last writer per peer", async () => {
+  const a = open("js-room", { peer: 101 });
+  const b = open("js-room", { peer: 102 });
+  await Promise.all([a.synced(), b.synced()]);
+  const seen = [];
+  b.presence.onChange((all) => seen.push(all));
+  a.presence.set({ name: "ann" });
+  b.presence.set({ name: "bob" });
+  a.awareness("cursor").set(1);
+  a.awareness("cursor").set(2);
+  const until = async (doc, ok) => {
+    while (!ok()) await new Promise((r) => doc.on("change", r));
+  };
+  await until(b, () => b.presence.others["101"]?.name === "ann" && b.awareness("cursor").others["101"] === 2);
+  await until(a, () => a.presence.others["102"]?.name === "bob");
+  assert.deepEqual(a.presence.all, { 101: { name: "ann" }, 102: { name: "bob" } });
+  assert.deepEqual(a.presence.mine, { name: "ann" });
+  a.close();
+  await until(b, () => !("101" in b.presence.all));
+  assert.deepEqual(b.presence.all, { 102: { name: "bob" } });
+  assert.deepEqual(seen.at(-1), { 102: { name: "bob" } });
+  assert.throws(() => b.awareness("a/b"), (err) => err.path === "name");
+});
