@@ -32,6 +32,9 @@ MAX_PER_CONNECTION = 16
 MAX_PER_DOCUMENT = 1024
 DEFAULT_TTL = 30.0
 NULL = b"null"
+MAX_FLOORS = 4096
+"""Endings remembered after their value went, so a value stamped below an ending that readers
+already hold is not taken (the oldest forgotten first)."""
 
 
 def is_ephemeral(op: CrdtOp) -> bool:
@@ -59,12 +62,13 @@ def _key(op: CrdtOp) -> tuple[int, str]:
 class PresenceRooms:
     """Every document's live presence and awareness entries."""
 
-    __slots__ = ("_by_conn", "_rooms", "ttl")
+    __slots__ = ("_by_conn", "_floors", "_rooms", "ttl")
 
     def __init__(self, ttl: float = DEFAULT_TTL) -> None:
         self.ttl = ttl
         self._rooms: dict[str, dict[tuple[int, str], _Live]] = {}
         self._by_conn: dict[ConnId, set[tuple[str, tuple[int, str]]]] = {}
+        self._floors: dict[tuple[str, tuple[int, str]], CrdtOp] = {}
 
     def live(self, stream: str) -> tuple[CrdtOp, ...]:
         room = self._rooms.get(stream, {})
@@ -112,6 +116,11 @@ class PresenceRooms:
             held = room.get(key)
             if held is not None and _order(op) <= _order(held.op):
                 continue  # an older or repeated value
+            floor = self._floors.get((stream, key))
+            if floor is not None:
+                if _order(op) <= _order(floor):
+                    continue  # older than the ending every reader holds: they would drop it
+                del self._floors[(stream, key)]
             if op.state == NULL:  # the peer cleared its value
                 if held is not None:
                     self._drop(stream, key)
@@ -154,7 +163,11 @@ class PresenceRooms:
     def _end(self, stream: str, key: tuple[int, str], wall_ms: int) -> CrdtOp:
         held = self._rooms[stream][key].op
         self._drop(stream, key)
-        return CrdtOp(held.slot_id, _stamp_after(held.stamp, wall_ms), NULL, key=held.key)
+        ending = CrdtOp(held.slot_id, _stamp_after(held.stamp, wall_ms), NULL, key=held.key)
+        self._floors[(stream, key)] = ending
+        if len(self._floors) > MAX_FLOORS:
+            del self._floors[next(iter(self._floors))]
+        return ending
 
     def _drop(self, stream: str, key: tuple[int, str]) -> None:
         room = self._rooms.get(stream)
