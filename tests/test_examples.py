@@ -62,26 +62,30 @@ def expect(locator: Any, text: str | re.Pattern[str]) -> None:
 
 
 def test_chat_with_presence(server: int, browser: Any) -> None:
-    """No Python side: messages are a shared list, presence is the server's."""
-    ada, bob = browser.new_page(), browser.new_page()
-    ada.goto(page_url("chat", server, name="ada"))
-    bob.goto(page_url("chat", server, name="bob"))
-    for page in (ada, bob):
-        expect(page.locator("#present"), "ada, bob")
-    ada.fill("#text", "hello from ada")
-    ada.click("button")
-    expect(bob.locator("#messages li"), ["ada: hello from ada"])
-    bob.fill("#text", "hi ada")
-    bob.press("#text", "Enter")
-    expect(ada.locator("#messages li"), ["ada: hello from ada", "bob: hi ada"])
-    bob.close()  # bob's tab is gone: his connection closed, so is his presence
-    expect(ada.locator("#present"), "ada")
-    late = browser.new_page()  # a late joiner gets every message, in order
-    late.goto(page_url("chat", server, name="cy"))
-    expect(late.locator("#messages li"), ["ada: hello from ada", "bob: hi ada"])
-    expect(late.locator("#present"), "ada, cy")
-    late.close()
-    ada.close()
+    """Messages are a shared list, presence is the server's: no process collects heartbeats
+    (the Python bot is one more member, answering ``/who`` from the presence it reads)."""
+    with example("chat", "bot.py", "--url", f"ws://127.0.0.1:{server}") as line:
+        assert line.startswith("chat bot in the room")
+        ada, bob = browser.new_page(), browser.new_page()
+        ada.goto(page_url("chat", server, name="ada"))
+        bob.goto(page_url("chat", server, name="bob"))
+        for page in (ada, bob):
+            expect(page.locator("#present"), "ada, bob, bot")
+        ada.fill("#text", "hello from ada")
+        ada.click("button")
+        expect(bob.locator("#messages li"), ["ada: hello from ada"])
+        bob.fill("#text", "/who")
+        bob.press("#text", "Enter")
+        said = ["ada: hello from ada", "bob: /who", "bot: here: ada, bob, bot"]
+        expect(ada.locator("#messages li"), said)
+        bob.close()  # bob's tab is gone: his connection closed, so is his presence
+        expect(ada.locator("#present"), "ada, bot")
+        late = browser.new_page()  # a late joiner gets every message, in order
+        late.goto(page_url("chat", server, name="cy"))
+        expect(late.locator("#messages li"), said)
+        expect(late.locator("#present"), "ada, bot, cy")
+        late.close()
+        ada.close()
 
 
 def test_live_dashboard(server: int, browser: Any) -> None:

@@ -1445,24 +1445,83 @@ function keptInOrder(seq) {
   return kept;
 }
 
-/** What moved between two orders of [id, value]: as octosync.crdt.seq.diff. */
+/** What moved between two orders of [id, value]: as octosync.crdt.seq.diff (the same trimming and run). */
 export function listChange(before, after) {
-  const oldAt = new Map(before.map(([id], i) => [id, i]));
-  const newAt = new Map(after.map(([id], i) => [id, i]));
-  const common = before.filter(([id]) => newAt.has(id)).map(([id]) => id);
-  const keptIdx = keptInOrder(common.map((id) => newAt.get(id)));
-  const kept = new Set([...keptIdx].map((i) => common[i]));
-  const same = (a, b) => sortedJson(a) === sortedJson(b);
+  const n = Math.min(before.length, after.length);
+  let head = 0;
+  while (head < n && before[head][0] === after[head][0]) head += 1;
+  let tail = 0;
+  while (tail < n - head && before[before.length - 1 - tail][0] === after[after.length - 1 - tail][0]) tail += 1;
+  const oldAt = new Map();
+  for (let i = head; i < before.length - tail; i += 1) oldAt.set(before[i][0], i);
+  const newAt = new Map();
+  for (let i = head; i < after.length - tail; i += 1) newAt.set(after[i][0], i);
+  const common = [...oldAt.keys()].filter((id) => newAt.has(id));
+  const kept = new Set([...keptInOrder(common.map((id) => newAt.get(id)))].map((i) => common[i]));
+  const pairs = [];
+  for (let i = 0; i < head; i += 1) pairs.push([i, i]);
+  for (const id of common) pairs.push([oldAt.get(id), newAt.get(id)]);
+  for (let k = 0; k < tail; k += 1) pairs.push([before.length - 1 - k, after.length - 1 - k]);
+  pairs.sort((a, b) => a[1] - b[1]);
+  const same = (a, b) => a === b || sortedJson(a) === sortedJson(b);
   return {
-    inserted: after.flatMap(([id, value], index) => (oldAt.has(id) ? [] : [{ index, value }])),
-    deleted: before.flatMap(([id, value], index) => (newAt.has(id) ? [] : [{ index, value }])),
+    inserted: [...newAt].filter(([id]) => !oldAt.has(id)).map(([, index]) => ({ index, value: after[index][1] })),
+    deleted: [...oldAt].filter(([id]) => !newAt.has(id)).map(([, index]) => ({ index, value: before[index][1] })),
     moved: common.filter((id) => !kept.has(id)).map((id) => ({ from: oldAt.get(id), to: newAt.get(id), value: after[newAt.get(id)][1] })),
-    set: after.flatMap(([id, value], index) => (oldAt.has(id) && !same(before[oldAt.get(id)][1], value) ? [{ index, value }] : [])),
+    set: pairs.filter(([i, j]) => !same(before[i][1], after[j][1])).map(([, j]) => ({ index: j, value: after[j][1] })),
   };
 }
 
 function checkIndex(index, size, what = "index") {
   if (!Number.isInteger(index) || index < 0 || index >= size) throw fail(errors.CrdtValueError, `${what} ${index} is outside the list (0 to ${size - 1})`, what);
+}
+
+/** One list's registers, decoded as their entries change, its live elements kept in order (as octosync.crdt.shared). */
+class ListRegisters {
+  constructor() {
+    this.positions = new Map(); // id -> {position, peer}
+    this.values = new Map(); // id -> value
+    this.removed = new Set();
+    this.ordered = []; // {id, position, peer, value}
+    this.live = new Map(); // id -> its element in ordered
+  }
+
+  take(tag, id, op) {
+    const parsed = parseState(op);
+    if (tag === "ld") {
+      if (parsed.ok && parsed.value === true) this.removed.add(id);
+      else this.removed.delete(id);
+    } else if (tag === "lp") {
+      if (parsed.ok && isPosition(parsed.value)) this.positions.set(id, { position: parsed.value, peer: op.stamp.peer });
+      else this.positions.delete(id);
+    } else if (parsed.ok) this.values.set(id, parsed.value);
+    else this.values.delete(id);
+    this.#place(id);
+  }
+
+  #find(key) {
+    let lo = 0;
+    let hi = this.ordered.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (compareElements(this.ordered[mid], key) < 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  #place(id) {
+    const was = this.live.get(id);
+    if (was) {
+      this.ordered.splice(this.#find(was), 1); // keys are unique: it is the one found
+      this.live.delete(id);
+    }
+    const placed = this.positions.get(id);
+    if (!placed || !this.values.has(id) || this.removed.has(id)) return;
+    const element = { id, position: placed.position, peer: placed.peer, value: this.values.get(id) };
+    this.ordered.splice(this.#find(element), 0, element);
+    this.live.set(id, element);
+  }
 }
 
 /**
@@ -1635,6 +1694,7 @@ export class SharedDocument extends Channel {
     this.values = new Map(); // name -> SharedValue
     this.ephemeral = new Map(); // name -> Map("pr/PEER" | "aw/PEER" -> op): presence and awareness
     this.presences = new Map(); // "kind name" -> SharedPresence
+    this.lists = new Map(); // name -> ListRegisters
     this.heartbeat = (options.heartbeat ?? 10) * 1000; // ms between resends of presence and awareness
     this.beating = null;
     this.pendingOps = new Map(); // "node key" -> op
@@ -1879,6 +1939,11 @@ export class SharedDocument extends Channel {
     if (!DOC_KINDS.has(rest.split("/")[0]) || op.slot_id !== nodeOf(name)) return null;
     if (!this.byName.has(name)) this.byName.set(name, new Map());
     this.byName.get(name).set(rest, op);
+    const tag = rest.slice(0, 3);
+    if (tag === "lp/" || tag === "lv/" || tag === "ld/") {
+      if (!this.lists.has(name)) this.lists.set(name, new ListRegisters());
+      this.lists.get(name).take(tag.slice(0, 2), rest.slice(3), op);
+    }
     return name;
   }
 
@@ -1904,25 +1969,9 @@ export class SharedDocument extends Channel {
     this.#flushSoon();
   }
 
-  /** A list's live elements in order: {id, position, peer, value} (see SharedList). */
+  /** A list's live elements in order: {id, position, peer, value} (see SharedList; a copy). */
   listElements(name) {
-    const positions = new Map();
-    const values = new Map();
-    const removed = new Set();
-    for (const [rest, op] of this.byName.get(name) ?? []) {
-      const kind = rest.slice(0, 3);
-      if (kind !== "lp/" && kind !== "lv/" && kind !== "ld/") continue;
-      const parsed = parseState(op);
-      if (!parsed.ok) continue;
-      if (kind === "lp/" && isPosition(parsed.value)) positions.set(rest.slice(3), { position: parsed.value, peer: op.stamp.peer });
-      else if (kind === "lv/") values.set(rest.slice(3), parsed.value);
-      else if (kind === "ld/" && parsed.value === true) removed.add(rest.slice(3));
-    }
-    const live = [];
-    for (const [id, { position, peer }] of positions) {
-      if (values.has(id) && !removed.has(id)) live.push({ id, position, peer, value: values.get(id) });
-    }
-    return live.sort(compareElements);
+    return [...(this.lists.get(name)?.ordered ?? [])];
   }
 
   #flushSoon() {

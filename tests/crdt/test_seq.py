@@ -185,6 +185,49 @@ def test_ids_carry_their_minting_peer_in_canonical_form() -> None:
         assert id_peer(bad) is None
 
 
+def longest_run(seq: list[int]) -> int:
+    """The longest increasing run's length, the slow way."""
+    best = [1] * len(seq)
+    for i in range(len(seq)):
+        for j in range(i):
+            if seq[j] < seq[i]:
+                best[i] = max(best[i], best[j] + 1)
+    return max(best, default=0)
+
+
+@given(
+    st.lists(st.integers(0, 30), unique=True, max_size=20),
+    st.randoms(use_true_random=False),
+    st.lists(st.integers(0, 30), max_size=5),
+    st.sets(st.integers(0, 30)),
+)
+def test_diff_finds_fewest_moves_and_every_insert_delete_and_set(
+    ids: list[int], rnd: Any, extra: list[int], edited: set[int]
+) -> None:
+    old = [(str(i), i) for i in ids]
+    kept = [i for i in ids if i % 3]  # some deleted
+    rnd.shuffle(kept)
+    new_ids = kept + [100 + x for x in dict.fromkeys(extra)]
+    new = [(str(i), i + 1000 if i in edited else i) for i in new_ids]
+    change = diff(old, new)
+    old_index = {e: i for i, (e, _) in enumerate(old)}
+    common = [e for e, _ in new if e in old_index]
+    assert len(change.moved) == len(common) - longest_run([old_index[e] for e in common])
+    assert sorted(i for i, _ in change.inserted) == [
+        i for i, (e, _) in enumerate(new) if e not in old_index
+    ]
+    assert sorted(v for _, v in change.deleted) == sorted(i for i in ids if not i % 3)
+    assert sorted(i for i, _ in change.set) == [
+        i for i, (e, v) in enumerate(new) if e in old_index and old[old_index[e]][1] != v
+    ]
+    stayed = [
+        e
+        for e in common
+        if (old_index[e], new.index((e, dict(new)[e]))) not in {(a, b) for a, b, _ in change.moved}
+    ]
+    assert [old_index[e] for e in stayed] == sorted(old_index[e] for e in stayed)
+
+
 def test_diff_reports_a_move_as_a_move() -> None:
     old = [("a", 1), ("b", 2), ("c", 3), ("d", 4)]
     change = diff(old, [("b", 2), ("c", 3), ("d", 4), ("a", 1)])
@@ -281,6 +324,20 @@ def test_index_errors_name_the_argument() -> None:
 
 
 # --- replicas editing at once -------------------------------------------------------------
+
+
+def from_scratch(ops: tuple[CrdtOp, ...]) -> list[str]:
+    """The order straight from the winning entries: live elements by (position, peer, id)."""
+    regs: dict[str, dict[str, CrdtOp]] = {}
+    for op in ops:
+        _, tag, element = (op.key or "").split("/")
+        regs.setdefault(element, {})[tag] = op
+    live = [
+        (json.loads(r["lp"].state), r["lp"].stamp.peer, e)  # type: ignore[arg-type]
+        for e, r in regs.items()
+        if "lp" in r and "lv" in r and "ld" not in r
+    ]
+    return [e for _, _, e in sorted(live)]
 
 
 class Lists(RuleBasedStateMachine):
@@ -388,6 +445,7 @@ class Lists(RuleBasedStateMachine):
             ids = [e.id for e in doc.state.list_elements("l")]
             assert len(ids) == len(set(ids))
             assert doc.list("l").value == tuple(e.value for e in doc.state.list_elements("l"))
+            assert ids == from_scratch(doc.state.replica.ops())
 
 
 Lists.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -169,7 +169,7 @@ class SharedDocument:
         """Wait until the server's state arrived and every local edit is acknowledged."""
         await self.wait_until(lambda: self._joined and self.connected and not self.pending, timeout)
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = 30.0) -> None:
         """Wait until ``predicate()`` holds (checked after every change of the document)."""
         async with asyncio.timeout(timeout):
             while not predicate():

@@ -236,18 +236,33 @@ def _kept_in_order(seq: Sequence[int]) -> set[int]:
 
 def diff(old: Iterable[tuple[str, Any]], new: Iterable[tuple[str, Any]]) -> ListChange:
     """What moved between two orders of ``(id, value)``: fewest moves (the elements outside a
-    longest run that kept its relative order), then inserts, deletes and value changes."""
+    longest run that kept its relative order), then inserts, deletes and value changes. The
+    elements both orders start and end with stay in place and cost one comparison each (an
+    append, the commonest edit, leaves nothing between them)."""
     before, after = list(old), list(new)
-    old_at = {eid: i for i, (eid, _) in enumerate(before)}
-    new_at = {eid: i for i, (eid, _) in enumerate(after)}
-    common = [eid for eid, _ in before if eid in new_at]
+    n = min(len(before), len(after))
+    head = 0
+    while head < n and before[head][0] == after[head][0]:
+        head += 1
+    tail = 0
+    while tail < n - head and before[-1 - tail][0] == after[-1 - tail][0]:
+        tail += 1
+    old_at = {eid: i for i, (eid, _) in enumerate(before[head : len(before) - tail], head)}
+    new_at = {eid: i for i, (eid, _) in enumerate(after[head : len(after) - tail], head)}
+    common = [eid for eid in old_at if eid in new_at]
     kept = {common[i] for i in _kept_in_order([new_at[e] for e in common])}
+    pairs = [(i, i) for i in range(head)]
+    pairs += [(old_at[e], new_at[e]) for e in common]
+    pairs += [(len(before) - 1 - k, len(after) - 1 - k) for k in range(tail)]
+    pairs.sort(key=lambda p: p[1])
     return ListChange(
-        inserted=tuple((i, v) for i, (e, v) in enumerate(after) if e not in old_at),
-        deleted=tuple((i, v) for i, (e, v) in enumerate(before) if e not in new_at),
+        inserted=tuple((i, after[i][1]) for e, i in new_at.items() if e not in old_at),
+        deleted=tuple((i, before[i][1]) for e, i in old_at.items() if e not in new_at),
         moved=tuple((old_at[e], new_at[e], after[new_at[e]][1]) for e in common if e not in kept),
         set=tuple(
-            (i, v) for i, (e, v) in enumerate(after) if e in old_at and before[old_at[e]][1] != v
+            (j, after[j][1])
+            for i, j in pairs
+            if before[i][1] is not after[j][1] and before[i][1] != after[j][1]
         ),
         ids=tuple(e for e, _ in after),
     )

@@ -36,6 +36,7 @@ stamp is above every stamp issued or received before. Sans-I/O: writes return th
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -44,7 +45,7 @@ import msgspec
 from octosync.crdt.entries import EPHEMERAL_KINDS, node_of
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
 from octosync.crdt.plane import PlaneReplica, stamp_key
-from octosync.crdt.seq import Element, Position, check_position, mint_id, order, place
+from octosync.crdt.seq import Element, Position, check_position, mint_id, place
 from octosync.errors import CrdtValueError
 from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, WireStamp
 
@@ -66,7 +67,16 @@ def _decode(data: bytes) -> Any:
 class SharedState:
     """One replica's view of a shared document (sans-I/O; the clock is injected)."""
 
-    __slots__ = ("_by_name", "_clock", "_logical", "_wall", "ephemeral", "peer", "replica")
+    __slots__ = (
+        "_by_name",
+        "_clock",
+        "_lists",
+        "_logical",
+        "_wall",
+        "ephemeral",
+        "peer",
+        "replica",
+    )
 
     def __init__(self, peer: int, clock: Callable[[], int]) -> None:
         if not 0 < peer <= MAX_SAFE_ID:
@@ -77,6 +87,7 @@ class SharedState:
         self._wall = 0
         self._logical = 0
         self._by_name: dict[str, dict[str, CrdtOp]] = {}
+        self._lists: dict[str, _ListRegisters] = {}
         self.ephemeral: dict[str, dict[str, CrdtOp]] = {}
         """Presence and awareness entries by name and ``KIND/PEER``: the latest of each, kept
         apart from the replica (they are not the document's state)."""
@@ -162,6 +173,8 @@ class SharedState:
         if rest.split("/", 1)[0] not in KINDS or op.slot_id != node_of(name):
             return None
         self._by_name.setdefault(name, {})[rest] = op
+        if rest[:3] in _LIST_TAGS:
+            self._lists.setdefault(name, _ListRegisters()).take(rest[:2], rest[3:], op)
         return name
 
     def _write(self, name: str, rest: str, value: object, stamp: WireStamp | None = None) -> CrdtOp:
@@ -281,27 +294,9 @@ class SharedState:
         return (self._write(name, f"lv/{live[index].id}", value),)
 
     def list_elements(self, name: str) -> list[Element]:
-        """The list's live elements in order."""
-        positions: dict[str, tuple[Position, int]] = {}
-        values: dict[str, list[Any]] = {}
-        removed: set[str] = set()
-        for rest, op in self._by_name.get(name, {}).items():
-            if rest.startswith("lp/"):
-                try:
-                    digits = check_position(_decode(op.state), "state")  # type: ignore[arg-type]
-                    positions[rest[3:]] = (digits, op.stamp.peer)
-                except (msgspec.DecodeError, CrdtValueError):
-                    continue
-            elif rest.startswith("lv/"):
-                try:
-                    values[rest[3:]] = [_decode(op.state)]  # type: ignore[arg-type]
-                except msgspec.DecodeError:
-                    continue
-            elif rest.startswith("ld/") and op.state == b"true":
-                removed.add(rest[3:])
-        for element in removed:
-            values.pop(element, None)
-        return order(positions, values)
+        """The list's live elements in order (a copy: the caller may change it)."""
+        held = self._lists.get(name)
+        return [] if held is None else list(held.elements())
 
     def list_values(self, name: str) -> tuple[Any, ...]:
         return tuple(e.value for e in self.list_elements(name))
@@ -396,6 +391,60 @@ class SharedState:
         if kind == "list":
             return self.list_values(name)
         return self.register(name)
+
+
+_LIST_TAGS = frozenset({"lp/", "lv/", "ld/"})
+
+
+class _ListRegisters:
+    """One list's registers, decoded as their entries change, and its live elements kept in
+    order as they do (a change moves one element: a binary search, no sort)."""
+
+    __slots__ = ("_keys", "_live", "_ordered", "positions", "removed", "values")
+
+    def __init__(self) -> None:
+        self.positions: dict[str, tuple[Position, int]] = {}
+        self.values: dict[str, Any] = {}
+        self.removed: set[str] = set()
+        self._ordered: list[Element] = []
+        self._keys: list[tuple[Position, int, str]] = []
+        self._live: dict[str, tuple[Position, int, str]] = {}
+
+    def take(self, tag: str, element: str, op: CrdtOp) -> None:
+        """The winning entry of one register changed (an unreadable one reads as absent)."""
+        state = op.state if isinstance(op.state, bytes) else b""
+        if tag == "ld":
+            if state == b"true":
+                self.removed.add(element)
+            else:
+                self.removed.discard(element)
+        else:
+            try:
+                decoded = _decode(state)
+                if tag == "lp":
+                    self.positions[element] = (check_position(decoded, "state"), op.stamp.peer)
+                else:
+                    self.values[element] = decoded
+            except (msgspec.DecodeError, CrdtValueError):
+                (self.positions if tag == "lp" else self.values).pop(element, None)
+        self._place(element)
+
+    def _place(self, element: str) -> None:
+        old = self._live.pop(element, None)
+        if old is not None:
+            at = bisect_left(self._keys, old)
+            del self._keys[at], self._ordered[at]
+        placed = self.positions.get(element)
+        if placed is None or element not in self.values or element in self.removed:
+            return
+        key = (placed[0], placed[1], element)
+        at = bisect_left(self._keys, key)
+        self._keys.insert(at, key)
+        self._ordered.insert(at, Element(element, placed[0], placed[1], self.values[element]))
+        self._live[element] = key
+
+    def elements(self) -> list[Element]:
+        return self._ordered
 
 
 def _is_ephemeral(op: CrdtOp) -> bool:
