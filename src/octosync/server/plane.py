@@ -170,34 +170,39 @@ class Plane:
 
     def receive(self, conn: ConnId, sync: CrdtSync) -> None:
         """A member's frame: answer its frontier, then journal and accept its ops; presence
-        and awareness ops are taken at once and never journaled."""
+        and awareness ops are taken at once and never journaled. Everything that can refuse
+        the frame runs before any of it is taken."""
         checked = self.core.check(conn, sync)
         ephemeral = [(i, op) for i, op in enumerate(checked.ops) if is_ephemeral(op)]
         if ephemeral:
             self.presence.check(conn, checked.stream, ephemeral)
+            durable = tuple(op for op in checked.ops if not is_ephemeral(op))
+            checked = Checked(checked.conn, checked.stream, durable)
+        writer = self.rt.writer
+        record = None
+        if checked.ops and writer is not None:
+            if not writer.has_room():
+                raise StorageError("the journal writer is behind: its queue is full; resend later")
+            try:
+                record = encode_record(PlaneOps(checked.stream, checked.ops))
+            except InvalidRecord as exc:
+                raise LimitExceeded(
+                    f"the ops cannot be journaled: {exc.message}", path=exc.path
+                ) from exc
+        if ephemeral:
             now = asyncio.get_running_loop().time()
             changed = self.presence.put(conn, checked.stream, (op for _, op in ephemeral), now)
             self._presence_out(checked.stream, changed)
-            durable = tuple(op for op in checked.ops if not is_ephemeral(op))
-            checked = Checked(checked.conn, checked.stream, durable)
         delta = self.core.delta_for(conn, sync)
         if delta:
             self.send([conn], CrdtSync(ops=delta))
         if not checked.ops:
             return
-        writer = self.rt.writer
-        if writer is None:
+        if record is None:
             self._stored(checked)
             return
-        if not writer.has_room():
-            raise StorageError("the journal writer is behind: its queue is full; resend later")
-        try:
-            record = encode_record(PlaneOps(checked.stream, checked.ops))
-        except InvalidRecord as exc:
-            raise LimitExceeded(
-                f"the ops cannot be journaled: {exc.message}", path=exc.path
-            ) from exc
-        self.rt.after_commit(conn, [record], lambda: self._stored(checked))
+        stored = checked
+        self.rt.after_commit(conn, [record], lambda: self._stored(stored))
 
     def _stored(self, checked: Checked) -> None:
         """Journaled (when there is a journal); in a cluster, published next."""
