@@ -117,3 +117,15 @@ def test_remote_writes_bench_answers_writers_on_both_nodes() -> None:
     assert [r[:2] for r in rows[:2]] == [["node", "1"], ["node", "2"]]
     assert all(float(r[-3]) > 0 for r in rows[:2]), done.stdout
     assert "node 2 / node 1: throughput" in done.stdout
+
+
+@pytest.mark.slow
+def test_lists_bench_runs_beside_yjs() -> None:
+    """``bench/lists.py --quick``: one script of list edits into both clients and Yjs, every
+    replica ending with the same length (the bench asserts it)."""
+    if shutil.which("node") is None:
+        missing("node is not on PATH: the lists bench's JS rows need it")
+    done = run_bench("bench/lists.py", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for row in ("octosync Python", "octosync.js", "Yjs Y.Array"):
+        assert row in done.stdout

@@ -1425,6 +1425,19 @@ function compareElements(a, b) {
   return comparePositions(a.position, b.position) || a.peer - b.peer || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 }
 
+/** keptInOrder, with one moved element found as octosync.crdt.seq._stayed finds it: none, the first, or the last. */
+function stayed(seq) {
+  const ascending = (from, to) => {
+    for (let i = from + 1; i < to; i += 1) if (seq[i - 1] > seq[i]) return false;
+    return true;
+  };
+  const all = (from, to) => new Set(Array.from({ length: to - from }, (_, i) => from + i));
+  if (ascending(0, seq.length)) return all(0, seq.length);
+  if (ascending(1, seq.length)) return all(1, seq.length);
+  if (ascending(0, seq.length - 1)) return all(0, seq.length - 1);
+  return keptInOrder(seq);
+}
+
 /** Indexes into `seq` of one longest increasing run: the elements that stayed while others moved. */
 function keptInOrder(seq) {
   const tails = [];
@@ -1447,23 +1460,20 @@ function keptInOrder(seq) {
 
 /** What moved between two orders of [id, value]: as octosync.crdt.seq.diff (the same trimming and run). */
 export function listChange(before, after) {
+  const same = (a, b) => a === b || sortedJson(a) === sortedJson(b);
+  const equal = (x, y) => x[0] === y[0] && same(x[1], y[1]);
   const n = Math.min(before.length, after.length);
-  let head = 0;
-  while (head < n && before[head][0] === after[head][0]) head += 1;
+  let head = 0; // the pairs both start with, unchanged
+  while (head < n && equal(before[head], after[head])) head += 1;
   let tail = 0;
-  while (tail < n - head && before[before.length - 1 - tail][0] === after[after.length - 1 - tail][0]) tail += 1;
+  while (tail < n - head && equal(before[before.length - 1 - tail], after[after.length - 1 - tail])) tail += 1;
   const oldAt = new Map();
   for (let i = head; i < before.length - tail; i += 1) oldAt.set(before[i][0], i);
   const newAt = new Map();
   for (let i = head; i < after.length - tail; i += 1) newAt.set(after[i][0], i);
   const common = [...oldAt.keys()].filter((id) => newAt.has(id));
-  const kept = new Set([...keptInOrder(common.map((id) => newAt.get(id)))].map((i) => common[i]));
-  const pairs = [];
-  for (let i = 0; i < head; i += 1) pairs.push([i, i]);
-  for (const id of common) pairs.push([oldAt.get(id), newAt.get(id)]);
-  for (let k = 0; k < tail; k += 1) pairs.push([before.length - 1 - k, after.length - 1 - k]);
-  pairs.sort((a, b) => a[1] - b[1]);
-  const same = (a, b) => a === b || sortedJson(a) === sortedJson(b);
+  const kept = new Set([...stayed(common.map((id) => newAt.get(id)))].map((i) => common[i]));
+  const pairs = common.map((id) => [oldAt.get(id), newAt.get(id)]).sort((a, b) => a[1] - b[1]);
   return {
     inserted: [...newAt].filter(([id]) => !oldAt.has(id)).map(([, index]) => ({ index, value: after[index][1] })),
     deleted: [...oldAt].filter(([id]) => !newAt.has(id)).map(([, index]) => ({ index, value: before[index][1] })),

@@ -1,6 +1,6 @@
 """octosync.js and the Python client write the same list entries, byte for byte and stamp for
-stamp, for any script of list edits: hypothesis draws the scripts, one Node process runs
-them all offline with the same peer and clock, and each side's entries are compared."""
+stamp, for any script of list edits, and report the same changes: hypothesis draws the scripts
+and orders, one Node process runs them all, and each side's results are compared."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from octosync.crdt.seq import diff
 from octosync.crdt.shared import SharedState
 from tests.browser.support import JS_CLIENT, node_command
 
@@ -98,3 +99,55 @@ def test_js_and_python_write_identical_list_entries(scripts: list[Any]) -> None:
     ran = json.loads(run.stdout.strip().splitlines()[-1])
     for script, js in zip(scripts, ran, strict=True):
         assert {**js, "entries": sorted(js["entries"])} == python_run(script)
+
+
+CHANGES = """
+import {{ listChange }} from {module};
+const cases = {cases};
+console.log(JSON.stringify(cases.map(([a, b]) => listChange(a, b))));
+"""
+
+
+@settings(max_examples=5, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 12), unique=True, max_size=12),
+            st.randoms(use_true_random=False),
+            st.lists(st.integers(0, 12), max_size=3),
+        ),
+        min_size=20,
+        max_size=20,
+    )
+)
+def test_js_and_python_report_the_same_change(cases: list[Any]) -> None:
+    """The same inserts, deletes, moves and sets from both clients' change events."""
+    abc = [["a", 1], ["b", 2], ["c", 3]]
+    pairs = [  # one element moved: either neighbour could be said to have moved
+        (abc, [abc[0], abc[2], abc[1]]),
+        (abc, [abc[1], abc[2], abc[0]]),
+        (abc, [abc[2], abc[0], abc[1]]),
+        (abc, [abc[1], abc[0], abc[2]]),
+        (abc, [["a", 10], abc[2], abc[1]]),  # a edited in place, so not trimmed
+        (abc, [abc[1], abc[0], ["c", 30]]),
+    ]
+    for ids, rnd, edited in cases:
+        old = [[str(i), i] for i in ids]
+        new = [[str(i), i + 100 if i in edited else i] for i in ids if i % 4]
+        rnd.shuffle(new)
+        pairs.append((old, new))
+    node = node_command()
+    source = CHANGES.format(
+        module=json.dumps((JS_CLIENT / "octosync.js").as_uri()), cases=json.dumps(pairs)
+    )
+    run = subprocess.run(
+        [*node, "--input-type=module", "-e", source],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    for (old, new), js in zip(pairs, json.loads(run.stdout), strict=True):
+        ours = diff([tuple(p) for p in old], [tuple(p) for p in new]).as_dict()
+        assert js == ours

@@ -96,7 +96,7 @@ class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
         self._edits: list[Callable[[ListChange], object]] = []
 
     def _items(self) -> list[tuple[str, Any]]:
-        return [(e.id, e.value) for e in self._owner.state.list_elements(self.name)]
+        return self._owner.state.list_items(self.name)
 
     def _ops(self, ops: tuple[CrdtOp, ...]) -> None:
         self._owner._local_many(self.name, ops)
@@ -141,7 +141,7 @@ class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
         if not change:
             return False
         self._seen = items
-        self.cell.set(tuple(v for _, v in items))
+        self.cell.set(self._owner.state.list_values(self.name))
         for callback in list(self._edits):
             callback(change)
         return True

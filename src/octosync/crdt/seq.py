@@ -18,8 +18,8 @@ Sans-I/O: positions, ids, the order and the change between two orders, no clock 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from octosync.bounds import MAX_SAFE_INTEGER
@@ -193,7 +193,6 @@ class ListChange:
     deleted: tuple[tuple[int, Any], ...] = ()
     moved: tuple[tuple[int, int, Any], ...] = ()
     set: tuple[tuple[int, Any], ...] = ()
-    ids: tuple[str, ...] = field(default=(), repr=False)
 
     def __bool__(self) -> bool:
         return bool(self.inserted or self.deleted or self.moved or self.set)
@@ -206,6 +205,19 @@ class ListChange:
             "moved": [{"from": a, "to": b, "value": v} for a, b, v in self.moved],
             "set": [{"index": i, "value": v} for i, v in self.set],
         }
+
+
+def _stayed(seq: list[int]) -> set[int] | range:
+    """``_kept_in_order``, with the answers for one element moved found by sorting (in C):
+    all stayed; all but the first (it moved back); all but the last (it moved forward). These
+    are the run the patience sort finds too, so both clients report the same moves."""
+    if seq == sorted(seq):
+        return range(len(seq))
+    if seq[1:] == sorted(seq[1:]):
+        return range(1, len(seq))
+    if seq[:-1] == sorted(seq[:-1]):
+        return range(len(seq) - 1)
+    return _kept_in_order(seq)
 
 
 def _kept_in_order(seq: Sequence[int]) -> set[int]:
@@ -234,27 +246,33 @@ def _kept_in_order(seq: Sequence[int]) -> set[int]:
     return kept
 
 
+def _common_run(equal: Callable[[int], bool], most: int) -> int:
+    """The greatest ``k`` up to ``most`` with ``equal(k)`` (which holds up to some ``k`` and
+    then never again): a binary search of slice comparisons, which run in C."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if equal(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def diff(old: Iterable[tuple[str, Any]], new: Iterable[tuple[str, Any]]) -> ListChange:
     """What moved between two orders of ``(id, value)``: fewest moves (the elements outside a
     longest run that kept its relative order), then inserts, deletes and value changes. The
-    elements both orders start and end with stay in place and cost one comparison each (an
-    append, the commonest edit, leaves nothing between them)."""
+    elements both orders start and end with, unchanged, are found by comparing slices (an edit
+    of one element leaves only the elements between its old and new place to look at)."""
     before, after = list(old), list(new)
     n = min(len(before), len(after))
-    head = 0
-    while head < n and before[head][0] == after[head][0]:
-        head += 1
-    tail = 0
-    while tail < n - head and before[-1 - tail][0] == after[-1 - tail][0]:
-        tail += 1
+    head = _common_run(lambda k: before[:k] == after[:k], n)
+    tail = _common_run(lambda k: before[len(before) - k :] == after[len(after) - k :], n - head)
     old_at = {eid: i for i, (eid, _) in enumerate(before[head : len(before) - tail], head)}
     new_at = {eid: i for i, (eid, _) in enumerate(after[head : len(after) - tail], head)}
     common = [eid for eid in old_at if eid in new_at]
-    kept = {common[i] for i in _kept_in_order([new_at[e] for e in common])}
-    pairs = [(i, i) for i in range(head)]
-    pairs += [(old_at[e], new_at[e]) for e in common]
-    pairs += [(len(before) - 1 - k, len(after) - 1 - k) for k in range(tail)]
-    pairs.sort(key=lambda p: p[1])
+    kept = {common[i] for i in _stayed([new_at[e] for e in common])}
+    pairs = sorted(((old_at[e], new_at[e]) for e in common), key=lambda p: p[1])
     return ListChange(
         inserted=tuple((i, after[i][1]) for e, i in new_at.items() if e not in old_at),
         deleted=tuple((i, before[i][1]) for e, i in old_at.items() if e not in new_at),
@@ -264,5 +282,4 @@ def diff(old: Iterable[tuple[str, Any]], new: Iterable[tuple[str, Any]]) -> List
             for i, j in pairs
             if before[i][1] is not after[j][1] and before[i][1] != after[j][1]
         ),
-        ids=tuple(e for e, _ in after),
     )

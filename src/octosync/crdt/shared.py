@@ -299,7 +299,13 @@ class SharedState:
         return [] if held is None else list(held.elements())
 
     def list_values(self, name: str) -> tuple[Any, ...]:
-        return tuple(e.value for e in self.list_elements(name))
+        held = self._lists.get(name)
+        return () if held is None else tuple(held.values_in_order())
+
+    def list_items(self, name: str) -> list[tuple[str, Any]]:
+        """The list's ``(id, value)`` pairs in order (a copy)."""
+        held = self._lists.get(name)
+        return [] if held is None else list(held.items())
 
     @staticmethod
     def _check_value(value: object) -> None:
@@ -400,13 +406,24 @@ class _ListRegisters:
     """One list's registers, decoded as their entries change, and its live elements kept in
     order as they do (a change moves one element: a binary search, no sort)."""
 
-    __slots__ = ("_keys", "_live", "_ordered", "positions", "removed", "values")
+    __slots__ = (
+        "_items",
+        "_keys",
+        "_live",
+        "_ordered",
+        "_values",
+        "positions",
+        "removed",
+        "values",
+    )
 
     def __init__(self) -> None:
         self.positions: dict[str, tuple[Position, int]] = {}
         self.values: dict[str, Any] = {}
         self.removed: set[str] = set()
         self._ordered: list[Element] = []
+        self._items: list[tuple[str, Any]] = []
+        self._values: list[Any] = []
         self._keys: list[tuple[Position, int, str]] = []
         self._live: dict[str, tuple[Position, int, str]] = {}
 
@@ -433,18 +450,27 @@ class _ListRegisters:
         old = self._live.pop(element, None)
         if old is not None:
             at = bisect_left(self._keys, old)
-            del self._keys[at], self._ordered[at]
+            del self._keys[at], self._ordered[at], self._items[at], self._values[at]
         placed = self.positions.get(element)
         if placed is None or element not in self.values or element in self.removed:
             return
         key = (placed[0], placed[1], element)
         at = bisect_left(self._keys, key)
         self._keys.insert(at, key)
-        self._ordered.insert(at, Element(element, placed[0], placed[1], self.values[element]))
+        value = self.values[element]
+        self._ordered.insert(at, Element(element, placed[0], placed[1], value))
+        self._items.insert(at, (element, value))
+        self._values.insert(at, value)
         self._live[element] = key
 
     def elements(self) -> list[Element]:
         return self._ordered
+
+    def items(self) -> list[tuple[str, Any]]:
+        return self._items
+
+    def values_in_order(self) -> list[Any]:
+        return self._values
 
 
 def _is_ephemeral(op: CrdtOp) -> bool:
