@@ -445,7 +445,7 @@ def _register_optional(sub: Any, module: str, command: str, help_text: str) -> N
             raise
         stand_in = sub.add_parser(
             command,
-            help=f"{help_text} (needs: pip install 'octosync[{extra}]')",
+            help=f"{help_text} (needs the {extra} extra: {extras.install_hint(extra)})",
             add_help=False,
             prefix_chars="\0",  # no options: every word goes to ``words``
         )

@@ -63,7 +63,8 @@ def _export_dir(config: ServerConfig) -> Path | None:
     if config.export_dir is not None and not extras.installed("pipeline"):
         log.warning(
             "journal export and trim are off: they need the pipeline extra "
-            "(pip install 'octosync[pipeline]'); the journal keeps every record"
+            "(%s); the journal keeps every record",
+            extras.install_hint("pipeline"),
         )
         return None
     return config.export_dir
