@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -109,4 +110,38 @@ def test_the_server_runs_without_the_extras(tmp_path: Path) -> None:
         assert ran.stdout.strip() == "{'name': 'Ada'}"
         proc.terminate()
         _, err = proc.communicate(timeout=30)
-    assert "journal export and trim are off: they need the pipeline extra" in err
+    assert err.count("journal export is off: it needs the pipeline extra") == 1
+
+
+def test_a_base_install_server_trims_its_journal(tmp_path: Path) -> None:
+    """Without pyarrow there is no export, yet the maintenance round trims what checkpoints
+    cover, so a base install's journal stays bounded (it used to keep every record)."""
+    from octosync.store.journal import Journal
+
+    port, data = free_port(), tmp_path / "var"
+    config = tmp_path / "octosync.toml"
+    config.write_text("[server]\ncheckpoint_interval = 0.2\n")
+    serve = ("serve", "--insecure-dev", "--port", str(port), "--data", str(data))
+    small_command = (sys.executable, "-c", SMALL_INSTALL)
+    with running(*serve, "--config", str(config), command=small_command, cwd=tmp_path) as (
+        proc,
+        line,
+    ):
+        assert "octosync serving" in line, (line, proc.poll())
+        url = ("--url", f"ws://127.0.0.1:{port}/lazily")
+        with running(
+            "publish-demo", "scoreboard", "--interval", "0.02", *url, command=small_command
+        ) as (demo, first):
+            assert "publishing" in first, (first, demo.poll())
+            trimmed_before = 1
+            for _ in range(600):  # bounded: until a round trimmed past 50 records
+                with Journal(data, readonly=True) as journal:
+                    trimmed_before = journal.trimmed_before()
+                if trimmed_before > 50:
+                    break
+                time.sleep(0.1)
+            assert trimmed_before > 50
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert not (data / "export").exists()
+    assert err.count("journal export is off: it needs the pipeline extra") == 1
