@@ -237,3 +237,34 @@ def test_every_example_is_listed_and_has_both_sides() -> None:
         assert (folder / "index.html").exists()
         assert any(folder.glob("*.py"))
         assert f'example("{folder.name}", ' in Path(__file__).read_text("utf-8")  # and run here
+
+
+def test_the_counter_says_offline_with_its_pending_clicks_when_the_server_is_gone(
+    browser: Any, tmp_path: Path
+) -> None:
+    port = free_port()
+    serve = ("serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path))
+    page = browser.new_page()
+    with running(*serve) as (proc, line):
+        assert "octosync serving" in line
+        page.goto(page_url("counter", port))
+        expect(page.locator("#status"), "synced")
+        page.click("#plus")
+        expect(page.locator("#count"), "1")
+        expect(page.locator("#status"), "synced")
+        proc.send_signal(signal.SIGKILL)  # the server is gone, not stopped politely
+        proc.wait(timeout=30)
+        status = page.locator("#status")
+        expect(status, re.compile(r"^offline: 0 clicks pending"))
+        for _ in range(3):
+            page.click("#plus")
+        expect(status, re.compile(r"^offline: 3 clicks pending, kept here"))
+        expect(page.locator("#count"), "4")
+    with running(*serve) as (_, line):  # back: the kept clicks land, and the page says so
+        assert "octosync serving" in line
+        expect(status, "synced")
+        fresh = browser.new_page()
+        fresh.goto(page_url("counter", port))
+        expect(fresh.locator("#count"), "4")
+        fresh.close()
+    page.close()

@@ -109,20 +109,22 @@ class JournalKeeper:
             watermark = read_watermark(self.export_dir)
         trimmed = 0
         covered = self.state.covered_through()
-        if self.export_dir is None:  # nothing to archive first: the checkpoints decide
-            watermark = covered
-        before = min(watermark, covered) + 1
+        archived = covered if self.export_dir is None else watermark  # no archive: checkpoints
+        before = min(archived, covered) + 1
         ops_before = 1 if self.ops_covered is None else self.ops_covered() + 1
         moved = before > self.journal.trimmed_before() or (
             min(before, ops_before) > self.journal.ops_trimmed_before()
         )
         if self.trim and moved:
             trimmed = self.journal.trim(
-                before, exported_through=watermark, ops_before=ops_before
+                before, exported_through=archived, ops_before=ops_before
             ).deleted
         compacted = 0
         if self.plane_compact_records is not None:
-            compacted = compact_planes(self.journal, min_records=self.plane_compact_records)
+            exported_to = None if self.export_dir is None else watermark
+            compacted = compact_planes(
+                self.journal, min_records=self.plane_compact_records, through=exported_to
+            )
         return RoundReport(
             folded,
             len(due),
