@@ -434,3 +434,10 @@ def test_help_still_prints_the_usage() -> None:
     ran = octosync("serve", "--help")
     assert ran.code == 0
     assert "--port" in ran.out
+
+
+def test_every_parser_answers_a_usage_mistake_in_one_line() -> None:
+    parsers = list(_parsers(build_parser()))
+    assert len(parsers) > 20
+    plain = [p.prog for p in parsers if "error" not in vars(p)]
+    assert plain == []  # every parser's error is cli_mistakes' one line, not argparse's usage
