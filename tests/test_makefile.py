@@ -9,22 +9,19 @@ stood in for); the slow one installs the base package for real into a fresh venv
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_tool
 
 EXTRAS = "dev,pipeline,cluster,search,vector,sql"
 
 
 def _make(*args: str) -> subprocess.CompletedProcess[str]:
-    make = shutil.which("make")
-    if make is None:
-        pytest.skip("make is not installed")
+    make = require_tool("make", "the Makefile's targets")
     return subprocess.run(
         [make, "--no-print-directory", "-C", str(ROOT), *args],
         capture_output=True,

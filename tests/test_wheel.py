@@ -5,7 +5,6 @@ Python block against it, and the JavaScript client and the inspector served from
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from octosync import __version__
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_tool
 from tests.e2e.helpers import free_port, running
 from tests.test_readme import blocks
 
@@ -29,9 +28,7 @@ def _quickstart_python() -> str:
 
 @pytest.mark.slow
 def test_the_wheel_installs_into_an_empty_venv_and_serves_the_quickstart(tmp_path: Path) -> None:
-    make = shutil.which("make")
-    if make is None:
-        pytest.skip("make is not installed")
+    make = require_tool("make", "make wheel")
     dist = tmp_path / "dist"
     venv_of_tests = Path(sys.prefix)
     built = subprocess.run(
