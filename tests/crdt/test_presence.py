@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.crdt.presence import ExpiringValue, PeerValues
@@ -53,6 +53,7 @@ def test_ephemeral_fixture() -> None:
         assert changed == want["invalidates"]["value"]
 
 
+@settings(deadline=None)
 @given(
     st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3), st.integers(0, 5)), max_size=30),
     st.integers(1, 10),

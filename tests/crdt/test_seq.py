@@ -145,6 +145,7 @@ digits = st.lists(st.integers(0, BASE - 1), min_size=1, max_size=6).map(
 )
 
 
+@settings(deadline=None)
 @given(digits, digits, st.integers(1, 2**53 - 1))
 def test_a_placed_position_falls_strictly_between_its_neighbours(
     a: tuple[int, ...], b: tuple[int, ...], peer: int
@@ -195,6 +196,7 @@ def longest_run(seq: list[int]) -> int:
     return max(best, default=0)
 
 
+@settings(deadline=None)
 @given(
     st.lists(st.integers(0, 30), unique=True, max_size=20),
     st.randoms(use_true_random=False),
@@ -502,3 +504,15 @@ def test_a_removal_stays_removed_whatever_edit_or_move_was_made_at_once() -> Non
     a.merge(b.take_outgoing())
     b.merge(a.take_outgoing())
     assert a.list("l").value == b.list("l").value == ("y", "z")
+
+
+def test_a_documents_values_include_its_lists_in_order() -> None:
+    """What the pipeline and the inspector show of a document (``document_values``)."""
+    from octosync.crdt.shared import document_values
+
+    walls = iter(range(1, 100))
+    state = SharedState(7, walls.__next__)
+    ops = [*state.list_insert("todo", 0, "b"), *state.list_insert("todo", 0, "a")]
+    ops += [*state.list_insert("todo", 2, "c"), *state.list_delete("todo", 1)]
+    ops.append(state.add("clicks", 2))
+    assert document_values(reversed(ops)) == [("clicks", "pn", 2), ("todo", "list", ["a", "c"])]

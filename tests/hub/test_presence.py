@@ -5,7 +5,7 @@ before anything is taken."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.crdt.entries import node_of
@@ -82,6 +82,7 @@ def test_bounds_refuse_before_anything_is_taken() -> None:
     assert rooms.live("doc") == ()
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 4), st.integers(0, 3)), max_size=25))
 def test_every_ending_is_stamped_above_what_it_ends(steps: list[tuple[int, int, int]]) -> None:
     rooms = PresenceRooms(ttl=2)

@@ -492,3 +492,24 @@ def _between(lo: Element | None, hi: Element | None, peer: int) -> Position:
     if low is not None and high is not None and low >= high:
         high = None
     return place(low, high, peer)
+
+
+_LIST_KIND_TAGS = frozenset({"lp", "lv", "ld"})
+
+
+def document_values(ops: Iterable[CrdtOp]) -> list[tuple[str, str, Any]]:
+    """Every value a document's entries hold, read by its kind: ``(name, kind, value)`` sorted
+    by name and kind (a counter's sum, a register's value, an MV register's concurrent values
+    as a list, a map's live fields, a list's values in order). What the pipeline and the
+    inspector show of a document,
+    folded exactly as a replica reads it; entries of other plane users are left out."""
+    state = SharedState(1, lambda: 0)
+    state.receive(ops)
+    out = []
+    for name in sorted(state._by_name):
+        tags = {rest.split("/", 1)[0] for rest in state._by_name[name]}
+        kinds = sorted({"list" if tag in _LIST_KIND_TAGS else tag for tag in tags})
+        for kind in kinds:
+            value = state.read(name, kind)
+            out.append((name, kind, list(value) if kind in ("mv", "list") else value))
+    return out
