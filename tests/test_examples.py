@@ -318,3 +318,52 @@ def test_todo_ticking_and_renaming_one_item_at_once_keeps_both(
         fresh.close()
     ada.close()
     bob.close()
+
+
+def test_todo_reorders_by_drag_and_two_drags_of_one_item_keep_one_copy(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The order is a shared list of the item ids: a drag in one tab moves the item in every
+    tab; the same item dragged to two places in two tabs while the server is down ends in one
+    place, once, in both, and every item is still there."""
+    port = free_port()
+    serve = ("serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path))
+    ada, bob = browser.new_page(), browser.new_page()
+    items = lambda page: page.locator("#items li span")  # noqa: E731
+    item = lambda page, text: page.locator("#items li", has_text=text)  # noqa: E731
+    with running(*serve) as (proc, line):
+        assert "octosync serving" in line
+        for page in (ada, bob):
+            page.goto(page_url("todo", port))
+            expect(page.locator("#status"), "synced")
+        for text in ("one", "two", "three", "four"):
+            ada.fill("#text", text)
+            ada.press("#text", "Enter")
+        for page in (ada, bob):
+            expect(items(page), ["one", "two", "three", "four"])
+        item(bob, "four").drag_to(item(bob, "one"))  # four to the top
+        for page in (ada, bob):
+            expect(items(page), ["four", "one", "two", "three"])
+            expect(page.locator("#status"), "synced")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    for page in (ada, bob):
+        expect(page.locator("#status"), re.compile(r"^offline"))
+    item(ada, "one").drag_to(item(ada, "three"))  # ada: one to the bottom
+    item(bob, "one").drag_to(item(bob, "four"))  # bob: one to the top
+    expect(items(ada), ["four", "two", "three", "one"])
+    expect(items(bob), ["one", "four", "two", "three"])
+    with running(*serve) as (_, line):
+        assert "octosync serving" in line
+        for page in (ada, bob):
+            expect(page.locator("#status"), "synced")
+        final = items(ada).all_text_contents()
+        assert sorted(final) == ["four", "one", "three", "two"]  # one copy of each
+        assert final in (["four", "two", "three", "one"], ["one", "four", "two", "three"])
+        expect(items(bob), final)
+        fresh = browser.new_page()
+        fresh.goto(page_url("todo", port))
+        expect(items(fresh), final)
+        fresh.close()
+    ada.close()
+    bob.close()

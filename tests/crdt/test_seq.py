@@ -266,11 +266,20 @@ def test_only_the_minting_peer_creates_an_element() -> None:
     assert (err.path, "peer 8" in str(err)) == ("ops[0].key", True)
     assert isinstance(refused(entry("todo/lv/8.5.0", "forged")), Forbidden)
     assert isinstance(refused(entry("todo/ld/8.5.0", True)), Forbidden)
-    # once peer 8's element exists, any writer moves, sets or removes it
-    held = entry("todo/lp/8.5.0", [9, 0, 17], peer=8)
-    check_op(entry("todo/lp/8.5.0", [3, 0, 15]), 7, held, "ops[0]")
-    check_op(entry("todo/lv/8.5.0", "y"), 7, entry("todo/lv/8.5.0", "x", 8), "ops[0]")
-    check_op(entry("todo/ld/8.5.0", True), 7, entry("todo/ld/8.5.0", True, 8), "ops[0]")
+    # once peer 8's element exists, any writer moves, sets or removes it, even an entry of
+    # it nobody wrote yet (a removal's, say)
+    held = {
+        "todo/lp/8.5.0": entry("todo/lp/8.5.0", [9, 0, 17], peer=8),
+        "todo/lv/8.5.0": entry("todo/lv/8.5.0", "x", peer=8),
+    }
+    for key, state in (("todo/lp/8.5.0", [3, 0, 15]), ("todo/lv/8.5.0", "y")):
+        check_op(entry(key, state), 7, held[key], "ops[0]", held.get)
+    check_op(entry("todo/ld/8.5.0", True), 7, None, "ops[0]", held.get)
+    only_value = {"todo/lv/8.5.0": held["todo/lv/8.5.0"]}.get
+    check_op(entry("todo/ld/8.5.0", True), 7, None, "ops[0]", only_value)
+    nothing: dict[str, CrdtOp] = {}
+    with pytest.raises(Forbidden):
+        check_op(entry("todo/ld/8.5.0", True), 7, None, "ops[0]", nothing.get)
 
 
 @pytest.mark.parametrize(

@@ -292,3 +292,22 @@ async def test_lazily_py_seqcrdt_edits_one_list_with_the_python_client(tmp_path:
         found = json.loads(out.decode().strip().splitlines()[-1])
         assert found["errors"] == []
         assert tuple(found["values"]) == lst.value == ("P0", "B", "a", "L1")
+
+
+async def test_a_writer_moves_sets_and_removes_another_writers_elements(tmp_path: Path) -> None:
+    """Creating an element is its minting peer's alone; editing one is anyone's: a removal
+    writes an entry the element never had, and is accepted."""
+    async with serve(tmp_path) as srv:
+        ann = SharedDocument(srv.ws_url, "shared", peer=61)
+        bob = SharedDocument(srv.ws_url, "shared", peer=62)
+        async with ann, bob:
+            for v in ("a", "b", "c"):
+                ann.list("l").push(v)
+            await ann.synced(TIMEOUT)
+            await bob.wait_until(lambda: len(bob.list("l")) == 3, TIMEOUT)
+            bob.list("l").delete(0)  # ann's element
+            bob.list("l").set(0, "B")
+            bob.list("l").move(1, 0)
+            await bob.synced(TIMEOUT)
+            assert bob.errors == []
+            await ann.wait_until(lambda: ann.list("l").value == ("c", "B"), TIMEOUT)

@@ -132,7 +132,7 @@ class Kind:
     """The segments' names, for error messages (``PEER`` for the owner)."""
     minted: int | None = None
     """Which segment (if any) is an element id minted under a peer (``PEER.WALL.LOGICAL``):
-    only that peer may create the entry; once it exists, any writer may replace it."""
+    only that peer creates the element; once it exists, any writer writes its entries."""
 
     @property
     def shape(self) -> str:
@@ -188,11 +188,14 @@ def check_op(
     writer: int,
     held: CrdtOp | None,
     path: str,
+    lookup: Callable[[str], CrdtOp | None] | None = None,
 ) -> None:
     """Refuse an op ``writer`` may not send: a malformed key or state of a known kind, an entry
-    another peer owns, or a grow-only entry made smaller. ``held`` is the entry the receiver
-    holds now (or the frame's earlier op for the same entry); an op that would not replace it
-    changes nothing and is let through (a resend after a lost acknowledgement)."""
+    another peer owns, a grow-only entry made smaller, or an element of another peer's that
+    does not exist. ``held`` is the entry the receiver holds now (or the frame's earlier op for
+    the same entry); an op that would not replace it changes nothing and is let through (a
+    resend after a lost acknowledgement). ``lookup`` finds another entry of the same node by
+    key, as ``held`` was found (without it, no element of another peer's exists)."""
     layout = layout_of(op)
     if layout is None:
         return
@@ -223,7 +226,7 @@ def check_op(
                 f"canonical decimals)",
                 path=f"{path}.key",
             )
-        if held is None and minter != writer:
+        if held is None and minter != writer and not _exists(layout.name, element, lookup):
             raise Forbidden(
                 f"element {element!r} is minted by peer {minter}: only it creates it, and "
                 f"this writer is peer {writer}",
@@ -243,6 +246,14 @@ def check_op(
             f"entry {op.key!r} may only grow: {old!r} cannot become {new!r}",
             path=f"{path}.state",
         )
+
+
+def _exists(name: str, element: str, lookup: Callable[[str], CrdtOp | None] | None) -> bool:
+    """Whether its minting peer created list element ``element`` (its position or value is
+    held): then any writer may move, set or remove it."""
+    if lookup is None:
+        return False
+    return any(lookup(f"{name}/{tag}/{element}") is not None for tag in ("lp", "lv"))
 
 
 def _inline(op: CrdtOp) -> bytes:
