@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from octosync.crdt.entries import check_op, node_of
+from octosync.crdt.plane import PlaneReplica
 from octosync.crdt.replicated import Replicated
 from octosync.crdt.seq import BASE, MAX_DIGITS, between, diff, id_peer, mint_id, place
 from octosync.crdt.shared import SharedState
@@ -363,6 +364,7 @@ class Lists(RuleBasedStateMachine):
         self.clock = 0
         self.docs = [Replicated(Context(), SharedState(peer, self._tick)) for peer in (3, 1, 2)]
         self.sent: list[list[CrdtOp]] = [[] for _ in self.docs]  # every op each replica wrote
+        self.server = PlaneReplica()
         self.inbox: list[list[CrdtOp]] = [[] for _ in self.docs]
         self.inserted: set[str] = set()
         self.edits = [0 for _ in self.docs]
@@ -378,6 +380,16 @@ class Lists(RuleBasedStateMachine):
 
     def _wrote(self, i: int) -> None:
         ops = self.docs[i].take_outgoing()
+        for op in ops:  # the server's write check, against everything sent before
+            node = op.slot_id
+            check_op(
+                op,
+                self.docs[i].state.peer,
+                self.server.get(node, op.key),
+                "ops[0]",
+                lambda key, node=node: self.server.get(node, key),
+            )
+            self.server.apply(op)
         self.sent[i] += ops
         for j in range(len(self.docs)):
             if j != i:
