@@ -211,6 +211,13 @@ export interface ListChange<T = unknown> {
   set: { index: number; value: T }[];
 }
 
+/** A position between two list positions (null: the start or the end), as octosync.crdt.seq.between. */
+export function positionBetween(lo: number[] | null, hi: number[] | null): number[];
+/** The position a peer gives a list element between two others: positionBetween, then the peer's two digits. */
+export function placePosition(lo: number[] | null, hi: number[] | null, peer: number): number[];
+/** What changed between two orders of [id, value] pairs (what SharedList's "edit" events carry). */
+export function listChange<T = unknown>(before: [string, T][], after: [string, T][]): ListChange<T>;
+
 /** A list of a shared document (the move-aware sequence): the Python client's names. */
 export class SharedList<T = unknown> implements Iterable<T> {
   readonly name: string;
