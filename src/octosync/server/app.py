@@ -31,12 +31,14 @@ from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
 from octosync.server.token_exchange import TokenExchange
+from octosync.server.yjs_face import yjs_face
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.op_events import OpSource
 from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
+from octosync.store.yjs_compaction import restore_yjs
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
     from octosync.links.cluster_link import ClusterLink
@@ -144,6 +146,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
         restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
+        restore_yjs(writer.journal, yjs_face(runtime).core)  # the /yjs face's documents
         runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
     planes_link: PlanesLink | None = None

@@ -70,6 +70,7 @@ from octosync.store.records import (
     KIND_FRAME,
     KIND_OP,
     KIND_PLANE,
+    KIND_YJS,
     EncodedRecord,
     Record,
     StreamCheckpoint,
@@ -555,9 +556,9 @@ class Journal:
                     conn.execute("BEGIN IMMEDIATE")
                     cur = conn.execute(
                         "DELETE FROM journal WHERE seq IN "
-                        "(SELECT seq FROM journal WHERE seq < ? AND kind != ? "
+                        "(SELECT seq FROM journal WHERE seq < ? AND kind NOT IN (?, ?) "
                         "AND (kind != ? OR seq < ?) ORDER BY seq LIMIT ?)",
-                        (before, KIND_PLANE, KIND_OP, ops_cut, _TRIM_CHUNK),
+                        (before, KIND_PLANE, KIND_YJS, KIND_OP, ops_cut, _TRIM_CHUNK),
                     )
                     count = cur.rowcount
                     deleted += count

@@ -28,6 +28,7 @@ from octosync.hub.core import Hub
 from octosync.store.journal import Durability, Journal
 from octosync.store.plane_compaction import compact_planes
 from octosync.store.recovery import JournalState, RecoveryReport
+from octosync.store.yjs_compaction import compact_yjs
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class JournalKeeper:
         compacted = 0
         if self.plane_compact_records is not None:
             compacted = compact_planes(self.journal, min_records=self.plane_compact_records)
+            compacted += compact_yjs(self.journal, min_records=self.plane_compact_records)
         return RoundReport(
             folded,
             len(due),
