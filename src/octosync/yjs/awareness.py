@@ -6,7 +6,8 @@ state at the same clock (a removal). The server keeps which connection sent each
 states, so a connection that closes has its clients removed the y-protocols way (clock + 1,
 null state) for everyone else. A connection speaks for at most ``max_clients`` clients, a
 state is at most ``max_state_bytes`` of JSON (checked: a peer's ``JSON.parse`` must not
-throw), and another connection's client is not taken over.
+throw), and another connection's client is not taken over: its entries are skipped, not
+refused, because y-websocket's provider sends on every change it hears, others' included.
 """
 
 from __future__ import annotations
@@ -94,14 +95,12 @@ class DocumentAwareness:
         """Take ``conn``'s entries; returns those that changed something (to fan out).
         Refuses the whole message (nothing taken) when it breaks a bound."""
         mine = self.owned.get(conn, set())
-        new = {e.client for e in entries if e.client not in mine and e.state != NULL}
-        for client in new:
-            holder = self.known.get(client)
-            if holder is not None and holder.owner != conn:
-                raise MalformedYjsMessage(
-                    f"awareness client {client} belongs to another connection",
-                    path="$.awareness",
-                )
+        known = self.known
+        new = {
+            e.client
+            for e in entries
+            if e.client not in mine and e.state != NULL and e.client not in known
+        }
         if len(mine | new) > self.max_clients:
             raise YjsUpdateTooLarge(
                 f"a connection speaks for at most {self.max_clients} awareness clients",
@@ -109,24 +108,24 @@ class DocumentAwareness:
             )
         taken = []
         for entry in entries:
-            known = self.known.get(entry.client)
-            if known is not None and known.owner != conn:
-                continue  # another connection's client: not ours to change
-            current = known.clock if known is not None else self.removed.get(entry.client, 0)
+            held = known.get(entry.client)
+            if held is not None and held.owner != conn:
+                continue  # another connection's client (y-websocket relays what it hears)
+            current = held.clock if held is not None else self.removed.get(entry.client, 0)
             removal = entry.state == NULL
             if not (
-                current < entry.clock or (removal and known is not None and current == entry.clock)
+                current < entry.clock or (removal and held is not None and current == entry.clock)
             ):
                 continue
             if removal:
-                if known is None:
+                if held is None:
                     self._forget(entry.client, entry.clock)
                     continue
-                del self.known[entry.client]
+                del known[entry.client]
                 mine.discard(entry.client)
                 self._forget(entry.client, entry.clock)
             else:
-                self.known[entry.client] = _Known(entry.clock, entry.state, conn)
+                known[entry.client] = _Known(entry.clock, entry.state, conn)
                 self.removed.pop(entry.client, None)
                 mine.add(entry.client)
             taken.append(entry)
