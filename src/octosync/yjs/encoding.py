@@ -51,14 +51,12 @@ class Reader:
         start = self.at
         while True:
             if self.at >= len(data):
-                raise MalformedYjsMessage(f"{what}: the message ends inside a number", path=what)
+                raise MalformedYjsMessage("the message ends inside a number", path=what)
             byte = data[self.at]
             self.at += 1
             value |= (byte & 0x7F) << shift
             if value > MAX_VAR_UINT:
-                raise MalformedYjsMessage(
-                    f"{what}: the number at byte {start} is past 2^53", path=what
-                )
+                raise MalformedYjsMessage(f"the number at byte {start} is past 2^53", path=what)
             if byte < 0x80:
                 return value
             shift += 7
@@ -68,7 +66,7 @@ class Reader:
         end = self.at + n
         if end > len(self.data):
             raise MalformedYjsMessage(
-                f"{what}: {n} bytes announced, {len(self.data) - self.at} left", path=what
+                f"{n} bytes announced, {len(self.data) - self.at} left", path=what
             )
         chunk = self.data[self.at : end]
         self.at = end
@@ -79,11 +77,11 @@ class Reader:
         try:
             return raw.decode()
         except UnicodeDecodeError:
-            raise MalformedYjsMessage(f"{what}: not UTF-8", path=what) from None
+            raise MalformedYjsMessage("not UTF-8", path=what) from None
 
     def end(self, what: str) -> None:
         """Nothing may follow the message's last field."""
         if not self.done:
             raise MalformedYjsMessage(
-                f"{what}: {len(self.data) - self.at} bytes after the message's end", path=what
+                f"{len(self.data) - self.at} bytes after the message's end", path=what
             )
