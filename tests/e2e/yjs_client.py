@@ -8,6 +8,7 @@ import aiohttp
 from pycrdt import Doc, Map, Text
 
 from octosync.yjs import messages as m
+from octosync.yjs.encoding import write_var_string
 
 TIMEOUT = 10.0
 
@@ -42,3 +43,27 @@ def view(doc: Doc[Any]) -> dict[str, Any]:
     text = doc.get("text", type=Text)
     mapping = doc.get("map", type=Map)
     return {"text": str(text), "map": dict(sorted(mapping.to_py().items()))}
+
+
+def auth_token(address: str, token: str) -> bytes:
+    """Hocuspocus's auth message for ``address``."""
+    out = bytearray((m.AUTH, m.AUTH_TOKEN))
+    write_var_string(out, token)
+    return m.address_prefix(address) + bytes(out)
+
+
+async def open_hocuspocus(ws: aiohttp.ClientWebSocketResponse, name: str, token: str = "") -> bytes:
+    """Open ``name`` on a Hocuspocus socket; returns the server's answer (``Authenticated``
+    with its scope, or ``PermissionDenied``) without the address."""
+    await ws.send_bytes(auth_token(name, token))
+    return await next_body(ws, m.address_prefix(name))
+
+
+def edit(doc: Doc[Any], text: str, key: str | None = None) -> bytes:
+    """Insert ``text`` at the start of ``doc``'s text (and set ``key`` in its map): the update."""
+    before = doc.get_state()
+    doc.get("text", type=Text).insert(0, text)
+    if key is not None:
+        doc.get("map", type=Map)[key] = text
+    update: bytes = doc.get_update(before)
+    return update
