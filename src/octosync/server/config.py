@@ -125,8 +125,9 @@ class ServerConfig:
     topgun_queries_per_connection: int = 64
     topgun_queries_per_map: int = 1024
     plane_compact_records: int = 10_000
-    """A shared document's journal records past which a maintenance round replaces them by
-    the entries they merge to (``store.plane_compaction``)."""
+    """A shared document's (or Yjs document's) journal records past which a maintenance round
+    replaces them by the entries (the one update) they merge to (``store.plane_compaction``,
+    ``store.yjs_compaction``)."""
     tls_cert: Path | None = None
     """PEM certificate (chain) for TLS on every listener; with ``tls_key``: every face over
     ``wss://`` and the TCP ports over TLS (``server.tls``). None: plain HTTP and TCP."""
@@ -534,8 +535,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
             "plane_compact_records",
             int,
             range=Range(1000, 1_000_000_000),
-            doc="A shared document's journal records past which a round compacts them to "
-            "the document's entries.",
+            doc="A shared document's (or Yjs document's) journal records past which a round "
+            "compacts them to the document's entries (one merged update).",
         ),
         "topgun_gc_age": Key(
             _NUMBER,

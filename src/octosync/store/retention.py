@@ -41,7 +41,8 @@ class RoundReport(msgspec.Struct, frozen=True):
     through_seq: int
     trimmed_before: int
     plane_records_compacted: int = 0
-    """Shared documents' journal records replaced by the entries they merge to."""
+    """Shared documents' journal records replaced by the entries they merge to (and Yjs
+    documents' by the one update they merge to)."""
 
 
 class JournalKeeper:
@@ -58,8 +59,9 @@ class JournalKeeper:
         plane_compact_records: int | None = None,
     ) -> None:
         """``ops_covered()``: the last seq whose op records a compaction holds (0: none);
-        ``plane_compact_records``: compact a shared document's history once it has this many
-        records (``store.plane_compaction``; None: never)."""
+        ``plane_compact_records``: compact a shared document's history (and a Yjs document's)
+        once it has this many records (``store.plane_compaction``, ``store.yjs_compaction``;
+        None: never)."""
         self.journal = journal
         self.state = state
         self.export_dir = export_dir
