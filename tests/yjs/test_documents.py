@@ -51,6 +51,10 @@ def test_refusals_change_nothing() -> None:
     for bad in (b"", b"\x01", b"\x05\x01\x02", edit("abc")[:-3]):
         with pytest.raises(MalformedYjsMessage):
             core.check(1, "d", bad)
+    huge = m.var_uint(2**28)  # Yrs would size a table for 2^28 clients before failing
+    for bad in (huge, huge + b"\x00" * 40):
+        with pytest.raises(MalformedYjsMessage, match="announced"):  # refused before pycrdt
+            core.check(1, "d", bad)
     assert core.document("d").doc.get_state() == b"\x00"
 
 
@@ -69,6 +73,9 @@ def test_a_late_joiner_gets_the_whole_document_as_one_update() -> None:
     assert str(joiner.get("text", type=Text)) == "three two one "
     with pytest.raises(MalformedYjsMessage):
         core.answer_step1("d", b"\xff\xff")
+    for bad in (m.var_uint(2**28), m.var_uint(3) + b"\x01\x01"):
+        with pytest.raises(MalformedYjsMessage, match="announced"):
+            core.answer_step1("d", bad)
 
 
 def test_leaving_sends_the_awareness_removal_to_the_others() -> None:

@@ -21,6 +21,7 @@ from pycrdt import Doc
 from octosync.errors import MalformedYjsMessage, ReadOnlyDocument, YjsUpdateTooLarge
 from octosync.yjs import messages as m
 from octosync.yjs.awareness import DocumentAwareness, decode_entries, encode_entries
+from octosync.yjs.encoding import Reader
 
 
 class Limits(msgspec.Struct, frozen=True):
@@ -66,8 +67,22 @@ class Document:
         return tuple(c for c in self.members if c != conn)
 
 
+def check_count(data: bytes, per_entry: int, path: str) -> None:
+    """The leading count of an update (its clients) or a state vector (its entries) fits the
+    bytes that follow, ``per_entry`` at least each. Yrs sizes a table by that count before it
+    reads a byte more: five bytes claiming 2^28 clients cost half a gigabyte and half a
+    second, so it is refused here first."""
+    reader = Reader(data)
+    n = reader.var_uint(path)
+    if n * per_entry > len(data) - reader.at:
+        raise MalformedYjsMessage(
+            f"{n} entries announced in {len(data) - reader.at} bytes", path=path
+        )
+
+
 def read_update(update: bytes, path: str = "$.update") -> None:
     """pycrdt reads ``update`` (on a scratch document), or ``MalformedYjsMessage``."""
+    check_count(update, 3, path)  # each client: its struct count, id and clock
     try:
         Doc().apply_update(update)
     except Exception as exc:  # pycrdt raises ValueError; anything it raises is a refusal
@@ -118,6 +133,7 @@ class YjsDocuments:
 
     def answer_step1(self, name: str, state_vector: bytes) -> bytes:
         """Step 2: the whole of what the peer lacks, as one update (a late joiner's state)."""
+        check_count(state_vector, 2, "$.state_vector")  # each entry: a client and a clock
         try:
             update: bytes = self.document(name).doc.get_update(state_vector)
         except Exception as exc:
