@@ -69,6 +69,29 @@ async def test_awareness_reaches_the_others_and_is_removed_when_its_connection_c
         await b.close()
 
 
+async def test_stateless_strings_go_to_the_other_hocuspocus_connections_only(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
+        a = await http.ws_connect(f"{srv.ws_url}/yjs")
+        b = await http.ws_connect(f"{srv.ws_url}/yjs")
+        y = await http.ws_connect(f"{srv.ws_url}/yjs/notes")
+        await next_body(y)
+        for ws in (a, b):
+            await open_hocuspocus(ws, "notes")
+        await a.send_bytes(NOTES + m.stateless('{"ping":1}'))
+        assert await next_body(b, NOTES) == m.stateless('{"ping":1}')
+        await a.send_bytes(NOTES + bytes((m.CLOSE,)))  # a detaches from notes
+        await b.send_bytes(NOTES + m.stateless("back"))
+        await y.send_bytes(m.sync_step1(b"\x00"))  # y-websocket heard no stateless message
+        assert m.decode_y_websocket(await next_body(y)) == m.SyncStep2(m.EMPTY_UPDATE)
+        await a.send_bytes(NOTES + m.sync_step1(b"\x00"))  # dropped: a closed notes
+        await a.send_bytes(m.address_prefix("x") + m.sync_step1(b"\x00"))  # never opened
+        assert await open_hocuspocus(a, "notes") == m.authenticated(False)  # only this answers
+        for ws in (a, b, y):
+            await ws.close()
+
+
 def tokens() -> dict[str, str]:
     return {
         "writer": issue_token(SECRET, "w", {}, yjs={"notes": ["read", "write"]}),

@@ -140,6 +140,7 @@ class HocuspocusSession:
         elif isinstance(body, m.CloseDocument):
             del self.open[address]
             self.read_only.discard(address)
+            self._identities.pop(address, None)
             self.yjs.send(core.leave(self.conn, name))
 
     def _confirm(self, name: str) -> Callable[[], None]:
