@@ -23,6 +23,7 @@ from tests.browser.support import chromium
 from tests.conftest import ROOT, missing, node_executable
 from tests.e2e.helpers import free_port, running
 from tests.e2e.yjs_client import read_document
+from tests.test_examples import example
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -91,8 +92,10 @@ def test_two_tabs_edit_and_what_was_saved_survives_kill_9(
     port = free_port()
     data = tmp_path / "var"
     url = (built / "index.html").as_uri() + f"?server=ws://127.0.0.1:{port}&doc=tiptap"
-    with serve(port, data) as (proc, line):
+    seed = ("--url", f"ws://127.0.0.1:{port}/yjs", "--doc", "tiptap")
+    with serve(port, data) as (proc, line), example("editor", "seed.py", *seed) as ready:
         assert "octosync serving" in line
+        assert ready.startswith("editor document 'tiptap' ready")
         ada, bob = browser.new_page(), browser.new_page()
         ada.goto(url + "&user=ada")
         bob.goto(url + "&user=bob")
@@ -105,7 +108,7 @@ def test_two_tabs_edit_and_what_was_saved_survives_kill_9(
             bob.keyboard.type(b)
         for page in (ada, bob):
             expect(page.locator("#status"), "saved")
-        words = ("ada", "types", "here.", "bob", "too", "now.")
+        words = ("Welcome", "ada", "types", "here.", "bob", "too", "now.")  # seed.py's too
         same = text_of(ada)
         bob.wait_for_function(
             "expected => window.example.editor.getText() === expected", arg=same, timeout=WAIT_MS
