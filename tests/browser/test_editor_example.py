@@ -20,13 +20,13 @@ import pytest
 from pycrdt import XmlFragment
 
 from tests.browser.support import chromium
-from tests.conftest import ROOT, missing, node_executable
+from tests.conftest import ROOT, missing, node_executable, require_module
 from tests.e2e.helpers import free_port, running
 from tests.e2e.yjs_client import read_document
 from tests.test_examples import example
 
 pytestmark = pytest.mark.browser
-playwright_api = pytest.importorskip("playwright.sync_api")
+playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
 EXAMPLE = ROOT / "examples" / "editor"
 CACHE = Path.home() / ".cache" / "octosync" / "editor-example"
 WAIT_MS = 20_000
