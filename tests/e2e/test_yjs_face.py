@@ -125,6 +125,10 @@ async def test_tokens_grant_read_and_write_per_document(tmp_path: Path) -> None:
             await next_body(r)
             await r.send_bytes(m.sync_step2(m.EMPTY_UPDATE))  # nothing new: fine
             await r.send_bytes(m.sync_update(edit(intruder, "nope", key="k")))
+            denied = await next_body(r)  # y-protocols' permission denied, then the close
+            assert denied == m.y_permission_denied(
+                "$.update: 'notes' is read-only for this connection"
+            )
             closed = await r.receive(timeout=5)
             assert (closed.type, r.close_code) == (aiohttp.WSMsgType.CLOSE, 1008)
         # Hocuspocus: opened read-only, an update answered SyncStatus false, in-band

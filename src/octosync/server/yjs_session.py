@@ -3,8 +3,9 @@
 Both carry y-protocols messages to one ``YjsFace``, so a document is the same whichever
 protocol opens it. y-websocket's connection is one document, named by its path; its
 credentials come with the upgrade (``?token=``), the server speaks first (its step 1, and the
-awareness states there are) and it has no error message: a refusal closes the connection
-with a code (``hub.policy``). Hocuspocus's socket carries many documents, each opened by an
+awareness states there are) and its only error message is y-protocols' permission denied
+(sent for a read-only document's update): a refusal closes the connection with a code
+(``hub.policy``). Hocuspocus's socket carries many documents, each opened by an
 auth message with a token (answered ``Authenticated`` with the scope, or
 ``PermissionDenied``); messages for an address that is not open are dropped unread; each
 update is confirmed by ``SyncStatus`` once committed, and refused in-band
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from octosync.errors import OctosyncError, Unauthorized
+from octosync.errors import AuthError, OctosyncError, ReadOnlyDocument, Unauthorized
 from octosync.hub.limits import MAX_STREAM_NAME
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import YJS, FaceName
@@ -72,11 +73,17 @@ class YWebsocketSession:
             self.outgoing.append(_frame(states or m.awareness(encode_entries([]))))
 
     def error_frame(self, err: OctosyncError) -> bytes:
-        """y-websocket has no error message: the close code is the refusal."""
+        """A permission refusal is y-protocols' permission-denied message (the provider logs
+        its reason); y-websocket has no other error message, so for the rest the close code
+        is the refusal."""
+        if isinstance(err, ReadOnlyDocument | AuthError):
+            return _frame(m.y_permission_denied(str(err)))
         return b""
 
     def send_error(self, err: OctosyncError) -> None:
-        return None
+        frame = self.error_frame(err)
+        if frame:
+            self.outgoing.append(frame)
 
     def close(self) -> None:
         self.yjs.send(self.yjs.core.leave(self.conn, self.name))

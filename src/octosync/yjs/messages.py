@@ -34,6 +34,7 @@ STEP1: Final = 0
 STEP2: Final = 1
 UPDATE: Final = 2
 # auth sub-types (y-protocols: 0 is permission denied; Hocuspocus: token, denied, authenticated)
+Y_PERMISSION_DENIED: Final = 0
 AUTH_TOKEN: Final = 0
 AUTH_DENIED: Final = 1
 AUTH_AUTHENTICATED: Final = 2
@@ -197,7 +198,16 @@ def authenticated(read_only: bool) -> bytes:
     return bytes(out)
 
 
+def y_permission_denied(reason: str) -> bytes:
+    """y-protocols' auth message: the one refusal a y-websocket provider understands (it
+    logs the reason)."""
+    out = bytearray((AUTH, Y_PERMISSION_DENIED))
+    write_var_string(out, reason)
+    return bytes(out)
+
+
 def permission_denied(reason: str) -> bytes:
+    """Hocuspocus's ``PermissionDenied`` (its auth sub-type 1, not y-protocols' 0)."""
     out = bytearray((AUTH, AUTH_DENIED))
     write_var_string(out, reason)
     return bytes(out)
