@@ -5,6 +5,7 @@ the document unchanged while others keep being served."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,20 @@ async def test_tokens_grant_read_and_write_per_document(tmp_path: Path) -> None:
             assert await next_body(h, team) == m.sync_status(True)
         after = view(await read_document(http, srv.ws_url, "notes", token["writer"]))
         assert after == before
+
+
+async def test_a_hocuspocus_socket_lasts_as_long_as_its_shortest_token(tmp_path: Path) -> None:
+    lasting = issue_token(SECRET, "a", {}, yjs={"*": ["read"]})
+    brief = issue_token(SECRET, "b", {}, yjs={"*": ["read"]}, exp=int(time.time()) + 2)
+    async with (
+        serve(tmp_path, insecure_dev=False, auth=AuthConfig(hs256_secret=SECRET)) as srv,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(f"{srv.ws_url}/yjs") as ws,
+    ):
+        assert await open_hocuspocus(ws, "one", lasting) == m.authenticated(True)
+        assert await open_hocuspocus(ws, "two", brief) == m.authenticated(True)
+        closed = await ws.receive(timeout=15)  # the second token's expiry closes the socket
+        assert (closed.type, ws.close_code) == (aiohttp.WSMsgType.CLOSE, 1008)
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,8 @@ class HocuspocusSession:
         self.max_frame = rt.max_frame
         self.outgoing: list[bytes] = []
         self.identity: ClaimGrants | None = None
-        """The first identity a document was opened with (its expiry closes the socket)."""
+        """The identity, of those the documents were opened with, whose token expires first:
+        its expiry closes the socket."""
         self.open: dict[str, str] = {}
         """Address -> document name, for the documents this socket opened."""
         self.read_only: set[str] = set()
@@ -188,8 +189,12 @@ class HocuspocusSession:
             return err.message
         if not identity.may(YJS, name, "read"):
             return f"no read grant on document {name!r}"
-        if self.identity is None:
-            self.identity = identity
+        held = self.identity
+        if held is None or (
+            identity.expires_at is not None
+            and (held.expires_at is None or identity.expires_at < held.expires_at)
+        ):
+            self.identity = identity  # the socket lasts as long as its shortest token
         self._identities[address] = identity
         return None
 
