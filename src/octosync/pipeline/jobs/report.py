@@ -1,6 +1,6 @@
 """``octosync pipeline report``: one HTML page (``OUT/index.html``) with a section each for
 CRDT ops, hot keys, concurrent writes, the server's stream frames, the chains its chain face
-relayed and its dataspaces, as PNG charts and CSV tables."""
+relayed, its dataspaces and its Yjs documents, as PNG charts and CSV tables."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from octosync.pipeline import charts
 from octosync.pipeline.inputs import read_dataset, read_frames, read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.transforms import activity as transforms
-from octosync.pipeline.transforms import chain, dataspace, traffic
+from octosync.pipeline.transforms import chain, dataspace, traffic, yjs
 
 
 class ReportResult(msgspec.Struct, frozen=True):
@@ -32,6 +32,8 @@ class ReportResult(msgspec.Struct, frozen=True):
     """Distinct state changes the chain face saw."""
     dataspace_events: int = 0
     """Assertions, retractions and messages the dataspaces took."""
+    yjs_updates: int = 0
+    """Yjs updates the ``/yjs`` face journaled (a compacted document's merge counts once)."""
 
 
 class _Section(msgspec.Struct):
@@ -120,6 +122,9 @@ def run(
         lifetimes = dataspace.lifetime_by_label(dataspace.assertion_lifetimes(ds_rows))
         lifetimes_pdf = lifetimes.toPandas()
         ds_rows.unpersist()
+        yjs_rows = read_dataset(spark, source, "yjs_updates")
+        yjs_per_minute = yjs.updates_per_minute(yjs_rows).toPandas()
+        n_yjs = int(yjs_per_minute["updates"].sum()) if len(yjs_per_minute) else 0
     with stage("charts and page", out, progress):
         drawn: list[str] = []
         axes: dict[str, tuple[int, int]] = {}
@@ -131,6 +136,7 @@ def run(
             _streams_section(per_stream, streams, frame_span, n_frames, out, drawn, tables, axes),
             _chain_section(n_events, n_states, by_device, by_name, latency, tables),
             _dataspace_section(n_ds, by_label, lifetimes_pdf, tables),
+            _yjs_section(n_yjs, yjs_per_minute, tables),
         ]
         for name, pdf in tables.items():
             pdf.to_csv(out / name, index=False)
@@ -143,7 +149,7 @@ def run(
             f"<h1>octosync journal report</h1>"
             f"<p>{html.escape(str(journal))}: {n_ops} distinct CRDT ops, {n_frames} stream "
             f"frames, {n_conflicts} concurrent writes, {n_events} chain events, {n_ds} "
-            f"dataspace events.</p>{body}</body></html>"
+            f"dataspace events, {n_yjs} Yjs updates.</p>{body}</body></html>"
         )
         (out / "index.html").write_text(page, encoding="utf-8")
     progress(f"report in {out / 'index.html'}")
@@ -157,6 +163,7 @@ def run(
         n_events,
         n_states,
         n_ds,
+        n_yjs,
     )
 
 
@@ -357,5 +364,22 @@ def _streams_section(
         _img("frames_per_second_by_stream.png", "stream frames per second"),
         _partial_note(shown),
         _table_html(listed, limit=len(listed)),
+    ]
+    return section
+
+
+def _yjs_section(n_updates: int, per_minute: Any, tables: dict[str, Any]) -> _Section:
+    section = _Section("Yjs documents", [])
+    if not n_updates:
+        section.body.append("<p>No Yjs updates in this journal (the <code>/yjs</code> face).</p>")
+        return section
+    listed = per_minute.assign(minute=[charts.utc_text(int(m)) for m in per_minute["minute_ms"]])[
+        ["document", "writer", "minute", "updates", "bytes"]
+    ]
+    tables["yjs_updates_per_minute.csv"] = listed
+    section.body += [
+        f"<p>{n_updates} updates the Yjs face journaled, per document, writer (a connection, "
+        "<code>run.connection</code>) and minute, with their size in bytes.</p>",
+        _table_html(listed),
     ]
     return section
