@@ -43,7 +43,13 @@ from octosync.server.face_names import (
     GrantTable,
 )
 from octosync.server.lazily_session import LazilySession
-from octosync.server.listings import dataspace_rows, document_rows, map_rows, stream_rows
+from octosync.server.listings import (
+    dataspace_rows,
+    document_rows,
+    map_rows,
+    stream_rows,
+    yjs_rows,
+)
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
@@ -217,6 +223,10 @@ def _maps(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
     return map_rows(rt.topgun.maps.store, identity)
 
 
+def _yjs_documents(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return yjs_rows(yjs_face(rt).core, identity)
+
+
 def _dataspaces(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
     return dataspace_rows(rt.started_relay(), identity)
 
@@ -277,6 +287,7 @@ FACES: tuple[Face, ...] = (
         route="/yjs",
         credentials="in_band",
         mount=_mount_yjs,
+        listings=(("yjs", _yjs_documents),),
     ),
 )
 """Every face, in the order the banner names them."""

@@ -62,6 +62,8 @@ class Document:
     doc: Doc[Any] = field(default_factory=Doc)
     members: dict[int, Member] = field(default_factory=dict)
     awareness: DocumentAwareness = field(default_factory=DocumentAwareness)
+    updates: int = 0
+    """Updates committed since the server started (the inspector lists it)."""
 
     def others(self, conn: int) -> tuple[int, ...]:
         return tuple(c for c in self.members if c != conn)
@@ -160,6 +162,7 @@ class YjsDocuments:
         """Journaled: apply, and send to every other member of the document."""
         doc = self.document(checked.document)
         doc.doc.apply_update(checked.update)
+        doc.updates += 1
         others = doc.others(checked.conn)
         if not others:
             return []
