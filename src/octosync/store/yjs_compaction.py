@@ -40,10 +40,10 @@ def restore_yjs(journal: Journal, documents: YjsRestorable) -> int:
     return len(names)
 
 
-def compact_document(journal: Journal, document: str) -> int:
-    """Replace one document's records by their merged update; returns how many went
-    (blocking: run it in a thread)."""
-    through = journal.latest_seq()
+def compact_document(journal: Journal, document: str, through: int | None = None) -> int:
+    """Replace one document's records with ``seq <= through`` (None: every one) by their
+    merged update; returns how many went (blocking: run it in a thread)."""
+    through = journal.latest_seq() if through is None else through
     updates = list(yjs_updates(journal, document, through))
     if len(updates) < 2:
         return 0
@@ -52,11 +52,12 @@ def compact_document(journal: Journal, document: str) -> int:
     return journal.replace_scoped(KIND_YJS, document, through, [record])
 
 
-def compact_yjs(journal: Journal, *, min_records: int) -> int:
-    """Compact every document with at least ``min_records`` records; returns how many
-    records went in all."""
+def compact_yjs(journal: Journal, *, min_records: int, through: int | None = None) -> int:
+    """Compact every document with at least ``min_records`` records, up to seq ``through``
+    (the export's watermark, so no update goes before it is exported; None: every record);
+    returns how many records went in all."""
     removed = 0
     for document in journal.scopes(KIND_YJS):
         if journal.count_scoped(KIND_YJS, document) >= min_records:
-            removed += compact_document(journal, document)
+            removed += compact_document(journal, document, through)
     return removed
