@@ -13,11 +13,12 @@ import pytest
 from octosync.errors import Overloaded
 from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
-from octosync.server.ports import JournalGate, Replicator, SignalPort, TopGunPort
+from octosync.server.ports import Replicator, SignalPort, TopGunPort
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
 from octosync.signaling import SignalingHub
-from octosync.store.records import EncodedRecord
+from octosync.store.commit_path import WRITE, Ask, Commit, refuse
+from octosync.store.storage_rules import JournalWritable, QueueRoom
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_services as sv
@@ -49,6 +50,27 @@ class Gate:
         return self.room
 
 
+class FakeCommits:
+    """The commit path with the real storage rules over ``Gate``; submissions recorded, and
+    a test runs a commit's after-commit effects (``then``) when it decides it committed."""
+
+    journaled = True
+
+    def __init__(self, gate: Gate) -> None:
+        self.rules = (JournalWritable(gate), QueueRoom(gate))
+        self.submitted: list[tuple[int, int, Callable[[], None]]] = []
+
+    def refuse(self, ask: Ask = WRITE) -> None:
+        refuse(self.rules, ask)
+
+    def submit(self, commit: Commit) -> None:
+        def then() -> None:
+            for effect in commit.after:
+                effect()
+
+        self.submitted.append((commit.conn, len(commit.records), then))
+
+
 class FakeTopGun:
     """``TopGunPort`` with the real core; deliveries and commits recorded."""
 
@@ -59,7 +81,7 @@ class FakeTopGun:
         self.insecure_dev = True
         self.max_frame = 1 << 20
         self.delivered: list[tuple[int, bytes]] = []
-        self.commits: list[tuple[int, int, Callable[[], None]]] = []
+        self.commits = FakeCommits(self.gate)
         self.flushes = 0
         self.binds: list[tuple[str | None, str | None, Callable[[Binding | None], None]]] = []
         self.bind_at_once = True
@@ -73,10 +95,6 @@ class FakeTopGun:
         else:
             self.binds.append((subject, presented, then))
 
-    @property
-    def writer(self) -> JournalGate | None:
-        return self.gate
-
     def authenticate(self, token: str | None) -> ClaimGrants:
         return ANONYMOUS_DEV
 
@@ -87,11 +105,6 @@ class FakeTopGun:
         for ob in out:
             for target in ob.targets:
                 self.deliver(target, ws_frame(ob.data, text=False))
-
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None:
-        self.commits.append((conn, len(records), then))
 
     def flush_soon(self) -> None:
         self.flushes += 1
@@ -121,7 +134,7 @@ def test_a_persisted_ack_and_the_replies_behind_it_wait_for_the_commit() -> None
     assert session.ready
     assert feed(session, batch(put("1", "k", "v", 10), write_concern="PERSISTED")) == []
     assert feed(session, tg.Ping(timestamp=5)) == []  # in order: behind the pending ack
-    ((conn, records, then),) = port.commits
+    ((conn, records, then),) = port.commits.submitted
     assert (conn, records) == (7, 1)
     assert port.delivered == []
     then()  # the journal committed
@@ -141,7 +154,7 @@ def test_a_write_is_refused_while_the_journal_has_no_room() -> None:
     port.gate.room = False
     with pytest.raises(Overloaded):
         feed(session, batch(put("1", "k", "v", 10), write_concern="APPLIED"))
-    assert port.commits == []
+    assert port.commits.submitted == []
     assert port.topgun.maps.live_items("users") == {}
 
 

@@ -6,7 +6,7 @@ import difflib
 import ipaddress
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -16,6 +16,7 @@ from octosync.hub.limits import Limits
 from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
 from octosync.server.auth import AuthConfig, ExchangeProvider, role_tables
 from octosync.signaling import SignalingPolicy
+from octosync.store.storage_rules import Setting, StorageSettings
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class ServerConfig:
     ``wss://`` and the TCP ports over TLS (``server.tls``). None: plain HTTP and TCP."""
     tls_key: Path | None = None
     """The certificate's PEM private key."""
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    """The storage rules' settings (``[storage]``, declared in ``store.storage_rules``)."""
 
     @property
     def scheme(self) -> str:
@@ -396,6 +399,23 @@ def _map_names(setting: str) -> Callable[[ServerConfig, list[Any], Path], Server
         return replace(cfg, **{setting: names})  # type: ignore[arg-type]
 
     return apply
+
+
+def _storage_keys() -> dict[str, Key]:
+    """``[storage]``: one key per ``StorageSettings`` field, from its ``setting(...)``."""
+    keys: dict[str, Key] = {}
+    for f in fields(StorageSettings):
+        declared: Setting = f.metadata["setting"]
+        types: tuple[type, ...] = _NUMBER if f.type in ("float", float) else (int,)
+        bounds = None
+        if declared.low is not None and declared.high is not None:
+            bounds = Range(declared.low, declared.high)
+
+        def apply(cfg: ServerConfig, value: Any, _p: Path, name: str = f.name) -> ServerConfig:
+            return replace(cfg, storage=replace(cfg.storage, **{name: value}))
+
+        keys[f.name] = Key(types, apply, range=bounds, doc=declared.doc, field=f"storage.{f.name}")
+    return keys
 
 
 _NUMBER = (int, float)
@@ -734,6 +754,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         ),
         "allow": Key((dict,), _signaling_allow, doc="Peer id to the peer ids it may signal."),
     },
+    "storage": _storage_keys(),
 }
 """Every key a config file may hold, per section: adding a setting is one line here."""
 
