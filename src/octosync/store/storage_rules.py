@@ -10,8 +10,10 @@ declared by the field's ``setting(...)``: type, default, range and doc in one pl
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +38,16 @@ def setting(doc: str, low: float | None = None, high: float | None = None) -> di
 @dataclass(frozen=True, slots=True)
 class StorageSettings:
     """The storage rules' settings: the config file's ``[storage]`` section, one field each."""
+
+    min_free_disk_percent: float = field(
+        default=1.0,
+        metadata=setting(
+            "Refuse writes while the data folder's disk has less than this percentage of its "
+            "space free (0: never), so the journal never meets a full disk mid-commit.",
+            0,
+            50,
+        ),
+    )
 
 
 class Gate(Protocol):
@@ -68,9 +80,51 @@ class QueueRoom:
             raise ask.full(f"the journal writer is behind: its queue is full{said}")
 
 
-def rules_for(writer: Gate, data_dir: Path, settings: StorageSettings) -> tuple[StorageRule, ...]:
+def free_percent(path: Path) -> float:
+    """The percentage of ``path``'s file system free to write (``df``'s "Avail" over its size)."""
+    fs = os.statvfs(path)
+    return 100.0 * fs.f_bavail / fs.f_blocks if fs.f_blocks else 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class DiskFree:
+    """Refuse while the data folder's disk has under ``min_percent`` free: a write accepted
+    now might be acknowledged in memory and then meet a full disk at its commit. Asked at every
+    write (one ``statvfs``, about a microsecond); ``probe`` is injected for tests. A folder that
+    cannot be asked refuses nothing here: the journal's own commits report it."""
+
+    data_dir: Path
+    min_percent: float
+    probe: Callable[[Path], float] = free_percent
+
+    def check(self, ask: Ask) -> None:
+        if self.min_percent <= 0:
+            return
+        try:
+            free = self.probe(self.data_dir)
+        except OSError:
+            return
+        if free < self.min_percent:
+            said = f"; {ask.then}" if ask.then else ""
+            raise ask.full(
+                f"the data folder's disk has {free:.2f}% free, under the {self.min_percent:g}% "
+                f"kept free{said}",
+                path=str(self.data_dir),
+            )
+
+
+def rules_for(
+    writer: Gate,
+    data_dir: Path,
+    settings: StorageSettings,
+    probe: Callable[[Path], float] = free_percent,
+) -> tuple[StorageRule, ...]:
     """The rules a server with a journal under ``data_dir`` asks, in order."""
-    return (JournalWritable(writer), QueueRoom(writer))
+    return (
+        JournalWritable(writer),
+        QueueRoom(writer),
+        DiskFree(data_dir, settings.min_free_disk_percent, probe),
+    )
 
 
 class DirectPath:
