@@ -3,7 +3,10 @@
 
 What must hold: an ack says the write is journaled, so after a restart every acknowledged
 write is there; while the journal cannot commit, writes are refused with a typed error (never
-acknowledged), ``/healthz`` says ``degraded``, and service resumes by itself.
+acknowledged), ``/healthz`` says ``degraded``, and service resumes by itself. The full-disk
+tests turn the disk rule off (``RULE_OFF``): their subject is a disk that fills behind the
+server's back, which only the journal's own commits find out (with the rule on, writes are
+refused before the disk is full: ``tests/e2e/test_storage_rules.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from tests.topgun.helpers import Clock, batch, put
 pytestmark = pytest.mark.slow
 SERVE = [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev"]
 WAIT = 10.0
+RULE_OFF = "[storage]\nmin_free_disk_percent = 0\n"
+"""A config file that lets the journal itself meet the full disk."""
 VALUE = "v" * 2000
 """Op values large enough that a few hundred fill a small disk."""
 
@@ -114,12 +119,14 @@ async def test_persisted_acks_on_a_full_disk_are_never_given_and_none_is_lost(
 ) -> None:
     """Six writers at ``PERSISTED`` while the disk fills, stays full, and is freed; then
     ``kill -9``: every acknowledged op is in the journal the restart reads."""
+    rule_off = tmp_path / "rule-off.toml"
+    rule_off.write_text(RULE_OFF)
     with small_disk(tmp_path / "disk", 12) as disk:
         data = disk / "var"
         acked: dict[str, int] = {}
         refused: list[str] = []
         freed = asyncio.Event()
-        async with spawn_server(data) as server, aiohttp.ClientSession() as http:
+        async with spawn_server(data, "--config", str(rule_off)) as server, aiohttp.ClientSession() as http:
             filler = fill(disk)
             writers = asyncio.gather(
                 *(_writer(http, server.url, me, acked, refused, freed) for me in range(WRITERS))
@@ -151,10 +158,12 @@ async def test_a_lazily_producer_learns_what_is_journaled_and_keeps_it_through_a
 ) -> None:
     """``outbox_ack``: the epochs the server says are journaled come back after ``kill -9``;
     while the disk is full the producer is refused, never silently dropped."""
+    rule_off = tmp_path / "rule-off.toml"
+    rule_off.write_text(RULE_OFF)
     with small_disk(tmp_path / "disk", 8) as disk:
         data = disk / "var"
         durable_epoch = -1
-        async with spawn_server(data) as server, aiohttp.ClientSession() as http:
+        async with spawn_server(data, "--config", str(rule_off)) as server, aiohttp.ClientSession() as http:
             ws = await http.ws_connect(f"{server.url}/lazily", max_msg_size=0)
             await ws.send_str(
                 handshake("s", publish=True, features=["publish", "outbox_ack"]).decode()
