@@ -16,6 +16,7 @@ from octosync.hub.limits import Limits
 from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
 from octosync.server.auth import AuthConfig, ExchangeProvider, role_tables
 from octosync.signaling import SignalingPolicy
+from octosync.signaling.rooms import Mode
 from octosync.store.storage_rules import Setting as StorageSetting
 from octosync.store.storage_rules import StorageSettings
 
@@ -179,7 +180,8 @@ def _signaling_allow(cfg: ServerConfig, value: dict[str, Any], _p: Path) -> Serv
 
 
 def _signaling_mode(cfg: ServerConfig, value: str, _p: Path) -> ServerConfig:
-    return replace(cfg, signaling=replace(cfg.signaling, mode=value))  # type: ignore[arg-type]
+    mode: Mode = "open" if value == "open" else "allowlist"  # the key's choices: one of two
+    return replace(cfg, signaling=replace(cfg.signaling, mode=mode))
 
 
 def _roles(value: dict[str, Any]) -> dict[str, Any]:
