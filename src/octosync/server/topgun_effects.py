@@ -72,7 +72,8 @@ def carry_out(ways: Ways, conn: int, fx: Effects, own: Own | None) -> None:
         ways.deliver_all([ob for ob in fx.out if ob.targets != mine])
     for job in fx.offload:
         ways.offload(job)
-    ways.flush_soon()
+    if own is not None:  # a client's step; the server's own are flushed by their caller
+        ways.flush_soon()
     if fx.frames:
         ways.publish_map_frames(fx.frames)
     commits = ways.commits
