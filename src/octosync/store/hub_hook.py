@@ -22,7 +22,8 @@ from typing import Any, cast
 import msgspec
 
 from octosync.errors import InvalidRecord
-from octosync.hub.model import DiffFrame, SnapshotFrame
+from octosync.hub.model import DiffFrame, Frame, SnapshotFrame
+from octosync.hub.types import ConnId, StreamId
 from octosync.store.commit_path import Commit, CommitPath
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import (
@@ -74,13 +75,13 @@ class Prepared(msgspec.Struct, frozen=True):
     """A record ready to queue, with what its commit tells the producer."""
 
     record: EncodedRecord
-    conn: Any = None
+    conn: ConnId | None = None
     """The producer's connection (None: the hub's own record, a drop)."""
-    stream: Any = None
+    stream: StreamId | None = None
     epoch: int = 0
 
 
-Durable = Callable[[Any, Any, int], None]
+Durable = Callable[[ConnId, StreamId, int], None]
 """``(conn, stream, epoch)``: a producer's frame is committed (the server's durability acks);
 a failed commit resets the producer instead (the commit path's default answer)."""
 
@@ -110,31 +111,33 @@ class JournalRecorder:
         self.run = run if run is not None else f"{time.time_ns() // 1_000_000:x}"
         self.durable = durable
 
-    def prepare(self, stream: Any, conn: Any, frame: Any) -> Prepared:
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> Prepared:
         self.path.refuse()
         try:
-            record = frame_record(stream, frame, self.encode, f"{self.run}.{conn}")
+            record = frame_record(str(stream), frame, self.encode, f"{self.run}.{conn}")
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidRecord(
                 f"the frame's body cannot be stored: {exc}", path="payload"
             ) from exc
         return Prepared(encode_record(record), conn, stream, record.epoch)
 
-    def prepare_drop(self, stream: Any) -> Prepared:
+    def prepare_drop(self, stream: StreamId) -> Prepared:
         """The record that the hub dropped ``stream``'s state; ``StorageError`` when the
         writer cannot take it now (the hub keeps the state and tries again later)."""
         self.path.refuse()
         return Prepared(encode_record(StreamDropped(str(stream))))
 
-    def commit(self, prepared: Prepared) -> None:
+    def commit(self, prepared: object) -> None:
+        if not isinstance(prepared, Prepared):
+            raise TypeError(f"not this recorder's prepared record: {type(prepared).__name__}")
         conn, durable = prepared.conn, self.durable
         if conn is None:  # the hub's own record: nobody to tell or reset
             self.path.submit(Commit(0, (prepared.record,)))
         elif durable is None:
-            self.path.submit(Commit(int(conn), (prepared.record,)))
+            self.path.submit(Commit(conn, (prepared.record,)))
         else:
             after = partial(durable, conn, prepared.stream, prepared.epoch)
-            self.path.submit(Commit(int(conn), (prepared.record,), (after,)))
+            self.path.submit(Commit(conn, (prepared.record,), (after,)))
 
 
 def journal_hook(
