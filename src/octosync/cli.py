@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from octosync import __version__, extras
-from octosync.errors import ConfigError, OctosyncError
+from octosync.errors import ConfigError, ListenError, OctosyncError
 from octosync.paths import data_dir
 from octosync.store import cli as store_cli
 
@@ -72,6 +72,8 @@ def _serve(args: argparse.Namespace) -> int:
         line = serving_line(config, started.port, started.tcp_ports)
         if started.wvp_socket is not None:
             line += f"; WVP on the Unix socket {started.wvp_socket}"
+        if started.lazily_socket is not None:
+            line += f"; lazily on the Unix socket {started.lazily_socket}"
         print(line, flush=True)
 
     import asyncio
@@ -226,6 +228,8 @@ def describe(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
     url = getattr(args, "url", None)
     if isinstance(exc, ConfigError):
         return str(exc), 2
+    if isinstance(exc, ListenError):  # a refusal at start, as a bad setting is
+        return f"{exc.name}: {exc}", 2
     if isinstance(exc, ModuleNotFoundError) and (extra := extras.extra_of(exc.name)):
         return str(extras.missing_extra(extra, "this command")), 2
     if isinstance(exc, OctosyncError):

@@ -77,6 +77,45 @@ async def test_a_writer_speaks_for_its_own_peer_only_and_hears_why(tmp_path: Pat
         await ws.close()
 
 
+async def test_a_writer_cannot_erase_another_writers_clicks(tmp_path: Path) -> None:
+    """Peer 6, stamping honestly as itself, sends peer 5's counter entry as [0, 0] (and then a
+    counter entry of its own that is not JSON): each frame is refused whole, naming the field,
+    and every reader still counts peer 5's clicks."""
+    async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
+        clicker = SharedDocument(srv.ws_url, "board", peer=5)
+        reader = SharedDocument(srv.ws_url, "board", peer=7)
+        async with clicker, reader:
+            for _ in range(5):
+                clicker.counter("clicks").add(1)
+            await clicker.synced(TIMEOUT)
+            await reader.wait_until(lambda: reader.counter("clicks").value == 5, TIMEOUT)
+            ws = await http.ws_connect(f"{srv.ws_url}/lazily")
+            await ws.send_str(handshake("board", peer_id=6, features=[FEATURE]).decode())
+            await recv_json(ws)  # the handshake's answer
+            while "frontier" not in (await recv_json(ws)):
+                pass  # the document's state, up to its frontier
+            slot = node_of("clicks")
+            mine = CrdtOp(slot, WireStamp(2**40, 0, 6), b"[1,0]", key="likes/pn/6")
+            erase = CrdtOp(slot, WireStamp(2**40, 0, 6), b"[0,0]", key="clicks/pn/5")
+            await ws.send_bytes(_JSON.encode(CrdtSync(ops=(mine, erase))))
+            error = await recv_json(ws)
+            assert (error["code"], error["path"]) == ("Forbidden", "ops[1].key")
+            garbage = CrdtOp(slot, WireStamp(2**40, 1, 6), b"\xff{not json", key="clicks/pn/6")
+            await ws.send_bytes(_JSON.encode(CrdtSync(ops=(garbage,))))
+            error = await recv_json(ws)
+            assert (error["code"], error["path"]) == ("CrdtValueError", "ops[0].state")
+            await ws.close()
+            reader.counter("likes").add(1)  # a later edit of the reader's own goes through
+            await reader.synced(TIMEOUT)
+            late = SharedDocument(srv.ws_url, "board", peer=8)
+            async with late:
+                await late.synced(TIMEOUT)
+                assert late.counter("clicks").value == 5
+                assert late.counter("likes").value == 1  # peer 6's frame took nothing
+                keys = {op.key for op in late.cells.state.replica.ops()}
+                assert keys == {"clicks/pn/5", "likes/pn/7"}
+
+
 async def test_a_graph_stream_name_cannot_be_joined_as_a_plane(tmp_path: Path) -> None:
     async with serve(tmp_path) as srv, aiohttp.ClientSession() as http:
         doc = SharedDocument(srv.ws_url, "shared")

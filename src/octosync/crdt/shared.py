@@ -36,26 +36,15 @@ from typing import Any
 
 import msgspec
 
+from octosync.crdt.entries import KINDS as ENTRY_KINDS
+from octosync.crdt.entries import node_of
 from octosync.crdt.plane import PlaneReplica, stamp_key
 from octosync.errors import CrdtValueError
 from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, WireStamp
 
 NAME_PATTERN = re.compile(r"^[^/]{1,256}$")
-KINDS = ("lww", "pn", "mv", "map")
+KINDS = tuple(ENTRY_KINDS)
 _JSON = msgspec.json.Encoder(order="deterministic")
-
-
-FNV64_OFFSET = 0xCBF29CE484222325
-FNV64_PRIME = 0x100000001B3
-
-
-def node_of(name: str) -> int:
-    """The node id every replica gives to ``name``'s entries: the low 48 bits of FNV-1a-64
-    over its UTF-8 bytes (plain arithmetic, so a browser computes it the same way)."""
-    h = FNV64_OFFSET
-    for byte in name.encode():
-        h = ((h ^ byte) * FNV64_PRIME) & 0xFFFF_FFFF_FFFF_FFFF
-    return h & 0xFFFF_FFFF_FFFF
 
 
 def check_name(name: str, what: str = "name") -> str:

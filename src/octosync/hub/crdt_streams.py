@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from octosync.bounds import MAX_SAFE_INTEGER
-from octosync.crdt.plane import MAX_ENTRIES, PlaneReplica
+from octosync.crdt.entries import check_op
+from octosync.crdt.plane import MAX_ENTRIES, EntryKey, PlaneReplica, entry_key, wins
 from octosync.errors import ClockDrift, Forbidden, LimitExceeded
 from octosync.hub.node_views import NodeRules
 from octosync.hub.types import ConnId, Grants, NodeGrants
@@ -191,6 +192,8 @@ class CrdtStreams:
             raise Forbidden(f"no write grant on stream {member.stream!r}", path="ops")
         horizon = self._clock() + self.max_drift_ms
         rules = member.rules
+        replica = self.streams[member.stream].replica
+        latest: dict[EntryKey, CrdtOp] = {}  # each entry as the frame's earlier ops leave it
         for i, op in enumerate(sync.ops):
             if rules is not None and not rules.allows("write", op.slot_id, op.key):
                 raise Forbidden(
@@ -213,7 +216,12 @@ class CrdtStreams:
                     f"of the server's clock (limit {self.max_drift_ms} ms)",
                     path=f"ops[{i}].stamp.wall_time",
                 )
-        fresh = self.streams[member.stream].replica.check(sync.ops)
+            key = entry_key(op)
+            held = latest.get(key) or replica.get(op.slot_id, op.key)
+            check_op(op, member.peer, held, f"ops[{i}]")
+            if held is None or wins(op, held):
+                latest[key] = op
+        fresh = replica.check(sync.ops)
         if self.total_entries + fresh > self.max_total_entries:
             raise LimitExceeded(
                 f"the server's shared documents would hold {self.total_entries + fresh} "

@@ -296,6 +296,17 @@ class ServerConfig:
             "PATH",
         ),
     )
+    lazily_socket: str | None = setting(
+        None,
+        "server",
+        "Unix socket path (mode 0600) serving lazily as `tcp_port` does: u32-framed, streams "
+        "and shared documents; unset: off.",
+        flag=Flag(
+            "--lazily-socket",
+            "also serve lazily (u32-framed, as --tcp-port) on a Unix socket at PATH, mode 0600",
+            "PATH",
+        ),
+    )
     shm_capacity: int = setting(
         256 * 1024 * 1024,
         "server",

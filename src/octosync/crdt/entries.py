@@ -1,0 +1,210 @@
+"""The entry layout of a shared document, and what a writer may put in each entry.
+
+Every value of a shared document is a set of plane entries keyed ``NAME/KIND/...`` under node
+``node_of(NAME)`` (``crdt/shared.py`` reads and writes them). The plane itself only keeps the
+last writer's entry, so the rules that make a kind a CRDT are the writer's to keep: a counter
+entry belongs to the peer it names and its tallies never go down, or one writer could erase
+another's increments. A server checks every op a writer sends against this table before the
+frame is journaled (``hub.crdt_streams``), and refuses the whole frame on the first op that
+breaks it, so nothing of a refused frame is applied.
+
+An entry is checked only when it claims this layout: a key whose second segment names a kind
+here, under the node id ``node_of`` gives its first. Other entries (no key, one segment, an
+unknown kind, another node) are opaque plane entries, last writer wins, as any lazily plane
+peer writes them; a document's readers never read them as its values.
+
+Each kind declares how many key segments follow the kind, which of them (if any) names the
+entry's owner, how its JSON state is decoded, and (for a kind whose state only grows) whether
+a replacement may go down. Sans-I/O: the caller passes the entry it holds now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from octosync.bounds import MAX_SAFE_INTEGER
+from octosync.crdt.plane import wins
+from octosync.errors import CrdtValueError, Forbidden
+from octosync.ipc.messages import CrdtOp
+
+PEER_SEGMENT_MAX = len(str(MAX_SAFE_INTEGER))
+FNV64_OFFSET = 0xCBF29CE484222325
+FNV64_PRIME = 0x100000001B3
+_DECODE = msgspec.json.Decoder()
+
+
+def node_of(name: str) -> int:
+    """The node id every replica gives to ``name``'s entries: the low 48 bits of FNV-1a-64
+    over its UTF-8 bytes (plain arithmetic, so a browser computes it the same way)."""
+    h = FNV64_OFFSET
+    for byte in name.encode():
+        h = ((h ^ byte) * FNV64_PRIME) & 0xFFFF_FFFF_FFFF_FFFF
+    return h & 0xFFFF_FFFF_FFFF
+
+
+def _json(state: bytes, path: str) -> Any:
+    try:
+        return _DECODE.decode(state)
+    except msgspec.DecodeError as exc:
+        raise CrdtValueError(f"entry state is not JSON: {exc}", path=path) from exc
+
+
+def _tally(n: object) -> bool:
+    return type(n) is int and 0 <= n <= MAX_SAFE_INTEGER
+
+
+def parse_peer(segment: str) -> int | None:
+    """A key segment as a peer id: canonical decimal in 1..2**53 (no sign, no leading zero),
+    else None. Canonical, so one peer has exactly one entry of a counter."""
+    if not (
+        0 < len(segment) <= PEER_SEGMENT_MAX and segment.isascii() and segment.isdigit()
+    ) or segment.startswith("0"):
+        return None
+    peer = int(segment)
+    return peer if peer <= MAX_SAFE_INTEGER else None
+
+
+def _any(value: Any, path: str) -> Any:
+    return value
+
+
+def _counter(value: Any, path: str) -> tuple[int, int]:
+    if not (isinstance(value, list) and len(value) == 2 and all(_tally(x) for x in value)):
+        raise CrdtValueError(
+            "a counter entry holds [p, n]: two integers from 0 to 2**53", path=path
+        )
+    return value[0], value[1]
+
+
+def _multi(value: Any, path: str) -> Any:
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict)):
+        raise CrdtValueError("a multi-value entry holds [value, {peer: count}]", path=path)
+    for peer, count in value[1].items():
+        if parse_peer(peer) is None or not _tally(count):
+            raise CrdtValueError(
+                f"a multi-value entry's version vector maps peer ids to counts, not "
+                f"{peer!r}: {count!r}",
+                path=path,
+            )
+    return value
+
+
+def _field(value: Any, path: str) -> Any:
+    if not (isinstance(value, list) and len(value) <= 1):
+        raise CrdtValueError("a map field's entry holds [value], or [] once deleted", path=path)
+    return value
+
+
+def _counter_grows(old: Any, new: Any) -> bool:
+    return bool(new[0] >= old[0] and new[1] >= old[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One value kind's entries: ``NAME/<tag>/<segments...>``."""
+
+    tag: str
+    segments: int
+    """How many key segments follow the tag."""
+    owner: int | None
+    """Which of them names the peer that owns the entry (None: any writer may write it)."""
+    state: Callable[[Any, str], Any]
+    """Checks the decoded JSON state (raising ``CrdtValueError`` at the path given) and
+    returns what ``grows`` compares."""
+    grows: Callable[[Any, Any], bool] | None = None
+    """For a kind whose entries only grow: whether ``new`` may replace ``old``."""
+    fields: tuple[str, ...] = ()
+    """The segments' names, for error messages (``PEER`` for the owner)."""
+
+    @property
+    def shape(self) -> str:
+        return "/".join(("NAME", self.tag, *self.fields))
+
+
+KINDS: dict[str, Kind] = {
+    k.tag: k
+    for k in (
+        Kind("lww", 0, None, _any),
+        Kind("pn", 1, 0, _counter, _counter_grows, ("PEER",)),
+        Kind("mv", 1, 0, _multi, None, ("PEER",)),
+        Kind("map", 1, None, _field, None, ("FIELD",)),
+    )
+}
+"""Every kind of a shared document's values, by the tag its keys carry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A key of this layout: its value's name, kind and the segments after the kind."""
+
+    name: str
+    kind: Kind
+    rest: tuple[str, ...]
+
+
+def layout_of(op: CrdtOp) -> Layout | None:
+    """The layout ``op``'s entry claims, or None for an opaque plane entry."""
+    if op.key is None:
+        return None
+    parts = op.key.split("/")
+    if len(parts) < 2:
+        return None
+    kind = KINDS.get(parts[1])
+    if kind is None or op.slot_id != node_of(parts[0]):
+        return None
+    return Layout(parts[0], kind, tuple(parts[2:]))
+
+
+def check_op(
+    op: CrdtOp,
+    writer: int,
+    held: CrdtOp | None,
+    path: str,
+) -> None:
+    """Refuse an op ``writer`` may not send: a malformed key or state of a known kind, an entry
+    another peer owns, or a grow-only entry made smaller. ``held`` is the entry the receiver
+    holds now (or the frame's earlier op for the same entry); an op that would not replace it
+    changes nothing and is let through (a resend after a lost acknowledgement)."""
+    layout = layout_of(op)
+    if layout is None:
+        return
+    kind = layout.kind
+    if not layout.name or len(layout.rest) != kind.segments or not all(layout.rest):
+        raise CrdtValueError(
+            f"a {kind.tag} entry's key is {kind.shape}, not {op.key!r}", path=f"{path}.key"
+        )
+    if kind.owner is not None:
+        owner = parse_peer(layout.rest[kind.owner])
+        if owner is None:
+            raise CrdtValueError(
+                f"{layout.rest[kind.owner]!r} in key {op.key!r} is not a peer id "
+                f"(decimal, 1 to 2**53, no leading zero)",
+                path=f"{path}.key",
+            )
+        if owner != writer:
+            raise Forbidden(
+                f"entry {op.key!r} belongs to peer {owner}; this writer is peer {writer}",
+                path=f"{path}.key",
+            )
+    if not isinstance(op.state, bytes):
+        raise CrdtValueError("a CRDT op's state must be inline bytes", path=f"{path}.state")
+    new = kind.state(_json(op.state, f"{path}.state"), f"{path}.state")
+    if kind.grows is None or held is None or held == op or not wins(op, held):
+        return
+    try:
+        old = kind.state(_json(_inline(held), path), path)
+    except CrdtValueError:
+        return  # what is held is unreadable (written before these checks): anything replaces it
+    if not kind.grows(old, new):
+        raise CrdtValueError(
+            f"entry {op.key!r} may only grow: {old!r} cannot become {new!r}",
+            path=f"{path}.state",
+        )
+
+
+def _inline(op: CrdtOp) -> bytes:
+    return op.state if isinstance(op.state, bytes) else b""
