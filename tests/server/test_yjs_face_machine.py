@@ -16,7 +16,6 @@ from __future__ import annotations
 import concurrent.futures
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pycrdt import Doc, Map, Text
 
 from octosync.server.yjs_face import YjsFace
+from octosync.store.commit_path import WRITE, Ask, Commit
 from octosync.store.journal import GroupCommitWriter, Journal
-from octosync.store.records import EncodedRecord
 from octosync.store.yjs_compaction import compact_yjs, restore_yjs
 from octosync.yjs import messages as m
 from octosync.yjs.encoding import Reader
@@ -51,23 +50,32 @@ class Host:
 
     def __init__(self, data: Path) -> None:
         self.writer: GroupCommitWriter | None = GroupCommitWriter(data, durability="normal")
-        self.pending: list[tuple[concurrent.futures.Future[list[int]], Callable[[], None]]] = []
+        self.pending: list[tuple[concurrent.futures.Future[list[int]], Commit]] = []
         self.inbox: dict[int, list[bytes]] = {c: [] for c in range(CLIENTS)}
 
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None:
+    @property
+    def commits(self) -> Host:
+        """The commit path as the face sees it: this host, over the real writer."""
+        return self
+
+    journaled = True
+
+    def refuse(self, ask: Ask = WRITE) -> None:
+        """The journal is healthy and its queue unbounded here: nothing is refused."""
+
+    def submit(self, commit: Commit) -> None:
         assert self.writer is not None
-        self.pending.append((self.writer.submit_encoded(records, block=False), then))
+        self.pending.append((self.writer.submit_encoded(commit.records, block=False), commit))
 
     def deliver(self, conn: int, *data: bytes) -> None:
         self.inbox[conn].append(ws_payload(b"".join(data)))
 
     def land(self) -> None:
         pending, self.pending = self.pending, []
-        for future, then in pending:
+        for future, commit in pending:
             future.result()
-            then()
+            for effect in commit.after:
+                effect()
 
 
 def state_vector(doc: Doc[Any]) -> dict[int, int]:

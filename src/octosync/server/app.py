@@ -38,6 +38,7 @@ from octosync.store.journal import GroupCommitWriter
 from octosync.store.op_events import OpSource
 from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
+from octosync.store.storage_rules import DirectPath
 from octosync.store.yjs_compaction import restore_yjs
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
@@ -100,7 +101,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         except BaseException:
             lock.release()
             raise
-        recorder = JournalRecorder(writer)
+        recorder = JournalRecorder(DirectPath(writer))  # on the runtime's path once it is made
     link: ClusterLink | None = None
     hook = on_accept
     released: ReleaseHook | None = None
@@ -138,7 +139,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         ticks=[face.tick for face in FACES if face.tick is not None],
     )
     if recorder is not None:
-        recorder.watch = runtime.watch_frame
+        recorder.path = runtime.commits
+        recorder.durable = runtime.frame_durable
     if config.cluster_url is not None and node is not None:
         from octosync.links.cluster_link import ClusterLink
 

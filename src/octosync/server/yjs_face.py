@@ -1,12 +1,13 @@
 """The ``/yjs`` face's I/O half: journal each update, then apply it, fan it out, confirm it.
 
 ``yjs.documents.YjsDocuments`` decides; this moves bytes. An update is checked by the core,
-refused up front while the journal cannot take it (``check_room``: ``JournalUnavailable``
-while commits fail, ``StorageError`` while the writer's queue is full), submitted as a
-``YjsUpdate`` record, and only once the commit succeeded applied to the document, sent to
-the document's other connections and confirmed to its writer (Hocuspocus's ``SyncStatus``).
-A failed commit resets the writer's connection (``Runtime.after_commit``): nothing was
-confirmed, so its provider keeps the update pending and sends it again on reconnect. Frames
+refused up front by the storage rules (the one commit path, ``server.commit``:
+``JournalUnavailable`` while commits fail, ``StorageError`` while the writer's queue is full
+or the disk nearly is), submitted as a ``YjsUpdate`` record, and only once the commit
+succeeded applied to the document, sent to the document's other connections and confirmed to
+its writer (Hocuspocus's ``SyncStatus``). A failed commit resets the writer's connection:
+nothing was confirmed, so its provider keeps the update pending and sends it again on
+reconnect. Frames
 go out through ``deliver``: a connection that cannot keep up is dropped, and catches up by
 the sync exchange on reconnect, so nobody silently misses an update.
 """
@@ -14,13 +15,13 @@ the sync exchange on reconnect, so nobody silently misses an update.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
 from octosync.errors import InvalidRecord, LimitExceeded
 from octosync.server.face_names import FaceName
 from octosync.server.runtime import Runtime
-from octosync.store.journal import Gate, check_room
+from octosync.store.commit_path import Ask, Commit, CommitPath
 from octosync.store.records import EncodedRecord, YjsUpdate, encode_record
 from octosync.wire.websocket import ws_frame
 from octosync.yjs.documents import Checked, Limits, Out, YjsDocuments
@@ -32,7 +33,7 @@ class YjsHost(Protocol):
     """What the face uses of the server (``server.runtime.Runtime``)."""
 
     @property
-    def writer(self) -> Gate | None: ...
+    def commits(self) -> CommitPath: ...
 
     @property
     def run(self) -> str: ...
@@ -40,22 +41,10 @@ class YjsHost(Protocol):
     @property
     def max_frame(self) -> int: ...
 
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None: ...
-
     def deliver(self, conn: int, *data: bytes) -> None: ...
 
 
-def journal_then(
-    host: YjsHost, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-) -> None:
-    """Call ``then`` once ``records`` (and everything queued before them) are committed; at
-    once when the server has no journal. The face's one path into the journal."""
-    if host.writer is None:
-        then()
-    else:
-        host.after_commit(conn, records, then)
+RESEND = Ask(then="send the update again later")
 
 
 class YjsFace:
@@ -72,15 +61,14 @@ class YjsFace:
         ``confirm``ed. An update that carries nothing is confirmed after what is queued
         before it commits (a barrier), so a confirmation never overtakes an earlier one."""
         checked = self.core.check(conn, name, update)
-        writer = self.host.writer
+        commits = self.host.commits
         if checked is None:
             if confirm is not None:
-                journal_then(self.host, conn, [], confirm)
+                commits.submit(Commit(conn, (), (confirm,)))
             return
-        if writer is not None:
-            check_room(writer, then="send the update again later")
+        commits.refuse(RESEND)
         record = self._record(checked)
-        journal_then(self.host, conn, [record], lambda: self._committed(checked, confirm))
+        commits.submit(Commit(conn, (record,), (lambda: self._committed(checked, confirm),)))
 
     def _record(self, checked: Checked) -> EncodedRecord:
         try:
