@@ -36,8 +36,9 @@ BLOCK = 64
 """Spans per block before it splits in two."""
 MAX_CLOCK = 4_000_000
 """The highest character clock a text may reach (its size, deleted characters included)."""
-MAX_HELD = 100_000
-"""Characters held waiting for their origin, at most."""
+MAX_HELD = MAX_CLOCK
+"""Characters held waiting for their origin, at most: a late joiner may get a whole text's
+chunks in any order, so as many as a text may have."""
 
 Id = tuple[int, int]
 """``(peer, clock)``; ``(0, 0)`` is the start of the text (no peer is 0)."""
@@ -101,7 +102,8 @@ class TextCrdt:
         """Runs waiting for their origin, by origin."""
         self._held_chars = 0
         self._tombs: dict[Id, list[tuple[int, int]]] = {}
-        """Deleted ``(clock, length)`` ranges by ``(peer, chunk)`` (applied and not yet)."""
+        """Deletions that came before (some of) their characters: ``(clock, length)`` ranges
+        by ``(peer, chunk)``, applied as the characters arrive."""
         self._cb = 0
         self._cs = 0
         """The last block an index lookup ended in, and its first visible index."""
@@ -232,7 +234,6 @@ class TextCrdt:
             span.block.size -= n
             self._len -= n
             left -= n
-            self._tomb(span.peer, span.clock, n)
             last = out[-1] if out else None
             if last and last[0] == span.peer and last[1] == span.clock + n:
                 out[-1] = (span.peer, span.clock, last[2] + n)
@@ -336,17 +337,22 @@ class TextCrdt:
             end = clock + length
             while clock < end:
                 upto = min(end, (clock // CHUNK + 1) * CHUNK)
-                self._tomb(peer, clock, upto - clock)
-                self._kill(peer, clock, upto - clock, edits)
+                if self._kill(peer, clock, upto - clock, edits) < upto - clock:
+                    self._tomb(peer, clock, upto - clock)
                 clock = upto
         return edits
 
-    def _kill(self, peer: int, clock: int, length: int, edits: list[TextEdit]) -> None:
-        """Mark the known characters of one chunk's id range deleted."""
+    def _kill(self, peer: int, clock: int, length: int, edits: list[TextEdit]) -> int:
+        """Mark the known characters of one chunk's id range deleted; returns how many of the
+        range are known (deleted before or now)."""
+        known = 0
         for span in list(self._where.get((peer, clock // CHUNK), ())):
             lo = max(clock, span.clock)
             hi = min(clock + length, span.clock + len(span.text))
-            if lo >= hi or span.dead:
+            if lo >= hi:
+                continue
+            known += hi - lo
+            if span.dead:
                 continue
             if lo > span.clock:
                 self._split(span, lo - span.clock)
@@ -364,9 +370,12 @@ class TextCrdt:
             self._cache = None
             self._cb, self._cs = 0, 0
             edits.append(TextEdit(index, n, ""))
+        return known
 
     def _tomb(self, peer: int, clock: int, length: int) -> None:
-        self._tombs.setdefault((peer, clock // CHUNK), []).append((clock, length))
+        held = self._tombs.setdefault((peer, clock // CHUNK), [])
+        if (clock, length) not in held:
+            held.append((clock, length))
 
     # --- structure ----------------------------------------------------------------------------
 

@@ -146,7 +146,7 @@ def ranges_grow(old: list[RangeRow], new: list[RangeRow]) -> bool:
 class SharedText:
     """One replica of a shared text and the entries its edits write (sans-I/O)."""
 
-    __slots__ = ("_mine", "_td", "_td_chunk", "crdt", "edits", "peer")
+    __slots__ = ("_mine", "_td", "_td_chunk", "crdt", "edits", "listening", "peer")
 
     def __init__(self, peer: int, block: int = BLOCK) -> None:
         self.peer = peer
@@ -157,7 +157,9 @@ class SharedText:
         """This peer's ``td`` chunks."""
         self._td_chunk = 0
         self.edits: list[TextEdit] = []
-        """Changes of the visible text not yet taken (local and received)."""
+        """Changes of the visible text not yet taken (local and received), kept only while
+        ``listening`` (so a text nobody watches keeps no history)."""
+        self.listening = True
 
     def __str__(self) -> str:
         return self.crdt.to_string()
@@ -166,7 +168,7 @@ class SharedText:
 
     def insert(self, index: int, text: str) -> list[tuple[str, bytes]]:
         runs = self.crdt.insert(index, text)
-        if text:
+        if text and self.listening:
             self.edits.append(TextEdit(index, 0, text))
         touched: dict[int, None] = {}
         for run in runs:
@@ -191,7 +193,7 @@ class SharedText:
 
     def delete(self, index: int, count: int = 1) -> list[tuple[str, bytes]]:
         ranges = self.crdt.delete(index, count)
-        if ranges:
+        if ranges and self.listening:
             self.edits.append(TextEdit(index, count, ""))
         touched: dict[int, None] = {}
         for peer, clock, n in ranges:
@@ -228,12 +230,16 @@ class SharedText:
             if peer == self.peer and runs_grow(self._mine.get(chunk, []), rows):
                 self._mine[chunk] = rows
             for clock, text, opeer, oclock in rows:
-                self.edits.extend(self.crdt.integrate(Run(peer, clock, text, (opeer, oclock))))
+                edits = self.crdt.integrate(Run(peer, clock, text, (opeer, oclock)))
+                if self.listening:
+                    self.edits.extend(edits)
         else:
             if peer == self.peer and ranges_grow(self._td.get(chunk, []), ranges):
                 self._td[chunk] = list(ranges)
                 self._td_chunk = max(self._td_chunk, chunk)
-            self.edits.extend(self.crdt.remove(ranges))
+            edits = self.crdt.remove(ranges)
+            if self.listening:
+                self.edits.extend(edits)
 
     def take_edits(self) -> list[TextEdit]:
         edits, self.edits = self.edits, []

@@ -1,0 +1,62 @@
+"""Real editing traces through the text CRDT: the Automerge paper typed by one writer ends at
+its final text, and two authors' concurrent edits, each replayed on the version it was made
+on and merged in any order, end at the trace's final text on every replica."""
+
+from __future__ import annotations
+
+import pytest
+
+from octosync.crdt.text import TextCrdt
+from octosync.crdt.text_entries import SharedText
+from tests.conftest import trace_file
+from tests.text_traces import causal_writes, load, patches
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_automerge_paper_typed_into_one_text_ends_at_its_content() -> None:
+    trace = load(trace_file("automerge-paper.json.gz"))
+    edits = patches(trace)
+    assert len(edits) == 259_778
+    text = TextCrdt(1)
+    for pos, deleted, inserted in edits:
+        if deleted:
+            text.delete(pos, deleted)
+        if inserted:
+            text.insert(pos, inserted)
+    assert text.to_string() == trace["endContent"]
+    assert text.spans() < len(edits) // 2  # runs, not one object per character
+
+
+def test_the_automerge_paper_reaches_a_late_joiner_as_a_few_thousand_entries() -> None:
+    trace = load(trace_file("automerge-paper.json.gz"))
+    writer = SharedText(1)
+    writer.listening = False
+    entries: dict[str, bytes] = {}
+    for pos, deleted, inserted in patches(trace):
+        for rest, state in (writer.delete(pos, deleted) if deleted else []) + (
+            writer.insert(pos, inserted) if inserted else []
+        ):
+            entries[rest] = state
+    assert len(entries) < 10_000
+    joiner = SharedText(2)
+    for rest, state in sorted(entries.items()):  # the plane's key order, not causal order
+        joiner.receive(rest, state)
+    assert str(joiner) == trace["endContent"]
+    assert joiner.crdt.held == 0
+
+
+def test_two_authors_concurrent_edits_converge_to_the_traces_content() -> None:
+    trace = load(trace_file("friendsforever.json.gz"))
+    writes = causal_writes(trace)
+    latest: dict[str, bytes] = {}
+    for _, ws in writes:
+        latest.update(ws)
+    forward, backward = SharedText(7), SharedText(8)
+    for _, ws in writes:
+        for rest, state in ws:
+            forward.receive(rest, state)
+    for rest, state in sorted(latest.items(), reverse=True):
+        backward.receive(rest, state)
+    assert str(forward) == trace["endContent"]
+    assert str(backward) == trace["endContent"]
