@@ -6,6 +6,7 @@ the server ends at its final text."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import aiohttp
@@ -17,6 +18,7 @@ from octosync.crdt.text import TextEdit
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.wire import DIALECTS
+from tests.browser.support import JS_CLIENT, node_command
 from tests.conftest import trace_file
 from tests.e2e.helpers import TIMEOUT, handshake, recv_json, serve, spawn_server
 from tests.text_traces import AGENT_PEER, causal_writes, load
@@ -180,3 +182,69 @@ async def test_two_authors_concurrent_trace_through_the_server_ends_at_its_conte
         async with late:
             await late.synced(TIMEOUT)
             assert late.text("t").value == want
+
+
+JS_TYPIST = """
+import {{ connect }} from {module};
+const client = connect({url});
+const doc = client.openDocument({stream});
+await doc.synced();
+const body = doc.text("body");
+for (let i = 0; i < {keys}; i += 1) {{
+  body.insert(Math.min(i % 7, body.length), i % 5 === 0 ? "\\u00e9" : "j");
+  if (i % 9 === 8) body.delete(0, 1);
+  await new Promise((r) => setTimeout(r, 2));
+}}
+await doc.synced();
+const want = {total};
+while (body.length !== want) await new Promise((r) => setTimeout(r, 20));
+const entries = [...doc.entries.values()].map((op) => [op.key, new TextDecoder().decode(op.bytes)]);
+console.log(JSON.stringify({{ text: body.toString(), entries }}));
+client.close();
+"""
+
+
+async def test_a_js_typist_and_a_python_typist_end_with_one_text(tmp_path: Path) -> None:
+    """octosync.js under Node and the Python client type into one text through a real server
+    at once (inserts and deletions): both end with the same text and the same entries."""
+    keys = 90
+    total = 2 * (keys - keys // 9)
+    script = tmp_path / "typist.mjs"
+    async with serve(tmp_path) as srv:
+        script.write_text(
+            JS_TYPIST.format(
+                module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
+                url=json.dumps(srv.ws_url),
+                stream=json.dumps("shared"),
+                keys=keys,
+                total=total,
+            )
+        )
+        js = await asyncio.create_subprocess_exec(
+            *node_command(),
+            str(script),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with SharedDocument(srv.ws_url, "shared") as doc:
+            await doc.synced(TIMEOUT)
+            body = doc.text("body")
+            for i in range(keys):
+                body.insert(min(i % 5, len(body)), "p")
+                if i % 9 == 8:
+                    body.delete(len(body) - 1, 1)
+                await asyncio.sleep(0.002)
+            await doc.synced(TIMEOUT)
+            out, err = await asyncio.wait_for(js.communicate(), 120)
+            assert js.returncode == 0, err.decode()[-3000:]
+            theirs = json.loads(out.decode().strip().splitlines()[-1])
+            await doc.wait_until(lambda: len(body) == total, TIMEOUT)
+            assert body.value == theirs["text"]
+            assert "\u00e9" in body.value
+            assert "p" in body.value
+            ours = sorted(
+                [op.key, op.state.decode()]
+                for op in doc.cells.state.replica.ops()
+                if isinstance(op.state, bytes)
+            )
+            assert sorted(theirs["entries"]) == ours
