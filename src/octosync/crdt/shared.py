@@ -99,15 +99,20 @@ class SharedState:
     def receive(self, ops: Iterable[CrdtOp]) -> set[str]:
         """Merge remote ops; returns the names whose entries changed."""
         changed: set[str] = set()
+        texts: dict[str, list[tuple[str, bytes]]] = {}
         for op in ops:
             self._observe(op.stamp)
             if self.replica.apply(op):
-                name = self._index(op)
+                name = self._index(op, texts)
                 if name is not None:
                     changed.add(name)
+        for name, entries in texts.items():  # a batch's text entries at once, runs in order
+            self.text_of(name).receive_many(entries)
         return changed
 
-    def _index(self, op: CrdtOp) -> str | None:
+    def _index(
+        self, op: CrdtOp, texts: dict[str, list[tuple[str, bytes]]] | None = None
+    ) -> str | None:
         key = op.key
         if key is None or "/" not in key:
             return None  # not one of this document's entries (another plane user's node)
@@ -116,8 +121,8 @@ class SharedState:
         if tag not in KINDS or op.slot_id != node_of(name):
             return None
         if tag in TEXT_TAGS:
-            if isinstance(op.state, bytes):
-                self.text_of(name).receive(rest, op.state)
+            if isinstance(op.state, bytes) and texts is not None:
+                texts.setdefault(name, []).append((rest, op.state))
             return name
         self._by_name.setdefault(name, {})[rest] = op
         return name

@@ -99,7 +99,7 @@ class TextCrdt:
         self._where: dict[Id, list[Span]] = {}
         """``(peer, clock // CHUNK)`` -> the spans whose clocks lie in that chunk."""
         self._held: dict[Id, list[Run]] = {}
-        """Runs waiting for their origin, by origin."""
+        """Runs waiting for their origin, by the origin's ``(peer, clock // CHUNK)``."""
         self._held_chars = 0
         self._tombs: dict[Id, list[tuple[int, int]]] = {}
         """Deletions that came before (some of) their characters: ``(clock, length)`` ranges
@@ -108,6 +108,9 @@ class TextCrdt:
         self._cs = 0
         """The last block an index lookup ended in, and its first visible index."""
         self._cache: str | None = ""
+        self.events = True
+        """Whether received edits are reported (finding an edit's index costs a walk of the
+        blocks before it; a text nobody watches skips it)."""
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -257,11 +260,15 @@ class TextCrdt:
             if placed is None:
                 continue
             peer, first, last = placed
-            for c in range(first, last + 1):
-                waiting = self._held.pop((peer, c), None)
-                if waiting:
-                    self._held_chars -= sum(len(w.text) for w in waiting)
-                    todo.extend(waiting)
+            for chunk in range(first // CHUNK, last // CHUNK + 1):
+                waiting = self._held.get((peer, chunk))
+                if not waiting:
+                    continue
+                ready = [w for w in waiting if first <= w.origin[1] <= last]
+                if ready:
+                    self._held[(peer, chunk)] = [w for w in waiting if w not in ready]
+                    self._held_chars -= sum(len(w.text) for w in ready)
+                    todo.extend(ready)
         return edits
 
     def _integrate_one(self, run: Run, edits: list[TextEdit]) -> tuple[int, int, int] | None:
@@ -283,7 +290,8 @@ class TextCrdt:
                 raise LimitExceeded(
                     f"over {MAX_HELD} characters wait for origins that never came", path="held"
                 )
-            self._held.setdefault(origin, []).append(Run(peer, clock, text, origin))
+            key = (origin[0], origin[1] // CHUNK)
+            self._held.setdefault(key, []).append(Run(peer, clock, text, origin))
             self._held_chars += len(text)
             return None
         self._cache = None
@@ -318,8 +326,8 @@ class TextCrdt:
         block.size += len(text)
         self._len += len(text)
         self._where.setdefault((peer, clock // CHUNK), []).append(span)
-        index = self._index_of(bi, si)
-        edits.append(TextEdit(index, 0, text))
+        if self.events:
+            edits.append(TextEdit(self._index_of(bi, si), 0, text))
         self._after_insert(bi, si + 1)
         self._cb, self._cs = 0, 0
         # deletions that came before the characters they delete
@@ -360,16 +368,15 @@ class TextCrdt:
             if span.clock + len(span.text) > hi:
                 self._split(span, hi - span.clock)
             block = span.block
-            bi = self._blocks.index(block)
-            si = block.spans.index(span)
-            index = self._index_of(bi, si)
             n = len(span.text)
+            if self.events:
+                bi = self._blocks.index(block)
+                edits.append(TextEdit(self._index_of(bi, block.spans.index(span)), n, ""))
             span.dead = True
             block.size -= n
             self._len -= n
             self._cache = None
             self._cb, self._cs = 0, 0
-            edits.append(TextEdit(index, n, ""))
         return known
 
     def _tomb(self, peer: int, clock: int, length: int) -> None:

@@ -146,7 +146,7 @@ def ranges_grow(old: list[RangeRow], new: list[RangeRow]) -> bool:
 class SharedText:
     """One replica of a shared text and the entries its edits write (sans-I/O)."""
 
-    __slots__ = ("_mine", "_td", "_td_chunk", "crdt", "edits", "listening", "peer")
+    __slots__ = ("_mine", "_td", "_td_chunk", "crdt", "edits", "peer")
 
     def __init__(self, peer: int, block: int = BLOCK) -> None:
         self.peer = peer
@@ -159,10 +159,18 @@ class SharedText:
         self.edits: list[TextEdit] = []
         """Changes of the visible text not yet taken (local and received), kept only while
         ``listening`` (so a text nobody watches keeps no history)."""
-        self.listening = True
 
     def __str__(self) -> str:
         return self.crdt.to_string()
+
+    @property
+    def listening(self) -> bool:
+        """Whether change events are kept (in ``edits``) for someone to take."""
+        return self.crdt.events
+
+    @listening.setter
+    def listening(self, on: bool) -> None:
+        self.crdt.events = on
 
     # --- local edits: return (key rest, state) to write ---------------------------------------
 
@@ -214,30 +222,42 @@ class SharedText:
     # --- received entries ---------------------------------------------------------------------
 
     def receive(self, rest: str, state: bytes) -> None:
-        """Apply one entry's winning state (``tx/PEER/CHUNK`` or ``td/PEER/N``); an entry that
-        does not decode is skipped (a server refuses those before they are stored)."""
-        try:
-            tag, peer_s, chunk_s = rest.split("/")
-            peer, chunk = int(peer_s), int(chunk_s)
-            value = _DECODE.decode(state)
+        """Apply one entry's winning state (``tx/PEER/CHUNK`` or ``td/PEER/N``)."""
+        self.receive_many([(rest, state)])
+
+    def receive_many(self, entries: list[tuple[str, bytes]]) -> None:
+        """Apply entries' winning states, runs in clock order (an origin's clock is below its
+        run's, so a batch holding both places both at once instead of holding the run). An
+        entry that does not decode is skipped (a server refuses those before storing them)."""
+        runs: list[Run] = []
+        deletions: list[RangeRow] = []
+        for rest, state in entries:
+            try:
+                tag, peer_s, chunk_s = rest.split("/")
+                peer, chunk = int(peer_s), int(chunk_s)
+                value = _DECODE.decode(state)
+                if tag == "tx":
+                    rows = decode_runs(value, peer, chunk, "state")
+                else:
+                    ranges = decode_ranges(value, "state")
+            except (ValueError, msgspec.DecodeError, CrdtValueError):
+                continue
             if tag == "tx":
-                rows = decode_runs(value, peer, chunk, "state")
+                if peer == self.peer and runs_grow(self._mine.get(chunk, []), rows):
+                    self._mine[chunk] = rows
+                runs.extend(Run(peer, c, t, (op, oc)) for c, t, op, oc in rows)
             else:
-                ranges = decode_ranges(value, "state")
-        except (ValueError, msgspec.DecodeError, CrdtValueError):
-            return
-        if tag == "tx":
-            if peer == self.peer and runs_grow(self._mine.get(chunk, []), rows):
-                self._mine[chunk] = rows
-            for clock, text, opeer, oclock in rows:
-                edits = self.crdt.integrate(Run(peer, clock, text, (opeer, oclock)))
-                if self.listening:
-                    self.edits.extend(edits)
-        else:
-            if peer == self.peer and ranges_grow(self._td.get(chunk, []), ranges):
-                self._td[chunk] = list(ranges)
-                self._td_chunk = max(self._td_chunk, chunk)
-            edits = self.crdt.remove(ranges)
+                if peer == self.peer and ranges_grow(self._td.get(chunk, []), ranges):
+                    self._td[chunk] = list(ranges)
+                    self._td_chunk = max(self._td_chunk, chunk)
+                deletions.extend(ranges)
+        runs.sort(key=lambda r: (r.clock, r.peer))
+        for run in runs:
+            edits = self.crdt.integrate(run)
+            if self.listening:
+                self.edits.extend(edits)
+        if deletions:
+            edits = self.crdt.remove(deletions)
             if self.listening:
                 self.edits.extend(edits)
 
