@@ -38,9 +38,11 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from _harness import NodeUnavailable, node_folder  # noqa: E402
 from octosync.crdt.entries import node_of  # noqa: E402
+from octosync.crdt.replicated import Replicated  # noqa: E402
 from octosync.crdt.shared import SharedState  # noqa: E402
 from octosync.crdt.text import TextCrdt  # noqa: E402
 from octosync.crdt.text_entries import SharedText  # noqa: E402
+from octosync.graph import Context  # noqa: E402
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp  # noqa: E402
 from octosync.wire import DIALECTS  # noqa: E402
 
@@ -56,6 +58,7 @@ const limit = Number(process.argv[3]);
 const patches = trace.txns.flatMap((t) => t.patches).slice(0, limit);
 trace = null;
 const t0 = process.hrtime.bigint();
+const c0 = process.cpuUsage();
 let doc = new Y.Doc();
 let text = doc.getText("t");
 for (const [pos, del, ins] of patches) {
@@ -63,6 +66,8 @@ for (const [pos, del, ins] of patches) {
   if (ins) text.insert(pos, ins);
 }
 const replay = Number(process.hrtime.bigint() - t0) / 1e9;
+const c1 = process.cpuUsage(c0);
+const cpu = (c1.user + c1.system) / 1e6;
 const out = text.toString();
 const update = Y.encodeStateAsUpdate(doc);
 gc();
@@ -78,7 +83,8 @@ Y.applyUpdate(late, update);
 const joined = late.getText("t").toString();
 const join = Number(process.hrtime.bigint() - t1) / 1e6;
 const same = joined === out;
-console.log(JSON.stringify({ replay, heap, bytes: update.length, join, length: out.length, same }));
+const length = out.length;
+console.log(JSON.stringify({ replay, cpu, heap, bytes: update.length, join, length, same }));
 """
 
 
@@ -111,6 +117,23 @@ def replay_entries(edits: list[tuple[int, int, str]]) -> tuple[SharedText, dict[
     return text, entries
 
 
+def replay_document(edits: list[tuple[int, int, str]]) -> str:
+    """The trace through ``doc.text`` of a Python document (no socket): stamps, plane entries,
+    the graph cell and index-based change events to a listener."""
+    doc = Replicated(Context(), SharedState(1, lambda: 1))
+    body = doc.text("t")
+    events: list[int] = [0]
+    body.on_change(lambda e: events.__setitem__(0, events[0] + len(e)))
+    for pos, deleted, inserted in edits:
+        if deleted:
+            body.delete(pos, deleted)
+        if inserted:
+            body.insert(pos, inserted)
+        if len(doc.outgoing) >= FRAME:
+            doc.take_outgoing()
+    return body.value
+
+
 def replay_list(edits: list[tuple[int, int, str]]) -> list[str]:
     chars: list[str] = []
     for pos, deleted, inserted in edits:
@@ -122,10 +145,15 @@ def replay_list(edits: list[tuple[int, int, str]]) -> list[str]:
 
 
 def timed(fn: Any, *args: Any) -> tuple[float, Any]:
+    """Wall seconds (CPU seconds of this process go in ``CPU``)."""
     gc.collect()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn(*args)
+    CPU[fn.__name__] = time.process_time() - c0
     return time.perf_counter() - t0, out
+
+
+CPU: dict[str, float] = {}
 
 
 def held_mb(fn: Any, *args: Any) -> float:
@@ -189,25 +217,34 @@ def main() -> None:
 
     t_core, core = timed(replay_core, edits)
     t_entries, (shared, entries) = timed(replay_entries, edits)
+    t_doc, body = timed(replay_document, edits)
     t_list, chars = timed(replay_list, edits)
     if len(edits) == 259_778:
-        assert core.to_string() == end == str(shared) == "".join(chars)
+        assert core.to_string() == end == str(shared) == body == "".join(chars)
     text = core.to_string()
     mb_core = held_mb(replay_core, edits)
     mb_list = held_mb(replay_list, edits)
-    print(
-        f"replay, octosync text CRDT:          {t_core:6.2f} s  {mb_core:6.1f} MB held "
-        f"({core.spans():,} spans for {len(text):,} characters)"
-    )
-    print(f"replay, with chunk entries per edit: {t_entries:6.2f} s  ({len(entries):,} entries)")
-    print(f"replay, plain Python list of chars:  {t_list:6.2f} s  {mb_list:6.1f} MB held")
+    rows = [
+        ("octosync text CRDT (crdt/text.py)", t_core, "replay_core", f"{mb_core:6.1f} MB held"),
+        (
+            "with its chunk entries per edit",
+            t_entries,
+            "replay_entries",
+            f"{len(entries):,} entries",
+        ),
+        ("a document's doc.text (Replicated)", t_doc, "replay_document", "change events on"),
+        ("plain Python list of chars", t_list, "replay_list", f"{mb_list:6.1f} MB held"),
+    ]
+    for label, wall, fn, note in rows:
+        print(f"replay, {label:36} {wall:6.2f} s ({CPU[fn]:5.2f} s CPU)  {note}")
+    print(f"  ({core.spans():,} spans hold {len(text):,} characters)")
 
     frames = join_frames(entries)
     wire = sum(len(f) for f in frames)
     t_join, joined = timed(late_join, frames)
     assert joined == text
     print(
-        f"late joiner, octosync: {t_join * 1000:7.1f} ms to its full text, {wire:,} bytes "
+        f"late joiner, octosync: {t_join * 1000:7.1f} ms ({CPU['late_join'] * 1000:.0f} ms CPU) to its full text, {wire:,} bytes "
         f"in {len(frames)} frames ({sum(len(s) for s in entries.values()):,} bytes of state)"
     )
 
@@ -219,14 +256,16 @@ def main() -> None:
     assert y["same"]
     assert y["length"] == len(text)
     print(
-        f"replay, Yjs Y.Text (Node):           {y['replay']:6.2f} s  {y['heap'] / 1e6:6.1f} MB heap"
+        f"replay, {'Yjs Y.Text (Node)':36} {y['replay']:6.2f} s ({y['cpu']:5.2f} s CPU)"
+        f"  {y['heap'] / 1e6:6.1f} MB heap"
     )
     print(f"late joiner, Yjs: {y['join']:7.1f} ms to its full text, {y['bytes']:,} bytes of update")
     print(
-        f"ratios: replay {t_core / y['replay']:.2f}x Yjs "
-        f"(with entries {t_entries / y['replay']:.2f}x), "
-        f"{t_core / t_list:.2f}x a plain list; join {t_join * 1000 / y['join']:.2f}x Yjs, "
-        f"bytes {wire / y['bytes']:.2f}x Yjs"
+        f"ratios to Yjs: replay {t_core / y['replay']:.2f}x"
+        f" (CPU {CPU['replay_core'] / y['cpu']:.2f}x),"
+        f" doc.text {t_doc / y['replay']:.2f}x (CPU {CPU['replay_document'] / y['cpu']:.2f}x);"
+        f" a plain list {t_list / y['replay']:.2f}x; join {t_join * 1000 / y['join']:.2f}x,"
+        f" bytes {wire / y['bytes']:.2f}x"
     )
 
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from octosync.crdt.text import TextCrdt
+from octosync.crdt.replicated import Replicated
+from octosync.crdt.shared import SharedState
+from octosync.crdt.text import TextCrdt, TextEdit
 from octosync.crdt.text_entries import SharedText
+from octosync.graph import Context
 from tests.conftest import trace_file
 from tests.text_traces import causal_writes, load, patches
 
@@ -60,3 +63,26 @@ def test_two_authors_concurrent_edits_converge_to_the_traces_content() -> None:
         backward.receive(rest, state)
     assert str(forward) == trace["endContent"]
     assert str(backward) == trace["endContent"]
+
+
+def test_the_automerge_paper_typed_through_a_documents_text_value() -> None:
+    """The same trace through the client's layer (``Replicated``: the value a Python client's
+    ``doc.text`` is), with an editor's mirror kept from the change events alone."""
+    trace = load(trace_file("automerge-paper.json.gz"))
+    doc = Replicated(Context(), SharedState(1, lambda: 1))
+    body = doc.text("paper")
+    edits_seen = [0]
+
+    def follow(edits: list[TextEdit]) -> None:
+        edits_seen[0] += len(edits)
+
+    body.on_change(follow)
+    for pos, deleted, inserted in patches(trace):
+        if deleted:
+            body.delete(pos, deleted)
+        if inserted:
+            body.insert(pos, inserted)
+        if len(doc.outgoing) > 1_000:
+            doc.take_outgoing()  # what a client sends; the trace goes on
+    assert body.value == trace["endContent"]
+    assert edits_seen[0] == len(patches(trace))

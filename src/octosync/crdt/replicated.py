@@ -76,15 +76,27 @@ class ReplicatedCell(Generic[T]):
         return self._owner.ctx.effect(lambda: callback(self.get()))
 
 
-class ReplicatedText(ReplicatedCell[str]):
+class ReplicatedText(ReplicatedCell[int]):
     """A shared text: ``insert``, ``delete``, ``value`` (or ``str()``), and ``on_change``
-    with index-based edits, so an editor applies others' changes without a diff."""
+    with index-based edits, so an editor applies others' changes without a diff.
+
+    Its graph cell holds the text's revision, not the text: a change costs the same whatever
+    the text's length, and the string is joined only when read (``get``/``value``)."""
 
     __slots__ = ("listeners",)
 
-    def __init__(self, owner: Replicated, name: str, cell: Cell[str]) -> None:
+    def __init__(self, owner: Replicated, name: str, cell: Cell[int]) -> None:
         super().__init__(owner, name, "text", cell)
         self.listeners: list[Callable[[list[TextEdit]], object]] = []
+
+    def get(self) -> str:  # type: ignore[override]
+        """The text, as a tracked read (memos and effects re-run when it changes)."""
+        self.cell.get()
+        return str(self._owner.state.text_of(self.name))
+
+    @property
+    def value(self) -> str:  # type: ignore[override]
+        return str(self._owner.state.text_of(self.name))
 
     def __str__(self) -> str:
         return self.value
@@ -163,7 +175,7 @@ class Replicated:
         shared = self.state.text_of(name)
         shared.listening = True
         shared.take_edits()
-        made = ReplicatedText(self, name, self.ctx.cell(str(shared)))
+        made = ReplicatedText(self, name, self.ctx.cell(0))
         self._cells[name] = made
         return made
 
@@ -182,7 +194,7 @@ class Replicated:
                 edits = self.state.text_of(name).take_edits()
                 if edits:
                     moved.add(name)
-                    rc.cell.set(self.state.read(name, "text"))
+                    rc.cell.set(rc.cell.peek() + 1)
                     for listener in list(rc.listeners):
                         listener(edits)
                 continue

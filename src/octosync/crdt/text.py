@@ -32,7 +32,7 @@ from octosync.errors import CrdtValueError, LimitExceeded
 
 CHUNK = 64
 """Clocks per chunk: no run crosses a multiple of this (the wire's chunk entries, too)."""
-BLOCK = 64
+BLOCK = 32
 """Spans per block before it splits in two."""
 MAX_CLOCK = 4_000_000
 """The highest character clock a text may reach (its size, deleted characters included)."""
