@@ -244,7 +244,8 @@ def main() -> None:
     t_join, joined = timed(late_join, frames)
     assert joined == text
     print(
-        f"late joiner, octosync: {t_join * 1000:7.1f} ms ({CPU['late_join'] * 1000:.0f} ms CPU) to its full text, {wire:,} bytes "
+        f"late joiner, octosync: {t_join * 1000:7.1f} ms ({CPU['late_join'] * 1000:.0f} ms CPU)"
+        f" to its full text, {wire:,} bytes "
         f"in {len(frames)} frames ({sum(len(s) for s in entries.values()):,} bytes of state)"
     )
 
