@@ -1,16 +1,19 @@
 """Shared test set-up: hypothesis profiles, the project's vectors, and external peers.
 
 Tests that need something outside the project (a real peer or the specs' schemas from
-``../shared``, Node.js, a browser) ask for it through a fixture here, which skips with a
-one-line reason when it is absent, or fails when ``OCTOSYNC_REQUIRE_PEERS=1`` (as in CI).
+``../shared``, Node.js, a browser, a tool or a package of the dev extra) ask for it through
+``missing`` and the helpers here, which skip with a one-line reason when it is absent, or fail
+when ``OCTOSYNC_REQUIRE_PEERS=1`` (as in CI).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 import pytest
@@ -34,10 +37,31 @@ REQUIRE_ENV = "OCTOSYNC_REQUIRE_PEERS"
 
 
 def missing(reason: str) -> NoReturn:
-    """Skip a test whose external part is absent, or fail it when ``REQUIRE_ENV`` is set."""
+    """Skip a test whose external part is absent, or fail it when ``REQUIRE_ENV`` is set.
+
+    The one way a test skips for want of a peer, a tool, a package or a privilege
+    (``tests/test_skips.py`` holds every other skip out of ``tests/``). Called at a module's
+    top, it skips (or fails) the whole module."""
     if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
         pytest.fail(f"{reason} ({REQUIRE_ENV} is set, so this is a failure)", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name: str, why: str) -> ModuleType:
+    """``name`` imported, or ``missing`` saying which package and what it is for (the
+    dev extra installs every such package: ``pip install -e '.[dev]'``)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        missing(f"{name} is not installed ({why}; pip install -e '.[dev]'): {exc}")
+
+
+def require_tool(name: str, why: str) -> str:
+    """The path of the program ``name`` on PATH, or ``missing`` saying what it is for."""
+    found = shutil.which(name)
+    if found is None:
+        missing(f"{name} is not on PATH ({why})")
+    return found
 
 
 def trace_file(name: str) -> Path:

@@ -1,8 +1,10 @@
 """lazily-py (PyPI ``lazily``, the spec's Python binding) as a real peer in a subprocess.
 
-It needs Python 3.12 or newer: the first such interpreter found (on PATH or under pyenv)
-gets a virtual environment in ``~/.cache/octosync/lazily-py`` with ``lazily`` installed once;
-``lazily_python()`` is None when there is none, and tests skip with one line.
+It needs Python 3.12 or newer: the first such interpreter found (``OCTOSYNC_PYTHON312``, then
+on PATH, then under pyenv) gets a virtual environment in the cache folder
+(``$XDG_CACHE_HOME/octosync/lazily-py-0.45.0``) with ``lazily`` installed once; every test
+that runs lazily-py gets it from ``require_lazily_python()``, which skips with one line when
+there is none (``tests.conftest.missing``: a failure under ``OCTOSYNC_REQUIRE_PEERS=1``).
 """
 
 from __future__ import annotations
@@ -15,19 +17,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import missing
+
 LAZILY = "lazily==0.45.0"
-VENV = Path.home() / ".cache" / "octosync" / "lazily-py"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "octosync"
+VENV = CACHE / "lazily-py-0.45.0"
 
 
 def _interpreters() -> list[str]:
-    found = [shutil.which(f"python3.{minor}") for minor in range(12, 16)]
+    given = [os.environ.get("OCTOSYNC_PYTHON312", "")]
+    found = [shutil.which(f"python3.{minor}") or "" for minor in range(12, 16)]
     pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
-    return [p for p in [*found, *pyenv] if p]
+    return [p for p in [*given, *found, *pyenv] if p]
 
 
 def _has_lazily(python: Path) -> bool:
-    done = subprocess.run([str(python), "-c", "import lazily"], capture_output=True)
-    return done.returncode == 0
+    probe = [str(python), "-c", "import lazily.crdt_plane, lazily.ipc, lazily.transport"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
 
 
 @functools.cache
@@ -52,10 +58,21 @@ def lazily_python() -> Path | None:
     return None
 
 
+def require_lazily_python() -> Path:
+    """``lazily_python()``, or ``missing`` (a skip, a failure under
+    ``OCTOSYNC_REQUIRE_PEERS=1``) saying why there is none."""
+    python = lazily_python()
+    if python is None:
+        missing(
+            f"no Python 3.12+ interpreter could install {LAZILY} into {VENV}: "
+            "lazily-py interop skipped"
+        )
+    return python
+
+
 def run_lazily(script: str, stdin: str = "", timeout: float = 60) -> str:
     """Run ``script`` under lazily-py's interpreter; returns its stdout (raises on failure)."""
-    python = lazily_python()
-    assert python is not None
+    python = require_lazily_python()
     done = subprocess.run(
         [str(python), "-c", script],
         input=stdin,

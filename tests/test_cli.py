@@ -146,7 +146,7 @@ def test_port_in_use_prints_nothing_as_serving(tmp_path: Path) -> None:
         taken.listen()
         port = str(taken.getsockname()[1])
         ran = octosync("serve", "--insecure-dev", "--port", port, "--data", str(tmp_path))
-        assert ran.code == 1
+        assert ran.code == 2
         assert ran.out == ""
         assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in ran.one_line
         assert "choose another --port" in ran.one_line

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.browser.support import chromium
+from tests.conftest import require_module
 from tests.e2e.helpers import free_port, running
 from tests.test_readme import blocks
 
@@ -71,7 +72,9 @@ def test_live_python_block_runs(source: str, port: int, tmp_path: Path) -> None:
 @pytest.mark.browser
 @pytest.mark.parametrize("source", [s for _, s in _html], ids=[i for i, _ in _html])
 def test_live_page_shows_the_score(source: str, port: int, tmp_path: Path) -> None:
-    playwright_expect = pytest.importorskip("playwright.sync_api").expect
+    playwright_expect = require_module(
+        "playwright.sync_api", "drives Chromium in the browser tests"
+    ).expect
     page_file = tmp_path / "scoreboard.html"
     page_file.write_text(at(source, port), encoding="utf-8")
     console: list[str] = []

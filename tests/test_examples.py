@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from tests.browser.support import chromium
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_module
 from tests.e2e.helpers import free_port, running
 
 pytestmark = pytest.mark.browser
-playwright_api = pytest.importorskip("playwright.sync_api")
+playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
 EXAMPLES = ROOT / "examples"
 WAIT_MS = 20_000
 

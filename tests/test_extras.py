@@ -5,7 +5,6 @@ with exit 2. The missing packages are hidden from real ``octosync`` processes by
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -15,7 +14,7 @@ import pytest
 
 from octosync import extras
 from octosync.errors import MissingExtra
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_tool
 from tests.e2e.helpers import free_port, running
 from tests.test_readme import blocks
 
@@ -114,9 +113,7 @@ def test_the_server_runs_without_the_extras(tmp_path: Path) -> None:
 
 
 def test_make_run_honours_port_and_host() -> None:
-    make = shutil.which("make")
-    if make is None:
-        pytest.skip("make is not installed")
+    make = require_tool("make", "the Makefile's run target")
     dry = subprocess.run(
         [make, "-n", "-W", "pyproject.toml", "run", "PORT=8777", "HOST=127.0.0.2"],
         capture_output=True,

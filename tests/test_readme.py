@@ -6,6 +6,7 @@ runs those. Blocks marked sh, text, toml and the like are shown, not run.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -68,3 +69,61 @@ def test_relative_links_and_their_anchors_resolve() -> None:
             elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
                 broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert broken == []
+
+
+_DEFINING = (
+    ast.Import,
+    ast.ImportFrom,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Assign,
+    ast.AnnAssign,
+)
+
+
+def idle_definitions(source: str) -> list[str]:
+    """What a block defines and never runs: a function or class its code never names, or
+    nothing but imports, definitions and assignments (running such a block proves only that
+    it imports)."""
+    tree = ast.parse(source)
+    named = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    idle = [
+        f"{node.name} is defined and never used"
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and node.name not in named
+    ]
+    if tree.body and all(isinstance(n, _DEFINING) for n in tree.body):
+        idle.append("the block only defines things: it runs nothing")
+    return idle
+
+
+_every_python = blocks("python", live=False) + blocks("python", live=True)
+
+
+@pytest.mark.parametrize("source", [s for _, s in _every_python], ids=[i for i, _ in _every_python])
+def test_a_block_runs_what_it_defines(source: str) -> None:
+    assert idle_definitions(source) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "idle"),
+    [
+        (
+            "async def producer(url):\n    pass\n\n\nasync def viewer(url):\n    pass\n",
+            [
+                "producer is defined and never used",
+                "viewer is defined and never used",
+                "the block only defines things: it runs nothing",
+            ],
+        ),
+        ("import asyncio\n", ["the block only defines things: it runs nothing"]),
+        ("def main():\n    print(1)\n\n\nmain()\n", []),
+        ("import asyncio\n\n\nasync def main():\n    pass\n\n\nasyncio.run(main())\n", []),
+    ],
+)
+def test_idle_blocks_are_found(source: str, idle: list[str]) -> None:
+    assert idle_definitions(source) == idle

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from octosync import __version__, extras
-from octosync.errors import ConfigError, OctosyncError
+from octosync.errors import ConfigError, ListenError, OctosyncError
 from octosync.paths import data_dir
 from octosync.store import cli as store_cli
 
@@ -37,6 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
         "tcp_port": args.tcp_port,
         "dataspace_port": args.dataspace_port,
         "wvp_socket": args.wvp_socket,
+        "lazily_socket": args.lazily_socket,
         "chain_config": None if args.chain_config is None else chain_url(args.chain_config),
         "data_dir": Path(args.data) if args.data else None,
         "cluster_url": args.cluster,
@@ -85,6 +86,8 @@ def _serve(args: argparse.Namespace) -> int:
         line = serving_line(config, started.port, started.tcp_ports)
         if started.wvp_socket is not None:
             line += f"; WVP on the Unix socket {started.wvp_socket}"
+        if started.lazily_socket is not None:
+            line += f"; lazily on the Unix socket {started.lazily_socket}"
         print(line, flush=True)
 
     import asyncio
@@ -234,6 +237,8 @@ def describe(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
     url = getattr(args, "url", None)
     if isinstance(exc, ConfigError):
         return str(exc), 2
+    if isinstance(exc, ListenError):  # a refusal at start, as a bad setting is
+        return f"{exc.name}: {exc}", 2
     if isinstance(exc, ModuleNotFoundError) and (extra := extras.extra_of(exc.name)):
         return str(extras.missing_extra(extra, "this command")), 2
     if isinstance(exc, OctosyncError):
@@ -347,6 +352,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         default=None,
         metavar="PATH",
         help="also serve WVP (JS-ABI packets) on a Unix socket at PATH, mode 0600",
+    )
+    serve.add_argument(
+        "--lazily-socket",
+        default=None,
+        metavar="PATH",
+        help="also serve lazily (u32-framed, as --tcp-port) on a Unix socket at PATH, mode 0600",
     )
     serve.add_argument(
         "--chain-config",

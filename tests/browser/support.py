@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.conftest import missing, node_executable
+from tests.conftest import missing, node_executable, require_module
 from tests.e2e.helpers import Running, serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,9 +61,8 @@ def chromium_path() -> str:
 @contextmanager
 def chromium() -> Iterator[Any]:
     """Headless Chromium driven by Playwright (a skip when either is absent)."""
-    import pytest
 
-    playwright_api = pytest.importorskip("playwright.sync_api")
+    playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
     executable = chromium_path()
     with playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)

@@ -19,8 +19,9 @@ import pytest
 from octosync.links.cli import chain_status, start_node
 from octosync.links.config_store import ConfigStore
 from tests.browser.support import chromium, threaded_server
+from tests.conftest import require_module
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
 
 T = TypeVar("T")
 CHAIN = "browser"

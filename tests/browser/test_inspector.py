@@ -23,10 +23,11 @@ from octosync.client.lazily import Client, connect
 from octosync.graph import Context
 from octosync.server.auth import AuthConfig
 from tests.browser.support import ThreadedServer, chromium, threaded_server
+from tests.conftest import require_module
 from tests.e2e.helpers import handshake
 from tests.protocol_schemas import check
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
 
 WAIT_MS = 10_000
 SECRET = "browser-test-secret-of-32-bytes-or-more"

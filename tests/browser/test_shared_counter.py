@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 
 from tests.browser.support import CHROMIUM_FLAGS, chromium_path
+from tests.conftest import require_module
 from tests.e2e.helpers import free_port
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
 pytestmark = pytest.mark.browser
 
 STATIC = Path(__file__).resolve().parents[2] / "src" / "octosync" / "server" / "static"

@@ -19,9 +19,10 @@ from octosync.ipc.mirror import Mirror
 from octosync.signaling.messages import PeerJoined
 from octosync.wire import json as wire_json
 from tests.browser.support import CHROMIUM_FLAGS, ThreadedServer, chromium_path, threaded_server
+from tests.conftest import require_module
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-pytest.importorskip("aiortc")
+playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
+require_module("aiortc", "the webrtc extra")
 
 from octosync.client import webrtc  # noqa: E402
 

@@ -225,6 +225,12 @@ class TcpLazily:
         )
         return cls(reader, writer)
 
+    @classmethod
+    async def open_unix(cls, path: Path, *, limit: int = 1 << 24) -> TcpLazily:
+        """The same frames on a Unix socket (``serve --lazily-socket``)."""
+        reader, writer = await asyncio.open_unix_connection(str(path), limit=limit)
+        return cls(reader, writer)
+
     def send(self, data: bytes) -> None:
         self.writer.write(struct.pack(">I", len(data)) + data)
 

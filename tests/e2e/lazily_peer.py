@@ -1,12 +1,13 @@
 """A real lazily-py replica, run by the interop tests under Python 3.12+ (``lazily`` 0.45).
 
-``python lazily_peer.py PORT STREAM PEER CLICKS TOTAL ENTRIES``: joins the multi-writer stream
-STREAM over octosync's lazily TCP face (u32 length-prefixed frames, feature
-``distributed_crdt``), keeps its replica in lazily-py's own ``CrdtPlaneRuntime`` (every frame
-decoded and encoded by ``lazily.ipc``), adds CLICKS to the shared counter ``clicks`` one op at a
-time (its own entry ``clicks/pn/PEER``, the layout of ``octosync.crdt.shared``), writes the
-register ``title``, then waits until the counter reads TOTAL and the replica holds ENTRIES
-entries, and prints its converged entries as one JSON line. This file imports nothing from
+``python lazily_peer.py WHERE STREAM PEER CLICKS TOTAL ENTRIES``: joins the multi-writer stream
+STREAM over octosync's lazily TCP face (WHERE: its port) or its Unix socket (``unix:PATH``)
+(u32 length-prefixed frames, feature ``distributed_crdt``), keeps its replica in lazily-py's
+own ``CrdtPlaneRuntime`` (every frame decoded and encoded by ``lazily.ipc``), adds CLICKS to
+the shared counter ``clicks`` one op at a time (its own entry ``clicks/pn/PEER``, the layout
+of ``octosync.crdt.shared``), writes the register ``title``, then waits until the counter
+reads TOTAL and the replica holds ENTRIES entries, and prints its converged entries as one
+JSON line. This file imports nothing from
 octosync: the peer knows only the lazily spec and the layout.
 """
 
@@ -33,8 +34,16 @@ def node_of(name: str) -> int:
 
 
 class Link:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    """u32-framed frames on a socket this script dials itself (lazily-py's codecs are
+    transport-agnostic: it brings no client that dials): TCP to a port, or ``unix:PATH``."""
+
+    def __init__(self, where: str) -> None:
+        if where.startswith("unix:"):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(30)
+            self.sock.connect(where[len("unix:") :])
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", int(where)), timeout=30)
         self.lock = threading.Lock()
 
     def send(self, data: bytes) -> None:
@@ -67,7 +76,7 @@ def counter(runtime: CrdtPlaneRuntime) -> int:
 def main() -> None:
     port, stream = sys.argv[1], sys.argv[2]
     peer, clicks, total, entry_count = map(int, sys.argv[3:7])
-    link = Link(int(port))
+    link = Link(port)
     hello = CapabilityHandshake.new(peer, stream).with_codec("json_tagged").with_features([FEATURE])
     link.send(json.dumps(hello.to_wire()).encode())
     reply = json.loads(link.recv())

@@ -3,77 +3,42 @@
 A lazily-py process (``lazily_peer.py``: its own ``CrdtPlaneRuntime`` and ``lazily.ipc``
 codecs over the lazily TCP face), octosync's Python client and its JS client (under Node) add
 to one counter at the same time through a real server; all three end with the same entries
-and the counter holds every click. lazily-py needs Python 3.12+: the test finds such an
-interpreter, builds a venv for the peer in a cache folder, and skips with one line when there
-is none (a failure under ``OCTOSYNC_REQUIRE_PEERS=1``).
+and the counter holds every click; lazily-py also publishes, follows and writes a shared
+document on the lazily Unix socket. lazily-py needs Python 3.12+ (``tests.lazily_peer`` finds
+one and builds its venv, or the test skips with one line: a failure under
+``OCTOSYNC_REQUIRE_PEERS=1``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import glob
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from octosync.client.shared import SharedDocument
 from tests.browser.support import JS_CLIENT, node_command
-from tests.conftest import missing
-from tests.e2e.helpers import free_port, spawn_server
+from tests.e2e.helpers import (
+    Follower,
+    delta,
+    follow_until,
+    free_port,
+    serve,
+    snap,
+    spawn_server,
+    ws_lazily,
+)
+from tests.lazily_peer import require_lazily_python
 
 pytestmark = pytest.mark.peer
 
-LAZILY = "lazily==0.45.0"
 PEER = Path(__file__).with_name("lazily_peer.py")
 CLICKS = 40
 ENTRIES = 6
 """Three counter entries (one per writer), the title, the note and the todo field."""
 STREAM = "interop"
-
-
-def python_312() -> str:
-    """A Python 3.12+ interpreter on this machine, or a skip saying there is none."""
-    candidates = [os.environ.get("OCTOSYNC_PYTHON312", "")]
-    candidates += [shutil.which(f"python3.{minor}") or "" for minor in (14, 13, 12)]
-    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python")))
-    for exe in filter(None, candidates):
-        probe = subprocess.run(
-            [exe, "-c", "import sys; print(sys.version_info >= (3, 12))"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if probe.stdout.strip() == "True":
-            return exe
-    missing("no Python 3.12+ interpreter for lazily-py: lazily-py interop skipped")
-
-
-def lazily_venv() -> Path:
-    """``python`` of a venv with lazily-py, built once in the cache folder."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "octosync"
-    venv = cache / "lazily-py-0.45.0"
-    python = venv / "bin" / "python"
-    if python.exists() and _has_lazily(python):
-        return python
-    subprocess.run([python_312(), "-m", "venv", str(venv)], check=True, capture_output=True)
-    pip = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", LAZILY],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if pip.returncode != 0 or not _has_lazily(python):
-        missing(f"cannot install {LAZILY} into {venv}: {pip.stderr.strip()[-300:]}")
-    return python
-
-
-def _has_lazily(python: Path) -> bool:
-    probe = [str(python), "-c", "import lazily.crdt_plane, lazily.ipc"]
-    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
 
 
 JS_WRITER = """
@@ -107,7 +72,7 @@ def entries_of(doc: SharedDocument) -> list[list[object]]:
 
 
 async def test_lazily_py_python_and_js_writers_converge_on_every_click(tmp_path: Path) -> None:
-    lazily_python = lazily_venv()
+    lazily_python = require_lazily_python()
     node = node_command()
     tcp = free_port()
     total = 3 * CLICKS
@@ -158,3 +123,80 @@ async def test_lazily_py_python_and_js_writers_converge_on_every_click(tmp_path:
     assert len(ours) == ENTRIES
     assert sorted(peer["entries"]) == ours
     assert sorted(browser["entries"]) == ours
+
+
+STATE_PEER = Path(__file__).with_name("lazily_state_peer.py")
+
+
+async def lazily_run(python: Path, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        str(python), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+
+
+async def finished(proc: asyncio.subprocess.Process) -> str:
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return out.decode().strip().splitlines()[-1] if out.strip() else ""
+
+
+async def test_lazily_py_publishes_and_follows_streams_on_the_unix_socket(
+    tmp_path: Path,
+) -> None:
+    lazily_python = require_lazily_python()
+    sock = tmp_path / "lazily.sock"
+    where = f"unix:{sock}"
+    async with serve(tmp_path, lazily_socket=str(sock)) as srv, aiohttp.ClientSession() as http:
+        ws, _ = await ws_lazily(http, srv.ws_url, "from-lazily")
+        follower = await lazily_run(
+            lazily_python, str(STATE_PEER), "follow", where, "from-lazily", "2"
+        )
+        await finished(
+            await lazily_run(lazily_python, str(STATE_PEER), "publish", where, "from-lazily")
+        )
+        seen = json.loads(await finished(follower))
+        assert seen == {"epoch": 2, "values": {"1": b"one".hex(), "2": b"two".hex()}}
+        ours = await follow_until(ws, Follower(), 2)  # and a WebSocket subscriber alike
+        assert ours.values == {1: b"one", 2: b"two"}
+        producer, _ = await ws_lazily(http, srv.ws_url, "to-lazily", publish=True)
+        await producer.send_bytes(snap(0, {5: b"five", 6: b"6"}))
+        await producer.send_bytes(delta(0, 6, b"six"))
+        follower = await lazily_run(
+            lazily_python, str(STATE_PEER), "follow", where, "to-lazily", "1"
+        )
+        seen = json.loads(await finished(follower))
+        assert seen == {"epoch": 1, "values": {"5": b"five".hex(), "6": b"six".hex()}}
+        await producer.close()
+        await ws.close()
+
+
+async def test_lazily_py_writes_a_shared_document_on_the_unix_socket(tmp_path: Path) -> None:
+    lazily_python = require_lazily_python()
+    sock = tmp_path / "lazily.sock"
+    total = 2 * CLICKS
+    entries = 4  # two counter entries (lazily-py's and ours), its title and our note
+    async with serve(tmp_path, lazily_socket=str(sock)) as srv:
+        peer = await lazily_run(
+            lazily_python,
+            str(PEER),
+            f"unix:{sock}",
+            STREAM,
+            "515151",
+            str(CLICKS),
+            str(total),
+            str(entries),
+        )
+        async with SharedDocument(srv.ws_url, STREAM) as doc:
+            for _ in range(CLICKS):
+                doc.counter("clicks").add(1)
+                await asyncio.sleep(0.001)
+            doc.register("note").set("from python")
+            await doc.synced(60)
+            await doc.wait_until(lambda: doc.counter("clicks").value == total, 60)
+            result = json.loads(await finished(peer))
+            await doc.wait_until(lambda: len(doc.cells.state.replica) == entries, 30)
+            assert doc.register("title").value == "from lazily-py"
+            ours = entries_of(doc)
+    assert result["errors"] == []
+    assert result["counter"] == total
+    assert sorted(result["entries"]) == ours

@@ -391,13 +391,25 @@ async def test_the_event_journal_follows_commits_live(
         subs = srv.runtime.topgun.journal_subs
         while not (subs.any() and subs.placed()):  # JOURNAL_SUBSCRIBE has no reply
             await asyncio.sleep(0.02)
-        writer = await start(topgun_peer, srv.ws_url, "ops", 'put=n1={"name":"New"}', "remove=u1")
+        writer = await start(
+            topgun_peer,
+            srv.ws_url,
+            "ops",
+            'put=n1={"name":"New"}',
+            'put=u2={"name":"Bo","age":23}',
+            "remove=u1",
+        )
         await writer.until("synced")
         await writer.end()
         await watcher.until("journal", lambda line: line["key"] == "u1")
         await watcher.stop()
     seen = [(e["key"], e["type"], e["value"]) for e in watcher.events("journal")]
-    assert seen == [("n1", "PUT", {"name": "New"}), ("u1", "DELETE", None)]
+    assert seen == [
+        ("n1", "PUT", {"name": "New"}),
+        ("u2", "PUT", {"name": "Bo", "age": 23}),  # an update is a PUT, as TopGun's server says
+        ("u1", "DELETE", None),
+    ]
+    assert [e["previousValue"] for e in watcher.events("journal")] == [None, None, None]
 
 
 async def test_topguns_cluster_client_gets_a_partition_map_of_the_server(
@@ -419,3 +431,55 @@ async def test_topguns_cluster_client_gets_a_partition_map_of_the_server(
     assert client.frames("out", "PARTITION_MAP_REQUEST")
     assert client.frames("in", "ERROR") == []
     assert set(users) == {"k1"}
+
+
+async def test_hybrid_query_is_served_live_and_never_answered_with_an_error(
+    tmp_path: Path, topgun_peer: tuple[str, Path]
+) -> None:
+    """TopGun's ``hybridQuery`` with a full-text predicate and a comparison: the server
+    answers the subscription in its own ``HYBRID_QUERY_RESP`` (correlated, scored, the records
+    the whole predicate picks) and sends a ``HYBRID_QUERY_DELTA`` when a record enters; the
+    client's handle shows its own result at once and never gets an ``ERROR``."""
+    docs = {
+        "p1": {"title": "python tips", "year": 2024},
+        "p2": {"title": "python history", "year": 2001},
+        "p3": {"title": "rust notes", "year": 2024},
+        "p4": {"title": "notes", "body": "python", "year": 2024},
+    }
+    ops = [f"put={k}={json.dumps(v)}" for k, v in docs.items()]
+    async with serve(tmp_path, topgun_search=("users",)) as srv:
+        writer = await start(topgun_peer, srv.ws_url, "ops", *ops)
+        await writer.until("synced")
+        await writer.end()
+        seeker = await start(topgun_peer, srv.ws_url, "hybridquery", "python", "2020", seconds=12)
+        await seeker.until("ready")
+        await seeker.until("hybridrows")
+        await seeker.until("frame", lambda line: line["type"] == "HYBRID_QUERY_RESP")
+        more = {"title": "python again", "year": 2025}
+        edit = await start(topgun_peer, srv.ws_url, "ops", f"put=p5={json.dumps(more)}")
+        await edit.until("synced")
+        await edit.end()
+        await seeker.until(
+            "frame",
+            lambda line: (
+                line["type"] == "HYBRID_QUERY_DELTA" and line["msg"]["payload"]["key"] == "p5"
+            ),
+        )
+        await seeker.stop()
+    (sub,) = seeker.frames("out", "HYBRID_QUERY_SUBSCRIBE")
+    assert sub["payload"]["predicate"]["children"][0]["op"] == "match"
+    (resp,) = seeker.frames("in", "HYBRID_QUERY_RESP")
+    assert resp["payload"]["subscriptionId"] == sub["payload"]["subscriptionId"]
+    results = resp["payload"]["results"]
+    assert [r["key"] for r in results] == ["p1"]  # p2 too old, p3 no python, p4 not in title
+    assert results[0]["value"] == docs["p1"]
+    assert results[0]["score"] > 0
+    assert results[0]["matchedTerms"] == ["python"]
+    deltas = [d["payload"] for d in seeker.frames("in", "HYBRID_QUERY_DELTA")]
+    assert {d["subscriptionId"] for d in deltas} == {sub["payload"]["subscriptionId"]}
+    (entered,) = [d for d in deltas if d["key"] == "p5"]
+    assert entered["type"] == "ENTER"
+    assert entered["value"] == more
+    # p1's BM25 score moves with the map's new word counts: an UPDATE, never a LEAVE
+    assert {(d["key"], d["type"]) for d in deltas if d["key"] != "p5"} <= {("p1", "UPDATE")}
+    assert seeker.frames("in", "ERROR") == []

@@ -13,11 +13,12 @@ from octosync.graph import Context
 from octosync.ipc.messages import Delta, ResyncRequest
 from octosync.ipc.mirror import Mirror
 from octosync.wire import json as wire_json
+from tests.conftest import require_module
 from tests.e2e.helpers import TIMEOUT, serve
 
-pytest.importorskip("aiortc")
+require_module("aiortc", "the webrtc extra")
 
-from octosync.client import webrtc
+from octosync.client import webrtc  # noqa: E402
 
 LOOPBACK = ("127.0.0.1",)
 

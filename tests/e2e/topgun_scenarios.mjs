@@ -28,12 +28,15 @@
 //                          hits:[{key,score}]}; hybridSearch for TEXT over fullText, semantic
 //                          and exact (k 3): {"event":"hybrid",hits:[{key,score,methodScores}]};
 //                          then a live hybrid search (fullText, k 3): {"event":"live",keys}
+//   hybridquery TEXT YEAR  client.hybridQuery on "users" with Predicates.and(Predicates.match(
+//                          'title', TEXT), Predicates.greaterThanOrEqual('year', YEAR)): {"event":"hybridrows",
+//                          keys} on every result the handle gives; {"event":"ready"} once sent
 //   http OP...             TopGun's HttpSyncProvider (POST <url>/sync, the ws URL as http),
 //                          following "users", polling every 200 ms: sends OP (put=KEY=JSON) as
 //                          one OP_BATCH, prints {"event":"http",type,payload} for every message
 //                          it turns the responses into, {"event":"ready"} once connected
 //   journal-watch          getEventJournal().subscribe on "users": {"event":"journal",
-//                          sequence,type,key,value} per event; {"event":"ready"} once sent
+//                          sequence,type,key,value,previousValue} per event; {"event":"ready"} once sent
 //   cluster OP...          (with --seeds URL,URL...: TopGun's cluster client) wait for the
 //                          partition map, print {"event":"cluster",version,routing,nodes,
 //                          owners,connected}, put OPs (put=KEY=JSON) and print the same as
@@ -340,6 +343,15 @@ if (scenario === 'watch') {
   const handle = client.hybridSearchSubscribe('users', text, { methods: ['fullText'], k: 3 });
   handle.subscribe((rows) => out({ event: 'live', keys: rows.map((r) => r.key) }));
   out({ event: 'ready' });
+} else if (scenario === 'hybridquery') {
+  const [text, year] = rest;
+  const { Predicates } = await load('topgun-client.mjs');
+  await connected;
+  const handle = client.hybridQuery('users', {
+    predicate: Predicates.and(Predicates.match('title', text), Predicates.greaterThanOrEqual('year', Number(year))),
+  });
+  handle.subscribe((rows) => out({ event: 'hybridrows', keys: rows.map((r) => r._key ?? r.key) }));
+  out({ event: 'ready' });
 } else if (scenario === 'http') {
   // TopGunClient takes no provider of ours, so the provider is driven as the client would.
   const { HttpSyncProvider } = await load('topgun-client.mjs');
@@ -368,6 +380,7 @@ if (scenario === 'watch') {
   await connected;
   client.getEventJournal().subscribe((e) => out({
     event: 'journal', sequence: String(e.sequence), type: e.type, key: e.key, value: e.value ?? null,
+    previousValue: e.previousValue ?? null,
   }), { mapName: 'users' });
   out({ event: 'ready' });
 } else if (scenario === 'device') {

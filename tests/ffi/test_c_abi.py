@@ -3,21 +3,20 @@ frames encoded and decoded, statuses for bad input and null pointers, a mirror h
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from octosync.ffi.build import build
+from tests.conftest import require_tool
 
 HERE = Path(__file__).resolve().parent
-
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_tool("gcc", "builds the C program that drives the library")
     out = tmp_path_factory.mktemp("ffi")
     library = build(out)
     assert library.name == "liboctosync_ffi.so"

@@ -50,3 +50,23 @@ def test_budget_waits_exactly_long_enough_to_hold_the_rate(
         total_bytes += size
     assert len(sizes) <= limits.frames_per_second * (1 + now) + 1e-6
     assert total_bytes <= limits.bytes_per_second * (1 + now) + 5000
+
+
+@given(
+    frames=st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 50)), min_size=1, max_size=100),
+    gaps=st.lists(st.floats(0, 0.01), min_size=1, max_size=100),
+)
+def test_a_frame_of_many_messages_is_charged_for_each(
+    frames: list[tuple[int, int]], gaps: list[float]
+) -> None:
+    """Honouring every wait, the messages read (a BATCH's inner ones each) never exceed the
+    frame rate (plus one burst and the last frame's messages)."""
+    limits = Limits(frames_per_second=100.0, bytes_per_second=10_000_000.0)
+    now = 0.0
+    budget = InputBudget(limits, now)
+    total = 0
+    for i, (size, messages) in enumerate(frames):
+        now += gaps[i % len(gaps)]
+        now += budget.charge(size, now, messages)
+        total += messages
+    assert total <= limits.frames_per_second * (1 + now) + 1e-6

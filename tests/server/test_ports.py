@@ -13,6 +13,7 @@ import pytest
 from octosync.errors import Overloaded
 from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
+from octosync.server.connection import _messages
 from octosync.server.ports import JournalGate, Replicator, SignalPort, TopGunPort
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
@@ -132,6 +133,28 @@ def test_a_persisted_ack_and_the_replies_behind_it_wait_for_the_commit() -> None
     assert op_ack.payload.achieved_level == "PERSISTED"
     assert isinstance(pong, tg.Pong)
     assert pong.timestamp == 5
+
+
+def test_a_batchs_inner_messages_keep_their_order_behind_a_pending_ack_and_each_is_charged() -> (
+    None
+):
+    port = FakeTopGun()
+    session = TopGunSession(port, 7)
+    feed(session, tg.DeviceHello())
+    assert session.messages_in_frame == 1
+    durable = tg.encode(batch(put("1", "k", "v", 10), write_concern="PERSISTED"))
+    packed = tg.pack_batch([durable, tg.encode(tg.Ping(timestamp=5))])
+    assert feed(session, packed) == []  # the PONG waits behind the durable ack
+    assert session.messages_in_frame == 2
+    assert _messages(session) == 2  # the connection charges two frames to its budget
+    ((_conn, _records, then),) = port.commits
+    then()
+    ((_to, data),) = port.delivered
+    op_ack, pong = (tg.decode(p) for p in unframe(data))
+    assert isinstance(op_ack, tg.OpAck)
+    assert isinstance(pong, tg.Pong)
+    feed(session, tg.Ping(timestamp=6))
+    assert _messages(session) == 1
 
 
 def test_a_write_is_refused_while_the_journal_has_no_room() -> None:

@@ -23,9 +23,10 @@ import pytest
 from octosync.errors import ConfigError
 from octosync.server.tls import server_context
 from octosync.wire import topgun, wvp
+from tests.conftest import require_module
 from tests.e2e.helpers import Follower, TcpLazily, delta, free_port, handshake, running, snap
 
-trustme = pytest.importorskip("trustme")
+trustme = require_module("trustme", "certificates for the TLS tests")
 
 CLI = [sys.executable, "-m", "octosync.cli"]
 SYNDICATE_PEER = Path(__file__).resolve().parents[1] / "e2e" / "syndicate_peer.py"
@@ -244,7 +245,7 @@ async def test_tcp_clients_without_tls_or_trust_get_nothing(pems: Pems, ports: P
 def test_syndicate_py_over_tcp_with_tls_sees_a_peer_over_wss(pems: Pems, ports: Ports) -> None:
     """Two syndicate-py processes on one dataspace, one on the TLS TCP port, one over
     ``wss://``: each sees the other's presence."""
-    pytest.importorskip("syndicate")
+    require_module("syndicate", "syndicate-py, the real dataspace peer")
     minted = subprocess.run(
         [*CLI, "dataspace", "mint", "demo", "--data", str(ports.data)],
         capture_output=True,

@@ -11,11 +11,9 @@ import pytest
 from octosync.errors import BlobInvalid
 from octosync.ipc.messages import BlobRef
 from octosync.shm.region import SharedRegion, fresh_name
-from tests.lazily_peer import lazily_python, run_lazily
+from tests.lazily_peer import require_lazily_python, run_lazily
 
-pytestmark = pytest.mark.skipif(
-    lazily_python() is None, reason="lazily-py needs a Python 3.12+ interpreter; none found"
-)
+pytestmark = pytest.mark.peer
 
 PAYLOAD = bytes(range(256)) * 40 + b"tail"
 
@@ -49,8 +47,7 @@ backend.close()
 def test_octosync_reads_what_lazily_py_wrote() -> None:
     name = fresh_name("lazily")
     script = LAZILY_WRITES.replace("NAME", repr(name)).replace("HEX", repr(PAYLOAD.hex()))
-    python = lazily_python()
-    assert python is not None
+    python = require_lazily_python()
     peer = subprocess.Popen(
         [str(python), "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )

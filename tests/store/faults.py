@@ -1,18 +1,18 @@
 """Real storage faults for tests: an immutable file (``chattr +i``) and a small full disk (tmpfs).
 
-Both need root (``.ci/run`` runs as root); without the rights a test skips with one line.
+Both need root (``.ci/run`` runs as root); without the rights a test skips with one line
+(``tests.conftest.missing``: a failure under ``OCTOSYNC_REQUIRE_PEERS=1``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from tests.conftest import missing, require_tool
 
 
 def _run(*command: str) -> bool:
@@ -21,15 +21,16 @@ def _run(*command: str) -> bool:
 
 
 def need_root() -> None:
-    if os.geteuid() != 0 or shutil.which("chattr") is None:
-        pytest.skip("storage fault tests need root and chattr (CI runs them as root)")
+    if os.geteuid() != 0:
+        missing("storage fault tests need root (CI runs them as root)")
+    require_tool("chattr", "storage fault tests make files immutable")
 
 
 def set_immutable(paths: list[Path], on: bool) -> None:
     """``chattr +i`` (or ``-i``) on each existing file: writes to it fail with EPERM."""
     existing = [str(p) for p in paths if p.exists()]
     if existing and not _run("chattr", "+i" if on else "-i", *existing):
-        pytest.skip("chattr is not supported on this file system")
+        missing("chattr is not supported on this file system")
 
 
 def journal_files(data: Path) -> list[Path]:
@@ -42,7 +43,7 @@ def small_disk(where: Path, megabytes: int) -> Iterator[Path]:
     need_root()
     where.mkdir(parents=True, exist_ok=True)
     if not _run("mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(where)):
-        pytest.skip("cannot mount a tmpfs here (CI runs the full-disk tests as root)")
+        missing("cannot mount a tmpfs here (CI runs the full-disk tests as root)")
     try:
         yield where
     finally:

@@ -14,10 +14,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from octosync.topgun import TopGunCore
 from octosync.topgun.hybrid import RRF_K
 from octosync.wire import topgun_requests as rq
+from tests.conftest import require_module
 from tests.topgun.helpers import ALL, Clock, batch, put, sent
 
-pytest.importorskip("usearch")
-pytest.importorskip("tantivy")
+require_module("usearch", "the vector extra")
+require_module("tantivy", "the search extra")
 
 DOCS = {
     "a": {"t": "python python python", "year": 2020},

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -17,9 +16,10 @@ from octosync.topgun.indexer import Indexed
 from octosync.topgun.search import COMMIT_GAP_MS
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_services as sv
+from tests.conftest import require_module
 from tests.topgun.helpers import ALL, Clock, batch, follow, put, sent
 
-pytest.importorskip("tantivy")
+require_module("tantivy", "the search extra")
 
 
 def offloaded() -> TopGunCore:

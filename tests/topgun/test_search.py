@@ -17,9 +17,10 @@ from octosync.topgun import TopGunCore
 from octosync.topgun.search import COMMIT_GAP_MS, MAX_QUERY_CHARS, text_of, tokens
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_services as sv
+from tests.conftest import require_module
 from tests.topgun.helpers import ALL, Clock, batch, follow, put, sent
 
-pytest.importorskip("tantivy")
+require_module("tantivy", "the search extra")
 
 DOCS = {
     "d1": {"title": "Rust and Python", "body": "python python python"},

@@ -12,9 +12,10 @@ from octosync.topgun import TopGunCore
 from octosync.topgun.sql import MAX_RESULT_ROWS
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
+from tests.conftest import require_module
 from tests.topgun.helpers import ALL, Clock, batch, put, sent
 
-pytest.importorskip("duckdb")
+require_module("duckdb", "the sql extra")
 
 PEOPLE = {
     "u1": {"name": "Ann", "age": 31, "tags": ["a"]},

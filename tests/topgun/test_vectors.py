@@ -19,9 +19,10 @@ from octosync.topgun.embedding import HashingEmbedder
 from octosync.topgun.search import COMMIT_GAP_MS
 from octosync.topgun.vectors import record_vector
 from octosync.wire import topgun_requests as rq
+from tests.conftest import require_module
 from tests.topgun.helpers import ALL, Clock, batch, put, sent
 
-pytest.importorskip("usearch")
+require_module("usearch", "the vector extra")
 
 DIM = 64
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from octosync.crdt import OpKind
 from octosync.crdt.sync_messages import SyncInit, SyncRespRoot, WireLWWRecord, WireTimestamp
-from octosync.errors import DecodeError, Oversize
+from octosync.errors import DecodeError, LimitExceeded, Oversize
 from octosync.wire import topgun
 from octosync.wire.topgun import (
     AuthFail,
@@ -169,6 +169,70 @@ def test_batch_count_mismatch_and_truncation() -> None:
     assert info.value.path == "count"
     with pytest.raises(DecodeError):
         split_batch(Batch(1, b"\x00\x00"))
+
+
+inner_frames = st.lists(st.binary(max_size=12), max_size=12)
+
+
+@given(inner_frames, st.integers(0, 2**31))
+def test_a_batch_is_counted_from_its_lengths_and_a_forged_count_refused(
+    frames: list[bytes], declared: int
+) -> None:
+    packed = pack_batch(frames)
+    if declared == len(frames):
+        assert split_batch(Batch(declared, packed.data)) == frames
+    else:
+        with pytest.raises(DecodeError) as info:
+            split_batch(Batch(declared, packed.data))
+        assert info.value.path == "count"
+
+
+@given(inner_frames.filter(bool), st.data())
+def test_a_batch_cut_anywhere_but_between_frames_is_refused_naming_the_frame(
+    frames: list[bytes], data: st.DataObject
+) -> None:
+    whole = pack_batch(frames).data
+    cut = data.draw(st.integers(0, len(whole) - 1))
+    bounds, at = [], 0
+    for f in frames:
+        bounds.append(at)
+        at += 4 + len(f)
+    kept = sum(1 for b in bounds[1:] if b <= cut)  # frames that end at or before the cut
+    with pytest.raises(DecodeError) as info:
+        split_batch(Batch(len(frames), whole[:cut]))
+    if cut in bounds:  # whole frames only: the count disagrees
+        assert info.value.path == "count"
+    else:
+        assert info.value.path == f"data[{kept}]"
+
+
+@given(st.integers(1, 6), st.integers(0, 4), st.integers(0, 2**31))
+def test_more_inner_frames_than_the_bound_are_refused_whatever_the_count_says(
+    bound: int, extra: int, declared: int
+) -> None:
+    frames = [b"\x00"] * (bound + extra)
+    batch = Batch(declared, pack_batch(frames).data)
+    if extra == 0:
+        if declared == bound:
+            assert split_batch(batch, max_items=bound) == frames
+        return
+    with pytest.raises(LimitExceeded) as info:
+        split_batch(batch, max_items=bound)
+    assert info.value.path == f"data[{bound}]"
+
+
+def test_the_bound_is_topguns_8192_and_inner_messages_are_decoded_strictly() -> None:
+    ping = encode(Ping(1))
+    assert len(split_batch(pack_batch([ping] * 8192))) == 8192
+    with pytest.raises(LimitExceeded):
+        split_batch(Batch(1, pack_batch([b""] * 8193).data))
+    with pytest.raises(DecodeError) as info:
+        unpack_batch(pack_batch([ping, encode(Ping(2))[:-1]]))
+    assert info.value.path is not None
+    assert info.value.path.startswith("data[1]")
+    with pytest.raises(DecodeError) as info:
+        unpack_batch(pack_batch([ping, encode(pack_batch([ping]))]))
+    assert info.value.path == "data[1].type"
 
 
 def have(**over: Any) -> dict[str, Any]:

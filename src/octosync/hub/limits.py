@@ -79,13 +79,15 @@ class InputBudget:
         self._bytes = limits.bytes_per_second
         self._last = now
 
-    def charge(self, size: int, now: float) -> float:
+    def charge(self, size: int, now: float, messages: int = 1) -> float:
+        """Charge one frame of ``size`` bytes carrying ``messages`` messages (several for a
+        frame that packs them, as TopGun's ``BATCH``: each counts as a frame)."""
         lim = self.limits
         elapsed = max(0.0, now - self._last)
         self._last = now
         self._frames = min(lim.frames_per_second, self._frames + elapsed * lim.frames_per_second)
         self._bytes = min(lim.bytes_per_second, self._bytes + elapsed * lim.bytes_per_second)
-        self._frames -= 1
+        self._frames -= messages
         self._bytes -= size
         wait = 0.0
         if self._frames < 0:

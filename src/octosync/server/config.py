@@ -29,6 +29,9 @@ class ServerConfig:
     """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
     wvp_socket: str | None = None
     """A Unix socket path on which WVP is served as bare JS-ABI packets; None: none."""
+    lazily_socket: str | None = None
+    """A Unix socket path on which lazily is served as on ``tcp_port`` (u32-framed, the
+    state plane and shared documents); None: none."""
     shm_capacity: int = 256 * 1024 * 1024
     """Bytes of the shared-memory region that carries large payloads to subscribers that
     negotiated ``shared-blob`` (made on first use; tmpfs pages are taken as written)."""
@@ -423,6 +426,12 @@ SECTIONS: dict[str, dict[str, Key]] = {
             "wvp_socket",
             str,
             doc="Unix socket path serving WVP as bare JS-ABI packets; unset: off.",
+        ),
+        "lazily_socket": _set(
+            "lazily_socket",
+            str,
+            doc="Unix socket path (mode 0600) serving lazily as `tcp_port` does: u32-framed, "
+            "streams and shared documents; unset: off.",
         ),
         "shm_capacity": _set(
             "shm_capacity",

@@ -99,6 +99,15 @@ class Session(Protocol[M]):
 AnySession = Session[Any]
 """A session of any face (the loops only move its messages from ``decode`` to ``handle``)."""
 
+
+def _messages(session: AnySession) -> int:
+    """The messages the last frame carried: more than one for a frame that packs several
+    (TopGun's ``BATCH``, whose session says ``messages_in_frame``), each charged to the
+    frame budget, as TopGun's server charges each inner item to its rate limiter."""
+    n = getattr(session, "messages_in_frame", 1)
+    return n if isinstance(n, int) and n > 0 else 1
+
+
 Closer = Callable[[int], Coroutine[Any, Any, object]]
 
 
@@ -408,7 +417,7 @@ async def _pump_ws(rt: Runtime, ws: web.WebSocketResponse, link: ServedConnectio
             return
         if not await link.receive(data):
             return
-        wait = budget.charge(len(data), loop.time())
+        wait = budget.charge(len(data), loop.time(), _messages(link.session))
         if wait > 0:
             await asyncio.sleep(wait)
         await turn.pass_on()

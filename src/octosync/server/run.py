@@ -24,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from octosync.errors import ListenError
+from octosync.server import lazily_socket
 from octosync.server import wvp_socket as wvp_unix
 from octosync.server.app import CLUSTER, build_app
 from octosync.server.config import ServerConfig
@@ -34,6 +35,7 @@ from octosync.server.guard import GuardedProtocol
 from octosync.server.runtime import Runtime
 from octosync.server.throttled_log import ThrottledLog
 from octosync.server.tls import server_context
+from octosync.server.unix_listen import UnixListener
 
 log = logging.getLogger("octosync.server")
 
@@ -49,13 +51,19 @@ class Started:
     tcp_ports: Mapping[FaceName, int] = field(default_factory=dict)
     """Every face's bound TCP port, by face."""
     wvp_socket: Path | None = None
-    """The Unix socket WVP is served on (``--wvp-socket``), removed at stop."""
+    """The Unix socket WVP is served on (``--wvp-socket``)."""
+    unix_listeners: list[UnixListener] = field(default_factory=list)
+    """Socket files made by ``unix_listen`` (``--wvp-socket``, ``--lazily-socket``), each
+    removed at stop if it is still the one this server made."""
+
+    lazily_socket: Path | None = None
+    """The Unix socket lazily is served on (``--lazily-socket``)."""
 
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
-        if self.wvp_socket is not None:
-            self.wvp_socket.unlink(missing_ok=True)
+        for listener in self.unix_listeners:
+            listener.remove()
         await self.runner.cleanup()
 
 
@@ -117,6 +125,7 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
         )
 
     servers: list[asyncio.Server] = []
+    unix_listeners: list[UnixListener] = []
     try:
         tls = server_context(config.tls_cert, config.tls_key)
         with _listening(config.host, config.port, "--port"):
@@ -146,10 +155,13 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
                 )
             servers.append(tcp)
             tcp_ports[face.name] = int(tcp.sockets[0].getsockname()[1])
-        wvp_socket = None
+        wvp_socket = lazily_path = None
         if config.wvp_socket is not None:
             wvp_socket = Path(config.wvp_socket)
-            servers.append(await wvp_unix.listen(rt, wvp_socket))
+            unix_listeners.append(await wvp_unix.listen(rt, wvp_socket))
+        if config.lazily_socket is not None:
+            lazily_path = Path(config.lazily_socket)
+            unix_listeners.append(await lazily_socket.listen(rt, lazily_path))
         base = config.public_base(port)
         topgun_url = f"{base}/topgun"
         if CLUSTER in app:
@@ -163,6 +175,8 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
     except BaseException:
         for server in servers:
             server.close()
+        for made in unix_listeners:
+            made.remove()
         await runner.cleanup()
         raise
     return Started(
@@ -174,6 +188,8 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
         tcp_ports.get(FaceName.DATASPACE),
         tcp_ports,
         wvp_socket,
+        unix_listeners,
+        lazily_path,
     )
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from octosync.errors import DecodeError, OctosyncError, Overloaded, Unauthorized
+from octosync.hub.policy import closes_connection
 from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.face_names import FaceName
@@ -53,7 +54,7 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 }
 
 _WRITES = (tg.OpBatch, tg.ClientOpMessage)
-_JOURNALED = (*_WRITES, tg.ORMapPushDiff, tg.CounterSync, tg.LockRequest, tg.Batch)
+_JOURNALED = (*_WRITES, tg.ORMapPushDiff, tg.CounterSync, tg.LockRequest)
 """Messages whose effects may need the journal: refused up front while it cannot commit."""
 
 
@@ -79,6 +80,9 @@ class TopGunSession:
         self._held: deque[tuple[list[bool], list[bytes]]] = deque()
         """Replies queued behind an ack still waiting (a commit, a device binding), in order."""
         self._handling = False
+        self.messages_in_frame = 1
+        """What the last frame carried (a ``BATCH``: its inner messages), for the connection's
+        frame budget."""
         if not rt.insecure_dev:
             self._reply(tg.encode(tg.AuthRequired()))
 
@@ -96,6 +100,7 @@ class TopGunSession:
             return _Refused(reply)
 
     def handle(self, message: tg.Message | _Refused) -> None:
+        self.messages_in_frame = 1
         self._handling = True
         try:
             self._handle(message)
@@ -109,6 +114,9 @@ class TopGunSession:
         if self.life.state is State.AWAIT_AUTH:
             self._authenticate(message)
             return
+        if isinstance(message, tg.Batch):
+            self._batch(message)
+            return
         rt = self.rt
         if rt.writer is not None and isinstance(message, _JOURNALED):
             # JournalUnavailable (or a full queue, for writes): nothing applied, nothing acked
@@ -117,6 +125,22 @@ class TopGunSession:
             else:
                 rt.writer.check_writable()
         self._apply(rt.topgun.handle(self.conn, message))
+
+    def _batch(self, batch: tg.Batch) -> None:
+        """Each inner message of a ``BATCH``, in order, as if it came in a frame of its own
+        (as TopGun's server unpacks it). The whole frame is checked first: a bad length, a
+        ``count`` that disagrees, more than ``MAX_BATCH_ITEMS`` frames or an inner message
+        that does not decode refuses it with nothing of it applied. An inner request refused
+        is answered as it would be alone, and the next is handled."""
+        inner = tg.unpack_batch(batch, max_size=self.max_frame)
+        self.messages_in_frame = max(1, len(inner))
+        for message in inner:
+            try:
+                self._handle(message)
+            except OctosyncError as err:
+                if closes_connection(err, byte_stream=False):
+                    raise
+                self._reply(self.rt.topgun.error(err))
 
     def _authenticate(self, message: tg.Message) -> None:
         match message:

@@ -9,18 +9,16 @@ a loopback WebSocket.
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import os
-import stat
 from pathlib import Path
 
-from octosync.errors import DecodeError, ListenError
+from octosync.errors import DecodeError
 from octosync.hub import ViewKey
 from octosync.hub.types import GLOBAL_SCOPE
 from octosync.server.auth import ClaimGrants
 from octosync.server.connection import serve_tcp
 from octosync.server.runtime import Runtime
+from octosync.server.unix_listen import UnixListener, listen_unix
 from octosync.server.view_encoders import WVP_STREAM_VIEW
 from octosync.server.wvp_session import WvpSession
 from octosync.wire import jsabi, wvp
@@ -67,27 +65,12 @@ class PacketSplitter:
         return out
 
 
-async def listen(rt: Runtime, path: Path) -> asyncio.Server:
-    """Listen on ``path`` (mode 0600). A stale socket file is replaced; anything else there,
-    or a socket another process still serves, is a ``ListenError``."""
-    if path.exists() or path.is_symlink():
-        if not stat.S_ISSOCK(path.lstat().st_mode):
-            raise ListenError(f"{path} exists and is not a socket; choose another --wvp-socket")
-        try:
-            _, writer = await asyncio.open_unix_connection(str(path))
-        except OSError:
-            path.unlink()  # nobody answers: left by a process that died
-        else:
-            writer.close()
-            raise ListenError(f"another process serves {path}; choose another --wvp-socket")
+async def listen(rt: Runtime, path: Path) -> UnixListener:
+    """Listen on ``path`` (mode 0600, made as ``unix_listen`` makes it): a stale socket file
+    is replaced; anything else there, or a socket another process still serves, is a
+    ``ListenError``."""
     serve = functools.partial(serve_tcp, rt, open_socket_session, framer=PacketSplitter)
-    old = os.umask(0o177)  # the socket is created 0600: no window with a wider mode
-    try:
-        return await asyncio.start_unix_server(serve, path=str(path))
-    except OSError as exc:
-        raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
-    finally:
-        os.umask(old)
+    return await listen_unix(path, serve, "--wvp-socket")
 
 
 __all__ = ["DecodeError", "PacketSplitter", "WvpStreamSession", "listen", "open_socket_session"]

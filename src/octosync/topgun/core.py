@@ -64,6 +64,7 @@ from octosync.topgun.counters import CounterTable
 from octosync.topgun.embedding import Embedder
 from octosync.topgun.event_journal import JournalSource, JournalSubscriptions
 from octosync.topgun.hybrid import LiveHybrid, hybrid_search, vector_search
+from octosync.topgun.hybrid_query import LiveHybridQueries
 from octosync.topgun.index_feed import IndexBatch, IndexFeed
 from octosync.topgun.indexer import Indexed, Indexer
 from octosync.topgun.locks import Grant, LockTable
@@ -195,6 +196,7 @@ class TopGunCore:
         self.search = FullText(search_maps)
         self.vectors = VectorIndexes(vector_maps, embedder)
         self.hybrid = LiveHybrid()
+        self.hybrid_queries = LiveHybridQueries()
         self.index_feed = IndexFeed()
         """Written keys the indexes have still to take in, and the index watermark."""
         self.indexer = Indexer(self.search, self.vectors)
@@ -254,6 +256,7 @@ class TopGunCore:
         self.pages.disconnect(conn)
         self.search.disconnect(conn)
         self.hybrid.disconnect(conn)
+        self.hybrid_queries.disconnect(conn)
         self.journal_subs.disconnect(conn)
         self._granted(fx, self.locks.disconnect(conn, self.clock()))
         return fx
@@ -457,6 +460,15 @@ class TopGunCore:
                 self.journal_subs.unsubscribe(conn, sub_id)
             case rq.HybridSearchUnsub(payload=p):
                 self.hybrid.unsubscribe(conn, p.subscription_id)
+            case rq.HybridQuerySubscribe(payload=p):
+                self._require_map(c, p.map_name, "read")
+                self._index_inline(fx)
+                answer = self.hybrid_queries.subscribe(
+                    conn, self.search, p, self._value_of, self.maps.live_items
+                )
+                fx.send(conn, answer)
+            case rq.HybridQueryUnsubscribe(payload=p):
+                self.hybrid_queries.unsubscribe(conn, p.subscription_id)
             case tg.QueryUnsub(payload=p):
                 self.queries.unsubscribe(conn, p.query_id)
                 self.pages.forget(conn, p.query_id)
@@ -822,16 +834,22 @@ class TopGunCore:
             fx.send(target, update)
         for name, keys in changed.items():
             self.hybrid.written(name, keys)
+            self.hybrid_queries.written(name, keys)
         self._hybrid_changes(fx)
 
     def _hybrid_changes(self, fx: Effects) -> None:
-        """Live hybrid searches on maps written (or indexes committed) since, run again."""
+        """Live hybrid searches and queries on maps written (or indexes committed) since,
+        run again."""
         if self.hybrid.any():
             found = self.hybrid.flush(
                 self.search, self.vectors, self._value_of, self.maps.live_items
             )
             for target, change in found:
                 fx.send(target, change)
+        if self.hybrid_queries.any():
+            deltas = self.hybrid_queries.flush(self.search, self._value_of, self.maps.live_items)
+            for target, delta in deltas:
+                fx.send(target, delta)
 
     def _query_updates(self, fx: Effects, events: list[tg.ServerEventPayload]) -> None:
         """Live queries look at what was written now, within ``QUERY_BUDGET`` rows; what is

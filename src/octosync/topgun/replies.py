@@ -83,6 +83,13 @@ _REPLIES: dict[str, tuple[str | None, str, Reply]] = {
         "subscriptionId",
         lambda i, why, _c, _k: rq.HybridSearchResp(rq.HybridSearchRespPayload(i, [], 0.0, why)),
     ),
+    "HYBRID_QUERY_SUBSCRIBE": (
+        "payload",
+        "subscriptionId",
+        lambda i, why, code, _k: rq.HybridQueryResp(
+            rq.HybridQueryRespPayload(i, [], error=why, code=code)
+        ),
+    ),
     "JOURNAL_READ": (
         None,
         "requestId",

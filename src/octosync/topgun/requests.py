@@ -1,6 +1,6 @@
-"""TopGun requests beyond maps, queries, topics, locks and counters: what this server serves,
-and a typed refusal (``FeatureDisabled``, answered in the request's own response type by
-``topgun.replies``) for what it does not.
+"""TopGun requests beyond maps, queries, topics, searches, locks and counters: what this
+server answers, and a typed refusal (``RemoteProtocolError``) for a message that is not a
+request a client sends.
 
 Entry processors and conflict resolvers are answered as TopGun's own server answers them: a
 failed response per request (an empty list for ``LIST_RESOLVERS``), since running client code
@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from octosync.errors import RemoteProtocolError
-from octosync.topgun.replies import disabled
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
 from octosync.wire import topgun_services as sv
@@ -26,14 +25,8 @@ class Replies(Protocol):
 
 _SANDBOX = "entry processors and conflict resolvers need a code sandbox this server does not have"
 
-_UNSERVED: dict[type, str] = {
-    rq.HybridQuerySubscribe: "hybrid queries",
-}
-"""Requests this server refuses as a feature it does not serve, by message type."""
-
 _NO_REPLY = (
     rq.ClientApplyAck,  # TopGun's tombstone frontier; octosync's GC horizon is time-based
-    rq.HybridQueryUnsubscribe,
 )
 
 
@@ -41,9 +34,6 @@ def serve(fx: Replies, conn: int, message: tg.Message) -> None:
     """Answer ``message`` into ``fx``, or raise the typed error that refuses it."""
     if isinstance(message, _NO_REPLY):
         return
-    feature = _UNSERVED.get(type(message))
-    if feature is not None:
-        raise disabled(feature)
     match message:
         case sv.ListResolvers(request_id=request_id):
             fx.send(conn, sv.ListResolversResponse(request_id, []))

@@ -205,6 +205,28 @@ class FullText:
         """The best hits of an indexed map (for hybrid search), as of its last commit."""
         return self._index(name).top(query, limit, min_score)
 
+    def leaf_top(
+        self, name: str, kind: str, words: list[str], slop: int, limit: int
+    ) -> list[tuple[str, float]]:
+        """The best ``limit`` keys of an indexed map for one full-text predicate of a hybrid
+        query, as of its last commit: ``match`` any of ``words`` (BM25), ``matchPhrase``
+        the words in order with at most ``slop`` gaps, ``matchPrefix`` a word starting with
+        ``words[0]``. The words are index tokens (no query syntax reaches the parser)."""
+        index = self._index(name)
+        tantivy = self._tantivy
+        schema = index.index.schema
+        if kind == "matchPrefix":
+            query = tantivy.Query.regex_query(schema, "body", re.escape(words[0]) + ".*")
+        elif kind == "matchPhrase" and len(words) > 1:
+            query = tantivy.Query.phrase_query(schema, "body", words, slop)
+        else:
+            query, _errors = index.index.parse_query_lenient(" ".join(words), ["body"])
+        searcher = index.searcher
+        found = searcher.search(query, limit)
+        hits = [(searcher.doc(addr)["key"][0], float(score)) for score, addr in found.hits]
+        hits.sort(key=lambda h: (-h[1], h[0]))
+        return hits
+
     def search(self, p: sv.SearchPayload, values: Values) -> sv.SearchResp:
         spec = self._checked(p.map_name, p.query, p.options)
         hits, total = self._index(p.map_name).top(spec.query, spec.limit, spec.min_score)

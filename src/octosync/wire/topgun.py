@@ -12,8 +12,10 @@ every map with a map16 header and whole numbers above 2^32 as float64; msgspec w
 shortest forms (fixmap, uint64). Integral float64s are accepted wherever an integer is expected
 and become ``int``.
 
-``BATCH`` carries ``count`` inner frames in ``data``, each prefixed by a 4-byte big-endian
-length (the seed's layout); :func:`split_batch` / :func:`pack_batch` convert.
+``BATCH`` carries inner frames in ``data``, each prefixed by a 4-byte big-endian length (the
+seed's layout); :func:`split_batch` / :func:`pack_batch` convert. The frames are counted from
+the length prefixes, never from the declared ``count`` (which must agree), and at most
+:data:`MAX_BATCH_ITEMS` are taken, as TopGun's server bounds them.
 
 octosync's one extension, leaf digests for Merkle sync, adds optional fields only
 (``SYNC_INIT.leafDigests``, ``SYNC_RESP_ROOT.payload.leafDigests``,
@@ -47,7 +49,7 @@ from octosync.crdt.sync_messages import (
     WireTimestamp,
 )
 from octosync.crdt.timestamp import Timestamp
-from octosync.errors import DecodeError, Oversize
+from octosync.errors import DecodeError, LimitExceeded, Oversize, RemoteProtocolError
 from octosync.wire.strict import too_deep
 from octosync.wire.topgun_requests import RequestMessage
 from octosync.wire.topgun_services import ServiceMessage
@@ -706,16 +708,28 @@ def pack_batch(frames: Iterable[bytes]) -> Batch:
     return Batch(len(parts), b"".join(_LEN.pack(len(f)) + f for f in parts))
 
 
-def split_batch(batch: Batch) -> list[bytes]:
-    """The inner frames of a ``BATCH``; the lengths must tile ``data`` exactly ``count`` times."""
+MAX_BATCH_ITEMS = 8192
+"""Inner frames one ``BATCH`` may carry (TopGun's server's bound): each is a decode and a
+dispatch, so a frame of many tiny items must not cost without end."""
+
+
+def split_batch(batch: Batch, *, max_items: int = MAX_BATCH_ITEMS) -> list[bytes]:
+    """The inner frames of a ``BATCH``, counted from the length prefixes: they must tile
+    ``data`` exactly (:class:`DecodeError` naming the item), number at most ``max_items``
+    (:class:`LimitExceeded`, found after reading at most one prefix past the bound), and agree
+    with the declared ``count``, which is checked last and never sizes anything."""
     data, pos = batch.data, 0
     out: list[bytes] = []
     while pos < len(data):
-        if pos + 4 > len(data):
+        if len(out) == max_items:
+            raise LimitExceeded(
+                f"a BATCH carries at most {max_items} inner frames", path=f"data[{max_items}]"
+            )
+        if len(data) - pos < 4:
             raise DecodeError("truncated length prefix", path=f"data[{len(out)}]")
         (size,) = _LEN.unpack_from(data, pos)
         pos += 4
-        if pos + size > len(data):
+        if size > len(data) - pos:
             raise DecodeError(
                 f"inner frame of {size} bytes overruns the batch", path=f"data[{len(out)}]"
             )
@@ -726,8 +740,20 @@ def split_batch(batch: Batch) -> list[bytes]:
     return out
 
 
-def unpack_batch(batch: Batch) -> list[Message]:
-    return [decode(frame) for frame in split_batch(batch)]
+def unpack_batch(batch: Batch, *, max_size: int = MAX_FRAME) -> list[Message]:
+    """Every inner message of a ``BATCH``, or a typed error naming the first bad one
+    (``data[i]...``); a ``BATCH`` inside a ``BATCH`` is refused (no nesting to recurse on)."""
+    messages: list[Message] = []
+    for i, frame in enumerate(split_batch(batch)):
+        try:
+            inner = decode(frame, max_size=max_size)
+        except RemoteProtocolError as err:  # DecodeError, Oversize, too deep
+            path = f"data[{i}]" if err.path is None else f"data[{i}].{err.path}"
+            raise type(err)(err.message, path=path) from err
+        if isinstance(inner, Batch):
+            raise DecodeError("a BATCH may not hold a BATCH", path=f"data[{i}].type")
+        messages.append(inner)
+    return messages
 
 
 # -- ops <-> records --------------------------------------------------------------------------
@@ -773,6 +799,7 @@ def client_op_to_record(op: ClientOp) -> OpRecord:
 
 
 __all__ = [
+    "MAX_BATCH_ITEMS",
     "Batch",
     "ClientOp",
     "Message",

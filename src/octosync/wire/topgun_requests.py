@@ -225,6 +225,50 @@ class HybridQueryUnsubscribe(
     payload: HybridSubscriptionId
 
 
+class HybridQueryResult(TopGunStruct, frozen=True):
+    key: str
+    value: msgspec.Raw
+    score: float
+    matched_terms: list[str]
+
+
+CursorStatus = Literal["valid", "expired", "invalid", "none"]
+
+
+class HybridQueryRespPayload(TopGunStruct, frozen=True):
+    """TopGun's ``HybridQueryRespPayloadSchema`` (its client keeps the handle's
+    ``updatePaginationInfo`` for it); ``error`` and ``code`` carry a refusal, as in
+    ``QUERY_RESP``."""
+
+    subscription_id: str
+    results: list[HybridQueryResult]
+    next_cursor: str | None = None
+    has_more: bool | None = None
+    cursor_status: CursorStatus | None = None
+    error: str | None = None
+    code: str | None = None
+
+
+class HybridQueryResp(TopGunStruct, frozen=True, tag_field="type", tag="HYBRID_QUERY_RESP"):
+    payload: HybridQueryRespPayload
+
+
+class HybridQueryDeltaPayload(TopGunStruct, frozen=True):
+    """TopGun's ``HybridQueryDeltaPayloadSchema``: one key entering, changing in or leaving a
+    live hybrid query (``value`` nil on ``LEAVE``)."""
+
+    subscription_id: str
+    key: str
+    type: ChangeType
+    value: msgspec.Raw = NIL
+    score: float | None = None
+    matched_terms: list[str] | None = None
+
+
+class HybridQueryDelta(TopGunStruct, frozen=True, tag_field="type", tag="HYBRID_QUERY_DELTA"):
+    payload: HybridQueryDeltaPayload
+
+
 # -- event journal (flat messages) ------------------------------------------------------------
 
 
@@ -315,6 +359,8 @@ RequestMessage = (
     | HybridSearchUnsub
     | HybridQuerySubscribe
     | HybridQueryUnsubscribe
+    | HybridQueryResp
+    | HybridQueryDelta
     | JournalRead
     | JournalReadResponse
     | JournalUnsubscribe
