@@ -14,8 +14,9 @@ import pytest
 
 from tests.browser.support import CHROMIUM_FLAGS, chromium_path
 from tests.browser.test_shared_counter import Server
+from tests.conftest import require_module
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
 pytestmark = pytest.mark.browser
 
 PAGE = Path(__file__).resolve().parents[2] / "examples" / "notes" / "index.html"

@@ -66,10 +66,10 @@ class Runner:
                 r.text_delete(NAME, step["index"], 1)
 
 
-@pytest.mark.parametrize("scenario", scenarios(), ids=lambda s: str(s["id"]))
+@pytest.mark.parametrize(
+    "scenario", [s for s in scenarios() if s["id"] not in GC], ids=lambda s: str(s["id"])
+)
 def test_text_conformance_scenario(scenario: dict[str, Any]) -> None:
-    if scenario["id"] in GC:
-        pytest.skip("tombstone collection (causal stability) is not built for texts yet")
     runner = Runner(scenario["seed"], scenario.get("replica"))
     for step in scenario["steps"]:
         runner.step(step)
@@ -86,5 +86,9 @@ def test_text_conformance_scenario(scenario: dict[str, Any]) -> None:
         assert runner.text("a").endswith(expect["a_ends_with"])
 
 
-def test_every_scenario_is_known() -> None:
-    assert len(scenarios()) == 7
+def test_every_scenario_but_tombstone_collection_is_replayed() -> None:
+    """The two left out need causal-stability GC, which texts do not have yet (docs/crdt.md
+    gives the rule); a new scenario in the file is replayed, not left out."""
+    ids = {s["id"] for s in scenarios()}
+    assert len(ids) == 7
+    assert ids >= GC

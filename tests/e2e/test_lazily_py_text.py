@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from octosync.client.shared import SharedDocument
 from octosync.crdt.shared import node_of
 from octosync.crdt.text import CHUNK
 from octosync.ipc.messages import CrdtOp
 from tests.e2e.helpers import TIMEOUT, serve
-from tests.e2e.test_lazily_py_peer import lazily_venv
-from tests.lazily_peer import run_lazily
+from tests.lazily_peer import require_lazily_python, run_lazily
+
+pytestmark = pytest.mark.peer
 
 NAME = "t"
 LAZILY_PEER = 9
@@ -106,7 +108,7 @@ def entries_of(ops: list[dict[str, Any]], writer: int) -> list[tuple[str, bytes]
 
 
 async def test_lazily_py_and_octosync_edit_one_text_and_end_equal(tmp_path: Path) -> None:
-    lazily_venv()  # skips (or fails under OCTOSYNC_REQUIRE_PEERS) without lazily-py
+    require_lazily_python()  # skips (fails under OCTOSYNC_REQUIRE_PEERS) without lazily-py
     async with serve(tmp_path) as srv:
         ours = SharedDocument(srv.ws_url, "doc")
         bridge = SharedDocument(srv.ws_url, "doc", peer=LAZILY_PEER)
