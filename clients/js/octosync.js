@@ -1800,6 +1800,7 @@ export class TextCrdt {
     this.tombs = new Map(); // "peer:chunk" -> [clock, length] deletions of unseen characters
     this.length = 0;
     this.cache = "";
+    this.cursor = { i: 0, start: 0 };
   }
 
   toString() {
@@ -1829,13 +1830,24 @@ export class TextCrdt {
     this.#register(tail);
   }
 
+  // The span an index lookup last ended in and its first visible index: local edits happen
+  // at or after it, so it stays right, and the next lookup near it walks a few spans.
   #locate(index) {
-    let at = index;
-    for (let i = 0; i < this.spans.length; i += 1) {
-      const s = this.spans[i];
+    const spans = this.spans;
+    let { i, start } = this.cursor;
+    if (i >= spans.length) [i, start] = [0, 0];
+    while (i > 0 && index < start) {
+      i -= 1;
+      if (!spans[i].dead) start -= spans[i].len;
+    }
+    for (; i < spans.length; i += 1) {
+      const s = spans[i];
       if (s.dead) continue;
-      if (at < s.len) return [i, at];
-      at -= s.len;
+      if (index < start + s.len) {
+        this.cursor = { i, start };
+        return [i, index - start];
+      }
+      start += s.len;
     }
     throw new Error("index past the text");
   }
@@ -1856,7 +1868,8 @@ export class TextCrdt {
     this.cache = null;
     let origin = [0, 0];
     let i = 0;
-    if (index > 0) {
+    if (index === 0) this.cursor = { i: 0, start: 0 };
+    else {
       const [si, off] = this.#locate(index - 1);
       const s = this.spans[si];
       origin = [s.peer, s.clock + off];
@@ -1983,6 +1996,7 @@ export class TextCrdt {
     this.spans.splice(i, 0, span);
     this.#register(span);
     this.length += n;
+    this.cursor = { i: 0, start: 0 };
     edits.push({ index: this.#indexOf(i), delete: 0, insert: text });
     for (const [c, len] of [...(this.tombs.get(`${peer}:${Math.floor(clock / TEXT_CHUNK)}`) ?? [])]) {
       const lo = Math.max(c, clock);
@@ -2029,6 +2043,7 @@ export class TextCrdt {
       s.dead = true;
       this.length -= s.len;
       this.cache = null;
+      this.cursor = { i: 0, start: 0 };
       edits.push({ index: this.#indexOf(i), delete: s.len, insert: "" });
     }
     return known;

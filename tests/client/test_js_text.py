@@ -8,11 +8,13 @@ import json
 import subprocess
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octosync.crdt.text_entries import SharedText
 from tests.browser.support import JS_CLIENT, node_command
+from tests.conftest import trace_file
 
 HARNESS = """
 import {{ TextEntries }} from {module};
@@ -81,3 +83,42 @@ def test_js_and_python_texts_write_the_same_entries(steps: list[tuple[str, int, 
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == python_run(steps)
+
+
+TRACE = """
+import {{ TextEntries }} from {module};
+import {{ readFileSync }} from "node:fs";
+import {{ gunzipSync }} from "node:zlib";
+const trace = JSON.parse(gunzipSync(readFileSync({trace})));
+const writer = new TextEntries(1);
+const entries = new Map();
+for (const [pos, del, ins] of trace.txns.flatMap((t) => t.patches)) {{
+  if (del) for (const [k, v] of writer.delete(pos, del)) entries.set(k, v);
+  if (ins) for (const [k, v] of writer.insert(pos, ins)) entries.set(k, v);
+}}
+const joiner = new TextEntries(2);
+for (const [k, v] of [...entries].sort()) joiner.receive(k, JSON.parse(v));
+const end = trace.endContent;
+const ok = writer.crdt.toString() === end && joiner.crdt.toString() === end;
+console.log(JSON.stringify({{ ok, entries: entries.size }}));
+"""
+
+
+@pytest.mark.slow
+def test_js_text_types_the_automerge_paper_and_a_late_joiner_gets_it() -> None:
+    trace = trace_file("automerge-paper.json.gz")
+    module = json.dumps((JS_CLIENT / "octosync.js").as_uri())
+    done = subprocess.run(
+        [
+            *node_command(),
+            "--input-type=module",
+            "-e",
+            TRACE.format(module=module, trace=json.dumps(str(trace))),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"ok": True, "entries": 2960}
