@@ -209,6 +209,8 @@ export class SharedText {
 
 /** Keep a `<textarea>` or `<input>` and a text in step, caret and selection kept; returns an unbind. */
 export function bindTextarea(text: SharedText, el: HTMLTextAreaElement | HTMLInputElement): () => void;
+/** Keep a plain-text contenteditable element and a text in step, caret and selection kept; returns an unbind. */
+export function bindContentEditable(text: SharedText, el: HTMLElement): () => void;
 /** Code points in the first `units` UTF-16 units of `s`. */
 export function codePointIndex(s: string, units: number): number;
 /** UTF-16 units of the first `points` code points of `s`. */

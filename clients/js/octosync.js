@@ -2251,6 +2251,60 @@ export function bindTextarea(text, el) {
   };
 }
 
+/**
+ * Keep a plain-text contenteditable element (`contenteditable="plaintext-only"`, or `true`
+ * holding only text) and a shared text in step, as `bindTextarea` does for a textarea: the
+ * element holds one text node (style it `white-space: pre-wrap`), what the user types becomes
+ * inserts and deletes, and others' edits keep the caret and selection on their characters.
+ */
+export function bindContentEditable(text, el) {
+  const node = () => {
+    if (el.childNodes.length !== 1 || el.firstChild.nodeType !== 3) el.replaceChildren(document.createTextNode(el.textContent));
+    return el.firstChild;
+  };
+  let shown = text.value;
+  el.replaceChildren(document.createTextNode(shown));
+  const onInput = () => {
+    const now = el.textContent;
+    if (now === shown) return;
+    let a = 0;
+    while (a < now.length && a < shown.length && now[a] === shown[a]) a += 1;
+    let b = 0;
+    while (b < now.length - a && b < shown.length - a && now[now.length - 1 - b] === shown[shown.length - 1 - b]) b += 1;
+    const at = codePointIndex(shown, a);
+    const gone = cpLength(shown.slice(a, shown.length - b));
+    const typed = now.slice(a, now.length - b);
+    shown = now;
+    if (gone) text.delete(at, gone);
+    if (typed) text.insert(at, typed);
+  };
+  const off = text.on("change", (edits) => {
+    const target = text.value;
+    if (target === el.textContent) {
+      shown = target;
+      return;
+    }
+    const before = el.textContent;
+    const sel = globalThis.getSelection?.();
+    const inside = sel && sel.rangeCount > 0 && el.contains(sel.anchorNode);
+    let start = inside ? codePointIndex(before, Math.min(sel.anchorOffset, sel.focusOffset)) : 0;
+    let end = inside ? codePointIndex(before, Math.max(sel.anchorOffset, sel.focusOffset)) : 0;
+    for (const e of edits) {
+      start = shiftIndex(start, e);
+      end = shiftIndex(end, e);
+    }
+    const t = node();
+    t.data = target;
+    shown = target;
+    if (inside) sel.setBaseAndExtent(t, unitIndex(target, start), t, unitIndex(target, end));
+  });
+  el.addEventListener("input", onInput);
+  return () => {
+    off?.();
+    el.removeEventListener("input", onInput);
+  };
+}
+
 // --- the client ---------------------------------------------------------------------------------
 
 /**

@@ -2,7 +2,8 @@
 (each typing, and now and then typing a stray ``x`` and backspacing it), the server is killed
 with SIGKILL mid-typing and started again, and every tab ends with the same text holding every
 keystroke; a tab closed and opened again shows it. Others' edits landing in a tab keep its
-caret and selection on the characters they were on."""
+caret and selection on the characters they were on, in a ``<textarea>`` and in a plain-text
+contenteditable element."""
 
 from __future__ import annotations
 
@@ -130,6 +131,58 @@ def test_others_edits_keep_the_caret_and_selection_in_place(tmp_path: Path) -> N
             ada.keyboard.type("W")  # typing replaces the selection, where it now is
             bob.wait_for_function(
                 "() => document.getElementById('notes').value === 'Oh, hello! W'",
+                timeout=WAIT_MS,
+            )
+            browser.close()
+    finally:
+        server.kill()
+
+
+EDITABLE = """<!doctype html>
+<meta charset="utf-8">
+<div id="notes" contenteditable="plaintext-only" style="white-space: pre-wrap"></div>
+<script type="module">
+  const server = new URLSearchParams(location.search).get("server");
+  const base = server.replace(/^ws/, "http");
+  const { connect, bindContentEditable } = await import(`${base}/client/octosync.js`);
+  const doc = connect(server).openDocument("notes");
+  bindContentEditable(doc.text("body"), document.getElementById("notes"));
+  window.doc = doc;
+</script>
+"""
+
+
+def test_a_contenteditable_element_stays_in_step_with_its_caret(tmp_path: Path) -> None:
+    server = Server(tmp_path / "data")
+    server.start()
+    page_file = tmp_path / "editable.html"
+    page_file.write_text(EDITABLE)
+    try:
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+            context = browser.new_context()
+            url = f"{page_file.as_uri()}?server=ws://127.0.0.1:{server.port}"
+            ada, bob = open_tab(context, url), open_tab(context, url)
+            ada.click("#notes")
+            ada.keyboard.type("hello world")
+            bob.wait_for_function(
+                "() => document.getElementById('notes').textContent === 'hello world'",
+                timeout=WAIT_MS,
+            )
+            ada.evaluate(
+                "() => { const t = document.getElementById('notes').firstChild;"
+                " getSelection().setBaseAndExtent(t, 6, t, 11); }"
+            )
+            bob.evaluate("() => window.doc.text('body').insert(0, 'Oh, ')")
+            ada.wait_for_function(
+                "() => document.getElementById('notes').textContent === 'Oh, hello world'",
+                timeout=WAIT_MS,
+            )
+            selected = ada.evaluate("() => getSelection().toString()")
+            assert selected == "world"  # the selection moved with its characters
+            ada.keyboard.type("W")
+            bob.wait_for_function(
+                "() => document.getElementById('notes').textContent === 'Oh, hello W'",
                 timeout=WAIT_MS,
             )
             browser.close()
