@@ -24,7 +24,7 @@ received ones, and every call that changes the visible text returns it as index-
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 
@@ -54,10 +54,10 @@ class TextEdit(msgspec.Struct, frozen=True):
     insert: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
+class Run(NamedTuple):
     """Consecutive characters of one peer: the first's origin is ``origin``, each next one's
-    the character before it. Clocks ``clock .. clock + len(text) - 1``, within one chunk."""
+    the character before it. Clocks ``clock .. clock + len(text) - 1``, within one chunk.
+    (A tuple: a late joiner makes thousands of these.)"""
 
     peer: int
     clock: int
