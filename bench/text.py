@@ -110,11 +110,16 @@ def replay_entries(edits: list[tuple[int, int, str]]) -> tuple[SharedText, dict[
     text.listening = False
     entries: dict[str, bytes] = {}
     for pos, deleted, inserted in edits:
-        if deleted:
-            entries.update(text.delete(pos, deleted))
-        if inserted:
-            entries.update(text.insert(pos, inserted))
+        writes = (text.delete(pos, deleted) if deleted else []) + (
+            text.insert(pos, inserted) if inserted else []
+        )
+        WIRE[0] += sum(len(state) for _, state in writes)
+        entries.update(writes)
     return text, entries
+
+
+WIRE = [0]
+"""State bytes the replay's edits wrote (what each keystroke sends, summed)."""
 
 
 def replay_document(edits: list[tuple[int, int, str]]) -> str:
@@ -237,7 +242,10 @@ def main() -> None:
     ]
     for label, wall, fn, note in rows:
         print(f"replay, {label:36} {wall:6.2f} s ({CPU[fn]:5.2f} s CPU)  {note}")
-    print(f"  ({core.spans():,} spans hold {len(text):,} characters)")
+    print(
+        f"  ({core.spans():,} spans hold {len(text):,} characters; a keystroke writes"
+        f" {WIRE[0] / len(edits):.0f} bytes of entry state on average)"
+    )
 
     frames = join_frames(entries)
     wire = sum(len(f) for f in frames)
