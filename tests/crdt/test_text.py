@@ -4,6 +4,8 @@ change events, applied to a plain string, give its text."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -149,11 +151,24 @@ class Replicas(RuleBasedStateMachine):
 
     @rule()
     def deliver_everything(self) -> None:
-        for _p, r in self.reps.items():
+        for r in self.reps.values():
             for rest, state in reversed(list(self.latest.items())):
                 r.receive(rest, state)
         texts = {str(r) for r in self.reps.values()}
         assert len(texts) == 1, texts
+        # nothing lost, nothing doubled: every character written and not deleted, once
+        written: dict[tuple[int, int], str] = {}
+        deleted: set[tuple[int, int]] = set()
+        for rest, state in self.latest.items():
+            tag, peer, _ = rest.split("/")
+            for row in json.loads(state):
+                if tag == "tx":
+                    for i, ch in enumerate(row[1]):
+                        written[(int(peer), row[0] + i)] = ch
+                else:
+                    deleted.update((row[0], c) for c in range(row[1], row[1] + row[2]))
+        kept = sorted(ch for at, ch in written.items() if at not in deleted)
+        assert sorted(texts.pop()) == kept
 
     @invariant()
     def events_replay_to_the_text(self) -> None:
