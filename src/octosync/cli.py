@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from octosync import __version__, extras
+from octosync.cli_mistakes import one_line
 from octosync.errors import ConfigError, ListenError, OctosyncError
 from octosync.paths import data_dir
 from octosync.store import cli as store_cli
@@ -441,7 +442,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, module, help_text in OPTIONAL_COMMANDS:
         if not named or name == command:
             _register_optional(sub, module, name, help_text)
-    return parser
+    return one_line(parser)
 
 
 def _register_optional(sub: Any, module: str, command: str, help_text: str) -> None:
@@ -455,7 +456,7 @@ def _register_optional(sub: Any, module: str, command: str, help_text: str) -> N
             raise
         stand_in = sub.add_parser(
             command,
-            help=f"{help_text} (needs: pip install 'octosync[{extra}]')",
+            help=f"{help_text} (needs the {extra} extra: {extras.install_hint(extra)})",
             add_help=False,
             prefix_chars="\0",  # no options: every word goes to ``words``
         )

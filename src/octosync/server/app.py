@@ -59,11 +59,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def _export_dir(config: ServerConfig) -> Path | None:
     """Where the maintenance round exports the journal: nowhere without pyarrow (the pipeline
-    extra), and then nothing is trimmed either: the journal keeps every record."""
+    extra), said once; the round still trims what checkpoints cover."""
     if config.export_dir is not None and not extras.installed("pipeline"):
         log.warning(
-            "journal export and trim are off: they need the pipeline extra "
-            "(pip install 'octosync[pipeline]'); the journal keeps every record"
+            "journal export is off: it needs the pipeline extra (%s); the journal is still "
+            "trimmed to what its checkpoints cover, without a Parquet archive",
+            extras.install_hint("pipeline"),
         )
         return None
     return config.export_dir
@@ -205,6 +206,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
                 runtime.hub,
                 config.data_dir,
                 export_dir=_export_dir(config),
+                trim=config.journal_retention,
                 durability=config.journal_durability,
                 ops_covered=partial(compacted_through, config.compaction_dir),
                 plane_compact_records=config.plane_compact_records,

@@ -83,7 +83,8 @@ class ServerConfig:
     """Seconds between journal maintenance rounds (checkpoint, export, trim)."""
     journal_retention: bool = True
     """Export the journal to ``data_dir/export`` each round and trim what is exported and
-    checkpointed, so the journal stays bounded; off: the journal keeps every record."""
+    checkpointed, so the journal stays bounded (without the pipeline extra: no export, and the
+    trim takes what is checkpointed); off: the journal keeps every record."""
     advertised_url: str | None = None
     """Where clients reach this server from outside, as a WebSocket base URL (the config file
     takes ``ws[s]://`` or ``http[s]://`` HOST[:PORT][/PATH]; ``advertised_ws``): TopGun's
@@ -537,7 +538,10 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "journal_retention": _set(
             "journal_retention",
             bool,
-            doc="Export the journal each round and trim what is exported and checkpointed.",
+            doc=(
+                "Export the journal each round and trim what is exported and checkpointed "
+                "(without the pipeline extra: no export; trim what is checkpointed)."
+            ),
         ),
         "plane_compact_records": _set(
             "plane_compact_records",
