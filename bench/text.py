@@ -187,10 +187,12 @@ def join_frames(entries: dict[str, bytes]) -> list[bytes]:
 def late_join(frames: list[bytes]) -> str:
     codec = DIALECTS["json"]
     doc = SharedState(2, lambda: 1)
-    for frame in frames:
+    ops: list[CrdtOp] = []
+    for frame in frames:  # merged at once when the last frame came, as the client does
         sync = codec.decode(frame)
         assert isinstance(sync, CrdtSync)
-        doc.receive(sync.ops)
+        ops += sync.ops
+    doc.receive(ops)
     return str(doc.read("t", "text"))
 
 

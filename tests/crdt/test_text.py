@@ -5,6 +5,7 @@ change events, applied to a plain string, give its text."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -179,3 +180,50 @@ class Replicas(RuleBasedStateMachine):
 
 TestReplicas = Replicas.TestCase
 TestReplicas.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(PEERS), st.booleans(), st.integers(0, 500), ALPHABET, st.booleans()
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.randoms(use_true_random=False),
+    st.integers(0, 5),
+)
+def test_a_late_joiner_laying_out_a_batch_reads_what_replicas_read(
+    steps: list[tuple[int, bool, int, str, bool]], rnd: Any, drop: int
+) -> None:
+    """Replicas edit (and sometimes sync); a fresh replica then gets every entry in one
+    shuffled batch, some of it held back and sent after (origins missing from the batch), and
+    reads what a replica that took the entries one by one reads."""
+    reps = {p: SharedText(p) for p in PEERS}
+    latest: dict[str, bytes] = {}
+    for peer, is_insert, at, text, sync in steps:
+        r = reps[peer]
+        if is_insert or not len(r.crdt):
+            writes = r.insert(at % (len(r.crdt) + 1), text)
+        else:
+            i = at % len(r.crdt)
+            writes = r.delete(i, min(len(text), len(r.crdt) - i))
+        latest.update(writes)
+        if sync:
+            for other in reps.values():
+                for rest, state in writes:
+                    other.receive(rest, state)
+    one_by_one = SharedText(50)
+    for rest, state in latest.items():
+        one_by_one.receive(rest, state)
+    entries = list(latest.items())
+    rnd.shuffle(entries)
+    joiner = SharedText(51)
+    joiner.crdt.bulk = 1
+    later, now = entries[:drop], entries[drop:]
+    joiner.receive_many(now)
+    joiner.receive_many(later)
+    assert str(joiner) == str(one_by_one)
+    assert joiner.crdt.held == 0
+    assert apply("", joiner.take_edits()) == str(joiner)

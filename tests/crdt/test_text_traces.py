@@ -47,6 +47,12 @@ def test_the_automerge_paper_reaches_a_late_joiner_as_a_few_thousand_entries() -
         joiner.receive(rest, state)
     assert str(joiner) == trace["endContent"]
     assert joiner.crdt.held == 0
+    framed = SharedText(3)  # as the server sends them: frames of 1,000 entries in key order
+    ordered = sorted(entries.items())
+    for i in range(0, len(ordered), 1_000):
+        framed.receive_many(ordered[i : i + 1_000])
+    assert str(framed) == trace["endContent"]
+    assert framed.crdt.held == 0
 
 
 def test_two_authors_concurrent_edits_converge_to_the_traces_content() -> None:

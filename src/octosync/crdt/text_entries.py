@@ -251,11 +251,9 @@ class SharedText:
                     self._td[chunk] = list(ranges)
                     self._td_chunk = max(self._td_chunk, chunk)
                 deletions.extend(ranges)
-        runs.sort(key=lambda r: (r.clock, r.peer))
-        for run in runs:
-            edits = self.crdt.integrate(run)
-            if self.listening:
-                self.edits.extend(edits)
+        edits = self.crdt.load(runs)
+        if self.listening:
+            self.edits.extend(edits)
         if deletions:
             edits = self.crdt.remove(deletions)
             if self.listening:
