@@ -259,7 +259,6 @@ class SharedDocument:
             await ws.send_bytes(_JSON.encode(CrdtSync(ops=ops)))
 
     async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        joining: list[CrdtOp] = []
         async for msg in ws:
             if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                 break
@@ -272,15 +271,8 @@ class SharedDocument:
             sync = _JSON.decode(msg.data.encode() if isinstance(msg.data, str) else msg.data)
             if not isinstance(sync, CrdtSync):
                 continue
-            if not self._joined and sync.frontier is None:
-                # the document's state comes in frames: merged at once when the last one
-                # comes (a text's chunks then lay out in one walk, not one by one)
-                joining.extend(sync.ops)
-                continue
-            ops = (*joining, *sync.ops) if joining else sync.ops
-            joining = []
-            self.cells.merge(ops)
-            self._acked(ops)
+            self.cells.merge(sync.ops)
+            self._acked(sync.ops)
             if sync.frontier is not None:  # the last frame of the document sent at joining
                 self._joined = True
             self._notify()

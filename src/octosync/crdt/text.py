@@ -23,7 +23,6 @@ received ones, and every call that changes the visible text returns it as index-
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -44,7 +43,6 @@ chunks in any order, so as many as a text may have."""
 Id = tuple[int, int]
 """``(peer, clock)``; ``(0, 0)`` is the start of the text (no peer is 0)."""
 START: Id = (0, 0)
-NONE: list[int] = []
 
 
 class TextEdit(msgspec.Struct, frozen=True):
@@ -110,8 +108,6 @@ class TextCrdt:
         self._cs = 0
         """The last block an index lookup ended in, and its first visible index."""
         self._cache: str | None = ""
-        self.bulk = 64
-        """Runs a ``load`` into an empty text takes at least to lay them out in one walk."""
         self.events = True
         """Whether received edits are reported (finding an edit's index costs a walk of the
         blocks before it; a text nobody watches skips it)."""
@@ -340,114 +336,6 @@ class TextCrdt:
             if lo < hi:
                 self._kill(peer, lo, hi - lo, edits)
         return peer, clock, clock + len(text) - 1
-
-    def load(self, runs: Iterable[Run]) -> list[TextEdit]:
-        """Integrate many received runs at once: into an empty text (a late joiner) the runs
-        whose origins are among them are laid out in one walk of their origin tree, not placed
-        one by one; otherwise (or for the rest) each is integrated as ``integrate`` does."""
-        batch = sorted(runs, key=lambda r: (r.clock, r.peer))
-        if self._len or self.spans() or len(batch) < self.bulk:
-            edits: list[TextEdit] = []
-            for run in batch:
-                edits += self.integrate(run)
-            return edits
-        longest: dict[Id, Run] = {}
-        for run in batch:  # two versions of one chunk: the longer run is the later one
-            held = longest.get((run.peer, run.clock))
-            if held is None or len(run.text) > len(held.text):
-                longest[(run.peer, run.clock)] = run
-        mine: dict[Id, list[Run]] = {}  # (peer, chunk) -> runs, to find an origin's run
-        for run in longest.values():
-            mine.setdefault((run.peer, run.clock // CHUNK), []).append(run)
-
-        def holder(origin: Id) -> Run | None:
-            for r in mine.get((origin[0], origin[1] // CHUNK), ()):
-                if r.clock <= origin[1] < r.clock + len(r.text):
-                    return r
-            return None
-
-        kids: dict[Id, list[Run]] = {}
-        marks: dict[Id, list[int]] = {}  # a run's offsets that have children, by its first id
-        for run in longest.values():
-            if run.origin == START:
-                kids.setdefault(START, []).append(run)
-                continue
-            parent = holder(run.origin)
-            if parent is not None:
-                if run.origin not in kids:
-                    marks.setdefault((parent.peer, parent.clock), []).append(
-                        run.origin[1] - parent.clock
-                    )
-                kids.setdefault(run.origin, []).append(run)
-        for offsets in marks.values():
-            offsets.sort()
-        order: list[tuple[int, int, str]] = []  # (peer, clock, text) pieces in text order
-        first = sorted(kids.get(START, ()), key=lambda r: (r.clock, r.peer))
-        stack: list[tuple[Run, int]] = [(r, 0) for r in first]
-        walked: set[Id] = set()
-        while stack:
-            run, off = stack.pop()
-            peer, clock, text = run.peer, run.clock, run.text
-            if off == 0:
-                walked.add((peer, clock))
-            offsets = marks.get((peer, clock), NONE)
-            at = bisect_left(offsets, off)
-            while True:
-                i = offsets[at] if at < len(offsets) else len(text) - 1
-                below = kids.get((peer, clock + i))
-                order.append((peer, clock + off, text[off : i + 1]))
-                if below is None:
-                    break
-                ranked = sorted(below, key=lambda r: (r.clock, r.peer))
-                if i + 1 == len(text):  # the run ends here: its children, greatest first
-                    stack.extend((r, 0) for r in ranked)
-                    break
-                cont = (clock + i + 1, peer)  # the run goes on: a child of this character too
-                stack.extend((r, 0) for r in ranked if (r.clock, r.peer) < cont)  # walked last
-                stack.append((run, i + 1))
-                stack.extend((r, 0) for r in ranked if (r.clock, r.peer) > cont)
-                break
-        block = self._blocks[0]
-        for peer, clock, text in order:
-            if len(block.spans) >= self.block:
-                block = Block()
-                self._blocks.append(block)
-            span = Span(peer, clock, text, False, block)
-            block.spans.append(span)
-            block.size += len(text)
-            self._where.setdefault((peer, clock // CHUNK), []).append(span)
-            self._len += len(text)
-            self.clock = max(self.clock, clock + len(text) - 1)
-        self._cache = None
-        self._cb, self._cs = 0, 0
-        text_now = self.to_string()
-        edits = [TextEdit(0, 0, text_now)] if text_now and self.events else []
-        for (peer, _chunk), spans in list(self._tombs.items()):  # deletions that came first
-            for c, n in list(spans):
-                self._kill(peer, c, n, edits)
-        for run in longest.values():  # runs waiting on these origins, held before
-            if (run.peer, run.clock) in walked:
-                edits += self._release(run.peer, run.clock, run.clock + len(run.text) - 1)
-        # runs under an origin that is not here (and runs under those): one by one
-        unwalked = [r for r in longest.values() if (r.peer, r.clock) not in walked]
-        for run in sorted(unwalked, key=lambda r: (r.clock, r.peer)):
-            edits += self.integrate(run)
-        return edits
-
-    def _release(self, peer: int, first: int, last: int) -> list[TextEdit]:
-        """Integrate the held runs whose origin is one of ``(peer, first..last)``."""
-        edits: list[TextEdit] = []
-        for chunk in range(first // CHUNK, last // CHUNK + 1):
-            waiting = self._held.get((peer, chunk))
-            if not waiting:
-                continue
-            ready = [w for w in waiting if first <= w.origin[1] <= last]
-            if ready:
-                self._held[(peer, chunk)] = [w for w in waiting if w not in ready]
-                self._held_chars -= sum(len(w.text) for w in ready)
-                for w in ready:
-                    edits += self.integrate(w)
-        return edits
 
     def remove(self, ranges: Iterable[tuple[int, int, int]]) -> list[TextEdit]:
         """Apply received deletions of ``(peer, clock, length)`` id ranges (characters not

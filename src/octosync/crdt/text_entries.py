@@ -251,9 +251,11 @@ class SharedText:
                     self._td[chunk] = list(ranges)
                     self._td_chunk = max(self._td_chunk, chunk)
                 deletions.extend(ranges)
-        edits = self.crdt.load(runs)
-        if self.listening:
-            self.edits.extend(edits)
+        runs.sort(key=lambda r: (r.clock, r.peer))
+        for run in runs:
+            edits = self.crdt.integrate(run)
+            if self.listening:
+                self.edits.extend(edits)
         if deletions:
             edits = self.crdt.remove(deletions)
             if self.listening:
