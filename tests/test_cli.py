@@ -163,7 +163,9 @@ def test_a_port_out_of_range_is_refused_before_any_bind(tmp_path: Path) -> None:
     ran = octosync("serve", "--insecure-dev", "--port", "99999", "--data", str(tmp_path))
     assert ran.code == 2
     assert ran.out == ""
-    assert "--port ([server] port): 99999 is not a port number: use 0..65535" in ran.one_line
+    assert "--port ([server] port): 99999 is out of range: must be >= 0 and <= 65_535" in (
+        ran.one_line
+    )
     (tmp_path / "p.toml").write_text("[server]\ndataspace_port = -1\n")
     ran = octosync("serve", "--insecure-dev", "--config", str(tmp_path / "p.toml"), "--port", "0")
     assert ran.code == 2

@@ -232,11 +232,13 @@ def test_the_chain_game_says_what_is_missing_when_no_chain_is_there(
 
 def test_every_example_is_listed_and_has_both_sides() -> None:
     listed = (EXAMPLES / "README.md").read_text("utf-8")
+    browser_tests = sorted((ROOT / "tests" / "browser").glob("test_*_example.py"))
+    runs = "".join(p.read_text("utf-8") for p in [Path(__file__), *browser_tests])
     for folder in sorted(p for p in EXAMPLES.iterdir() if p.is_dir()):
         assert f"[{folder.name}]({folder.name})" in listed
         assert (folder / "index.html").exists()
         assert any(folder.glob("*.py"))
-        assert f'example("{folder.name}", ' in Path(__file__).read_text("utf-8")  # and run here
+        assert f'example("{folder.name}", ' in runs  # and run, here or in tests/browser
 
 
 def test_notes_typed_in_two_tabs_beside_python(server: int, browser: Any) -> None:

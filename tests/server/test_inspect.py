@@ -7,12 +7,15 @@ from pathlib import Path
 import aiohttp
 import jwt
 import pytest
+from pycrdt import Doc
 
 from octosync.hub import lazily_frame
 from octosync.server.auth import ANONYMOUS_DEV, AuthConfig, ClaimGrants
 from octosync.server.inspect import ASSETS
 from octosync.server.listings import stream_rows
+from octosync.yjs import messages as yjs_messages
 from tests.e2e.helpers import delta, handshake, serve, snap, ws_lazily
+from tests.e2e.yjs_client import edit, next_body, open_hocuspocus
 from tests.hub.helpers import cell_set
 from tests.hub.helpers import snap as hub_snap
 from tests.hub.test_core import join, make_hub
@@ -177,6 +180,7 @@ async def test_api_streams_lists_maps_dataspaces_and_documents_of_a_real_server(
         async with http.get(f"{srv.url}/api/streams") as res:
             body = await res.json()
         assert (body["maps"], body["dataspaces"], body["documents"]) == ([], [], [])
+        assert body["yjs"] == []
         topgun = await http.ws_connect(f"{srv.ws_url}/topgun")
         await topgun.send_bytes(tg.encode(tg.DeviceHello()))
         await topgun.receive()  # DeviceAck
@@ -206,6 +210,17 @@ async def test_api_streams_lists_maps_dataspaces_and_documents_of_a_real_server(
                 ],
                 "more": 0,
             }
+        ]
+        async with http.ws_connect(f"{srv.ws_url}/yjs") as editor:
+            assert await open_hocuspocus(editor, "notes") == yjs_messages.authenticated(False)
+            notes = yjs_messages.address_prefix("notes")
+            await editor.send_bytes(notes + yjs_messages.sync_update(edit(Doc(), "hi")))
+            assert await next_body(editor, notes) == yjs_messages.sync_status(True)
+            async with http.get(f"{srv.url}/api/streams") as res:
+                body = await res.json()
+        check("api-streams", body)
+        assert body["yjs"] == [
+            {"document": "notes", "connections": 1, "awareness": 0, "updates": 1}
         ]
         await topgun.close()
         assert client.ws is not None

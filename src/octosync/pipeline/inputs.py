@@ -101,7 +101,8 @@ def read_frames(spark: Any, export_dir: Path) -> Any:
 
 def read_dataset(spark: Any, export_dir: Path, name: str) -> Any:
     """One of the export's activity datasets (``chain_events``, ``chain_states``,
-    ``dataspace``: ``store.datasets``) from an export; empty when it has none."""
+    ``dataspace``, ``yjs_updates``: ``store.datasets``) from an export; empty when it has
+    none."""
     from octosync.store.datasets import BY_NAME
 
     return _read(spark, Path(export_dir) / name, BY_NAME[name].schema)

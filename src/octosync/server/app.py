@@ -31,12 +31,15 @@ from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
 from octosync.server.token_exchange import TokenExchange
+from octosync.server.yjs_face import yjs_face
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.op_events import OpSource
 from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
+from octosync.store.storage_rules import DirectPath
+from octosync.store.yjs_compaction import restore_yjs
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
     from octosync.links.cluster_link import ClusterLink
@@ -98,7 +101,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         except BaseException:
             lock.release()
             raise
-        recorder = JournalRecorder(writer)
+        recorder = JournalRecorder(DirectPath(writer))  # on the runtime's path once it is made
     link: ClusterLink | None = None
     hook = on_accept
     released: ReleaseHook | None = None
@@ -136,7 +139,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         ticks=[face.tick for face in FACES if face.tick is not None],
     )
     if recorder is not None:
-        recorder.watch = runtime.watch_frame
+        recorder.path = runtime.commits
+        recorder.durable = runtime.frame_durable
     if config.cluster_url is not None and node is not None:
         from octosync.links.cluster_link import ClusterLink
 
@@ -145,6 +149,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
         restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
+        restore_yjs(writer.journal, yjs_face(runtime).core)  # the /yjs face's documents
         runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
     planes_link: PlanesLink | None = None

@@ -13,7 +13,9 @@ from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.streams import stream_face
 from octosync.server.auth import ClaimGrants
 from octosync.server.dataspace_session import DATASPACE_GRANT_PREFIX
+from octosync.server.face_names import YJS
 from octosync.syndicate import Relay
+from octosync.yjs.documents import YjsDocuments
 
 
 def stream_rows(hub: Hub, identity: ClaimGrants) -> list[dict[str, object]]:
@@ -99,4 +101,19 @@ def dataspace_rows(relay: Relay | None, identity: ClaimGrants) -> list[dict[str,
         {"dataspace": name, "assertions": len(ds.handles), "observers": len(ds.observers)}
         for name, ds in sorted(relay.dataspaces.items())
         if identity.allows(f"{DATASPACE_GRANT_PREFIX}{name}", "publish")
+    ]
+
+
+def yjs_rows(core: YjsDocuments, identity: ClaimGrants) -> list[dict[str, object]]:
+    """One row per Yjs document ``identity`` may read: connections, awareness clients, and
+    updates committed since the server started."""
+    return [
+        {
+            "document": name,
+            "connections": len(doc.members),
+            "awareness": len(doc.awareness.known),
+            "updates": doc.updates,
+        }
+        for name, doc in sorted(core.documents.items())
+        if identity.may(YJS, name, "read")
     ]

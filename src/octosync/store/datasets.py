@@ -24,12 +24,14 @@ from octosync.store.records import (
     KIND_FRAME,
     KIND_OP,
     KIND_PLANE,
+    KIND_YJS,
     ChainEventSeen,
     ChainStateSeen,
     DataspaceEvent,
     PlaneOps,
     Record,
     StreamFrame,
+    YjsUpdate,
     decode_record,
 )
 
@@ -188,6 +190,29 @@ def plane_rows(row: RawRow, rec: PlaneOps) -> list[dict[str, Any]]:
     ]
 
 
+YJS_UPDATES_SCHEMA: Final = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("document", pa.string()),
+        ("update", pa.binary()),
+        ("writer", pa.string()),
+        ("recorded_ms", pa.int64()),
+    ]
+)
+"""A Yjs update the ``/yjs`` face journaled, as its writer sent it (``writer`` is null on a
+compacted record: the merge of many writers' updates)."""
+
+
+def yjs_update_row(row: RawRow, rec: YjsUpdate) -> dict[str, Any]:
+    return {
+        "seq": row.seq,
+        "document": rec.document,
+        "update": rec.update,
+        "writer": rec.writer,
+        "recorded_ms": row.recorded_ms,
+    }
+
+
 def _op_row(row: RawRow, rec: OpRecord) -> dict[str, Any]:
     return op_row(rec, row.seq, row.recorded_ms)
 
@@ -213,6 +238,7 @@ DATASETS: Final = (
     Dataset("chain_states", KIND_CHAIN_STATE, CHAIN_STATES_SCHEMA, _one(chain_state_row)),
     Dataset("dataspace", KIND_DATASPACE, DATASPACE_SCHEMA, _one(dataspace_row)),
     Dataset("plane", KIND_PLANE, PLANE_SCHEMA, plane_rows),
+    Dataset("yjs_updates", KIND_YJS, YJS_UPDATES_SCHEMA, _one(yjs_update_row)),
 )
 BY_NAME: Final = {d.name: d for d in DATASETS}
 BY_KIND: Final = {d.kind: d for d in DATASETS}

@@ -31,6 +31,7 @@ from octosync.hub.core import Hub
 from octosync.store.journal import Durability, Journal
 from octosync.store.plane_compaction import compact_planes
 from octosync.store.recovery import JournalState, RecoveryReport
+from octosync.store.yjs_compaction import compact_yjs
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ class RoundReport(msgspec.Struct, frozen=True):
     through_seq: int
     trimmed_before: int
     plane_records_compacted: int = 0
-    """Shared documents' journal records replaced by the entries they merge to."""
+    """Shared documents' journal records replaced by the entries they merge to (and Yjs
+    documents' by the one update they merge to)."""
 
 
 class JournalKeeper:
@@ -60,8 +62,9 @@ class JournalKeeper:
         plane_compact_records: int | None = None,
     ) -> None:
         """``ops_covered()``: the last seq whose op records a compaction holds (0: none);
-        ``plane_compact_records``: compact a shared document's history once it has this many
-        records (``store.plane_compaction``; None: never)."""
+        ``plane_compact_records``: compact a shared document's history (and a Yjs document's)
+        once it has this many records (``store.plane_compaction``, ``store.yjs_compaction``;
+        None: never)."""
         self.journal = journal
         self.state = state
         self.export_dir = export_dir
@@ -123,6 +126,9 @@ class JournalKeeper:
         if self.plane_compact_records is not None:
             exported_to = None if self.export_dir is None else watermark
             compacted = compact_planes(
+                self.journal, min_records=self.plane_compact_records, through=exported_to
+            )
+            compacted += compact_yjs(
                 self.journal, min_records=self.plane_compact_records, through=exported_to
             )
         return RoundReport(

@@ -1,7 +1,8 @@
 """``octosync pipeline report``: one HTML page (``OUT/index.html``) with a section each for
 shared documents (edits per document, per writer and per minute, and each document's merged
 values), CRDT ops, hot keys, concurrent writes, the server's stream frames, the chains its
-chain face relayed and its dataspaces, as PNG charts and CSV tables."""
+chain face relayed, its dataspaces and its Yjs documents, as PNG charts and CSV
+tables."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from octosync.pipeline import charts
 from octosync.pipeline.inputs import read_dataset, read_frames, read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.transforms import activity as transforms
-from octosync.pipeline.transforms import chain, dataspace, documents, traffic
+from octosync.pipeline.transforms import chain, dataspace, documents, traffic, yjs
 
 
 class ReportResult(msgspec.Struct, frozen=True):
@@ -41,6 +42,8 @@ class ReportResult(msgspec.Struct, frozen=True):
     """The shared documents the journal holds edits of."""
     document_values: list[tuple[str, str, str, Any]] = []
     """Each document's merged values: ``(document, name, kind, value)``."""
+    yjs_updates: int = 0
+    """Yjs updates the ``/yjs`` face journaled (a compacted document's merge counts once)."""
 
 
 class _Section(msgspec.Struct):
@@ -142,6 +145,9 @@ def run(
         lifetimes = dataspace.lifetime_by_label(dataspace.assertion_lifetimes(ds_rows))
         lifetimes_pdf = lifetimes.toPandas()
         ds_rows.unpersist()
+        yjs_rows = read_dataset(spark, source, "yjs_updates")
+        yjs_per_minute = yjs.updates_per_minute(yjs_rows).toPandas()
+        n_yjs = int(yjs_per_minute["updates"].sum()) if len(yjs_per_minute) else 0
     with stage("charts and page", out, progress):
         drawn: list[str] = []
         axes: dict[str, tuple[int, int]] = {}
@@ -162,6 +168,7 @@ def run(
             _streams_section(per_stream, streams, frame_span, n_frames, out, drawn, tables, axes),
             _chain_section(n_events, n_states, by_device, by_name, latency, tables),
             _dataspace_section(n_ds, by_label, lifetimes_pdf, tables),
+            _yjs_section(n_yjs, yjs_per_minute, tables),
         ]
         for name, pdf in tables.items():
             pdf.to_csv(out / name, index=False)
@@ -175,7 +182,7 @@ def run(
             f"<p>{html.escape(str(journal))}: {n_edits} edits of {len(per_document)} shared "
             f"documents, {n_ops} distinct CRDT ops (TopGun maps), {n_frames} stream "
             f"frames, {n_conflicts} concurrent writes, {n_events} chain events, {n_ds} "
-            f"dataspace events.</p>{body}</body></html>"
+            f"dataspace events, {n_yjs} Yjs updates.</p>{body}</body></html>"
         )
         (out / "index.html").write_text(page, encoding="utf-8")
     progress(f"report in {out / 'index.html'}")
@@ -192,6 +199,7 @@ def run(
         n_edits,
         sorted(per_document["document"]),
         values,
+        n_yjs,
     )
 
 
@@ -455,5 +463,22 @@ def _streams_section(
         _img("frames_per_second_by_stream.png", "stream frames per second"),
         _partial_note(shown),
         _table_html(listed, limit=len(listed)),
+    ]
+    return section
+
+
+def _yjs_section(n_updates: int, per_minute: Any, tables: dict[str, Any]) -> _Section:
+    section = _Section("Yjs documents", [])
+    if not n_updates:
+        section.body.append("<p>No Yjs updates in this journal (the <code>/yjs</code> face).</p>")
+        return section
+    listed = per_minute.assign(minute=[charts.utc_text(int(m)) for m in per_minute["minute_ms"]])[
+        ["document", "writer", "minute", "updates", "bytes"]
+    ]
+    tables["yjs_updates_per_minute.csv"] = listed
+    section.body += [
+        f"<p>{n_updates} updates the Yjs face journaled, per document, writer (a connection, "
+        "<code>run.connection</code>) and minute, with their size in bytes.</p>",
+        _table_html(listed),
     ]
     return section

@@ -91,6 +91,7 @@ function render(body) {
   renderList("documents", body.documents ?? [], (r) => [r.document, r.members, r.entries, r.ops, documentValues(r)]);
   renderList("maps", body.maps ?? [], (r) => [r.map, r.keys, r.tombstones]);
   renderList("dataspaces", body.dataspaces ?? [], (r) => [r.dataspace, r.assertions, r.observers]);
+  renderList("yjs", body.yjs ?? [], (r) => [r.document, r.connections, r.awareness, r.updates]);
   $("#summary").textContent = `${body.streams.length} streams, ${body.connections} connections · ${new Date().toLocaleTimeString()}`;
 }
 
@@ -104,7 +105,7 @@ function documentValues(row) {
   return lines.join("\n");
 }
 
-// Shared documents, TopGun maps and dataspaces: a plain table each, hidden (with a hint shown) while empty.
+// Shared documents, TopGun maps, dataspaces and Yjs documents: a plain table each, hidden (with a hint shown) while empty.
 function renderList(id, rows, columns) {
   $(`#${id} tbody`).replaceChildren(
     ...rows.map((row) => {
