@@ -8,6 +8,8 @@ Reported, each with the load average:
   characters (no CRDT), and Yjs's ``Y.Text`` under Node (npm ``yjs``, installed in a cache
   folder on first use): seconds, and memory held by the finished text (Python: traced
   allocations; Node: heap the finished document frees once dropped, after full GCs);
+- octosync.js's text in the same Node process as Yjs: the trace with its chunk entries, and a
+  late joiner taking those entries;
 - a late joiner: the finished text's entries encoded as the server sends them (JSON
   ``crdt_sync`` frames of 1,000 ops), decoded and merged into a fresh document until its full
   text is there: milliseconds and bytes, beside Yjs's ``encodeStateAsUpdate`` applied to a
@@ -47,10 +49,12 @@ from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp  # noqa: E402
 from octosync.wire import DIALECTS  # noqa: E402
 
 SHARED = Path(os.environ.get("OCTOSYNC_SHARED") or ROOT.parent / "shared")
+JS_CLIENT = ROOT / "clients" / "js" / "octosync.js"
 FRAME = 1_000
 
 YJS_SCRIPT = r"""
 import * as Y from "yjs";
+const { TextEntries } = await import(process.argv[4]);
 import { readFileSync } from "node:fs";
 import { gunzipSync } from "node:zlib";
 let trace = JSON.parse(gunzipSync(readFileSync(process.argv[2])));
@@ -84,7 +88,22 @@ const joined = late.getText("t").toString();
 const join = Number(process.hrtime.bigint() - t1) / 1e6;
 const same = joined === out;
 const length = out.length;
-console.log(JSON.stringify({ replay, cpu, heap, bytes: update.length, join, length, same }));
+// octosync.js's text in the same runtime: the trace with its chunk entries, then a joiner
+const t2 = process.hrtime.bigint();
+const writer = new TextEntries(1);
+const entries = new Map();
+for (const [pos, del, ins] of patches) {
+  if (del) for (const [k, v] of writer.delete(pos, del)) entries.set(k, v);
+  if (ins) for (const [k, v] of writer.insert(pos, ins)) entries.set(k, v);
+}
+const js = Number(process.hrtime.bigint() - t2) / 1e9;
+const t3 = process.hrtime.bigint();
+const joiner = new TextEntries(2);
+for (const [k, v] of [...entries].sort()) joiner.receive(k, JSON.parse(v));
+const jsJoin = Number(process.hrtime.bigint() - t3) / 1e6;
+const jsSame = joiner.crdt.toString() === out && writer.crdt.toString() === out;
+const bytes = update.length;
+console.log(JSON.stringify({ replay, cpu, heap, bytes, join, length, same, js, jsJoin, jsSame }));
 """
 
 
@@ -200,7 +219,7 @@ def yjs(trace: Path, limit: int) -> dict[str, Any] | str:
     except NodeUnavailable as exc:
         return str(exc)
     done = subprocess.run(
-        ["node", "--expose-gc", "replay.mjs", str(trace), str(limit)],
+        ["node", "--expose-gc", "replay.mjs", str(trace), str(limit), JS_CLIENT.as_uri()],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -269,6 +288,11 @@ def main() -> None:
         f"  {y['heap'] / 1e6:6.1f} MB heap"
     )
     print(f"late joiner, Yjs: {y['join']:7.1f} ms to its full text, {y['bytes']:,} bytes of update")
+    assert y["jsSame"]
+    print(
+        f"octosync.js in the same Node: the trace with its entries {y['js']:.2f} s,"
+        f" a late joiner {y['jsJoin']:.0f} ms"
+    )
     print(
         f"ratios to Yjs: replay {t_core / y['replay']:.2f}x"
         f" (CPU {CPU['replay_core'] / y['cpu']:.2f}x),"
