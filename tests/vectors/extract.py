@@ -58,6 +58,7 @@ LAZILY_FILES = (
     "presence/presence.json",
     "presence/awareness.json",
     "presence/ephemeral.json",
+    "collections/textcrdt_convergence.json",
     "distributed/crdt_sync_frames.json",
     "reliable-sync/idempotent_redelivery.json",
     "reliable-sync/coalesce_bounds_outbox.json",

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from octosync.crdt.seq import ListChange, diff
 from octosync.crdt.shared import SharedState, check_name
+from octosync.crdt.text import TextEdit
 from octosync.errors import CrdtValueError
 from octosync.graph.context import Context
 from octosync.graph.nodes import Cell, Effect
@@ -207,6 +208,63 @@ class ReplicatedPresence:
         return True
 
 
+class ReplicatedText(ReplicatedCell[int]):
+    """A shared text: ``insert``, ``delete``, ``value`` (or ``str()``), and ``on_change``
+    with index-based edits, so an editor applies others' changes without a diff.
+
+    Its graph cell holds the text's revision, not the text: a change costs the same whatever
+    the text's length, and the string is joined only when read (``get``/``value``)."""
+
+    __slots__ = ("listeners",)
+
+    def __init__(self, owner: Replicated, name: str, cell: Cell[int]) -> None:
+        super().__init__(owner, name, "text", cell)
+        self.listeners: list[Callable[[list[TextEdit]], object]] = []
+
+    def get(self) -> str:  # type: ignore[override]
+        """The text, as a tracked read (memos and effects re-run when it changes)."""
+        self.cell.get()
+        return str(self._owner.state.text_of(self.name))
+
+    @property
+    def value(self) -> str:  # type: ignore[override]
+        return str(self._owner.state.text_of(self.name))
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __len__(self) -> int:
+        return len(self._owner.state.text_of(self.name).crdt)
+
+    def insert(self, index: int, text: str) -> None:
+        """Insert ``text`` before the character at ``index`` (Unicode code points)."""
+        self._owner._local_many(self.name, self._owner.state.text_insert(self.name, index, text))
+
+    def delete(self, index: int, count: int = 1) -> None:  # type: ignore[override]
+        """Delete ``count`` characters from ``index``."""
+        self._owner._local_many(self.name, self._owner.state.text_delete(self.name, index, count))
+
+    def _refresh(self) -> bool:
+        edits = self._owner.state.text_of(self.name).take_edits()
+        if not edits:
+            return False
+        self.cell.set(self.cell.peek() + 1)
+        for listener in list(self.listeners):
+            listener(edits)
+        return True
+
+    def on_change(  # type: ignore[override]
+        self, callback: Callable[[list[TextEdit]], object]
+    ) -> Callable[[], None]:
+        """Call ``callback(edits)`` now (the whole text as one insert) and with the edits of
+        every change after, local and received: applied in order to a copy of the text, they
+        keep it equal to ``value``. Returns a function that stops the calls."""
+        now = self.value
+        callback([TextEdit(0, 0, now)] if now else [])
+        self.listeners.append(callback)
+        return lambda: self.listeners.remove(callback)
+
+
 class Replicated:
     """The replicated cells of one ``Context`` over one ``SharedState``."""
 
@@ -277,6 +335,21 @@ class Replicated:
 
     def ephemeral_values(self) -> Iterable[ReplicatedPresence]:
         return self._ephemeral.values()
+
+    def text(self, name: str) -> ReplicatedText:
+        """A shared text (a character CRDT): concurrent edits merge character by character."""
+        check_name(name)
+        known = self._cells.get(name)
+        if known is not None:
+            if not isinstance(known, ReplicatedText):
+                raise CrdtValueError(f"{name!r} is a {known.kind} value, not text", path="kind")
+            return known
+        shared = self.state.text_of(name)
+        shared.listening = True
+        shared.take_edits()
+        made = ReplicatedText(self, name, self.ctx.cell(0))
+        self._cells[name] = made
+        return made
 
     def merge(self, ops: Iterable[CrdtOp]) -> set[str]:
         """Merge remote ops in one batch; returns the names whose observed value changed."""

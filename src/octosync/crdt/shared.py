@@ -24,6 +24,9 @@ list           ``NAME/lp/ID``,             the move-aware sequence (``crdt/seq.p
                ``NAME/ld/ID``              ties), a value, and ``true`` once removed: three LWW
                                            registers; ``ID`` is ``PEER.WALL.LOGICAL``, minted
                                            by the inserting replica from its insert's stamp.
+text           ``NAME/tx/PEER/CHUNK``,     each writer's inserted runs and deleted id ranges in
+               ``NAME/td/PEER/N``          grow-only chunks (``crdt/text_entries.py``); the
+                                           value is the character CRDT's text.
 =============  ==========================  =====================================================
 
 The node id of every entry of ``NAME`` is ``node_of(NAME)`` (48 bits of FNV-1a-64), so
@@ -46,11 +49,13 @@ from octosync.crdt.entries import EPHEMERAL_KINDS, node_of
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
 from octosync.crdt.plane import PlaneReplica, stamp_key
 from octosync.crdt.seq import Element, Position, check_position, mint_id, place
+from octosync.crdt.text_entries import SharedText
 from octosync.errors import CrdtValueError
 from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, WireStamp
 
 NAME_PATTERN = re.compile(r"^[^/]{1,256}$")
 KINDS = tuple(ENTRY_KINDS)
+TEXT_TAGS = ("tx", "td")
 _JSON = msgspec.json.Encoder(order="deterministic")
 
 
@@ -76,6 +81,7 @@ class SharedState:
         "ephemeral",
         "peer",
         "replica",
+        "texts",
     )
 
     def __init__(self, peer: int, clock: Callable[[], int]) -> None:
@@ -91,6 +97,8 @@ class SharedState:
         self.ephemeral: dict[str, dict[str, CrdtOp]] = {}
         """Presence and awareness entries by name and ``KIND/PEER``: the latest of each, kept
         apart from the replica (they are not the document's state)."""
+        self.texts: dict[str, SharedText] = {}
+        """Each text value's character CRDT, fed as its entries arrive."""
 
     # --- the clock ----------------------------------------------------------------------------
 
@@ -112,6 +120,7 @@ class SharedState:
     def receive(self, ops: Iterable[CrdtOp]) -> set[str]:
         """Merge remote ops; returns the names whose entries changed."""
         changed: set[str] = set()
+        texts: dict[str, list[tuple[str, bytes]]] = {}
         for op in ops:
             self._observe(op.stamp)
             if _is_ephemeral(op):
@@ -120,9 +129,11 @@ class SharedState:
                     changed.add(taken)
                 continue
             if self.replica.apply(op):
-                name = self._index(op)
+                name = self._index(op, texts)
                 if name is not None:
                     changed.add(name)
+        for name, entries in texts.items():  # a batch's text entries at once, runs in order
+            self.text_of(name).receive_many(entries)
         return changed
 
     def _ephemeral(self, op: CrdtOp) -> str | None:
@@ -165,17 +176,52 @@ class SharedState:
                 out[int(peer)] = value
         return dict(sorted(out.items()))
 
-    def _index(self, op: CrdtOp) -> str | None:
+    def _index(
+        self, op: CrdtOp, texts: dict[str, list[tuple[str, bytes]]] | None = None
+    ) -> str | None:
         key = op.key
         if key is None or "/" not in key:
             return None  # not one of this document's entries (another plane user's node)
         name, rest = key.split("/", 1)
-        if rest.split("/", 1)[0] not in KINDS or op.slot_id != node_of(name):
+        tag = rest.split("/", 1)[0]
+        if tag not in KINDS or op.slot_id != node_of(name):
             return None
+        if tag in TEXT_TAGS:
+            if isinstance(op.state, bytes) and texts is not None:
+                texts.setdefault(name, []).append((rest, op.state))
+            return name
         self._by_name.setdefault(name, {})[rest] = op
         if rest[:3] in _LIST_TAGS:
             self._lists.setdefault(name, _ListRegisters()).take(rest[:2], rest[3:], op)
         return name
+
+    def text_of(self, name: str) -> SharedText:
+        """The text value ``name`` (empty until written)."""
+        text = self.texts.get(name)
+        if text is None:
+            text = self.texts[name] = SharedText(self.peer)
+            text.listening = False
+        return text
+
+    def _write_text(self, name: str, writes: list[tuple[str, bytes]]) -> list[CrdtOp]:
+        ops = []
+        for rest, state in writes:
+            op = CrdtOp(
+                slot_id=node_of(name), stamp=self.stamp(), state=state, key=f"{name}/{rest}"
+            )
+            self.replica.apply(op)  # the text already holds what it wrote
+            ops.append(op)
+        return ops
+
+    def text_insert(self, name: str, index: int, text: str) -> list[CrdtOp]:
+        """Insert ``text`` at ``index`` of a text value; the chunk entries to send."""
+        check_name(name)
+        return self._write_text(name, self.text_of(name).insert(index, text))
+
+    def text_delete(self, name: str, index: int, count: int = 1) -> list[CrdtOp]:
+        """Delete ``count`` characters at ``index`` of a text value."""
+        check_name(name)
+        return self._write_text(name, self.text_of(name).delete(index, count))
 
     def _write(self, name: str, rest: str, value: object, stamp: WireStamp | None = None) -> CrdtOp:
         op = CrdtOp(
@@ -396,6 +442,9 @@ class SharedState:
             return self.map(name)
         if kind == "list":
             return self.list_values(name)
+        if kind == "text":
+            text = self.texts.get(name)
+            return "" if text is None else str(text)
         return self.register(name)
 
 
@@ -505,11 +554,12 @@ def document_values(ops: Iterable[CrdtOp]) -> list[tuple[str, str, Any]]:
     folded exactly as a replica reads it; entries of other plane users are left out."""
     state = SharedState(1, lambda: 0)
     state.receive(ops)
-    out = []
+    out: list[tuple[str, str, Any]] = []
     for name in sorted(state._by_name):
         tags = {rest.split("/", 1)[0] for rest in state._by_name[name]}
         kinds = sorted({"list" if tag in _LIST_KIND_TAGS else tag for tag in tags})
         for kind in kinds:
             value = state.read(name, kind)
             out.append((name, kind, list(value) if kind in ("mv", "list") else value))
-    return out
+    out += [(name, "text", str(text)) for name, text in state.texts.items()]
+    return sorted(out, key=lambda v: v[:2])
