@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from octosync.crdt.text import MAX_HELD, Run, TextCrdt, TextEdit
-from octosync.crdt.text_entries import SharedText
+from octosync.crdt.text_entries import SharedText, changed_middle
 from octosync.errors import CrdtValueError, LimitExceeded
 
 ALPHABET = st.text(alphabet="abcdefgh\u00e9\U0001f600", min_size=1, max_size=90)
@@ -150,6 +150,13 @@ class Replicas(RuleBasedStateMachine):
             rest, state = self.wire[i % len(self.wire)]
             self.reps[peer].receive(rest, state)
 
+    @precondition(lambda self: self.wire)
+    @rule(peer=st.sampled_from(PEERS), picks=st.lists(st.integers(0, 10_000), max_size=80))
+    def deliver_a_batch(self, peer: int, picks: list[int]) -> None:
+        """Many entries in one batch (a text holding some already): past ``WHOLE_EDIT_RUNS``
+        runs its change is reported as one edit."""
+        self.reps[peer].receive_many([self.wire[i % len(self.wire)] for i in picks])
+
     @rule()
     def deliver_everything(self) -> None:
         for r in self.reps.values():
@@ -226,3 +233,17 @@ def test_a_late_joiner_taking_a_batch_reads_what_replicas_read(
     assert str(joiner) == str(one_by_one)
     assert joiner.crdt.held == 0
     assert apply("", joiner.take_edits()) == str(joiner)
+
+
+@given(st.text("ab", max_size=30), st.text("ab", max_size=30))
+def test_the_changed_middle_turns_one_text_into_the_other(before: str, after: str) -> None:
+    edit = changed_middle(before, after)
+    if edit is None:
+        assert before == after
+        return
+    assert apply(before, [edit]) == after
+    assert edit.index + edit.delete <= len(before)
+    # nothing kept at either end could be kept longer
+    assert not (edit.delete and edit.insert and edit.insert[0] == before[edit.index])
+    end = edit.index + edit.delete
+    assert not (edit.delete and edit.insert and edit.insert[-1] == before[end - 1])

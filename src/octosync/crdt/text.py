@@ -85,6 +85,21 @@ class Block:
         """Visible characters in ``spans``."""
 
 
+def _cut(clock: int, text: str, dead: int) -> list[tuple[int, str, bool]]:
+    """``text`` (clocks from ``clock``) as ``(clock, text, dead)`` pieces: bit ``i`` of
+    ``dead`` set means character ``i`` is deleted."""
+    out: list[tuple[int, str, bool]] = []
+    start, n = 0, len(text)
+    while start < n:
+        is_dead = (dead >> start) & 1
+        rest = (~dead if is_dead else dead) >> start  # bits where the state changes
+        step = (rest & -rest).bit_length() - 1 if rest else n - start
+        step = min(step, n - start)
+        out.append((clock + start, text[start : start + step], bool(is_dead)))
+        start += step
+    return out
+
+
 class TextCrdt:
     """One replica of a shared text (``peer`` mints its character ids)."""
 
@@ -101,9 +116,9 @@ class TextCrdt:
         self._held: dict[Id, list[Run]] = {}
         """Runs waiting for their origin, by the origin's ``(peer, clock // CHUNK)``."""
         self._held_chars = 0
-        self._tombs: dict[Id, list[tuple[int, int]]] = {}
-        """Deletions that came before (some of) their characters: ``(clock, length)`` ranges
-        by ``(peer, chunk)``, applied as the characters arrive."""
+        self._tombs: dict[Id, int] = {}
+        """Deletions that came before (some of) their characters, by ``(peer, chunk)``: bit
+        ``i`` set deletes the chunk's ``i``-th clock as it arrives."""
         self._cb = 0
         self._cs = 0
         """The last block an index lookup ended in, and its first visible index."""
@@ -321,20 +336,24 @@ class TextCrdt:
                 continue
             break
         block = self._blocks[bi]
-        span = Span(peer, clock, text, False, block)
-        block.spans.insert(si, span)
-        block.size += len(text)
-        self._len += len(text)
-        self._where.setdefault((peer, clock // CHUNK), []).append(span)
-        if self.events:
-            edits.append(TextEdit(self._index_of(bi, si), 0, text))
-        self._after_insert(bi, si + 1)
+        where = self._where.setdefault((peer, clock // CHUNK), [])
+        tombs = self._tombs.get((peer, clock // CHUNK), 0) >> (clock % CHUNK)
+        tombs &= (1 << len(text)) - 1
+        if tombs:  # deletions that came before their characters: placed dead at once
+            pieces = _cut(clock, text, tombs)
+            spans = [Span(peer, c, t, dead, block) for c, t, dead in pieces]
+            alive = "".join(t for _, t, dead in pieces if not dead)
+        else:
+            spans = [Span(peer, clock, text, False, block)]
+            alive = text
+        block.spans[si:si] = spans
+        where.extend(spans)
+        block.size += len(alive)
+        self._len += len(alive)
+        if self.events and alive:
+            edits.append(TextEdit(self._index_of(bi, si), 0, alive))
+        self._after_insert(bi, si + len(spans))
         self._cb, self._cs = 0, 0
-        # deletions that came before the characters they delete
-        for c, n in list(self._tombs.get((peer, clock // CHUNK), ())):
-            lo, hi = max(c, clock), min(c + n, clock + len(text))
-            if lo < hi:
-                self._kill(peer, lo, hi - lo, edits)
         return peer, clock, clock + len(text) - 1
 
     def remove(self, ranges: Iterable[tuple[int, int, int]]) -> list[TextEdit]:
@@ -380,9 +399,8 @@ class TextCrdt:
         return known
 
     def _tomb(self, peer: int, clock: int, length: int) -> None:
-        held = self._tombs.setdefault((peer, clock // CHUNK), [])
-        if (clock, length) not in held:
-            held.append((clock, length))
+        key = (peer, clock // CHUNK)
+        self._tombs[key] = self._tombs.get(key, 0) | ((1 << length) - 1) << (clock % CHUNK)
 
     # --- structure ----------------------------------------------------------------------------
 

@@ -143,6 +143,36 @@ def ranges_grow(old: list[RangeRow], new: list[RangeRow]) -> bool:
     return True
 
 
+WHOLE_EDIT_RUNS = 32
+"""A received batch of more runs than this reports its change as one edit (the changed middle
+of the text): finding each run's index would cost a walk of the blocks before it."""
+
+
+def changed_middle(before: str, after: str) -> TextEdit | None:
+    """The one edit turning ``before`` into ``after``: the part between their common prefix
+    and common suffix replaced (None when they are equal)."""
+    if before == after:
+        return None
+    n = min(len(before), len(after))
+    lo, hi = 0, n
+    while lo < hi:  # the longest common prefix, by halving (string compares run in C)
+        mid = (lo + hi + 1) // 2
+        if before[:mid] == after[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    prefix = lo
+    lo, hi = 0, n - prefix
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if before[len(before) - mid :] == after[len(after) - mid :]:
+            lo = mid
+        else:
+            hi = mid - 1
+    suffix = lo
+    return TextEdit(prefix, len(before) - prefix - suffix, after[prefix : len(after) - suffix])
+
+
 class SharedText:
     """One replica of a shared text and the entries its edits write (sans-I/O)."""
 
@@ -252,14 +282,26 @@ class SharedText:
                     self._td_chunk = max(self._td_chunk, chunk)
                 deletions.extend(ranges)
         runs.sort(key=lambda r: (r.clock, r.peer))
-        for run in runs:
-            edits = self.crdt.integrate(run)
-            if self.listening:
-                self.edits.extend(edits)
-        if deletions:
-            edits = self.crdt.remove(deletions)
-            if self.listening:
-                self.edits.extend(edits)
+        listening = self.listening
+        whole = listening and len(runs) > WHOLE_EDIT_RUNS
+        before = self.crdt.to_string() if whole else ""
+        if whole:  # a joiner's batch: one edit for the whole change, not one per run
+            self.crdt.events = False
+        try:
+            for run in runs:
+                edits = self.crdt.integrate(run)
+                if listening and not whole:
+                    self.edits.extend(edits)
+            if deletions:
+                edits = self.crdt.remove(deletions)
+                if listening and not whole:
+                    self.edits.extend(edits)
+        finally:
+            if whole:
+                self.crdt.events = True
+                edit = changed_middle(before, self.crdt.to_string())
+                if edit is not None:
+                    self.edits.append(edit)
 
     def take_edits(self) -> list[TextEdit]:
         edits, self.edits = self.edits, []
