@@ -123,6 +123,8 @@ class TextCrdt:
         self._cs = 0
         """The last block an index lookup ended in, and its first visible index."""
         self._cache: str | None = ""
+        self._placed = 0
+        """The block the last received run went in (its successor's origin is often there)."""
         self.events = True
         """Whether received edits are reported (finding an edit's index costs a walk of the
         blocks before it; a text nobody watches skips it)."""
@@ -268,7 +270,18 @@ class TextCrdt:
         """Apply a received run (or the part of it not yet known); a run whose origin is
         unknown is held until the origin arrives."""
         edits: list[TextEdit] = []
-        todo = [run]
+        self._integrate_all([run], edits)
+        return edits
+
+    def integrate_sorted(self, rows: list[tuple[int, int, str, int, int]]) -> list[TextEdit]:
+        """Apply received runs given as ``(clock, peer, text, origin peer, origin clock)`` rows
+        in ``(clock, peer)`` order (plain tuples: a late joiner passes thousands)."""
+        edits: list[TextEdit] = []
+        for clock, peer, text, opeer, oclock in rows:
+            self._integrate_all([(peer, clock, text, (opeer, oclock))], edits)
+        return edits
+
+    def _integrate_all(self, todo: list[tuple[int, int, str, Id]], edits: list[TextEdit]) -> None:
         while todo:
             r = todo.pop()
             placed = self._integrate_one(r, edits)
@@ -284,10 +297,11 @@ class TextCrdt:
                     self._held[(peer, chunk)] = [w for w in waiting if w not in ready]
                     self._held_chars -= sum(len(w.text) for w in ready)
                     todo.extend(ready)
-        return edits
 
-    def _integrate_one(self, run: Run, edits: list[TextEdit]) -> tuple[int, int, int] | None:
-        peer, clock, text, origin = run.peer, run.clock, run.text, run.origin
+    def _integrate_one(
+        self, run: tuple[int, int, str, Id], edits: list[TextEdit]
+    ) -> tuple[int, int, int] | None:
+        peer, clock, text, origin = run
         end = clock + len(text)
         # skip what is already known (a chunk only ever grows, so that is a prefix)
         while clock < end:
@@ -352,7 +366,7 @@ class TextCrdt:
         self._len += len(alive)
         if self.events and alive:
             edits.append(TextEdit(self._index_of(bi, si), 0, alive))
-        self._after_insert(bi, si + len(spans))
+        self._placed = self._after_insert(bi, si + len(spans))[0]
         self._cb, self._cs = 0, 0
         return peer, clock, clock + len(text) - 1
 
@@ -453,10 +467,11 @@ class TextCrdt:
         self._after_insert(self._block_index(block), si + 2)
 
     def _block_index(self, block: Block) -> int:
-        cb = self._cb
-        if cb < len(self._blocks) and self._blocks[cb] is block:
-            return cb
-        return self._blocks.index(block)
+        blocks = self._blocks
+        for hint in (self._cb, self._placed, self._placed + 1, self._placed - 1):
+            if 0 <= hint < len(blocks) and blocks[hint] is block:
+                return hint
+        return blocks.index(block)
 
     def _next(self, span: Span) -> Span | None:
         """The span after ``span`` in text order."""

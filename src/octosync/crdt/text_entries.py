@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from octosync.bounds import MAX_SAFE_INTEGER
-from octosync.crdt.text import BLOCK, CHUNK, MAX_CLOCK, Run, TextCrdt, TextEdit
+from octosync.crdt.text import BLOCK, CHUNK, MAX_CLOCK, TextCrdt, TextEdit
 from octosync.errors import CrdtValueError
 
 RANGES_PER_CHUNK = 64
@@ -259,7 +259,7 @@ class SharedText:
         """Apply entries' winning states, runs in clock order (an origin's clock is below its
         run's, so a batch holding both places both at once instead of holding the run). An
         entry that does not decode is skipped (a server refuses those before storing them)."""
-        runs: list[Run] = []
+        runs: list[tuple[int, int, str, int, int]] = []
         deletions: list[RangeRow] = []
         for rest, state in entries:
             try:
@@ -275,23 +275,22 @@ class SharedText:
             if tag == "tx":
                 if peer == self.peer and runs_grow(self._mine.get(chunk, []), rows):
                     self._mine[chunk] = rows
-                runs.extend(Run(peer, c, t, (op, oc)) for c, t, op, oc in rows)
+                runs.extend([(c, peer, t, op, oc) for c, t, op, oc in rows])
             else:
                 if peer == self.peer and ranges_grow(self._td.get(chunk, []), ranges):
                     self._td[chunk] = list(ranges)
                     self._td_chunk = max(self._td_chunk, chunk)
                 deletions.extend(ranges)
-        runs.sort(key=lambda r: (r.clock, r.peer))
+        runs.sort()
         listening = self.listening
         whole = listening and len(runs) > WHOLE_EDIT_RUNS
         before = self.crdt.to_string() if whole else ""
         if whole:  # a joiner's batch: one edit for the whole change, not one per run
             self.crdt.events = False
         try:
-            for run in runs:
-                edits = self.crdt.integrate(run)
-                if listening and not whole:
-                    self.edits.extend(edits)
+            edits = self.crdt.integrate_sorted(runs)
+            if listening and not whole:
+                self.edits.extend(edits)
             if deletions:
                 edits = self.crdt.remove(deletions)
                 if listening and not whole:
