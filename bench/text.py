@@ -359,7 +359,10 @@ for (let d = 0; d < docs; d += 1) {
 lat.sort((a, b) => a - b);
 const q = (p) => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))];
 const max = lat[lat.length - 1];
+const used = process.cpuUsage();
+const clientCpu = (used.user + used.system) / 1e6;
 const out = { strokes: strokes * docs, typedFor, missing, p50: q(0.5), p99: q(0.99), max };
+out.clientCpu = clientCpu;
 console.log(JSON.stringify(out));
 for (const c of closers) c();
 process.exit(0);
@@ -473,7 +476,7 @@ def through_servers(trace: Path, args: argparse.Namespace) -> None:
             f"  {name:15} keystroke to its last reader p50 {r['p50']:6.1f} ms, p99 {r['p99']:6.1f}"
             f" ms, max {r['max']:6.1f} ms; {r['strokes']:,} keystrokes typed in"
             f" {r['typedFor']:.1f} s, {r['missing']} not at every reader;"
-            f" server CPU {r['cpu']:.2f} s"
+            f" CPU: server {r['cpu']:.2f} s, clients {r['clientCpu']:.2f} s"
         )
     a, b = rows["octosync serve"], rows["Hocuspocus"]
     print(

@@ -17,7 +17,17 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from octosync.crdt.entries import check_op, node_of
 from octosync.crdt.plane import PlaneReplica
 from octosync.crdt.replicated import Replicated
-from octosync.crdt.seq import BASE, MAX_DIGITS, between, diff, id_peer, mint_id, place
+from octosync.crdt.seq import (
+    BASE,
+    MAX_DIGITS,
+    ListChange,
+    between,
+    diff,
+    id_peer,
+    mint_id,
+    one_change,
+    place,
+)
 from octosync.crdt.shared import SharedState
 from octosync.errors import CrdtValueError, Forbidden, LimitExceeded, OctosyncError
 from octosync.graph import Context
@@ -352,6 +362,18 @@ def from_scratch(ops: tuple[CrdtOp, ...]) -> list[str]:
     return [e for _, _, e in sorted(live)]
 
 
+def replay_change(old: list[Any], change: ListChange) -> list[Any]:
+    """``old`` with ``change`` applied as a reader applies it: deletions and moves' sources
+    out (old indexes), inserts and moves' targets in (new indexes, lowest first), then sets."""
+    gone = {i for i, _ in change.deleted} | {a for a, _, _ in change.moved}
+    out = [v for i, v in enumerate(old) if i not in gone]
+    for i, v in sorted([*change.inserted, *((b, v) for _, b, v in change.moved)]):
+        out.insert(i, v)
+    for i, v in change.set:
+        out[i] = v
+    return out
+
+
 class Lists(RuleBasedStateMachine):
     """Three replicas edit one list. Ops travel through per-replica inboxes that the machine
     delivers in any order, duplicates, or drops (a dropped op stays in its writer's outbox and
@@ -368,11 +390,18 @@ class Lists(RuleBasedStateMachine):
         self.inbox: list[list[CrdtOp]] = [[] for _ in self.docs]
         self.inserted: set[str] = set()
         self.edits = [0 for _ in self.docs]
+        self.mirrors: list[list[Any]] = [[] for _ in self.docs]
         for i, doc in enumerate(self.docs):
-            doc.list("l").on_edit(lambda change, i=i: self._count(i))
+            doc.list("l").on_edit(lambda change, i=i: self._count(i, change))
 
-    def _count(self, i: int) -> None:
+    def _count(self, i: int, change: ListChange) -> None:
         self.edits[i] += 1
+        self.mirrors[i] = replay_change(self.mirrors[i], change)
+
+    @invariant()
+    def change_events_replay_to_the_list(self) -> None:
+        for doc, mirror in zip(self.docs, self.mirrors, strict=True):
+            assert mirror == list(doc.list("l"))
 
     def _tick(self) -> int:
         self.clock += 1
@@ -537,3 +566,37 @@ def test_a_documents_values_include_its_lists_in_order() -> None:
     ops += [*state.list_insert("todo", 2, "c"), *state.list_delete("todo", 1)]
     ops.append(state.add("clicks", 2))
     assert document_values(reversed(ops)) == [("clicks", "pn", 2), ("todo", "list", ["a", "c"])]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), max_size=12),
+    st.sampled_from(["insert", "delete", "move", "set", "move and set", "set equal"]),
+    st.integers(0, 100),
+    st.integers(0, 100),
+    st.integers(0, 3),
+)
+def test_one_elements_change_is_reported_as_diff_reports_it(
+    values: list[int], kind: str, a: int, b: int, value: int
+) -> None:
+    """The change worked out from one element's edit alone is the change ``diff`` finds
+    between the whole orders (values repeat, so equal neighbours are covered)."""
+    before = [(f"e{i}", v) for i, v in enumerate(values)]
+    after = list(before)
+    if kind == "insert":
+        old_at, new_at = None, a % (len(before) + 1)
+        after.insert(new_at, ("new", value))
+    elif not before:
+        return
+    elif kind == "delete":
+        old_at, new_at = a % len(before), None
+        del after[old_at]
+    else:
+        old_at = a % len(before)
+        new_at = old_at if kind.startswith("set") else b % len(before)
+        element, old_value = after.pop(old_at)
+        if kind == "set equal":
+            value = old_value
+        after.insert(new_at, (element, old_value if kind == "move" else value))
+    moved = after[new_at][1] if new_at is not None else None
+    assert one_change(before, old_at, new_at, moved) == diff(before, after)

@@ -14,7 +14,7 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
-from octosync.crdt.seq import ListChange, diff
+from octosync.crdt.seq import ListChange, diff, one_change
 from octosync.crdt.shared import SharedState, check_name
 from octosync.crdt.text import TextEdit
 from octosync.errors import CrdtValueError
@@ -93,7 +93,9 @@ class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
 
     def __init__(self, owner: Replicated, name: str, cell: Cell[tuple[Any, ...]]) -> None:
         super().__init__(owner, name, "list", cell)
+        owner.state.take_list_change(name)
         self._seen = self._items()
+        """The ``(id, value)`` pairs as last reported: kept in step edit by edit."""
         self._edits: list[Callable[[ListChange], object]] = []
 
     def _items(self) -> list[tuple[str, Any]]:
@@ -137,11 +139,22 @@ class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
         return lambda: self._edits.remove(callback) if callback in self._edits else None
 
     def _refresh(self) -> bool:
-        items = self._items()
-        change = diff(self._seen, items)
+        count, last = self._owner.state.take_list_change(self.name)
+        if count == 0:
+            return False
+        if count == 1 and last is not None:  # one element changed: the change says what
+            element, old_at, _, new_at, value = last
+            change = one_change(self._seen, old_at, new_at, value)
+            if old_at is not None:
+                del self._seen[old_at]
+            if new_at is not None:
+                self._seen.insert(new_at, (element, value))
+        else:
+            items = self._items()
+            change = diff(self._seen, items)
+            self._seen = items
         if not change:
             return False
-        self._seen = items
         self.cell.set(self._owner.state.list_values(self.name))
         for callback in list(self._edits):
             callback(change)

@@ -283,3 +283,24 @@ def diff(old: Iterable[tuple[str, Any]], new: Iterable[tuple[str, Any]]) -> List
             if before[i][1] is not after[j][1] and before[i][1] != after[j][1]
         ),
     )
+
+
+def one_change(
+    before: list[tuple[str, Any]], old_at: int | None, new_at: int | None, value: Any
+) -> ListChange:
+    """What ``diff`` reports when one element changed: it was at ``old_at`` of ``before`` (or
+    absent) and is at ``new_at`` with ``value`` (or gone), every other element unmoved. Found
+    from the change alone, in time independent of the list's length."""
+    if old_at is None:
+        return ListChange(inserted=((new_at, value),)) if new_at is not None else ListChange()
+    old_value = before[old_at][1]
+    if new_at is None:
+        return ListChange(deleted=((old_at, old_value),))
+    changed = old_value is not value and old_value != value
+    sets = ((new_at, value),) if changed else ()
+    if old_at == new_at:
+        return ListChange(set=sets)
+    if new_at == old_at - 1:  # two neighbours swapped: the longest run that stayed in order
+        # is the moved element itself, so the one it passed is reported as moved (as diff does)
+        return ListChange(moved=((new_at, old_at, before[new_at][1]),), set=sets)
+    return ListChange(moved=((old_at, new_at, value),), set=sets)

@@ -291,7 +291,7 @@ class SharedState:
         and every entry of a list shares its node."""
         check_name(name)
         self._check_value(value)
-        live = self.list_elements(name)
+        live = self._elements(name)
         _check_index(index, len(live) + 1)
         position = _between(
             live[index - 1] if index else None,
@@ -309,24 +309,26 @@ class SharedState:
         """Move the element at ``source`` so that it is at ``target``: one new position for
         it (nothing when it is already there)."""
         check_name(name)
-        live = self.list_elements(name)
+        live = self._elements(name)
         _check_index(source, len(live), "from")
         _check_index(target, len(live), "to")
         if source == target:
             return ()
-        moving = live.pop(source)
-        position = _between(
-            live[target - 1] if target else None,
-            live[target] if target < len(live) else None,
-            self.peer,
-        )
+        moving = live[source]
+        lo: Element | None
+        hi: Element | None
+        if target > source:  # its neighbours once it is out of the list, no copy made
+            lo, hi = live[target], live[target + 1] if target + 1 < len(live) else None
+        else:
+            lo, hi = live[target - 1] if target else None, live[target]
+        position = _between(lo, hi, self.peer)
         return (self._write(name, f"lp/{moving.id}", list(position)),)
 
     def list_delete(self, name: str, index: int) -> tuple[CrdtOp, ...]:
         """Remove the element at ``index`` (its removed register: a tombstone that a concurrent
         edit or move does not undo)."""
         check_name(name)
-        live = self.list_elements(name)
+        live = self._elements(name)
         _check_index(index, len(live))
         return (self._write(name, f"ld/{live[index].id}", True),)
 
@@ -335,18 +337,28 @@ class SharedState:
         applies too)."""
         check_name(name)
         self._check_value(value)
-        live = self.list_elements(name)
+        live = self._elements(name)
         _check_index(index, len(live))
         return (self._write(name, f"lv/{live[index].id}", value),)
 
     def list_elements(self, name: str) -> list[Element]:
         """The list's live elements in order (a copy: the caller may change it)."""
+        return list(self._elements(name))
+
+    def _elements(self, name: str) -> list[Element]:
+        """The list's live elements in order, not copied (read them, never change them)."""
         held = self._lists.get(name)
-        return [] if held is None else list(held.elements())
+        return [] if held is None else held.elements()
 
     def list_values(self, name: str) -> tuple[Any, ...]:
         held = self._lists.get(name)
         return () if held is None else tuple(held.values_in_order())
+
+    def take_list_change(self, name: str) -> tuple[int, OneChange | None]:
+        """How many of list ``name``'s elements changed since the last call, and the latest
+        change (a reader that saw the list before it needs nothing else when there was one)."""
+        held = self._lists.get(name)
+        return (0, None) if held is None else held.take_change()
 
     def list_items(self, name: str) -> list[tuple[str, Any]]:
         """The list's ``(id, value)`` pairs in order (a copy)."""
@@ -448,6 +460,9 @@ class SharedState:
         return self.register(name)
 
 
+OneChange = tuple[str, int | None, Any, int | None, Any]
+"""One element's change: ``(id, old index, old value, new index, new value)`` (None: absent)."""
+
 _LIST_TAGS = frozenset({"lp/", "lv/", "ld/"})
 
 
@@ -461,6 +476,8 @@ class _ListRegisters:
         "_live",
         "_ordered",
         "_values",
+        "changed",
+        "last",
         "positions",
         "removed",
         "values",
@@ -475,6 +492,16 @@ class _ListRegisters:
         self._values: list[Any] = []
         self._keys: list[tuple[Position, int, str]] = []
         self._live: dict[str, tuple[Position, int, str]] = {}
+        self.changed = 0
+        """Elements placed, removed or given a value since the last ``take_change``."""
+        self.last: OneChange | None = None
+        """The latest of those: ``(id, old index, old value, new index, new value)``."""
+
+    def take_change(self) -> tuple[int, OneChange | None]:
+        """How many element changes there were since the last call, and the latest."""
+        out = (self.changed, self.last)
+        self.changed, self.last = 0, None
+        return out
 
     def take(self, tag: str, element: str, op: CrdtOp) -> None:
         """The winning entry of one register changed (an unreadable one reads as absent)."""
@@ -497,11 +524,17 @@ class _ListRegisters:
 
     def _place(self, element: str) -> None:
         old = self._live.pop(element, None)
+        old_at: int | None = None
+        old_value: Any = None
         if old is not None:
-            at = bisect_left(self._keys, old)
+            old_at = at = bisect_left(self._keys, old)
+            old_value = self._values[at]
             del self._keys[at], self._ordered[at], self._items[at], self._values[at]
         placed = self.positions.get(element)
         if placed is None or element not in self.values or element in self.removed:
+            if old_at is not None:
+                self.changed += 1
+                self.last = (element, old_at, old_value, None, None)
             return
         key = (placed[0], placed[1], element)
         at = bisect_left(self._keys, key)
@@ -511,6 +544,8 @@ class _ListRegisters:
         self._items.insert(at, (element, value))
         self._values.insert(at, value)
         self._live[element] = key
+        self.changed += 1
+        self.last = (element, old_at, old_value, at, value)
 
     def elements(self) -> list[Element]:
         return self._ordered
