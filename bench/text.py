@@ -435,16 +435,18 @@ def through_servers(trace: Path, args: argparse.Namespace) -> None:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="text-serve-") as data:
         port = free_port()
+        config = Path(data) / "octosync.toml"
+        config.write_text(f'[server]\njournal_durability = "{args.durability}"\n')
         serve = [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev"]
         proc = subprocess.Popen(
-            [*serve, "--port", str(port), "--data", data],
+            [*serve, "--config", str(config), "--port", str(port), "--data", f"{data}/var"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
         )
         try:
             wait_port(port, proc)
-            rows["octosync serve"] = typed_through(
+            rows[f"octosync serve ({args.durability})"] = typed_through(
                 folder, "octosync", f"ws://127.0.0.1:{port}", trace, args, proc.pid
             )
         finally:
@@ -473,12 +475,12 @@ def through_servers(trace: Path, args: argparse.Namespace) -> None:
     )
     for name, r in rows.items():
         print(
-            f"  {name:15} keystroke to its last reader p50 {r['p50']:6.1f} ms, p99 {r['p99']:6.1f}"
+            f"  {name:22} keystroke to its last reader p50 {r['p50']:6.1f} ms, p99 {r['p99']:6.1f}"
             f" ms, max {r['max']:6.1f} ms; {r['strokes']:,} keystrokes typed in"
             f" {r['typedFor']:.1f} s, {r['missing']} not at every reader;"
             f" CPU: server {r['cpu']:.2f} s, clients {r['clientCpu']:.2f} s"
         )
-    a, b = rows["octosync serve"], rows["Hocuspocus"]
+    a, b = rows[f"octosync serve ({args.durability})"], rows["Hocuspocus"]
     print(
         f"  ratio octosync / Hocuspocus: p99 {a['p99'] / b['p99']:.2f}x,"
         f" server CPU {a['cpu'] / max(b['cpu'], 1e-9):.2f}x"
@@ -493,6 +495,12 @@ def main() -> None:
     ap.add_argument("--serve-only", action="store_true", help="only the run through servers")
     ap.add_argument("--docs", type=int, default=20, help="documents, one writer each")
     ap.add_argument("--readers", type=int, default=5, help="readers per document")
+    ap.add_argument(
+        "--durability",
+        choices=("full", "normal"),
+        default="full",
+        help="octosync's journal: fsync at every commit (full, the default) or not (normal)",
+    )
     ap.add_argument("--every", type=int, default=20, help="ms between a writer's keystrokes")
     args = ap.parse_args()
     if args.serve_only:
