@@ -269,6 +269,7 @@ export function positionBetween(lo: number[] | null, hi: number[] | null): numbe
 export function placePosition(lo: number[] | null, hi: number[] | null, peer: number): number[];
 /** What changed between two orders of [id, value] pairs (what SharedList's "edit" events carry). */
 export function listChange<T = unknown>(before: [string, T][], after: [string, T][]): ListChange<T>;
+export function oneChange<T = unknown>(before: [string, T][], oldAt: number | null, newAt: number | null, value: T): ListChange<T>;
 
 /** A list of a shared document (the move-aware sequence): the Python client's names. */
 export class SharedList<T = unknown> implements Iterable<T> {

@@ -1483,6 +1483,24 @@ export function listChange(before, after) {
   };
 }
 
+/** What listChange reports when one element changed: it was at `oldAt` of `before` (or absent,
+ * null) and is at `newAt` with `value` (or gone), every other element unmoved. Found from the
+ * change alone (as octosync.crdt.seq.one_change). */
+export function oneChange(before, oldAt, newAt, value) {
+  const none = { inserted: [], deleted: [], moved: [], set: [] };
+  if (oldAt === null) return newAt === null ? none : { ...none, inserted: [{ index: newAt, value }] };
+  const oldValue = before[oldAt][1];
+  if (newAt === null) return { ...none, deleted: [{ index: oldAt, value: oldValue }] };
+  const same = oldValue === value || sortedJson(oldValue) === sortedJson(value);
+  const set = same ? [] : [{ index: newAt, value }];
+  if (oldAt === newAt) return { ...none, set };
+  if (newAt === oldAt - 1) {
+    // two neighbours swapped: listChange reports the one the element passed as moved
+    return { ...none, moved: [{ from: newAt, to: oldAt, value: before[newAt][1] }], set };
+  }
+  return { ...none, moved: [{ from: oldAt, to: newAt, value }], set };
+}
+
 function checkIndex(index, size, what = "index") {
   if (!Number.isInteger(index) || index < 0 || index >= size) throw fail(errors.CrdtValueError, `${what} ${index} is outside the list (0 to ${size - 1})`, what);
 }
@@ -1495,6 +1513,15 @@ class ListRegisters {
     this.removed = new Set();
     this.ordered = []; // {id, position, peer, value}
     this.live = new Map(); // id -> its element in ordered
+    this.changed = 0; // elements placed, removed or given a value since the last takeChange
+    this.last = null; // the latest of those: [id, old index, old value, new index, new value]
+  }
+
+  takeChange() {
+    const out = [this.changed, this.last];
+    this.changed = 0;
+    this.last = null;
+    return out;
   }
 
   take(tag, id, op) {
@@ -1523,15 +1550,26 @@ class ListRegisters {
 
   #place(id) {
     const was = this.live.get(id);
+    let oldAt = null;
     if (was) {
-      this.ordered.splice(this.#find(was), 1); // keys are unique: it is the one found
+      oldAt = this.#find(was);
+      this.ordered.splice(oldAt, 1); // keys are unique: it is the one found
       this.live.delete(id);
     }
     const placed = this.positions.get(id);
-    if (!placed || !this.values.has(id) || this.removed.has(id)) return;
+    if (!placed || !this.values.has(id) || this.removed.has(id)) {
+      if (was) {
+        this.changed += 1;
+        this.last = [id, oldAt, was.value, null, null];
+      }
+      return;
+    }
     const element = { id, position: placed.position, peer: placed.peer, value: this.values.get(id) };
-    this.ordered.splice(this.#find(element), 0, element);
+    const at = this.#find(element);
+    this.ordered.splice(at, 0, element);
     this.live.set(id, element);
+    this.changed += 1;
+    this.last = [id, oldAt, was ? was.value : null, at, element.value];
   }
 }
 
@@ -1546,7 +1584,8 @@ export class SharedList extends Emitter {
     this.doc = doc;
     this.name = name;
     this.kind = "list";
-    this.items = doc.listElements(name).map((e) => [e.id, e.value]);
+    doc.takeListChange(name);
+    this.items = doc.listElements(name).map((e) => [e.id, e.value]); // as last reported
     this.value = this.items.map(([, v]) => v);
   }
 
@@ -1563,8 +1602,10 @@ export class SharedList extends Emitter {
   }
 
   #neighbours(live, index) {
-    const lo = index > 0 ? live[index - 1] : null;
-    const hi = index < live.length ? live[index] : null;
+    return this.#between(index > 0 ? live[index - 1] : null, index < live.length ? live[index] : null);
+  }
+
+  #between(lo, hi) {
     const low = lo ? lo.position : null;
     let high = hi ? hi.position : null;
     if (low && high && comparePositions(low, high) >= 0) high = null; // no room between equal positions
@@ -1573,7 +1614,7 @@ export class SharedList extends Emitter {
 
   /** Insert `value` so that it is at `index` (0 to length). */
   insert(index, value) {
-    const live = this.doc.listElements(this.name);
+    const live = this.doc.listOrdered(this.name);
     checkIndex(index, live.length + 1);
     const position = this.#neighbours(live, index);
     this.doc.writeStamped(this.name, (stamp) => {
@@ -1589,24 +1630,27 @@ export class SharedList extends Emitter {
 
   /** Move the element at `from` so that it is at `to`. */
   move(from, to) {
-    const live = this.doc.listElements(this.name);
+    const live = this.doc.listOrdered(this.name);
     checkIndex(from, live.length, "from");
     checkIndex(to, live.length, "to");
     if (from === to) return;
-    const [moving] = live.splice(from, 1);
-    this.doc.write(this.name, `lp/${moving.id}`, this.#neighbours(live, to));
+    const moving = live[from];
+    // its neighbours once it is out of the list, no copy made
+    const lo = to > from ? live[to] : to > 0 ? live[to - 1] : null;
+    const hi = to > from ? (to + 1 < live.length ? live[to + 1] : null) : live[to];
+    this.doc.write(this.name, `lp/${moving.id}`, this.#between(lo, hi));
   }
 
   /** Remove the element at `index`. */
   delete(index) {
-    const live = this.doc.listElements(this.name);
+    const live = this.doc.listOrdered(this.name);
     checkIndex(index, live.length);
     this.doc.write(this.name, `ld/${live[index].id}`, true);
   }
 
   /** Replace the value at `index`. */
   set(index, value) {
-    const live = this.doc.listElements(this.name);
+    const live = this.doc.listOrdered(this.name);
     checkIndex(index, live.length);
     this.doc.write(this.name, `lv/${live[index].id}`, value);
   }
@@ -1623,11 +1667,22 @@ export class SharedList extends Emitter {
   }
 
   refresh() {
-    const items = this.doc.listElements(this.name).map((e) => [e.id, e.value]);
-    const change = listChange(this.items, items);
+    const [count, last] = this.doc.takeListChange(this.name);
+    if (count === 0) return;
+    let change;
+    if (count === 1 && last) {
+      // one element changed: the change says what, and the reported pairs follow it in place
+      const [id, oldAt, , newAt, value] = last;
+      change = oneChange(this.items, oldAt, newAt, value);
+      if (oldAt !== null) this.items.splice(oldAt, 1);
+      if (newAt !== null) this.items.splice(newAt, 0, [id, value]);
+    } else {
+      const items = this.doc.listElements(this.name).map((e) => [e.id, e.value]);
+      change = listChange(this.items, items);
+      this.items = items;
+    }
     if (!change.inserted.length && !change.deleted.length && !change.moved.length && !change.set.length) return;
-    this.items = items;
-    this.value = items.map(([, v]) => v);
+    this.value = this.items.map(([, v]) => v);
     this.emit("change", this.value);
     this.emit("edit", change);
   }
@@ -2021,7 +2076,17 @@ export class SharedDocument extends Channel {
 
   /** A list's live elements in order: {id, position, peer, value} (see SharedList; a copy). */
   listElements(name) {
-    return [...(this.lists.get(name)?.ordered ?? [])];
+    return [...this.listOrdered(name)];
+  }
+
+  /** The list's live elements in order, not copied (read them, never change them). */
+  listOrdered(name) {
+    return this.lists.get(name)?.ordered ?? [];
+  }
+
+  /** [how many of list `name`'s elements changed since the last call, the latest change]. */
+  takeListChange(name) {
+    return this.lists.get(name)?.takeChange() ?? [0, null];
   }
 
   #flushSoon() {

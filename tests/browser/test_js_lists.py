@@ -1,5 +1,6 @@
 """octosync.js and the Python client write the same list entries, byte for byte and stamp for
-stamp, for any script of list edits, and report the same changes: hypothesis draws the scripts
+stamp, for any script of list edits, and report the same changes (each edit's event, and
+the change between any two orders): hypothesis draws the scripts
 and orders, one Node process runs them all, and each side's results are compared."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from octosync.crdt.replicated import Replicated
 from octosync.crdt.seq import diff
 from octosync.crdt.shared import SharedState
+from octosync.graph import Context
 from tests.browser.support import JS_CLIENT, node_command
 
 START = 1_000_000
@@ -37,6 +40,8 @@ for (const script of scripts) {{
   const doc = client.openDocument("s", {{ peer: 77, clock: () => t++ }});
   doc.on("error", () => {{}});
   const list = doc.list("l");
+  const edits = [];
+  list.onEdit((change) => edits.push(change));
   for (const [op, a, b] of script) {{
     const n = list.length;
     if (op === "insert") list.insert(a % (n + 1), b);
@@ -48,7 +53,7 @@ for (const script of scripts) {{
   const entries = [...doc.entries.values()].map((op) => [
     op.key, [op.stamp.wall_time, op.stamp.logical], [...op.bytes],
   ]);
-  out.push({{ value: list.value, entries }});
+  out.push({{ value: list.value, entries, edits }});
   client.close();
 }}
 console.log(JSON.stringify(out));
@@ -59,23 +64,26 @@ process.exit(0);
 def python_run(script: list[tuple[Any, ...]]) -> dict[str, Any]:
     ticks = iter(range(START, START + 10_000))
     state = SharedState(77, ticks.__next__)
+    lst = Replicated(Context(), state).list("l")
+    edits: list[dict[str, Any]] = []
+    lst.on_edit(lambda change: edits.append(change.as_dict()))
     for op, a, *rest in script:
-        n = len(state.list_values("l"))
+        n = len(lst)
         if op == "insert":
-            state.list_insert("l", a % (n + 1), rest[0])
+            lst.insert(a % (n + 1), rest[0])
         elif n == 0:
             continue
         elif op == "move":
-            state.list_move("l", a % n, rest[0] % n)
+            lst.move(a % n, rest[0] % n)
         elif op == "set":
-            state.list_set("l", a % n, rest[0])
+            lst.set(a % n, rest[0])
         else:
-            state.list_delete("l", a % n)
+            lst.delete(a % n)
     entries = sorted(
         [o.key, [o.stamp.wall_time, o.stamp.logical], list(o.state)]  # type: ignore[arg-type]
         for o in state.replica.ops()
     )
-    return {"value": list(state.list_values("l")), "entries": entries}
+    return {"value": list(state.list_values("l")), "entries": entries, "edits": edits}
 
 
 @settings(max_examples=4, deadline=None)
