@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a serve
     from octosync.links.cluster_link import ClusterLink
     from octosync.links.cluster_maps import MapsLink
     from octosync.links.cluster_planes import PlanesLink
+    from octosync.links.cluster_yjs import YjsLink
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 CLUSTER: web.AppKey[ClusterLink] = web.AppKey("cluster_link")
 CLUSTER_MAPS: web.AppKey[MapsLink] = web.AppKey("cluster_maps")
 CLUSTER_PLANES: web.AppKey[PlanesLink] = web.AppKey("cluster_planes")
+CLUSTER_YJS: web.AppKey[YjsLink] = web.AppKey("cluster_yjs")
 
 __all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
@@ -153,6 +155,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
     planes_link: PlanesLink | None = None
+    yjs_link: YjsLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
         from octosync.links.cluster_link import DEFAULT_CLUSTER
         from octosync.links.cluster_maps import MapsLink
@@ -177,6 +180,11 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
         )
         runtime.plane.replicator = planes_link
+        # and the /yjs face's documents (after restore_yjs: its position)
+        from octosync.links.cluster_yjs import YjsLink
+
+        yjs_link = YjsLink(yjs_face(runtime), link.node, cluster=DEFAULT_CLUSTER, settings=settings)
+        yjs_face(runtime).replicator = yjs_link
     registry = registry_for(runtime)
 
     @web.middleware
@@ -193,6 +201,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         app[CLUSTER_MAPS] = maps_link
     if planes_link is not None:
         app[CLUSTER_PLANES] = planes_link
+    if yjs_link is not None:
+        app[CLUSTER_YJS] = yjs_link
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -225,8 +235,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             await maps_link.start(link.nats)
         if planes_link is not None and link is not None:  # and the documents' op stream
             await planes_link.start(link.nats)
+        if yjs_link is not None and link is not None:  # and the Yjs documents' op stream
+            await yjs_link.start(link.nats)
 
     async def on_shutdown(app: web.Application) -> None:
+        if yjs_link is not None:
+            await yjs_link.stop()
         if planes_link is not None:
             await planes_link.stop()
         if maps_link is not None:
