@@ -126,4 +126,5 @@ def test_malformed_vectors_are_passed_over() -> None:
     doc.get("t", type=Text).insert(0, "x")
     r = YjsRepair("a", lambda: 0.0)
     heard = r.heard("b", {"doc": wire.Vector(b"\x05\x01", 0)}, {"doc": doc})
-    assert heard.pushes == [] and heard.asks == {}
+    assert heard.pushes == []
+    assert heard.asks == {}
