@@ -16,14 +16,17 @@ import aiohttp
 import pytest
 from pycrdt import Doc, Text
 
+from octosync.links import nats_server
 from octosync.yjs import messages as m
-from tests.e2e.test_cluster_maps import Cluster, Node, cluster
+from tests.e2e.test_cluster_maps import Cluster, Node, cluster, scrape
+from tests.e2e.test_cluster_planes import restart
 from tests.e2e.test_yjs_providers import edit, peers
 from tests.e2e.yjs_client import next_body, open_hocuspocus, read_document, view
 
 __all__ = ["cluster", "peers"]  # the fixtures: NATS and nodes n1, n2; the Node providers
 
 NOTES = m.address_prefix("notes")
+STREAM = "octosync_octosync_yjs"
 TIMEOUT = 60.0
 
 
@@ -99,3 +102,55 @@ async def test_every_confirmed_update_is_on_the_survivor_after_sigkill(cluster: 
     n3 = await asyncio.to_thread(cluster.start, "n3")
     late = str((await document_on(n3)).get("text", type=Text))  # read at once: caught up
     assert all(f"<{i}>" in late for i in range(confirmed))
+
+
+async def write(node: Node, pieces: range) -> None:
+    """Each piece ``<i>`` an update of its own on ``node``, every one confirmed."""
+    doc = await document_on(node)
+    text = doc.get("text", type=Text)
+    async with aiohttp.ClientSession() as http:
+        sock = await http.ws_connect(f"{ws(node)}/yjs")
+        assert await open_hocuspocus(sock, "notes") == m.authenticated(False)
+        for i in pieces:
+            before = doc.get_state()
+            text.insert(len(text), f"<{i}>")
+            await sock.send_bytes(NOTES + m.sync_update(doc.get_update(before)))
+        confirmed = 0
+        while confirmed < len(pieces):
+            if await next_body(sock, NOTES) == m.sync_status(True):
+                confirmed += 1
+        await sock.close()
+
+
+@pytest.mark.slow
+async def test_a_node_down_and_back_catches_up_before_its_port_opens(cluster: Cluster) -> None:
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    await write(n1, range(10))
+    await text_on(n2, 10)
+    n2.kill()
+    await write(n1, range(10, 40))  # node 2 is away for these
+    n2 = await asyncio.to_thread(restart, cluster, "n2")
+    back = str((await document_on(n2)).get("text", type=Text))  # at once: caught up first
+    assert all(f"<{i}>" in back for i in range(40)), back
+    metrics = await scrape(n2)
+    assert metrics["octosync_cluster_yjs_applied_total"] >= 1  # from the stream, not repair
+
+
+@pytest.mark.slow
+async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) -> None:
+    """The stream loses updates node 2 never read (as its age limit or an operator's purge
+    would): node 2 gets them from node 1 by comparing state vectors."""
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    n2.kill()
+    await write(n1, range(30))
+    nc = await nats_server.connect(cluster.url)
+    try:
+        await nc.jetstream().purge_stream(STREAM)
+    finally:
+        await nc.close()
+    n2 = await asyncio.to_thread(restart, cluster, "n2")
+    text = await text_on(n2, 30)  # a round each second (the cluster's config)
+    assert all(f"<{i}>" in text for i in range(30)), text
+    metrics = await scrape(n2)
+    assert metrics["octosync_cluster_yjs_repaired_total"] >= 1
+    assert metrics["octosync_cluster_yjs_applied_total"] == 0  # none came by the stream

@@ -11,7 +11,9 @@ from prometheus_client.registry import Collector
 from octosync.cluster.core import ClusterCore
 from octosync.cluster.maps import MapStats
 from octosync.cluster.planes import PlaneStats
+from octosync.cluster.yjs import YjsClusterStats
 from octosync.server.runtime import Runtime
+from octosync.server.yjs_face import yjs_face
 from octosync.store.journal import JournalHealth
 
 
@@ -126,6 +128,9 @@ class RuntimeCollector(Collector):
         planes = rt.plane.replicator
         if planes is not None:
             yield from plane_metrics(planes.stats, planes.position)
+        yjs = yjs_face(rt).replicator
+        if yjs is not None:
+            yield from yjs_metrics(yjs.stats, yjs.position)
 
 
 def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
@@ -210,6 +215,27 @@ def plane_metrics(stats: PlaneStats, position: int) -> Iterator[Metric]:
         yield CounterMetricFamily(f"octosync_cluster_planes_{name}", help_text, value)
     yield GaugeMetricFamily(
         "octosync_cluster_planes_position", "The plane stream's sequence taken up to", position
+    )
+
+
+def yjs_metrics(stats: YjsClusterStats, position: int) -> Iterator[Metric]:
+    """``/yjs`` documents across the cluster: their op stream both ways, and anti-entropy."""
+    for name, help_text, value in (
+        ("published", "Yjs update batches stored in the cluster's stream", stats.published),
+        ("republished", "Yjs update batch publishes sent again", stats.republished),
+        ("failed", "Yjs update batches given up on (writers reset)", stats.failed),
+        ("batches_in", "Yjs update batches read from the stream", stats.batches_in),
+        ("applied", "Other nodes' Yjs updates applied here", stats.applied),
+        ("repaired", "Diffs from anti-entropy applied here", stats.repaired),
+        ("pushed", "Diffs sent to a node whose document lacked them", stats.pushed),
+        ("too_large", "Diffs not sent: past a round's byte bound", stats.too_large),
+        ("resubscribed", "Times the Yjs stream was followed again", stats.resubscribed),
+        ("undecodable", "Yjs cluster messages not applied", stats.undecodable),
+        ("unreplayed", "Yjs stream messages gone before this node took them", stats.unreplayed),
+    ):
+        yield CounterMetricFamily(f"octosync_cluster_yjs_{name}", help_text, value)
+    yield GaugeMetricFamily(
+        "octosync_cluster_yjs_position", "The Yjs stream's sequence taken up to", position
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from pycrdt import Doc, merge_updates
 
+from octosync.cluster.yjs import YjsClusterStats
 from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError
 from octosync.server.face_names import FaceName
 from octosync.server.runtime import Runtime
@@ -56,6 +57,14 @@ class YjsHost(Protocol):
 class YjsReplicator(Protocol):
     """Where a cluster stores accepted updates besides the journal (``links.cluster_yjs``):
     ``then`` once they are stored; an update not stored in time resets ``conn``."""
+
+    @property
+    def stats(self) -> YjsClusterStats: ...
+
+    @property
+    def position(self) -> int:
+        """The cluster's Yjs op stream's sequence this node has taken up to."""
+        ...
 
     def replicate(
         self, conn: int, document: str, update: bytes, then: Callable[[], None]
