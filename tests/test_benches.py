@@ -121,15 +121,19 @@ def test_remote_writes_bench_answers_writers_on_both_nodes() -> None:
 
 @pytest.mark.slow
 def test_yjs_bench_measures_both_servers() -> None:
-    """``bench/yjs_face.py --quick``: the same Node clients against ``/yjs`` and y-websocket's
-    own server, both rows printed with their figures."""
+    """``bench/yjs_face.py --quick``: each protocol's Node clients against ``/yjs`` and against
+    its own server (Hocuspocus with SQLite, y-websocket), paced and unpaced: every row printed
+    with its figures, and octosync lost no confirmed update to the SIGKILL after each run."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         missing("node or npm is not installed: the Yjs bench's clients are not run")
     done = run_bench("bench/yjs_face.py", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [line for line in done.stdout.splitlines() if " ms  p99 " in line]
-    assert len(rows) == 2, done.stdout
+    assert len(rows) == 8, done.stdout
     assert all("nan" not in row.lower() for row in rows), done.stdout
+    ours = [row for row in rows if row.startswith("octosync")]
+    assert len(ours) == 4, done.stdout
+    assert all(" 0 of " in row and "lost after SIGKILL" in row for row in ours), done.stdout
 
 
 @pytest.mark.slow
