@@ -286,7 +286,12 @@ def main() -> None:
     )
     for pace in args.paces.split(","):
         every = args.every if pace == "paced" else 0
-        what = f"an edit per writer every {every} ms" if every else "unpaced (4 in flight)"
+        offered = int(args.docs * args.seconds * 1000 / every) if every else 0
+        what = (
+            f"an edit per writer every {every} ms ({offered:,} updates offered)"
+            if every
+            else "unpaced (4 updates per writer in flight)"
+        )
         load = os.getloadavg()
         results: dict[str, dict[str, Any]] = {}
         runs: list[tuple[str, Callable[[Path], Any]]] = [

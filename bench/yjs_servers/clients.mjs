@@ -2,8 +2,8 @@
 // usage: node clients.mjs KIND URL DOCS READERS EVERY_MS SECONDS TAG
 //   KIND: "y-websocket" (WebsocketProvider, URL + "/" + document) or "hocuspocus"
 //   (HocuspocusProvider on URL). One writer per document appends "<seq>;" to Y.Text "t" every
-//   EVERY_MS ms (0: unpaced, as fast as its pieces reach every reader, WINDOW in flight) for
-//   SECONDS; READERS readers in all, spread over the documents. For every piece: when its last
+//   EVERY_MS ms (every piece due by the clock, so a busy client does not offer less; 0:
+//   unpaced, as fast as its pieces reach every reader, WINDOW in flight) for SECONDS; READERS readers in all, spread over the documents. For every piece: when its last
 //   reader saw it. Hocuspocus writers then wait (bounded) until the server confirmed every
 //   change. Prints one JSON line.
 import * as Y from "yjs";
@@ -80,15 +80,22 @@ for (let r = 0; r < readers; r += 50) {
   await until(() => batch.every((x) => x.provider.synced), OPEN_TIMEOUT, "readers");
 }
 
+function insert(entry) {
+  const seq = entry.sent++;
+  entry.pieces.push({ sent: Date.now(), seen: 0 });
+  entry.inflight += 1;
+  const text = entry.writer.doc.getText("t");
+  text.insert(text.length, `${seq};`); // an update of its own
+}
+
 function send(entry) {
-  while (entry.inflight < (every === 0 ? WINDOW : Infinity)) {
-    const seq = entry.sent++;
-    entry.pieces.push({ sent: Date.now(), seen: 0 });
-    entry.inflight += 1;
-    const text = entry.writer.doc.getText("t");
-    text.insert(text.length, `${seq};`);
-    if (every !== 0) return;
+  if (every === 0) {
+    while (entry.inflight < WINDOW) insert(entry);
+    return;
   }
+  // paced: every piece due by now, so a late timer does not lower the offered rate
+  const due = Math.min(Math.floor((Date.now() - start) / every) + 1, (seconds * 1000) / every);
+  while (entry.sent < due) insert(entry);
 }
 
 const cpuBefore = process.cpuUsage();
