@@ -153,7 +153,13 @@ class YjsLink(OpLogLink):
                 await self._nc.publish(self.vectors_subject, wire.encode(message))
 
     async def _on_vectors(self, msg: Msg) -> None:
-        await self._heard(msg, answer_only=False)
+        try:
+            message = wire.decode(msg.data)
+        except OctosyncError:
+            self.stats.undecodable += 1
+            return
+        if isinstance(message, wire.YjsVectors):
+            await self._answer(message, answer_only=False)
 
     async def _on_direct(self, msg: Msg) -> None:
         try:
@@ -165,15 +171,6 @@ class YjsLink(OpLogLink):
             self.stats.repaired += self.host.merge_remote(message.document, [message.update], None)
         elif isinstance(message, wire.YjsVectors):
             await self._answer(message, answer_only=True)
-
-    async def _heard(self, msg: Msg, *, answer_only: bool) -> None:
-        try:
-            message = wire.decode(msg.data)
-        except OctosyncError:
-            self.stats.undecodable += 1
-            return
-        if isinstance(message, wire.YjsVectors):
-            await self._answer(message, answer_only=answer_only)
 
     async def _answer(self, vectors: wire.YjsVectors, *, answer_only: bool) -> None:
         """Push what the peer lacks; ask it (this node's vectors) for what it has more of."""
