@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from pycrdt import Doc, Text
 
 from octosync.cluster.yjs import (
+    Parts,
     YjsRepair,
     YjsRepairTiming,
     delete_set_hash,
     pack,
     read_state_vector,
+    split,
     vector,
 )
 from octosync.wire import cluster_yjs as wire
@@ -128,3 +130,41 @@ def test_malformed_vectors_are_passed_over() -> None:
     heard = r.heard("b", {"doc": wire.Vector(b"\x05\x01", 0)}, {"doc": doc})
     assert heard.pushes == []
     assert heard.asks == {}
+
+
+@given(st.binary(max_size=2000), st.integers(1, 300))
+def test_a_diff_split_into_parts_is_put_together_in_order(update: bytes, size: int) -> None:
+    parts = split(update, size)
+    assert all(len(p) <= size for p in parts)
+    gathering = Parts()
+    got = [gathering.take("b", "doc", i, len(parts), p) for i, p in enumerate(parts)]
+    assert got[-1] == update
+    assert all(g is None for g in got[:-1])
+
+
+def test_a_part_out_of_order_or_past_the_bound_drops_the_diff() -> None:
+    gathering = Parts(max_open=2, max_bytes=10)
+    assert gathering.take("b", "doc", 0, 3, b"aaa") is None
+    assert gathering.take("b", "doc", 2, 3, b"ccc") is None  # part 1 never came
+    assert gathering.take("b", "doc", 1, 3, b"bbb") is None  # nothing is gathered now
+    assert gathering.take("b", "doc", 0, 2, b"123456") is None
+    assert gathering.take("b", "doc", 1, 2, b"789012") is None  # 12 bytes: past the bound
+    for peer in "xyz":  # three gatherings open at once: the oldest gives way
+        assert gathering.take(peer, "doc", 0, 2, b"1") is None
+    assert gathering.take("x", "doc", 1, 2, b"2") is None
+    assert gathering.take("z", "doc", 1, 2, b"2") == b"12"
+
+
+def test_a_diff_past_the_round_bound_goes_alone() -> None:
+    big: Doc[Any] = Doc()
+    big.get("t", type=Text).insert(0, "x" * 5000)
+    small: Doc[Any] = Doc()
+    small.get("t", type=Text).insert(0, "y")
+    timing = YjsRepairTiming(max_push_bytes=1000, max_diff_bytes=100_000)
+    r = YjsRepair("a", lambda: 0.0, timing)
+    empty = vector(Doc())
+    heard = r.heard("b", {"a-big": empty, "b-small": empty}, {"a-big": big, "b-small": small})
+    assert [p.document for p in heard.pushes] == ["a-big"]
+    assert heard.too_large == 1  # the small one waits for the next round
+    tight = YjsRepair("a", lambda: 0.0, YjsRepairTiming(max_push_bytes=1000, max_diff_bytes=2000))
+    assert tight.heard("b", {"a-big": empty}, {"a-big": big}).pushes == []

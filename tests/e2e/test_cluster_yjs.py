@@ -104,8 +104,9 @@ async def test_every_confirmed_update_is_on_the_survivor_after_sigkill(cluster: 
     assert all(f"<{i}>" in late for i in range(confirmed))
 
 
-async def write(node: Node, pieces: range) -> None:
-    """Each piece ``<i>`` an update of its own on ``node``, every one confirmed."""
+async def write(node: Node, pieces: range, pad: int = 0) -> None:
+    """Each piece ``<i>`` (then ``pad`` dots) an update of its own on ``node``, every one
+    confirmed."""
     doc = await document_on(node)
     text = doc.get("text", type=Text)
     async with aiohttp.ClientSession() as http:
@@ -113,7 +114,7 @@ async def write(node: Node, pieces: range) -> None:
         assert await open_hocuspocus(sock, "notes") == m.authenticated(False)
         for i in pieces:
             before = doc.get_state()
-            text.insert(len(text), f"<{i}>")
+            text.insert(len(text), f"<{i}>" + "." * pad)
             await sock.send_bytes(NOTES + m.sync_update(doc.get_update(before)))
         confirmed = 0
         while confirmed < len(pieces):
@@ -139,10 +140,12 @@ async def test_a_node_down_and_back_catches_up_before_its_port_opens(cluster: Cl
 @pytest.mark.slow
 async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) -> None:
     """The stream loses updates node 2 never read (as its age limit or an operator's purge
-    would): node 2 gets them from node 1 by comparing state vectors."""
+    would): node 2 gets them from node 1 by comparing state vectors, the diff (past one
+    message's bound: 100 KB pieces) in parts."""
     n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
     n2.kill()
-    await write(n1, range(30))
+    await write(n1, range(26))
+    await write(n1, range(26, 30), pad=100_000)
     nc = await nats_server.connect(cluster.url)
     try:
         await nc.jetstream().purge_stream(STREAM)

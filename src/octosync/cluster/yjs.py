@@ -19,9 +19,10 @@ Decisions:
   ``max_documents`` settled documents (in turn, so every one comes round), its :func:`vector`:
   the state vector plus a hash of the delete set (a deletion does not move a state vector). A
   node hearing them pushes, for each settled document it holds more of, ``Doc.get_update`` of
-  the peer's state vector (what the peer lacks, one update), up to ``max_push_bytes`` a round;
-  for a document the peer holds more of, it sends its own vector back to that peer alone, which
-  answers with the push (and never asks back, so a round ends).
+  the peer's state vector (what the peer lacks, one update), up to ``max_push_bytes`` a round
+  (or one larger diff alone, up to ``max_diff_bytes``, sent in parts that :class:`Parts` puts
+  together); for a document the peer holds more of, it sends its own vector back to that peer
+  alone, which answers with the push (and never asks back, so a round ends).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from octosync.yjs.encoding import Reader
 DEFAULT_MAX_BATCH_BYTES = 256 * 1024
 """Below NATS's default 1 MB payload bound, with room for the envelope."""
 UPDATE_OVERHEAD = 8
+MAX_DIFF_BYTES = 64 << 20
+"""The largest diff anti-entropy sends (in parts of ``DEFAULT_MAX_BATCH_BYTES``); past it the
+op stream's replay is the only way a document reaches a node."""
 
 
 def pack(updates: Sequence[bytes], max_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> list[list[bytes]]:
@@ -134,7 +138,9 @@ class YjsRepairTiming:
     max_documents: int = 256
     """Documents whose vectors one broadcast carries."""
     max_push_bytes: int = DEFAULT_MAX_BATCH_BYTES
-    """Bytes of diffs one heard broadcast may make this node send."""
+    """Bytes of diffs one heard broadcast may make this node send..."""
+    max_diff_bytes: int = MAX_DIFF_BYTES
+    """...or one diff alone up to this size, when it is the round's first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,11 +216,51 @@ class YjsRepair(Rounds[str]):
                     update: bytes = doc.get_update(theirs.state)
                 except Exception:  # a state vector pycrdt cannot read: nothing to send
                     continue
-                if len(update) > budget:
+                if len(update) > budget and (pushes or len(update) > self.timing.max_diff_bytes):
                     too_large += 1
                     continue
-                budget -= len(update)
+                budget = max(0, budget - len(update))
                 pushes.append(Push(name, update))
             if not answer_only and more_there:
                 asks[name] = ours
         return Heard(pushes, asks, too_large)
+
+
+def split(update: bytes, size: int = DEFAULT_MAX_BATCH_BYTES) -> list[bytes]:
+    """A diff in parts of at most ``size`` bytes (one part when it fits)."""
+    return [update[at : at + size] for at in range(0, max(len(update), 1), size)]
+
+
+class Parts:
+    """Diffs arriving in parts, put together per (peer, document). Parts of one diff come in
+    order from one publisher; a part out of order drops what was gathered (the next round
+    sends the diff again). At most ``max_open`` diffs are gathered at once, each at most
+    ``max_bytes``."""
+
+    def __init__(self, max_open: int = 8, max_bytes: int = MAX_DIFF_BYTES) -> None:
+        self.max_open = max_open
+        self.max_bytes = max_bytes
+        self._open: dict[tuple[str, str], list[bytes]] = {}
+
+    def take(self, peer: str, document: str, part: int, parts: int, data: bytes) -> bytes | None:
+        """The whole diff once its last part came, else None."""
+        if parts == 1:
+            return data if part == 0 else None
+        key = (peer, document)
+        if part == 0:
+            self._open.pop(key, None)
+            if len(self._open) >= self.max_open:
+                del self._open[next(iter(self._open))]  # the oldest gathering gives way
+            self._open[key] = []
+        gathered = self._open.get(key)
+        if gathered is None or len(gathered) != part:
+            self._open.pop(key, None)
+            return None
+        gathered.append(data)
+        if sum(map(len, gathered)) > self.max_bytes:
+            del self._open[key]
+            return None
+        if part + 1 < parts:
+            return None
+        del self._open[key]
+        return b"".join(gathered)

@@ -26,7 +26,14 @@ from nats.aio.msg import Msg
 from pycrdt import Doc
 
 from octosync.cluster.rounds import Position
-from octosync.cluster.yjs import YjsClusterStats, YjsRepair, YjsRepairTiming, pack
+from octosync.cluster.yjs import (
+    Parts,
+    YjsClusterStats,
+    YjsRepair,
+    YjsRepairTiming,
+    pack,
+    split,
+)
 from octosync.errors import OctosyncError
 from octosync.links.jetstream_log import LogSettings, OpLogLink, Waiter
 from octosync.wire import cluster_yjs as wire
@@ -80,6 +87,7 @@ class YjsLink(OpLogLink):
         self.stats: YjsClusterStats = YjsClusterStats()
         self._queue: dict[str, _Queued] = {}
         self._flush_due = False
+        self._parts = Parts()
 
     @property
     def position(self) -> int:
@@ -168,7 +176,11 @@ class YjsLink(OpLogLink):
             self.stats.undecodable += 1
             return
         if isinstance(message, wire.YjsDiff):
-            self.stats.repaired += self.host.merge_remote(message.document, [message.update], None)
+            update = self._parts.take(
+                message.node, message.document, message.part, message.parts, message.update
+            )
+            if update is not None:
+                self.stats.repaired += self.host.merge_remote(message.document, [update], None)
         elif isinstance(message, wire.YjsVectors):
             await self._answer(message, answer_only=True)
 
@@ -183,7 +195,10 @@ class YjsLink(OpLogLink):
         self.stats.too_large += heard.too_large
         to = self._direct + vectors.node
         for push in heard.pushes:
-            await nc.publish(to, wire.encode(wire.YjsDiff(self.node, push.document, push.update)))
+            parts = split(push.update)
+            for i, data in enumerate(parts):
+                diff = wire.YjsDiff(self.node, push.document, data, part=i, parts=len(parts))
+                await nc.publish(to, wire.encode(diff))
             self.stats.pushed += 1
         if heard.asks:
             self.stats.walks += 1

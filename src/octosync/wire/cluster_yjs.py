@@ -50,11 +50,15 @@ class YjsVectors(msgspec.Struct, frozen=True, tag="yjs-vectors"):
 
 
 class YjsDiff(msgspec.Struct, frozen=True, tag="yjs-diff"):
-    """What ``node`` holds of ``document`` that the recipient's vector lacks (one update)."""
+    """What ``node`` holds of ``document`` that the recipient's vector lacks: one update, or
+    part ``part`` of ``parts`` of it (a diff past a message's bound goes in pieces, in order,
+    put together by the recipient)."""
 
     node: NodeName
     document: DocumentName
     update: bytes
+    part: Annotated[int, msgspec.Meta(ge=0)] = 0
+    parts: Annotated[int, msgspec.Meta(ge=1)] = 1
 
 
 YjsClusterMessage = YjsBatch | YjsVectors | YjsDiff
