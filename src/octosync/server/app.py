@@ -136,6 +136,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     )
     if recorder is not None:
         recorder.watch = runtime.watch_frame
+    held = config.cluster_url is not None and config.cluster_hold == "interest"
     if config.cluster_url is not None and node is not None:
         from octosync.links.cluster_link import ClusterLink
 
@@ -143,7 +144,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
-        restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
+        if not held:  # the multi-writer streams (held by interest: loaded from JetStream)
+            restore_planes(writer.journal, runtime.plane.core)
         runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
     planes_link: PlanesLink | None = None
@@ -166,10 +168,29 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
         runtime.topgun.acks_replicated = config.map_acks == "replicated"
-        # shared documents alike (after restore_planes: its position)
-        planes_link = PlanesLink(
-            runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
-        )
+        # shared documents alike (after restore_planes: its position), or held by interest
+        if held:
+            from octosync.links.cluster_held import HeldPlanesLink, HoldSettings
+
+            held_link = HeldPlanesLink(
+                runtime.plane,
+                link.node,
+                cluster=DEFAULT_CLUSTER,
+                settings=settings,
+                hold=HoldSettings(
+                    idle=config.document_idle,
+                    load_timeout=config.document_load_timeout,
+                    snapshot_interval=config.document_snapshot_interval,
+                ),
+            )
+            runtime.plane.holder = held_link
+            runtime.plane.journal_remote = False
+            link.documents = held_link.held
+            planes_link = held_link
+        else:
+            planes_link = PlanesLink(
+                runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
+            )
         runtime.plane.replicator = planes_link
     registry = registry_for(runtime)
 

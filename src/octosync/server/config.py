@@ -125,6 +125,15 @@ class ServerConfig:
     map_log_max_age: float = 7 * 86400.0
     """Seconds the cluster's op streams (TopGun maps, shared documents) keep a message; a node
     away longer is brought up to date by anti-entropy."""
+    cluster_hold: Literal["interest", "all"] = "interest"
+    """``interest``: a node holds the shared documents its clients use, loaded from JetStream
+    (the store of record) and let go when idle; ``all``: every node holds every document."""
+    document_idle: float = 30.0
+    """Seconds a shared document no client uses stays held before the node lets it go."""
+    document_load_timeout: float = 10.0
+    """Seconds a node may take to load a shared document before its waiting clients fail."""
+    document_snapshot_interval: float = 10.0
+    """Seconds between two snapshots of a changed document written by a node holding it."""
     topgun_queries_per_connection: int = 64
     topgun_queries_per_map: int = 1024
     plane_compact_records: int = 10_000
@@ -732,6 +741,31 @@ SECTIONS: dict[str, dict[str, Key]] = {
             *_NUMBER,
             range=Range(1, 3650 * _DAY),
             doc="Seconds the cluster's op streams keep a message (anti-entropy covers the rest).",
+        ),
+        "hold": _set(
+            "cluster_hold",
+            str,
+            choices=("interest", "all"),
+            doc="`interest`: a node holds the shared documents its clients use, loaded from "
+            "JetStream and let go when idle; `all`: every node holds every document.",
+        ),
+        "document_idle": _set(
+            "document_idle",
+            *_NUMBER,
+            range=Range(0, _DAY),
+            doc="Seconds a shared document no client uses stays held before the node lets it go.",
+        ),
+        "document_load_timeout": _set(
+            "document_load_timeout",
+            *_NUMBER,
+            range=Range(0.1, 3600),
+            doc="Seconds a node may take to load a shared document before its clients fail.",
+        ),
+        "document_snapshot_interval": _set(
+            "document_snapshot_interval",
+            *_NUMBER,
+            range=Range(0.1, _DAY),
+            doc="Seconds between two snapshots of a changed shared document by a node holding it.",
         ),
     },
     "signaling": {
