@@ -201,6 +201,7 @@ def token(name: str) -> str:
 def name_of(tok: str) -> str:
     """The document name a :func:`token` stands for."""
     try:
-        return base64.urlsafe_b64decode(tok + "=" * (-len(tok) % 4)).decode()
+        raw = base64.b64decode(tok + "=" * (-len(tok) % 4), altchars=b"-_", validate=True)
+        return raw.decode()
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise DecodeError(f"not a document token: {tok!r}", path="subject") from exc
