@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from octosync.cluster.holding import HoldTiming, Holdings, Load, Phase, Release, name_of, token
+from octosync.cluster.holding import Holdings, HoldTiming, Load, Phase, Release, name_of, token
 from octosync.errors import DecodeError
 
 IDLE = 5.0
