@@ -146,7 +146,8 @@ def _run(layout: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 NODES = 3
 PAYLOAD = "x" * 200
-"""Each edit also sets a register to about this much text, so a document weighs something."""
+"""Each edit also sets a register of its own to about this much text, so a document grows
+with its edits (an entry each)."""
 
 
 async def _use_documents(urls: list[str], documents: int, edits: int) -> int:
@@ -161,7 +162,7 @@ async def _use_documents(urls: list[str], documents: int, edits: int) -> int:
             await doc.synced(60)
             for k in range(edits):
                 doc.counter("n").add(1)
-                doc.register("text").set(f"{k} {PAYLOAD}")
+                doc.register(f"t{k}").set(f"{k} {PAYLOAD}")
                 await doc.synced(60)
                 done += 1
 
@@ -269,7 +270,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--held", action="store_true", help="documents held: interest vs all")
     parser.add_argument("--documents", type=int, default=3000)
-    parser.add_argument("--edits", type=int, default=3)
+    parser.add_argument("--edits", type=int, default=10)
     args = parser.parse_args()
     if args.held:
         if args.quick:

@@ -117,7 +117,7 @@ async def test_a_node_holds_and_receives_only_the_documents_its_clients_use(
 
         # C's consumers of the documents' stream filter exactly the opened documents' subjects
         mine = await connection_of(monitor, c)
-        inboxes = set(mine.get("subscriptions_list") or [])
+        inboxes = set(mine.get("subscriptions_list") or [])  # type: ignore[call-overload]
         nc = await nats_server.connect(cluster.url)
         try:
             js = nc.jetstream()

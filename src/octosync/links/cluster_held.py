@@ -8,9 +8,10 @@ bucket ``octosync_<cluster>_document_snapshots`` (every entry a holder had once 
 subject through the snapshot's stream sequence). So a node follows only the subjects of the
 documents its clients use:
 
-- **load**: the snapshot, then an ordered consumer of the document's subject from the sequence
-  after the snapshot's, until it reached the subject's last sequence as it was when the load
-  began (bounded by ``load_timeout``); the plane then serves the members that waited.
+- **load**: the snapshot, then a consumer of the document's subject from the sequence after the
+  snapshot's (``links/doc_consumers.py``: one per document, all delivering to one
+  subscription), until it reached the subject's last sequence as it was when the load began
+  (bounded by ``load_timeout``); the plane then serves the members that waited.
 - **follow**: other nodes' batches of the document merge as they come; this node's own batches
   are published to the document's subject and merged once JetStream stored them, as with every
   document held (``links/cluster_planes.py``: an acknowledgement means stored in JetStream).
@@ -56,14 +57,15 @@ from octosync.errors import OctosyncError
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp
 from octosync.links.cluster_planes import PlanesHost, PlanesLink
-from octosync.links.jetstream_log import Follower, LogSettings, ensure_stream, wait_caught_up
+from octosync.links.doc_consumers import DocConsumers
+from octosync.links.jetstream_log import LogSettings, ensure_stream, wait_caught_up
 from octosync.wire import cluster_planes as wire
 
 log = logging.getLogger("octosync.cluster.held")
 
-DOC_HEARTBEAT = 5.0
-"""Seconds between an idle document consumer's heartbeats (one consumer per held document:
-fewer heartbeats than the op streams' followers)."""
+MAX_CONSUMERS = 1 << 20
+"""The documents stream's consumer limit: one consumer per document held, per node (the
+server's default, 1,000 from nats-server 2.15, would cap what a whole cluster holds)."""
 MAX_SNAPSHOT_BYTES = 900 * 1024
 """Below NATS's default 1 MB payload bound, with room for the key-value envelope."""
 
@@ -92,7 +94,7 @@ class _Doc:
     def __init__(self, name: str, boot: str) -> None:
         self.name = name
         self.intake = Intake(boot)
-        self.follower: Follower | None = None
+        self.key = token(name)
         self.load: asyncio.Task[Any] | None = None
         self.snap_revision = 0
         """The key-value revision of the snapshot last read or written here (0: none)."""
@@ -128,6 +130,7 @@ class HeldPlanesLink(PlanesLink):
         self._docs: dict[str, _Doc] = {}
         self._inflight: Counter[str] = Counter()
         self._kv: KeyValue | None = None
+        self._consumers: DocConsumers | None = None
         self._reconnects = 0
 
     @property
@@ -143,7 +146,12 @@ class HeldPlanesLink(PlanesLink):
         self._nc = nc
         js = self._js = nc.jetstream()
         await ensure_stream(
-            js, self.log_stream, self.log_subject, self.settings.replicas, self.settings.max_age
+            js,
+            self.log_stream,
+            self.log_subject,
+            self.settings.replicas,
+            self.settings.max_age,
+            max_consumers=MAX_CONSUMERS,
         )
         try:
             self._kv = await js.key_value(self.bucket)
@@ -151,6 +159,8 @@ class HeldPlanesLink(PlanesLink):
             self._kv = await js.create_key_value(
                 bucket=self.bucket, history=1, replicas=self.settings.replicas
             )
+        self._consumers = DocConsumers(nc, js, self.log_stream, self._on_doc)
+        await self._consumers.start()
         await nc.subscribe(self.roots_subject, cb=self._on_roots)
         await nc.subscribe(self._sync + self.node, cb=self._on_sync)
         self._reconnects = int(nc.stats.get("reconnects", 0))
@@ -158,9 +168,9 @@ class HeldPlanesLink(PlanesLink):
 
     async def stop(self, grace: float = 2.0) -> None:
         await super().stop(grace)
-        for doc in list(self._docs.values()):
-            if doc.follower is not None:
-                await doc.follower.stop()
+        if self._consumers is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._consumers.stop_all(), grace)
 
     # --- the plane's holder ---------------------------------------------------------------------
 
@@ -212,10 +222,8 @@ class HeldPlanesLink(PlanesLink):
             last = int((await self._js.get_last_msg(self.log_stream, subject)).seq or 0)
         except NotFoundError:
             last = 0
-        doc.follower = Follower(
-            self._js, self.log_stream, subject, lambda m: self._on_doc(doc, m), DOC_HEARTBEAT
-        )
-        await doc.follower.follow(doc.intake.position)
+        assert self._consumers is not None
+        await self._consumers.follow(doc.key, subject, lambda: doc.intake.position)
         if not await wait_caught_up(lambda: doc.intake.position, last, self.hold.load_timeout):
             raise TimeoutError(f"the subject reached {doc.intake.position} of {last}")
         if snap is not None and doc.intake.position == snap[1].position:
@@ -235,12 +243,12 @@ class HeldPlanesLink(PlanesLink):
             raise OctosyncError(f"the snapshot of {name!r} is not one", path="snapshot")
         return int(entry.revision or 0), snapshot
 
-    async def _on_doc(self, doc: _Doc, msg: Msg) -> None:
+    async def _on_doc(self, key: str, seq: int, msg: Msg) -> None:
         """A message of a document's subject: merged unless this process published it."""
-        if self._docs.get(doc.name) is not doc:
-            return  # let go meanwhile
         try:
-            seq = int(msg.metadata.sequence.stream)
+            doc = self._docs.get(name_of(key))
+            if doc is None:
+                return  # let go meanwhile
             batch = wire.decode(msg.data)
         except (OctosyncError, ValueError) as exc:
             self.stats.undecodable += 1
@@ -295,6 +303,8 @@ class HeldPlanesLink(PlanesLink):
             if due and replica.version != doc.snap_version:
                 self._snapshot(doc, replica.ops(), replica.version)
         await self._refollow()
+        if self._consumers is not None:
+            self.stats.resubscribed = self._consumers.recreated
         if self.repair.due():
             ready = {n: r for n, r in replicas.items() if self.holdings.ready(n)}
             roots = self.repair.roots(ready)
@@ -304,19 +314,16 @@ class HeldPlanesLink(PlanesLink):
                 )
 
     async def _refollow(self) -> None:
-        """After NATS came back, follow each document again from where it got (an ordered
-        consumer lost with the connection does not always come back by itself)."""
+        """After NATS came back, follow each document again from where it got (consumers are
+        kept in the server's memory: a restarted server has none)."""
         if self._nc is None:
             return
         reconnects = int(self._nc.stats.get("reconnects", 0))
         if reconnects == self._reconnects:
             return
         self._reconnects = reconnects
-        for doc in list(self._docs.values()):
-            if doc.follower is not None:
-                self.stats.resubscribed += 1
-                with contextlib.suppress(Exception):
-                    await doc.follower.follow(doc.intake.position)
+        if self._consumers is not None:
+            await self._consumers.follow_again()
 
     def _let_go(self, release: Release) -> None:
         """Stop following the document, write its last snapshot if it changed, drop it."""
@@ -324,8 +331,9 @@ class HeldPlanesLink(PlanesLink):
         if doc is not None:
             if doc.load is not None and not doc.load.done():
                 doc.load.cancel()
-            if doc.follower is not None:
-                self._spawn(doc.follower.stop())
+            name = None if self._consumers is None else self._consumers.let_go(doc.key)
+            if name is not None and self._consumers is not None:
+                self._spawn(self._consumers.delete(name))
             replica = self.host.replicas().get(release.name)
             if not release.failed and replica is not None and replica.version != doc.snap_version:
                 self._snapshot(doc, replica.ops(), replica.version)
