@@ -58,7 +58,7 @@ from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp
 from octosync.links.cluster_planes import PlanesHost, PlanesLink
 from octosync.links.doc_consumers import DocConsumers
-from octosync.links.jetstream_log import LogSettings, ensure_stream, wait_caught_up
+from octosync.links.jetstream_log import LogSettings, ensure_stream
 from octosync.wire import cluster_planes as wire
 
 log = logging.getLogger("octosync.cluster.held")
@@ -95,6 +95,9 @@ class _Doc:
         self.name = name
         self.intake = Intake(boot)
         self.key = token(name)
+        self.target = 0
+        """The subject's last sequence when the load began: loaded once taken up to it."""
+        self.caught_up = asyncio.Event()
         self.load: asyncio.Task[Any] | None = None
         self.snap_revision = 0
         """The key-value revision of the snapshot last read or written here (0: none)."""
@@ -223,9 +226,11 @@ class HeldPlanesLink(PlanesLink):
         except NotFoundError:
             last = 0
         assert self._consumers is not None
+        doc.target = last
+        if doc.intake.position >= last:
+            doc.caught_up.set()
         await self._consumers.follow(doc.key, subject, lambda: doc.intake.position)
-        if not await wait_caught_up(lambda: doc.intake.position, last, self.hold.load_timeout):
-            raise TimeoutError(f"the subject reached {doc.intake.position} of {last}")
+        await doc.caught_up.wait()  # bounded by the caller's load timeout
         if snap is not None and doc.intake.position == snap[1].position:
             replica = self.host.replicas().get(doc.name)
             doc.snap_version = -1 if replica is None else replica.version  # nothing to compact
@@ -244,23 +249,30 @@ class HeldPlanesLink(PlanesLink):
         return int(entry.revision or 0), snapshot
 
     async def _on_doc(self, key: str, seq: int, msg: Msg) -> None:
-        """A message of a document's subject: merged unless this process published it."""
+        """A message of a document's subject: merged unless this process published it (one
+        that is not a batch of it is passed over, so a load still reaches its target)."""
         try:
             doc = self._docs.get(name_of(key))
-            if doc is None:
-                return  # let go meanwhile
+        except OctosyncError:
+            return
+        if doc is None:
+            return  # let go meanwhile
+        try:
             batch = wire.decode(msg.data)
         except (OctosyncError, ValueError) as exc:
             self.stats.undecodable += 1
             log.warning("cluster: an undecodable document batch: %s", exc)
-            return
-        if not isinstance(batch, wire.PlaneBatch) or batch.stream != doc.name:
-            return
-        self.stats.batches_in += 1
-        ops = doc.intake.take(seq, batch)
-        if ops:
-            self.repair.written([doc.name])
-            self.stats.merged += self._merge(doc.name, ops, None)
+            batch = None
+        if isinstance(batch, wire.PlaneBatch) and batch.stream == doc.name:
+            self.stats.batches_in += 1
+            ops = doc.intake.take(seq, batch)
+            if ops:
+                self.repair.written([doc.name])
+                self.stats.merged += self._merge(doc.name, ops, None)
+        else:
+            doc.intake.admit(seq, doc.intake.node)
+        if doc.intake.position >= doc.target:
+            doc.caught_up.set()
 
     # --- publishing -----------------------------------------------------------------------------
 
