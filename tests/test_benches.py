@@ -130,3 +130,16 @@ def test_remote_writes_bench_answers_writers_on_both_nodes() -> None:
     assert [r[:2] for r in rows[:2]] == [["node", "1"], ["node", "2"]]
     assert all(float(r[-3]) > 0 for r in rows[:2]), done.stdout
     assert "node 2 / node 1: throughput" in done.stdout
+
+
+@pytest.mark.slow
+def test_yjs_bench_measures_both_servers() -> None:
+    """``bench/yjs_face.py --quick``: the same Node clients against ``/yjs`` and y-websocket's
+    own server, both rows printed with their figures."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        missing("node or npm is not installed: the Yjs bench's clients are not run")
+    done = run_bench("bench/yjs_face.py", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if " ms  p99 " in line]
+    assert len(rows) == 2, done.stdout
+    assert all("nan" not in row.lower() for row in rows), done.stdout

@@ -163,7 +163,9 @@ def test_a_port_out_of_range_is_refused_before_any_bind(tmp_path: Path) -> None:
     ran = octosync("serve", "--insecure-dev", "--port", "99999", "--data", str(tmp_path))
     assert ran.code == 2
     assert ran.out == ""
-    assert "--port ([server] port): 99999 is not a port number: use 0..65535" in ran.one_line
+    assert "--port ([server] port): 99999 is out of range: must be >= 0 and <= 65_535" in (
+        ran.one_line
+    )
     (tmp_path / "p.toml").write_text("[server]\ndataspace_port = -1\n")
     ran = octosync("serve", "--insecure-dev", "--config", str(tmp_path / "p.toml"), "--port", "0")
     assert ran.code == 2
@@ -400,3 +402,44 @@ def test_watch_and_publish_demo_say_they_lost_the_server_and_give_up(tmp_path: P
             assert f"lost the server at {url} (Connection refused)" in line
             assert f"reconnecting (attempt {n} of 2)" in line
         assert f"lost the connection to {url}: gave up after 2 reconnect attempts" in lines[2]
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ("serve", "--prot", "8766"),
+            "octosync serve: unknown option --prot: did you mean --port? "
+            "(octosync serve --help lists them)",
+        ),
+        (
+            ("token", "--secrt", "s", "--sub", "t"),
+            "octosync token: unknown option --secrt: did you mean --secret? "
+            "(octosync token --help lists them)",
+        ),
+        (
+            ("pipeline", "report", "--journal", "var"),
+            "octosync pipeline report: --out is required: add --out OUT",
+        ),
+        (("serv",), "octosync: unknown command 'serv': did you mean serve?"),
+        (("journal", "exprt"), "octosync journal: unknown command 'exprt': did you mean export?"),
+    ],
+)
+def test_a_usage_mistake_is_one_line_naming_the_fix(args: tuple[str, ...], line: str) -> None:
+    ran = octosync(*args)
+    assert ran.code == 2
+    assert ran.one_line.startswith(line), ran.one_line
+    assert "usage:" not in ran.err
+
+
+def test_help_still_prints_the_usage() -> None:
+    ran = octosync("serve", "--help")
+    assert ran.code == 0
+    assert "--port" in ran.out
+
+
+def test_every_parser_answers_a_usage_mistake_in_one_line() -> None:
+    parsers = list(_parsers(build_parser()))
+    assert len(parsers) > 20
+    plain = [p.prog for p in parsers if "error" not in vars(p)]
+    assert plain == []  # every parser's error is cli_mistakes' one line, not argparse's usage

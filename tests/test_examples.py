@@ -133,7 +133,7 @@ def test_a_todo_list_edited_in_two_tabs_and_by_python(server: int, browser: Any)
             "done", timeout=WAIT_MS
         )
         ada.locator("li", has_text="buy milk").locator("input").check()
-        bob.locator("li", has_text="try the list").locator("button").click()
+        bob.locator("li", has_text="try the list").locator("button[title=remove]").click()
         for page in (ada, bob):
             expect(page.locator("#items li.done span"), ["buy milk", "call the plumber!"])
             expect(page.locator("#items li span"), ["buy milk", "call the plumber!"])
@@ -232,8 +232,83 @@ def test_the_chain_game_says_what_is_missing_when_no_chain_is_there(
 
 def test_every_example_is_listed_and_has_both_sides() -> None:
     listed = (EXAMPLES / "README.md").read_text("utf-8")
+    browser_tests = sorted((ROOT / "tests" / "browser").glob("test_*_example.py"))
+    runs = "".join(p.read_text("utf-8") for p in [Path(__file__), *browser_tests])
     for folder in sorted(p for p in EXAMPLES.iterdir() if p.is_dir()):
         assert f"[{folder.name}]({folder.name})" in listed
         assert (folder / "index.html").exists()
         assert any(folder.glob("*.py"))
-        assert f'example("{folder.name}", ' in Path(__file__).read_text("utf-8")  # and run here
+        assert f'example("{folder.name}", ' in runs  # and run, here or in tests/browser
+
+
+def test_the_counter_says_offline_with_its_pending_clicks_when_the_server_is_gone(
+    browser: Any, tmp_path: Path
+) -> None:
+    port = free_port()
+    serve = ("serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path))
+    page = browser.new_page()
+    with running(*serve) as (proc, line):
+        assert "octosync serving" in line
+        page.goto(page_url("counter", port))
+        expect(page.locator("#status"), "synced")
+        page.click("#plus")
+        expect(page.locator("#count"), "1")
+        expect(page.locator("#status"), "synced")
+        proc.send_signal(signal.SIGKILL)  # the server is gone, not stopped politely
+        proc.wait(timeout=30)
+        status = page.locator("#status")
+        expect(status, re.compile(r"^offline: 0 clicks pending"))
+        for _ in range(3):
+            page.click("#plus")
+        expect(status, re.compile(r"^offline: 3 clicks pending, kept here"))
+        expect(page.locator("#count"), "4")
+    with running(*serve) as (_, line):  # back: the kept clicks land, and the page says so
+        assert "octosync serving" in line
+        expect(status, "synced")
+        fresh = browser.new_page()
+        fresh.goto(page_url("counter", port))
+        expect(fresh.locator("#count"), "4")
+        fresh.close()
+    page.close()
+
+
+def test_todo_ticking_and_renaming_one_item_at_once_keeps_both(
+    browser: Any, tmp_path: Path
+) -> None:
+    """Two tabs edit the same item while neither can see the other's edit (the server is
+    down: both edits wait in their tabs, then land together); each field is its own value, so
+    the tick and the new text both survive (one value per item lost one of them)."""
+    port = free_port()
+    serve = ("serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path))
+    ada, bob = browser.new_page(), browser.new_page()
+    with running(*serve) as (proc, line):
+        assert "octosync serving" in line
+        for page in (ada, bob):
+            page.goto(page_url("todo", port))
+            expect(page.locator("#status"), "synced")
+        ada.fill("#text", "buy milk")
+        ada.press("#text", "Enter")
+        for page in (ada, bob):
+            expect(page.locator("#items li span"), ["buy milk"])
+            expect(page.locator("#status"), "synced")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    for page in (ada, bob):
+        expect(page.locator("#status"), re.compile(r"^offline"))
+    ada.locator("li", has_text="buy milk").locator("input[type=checkbox]").check()
+    bob.locator("li", has_text="buy milk").locator("span").dblclick()
+    bob.fill("li input.edit", "buy oat milk")
+    bob.press("li input.edit", "Enter")
+    expect(ada.locator("#items li.done span"), ["buy milk"])  # each tab has its own edit only
+    expect(bob.locator("#items li span"), ["buy oat milk"])
+    expect(bob.locator("#items li.done"), [])
+    with running(*serve) as (_, line):
+        assert "octosync serving" in line
+        fresh = browser.new_page()
+        fresh.goto(page_url("todo", port))
+        for page in (ada, bob, fresh):
+            expect(page.locator("#items li.done span"), ["buy oat milk"])
+            expect(page.locator("#status"), "synced")
+        fresh.close()
+    ada.close()
+    bob.close()

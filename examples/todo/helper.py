@@ -1,5 +1,7 @@
 """The todo list's Python side: it puts one item on the shared list, then finishes every item
-whose text ends with "!" as soon as any tab adds it (a helper editing beside the people)."""
+whose text ends with "!" as soon as any tab adds or renames it (a helper editing beside the
+people). Each field of an item is its own value: ``added``, ``text`` and ``done`` are maps keyed
+by the item's id, so the helper ticking an item never undoes a rename made at the same time."""
 
 from __future__ import annotations
 
@@ -13,20 +15,23 @@ import octosync
 
 async def main(url: str) -> None:
     async with octosync.open_document(url, "todo") as doc:
-        items = doc.map("items")
+        added, text, done = doc.map("added"), doc.map("text"), doc.map("done")
         await doc.synced()
-        if "welcome" not in items.value:
-            at = time.time_ns() // 1_000_000
-            items.set("welcome", {"text": "try the list in two tabs", "done": False, "at": at})
+        if "welcome" not in added.value:
+            text.set("welcome", "try the list in two tabs")
+            done.set("welcome", False)
+            added.set("welcome", time.time_ns() // 1_000_000)
         await doc.synced()
-        print(f"todo list ready at {url} ({len(items.value)} items)", flush=True)
+        print(f"todo list ready at {url} ({len(added.value)} items)", flush=True)
 
-        def finish_urgent(all_items: dict[str, Any]) -> None:
-            for key, item in all_items.items():
-                if str(item.get("text", "")).endswith("!") and not item.get("done"):
-                    items.set(key, {**item, "done": True})
+        def finish_urgent(_: Any) -> None:
+            for key, item_text in text.value.items():
+                urgent = key in added.value and str(item_text).endswith("!")
+                if urgent and done.value.get(key) is not True:
+                    done.set(key, True)
 
-        items.on_change(finish_urgent)
+        text.on_change(finish_urgent)
+        added.on_change(finish_urgent)
         await asyncio.Event().wait()  # until stopped
 
 

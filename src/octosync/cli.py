@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from octosync import __version__, extras
+from octosync.cli_mistakes import one_line
 from octosync.errors import ConfigError, ListenError, OctosyncError
 from octosync.paths import data_dir
 from octosync.store import cli as store_cli
@@ -26,28 +27,14 @@ INSECURE_BANNER = """
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from octosync.server.config import ServerConfig, chain_url, load_config_file
+    from octosync.server.config import ServerConfig, apply_flags, flags, load_config_file
 
     config = ServerConfig()
     if args.config:
         config = load_config_file(Path(args.config), config)
-    overrides = {
-        "host": args.host,
-        "port": args.port,
-        "tcp_port": args.tcp_port,
-        "dataspace_port": args.dataspace_port,
-        "wvp_socket": args.wvp_socket,
-        "lazily_socket": args.lazily_socket,
-        "chain_config": None if args.chain_config is None else chain_url(args.chain_config),
-        "data_dir": Path(args.data) if args.data else None,
-        "cluster_url": args.cluster,
-        "node_id": args.node_id,
-        "tls_cert": Path(args.tls_cert) if args.tls_cert else None,
-        "tls_key": Path(args.tls_key) if args.tls_key else None,
-    }
-    config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    given = {flag.name: getattr(args, _dest(flag.name)) for _s, _n, _k, flag in flags()}
+    config = apply_flags(config, given, Path.cwd())  # checked as their TOML keys are
     config = replace(config, insecure_dev=args.insecure_dev, journal=not args.no_journal)
-    config.check_ports()
     from octosync.server.tls import server_context
 
     server_context(config.tls_cert, config.tls_key)  # a bad certificate: one line, before binding
@@ -94,6 +81,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     asyncio.run(serve_forever(config, ready))
     return 0
+
+
+def _dest(flag: str) -> str:
+    """argparse's attribute for ``--flag-name``."""
+    return flag.removeprefix("--").replace("-", "_")
 
 
 def _stream_name(stream: str) -> str:
@@ -329,65 +321,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = sub.add_parser("serve", help="run the server", description="Run the server.")
-    serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="HTTP/WebSocket port (8765)")
-    serve.add_argument("--data", default=None, help="data directory (default ./var)")
     serve.add_argument(
-        "--tcp-port", type=int, default=None, help="also serve lazily over plain TCP on this port"
-    )
-    serve.add_argument(
-        "--config", default=None, help="TOML file: [server] [auth] [hub] [signaling]"
+        "--config", default=None, help="TOML file: [server] [auth] [hub] [signaling] [storage]"
     )
     serve.add_argument(
         "--insecure-dev", action="store_true", help="allow anonymous use (loopback only)"
     )
     serve.add_argument(
-        "--dataspace-port",
-        type=int,
-        default=None,
-        help="also serve the Syndicate protocol over TCP",
-    )
-    serve.add_argument(
-        "--wvp-socket",
-        default=None,
-        metavar="PATH",
-        help="also serve WVP (JS-ABI packets) on a Unix socket at PATH, mode 0600",
-    )
-    serve.add_argument(
-        "--lazily-socket",
-        default=None,
-        metavar="PATH",
-        help="also serve lazily (u32-framed, as --tcp-port) on a Unix socket at PATH, mode 0600",
-    )
-    serve.add_argument(
-        "--chain-config",
-        default=None,
-        metavar="NATS_URL",
-        help="serve /chain/NAME: relay WebSocket devices to the head of the chains configured "
-        "at this NATS URL (nats://HOST:PORT)",
-    )
-    serve.add_argument(
         "--no-journal", action="store_true", help="do not journal accepted stream frames"
     )
-    serve.add_argument(
-        "--tls-cert",
-        default=None,
-        metavar="PEM",
-        help="serve every face over TLS (https://, wss://, the TCP ports) with this certificate "
-        "(chain)",
-    )
-    serve.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's key")
-    serve.add_argument(
-        "--cluster",
-        default=None,
-        metavar="nats://HOST:PORT",
-        help="join the cluster whose NATS server (with JetStream) is at this URL",
-    )
-    serve.add_argument(
-        "--node-id",
-        default=None,
-        help="this server's id in the cluster (letters, digits, - or _; default: host-pid)",
-    )
+    if command is None or command == "serve" or command.startswith("-"):
+        _setting_flags(serve)
     serve.set_defaults(func=_serve)
     watch = sub.add_parser(
         "watch",
@@ -441,7 +385,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, module, help_text in OPTIONAL_COMMANDS:
         if not named or name == command:
             _register_optional(sub, module, name, help_text)
-    return parser
+    return one_line(parser)
+
+
+def _setting_flags(serve: argparse.ArgumentParser) -> None:
+    """The settings that are flags too, from their one declaration (``server.config``):
+    each is checked as its TOML key is, when ``_serve`` applies it."""
+    from octosync.server.config import ServerConfig, flags
+
+    defaults = ServerConfig()
+    for section, name, key, flag in flags():
+        default = None if key.field is None else getattr(defaults, key.field)
+        shown = "" if default is None else f"default {default}; "
+        said = f"{flag.help or key.doc} ({shown}[{section}] {name})"
+        serve.add_argument(flag.name, default=None, metavar=flag.metavar, help=said)
 
 
 def _register_optional(sub: Any, module: str, command: str, help_text: str) -> None:
@@ -455,7 +412,7 @@ def _register_optional(sub: Any, module: str, command: str, help_text: str) -> N
             raise
         stand_in = sub.add_parser(
             command,
-            help=f"{help_text} (needs: pip install 'octosync[{extra}]')",
+            help=f"{help_text} (needs the {extra} extra: {extras.install_hint(extra)})",
             add_help=False,
             prefix_chars="\0",  # no options: every word goes to ``words``
         )

@@ -185,6 +185,37 @@ class FeatureNotNegotiated(RemoteProtocolError):
     code = 141
 
 
+class YjsRefused(RemoteProtocolError):
+    """A Yjs message the ``/yjs`` face refuses: the document is unchanged. The y-websocket
+    protocol has no error message, so the connection closes with a code (``hub.policy``);
+    Hocuspocus's refusals of a read-only update are answered in-band (``SyncStatus``)."""
+
+    name = "YjsRefused"
+    code = 160
+
+
+class MalformedYjsMessage(YjsRefused):
+    """A Yjs message that does not decode: bad framing, an unknown message type, or an
+    update pycrdt cannot read."""
+
+    name = "MalformedYjsMessage"
+    code = 161
+
+
+class YjsUpdateTooLarge(YjsRefused):
+    """A Yjs update or awareness state past the face's size limit."""
+
+    name = "YjsUpdateTooLarge"
+    code = 162
+
+
+class ReadOnlyDocument(YjsRefused):
+    """An update on a Yjs document the connection may only read."""
+
+    name = "ReadOnlyDocument"
+    code = 163
+
+
 class AuthError(OctosyncError):
     """Authentication or authorisation failed."""
 

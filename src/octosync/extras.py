@@ -1,8 +1,10 @@
 """The optional parts of the package (extras), and one line for a command that needs a missing one.
 
-``pip install octosync`` is the server and the clients. The PySpark pipeline (and the Parquet
-export it reads) and NATS clustering are extras, so a server-only install stays small; a command
-that needs one checks here first and raises ``MissingExtra`` (exit 2) naming the ``pip install``.
+The base install (``pip install .`` in a clone, or the wheel ``make wheel`` builds) is the
+server and the clients. The PySpark pipeline (and the Parquet export it reads) and NATS
+clustering are extras, so a server-only install stays small; a command that needs one checks
+here first and raises ``MissingExtra`` (exit 2) naming the ``pip install`` that works: octosync
+is not on PyPI, so the line names the clone's and the wheel's forms.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Final
 
+from octosync import __version__
 from octosync.errors import MissingExtra
 
 MODULES: Final[dict[str, tuple[str, ...]]] = {
@@ -44,9 +47,18 @@ def extra_of(module: str | None) -> str | None:
     return next((extra for extra, mods in MODULES.items() if top in mods), None)
 
 
+WHEEL: Final = f"octosync-{__version__}-py3-none-any.whl"
+"""The wheel ``make wheel`` writes to ``dist/``."""
+
+
+def install_hint(extra: str) -> str:
+    """How to add ``extra``: from a clone, or from the wheel built in one."""
+    return f"pip install '.[{extra}]' in a clone of octosync (or pip install '{WHEEL}[{extra}]')"
+
+
 def missing_extra(extra: str, what: str) -> MissingExtra:
     return MissingExtra(
-        f"{what} needs the {extra} extra, which is not installed: pip install 'octosync[{extra}]'"
+        f"{what} needs the {extra} extra, which is not installed: " + install_hint(extra)
     )
 
 

@@ -347,3 +347,41 @@ def test_inspector_lists_topgun_maps_once_a_client_writes(browser: Any, tmp_path
         page.wait_for_selector("#maps tbody tr", timeout=WAIT_MS)
         assert page.locator("#maps tbody tr td").all_inner_texts() == ["users", "1", "1"]
         assert page.locator("#no-maps").is_hidden()
+
+
+def test_inspector_shows_a_shared_documents_values_and_that_rows_can_be_clicked(
+    browser: Any, tmp_path: Path
+) -> None:
+    from octosync.client.shared import SharedDocument
+
+    with threaded_server(tmp_path / "server") as server, page_of(browser, tmp_path) as page:
+        assert server.running is not None
+        ws_url = server.running.ws_url
+        page.goto(f"{server.running.url}/")
+        page.wait_for_selector("#no-documents", state="visible", timeout=WAIT_MS)
+        hint = page.locator("#streams-hint")
+        assert hint.is_visible()
+        assert "Click a stream's row" in hint.inner_text()
+
+        async def write() -> None:
+            async with SharedDocument(ws_url, "room") as doc:
+                doc.counter("clicks").add(5)
+                doc.counter("clicks").add(-2)
+                doc.register("title").set("hello")
+                doc.map("todo").set("milk", {"done": True})
+                await doc.synced(10)
+
+        server.run(write())
+        page.wait_for_selector("#documents tbody tr", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#documents tbody td.doc-values')?.textContent"
+            ".includes('clicks (counter): 3')",
+            timeout=WAIT_MS,
+        )
+        cells = page.locator("#documents tbody tr td").all_inner_texts()
+        assert cells[0] == "room"
+        assert cells[4].splitlines() == [
+            "clicks (counter): 3",
+            'title (register): "hello"',
+            'todo (map): {"milk":{"done":true}}',
+        ]

@@ -50,3 +50,61 @@ def test_stamps_always_rise_even_when_the_wall_clock_stalls_or_steps_back(
     keys = [(s.wall_time, s.logical) for s in stamps]
     assert keys == sorted(set(keys))
     assert state.counter("c") == sum(amounts)
+
+
+WRITE = st.tuples(
+    st.integers(0, 2),  # which replica writes
+    st.sampled_from(["add", "set", "field", "delete", "multi"]),
+    st.sampled_from(["a", "b"]),  # the value's name (a name may hold several kinds)
+    st.integers(-3, 3),
+)
+
+
+@given(st.lists(WRITE, max_size=40), st.randoms(use_true_random=False))
+def test_document_values_are_what_every_replica_reads_in_any_delivery_order(
+    writes: list[tuple[int, str, str, int]], rnd: object
+) -> None:
+    """The pipeline and the inspector fold a document's ops with ``document_values``: the same
+    values, whatever order (and repetition) the ops arrive in, as a replica that saw them all."""
+    import random
+
+    from octosync.crdt.shared import document_values
+
+    assert isinstance(rnd, random.Random)
+    clock = iter(range(1, 10_000))
+    replicas = [SharedState(p, lambda: next(clock)) for p in (11, 22, 33)]
+    ops: list[CrdtOp] = []
+    for who, what, name, n in writes:
+        r = replicas[who]
+        if what == "add":
+            ops.append(r.add(f"{name}-count", n))
+        elif what == "set":
+            ops.append(r.set(f"{name}-reg", n))
+        elif what == "field":
+            ops.append(r.set_field(f"{name}-map", f"f{n % 3}", n))
+        elif what == "delete":
+            ops.append(r.delete_field(f"{name}-map", f"f{n % 3}"))
+        else:
+            ops.append(r.set_multi(f"{name}-mv", n))
+        for other in replicas:  # sometimes a replica sees the others' ops before writing
+            if other is not r and n % 2 == 0:
+                other.receive([ops[-1]])
+    reader = SharedState(99, lambda: 0)
+    reader.receive(ops)
+    expected = sorted(
+        (name, kind, list(v) if kind == "mv" else v)
+        for name, kind in {
+            (op.key.split("/")[0], op.key.split("/")[1]) for op in ops if op.key is not None
+        }
+        for v in [reader.read(name, kind)]
+    )
+    shuffled = ops + ops[: len(ops) // 2]
+    rnd.shuffle(shuffled)
+    assert document_values(shuffled) == expected
+    if any(w[1] == "add" for w in writes):
+        counts = [v for name, kind, v in expected if kind == "pn"]
+        totals = {}
+        for _, what, name, n in writes:
+            if what == "add":
+                totals[f"{name}-count"] = totals.get(f"{name}-count", 0) + n
+        assert counts == [totals[k] for k in sorted(totals)]

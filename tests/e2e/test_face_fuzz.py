@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from octosync.errors import all_errors
 from octosync.signaling import SIGNAL_ERROR_CODES
 from octosync.wire import cbor, jsabi, topgun, wvp
+from octosync.yjs import messages as yjs_messages
 from tests.e2e.helpers import (
     Follower,
     TcpLazily,
@@ -349,6 +350,67 @@ def test_topgun(tmp_path: Path, caplog: pytest.LogCaptureFixture, frames: list[b
         for frame in frames:
             await ws.send_bytes(frame)
             if not await expect_typed(ws, topgun_error):
+                ws = await open_(srv, http)
+
+    run(tmp_path, scenario, caplog)
+
+
+def _yjs_body(kind: int, sub: int, payload: bytes) -> bytes:
+    return bytes((kind, sub)) + yjs_messages.var_uint(len(payload)) + payload
+
+
+yjs_frames = st.one_of(
+    st.binary(max_size=64),
+    st.builds(_yjs_body, st.integers(0, 10), st.integers(0, 3), st.binary(max_size=64)),
+    st.builds(  # updates at and past the update limit (half the frame limit)
+        lambda n: yjs_messages.sync_update(b"\x01" * n),
+        st.sampled_from([LIMIT // 2 - 1, LIMIT // 2 + 1, LIMIT - 8]),
+    ),
+    st.builds(  # structurally plausible updates: one client, garbage structs
+        lambda client, body: yjs_messages.sync_update(
+            b"\x01\x01" + yjs_messages.var_uint(client) + body
+        ),
+        st.sampled_from([0, 1, 2**32, 2**53 - 1]),
+        st.binary(max_size=48),
+    ),
+    st.builds(  # awareness entries with states that may not be JSON
+        lambda client, clock, state: yjs_messages.awareness(
+            b"\x01"
+            + yjs_messages.var_uint(client)
+            + yjs_messages.var_uint(clock)
+            + yjs_messages.var_uint(len(state))
+            + state
+        ),
+        st.sampled_from([0, 1, 2**53 - 1]),
+        st.sampled_from([0, 1, 2**53 - 1]),
+        st.sampled_from([b"null", b"{}", b"{", b"\xff", b'"' + b"a" * 5000 + b'"']),
+    ),
+    st.just(b"\xff" * 10),  # a var uint past 2^53
+)
+
+
+@FUZZ
+@given(frames=st.lists(yjs_frames, min_size=1, max_size=12), hocuspocus=st.booleans())
+def test_yjs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, frames: list[bytes], hocuspocus: bool
+) -> None:
+    address = yjs_messages.address_prefix("fuzz")
+
+    async def open_(srv: Any, http: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
+        if not hocuspocus:
+            ws = await http.ws_connect(f"{srv.ws_url}/yjs/fuzz")
+            await ws.receive_bytes()  # the server's step 1
+            return ws
+        ws = await http.ws_connect(f"{srv.ws_url}/yjs")
+        await ws.send_bytes(address + bytes((yjs_messages.AUTH, yjs_messages.AUTH_TOKEN, 0)))
+        assert await ws.receive_bytes() == address + yjs_messages.authenticated(False)
+        return ws
+
+    async def scenario(srv: Any, http: aiohttp.ClientSession) -> None:
+        ws = await open_(srv, http)
+        for frame in frames:
+            await ws.send_bytes(address + frame if hocuspocus else frame)
+            if not await expect_typed(ws, lambda data: None):
                 ws = await open_(srv, http)
 
     run(tmp_path, scenario, caplog)

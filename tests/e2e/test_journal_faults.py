@@ -3,7 +3,10 @@
 
 What must hold: an ack says the write is journaled, so after a restart every acknowledged
 write is there; while the journal cannot commit, writes are refused with a typed error (never
-acknowledged), ``/healthz`` says ``degraded``, and service resumes by itself.
+acknowledged), ``/healthz`` says ``degraded``, and service resumes by itself. The full-disk
+tests turn the disk rule off (``RULE_OFF``): their subject is a disk that fills behind the
+server's back, which only the journal's own commits find out (with the rule on, writes are
+refused before the disk is full: ``tests/e2e/test_storage_rules.py``).
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import aiohttp
 import msgspec
 import pytest
 
+from octosync.crdt.sync_messages import WireTimestamp
 from octosync.ipc.messages import Snapshot
 from octosync.store.journal import Journal
 from octosync.topgun import TopGunCore
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_http as th
 from tests.e2e.helpers import delta, free_port, handshake, refusal, snap, spawn_server
 from tests.e2e.test_topgun_face import _device
 from tests.store.faults import fill, journal_files, need_root, set_immutable, small_disk
@@ -32,6 +37,8 @@ from tests.topgun.helpers import Clock, batch, put
 pytestmark = pytest.mark.slow
 SERVE = [sys.executable, "-m", "octosync.cli", "serve", "--insecure-dev"]
 WAIT = 10.0
+RULE_OFF = "[storage]\nmin_free_disk_percent = 0\n"
+"""A config file that lets the journal itself meet the full disk."""
 VALUE = "v" * 2000
 """Op values large enough that a few hundred fill a small disk."""
 
@@ -114,12 +121,17 @@ async def test_persisted_acks_on_a_full_disk_are_never_given_and_none_is_lost(
 ) -> None:
     """Six writers at ``PERSISTED`` while the disk fills, stays full, and is freed; then
     ``kill -9``: every acknowledged op is in the journal the restart reads."""
+    rule_off = tmp_path / "rule-off.toml"
+    rule_off.write_text(RULE_OFF)
     with small_disk(tmp_path / "disk", 12) as disk:
         data = disk / "var"
         acked: dict[str, int] = {}
         refused: list[str] = []
         freed = asyncio.Event()
-        async with spawn_server(data) as server, aiohttp.ClientSession() as http:
+        async with (
+            spawn_server(data, "--config", str(rule_off)) as server,
+            aiohttp.ClientSession() as http,
+        ):
             filler = fill(disk)
             writers = asyncio.gather(
                 *(_writer(http, server.url, me, acked, refused, freed) for me in range(WRITERS))
@@ -151,10 +163,15 @@ async def test_a_lazily_producer_learns_what_is_journaled_and_keeps_it_through_a
 ) -> None:
     """``outbox_ack``: the epochs the server says are journaled come back after ``kill -9``;
     while the disk is full the producer is refused, never silently dropped."""
+    rule_off = tmp_path / "rule-off.toml"
+    rule_off.write_text(RULE_OFF)
     with small_disk(tmp_path / "disk", 8) as disk:
         data = disk / "var"
         durable_epoch = -1
-        async with spawn_server(data) as server, aiohttp.ClientSession() as http:
+        async with (
+            spawn_server(data, "--config", str(rule_off)) as server,
+            aiohttp.ClientSession() as http,
+        ):
             ws = await http.ws_connect(f"{server.url}/lazily", max_msg_size=0)
             await ws.send_str(
                 handshake("s", publish=True, features=["publish", "outbox_ack"]).decode()
@@ -267,3 +284,28 @@ def test_a_second_server_on_the_same_folder_exits_2_naming_the_folder_and_the_ho
     finally:
         again.send_signal(signal.SIGKILL)
         again.wait()
+
+
+async def test_a_failed_commit_answers_an_http_sync_at_once_with_its_reason(tmp_path: Path) -> None:
+    """``POST /topgun/sync`` at ``PERSISTED`` whose commit fails: 503 naming the failure, as
+    soon as the commit is back (not after the answer's wait for a commit runs out)."""
+    need_root()
+    data = tmp_path / "var"
+    async with spawn_server(data) as server, aiohttp.ClientSession() as http:
+        first = batch(put("1", "a", 1, 5_000), write_concern="PERSISTED")
+        assert (await _send_persisted(http, server.url, first))[0]
+        set_immutable(journal_files(data), True)
+        try:
+            request = th.HttpSyncRequest(
+                client_id="c",
+                client_hlc=WireTimestamp(1, 0, "c"),
+                operations=[put("2", "b", 2, 6_000, write_concern="PERSISTED")],
+            )
+            url = f"http://127.0.0.1:{server.port}/topgun/sync"
+            async with http.post(url, data=msgspec.msgpack.encode(request)) as resp:
+                status, body = resp.status, msgspec.msgpack.decode(await resp.read())
+        finally:
+            set_immutable(journal_files(data), False)
+        assert status == 503, body
+        (error,) = body["errors"]
+        assert error["message"].startswith("Overloaded: the write was not committed ("), error

@@ -151,7 +151,7 @@ def test_report_on_the_cluster_equals_local_mode(
     done = run_on(spark_cluster, "report", "--journal", str(journal), "--out", str(out))
     assert done.returncode == 0, done.stderr
     local = report.run(spark, journal, tmp_path / "local")
-    assert f"{local.ops} ops, {local.conflicts} concurrent writes" in done.stdout
+    assert f"{local.ops} TopGun ops, {local.conflicts} concurrent writes" in done.stdout
     tables = sorted(p.name for p in (tmp_path / "local").glob("*.csv"))
     assert {"hottest_keys.csv", "conflicts_per_key.csv"} <= set(tables)
     assert sorted(p.name for p in out.glob("*.csv")) == tables

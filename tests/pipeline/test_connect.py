@@ -122,7 +122,7 @@ def test_verify_and_report_through_the_server_equal_local_mode(
     done = run_cli("report", "--journal", str(data), "--out", str(out))
     assert done.returncode == 0, done.stderr
     mine = report.run(spark, data, tmp_path / "local")
-    assert f"{mine.ops} ops, {mine.conflicts} concurrent writes" in done.stdout
+    assert f"{mine.ops} TopGun ops, {mine.conflicts} concurrent writes" in done.stdout
     tables = sorted(p.name for p in (tmp_path / "local").glob("*.csv"))
     assert "streams.csv" in tables
     assert sorted(p.name for p in out.glob("*.csv")) == tables

@@ -223,6 +223,7 @@ def test_report_real_times_partial_minutes_sections_and_stream_traffic(
     page = (out / "index.html").read_text()
     headings = re.findall(r"<h2>(.*?)</h2>", page)
     assert headings == [
+        "Shared documents",
         "CRDT ops",
         "Hottest keys",
         "Concurrent writes",

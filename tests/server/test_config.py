@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from octosync.errors import ConfigError
-from octosync.server.config import SECTIONS, ServerConfig, load_config_file
+from octosync.server.config import (
+    SECTIONS,
+    Key,
+    ServerConfig,
+    apply_flags,
+    flags,
+    load_config_file,
+)
 
 
 def load(tmp_path: Path, text: str) -> ServerConfig:
@@ -117,3 +124,53 @@ def test_topgun_search_names_maps(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load(tmp_path, "[server]\ntopgun_search = [1]")
     assert str(err.value.path).endswith("server.topgun_search")
+
+
+FLAGGED = [(section, name, key) for section, name, key, _ in flags()]
+
+
+@pytest.mark.parametrize(("section", "name", "key"), FLAGGED, ids=[f[1] for f in FLAGGED])
+def test_every_flag_is_checked_as_its_toml_key_is(
+    tmp_path: Path, section: str, name: str, key: Key
+) -> None:
+    """Out of range (or not a number) on the command line: one ``ConfigError`` naming the flag,
+    its key, the value and the range, exactly what the same value in the file gets."""
+    assert key.flag is not None
+    where = f"{key.flag.name} ([{section}] {name})"
+    if key.range is None:  # a string: it lands, or its key's own check names the flag
+        refused: ConfigError | None = None
+        try:
+            cfg = apply_flags(ServerConfig(), {key.flag.name: "x"}, tmp_path)
+        except ConfigError as err:
+            refused = err
+        if refused is None:
+            assert cfg != ServerConfig(), name
+        else:
+            assert refused.path == where
+        return
+    outside = str(int(key.range.high) + 1)
+    with pytest.raises(ConfigError) as caught:
+        apply_flags(ServerConfig(), {key.flag.name: outside}, tmp_path)
+    assert caught.value.path == where
+    assert caught.value.message == f"{outside} is out of range: must be {key.range}"
+    doc = tmp_path / "c.toml"
+    doc.write_text(f"[{section}]\n{name} = {outside}\n")
+    with pytest.raises(ConfigError) as in_file:
+        load_config_file(doc, ServerConfig())
+    assert in_file.value.message == caught.value.message
+    with pytest.raises(ConfigError, match="must be an integer, not 'many'"):
+        apply_flags(ServerConfig(), {key.flag.name: "many"}, tmp_path)
+    inside = str(int(key.range.low))
+    cfg = apply_flags(ServerConfig(), {key.flag.name: inside}, tmp_path)
+    assert getattr(cfg, key.field or name) == int(inside)
+
+
+def test_a_flag_wins_over_the_file_and_a_path_flag_is_relative_to_the_working_folder(
+    tmp_path: Path,
+) -> None:
+    doc = tmp_path / "c.toml"
+    doc.write_text('[server]\nport = 1000\ntls_cert = "in-file.pem"\n')
+    cfg = load_config_file(doc, ServerConfig())
+    assert cfg.tls_cert == tmp_path / "in-file.pem"
+    cfg = apply_flags(cfg, {"--port": "2000", "--tls-cert": "flag.pem", "--host": None}, Path("/w"))
+    assert (cfg.port, cfg.tls_cert, cfg.host) == (2000, Path("/w/flag.pem"), "127.0.0.1")

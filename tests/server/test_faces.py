@@ -33,8 +33,9 @@ def test_the_app_serves_every_route(tmp_path: Path) -> None:
     app = build_app(config)
     paths = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
     routes = {face.route for face in FACES if face.route is not None}
-    assert routes == {"/lazily", "/wvp", "/signal", "/dataspace", "/topgun"}
+    assert routes == {"/lazily", "/wvp", "/signal", "/dataspace", "/topgun", "/yjs"}
     assert routes <= paths
+    assert "/yjs/{name}" in paths  # y-websocket's document per path, beside Hocuspocus's /yjs
 
 
 def test_every_face_is_counted() -> None:
@@ -45,7 +46,7 @@ def test_the_banner_names_every_route_and_bound_tcp_port(tmp_path: Path) -> None
     config = ServerConfig(data_dir=tmp_path, host="127.0.0.1")
     line = serving_line(config, 8765, {FaceName.TCP: 9000})
     assert line == (
-        "octosync serving /lazily /wvp /signal /dataspace /topgun /metrics /healthz, the "
+        "octosync serving /lazily /wvp /signal /dataspace /topgun /yjs /metrics /healthz, the "
         "inspector at / on http://127.0.0.1:8765, lazily over TCP on 127.0.0.1:9000 "
         f"(data in {tmp_path})"
     )

@@ -7,12 +7,15 @@ from pathlib import Path
 import aiohttp
 import jwt
 import pytest
+from pycrdt import Doc
 
 from octosync.hub import lazily_frame
 from octosync.server.auth import ANONYMOUS_DEV, AuthConfig, ClaimGrants
 from octosync.server.inspect import ASSETS
 from octosync.server.listings import stream_rows
+from octosync.yjs import messages as yjs_messages
 from tests.e2e.helpers import delta, handshake, serve, snap, ws_lazily
+from tests.e2e.yjs_client import edit, next_body, open_hocuspocus
 from tests.hub.helpers import cell_set
 from tests.hub.helpers import snap as hub_snap
 from tests.hub.test_core import join, make_hub
@@ -177,6 +180,7 @@ async def test_api_streams_lists_maps_dataspaces_and_documents_of_a_real_server(
         async with http.get(f"{srv.url}/api/streams") as res:
             body = await res.json()
         assert (body["maps"], body["dataspaces"], body["documents"]) == ([], [], [])
+        assert body["yjs"] == []
         topgun = await http.ws_connect(f"{srv.ws_url}/topgun")
         await topgun.send_bytes(tg.encode(tg.DeviceHello()))
         await topgun.receive()  # DeviceAck
@@ -194,7 +198,30 @@ async def test_api_streams_lists_maps_dataspaces_and_documents_of_a_real_server(
         check("api-streams", body)
         assert body["maps"] == [{"map": "users", "keys": 1, "tombstones": 1}]
         assert body["dataspaces"] == [{"dataspace": "demo", "assertions": 0, "observers": 0}]
-        assert body["documents"] == [{"document": "room", "members": 0, "entries": 2, "ops": 2}]
+        assert body["documents"] == [
+            {
+                "document": "room",
+                "members": 0,
+                "entries": 2,
+                "ops": 2,
+                "values": [
+                    {"name": "clicks", "kind": "pn", "value": 2},
+                    {"name": "title", "kind": "lww", "value": "hi"},
+                ],
+                "more": 0,
+            }
+        ]
+        async with http.ws_connect(f"{srv.ws_url}/yjs") as editor:
+            assert await open_hocuspocus(editor, "notes") == yjs_messages.authenticated(False)
+            notes = yjs_messages.address_prefix("notes")
+            await editor.send_bytes(notes + yjs_messages.sync_update(edit(Doc(), "hi")))
+            assert await next_body(editor, notes) == yjs_messages.sync_status(True)
+            async with http.get(f"{srv.url}/api/streams") as res:
+                body = await res.json()
+        check("api-streams", body)
+        assert body["yjs"] == [
+            {"document": "notes", "connections": 1, "awareness": 0, "updates": 1}
+        ]
         await topgun.close()
         assert client.ws is not None
         await client.ws.close()
@@ -214,3 +241,40 @@ def test_dataspace_rows_list_only_dataspaces_the_identity_may_use() -> None:
         {"dataspace": "lobby", "assertions": 0, "observers": 0}
     ]
     assert dataspace_rows(relay, ClaimGrants("nobody")) == []
+
+
+def test_document_rows_show_values_by_kind_within_node_grants_and_bounds() -> None:
+    from octosync.crdt.plane import PlaneReplica
+    from octosync.crdt.shared import SharedState
+    from octosync.hub.crdt_streams import CrdtStreams, PlaneStream
+    from octosync.hub.node_views import NodeRules
+    from octosync.server import listings
+
+    writer = SharedState(5, lambda: 1000)
+    ops = [writer.add("clicks", 3), writer.add("clicks", -1), writer.set("title", "t")]
+    ops += [writer.set_field("todo", "a", {"done": True}), writer.set_field("todo", "b", 1)]
+    ops.append(writer.delete_field("todo", "b"))
+    plane = CrdtStreams(lambda: 1000)
+    doc = plane.streams["d"] = PlaneStream("d", PlaneReplica())
+    doc.replica.merge(ops)
+    (row,) = listings.document_rows(plane, ANONYMOUS_DEV)
+    assert row["values"] == [
+        {"name": "clicks", "kind": "pn", "value": 2},
+        {"name": "title", "kind": "lww", "value": "t"},
+        {"name": "todo", "kind": "map", "value": {"a": {"done": True}}},
+    ]
+    narrowed = ClaimGrants(
+        "n", {"streams": {"d": frozenset({"read"})}}, nodes={"d": NodeRules(read=("title/*",))}
+    )
+    (row,) = listings.document_rows(plane, narrowed)
+    assert row["values"] == [{"name": "title", "kind": "lww", "value": "t"}]
+    big = SharedState(6, lambda: 1000)
+    doc.replica.merge([big.set_field("m", f"f{i}", i) for i in range(listings.MAX_SHOWN_ENTRIES)])
+    (row,) = listings.document_rows(plane, ANONYMOUS_DEV)
+    assert (row["values"], row["entries"]) == (None, listings.MAX_SHOWN_ENTRIES + 4)
+    many = CrdtStreams(lambda: 1000)
+    wide = many.streams["w"] = PlaneStream("w", PlaneReplica())
+    wide.replica.merge([big.set(f"r{i}", i) for i in range(listings.MAX_SHOWN_VALUES + 3)])
+    (row,) = listings.document_rows(many, ANONYMOUS_DEV)
+    assert isinstance(row["values"], list)
+    assert (len(row["values"]), row["more"]) == (listings.MAX_SHOWN_VALUES, 3)

@@ -14,11 +14,12 @@ from octosync.errors import Overloaded
 from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.connection import _messages
-from octosync.server.ports import JournalGate, Replicator, SignalPort, TopGunPort
+from octosync.server.ports import Replicator, SignalPort, TopGunPort
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
 from octosync.signaling import SignalingHub
-from octosync.store.records import EncodedRecord
+from octosync.store.commit_path import WRITE, Ask, Commit, refuse
+from octosync.store.storage_rules import JournalWritable, QueueRoom
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_services as sv
@@ -50,6 +51,27 @@ class Gate:
         return self.room
 
 
+class FakeCommits:
+    """The commit path with the real storage rules over ``Gate``; submissions recorded, and
+    a test runs a commit's after-commit effects (``then``) when it decides it committed."""
+
+    journaled = True
+
+    def __init__(self, gate: Gate) -> None:
+        self.rules = (JournalWritable(gate), QueueRoom(gate))
+        self.submitted: list[tuple[int, int, Callable[[], None]]] = []
+
+    def refuse(self, ask: Ask = WRITE) -> None:
+        refuse(self.rules, ask)
+
+    def submit(self, commit: Commit) -> None:
+        def then() -> None:
+            for effect in commit.after:
+                effect()
+
+        self.submitted.append((commit.conn, len(commit.records), then))
+
+
 class FakeTopGun:
     """``TopGunPort`` with the real core; deliveries and commits recorded."""
 
@@ -60,7 +82,7 @@ class FakeTopGun:
         self.insecure_dev = True
         self.max_frame = 1 << 20
         self.delivered: list[tuple[int, bytes]] = []
-        self.commits: list[tuple[int, int, Callable[[], None]]] = []
+        self.commits = FakeCommits(self.gate)
         self.flushes = 0
         self.binds: list[tuple[str | None, str | None, Callable[[Binding | None], None]]] = []
         self.bind_at_once = True
@@ -74,10 +96,6 @@ class FakeTopGun:
         else:
             self.binds.append((subject, presented, then))
 
-    @property
-    def writer(self) -> JournalGate | None:
-        return self.gate
-
     def authenticate(self, token: str | None) -> ClaimGrants:
         return ANONYMOUS_DEV
 
@@ -88,11 +106,6 @@ class FakeTopGun:
         for ob in out:
             for target in ob.targets:
                 self.deliver(target, ws_frame(ob.data, text=False))
-
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None:
-        self.commits.append((conn, len(records), then))
 
     def flush_soon(self) -> None:
         self.flushes += 1
@@ -122,7 +135,7 @@ def test_a_persisted_ack_and_the_replies_behind_it_wait_for_the_commit() -> None
     assert session.ready
     assert feed(session, batch(put("1", "k", "v", 10), write_concern="PERSISTED")) == []
     assert feed(session, tg.Ping(timestamp=5)) == []  # in order: behind the pending ack
-    ((conn, records, then),) = port.commits
+    ((conn, records, then),) = port.commits.submitted
     assert (conn, records) == (7, 1)
     assert port.delivered == []
     then()  # the journal committed
@@ -147,7 +160,7 @@ def test_a_batchs_inner_messages_keep_their_order_behind_a_pending_ack_and_each_
     assert feed(session, packed) == []  # the PONG waits behind the durable ack
     assert session.messages_in_frame == 2
     assert _messages(session) == 2  # the connection charges two frames to its budget
-    ((_conn, _records, then),) = port.commits
+    ((_conn, _records, then),) = port.commits.submitted
     then()
     ((_to, data),) = port.delivered
     op_ack, pong = (tg.decode(p) for p in unframe(data))
@@ -164,7 +177,7 @@ def test_a_write_is_refused_while_the_journal_has_no_room() -> None:
     port.gate.room = False
     with pytest.raises(Overloaded):
         feed(session, batch(put("1", "k", "v", 10), write_concern="APPLIED"))
-    assert port.commits == []
+    assert port.commits.submitted == []
     assert port.topgun.maps.live_items("users") == {}
 
 

@@ -1,4 +1,4 @@
-"""The chain and dataspace records: journaled, decoded, exported as their datasets, row for
+"""The chain, dataspace and Yjs records: journaled, decoded, exported as their datasets, row for
 row, with every field as it was given (hypothesis draws the records)."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from octosync.store.records import (
     ChainStateSeen,
     DataspaceEvent,
     Record,
+    YjsUpdate,
     encode_record,
 )
 
@@ -48,7 +49,10 @@ dataspace_events = st.builds(
     TEXT,
     WHO,
 )
-records = st.lists(chain_events | chain_states | dataspace_events, min_size=1, max_size=20)
+yjs_updates = st.builds(YjsUpdate, NAME, st.binary(max_size=40), WHO)
+records = st.lists(
+    chain_events | chain_states | dataspace_events | yjs_updates, min_size=1, max_size=20
+)
 
 
 def expected_row(rec: Record) -> dict[str, Any]:

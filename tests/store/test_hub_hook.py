@@ -11,6 +11,7 @@ from octosync.ipc.messages import Snapshot
 from octosync.store.hub_hook import JournalRecorder, frame_record, journal_hook
 from octosync.store.journal import GroupCommitWriter, Journal
 from octosync.store.records import KIND_DROP, StreamDropped, StreamFrame, decode_record
+from octosync.store.storage_rules import DirectPath
 
 
 def test_accepted_frames_are_journalled_in_order(tmp_path: Path) -> None:
@@ -48,7 +49,7 @@ def test_the_recorder_refuses_instead_of_waiting_when_the_writer_is_behind(
         return 0
 
     writer = GroupCommitWriter(tmp_path, max_queue=2, clock=slow_clock)
-    recorder = JournalRecorder(writer)
+    recorder = JournalRecorder(DirectPath(writer))
     accepted = refused = 0
     reasons: set[str] = set()
     for epoch in range(50):
@@ -83,7 +84,7 @@ def test_a_dialect_the_journal_does_not_know_is_refused_before_anything_changes(
     tmp_path: Path,
 ) -> None:
     with GroupCommitWriter(tmp_path) as writer:
-        recorder = JournalRecorder(writer)
+        recorder = JournalRecorder(DirectPath(writer))
         frame = SnapshotFrame(4, Snapshot(epoch=4), None, Sent("yaml", b"epoch: 4"))
         with pytest.raises(InvalidRecord) as caught:
             recorder.prepare("scores", 1, frame)
@@ -94,7 +95,7 @@ def test_a_dialect_the_journal_does_not_know_is_refused_before_anything_changes(
 
 def test_a_drop_is_journalled_as_its_own_record(tmp_path: Path) -> None:
     with GroupCommitWriter(tmp_path) as writer:
-        recorder = JournalRecorder(writer)
+        recorder = JournalRecorder(DirectPath(writer))
         recorder.commit(recorder.prepare_drop("scores"))
     with Journal(tmp_path) as j:
         rows = j.scoped_rows(KIND_DROP, "scores", 1, j.latest_seq())
@@ -105,11 +106,14 @@ def test_each_frame_names_its_producing_connection_and_server_run(tmp_path: Path
     from octosync.store.hub_hook import JournalRecorder
 
     with GroupCommitWriter(tmp_path) as writer:
-        first, second = JournalRecorder(writer, run="r1"), JournalRecorder(writer, run="r2")
+        first, second = (
+            JournalRecorder(DirectPath(writer), run="r1"),
+            JournalRecorder(DirectPath(writer), run="r2"),
+        )
         first.commit(first.prepare("s", 1, SnapshotFrame(0, Snapshot(epoch=0))))
         first.commit(first.prepare("s", 2, SnapshotFrame(1, Snapshot(epoch=1))))
         second.commit(second.prepare("s", 1, SnapshotFrame(2, Snapshot(epoch=2))))
-        default = JournalRecorder(writer)
+        default = JournalRecorder(DirectPath(writer))
         default.commit(default.prepare("s", 1, SnapshotFrame(3, Snapshot(epoch=3))))
     with Journal(tmp_path) as j:
         producers = [e.record.producer for e in j.frames("s")]  # type: ignore[union-attr]

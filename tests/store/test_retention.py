@@ -200,3 +200,39 @@ def test_trim_takes_op_records_no_further_than_the_frames(tmp_path: Path) -> Non
         assert j.trim(3, exported_through=5, ops_before=100).deleted == 2
         assert j.ops_trimmed_before() == 3
         assert len(list(j.all_ops())) == 1
+
+
+def test_without_an_export_the_round_trims_what_checkpoints_cover(tmp_path: Path) -> None:
+    """A base install has no pyarrow, so no export: its rounds still keep the journal bounded,
+    and a restart still serves the latest state from the checkpoint."""
+    hub = Hub(HubConfig(), clock=lambda: 0.0, encoders={"j": json_encoder})
+    keeper, _ = JournalKeeper.start(hub, tmp_path, export_dir=None, trim=True)
+    with Journal(tmp_path) as writer:
+        writer.append(frames("s", 0, 0))
+        for r in range(3):
+            writer.append(frames("s", 100 * r, 100))
+            done = keeper.round()
+            assert (done.exported, done.trimmed_before) == (0, done.through_seq + 1)
+            assert list(writer.read()) == []
+        writer.append(frames("s", 300, 5))  # after the last round: not checkpointed, kept
+        assert [e.seq for e in writer.read()] == [303, 304, 305, 306, 307]
+    keeper.close()
+    assert not (tmp_path / "export").exists()
+    hub = Hub(HubConfig(), clock=lambda: 0.0, encoders={"j": json_encoder})
+    keeper, report = JournalKeeper.start(hub, tmp_path)
+    keeper.close()
+    assert (report.checkpoints_used, report.frames_folded) == (1, 5)
+    snap = hub.latest_snapshot("s")
+    assert snap is not None
+    assert (snap.epoch, snap.nodes[0].payload) == (305, b"305")
+
+
+def test_with_retention_off_the_round_keeps_every_record(tmp_path: Path) -> None:
+    hub = Hub(HubConfig(), clock=lambda: 0.0, encoders={"j": json_encoder})
+    keeper, _ = JournalKeeper.start(hub, tmp_path, export_dir=None, trim=False)
+    with Journal(tmp_path) as writer:
+        writer.append(frames("s", 0, 20))
+        done = keeper.round()
+        assert (done.checkpoints, done.trimmed) == (1, 0)
+        assert len(list(writer.read())) == 21
+    keeper.close()

@@ -257,3 +257,19 @@ class SharedState:
         if kind == "map":
             return self.map(name)
         return self.register(name)
+
+
+def document_values(ops: Iterable[CrdtOp]) -> list[tuple[str, str, Any]]:
+    """Every value a document's entries hold, read by its kind: ``(name, kind, value)`` sorted
+    by name and kind (a counter's sum, a register's value, an MV register's concurrent values
+    as a list, a map's live fields). What the pipeline and the inspector show of a document,
+    folded exactly as a replica reads it; entries of other plane users are left out."""
+    state = SharedState(1, lambda: 0)
+    state.receive(ops)
+    out = []
+    for name in sorted(state._by_name):
+        kinds = sorted({rest.split("/", 1)[0] for rest in state._by_name[name]})
+        for kind in kinds:
+            value = state.read(name, kind)
+            out.append((name, kind, list(value) if kind == "mv" else value))
+    return out

@@ -236,14 +236,14 @@ class Authority:
                     model = GraphModel()
             elif not isinstance(model, ReplayModel):
                 model = ReplayModel(self.config.max_replay_diffs)
-            model.reset(frame)  # type: ignore[arg-type]
+            model.reset(frame)
             stream.model = model
             return stream
         if not stream.producer_has_snapshot or stream.model is None:
             raise SnapshotRequired(
                 f"a diff on stream {stream.id!r} before this producer's first snapshot"
             )
-        stream.model.apply(frame)  # type: ignore[arg-type]
+        stream.model.apply(frame)
         return stream
 
     def _prepare(self, stream_id: StreamId, conn: ConnId, frame: Frame[object]) -> object:

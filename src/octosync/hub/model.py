@@ -95,14 +95,16 @@ class GraphModel:
     def epoch(self) -> int | None:
         return self._mirror.last_epoch
 
-    def reset(self, frame: SnapshotFrame[Snapshot]) -> None:
+    def reset(self, frame: SnapshotFrame[object]) -> None:
+        """A lazily snapshot (any other body is refused: the check is the type's narrowing)."""
         snap = frame.body
         if not isinstance(snap, Snapshot):
             raise DecodeError("a graph stream only carries lazily snapshots", path="body")
         self._mirror.apply_checked(snap)
         self._cached = snap
 
-    def apply(self, frame: DiffFrame[Delta]) -> None:
+    def apply(self, frame: DiffFrame[object]) -> None:
+        """A lazily delta (any other body is refused)."""
         delta = frame.body
         if not isinstance(delta, Delta):
             raise DecodeError("a graph stream only carries lazily deltas", path="body")

@@ -20,6 +20,8 @@ length-prefixed stream) cannot be recovered, so the connection is closed after t
 | Desync             | no     | reported to the producer, which re-snapshots                |
 | LimitExceeded      | no     | the frame is refused whole; framing and identity are intact |
 | RemoteProtocolError| no     | an op that breaks the graph: that frame is refused, unchanged|
+| YjsRefused         | yes    | a Yjs message refused: the y-websocket protocol has no error |
+|                    |        | message, so the close (with its code) is the refusal        |
 | RelayError         | yes    | a Syndicate relay ends on its ``Error`` packet (the protocol |
 |                    |        | has no way to resynchronise a peer's handles and OIDs)      |
 | InvalidValue       | yes    | a peer's value or pattern the dataspace cannot hold: the    |
@@ -58,12 +60,15 @@ from octosync.errors import (
     Overloaded,
     Oversize,
     ProtocolError,
+    ReadOnlyDocument,
     RelayError,
     RemoteProtocolError,
     ShuttingDown,
     SnapshotRequired,
     Unauthorized,
     Unavailable,
+    YjsRefused,
+    YjsUpdateTooLarge,
 )
 
 Disposition = Literal["close", "keep", "close-if-stream"]
@@ -81,6 +86,7 @@ ERROR_POLICY: dict[type[OctosyncError], Disposition] = {
     LimitExceeded: "keep",
     RemoteProtocolError: "keep",
     RelayError: "close",
+    YjsRefused: "close",
     InvalidValue: "close",
     InvalidPattern: "close",
     ShuttingDown: "close",
@@ -99,6 +105,8 @@ CLOSE_TRY_LATER = 1013
 
 CLOSE_CODES: dict[type[OctosyncError], int] = {
     Oversize: CLOSE_TOO_BIG,
+    YjsUpdateTooLarge: CLOSE_TOO_BIG,
+    ReadOnlyDocument: CLOSE_POLICY,
     AuthError: CLOSE_POLICY,
     HandshakeFailed: CLOSE_POLICY,
     ProtocolError: CLOSE_PROTOCOL,

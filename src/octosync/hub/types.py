@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from octosync.hub.limits import Limits
 from octosync.hub.model import Frame
@@ -105,7 +105,9 @@ class Recorder(Protocol):
 
     def prepare_drop(self, stream: StreamId) -> object: ...
 
-    def commit(self, prepared: Any) -> None: ...
+    def commit(self, prepared: object) -> None:
+        """``prepared``: what this recorder's own ``prepare`` returned (opaque to the hub)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

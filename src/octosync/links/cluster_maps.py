@@ -43,7 +43,7 @@ from octosync.errors import OctosyncError
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.links.cluster_link import Faultable, token
 from octosync.links.jetstream_log import LogSettings, OpLogLink, Waiter
-from octosync.store.journal import GroupCommitWriter
+from octosync.store.commit_path import Commit, CommitPath
 from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.topgun.durable import is_reserved
@@ -86,7 +86,7 @@ class MapsHost(Protocol):
     def topgun(self) -> TopGunCore: ...
 
     @property
-    def writer(self) -> GroupCommitWriter | None: ...
+    def commits(self) -> CommitPath: ...
 
     @property
     def links(self) -> Mapping[int, Faultable]: ...
@@ -96,10 +96,6 @@ class MapsHost(Protocol):
     def publish_map_frames(self, frames: Sequence[tuple[str, Snapshot | Delta]]) -> None: ...
 
     def flush_soon(self) -> None: ...
-
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None: ...
 
 
 class MapsLink(OpLogLink):
@@ -237,10 +233,10 @@ class MapsLink(OpLogLink):
         rt.deliver_all(fx.out)
         rt.publish_map_frames(fx.frames)
         rt.flush_soon()
-        if rt.writer is None or not fx.records:
+        if not rt.commits.journaled or not fx.records:
             return
-        try:
-            rt.after_commit(0, fx.records, _nothing)
+        try:  # nobody waits for this commit: the cluster's stream holds the records
+            rt.commits.submit(Commit(0, fx.records))
         except OctosyncError as exc:
             if self._journal_ok:
                 log.warning("cluster: remote map records not journaled (%s); positions stop", exc)
@@ -302,7 +298,3 @@ class MapsLink(OpLogLink):
             return
         reply = answer(request, self.rt.topgun.maps.store, self.repair.timing.max_reply_bytes)
         await msg.respond(wire.encode(reply))
-
-
-def _nothing() -> None:
-    """Nobody waits for the commit of records other nodes accepted."""

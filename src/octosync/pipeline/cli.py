@@ -117,7 +117,11 @@ def _report(args: argparse.Namespace) -> int:
         progress=stderr_progress("report"),
     )
     streams = f"{len(result.streams)} stream{'' if len(result.streams) == 1 else 's'}"
-    print(f"{result.ops} ops, {result.conflicts} concurrent writes, {streams}: {result.index}")
+    docs = f"{len(result.documents)} shared document{'' if len(result.documents) == 1 else 's'}"
+    print(
+        f"{result.document_edits} edits of {docs}, {result.ops} TopGun ops, "
+        f"{result.conflicts} concurrent writes, {streams}: {result.index}"
+    )
     return 0
 
 

@@ -14,18 +14,25 @@ from typing import Any
 
 from octosync.errors import ConfigError, PipelineError
 from octosync.pipeline.layout import EXPORT_SUBDIR
-from octosync.store.export import FRAMES_DIR, FRAMES_SCHEMA, OPS_DIR, export
+from octosync.store.export import FRAMES_DIR, FRAMES_SCHEMA, OPS_DIR, WATERMARK_FILE, export
 from octosync.store.journal import Journal, journal_path
 from octosync.store.op_table import OPS_SCHEMA
+
+
+def is_export(path: Path) -> bool:
+    """``path`` is an export (it has a watermark or any dataset's directory), not a bare ops
+    dataset (an export may hold only some datasets: a journal of shared documents only)."""
+    from octosync.store.datasets import DATASETS
+
+    path = Path(path)
+    return (path / WATERMARK_FILE).exists() or any((path / d.name).is_dir() for d in DATASETS)
 
 
 def check_input(journal_dir: Path) -> None:
     """Refuse, before Spark starts, a ``--journal`` folder holding neither a journal, nor an
     export, nor any Parquet (a job over it would report nothing and look successful)."""
     journal_dir = Path(journal_dir)
-    if journal_path(journal_dir).exists() or any(
-        (journal_dir / sub).is_dir() for sub in (OPS_DIR, FRAMES_DIR)
-    ):
+    if journal_path(journal_dir).exists() or is_export(journal_dir):
         return
     if next(journal_dir.rglob("*.parquet"), None) is None:
         raise ConfigError(
@@ -73,7 +80,7 @@ def _read(spark: Any, path: Path, arrow_schema: Any) -> Any:
 def read_ops(spark: Any, export_dir: Path) -> Any:
     """Op records (``OPS_SCHEMA``) from an export or a bare ops dataset."""
     sub = Path(export_dir) / OPS_DIR
-    if sub.is_dir() or (Path(export_dir) / FRAMES_DIR).is_dir():
+    if is_export(export_dir):
         return _read(spark, sub, OPS_SCHEMA)
     return _read(spark, Path(export_dir), OPS_SCHEMA)
 
@@ -83,7 +90,7 @@ def ops_rows(export_dir: Path) -> int:
     import pyarrow.parquet as pq
 
     sub = Path(export_dir) / OPS_DIR
-    root = sub if sub.is_dir() or (Path(export_dir) / FRAMES_DIR).is_dir() else Path(export_dir)
+    root = sub if is_export(export_dir) else Path(export_dir)
     return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(root.rglob("*.parquet")))
 
 
@@ -94,7 +101,8 @@ def read_frames(spark: Any, export_dir: Path) -> Any:
 
 def read_dataset(spark: Any, export_dir: Path, name: str) -> Any:
     """One of the export's activity datasets (``chain_events``, ``chain_states``,
-    ``dataspace``: ``store.datasets``) from an export; empty when it has none."""
+    ``dataspace``, ``yjs_updates``: ``store.datasets``) from an export; empty when it has
+    none."""
     from octosync.store.datasets import BY_NAME
 
     return _read(spark, Path(export_dir) / name, BY_NAME[name].schema)

@@ -18,9 +18,9 @@ checkpoint read each record exactly once; a range the journal's trim already rem
 error, not a silent gap. Rows come in the export's schemas (``store.datasets``), so every job
 reads this source and the Parquet export alike.
 
-Options: ``kind`` (``ops``, ``frames``, ``chain_events``, ``chain_states`` or ``dataspace``),
-``partitionSeqs``, ``startSeq`` and ``endSeq`` (a batch read of part of the journal; a stream's
-first and last seq), ``maxRecordsPerBatch``.
+Options: ``kind`` (``ops``, ``frames``, ``chain_events``, ``chain_states``, ``dataspace``,
+``plane`` or ``yjs_updates``), ``partitionSeqs``, ``startSeq`` and ``endSeq`` (a batch read of
+part of the journal; a stream's first and last seq), ``maxRecordsPerBatch``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ MERKLE_DIR: Final = "merkle"
 """Every non-zero Merkle node: ``map, path, level, hash``."""
 RECORDS_DIR: Final = "records"
 """The op records that still carry state, in the ops schema."""
+DOCUMENTS_DIR: Final = "documents"
+"""Each shared document kind's converged entries (``documents/plane/``: the winning op per
+entry, ``stream, node, key, wall_time, logical, peer, state``)."""
+DOCUMENT_VALUES_FILE: Final = "documents.json"
+"""Each shared document's merged values: ``{document: {name: {kind: value}}}``."""
 META_FILE: Final = "compaction.json"
 """``as_of_seq``, counts, the GC horizon and each map's Merkle root."""
 

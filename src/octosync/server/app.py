@@ -31,12 +31,15 @@ from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
 from octosync.server.token_exchange import TokenExchange
+from octosync.server.yjs_face import yjs_face
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.op_events import OpSource
 from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
+from octosync.store.storage_rules import DirectPath
+from octosync.store.yjs_compaction import restore_yjs
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
     from octosync.links.cluster_link import ClusterLink
@@ -59,11 +62,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def _export_dir(config: ServerConfig) -> Path | None:
     """Where the maintenance round exports the journal: nowhere without pyarrow (the pipeline
-    extra), and then nothing is trimmed either: the journal keeps every record."""
+    extra), said once; the round still trims what checkpoints cover."""
     if config.export_dir is not None and not extras.installed("pipeline"):
         log.warning(
-            "journal export and trim are off: they need the pipeline extra "
-            "(pip install 'octosync[pipeline]'); the journal keeps every record"
+            "journal export is off: it needs the pipeline extra (%s); the journal is still "
+            "trimmed to what its checkpoints cover, without a Parquet archive",
+            extras.install_hint("pipeline"),
         )
         return None
     return config.export_dir
@@ -97,7 +101,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         except BaseException:
             lock.release()
             raise
-        recorder = JournalRecorder(writer)
+        recorder = JournalRecorder(DirectPath(writer))  # on the runtime's path once it is made
     link: ClusterLink | None = None
     hook = on_accept
     released: ReleaseHook | None = None
@@ -135,7 +139,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         ticks=[face.tick for face in FACES if face.tick is not None],
     )
     if recorder is not None:
-        recorder.watch = runtime.watch_frame
+        recorder.path = runtime.commits
+        recorder.durable = runtime.frame_durable
     held = config.cluster_url is not None and config.cluster_hold == "interest"
     if config.cluster_url is not None and node is not None:
         from octosync.links.cluster_link import ClusterLink
@@ -146,6 +151,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
         if not held:  # the multi-writer streams (held by interest: loaded from JetStream)
             restore_planes(writer.journal, runtime.plane.core)
+        restore_yjs(writer.journal, yjs_face(runtime).core)  # the /yjs face's documents
         runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
     planes_link: PlanesLink | None = None
@@ -226,6 +232,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
                 runtime.hub,
                 config.data_dir,
                 export_dir=_export_dir(config),
+                trim=config.journal_retention,
                 durability=config.journal_durability,
                 ops_covered=partial(compacted_through, config.compaction_dir),
                 plane_compact_records=config.plane_compact_records,

@@ -47,7 +47,7 @@ from octosync.server.auth import AuthConfig, ClaimGrants, authenticate, bearer_t
 from octosync.server.chain_session import ChainSession
 from octosync.server.connection import serve_ws
 from octosync.server.runtime import Runtime
-from octosync.store.journal import check_room
+from octosync.store.commit_path import Commit
 from octosync.store.records import ChainEventSeen, ChainStateSeen, encode_record
 from octosync.wire import chain_link
 from octosync.wire.chain import ChainCodec
@@ -121,7 +121,8 @@ class ChainFace:
                 writer.close()
 
             opened.append(True)
-            record = None if rt.writer is None else self.journal_events(rt, chain, device, conn)
+            journaled = rt.commits.journaled
+            record = self.journal_events(rt, chain, device, conn) if journaled else None
             return ChainSession(rt, identity, writer.write, closed, record)
 
         response = await serve_ws(request, open_session)
@@ -134,19 +135,18 @@ class ChainFace:
     ) -> Callable[[list[DeviceEvent], Callable[[], None]], None]:
         """Journal a device's events, then relay (``ChainSession``'s ``record``); a journal
         that cannot take them refuses the record (the device sends it again)."""
-        writer = rt.writer
-        assert writer is not None
+        commits = rt.commits
         who = f"{rt.run}.{conn}"
 
         def record(events: list[DeviceEvent], then: Callable[[], None]) -> None:
-            check_room(writer)
+            commits.refuse()
             encoded = [
                 encode_record(
                     ChainEventSeen(chain, device, e.device_sequencer, e.name, e.payload, who)
                 )
                 for e in events
             ]
-            rt.after_commit(conn, encoded, then)  # an empty list still keeps the order
+            commits.submit(Commit(conn, encoded, (then,)))  # an empty list keeps the order
 
         return record
 
@@ -155,8 +155,7 @@ class ChainFace:
         (none without a journal; skipped, and tried with the next copy, when it is full)."""
 
         def record(update: StateUpdate) -> None:
-            writer = rt.writer
-            if writer is None or update.sequencer <= self.states_journaled.get(chain, 0):
+            if not rt.commits.journaled or update.sequencer <= self.states_journaled.get(chain, 0):
                 return
             seen = ChainStateSeen(
                 chain,
@@ -166,7 +165,7 @@ class ChainFace:
                 {d: tuple(s) for d, s in update.consumed.items()},
             )
             try:
-                writer.submit_encoded([encode_record(seen)], block=False)
+                rt.commits.submit(Commit(0, (encode_record(seen),)))
             except OctosyncError:
                 return
             self.states_journaled[chain] = update.sequencer

@@ -6,7 +6,7 @@ import difflib
 import ipaddress
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -16,187 +16,9 @@ from octosync.hub.limits import Limits
 from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
 from octosync.server.auth import AuthConfig, ExchangeProvider, role_tables
 from octosync.signaling import SignalingPolicy
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 8765
-    data_dir: Path = Path("./var")
-    insecure_dev: bool = False
-    tcp_port: int | None = None
-    dataspace_port: int | None = None
-    """Syndicate's protocol over plain TCP (the dataspace face); None: WebSocket only."""
-    wvp_socket: str | None = None
-    """A Unix socket path on which WVP is served as bare JS-ABI packets; None: none."""
-    lazily_socket: str | None = None
-    """A Unix socket path on which lazily is served as on ``tcp_port`` (u32-framed, the
-    state plane and shared documents); None: none."""
-    shm_capacity: int = 256 * 1024 * 1024
-    """Bytes of the shared-memory region that carries large payloads to subscribers that
-    negotiated ``shared-blob`` (made on first use; tmpfs pages are taken as written)."""
-    shm_threshold: int = 64 * 1024
-    """Payloads of at least this many bytes go to such subscribers through shared memory."""
-    chain_config: str | None = None
-    """NATS URL of the chain configurations; set: ``/chain/{name}`` relays browser devices to
-    each chain's head (``server.chain_face``). None: no chain face."""
-    dataspace_secret: bytes | None = None
-    """The sturdy-ref secret; None: ``<data_dir>/dataspace.key`` (made on first use)."""
-    auth: AuthConfig = field(default_factory=AuthConfig)
-    max_frame_size: int = 1024 * 1024
-    outbox_max_bytes: int = 4 * 1024 * 1024
-    outbox_max_frames: int = 1024
-    socket_high_water: int = 64 * 1024
-    retain_after_producer_leaves: float | None = 300.0
-    coalesce_backlog: bool = False
-    max_replay_diffs: int = 1024
-    """Diffs a WVP stream keeps after its snapshot for late joiners (past it: ask for one)."""
-    producer_lease: float | None = None
-    verify_warp_hashes: bool = False
-    """The hub follows each WVP warp's reference render graph and refuses a frame whose
-    ``state_hash`` disagrees (``Desync``) before subscribers see it."""
-    """Seconds a producer holds a stream without publishing before another may take it over
-    with a snapshot; None: until it leaves or hands it over."""
-    signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
-    shutdown_deadline: float = 5.0
-    """Seconds to keep flushing after SIGTERM before connections are closed."""
-    close_timeout: float = 2.0
-    """Seconds a closing connection gets before its transport is aborted."""
-    handshake_timeout: float = 5.0
-    """Seconds a connection has for its face's handshake (after the upgrade, or on TCP)."""
-    request_timeout: float = 10.0
-    """Seconds a new HTTP connection has to send its first request."""
-    heartbeat: float | None = 30.0
-    """WebSocket ping interval; a peer that does not answer within it is dropped."""
-    max_connections: int | None = None
-    """Open connections in total; None: derived from the process's descriptor limit."""
-    max_connections_per_address: int = 1024
-    frames_per_second: float = 200_000.0
-    """Input budget per connection (a faster peer is read more slowly)."""
-    bytes_per_second: float = 64 * 1024 * 1024
-    offload_decode_bytes: int = 64 * 1024
-    """Frames at least this large are decoded on a worker thread (faces with costly decoders)."""
-    journal: bool = False
-    """Journal every accepted stream frame under ``data_dir`` (``serve`` turns it on)."""
-    journal_durability: Literal["full", "normal"] = "full"
-    checkpoint_interval: float = 30.0
-    """Seconds between journal maintenance rounds (checkpoint, export, trim)."""
-    journal_retention: bool = True
-    """Export the journal to ``data_dir/export`` each round and trim what is exported and
-    checkpointed, so the journal stays bounded; off: the journal keeps every record."""
-    advertised_url: str | None = None
-    """Where clients reach this server from outside, as a WebSocket base URL (the config file
-    takes ``ws[s]://`` or ``http[s]://`` HOST[:PORT][/PATH]; ``advertised_ws``): TopGun's
-    cluster clients are given its ``/topgun`` in the partition map. None: the bound host and
-    port (``ws://HOST:PORT``)."""
-    topgun_gc_age: float | None = 30 * 24 * 3600.0
-    """Seconds after which TopGun tombstones are pruned (clients that last synced before
-    that are told ``SYNC_RESET_REQUIRED``); None: never."""
-    topgun_gc_interval: float = 3600.0
-    """Seconds between TopGun tombstone GC rounds."""
-    topgun_search: tuple[str, ...] = ()
-    """TopGun maps with a full-text index (``SEARCH``, ``SEARCH_SUB``); ``*``: every map.
-    Needs the ``search`` extra (tantivy)."""
-    topgun_index_inline: bool = False
-    """Index TopGun writes for search on the event loop, as each flush happens, instead of on
-    the indexer thread (a benchmark's baseline: searches and every connection then wait for
-    tokenizing, embedding and commits)."""
-    topgun_sql: bool = False
-    """Answer TopGun's ``SQL_QUERY`` (read-only, bounded; needs the ``sql`` extra, DuckDB)."""
-    topgun_vectors: tuple[str, ...] = ()
-    """TopGun maps with a vector index (``VECTOR_SEARCH``, hybrid ``semantic``); ``*``: every
-    map. Needs the ``vector`` extra (usearch)."""
-    cluster_url: str | None = None
-    """NATS URL of the cluster to join (``--cluster``); None: a single process, no NATS."""
-    node_id: str | None = None
-    """This node's id in the cluster (``--node-id``); default: host name and process id."""
-    map_replicas: int = 1
-    """JetStream replicas of the cluster's TopGun op stream (1 for one NATS server)."""
-    map_sync_interval: float = 30.0
-    """Seconds between the cluster's anti-entropy rounds for TopGun maps."""
-    map_settle: float = 2.0
-    """A map written within this many seconds sits out an anti-entropy round."""
-    map_acks: Literal["requested", "replicated"] = "requested"
-    """``replicated``: every TopGun ack in a cluster waits until the cluster stored the batch
-    (a client asking ``MEMORY`` or ``APPLIED``, as TopGun's client always does, is answered
-    ``REPLICATED``); ``requested``: at the level the client asked."""
-    map_replicate_timeout: float = 30.0
-    """Seconds a TopGun batch may take to be stored in JetStream before its writer is reset."""
-    map_log_max_age: float = 7 * 86400.0
-    """Seconds the cluster's op streams (TopGun maps, shared documents) keep a message; a node
-    away longer is brought up to date by anti-entropy."""
-    cluster_hold: Literal["interest", "all"] = "interest"
-    """``interest``: a node holds the shared documents its clients use, loaded from JetStream
-    (the store of record) and let go when idle; ``all``: every node holds every document."""
-    document_idle: float = 30.0
-    """Seconds a shared document no client uses stays held before the node lets it go."""
-    document_load_timeout: float = 10.0
-    """Seconds a node may take to load a shared document before its waiting clients fail."""
-    document_snapshot_interval: float = 10.0
-    """Seconds between two snapshots of a changed document written by a node holding it."""
-    topgun_queries_per_connection: int = 64
-    topgun_queries_per_map: int = 1024
-    plane_compact_records: int = 10_000
-    """A shared document's journal records past which a maintenance round replaces them by
-    the entries they merge to (``store.plane_compaction``)."""
-    tls_cert: Path | None = None
-    """PEM certificate (chain) for TLS on every listener; with ``tls_key``: every face over
-    ``wss://`` and the TCP ports over TLS (``server.tls``). None: plain HTTP and TCP."""
-    tls_key: Path | None = None
-    """The certificate's PEM private key."""
-
-    @property
-    def scheme(self) -> str:
-        """``wss`` when the HTTP port speaks TLS, else ``ws``."""
-        return "ws" if self.tls_cert is None else "wss"
-
-    def public_base(self, port: int) -> str:
-        """The WebSocket base URL clients reach this server at (no trailing slash)."""
-        if self.advertised_url is None:
-            return f"{self.scheme}://{self.host}:{port}"
-        return self.advertised_url
-
-    @property
-    def export_dir(self) -> Path | None:
-        return self.data_dir / "export" if self.journal_retention else None
-
-    @property
-    def compaction_dir(self) -> Path:
-        """The ``pipeline compact`` output TopGun's maps restart from, when there is one."""
-        return self.data_dir / SERVER_COMPACTION_SUBDIR
-
-    def with_auth_mode(self) -> ServerConfig:
-        return replace(self, auth=replace(self.auth, insecure_dev=self.insecure_dev))
-
-    def limits(self) -> Limits:
-        """The one set of limits the faces, the hub and the journal check frames against."""
-        return Limits(
-            max_frame_bytes=self.max_frame_size,
-            frames_per_second=self.frames_per_second,
-            bytes_per_second=self.bytes_per_second,
-            offload_decode_bytes=self.offload_decode_bytes,
-        )
-
-    def check_ports(self) -> None:
-        """Each port is 0..65535 (0: any free port), said before anything tries to bind it."""
-        for option, port in (
-            ("port", self.port),
-            ("tcp-port", self.tcp_port),
-            ("dataspace-port", self.dataspace_port),
-        ):
-            if port is not None and not 0 <= port <= 65535:
-                raise ConfigError(
-                    f"{port} is not a port number: use 0..65535 (0 picks a free port)",
-                    path=f"--{option} ([server] {option.replace('-', '_')})",
-                )
-
-    def check_exposure(self) -> None:
-        """``--insecure-dev`` grants everything to anyone: refuse it on a non-loopback host."""
-        if self.insecure_dev and not is_loopback(self.host):
-            raise ValueError(
-                f"--insecure-dev serves anonymous clients with every grant; it listens on "
-                f"loopback only, not on {self.host!r} (configure [auth] to serve a network)"
-            )
+from octosync.signaling.rooms import Mode
+from octosync.store.storage_rules import Setting as StorageSetting
+from octosync.store.storage_rules import StorageSettings
 
 
 def chain_url(url: str) -> str:
@@ -265,12 +87,26 @@ def _num(x: float) -> str:
 
 
 @dataclass(frozen=True)
+class Flag:
+    """How a key is also an ``octosync serve`` flag: its name (``--tcp-port``), its help when
+    it says more than the key's doc, its metavar. A flag's value is checked as the key's is."""
+
+    name: str
+    help: str = ""
+    metavar: str | None = None
+
+
+Apply = Callable[["ServerConfig", Any, Path], "ServerConfig"]
+
+
+@dataclass(frozen=True)
 class Key:
     """One TOML key: the types it takes, its range, what it means (``doc``, which the
-    generated ``docs/config.md`` shows) and how it changes the config (``apply``)."""
+    generated ``docs/config.md`` shows), how it changes the config (``apply``) and the
+    ``octosync serve`` flag that sets it too (``flag``)."""
 
     types: tuple[type, ...]
-    apply: Callable[[ServerConfig, Any, Path], ServerConfig]
+    apply: Apply
     choices: tuple[object, ...] = ()
     """The only values allowed, when the key takes one of a few."""
     range: Range | None = None
@@ -278,23 +114,41 @@ class Key:
     field: str | None = None
     """The ``ServerConfig`` field it sets (dotted for a nested one: ``auth.NAME``), for the
     default the reference shows."""
+    flag: Flag | None = None
 
 
-def _set(
-    name: str,
-    *types: type,
-    choices: tuple[object, ...] = (),
+@dataclass(frozen=True)
+class Declared:
+    """A ``ServerConfig`` field's declaration (``setting(...)``): its TOML section and key
+    (default: the field's name), the types it takes (default: from the field's type), range,
+    choices, doc, how it applies (default: the value as it is) and its flag."""
+
+    section: str
+    doc: str
+    key: str | None = None
+    types: tuple[type, ...] | None = None
+    range: Range | None = None
+    choices: tuple[object, ...] = ()
+    apply: Apply | None = None
+    flag: Flag | None = None
+
+
+def setting(
+    default: Any,
+    section: str,
+    doc: str,
+    *,
+    key: str | None = None,
+    types: tuple[type, ...] | None = None,
     range: Range | None = None,
-    doc: str = "",
-) -> Key:
-    """A key that sets the ``ServerConfig`` field ``name`` as it is."""
-    return Key(types, lambda cfg, v, _p: replace(cfg, **{name: v}), choices, range, doc, name)
-
-
-def _auth(name: str, doc: str) -> Key:
-    return Key(
-        (str,), lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, **{name: v})), doc=doc
-    )
+    choices: tuple[object, ...] = (),
+    apply: Apply | None = None,
+    flag: Flag | None = None,
+) -> Any:
+    """A ``ServerConfig`` field declared once: its default and, as metadata, everything the
+    config file, the command line and ``docs/config.md`` need (``SECTIONS`` is derived)."""
+    declared = Declared(section, doc, key, types, range, choices, apply, flag)
+    return field(default=default, metadata={"setting": declared})
 
 
 def _relative_to(config_path: Path, value: str) -> Path:
@@ -314,10 +168,6 @@ def _key_file(cfg: ServerConfig, value: str, config_path: Path) -> ServerConfig:
     return replace(cfg, auth=replace(cfg.auth, rs256_public_key=key))
 
 
-def _retain(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
-    return replace(cfg, retain_after_producer_leaves=None if value < 0 else float(value))
-
-
 def _signaling_allow(cfg: ServerConfig, value: dict[str, Any], _p: Path) -> ServerConfig:
     try:
         grants = {int(k): frozenset(int(p) for p in v) for k, v in value.items()}
@@ -330,7 +180,8 @@ def _signaling_allow(cfg: ServerConfig, value: dict[str, Any], _p: Path) -> Serv
 
 
 def _signaling_mode(cfg: ServerConfig, value: str, _p: Path) -> ServerConfig:
-    return replace(cfg, signaling=replace(cfg.signaling, mode=value))  # type: ignore[arg-type]
+    mode: Mode = "open" if value == "open" else "allowlist"  # the key's choices: one of two
+    return replace(cfg, signaling=replace(cfg.signaling, mode=mode))
 
 
 def _roles(value: dict[str, Any]) -> dict[str, Any]:
@@ -384,6 +235,457 @@ def _providers(cfg: ServerConfig, value: dict[str, Any], config_path: Path) -> S
     return replace(cfg, auth=replace(cfg.auth, providers=providers))
 
 
+def _map_names(setting: str, value: list[Any]) -> tuple[str, ...]:
+    """A key that lists TopGun map names (``*``: every map)."""
+    if not all(isinstance(name, str) and name for name in value):
+        raise ConfigError(f"{setting} lists map names", path=f"server.{setting}")
+    return tuple(value)
+
+
+_NUMBER = (int, float)
+_PORT = Range(0, 65535)
+_SECONDS = Range(0, 86_400, above=True)
+_DAY = 86_400.0
+_MANY = Range(1, 1 << 31)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The server's settings. Each field with a ``setting(...)`` is declared there once: its
+    default, its TOML key and section, type, range, doc and flag (``SECTIONS``, the argparse
+    flags of ``octosync serve`` and ``docs/config.md`` are derived from them)."""
+
+    host: str = setting(
+        "127.0.0.1", "server", "Address to listen on.", flag=Flag("--host", "listen address")
+    )
+    advertised_url: str | None = setting(
+        None,
+        "server",
+        "Where clients reach this server (ws[s]:// or http[s]:// HOST[:PORT][/PATH]): the URL "
+        "TopGun's cluster clients get in the partition map (default: the bound host and port).",
+        apply=lambda cfg, v, _p: replace(cfg, advertised_url=advertised_ws(v)),
+    )
+    port: int = setting(
+        8765,
+        "server",
+        "HTTP/WebSocket port (0: any free port).",
+        range=_PORT,
+        flag=Flag("--port", "HTTP/WebSocket port"),
+    )
+    tcp_port: int | None = setting(
+        None,
+        "server",
+        "Lazily over plain TCP; unset: off.",
+        range=_PORT,
+        flag=Flag("--tcp-port", "also serve lazily over plain TCP on this port"),
+    )
+    dataspace_port: int | None = setting(
+        None,
+        "server",
+        "Syndicate protocol over TCP; unset: off.",
+        range=_PORT,
+        flag=Flag("--dataspace-port", "also serve the Syndicate protocol over TCP"),
+    )
+    wvp_socket: str | None = setting(
+        None,
+        "server",
+        "Unix socket path serving WVP as bare JS-ABI packets; unset: off.",
+        flag=Flag(
+            "--wvp-socket",
+            "also serve WVP (JS-ABI packets) on a Unix socket at PATH, mode 0600",
+            "PATH",
+        ),
+    )
+    lazily_socket: str | None = setting(
+        None,
+        "server",
+        "Unix socket path (mode 0600) serving lazily as `tcp_port` does: u32-framed, streams "
+        "and shared documents; unset: off.",
+        flag=Flag(
+            "--lazily-socket",
+            "also serve lazily (u32-framed, as --tcp-port) on a Unix socket at PATH, mode 0600",
+            "PATH",
+        ),
+    )
+    shm_capacity: int = setting(
+        256 * 1024 * 1024,
+        "server",
+        "Bytes of the shared-memory region for subscribers that negotiated shared-blob "
+        "(made on first use; tmpfs pages are taken as written).",
+        range=Range(4096, 1 << 40),
+    )
+    shm_threshold: int = setting(
+        64 * 1024,
+        "server",
+        "Payloads of at least this many bytes reach such subscribers by shared memory.",
+        range=Range(1, 1 << 40),
+    )
+    chain_config: str | None = setting(
+        None,
+        "server",
+        "NATS URL of the chain configurations; set: `/chain/NAME` relays devices.",
+        apply=lambda cfg, v, _p: replace(cfg, chain_config=chain_url(v)),
+        flag=Flag(
+            "--chain-config",
+            "serve /chain/NAME: relay WebSocket devices to the head of the chains configured "
+            "at this NATS URL (nats://HOST:PORT)",
+            "NATS_URL",
+        ),
+    )
+    data_dir: Path = setting(
+        Path("./var"),
+        "server",
+        "Data folder: journal, checkpoints, exports (one server per folder).",
+        key="data",
+        types=(str,),
+        apply=lambda cfg, v, _p: replace(cfg, data_dir=Path(v)),
+        flag=Flag("--data", "data directory"),
+    )
+    max_frame_size: int = setting(
+        1024 * 1024, "server", "Largest frame, in bytes.", range=Range(1024, 1 << 30)
+    )
+    shutdown_deadline: float = setting(
+        5.0,
+        "server",
+        "Seconds to keep flushing after SIGTERM before connections are closed.",
+        range=Range(0, 3600),
+    )
+    journal: bool = setting(False, "server", "Journal every accepted write (`serve` sets it).")
+    journal_durability: Literal["full", "normal"] = setting(
+        "full",
+        "server",
+        "`full`: fsync at every commit; `normal`: a process crash loses nothing, a power loss "
+        "may lose the last commits.",
+        types=(str,),
+        choices=("full", "normal"),
+    )
+    close_timeout: float = setting(
+        2.0,
+        "server",
+        "Seconds a closing connection gets before its transport is aborted.",
+        range=_SECONDS,
+    )
+    handshake_timeout: float = setting(
+        5.0, "server", "Seconds a connection has for its face's handshake.", range=_SECONDS
+    )
+    request_timeout: float = setting(
+        10.0,
+        "server",
+        "Seconds a new HTTP connection has to send its first request.",
+        range=_SECONDS,
+    )
+    heartbeat: float | None = setting(
+        30.0,
+        "server",
+        "Seconds between WebSocket pings; a peer silent as long again is dropped.",
+        range=_SECONDS,
+    )
+    max_connections: int | None = setting(
+        None,
+        "server",
+        "Open connections in total; unset: from the descriptor limit.",
+        range=_MANY,
+    )
+    max_connections_per_address: int = setting(
+        1024, "server", "Open connections per client address.", range=_MANY
+    )
+    frames_per_second: float = setting(
+        200_000.0,
+        "server",
+        "Input budget per connection, frames (a faster peer is read more slowly).",
+        range=Range(0, 1e9, above=True),
+    )
+    bytes_per_second: float = setting(
+        64 * 1024 * 1024,
+        "server",
+        "Input budget per connection, bytes.",
+        range=Range(0, 1 << 40, above=True),
+    )
+    offload_decode_bytes: int = setting(
+        64 * 1024,
+        "server",
+        "Frames at least this large are decoded on a worker thread (WVP).",
+        range=Range(0, 1 << 30),
+    )
+    checkpoint_interval: float = setting(
+        30.0,
+        "server",
+        "Seconds between journal maintenance rounds (checkpoint, export, trim).",
+        range=Range(0.01, _DAY),
+    )
+    journal_retention: bool = setting(
+        True,
+        "server",
+        "Export the journal each round and trim what is exported and checkpointed "
+        "(without the pipeline extra: no export; trim what is checkpointed).",
+    )
+    plane_compact_records: int = setting(
+        10_000,
+        "server",
+        "A shared document's (or Yjs document's) journal records past which a round "
+        "compacts them to the document's entries (one merged update).",
+        range=Range(1000, 1_000_000_000),
+    )
+    topgun_gc_age: float | None = setting(
+        30 * 24 * 3600.0,
+        "server",
+        "Seconds after which TopGun tombstones are pruned; negative: never.",
+        range=Range(-1, 3650 * _DAY),
+        apply=lambda cfg, v, _p: replace(cfg, topgun_gc_age=None if v < 0 else float(v)),
+    )
+    topgun_gc_interval: float = setting(
+        3600.0,
+        "server",
+        "Seconds between TopGun tombstone GC rounds.",
+        range=Range(1, 365 * _DAY),
+    )
+    topgun_queries_per_connection: int = setting(
+        64, "server", "Live TopGun queries one connection may hold.", range=Range(1, 100_000)
+    )
+    topgun_queries_per_map: int = setting(
+        1024,
+        "server",
+        "Live TopGun queries on one map, all connections together.",
+        range=Range(1, 1_000_000),
+    )
+    tls_cert: Path | None = setting(
+        None,
+        "server",
+        "PEM certificate (chain): every face over `wss://` and the TCP ports over TLS "
+        "(with `tls_key`).",
+        types=(str,),
+        apply=lambda cfg, v, p: replace(cfg, tls_cert=_relative_to(p, v)),
+        flag=Flag(
+            "--tls-cert",
+            "serve every face over TLS (https://, wss://, the TCP ports) with this "
+            "certificate (chain)",
+            "PEM",
+        ),
+    )
+    tls_key: Path | None = setting(
+        None,
+        "server",
+        "The certificate's PEM private key.",
+        types=(str,),
+        apply=lambda cfg, v, p: replace(cfg, tls_key=_relative_to(p, v)),
+        flag=Flag("--tls-key", "the certificate's key", "PEM"),
+    )
+    topgun_search: tuple[str, ...] = setting(
+        (),
+        "server",
+        "Maps indexed for full-text search on `/topgun` (needs the `search` extra).",
+        types=(list,),
+        apply=lambda cfg, v, _p: replace(cfg, topgun_search=_map_names("topgun_search", v)),
+    )
+    topgun_index_inline: bool = setting(
+        False,
+        "server",
+        "Index `/topgun` writes for search on the event loop, not the indexer thread "
+        "(a benchmark baseline).",
+    )
+    topgun_sql: bool = setting(
+        False,
+        "server",
+        "Answer SQL_QUERY on `/topgun`: read-only, bounded (needs the `sql` extra).",
+    )
+    topgun_vectors: tuple[str, ...] = setting(
+        (),
+        "server",
+        "Maps indexed for vector search on `/topgun` (needs the `vector` extra).",
+        types=(list,),
+        apply=lambda cfg, v, _p: replace(cfg, topgun_vectors=_map_names("topgun_vectors", v)),
+    )
+    outbox_max_bytes: int = setting(
+        4 * 1024 * 1024,
+        "hub",
+        "Bytes queued for one subscriber before it is reset to a snapshot.",
+        range=Range(1024, 1 << 34),
+    )
+    outbox_max_frames: int = setting(
+        1024,
+        "hub",
+        "Frames queued for one subscriber before it is reset to a snapshot.",
+        range=Range(1, 1 << 24),
+    )
+    socket_high_water: int = setting(
+        64 * 1024,
+        "hub",
+        "Bytes buffered in a socket before the server waits for it to drain.",
+        range=Range(1024, 1 << 30),
+    )
+    coalesce_backlog: bool = setting(
+        False,
+        "hub",
+        "Replace a subscriber's backlog of deltas by one snapshot when that is smaller.",
+    )
+    max_replay_diffs: int = setting(
+        1024,
+        "hub",
+        "Diffs a WVP stream keeps after its snapshot for late joiners.",
+        range=Range(1, 1 << 20),
+    )
+    verify_warp_hashes: bool = setting(
+        False,
+        "hub",
+        "Refuse WVP frames whose state_hash disagrees with the reference render graph.",
+    )
+    producer_lease: float | None = setting(
+        None,
+        "hub",
+        "Seconds a WVP producer holds a warp without publishing; unset: until it leaves.",
+        range=Range(0, 3650 * _DAY, above=True),
+    )
+    retain_after_producer_leaves: float | None = setting(
+        300.0,
+        "hub",
+        "Seconds a stream's state outlives its producer; negative: forever.",
+        key="retain_seconds",
+        range=Range(-1, 3650 * _DAY),
+        apply=lambda cfg, v, _p: replace(
+            cfg, retain_after_producer_leaves=None if v < 0 else float(v)
+        ),
+    )
+    cluster_url: str | None = setting(
+        None,
+        "cluster",
+        "NATS URL of the cluster to join.",
+        key="url",
+        flag=Flag(
+            "--cluster",
+            "join the cluster whose NATS server (with JetStream) is at this URL",
+            "nats://HOST:PORT",
+        ),
+    )
+    node_id: str | None = setting(
+        None,
+        "cluster",
+        "This node's id; default: host name and pid.",
+        flag=Flag(
+            "--node-id",
+            "this server's id in the cluster (letters, digits, - or _; default: host-pid)",
+        ),
+    )
+    map_replicas: int = setting(
+        1, "cluster", "JetStream replicas of the cluster's TopGun op stream.", range=Range(1, 5)
+    )
+    map_sync_interval: float = setting(
+        30.0,
+        "cluster",
+        "Seconds between anti-entropy rounds for TopGun maps.",
+        range=Range(0.1, _DAY),
+    )
+    map_settle: float = setting(
+        2.0,
+        "cluster",
+        "A map written within this many seconds sits out an anti-entropy round.",
+        range=Range(0, 3600),
+    )
+    map_acks: Literal["requested", "replicated"] = setting(
+        "requested",
+        "cluster",
+        "`replicated`: every TopGun ack waits until the cluster stored the batch, so a node "
+        "killed after it acked loses no write (TopGun's client asks `MEMORY`); `requested`: "
+        "acks at the level each batch asks.",
+        types=(str,),
+        choices=("requested", "replicated"),
+    )
+    map_replicate_timeout: float = setting(
+        30.0,
+        "cluster",
+        "Seconds a TopGun batch may take to be stored in JetStream.",
+        range=_SECONDS,
+    )
+    map_log_max_age: float = setting(
+        7 * 86400.0,
+        "cluster",
+        "Seconds the cluster's op streams keep a message (anti-entropy covers the rest).",
+        range=Range(1, 3650 * _DAY),
+    )
+    cluster_hold: Literal["interest", "all"] = setting(
+        "interest",
+        "cluster",
+        "`interest`: a node holds the shared documents its clients use, loaded from JetStream "
+        "and let go when idle; `all`: every node holds every document.",
+        key="hold",
+        types=(str,),
+        choices=("interest", "all"),
+    )
+    document_idle: float = setting(
+        30.0,
+        "cluster",
+        "Seconds a shared document no client uses stays held before the node lets it go.",
+        range=Range(0, _DAY),
+    )
+    document_load_timeout: float = setting(
+        10.0,
+        "cluster",
+        "Seconds a node may take to load a shared document before its clients fail.",
+        range=Range(0.1, 3600),
+    )
+    document_snapshot_interval: float = setting(
+        10.0,
+        "cluster",
+        "Seconds between two snapshots of a changed shared document by a node holding it.",
+        range=Range(0.1, _DAY),
+    )
+    insecure_dev: bool = False
+    """``--insecure-dev``: anonymous connections get every grant (loopback only)."""
+    dataspace_secret: bytes | None = None
+    """The sturdy-ref secret; None: ``<data_dir>/dataspace.key`` (made on first use)."""
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    """``[auth]`` (its keys: ``SECTIONS["auth"]``)."""
+    signaling: SignalingPolicy = field(default_factory=SignalingPolicy)
+    """``[signaling]``."""
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    """``[storage]``: the storage rules' settings (declared in ``store.storage_rules``)."""
+
+    @property
+    def scheme(self) -> str:
+        """``wss`` when the HTTP port speaks TLS, else ``ws``."""
+        return "ws" if self.tls_cert is None else "wss"
+
+    def public_base(self, port: int) -> str:
+        """The WebSocket base URL clients reach this server at (no trailing slash)."""
+        if self.advertised_url is None:
+            return f"{self.scheme}://{self.host}:{port}"
+        return self.advertised_url
+
+    @property
+    def export_dir(self) -> Path | None:
+        return self.data_dir / "export" if self.journal_retention else None
+
+    @property
+    def compaction_dir(self) -> Path:
+        """The ``pipeline compact`` output TopGun's maps restart from, when there is one."""
+        return self.data_dir / SERVER_COMPACTION_SUBDIR
+
+    def with_auth_mode(self) -> ServerConfig:
+        return replace(self, auth=replace(self.auth, insecure_dev=self.insecure_dev))
+
+    def limits(self) -> Limits:
+        """The one set of limits the faces, the hub and the journal check frames against."""
+        return Limits(
+            max_frame_bytes=self.max_frame_size,
+            frames_per_second=self.frames_per_second,
+            bytes_per_second=self.bytes_per_second,
+            offload_decode_bytes=self.offload_decode_bytes,
+        )
+
+    def check_exposure(self) -> None:
+        """``--insecure-dev`` grants everything to anyone: refuse it on a non-loopback host."""
+        if self.insecure_dev and not is_loopback(self.host):
+            raise ValueError(
+                f"--insecure-dev serves anonymous clients with every grant; it listens on "
+                f"loopback only, not on {self.host!r} (configure [auth] to serve a network)"
+            )
+
+
+def _auth(name: str, doc: str) -> Key:
+    return Key(
+        (str,), lambda cfg, v, _p: replace(cfg, auth=replace(cfg.auth, **{name: v})), doc=doc
+    )
+
+
 def _auth_seconds(name: str, range: Range, doc: str) -> Key:
     return Key(
         (int,),
@@ -394,229 +696,59 @@ def _auth_seconds(name: str, range: Range, doc: str) -> Key:
     )
 
 
-def _gc_age(cfg: ServerConfig, value: float, _p: Path) -> ServerConfig:
-    return replace(cfg, topgun_gc_age=None if value < 0 else float(value))
+def _storage_keys() -> dict[str, Key]:
+    """``[storage]``: one key per ``StorageSettings`` field, from its ``setting(...)``."""
+    keys: dict[str, Key] = {}
+    for f in fields(StorageSettings):
+        declared: StorageSetting = f.metadata["setting"]
+        types: tuple[type, ...] = _NUMBER if f.type in ("float", float) else (int,)
+        bounds = None
+        if declared.low is not None and declared.high is not None:
+            bounds = Range(declared.low, declared.high)
+
+        def apply(cfg: ServerConfig, value: Any, _p: Path, name: str = f.name) -> ServerConfig:
+            return replace(cfg, storage=replace(cfg.storage, **{name: value}))
+
+        keys[f.name] = Key(types, apply, range=bounds, doc=declared.doc, field=f"storage.{f.name}")
+    return keys
 
 
-def _map_names(setting: str) -> Callable[[ServerConfig, list[Any], Path], ServerConfig]:
-    """A key that lists TopGun map names (``*``: every map)."""
-
-    def apply(cfg: ServerConfig, value: list[Any], _p: Path) -> ServerConfig:
-        if not all(isinstance(name, str) and name for name in value):
-            raise ConfigError(f"{setting} lists map names", path=f"server.{setting}")
-        names: tuple[str, ...] = tuple(value)
-        return replace(cfg, **{setting: names})  # type: ignore[arg-type]
-
-    return apply
+_SIMPLE: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": _NUMBER,
+    "str": (str,),
+    "bool": (bool,),
+}
 
 
-_NUMBER = (int, float)
-_PORT = Range(0, 65535)
-_SECONDS = Range(0, 86_400, above=True)
-_DAY = 86_400.0
-_MANY = Range(1, 1 << 31)
+def _declared(section: str) -> dict[str, Key]:
+    """The keys of ``section`` that ``ServerConfig``'s fields declare, in field order."""
+    keys: dict[str, Key] = {}
+    for f in fields(ServerConfig):
+        declared: Declared | None = f.metadata.get("setting")
+        if declared is None or declared.section != section:
+            continue
+        types = declared.types or _SIMPLE[str(f.type).removesuffix(" | None")]
+        apply = declared.apply or _setter(f.name)
+        keys[declared.key or f.name] = Key(
+            types,
+            apply,
+            declared.choices,
+            declared.range,
+            declared.doc,
+            f.name,
+            declared.flag,
+        )
+    return keys
+
+
+def _setter(name: str) -> Apply:
+    """Sets the ``ServerConfig`` field ``name`` to the value as it is."""
+    return lambda cfg, value, _p: replace(cfg, **{name: value})
+
+
 SECTIONS: dict[str, dict[str, Key]] = {
-    "server": {
-        "host": _set("host", str, doc="Address to listen on."),
-        "advertised_url": Key(
-            (str,),
-            lambda cfg, v, _p: replace(cfg, advertised_url=advertised_ws(v)),
-            doc="Where clients reach this server (ws[s]:// or http[s]:// HOST[:PORT][/PATH]): "
-            "the URL TopGun's cluster clients get in the partition map (default: the bound "
-            "host and port).",
-            field="advertised_url",
-        ),
-        "port": _set("port", int, range=_PORT, doc="HTTP/WebSocket port (0: any free port)."),
-        "tcp_port": _set("tcp_port", int, range=_PORT, doc="Lazily over plain TCP; unset: off."),
-        "dataspace_port": _set(
-            "dataspace_port", int, range=_PORT, doc="Syndicate protocol over TCP; unset: off."
-        ),
-        "wvp_socket": _set(
-            "wvp_socket",
-            str,
-            doc="Unix socket path serving WVP as bare JS-ABI packets; unset: off.",
-        ),
-        "lazily_socket": _set(
-            "lazily_socket",
-            str,
-            doc="Unix socket path (mode 0600) serving lazily as `tcp_port` does: u32-framed, "
-            "streams and shared documents; unset: off.",
-        ),
-        "shm_capacity": _set(
-            "shm_capacity",
-            int,
-            range=Range(4096, 1 << 40),
-            doc="Bytes of the shared-memory region for subscribers that negotiated shared-blob.",
-        ),
-        "shm_threshold": _set(
-            "shm_threshold",
-            int,
-            range=Range(1, 1 << 40),
-            doc="Payloads of at least this many bytes reach such subscribers by shared memory.",
-        ),
-        "chain_config": Key(
-            (str,),
-            lambda cfg, v, _p: replace(cfg, chain_config=chain_url(v)),
-            doc="NATS URL of the chain configurations; set: `/chain/NAME` relays devices.",
-            field="chain_config",
-        ),
-        "data": Key(
-            (str,),
-            lambda cfg, v, _p: replace(cfg, data_dir=Path(v)),
-            doc="Data folder: journal, checkpoints, exports (one server per folder).",
-            field="data_dir",
-        ),
-        "max_frame_size": _set(
-            "max_frame_size", int, range=Range(1024, 1 << 30), doc="Largest frame, in bytes."
-        ),
-        "shutdown_deadline": _set(
-            "shutdown_deadline",
-            *_NUMBER,
-            range=Range(0, 3600),
-            doc="Seconds to keep flushing after SIGTERM before connections are closed.",
-        ),
-        "journal": _set("journal", bool, doc="Journal every accepted write (`serve` sets it)."),
-        "journal_durability": _set(
-            "journal_durability",
-            str,
-            choices=("full", "normal"),
-            doc="`full`: fsync at every commit; `normal`: a process crash loses nothing, a "
-            "power loss may lose the last commits.",
-        ),
-        "close_timeout": _set(
-            "close_timeout",
-            *_NUMBER,
-            range=_SECONDS,
-            doc="Seconds a closing connection gets before its transport is aborted.",
-        ),
-        "handshake_timeout": _set(
-            "handshake_timeout",
-            *_NUMBER,
-            range=_SECONDS,
-            doc="Seconds a connection has for its face's handshake.",
-        ),
-        "request_timeout": _set(
-            "request_timeout",
-            *_NUMBER,
-            range=_SECONDS,
-            doc="Seconds a new HTTP connection has to send its first request.",
-        ),
-        "heartbeat": _set(
-            "heartbeat",
-            *_NUMBER,
-            range=_SECONDS,
-            doc="Seconds between WebSocket pings; a peer silent as long again is dropped.",
-        ),
-        "max_connections": _set(
-            "max_connections",
-            int,
-            range=_MANY,
-            doc="Open connections in total; unset: from the descriptor limit.",
-        ),
-        "max_connections_per_address": _set(
-            "max_connections_per_address",
-            int,
-            range=_MANY,
-            doc="Open connections per client address.",
-        ),
-        "frames_per_second": _set(
-            "frames_per_second",
-            *_NUMBER,
-            range=Range(0, 1e9, above=True),
-            doc="Input budget per connection, frames (a faster peer is read more slowly).",
-        ),
-        "bytes_per_second": _set(
-            "bytes_per_second",
-            *_NUMBER,
-            range=Range(0, 1 << 40, above=True),
-            doc="Input budget per connection, bytes.",
-        ),
-        "offload_decode_bytes": _set(
-            "offload_decode_bytes",
-            int,
-            range=Range(0, 1 << 30),
-            doc="Frames at least this large are decoded on a worker thread (WVP).",
-        ),
-        "checkpoint_interval": _set(
-            "checkpoint_interval",
-            *_NUMBER,
-            range=Range(0.01, _DAY),
-            doc="Seconds between journal maintenance rounds (checkpoint, export, trim).",
-        ),
-        "journal_retention": _set(
-            "journal_retention",
-            bool,
-            doc="Export the journal each round and trim what is exported and checkpointed.",
-        ),
-        "plane_compact_records": _set(
-            "plane_compact_records",
-            int,
-            range=Range(1000, 1_000_000_000),
-            doc="A shared document's journal records past which a round compacts them to "
-            "the document's entries.",
-        ),
-        "topgun_gc_age": Key(
-            _NUMBER,
-            _gc_age,
-            range=Range(-1, 3650 * _DAY),
-            doc="Seconds after which TopGun tombstones are pruned; negative: never.",
-            field="topgun_gc_age",
-        ),
-        "topgun_gc_interval": _set(
-            "topgun_gc_interval",
-            *_NUMBER,
-            range=Range(1, 365 * _DAY),
-            doc="Seconds between TopGun tombstone GC rounds.",
-        ),
-        "topgun_queries_per_connection": _set(
-            "topgun_queries_per_connection",
-            int,
-            range=Range(1, 100_000),
-            doc="Live TopGun queries one connection may hold.",
-        ),
-        "topgun_queries_per_map": _set(
-            "topgun_queries_per_map",
-            int,
-            range=Range(1, 1_000_000),
-            doc="Live TopGun queries on one map, all connections together.",
-        ),
-        "tls_cert": Key(
-            (str,),
-            lambda cfg, v, p: replace(cfg, tls_cert=_relative_to(p, v)),
-            doc="PEM certificate (chain): every face over `wss://` and the TCP ports over TLS "
-            "(with `tls_key`).",
-            field="tls_cert",
-        ),
-        "tls_key": Key(
-            (str,),
-            lambda cfg, v, p: replace(cfg, tls_key=_relative_to(p, v)),
-            doc="The certificate's PEM private key.",
-            field="tls_key",
-        ),
-        "topgun_search": Key(
-            (list,),
-            _map_names("topgun_search"),
-            doc="Maps indexed for full-text search on `/topgun` (needs the `search` extra).",
-            field="topgun_search",
-        ),
-        "topgun_index_inline": _set(
-            "topgun_index_inline",
-            bool,
-            doc="Index `/topgun` writes for search on the event loop, not the indexer thread "
-            "(a benchmark baseline).",
-        ),
-        "topgun_sql": _set(
-            "topgun_sql",
-            bool,
-            doc="Answer SQL_QUERY on `/topgun`: read-only, bounded (needs the `sql` extra).",
-        ),
-        "topgun_vectors": Key(
-            (list,),
-            _map_names("topgun_vectors"),
-            doc="Maps indexed for vector search on `/topgun` (needs the `vector` extra).",
-            field="topgun_vectors",
-        ),
-    },
+    "server": _declared("server"),
     "auth": {
         "hs256_secret": _auth("hs256_secret", "Shared secret for HS256 tokens."),
         "rs256_public_key": _auth("rs256_public_key", "PEM public key for RS256 tokens."),
@@ -647,127 +779,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
             "Lifetime of each refresh token (single-use; a refresh issues the next).",
         ),
     },
-    "hub": {
-        "outbox_max_bytes": _set(
-            "outbox_max_bytes",
-            int,
-            range=Range(1024, 1 << 34),
-            doc="Bytes queued for one subscriber before it is reset to a snapshot.",
-        ),
-        "outbox_max_frames": _set(
-            "outbox_max_frames",
-            int,
-            range=Range(1, 1 << 24),
-            doc="Frames queued for one subscriber before it is reset to a snapshot.",
-        ),
-        "socket_high_water": _set(
-            "socket_high_water",
-            int,
-            range=Range(1024, 1 << 30),
-            doc="Bytes buffered in a socket before the server waits for it to drain.",
-        ),
-        "coalesce_backlog": _set(
-            "coalesce_backlog",
-            bool,
-            doc="Replace a subscriber's backlog of deltas by one snapshot when that is smaller.",
-        ),
-        "max_replay_diffs": _set(
-            "max_replay_diffs",
-            int,
-            range=Range(1, 1 << 20),
-            doc="Diffs a WVP stream keeps after its snapshot for late joiners.",
-        ),
-        "verify_warp_hashes": _set(
-            "verify_warp_hashes",
-            bool,
-            doc="Refuse WVP frames whose state_hash disagrees with the reference render graph.",
-        ),
-        "producer_lease": _set(
-            "producer_lease",
-            *_NUMBER,
-            range=Range(0, 3650 * _DAY, above=True),
-            doc="Seconds a WVP producer holds a warp without publishing; unset: until it leaves.",
-        ),
-        "retain_seconds": Key(
-            _NUMBER,
-            _retain,
-            range=Range(-1, 3650 * _DAY),
-            doc="Seconds a stream's state outlives its producer; negative: forever.",
-            field="retain_after_producer_leaves",
-        ),
-    },
-    "cluster": {
-        "url": Key(
-            (str,),
-            lambda cfg, v, _p: replace(cfg, cluster_url=v),
-            doc="NATS URL of the cluster to join.",
-            field="cluster_url",
-        ),
-        "node_id": _set("node_id", str, doc="This node's id; default: host name and pid."),
-        "map_replicas": _set(
-            "map_replicas",
-            int,
-            range=Range(1, 5),
-            doc="JetStream replicas of the cluster's TopGun op stream.",
-        ),
-        "map_sync_interval": _set(
-            "map_sync_interval",
-            *_NUMBER,
-            range=Range(0.1, _DAY),
-            doc="Seconds between anti-entropy rounds for TopGun maps.",
-        ),
-        "map_settle": _set(
-            "map_settle",
-            *_NUMBER,
-            range=Range(0, 3600),
-            doc="A map written within this many seconds sits out an anti-entropy round.",
-        ),
-        "map_acks": _set(
-            "map_acks",
-            str,
-            choices=("requested", "replicated"),
-            doc="`replicated`: every TopGun ack waits until the cluster stored the batch, so a "
-            "node killed after it acked loses no write (TopGun's client asks `MEMORY`); "
-            "`requested`: acks at the level each batch asks.",
-        ),
-        "map_replicate_timeout": _set(
-            "map_replicate_timeout",
-            *_NUMBER,
-            range=_SECONDS,
-            doc="Seconds a TopGun batch may take to be stored in JetStream.",
-        ),
-        "map_log_max_age": _set(
-            "map_log_max_age",
-            *_NUMBER,
-            range=Range(1, 3650 * _DAY),
-            doc="Seconds the cluster's op streams keep a message (anti-entropy covers the rest).",
-        ),
-        "hold": _set(
-            "cluster_hold",
-            str,
-            choices=("interest", "all"),
-            doc="`interest`: a node holds the shared documents its clients use, loaded from "
-            "JetStream and let go when idle; `all`: every node holds every document.",
-        ),
-        "document_idle": _set(
-            "document_idle",
-            *_NUMBER,
-            range=Range(0, _DAY),
-            doc="Seconds a shared document no client uses stays held before the node lets it go.",
-        ),
-        "document_load_timeout": _set(
-            "document_load_timeout",
-            *_NUMBER,
-            range=Range(0.1, 3600),
-            doc="Seconds a node may take to load a shared document before its clients fail.",
-        ),
-        "document_snapshot_interval": _set(
-            "document_snapshot_interval",
-            *_NUMBER,
-            range=Range(0.1, _DAY),
-            doc="Seconds between two snapshots of a changed shared document by a node holding it.",
-        ),
-    },
+    "hub": _declared("hub"),
+    "cluster": _declared("cluster"),
     "signaling": {
         "mode": Key(
             (str,),
@@ -777,8 +790,11 @@ SECTIONS: dict[str, dict[str, Key]] = {
         ),
         "allow": Key((dict,), _signaling_allow, doc="Peer id to the peer ids it may signal."),
     },
+    "storage": _storage_keys(),
 }
-"""Every key a config file may hold, per section: adding a setting is one line here."""
+"""Every key a config file may hold, per section: derived from ``ServerConfig``'s fields
+(and, for the nested ``[auth]`` and ``[signaling]`` tables, the entries above)."""
+
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
@@ -855,3 +871,46 @@ def load_config_file(path: Path, base: ServerConfig) -> ServerConfig:
         return parse_config(doc, path, base)
     except ConfigError as exc:
         raise ConfigError(exc.message, path=f"{path}: {exc.path}") from None
+
+
+def flags() -> list[tuple[str, str, Key, Flag]]:
+    """Every key that is also an ``octosync serve`` flag: ``(section, key, Key, Flag)``."""
+    return [
+        (section, name, key, key.flag)
+        for section, keys in SECTIONS.items()
+        for name, key in keys.items()
+        if key.flag is not None
+    ]
+
+
+def _from_text(text: str, key: Key, where: str) -> Any:
+    """A flag's text as the value its key takes; ``ConfigError`` naming the flag if it is not."""
+    try:
+        if key.types == (int,):
+            return int(text)
+        if float in key.types:
+            number = float(text)
+            return int(number) if int in key.types and number.is_integer() else number
+    except ValueError:
+        wanted = "an integer" if key.types == (int,) else "a number"
+        raise ConfigError(f"must be {wanted}, not {text!r}", path=where) from None
+    return text
+
+
+def apply_flags(base: ServerConfig, given: dict[str, str | None], cwd: Path) -> ServerConfig:
+    """Apply the flags given (flag name -> its text; None: not given) through the same checks
+    as their TOML keys: a value out of range is a ``ConfigError`` naming the flag, the key,
+    the value and the range. Paths are relative to ``cwd``."""
+    cfg = base
+    for section, name, key, flag in flags():
+        text = given.get(flag.name)
+        if text is None:
+            continue
+        where = f"{flag.name} ([{section}] {name})"
+        value = _from_text(text, key, where)
+        _check_type(where, value, key)
+        try:
+            cfg = key.apply(cfg, value, cwd / "command line")
+        except ConfigError as exc:
+            raise ConfigError(exc.message, path=where) from None
+    return cfg

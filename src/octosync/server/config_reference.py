@@ -12,7 +12,8 @@ HEADER = """# Configuration reference
 
 `octosync serve --config FILE` reads a TOML file; command-line flags win over it. An unknown
 section or key, a value of the wrong type or out of its range stops the server at start with
-one line naming the file, the key, the value and what it takes (exit status 2).
+one line naming the file, the key, the value and what it takes (exit status 2); a flag's value
+is checked as its key's is, and the line names the flag.
 
 Generated from the code (`octosync.server.config`); do not edit by hand.
 """
@@ -41,8 +42,8 @@ def reference() -> str:
     defaults = ServerConfig()
     lines = [HEADER]
     for section, keys in SECTIONS.items():
-        lines += [f"## [{section}]", "", "| key | type | default | allowed | what it does |"]
-        lines.append("| --- | --- | --- | --- | --- |")
+        lines += [f"## [{section}]", "", "| key | type | default | allowed | flag | what it does |"]
+        lines.append("| --- | --- | --- | --- | --- | --- |")
         for name, key in keys.items():
             names = [_TYPES.get(t, t.__name__) for t in key.types]
             kind = "number" if "number" in names else " or ".join(dict.fromkeys(names))
@@ -52,9 +53,9 @@ def reference() -> str:
                 allowed = str(key.range)
             else:
                 allowed = "any"
-            lines.append(
-                f"| `{name}` | {kind} | {_default(key, defaults)} | {allowed} | {key.doc} |"
-            )
+            flag = "" if key.flag is None else f"`{key.flag.name}`"
+            default = _default(key, defaults)
+            lines.append(f"| `{name}` | {kind} | {default} | {allowed} | {flag} | {key.doc} |")
         lines.append("")
     return "\n".join(lines)
 

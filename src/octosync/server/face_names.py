@@ -25,6 +25,8 @@ class FaceName(StrEnum):
     """Syndicate's protocol, on ``/dataspace`` and ``--dataspace-port`` alike."""
     TOPGUN = "topgun"
     CHAIN = "chain"
+    YJS = "yjs"
+    """y-websocket on ``/yjs/NAME`` and Hocuspocus on ``/yjs``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,8 @@ MAPS = GrantTable("maps", frozenset({"read", "write"}))
 TOPICS = GrantTable("topics", frozenset({"subscribe", "publish"}))
 LOCKS = GrantTable("locks", frozenset({"acquire"}))
 COUNTERS = GrantTable("counters", frozenset({"read", "write"}))
-CLAIM_TABLES = (STREAMS, ROOMS, MAPS, TOPICS, LOCKS, COUNTERS)
+YJS = GrantTable("yjs", frozenset({"read", "write"}))
+"""Yjs documents by name (patterns as for streams)."""
+CLAIM_TABLES = (STREAMS, ROOMS, MAPS, TOPICS, LOCKS, COUNTERS, YJS)
 """Every table a token may carry, parsed and checked at the upgrade (a test holds it equal to
 the union of the faces' ``grants``)."""

@@ -18,11 +18,15 @@ from typing import Literal
 
 from aiohttp import web
 
+from octosync.errors import Forbidden, Unauthorized
 from octosync.server.auth import ClaimGrants
 from octosync.server.config import ServerConfig
 from octosync.server.connection import (
+    RUNTIME,
     AnySession,
     StreamFramer,
+    refuse,
+    request_identity,
     serve_ws,
     serve_ws_in_band,
 )
@@ -34,15 +38,24 @@ from octosync.server.face_names import (
     ROOMS,
     STREAMS,
     TOPICS,
+    YJS,
     FaceName,
     GrantTable,
 )
 from octosync.server.lazily_session import LazilySession
-from octosync.server.listings import dataspace_rows, document_rows, map_rows, stream_rows
+from octosync.server.listings import (
+    dataspace_rows,
+    document_rows,
+    map_rows,
+    stream_rows,
+    yjs_rows,
+)
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
 from octosync.server.wvp_session import WvpSession
+from octosync.server.yjs_face import yjs_face
+from octosync.server.yjs_session import HocuspocusSession, YWebsocketSession
 from octosync.wire.framing import FrameDecoder
 from octosync.wire.syndicate import PacketStream
 
@@ -173,6 +186,31 @@ def _chain(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -
     raise TypeError("/chain/NAME sessions are opened by the chain relay (server.chain_face)")
 
 
+def _hocuspocus(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
+    return HocuspocusSession(yjs_face(rt), rt, conn)
+
+
+async def _y_websocket(request: web.Request) -> web.StreamResponse:
+    """``/yjs/NAME``: one document, credentials with the upgrade; no read grant is a 403 (a
+    refusal the browser can read), as no token is a 401."""
+    name = request.match_info["name"]
+    try:
+        identity = request_identity(request.app[RUNTIME], request)
+    except Unauthorized as err:
+        return refuse(401, err)
+    if not identity.may(YJS, name, "read"):
+        return refuse(403, Forbidden(f"no read grant on document {name!r}", path="yjs"))
+    return await serve_ws(
+        request, lambda rt, conn, who: YWebsocketSession(yjs_face(rt), rt, conn, who, name)
+    )
+
+
+def _mount_yjs(app: web.Application, config: ServerConfig) -> None:
+    """Hocuspocus on ``/yjs`` (credentials in-band), y-websocket on ``/yjs/NAME``."""
+    app.router.add_get("/yjs", BY_NAME[FaceName.YJS].handler())
+    app.router.add_get("/yjs/{name:.+}", _y_websocket)
+
+
 def _streams(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
     return stream_rows(rt.hub, identity)
 
@@ -183,6 +221,10 @@ def _documents(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
 
 def _maps(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
     return map_rows(rt.topgun.maps.store, identity)
+
+
+def _yjs_documents(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
+    return yjs_rows(yjs_face(rt).core, identity)
 
 
 def _dataspaces(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
@@ -237,6 +279,16 @@ FACES: tuple[Face, ...] = (
         listings=(("maps", _maps),),
     ),
     Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,), mount=_mount_chain),
+    Face(
+        FaceName.YJS,
+        _hocuspocus,
+        "yjs.messages",
+        (YJS,),
+        route="/yjs",
+        credentials="in_band",
+        mount=_mount_yjs,
+        listings=(("yjs", _yjs_documents),),
+    ),
 )
 """Every face, in the order the banner names them."""
 

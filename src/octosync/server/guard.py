@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from octosync.errors import Overloaded
+from octosync.server.flusher import writable
 
 DESCRIPTOR_RESERVE = 64
 
@@ -124,9 +125,10 @@ class GuardedProtocol(asyncio.Protocol):
 
     def _deadline(self) -> None:
         self._timer = None
-        if self.transport is not None and not self.transport.is_closing():
+        transport = writable(self.transport)
+        if transport is not None:
             self.on_deadline()
-            self.transport.abort()  # type: ignore[attr-defined]
+            transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.address is not None:

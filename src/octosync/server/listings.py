@@ -7,12 +7,15 @@ Pure functions of a core's state and the identity's grants; the face registry
 from __future__ import annotations
 
 from octosync.crdt.fold import MapStore
+from octosync.crdt.shared import document_values
 from octosync.hub import Hub
 from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.streams import stream_face
 from octosync.server.auth import ClaimGrants
 from octosync.server.dataspace_session import DATASPACE_GRANT_PREFIX
+from octosync.server.face_names import YJS
 from octosync.syndicate import Relay
+from octosync.yjs.documents import YjsDocuments
 
 
 def stream_rows(hub: Hub, identity: ClaimGrants) -> list[dict[str, object]]:
@@ -36,18 +39,43 @@ def stream_rows(hub: Hub, identity: ClaimGrants) -> list[dict[str, object]]:
     return rows
 
 
+MAX_SHOWN_ENTRIES = 2_000
+"""A document's values are folded for the listing only up to this many entries (the listing is
+polled every two seconds; a bigger document says how big it is instead)."""
+MAX_SHOWN_VALUES = 100
+"""Values listed per document at most (``more`` counts the rest)."""
+
+
 def document_rows(plane: CrdtStreams, identity: ClaimGrants) -> list[dict[str, object]]:
-    """One row per shared document ``identity`` may read: members, entries, ops taken."""
-    return [
-        {
+    """One row per shared document ``identity`` may read: members, entries, ops taken, and
+    its values read by kind (a counter's sum, a register's value, a map's fields), only those
+    ``identity``'s node grants let it read."""
+    rows: list[dict[str, object]] = []
+    for name, doc in sorted(plane.streams.items()):
+        if not identity.allows(name, "read"):
+            continue
+        row: dict[str, object] = {
             "document": name,
             "members": len(doc.members),
             "entries": len(doc.replica),
             "ops": doc.ops_accepted,
+            "values": None,
+            "more": 0,
         }
-        for name, doc in sorted(plane.streams.items())
-        if identity.allows(name, "read")
-    ]
+        if len(doc.replica) <= MAX_SHOWN_ENTRIES:
+            rules = identity.node_rules(name)
+            ops = [
+                op
+                for op in doc.replica.ops()
+                if rules is None or rules.allows("read", op.slot_id, op.key)
+            ]
+            values = document_values(ops)
+            row["values"] = [
+                {"name": n, "kind": k, "value": v} for n, k, v in values[:MAX_SHOWN_VALUES]
+            ]
+            row["more"] = max(0, len(values) - MAX_SHOWN_VALUES)
+        rows.append(row)
+    return rows
 
 
 def map_rows(store: MapStore, identity: ClaimGrants) -> list[dict[str, object]]:
@@ -73,4 +101,19 @@ def dataspace_rows(relay: Relay | None, identity: ClaimGrants) -> list[dict[str,
         {"dataspace": name, "assertions": len(ds.handles), "observers": len(ds.observers)}
         for name, ds in sorted(relay.dataspaces.items())
         if identity.allows(f"{DATASPACE_GRANT_PREFIX}{name}", "publish")
+    ]
+
+
+def yjs_rows(core: YjsDocuments, identity: ClaimGrants) -> list[dict[str, object]]:
+    """One row per Yjs document ``identity`` may read: connections, awareness clients, and
+    updates committed since the server started."""
+    return [
+        {
+            "document": name,
+            "connections": len(doc.members),
+            "awareness": len(doc.awareness.known),
+            "updates": doc.updates,
+        }
+        for name, doc in sorted(core.documents.items())
+        if identity.may(YJS, name, "read")
     ]

@@ -1,12 +1,13 @@
 """The CRDT plane's I/O half: journal accepted ops, then send them, encoded once per dialect.
 
-``hub.crdt_streams.CrdtStreams`` decides; this moves bytes. A writer's frame is checked, its
-ops journaled through the runtime's ``GroupCommitWriter``, and only once the commit succeeded
-merged, fanned out to the stream's readers and echoed to the writer as its acknowledgement.
+``hub.crdt_streams.CrdtStreams`` decides; this moves bytes. A writer's frame is checked, the
+storage rules asked (the one commit path, ``store.commit_path``: nothing is merged while the
+journal cannot take it), its ops journaled, and only once the commit succeeded merged, fanned
+out to the stream's readers and echoed to the writer as its acknowledgement.
 What commits accepted goes out as one frame per stream and reader, at most once per
 ``FLUSH_GAP`` (a commit settles many writers' frames at once; one frame each would multiply
 the frames every reader's queue holds, and the socket writes, by the number of writers). A
-failed commit resets the writer's connection (``Runtime.after_commit``), so the writer, told
+failed commit resets the writer's connection (the commit path's answer), so the writer, told
 nothing, resends on reconnect. Every frame goes out through ``Hub.send_lossless``: a reader
 whose queue is full is reset rather than silently missing an op, and catches up from the whole
 state it gets on reconnect.
@@ -27,7 +28,6 @@ from octosync.errors import (
     LimitExceeded,
     OctosyncError,
     Overloaded,
-    StorageError,
 )
 from octosync.hub import Hub
 from octosync.hub.crdt_streams import Accepted, Audience, Checked, CrdtStreams
@@ -35,15 +35,10 @@ from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
 from octosync.server.gap_flush import GapFlush
 from octosync.server.plane_parking import Parking
-from octosync.store.records import EncodedRecord, PlaneOps, encode_record
+from octosync.store.commit_path import Ask, Commit, CommitPath
+from octosync.store.records import PlaneOps, encode_record
 
 log = logging.getLogger(__name__)
-
-
-class JournalRoom(Protocol):
-    """The journal writer, as far as the plane asks it (``store.journal.GroupCommitWriter``)."""
-
-    def has_room(self) -> bool: ...
 
 
 class PlaneReplicator(Protocol):
@@ -77,18 +72,14 @@ class PlaneHolder(Protocol):
 
 
 class PlaneHost(Protocol):
-    """What the plane uses of the server (``server.runtime.Runtime``): the hub, the journal
-    and its commit-then-callback, and a way to reset a connection."""
+    """What the plane uses of the server (``server.runtime.Runtime``): the hub, the commit
+    path, and a way to reset a connection."""
 
     @property
     def hub(self) -> Hub: ...
 
     @property
-    def writer(self) -> JournalRoom | None: ...
-
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None: ...
+    def commits(self) -> CommitPath: ...
 
     def fault(self, conn: int, err: OctosyncError) -> None: ...
 
@@ -109,6 +100,10 @@ FLUSH_GAP = 0.005
 """Seconds between two fan-outs of a plane at most: an idle server sends at once, a busy one
 puts many commits' ops into one frame per reader (each frame is a write to every reader's
 socket: under many writers, frames per second, not ops, are what costs)."""
+
+
+ASK = Ask(then="resend later")
+"""How the plane words a refusal of the storage rules."""
 
 
 JOIN_CHUNK = 1000
@@ -219,19 +214,18 @@ class Plane:
             self.send([conn], CrdtSync(ops=delta))
         if not checked.ops:
             return
-        writer = self.rt.writer
-        if writer is None:
+        commits = self.rt.commits
+        if not commits.journaled:
             self._stored(checked)
             return
-        if not writer.has_room():
-            raise StorageError("the journal writer is behind: its queue is full; resend later")
+        commits.refuse(ASK)
         try:
             record = encode_record(PlaneOps(checked.stream, checked.ops))
         except InvalidRecord as exc:
             raise LimitExceeded(
                 f"the ops cannot be journaled: {exc.message}", path=exc.path
             ) from exc
-        self.rt.after_commit(conn, [record], lambda: self._stored(checked))
+        commits.submit(Commit(conn, (record,), (lambda: self._stored(checked),)))
 
     def _stored(self, checked: Checked) -> None:
         """Journaled (when there is a journal); in a cluster, published next."""
@@ -257,13 +251,13 @@ class Plane:
                 due = self._due[stream] = _Due()
             due.fanout.extend(changed)
             self._flusher.soon()
-        journaled = self.journal_remote and self.rt.writer is not None
+        journaled = self.journal_remote and self.rt.commits.journaled
         if not journaled or not (changed or position is not None):
             return len(changed)
         at = position if self._positions_ok else None
-        try:
+        try:  # nobody waits for this commit: the cluster's stream holds the ops
             record = encode_record(PlaneOps(stream, tuple(changed), at))
-            self.rt.after_commit(0, [record], _nothing)
+            self.rt.commits.submit(Commit(0, (record,)))
         except OctosyncError as exc:
             if self._positions_ok:
                 log.warning("cluster: remote plane ops not journaled (%s); positions stop", exc)
@@ -326,7 +320,3 @@ class Plane:
                 continue
             if not hub.send_lossless(conn, data):
                 self.rt.fault(conn, Overloaded("this connection fell behind the plane; rejoin"))
-
-
-def _nothing() -> None:
-    """Nobody waits for the commit of ops other nodes accepted."""

@@ -22,6 +22,7 @@ from octosync.server.face_names import FaceName
 from octosync.server.plane import Plane
 from octosync.server.shared_blobs import ServerBlobs
 from octosync.signaling import SignalingHub
+from octosync.store.commit_path import CommitPath
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
 from octosync.topgun import Effects, Outbound, TopGunCore
@@ -138,16 +139,6 @@ class DataspacePort(Credentials, Delivery, Protocol):
         ...
 
 
-class JournalGate(Protocol):
-    """What a write asks the journal before it is applied (``store.journal``)."""
-
-    def check_writable(self) -> None:
-        """``JournalUnavailable`` while commits fail."""
-        ...
-
-    def has_room(self) -> bool: ...
-
-
 class Replicator(Protocol):
     """Stores TopGun op records in the cluster (``links.cluster_maps.MapsLink``)."""
 
@@ -171,8 +162,8 @@ class TopGunPort(Credentials, Delivery, Protocol):
     def topgun(self) -> TopGunCore: ...
 
     @property
-    def writer(self) -> JournalGate | None:
-        """The journal (None: no journal, nothing waits for a commit)."""
+    def commits(self) -> CommitPath:
+        """The one commit path: the storage rules, the journal, after-commit effects."""
         ...
 
     @property
@@ -181,12 +172,6 @@ class TopGunPort(Credentials, Delivery, Protocol):
     @property
     def insecure_dev(self) -> bool:
         """Token-less clients are admitted (``DEVICE_HELLO``); no ``AUTH_REQUIRED`` greeting."""
-        ...
-
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None:
-        """Journal ``records``; ``then`` on the loop once they are committed."""
         ...
 
     def deliver_all(self, out: Sequence[Outbound]) -> None:

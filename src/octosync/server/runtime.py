@@ -7,22 +7,21 @@ runtime implements for the hub faces, signaling and the dataspace, and ``TopGunF
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, cast
 
 from octosync.cluster.core import ClusterCore
-from octosync.errors import InternalError, OctosyncError
+from octosync.errors import OctosyncError
 from octosync.hub import Hub, HubConfig, OutboxLimits
 from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.policy import CLOSE_GOING_AWAY
 from octosync.hub.types import AcceptHook, InterestHook, Recorder, ReleaseHook
 from octosync.server.auth import ClaimGrants, authenticate
+from octosync.server.commit import Committer
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.face_names import FaceName
@@ -34,10 +33,11 @@ from octosync.server.shared_blobs import ServerBlobs
 from octosync.server.topgun_face import TopGunFace
 from octosync.server.view_encoders import view_encoders
 from octosync.signaling import SignalingHub
+from octosync.store.commit_path import Commit
 from octosync.store.dataspace_hook import dataspace_records
-from octosync.store.hub_hook import Prepared
-from octosync.store.journal import GroupCommitWriter, check_room
+from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import EncodedRecord
+from octosync.store.storage_rules import rules_for
 from octosync.syndicate import Relay
 from octosync.topgun import TopGunCore
 from octosync.topgun.core import SERVER_NODE
@@ -98,7 +98,14 @@ class Runtime:
         self.config = config
         self.ticks = tuple(ticks)
         self.writer = writer
-        """The journal's writer (TopGun ops are journaled through it); None: no journal."""
+        """The journal's writer; None: no journal. Faces write through ``commits``."""
+        self.commits = Committer(
+            writer,
+            () if writer is None else rules_for(writer, config.data_dir, config.storage),
+            self._fault,
+            self._durable_acks,
+        )
+        """The one commit path every face's writes take (``server.commit``)."""
         self.run = f"{time.time_ns() // 1_000_000:x}"
         """Names this server run in journaled connection names (``<run>.<connection>``)."""
         self.limits = config.limits()
@@ -142,11 +149,6 @@ class Runtime:
         self.plane = Plane(self, CrdtStreams(_wall_ms))
         """The multi-writer (CRDT plane) streams of the lazily face."""
         self.counters = Counters()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._commit_inbox: deque[
-            tuple[int, concurrent.futures.Future[list[int]], Callable[[], None]]
-        ] = deque()
-        self._commit_drain_due = False
         self.durable_listeners: dict[int, Callable[[object, int], None]] = {}
         """Producers that asked to learn how far their stream is journaled (``OutboxAck``):
         called on the loop with ``(stream, epoch)`` once per commit that reached further."""
@@ -157,8 +159,7 @@ class Runtime:
             self.hub,
             self.links,
             deliver=self.deliver,
-            after_commit=self.after_commit,
-            writer=writer,
+            commits=self.commits,
             auth=config.auth,
             insecure_dev=config.insecure_dev,
             max_frame=self.limits.max_frame_bytes,
@@ -194,21 +195,19 @@ class Runtime:
 
     def check_activity_room(self) -> None:
         """Before a dataspace turn: refuse it while the journal could not record what it does
-        (``JournalUnavailable``, or ``StorageError`` when the writer's queue is full)."""
-        writer = self.writer
-        if writer is not None:
-            check_room(writer)
+        (the storage rules: ``JournalUnavailable``, a full queue, ...)."""
+        self.commits.refuse()
 
     def record_activity(self) -> None:
         """Queue what the dataspaces took since the last call to the journal (not waited for);
         a close's retractions cannot be refused, so a full queue loses those notes only."""
-        relay, writer = self._relay, self.writer
-        if relay is None or writer is None:
+        relay = self._relay
+        if relay is None or not self.commits.journaled:
             return
         taken = relay.take_activity()
         if taken:
             try:
-                writer.submit_encoded(dataspace_records(taken, self.run), block=False)
+                self.commits.submit(Commit(0, dataspace_records(taken, self.run)))
             except OctosyncError as exc:
                 log.warning("dataspace activity not journaled: %s", exc)
 
@@ -286,59 +285,19 @@ class Runtime:
         self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
     ) -> None:
         """Journal ``records`` and call ``then`` on the loop once they, and everything queued
-        before them, are committed (an empty list is a barrier). Submitted at once, so the
-        writer thread commits while the loop goes on (it groups whatever queued meanwhile). A
-        failed commit resets the connection: what it was told nothing about, it resends.
+        before them, are committed (an empty list is a barrier); a failed commit resets
+        ``conn``. The commit path's ``submit`` (``server.commit``), for the cluster's links."""
+        self.commits.submit(Commit(conn, records, (then,)))
 
-        Commits come back through one inbox: the writer thread wakes the loop once for all
-        the submissions one commit settles, not once each (a wake-up is a syscall and a loop
-        turn, and each turn flushes a smaller fan-out)."""
-        assert self.writer is not None
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        future = self.writer.submit_encoded(records, block=False)
-        future.add_done_callback(lambda f: self._committed(conn, f, then))
+    def frame_durable(self, conn: int, stream: object, epoch: int) -> None:
+        """A producer's frame is committed: its durability ack goes out after this drain."""
+        due = self._durable_due.get(conn)
+        if due is None or due[1] < epoch:
+            self._durable_due[conn] = (stream, epoch)
 
-    def watch_frame(self, future: concurrent.futures.Future[list[int]], frame: Prepared) -> None:
-        """A producer's frame was queued for the journal: tell the producer once it is
-        committed (if it asked), reset it if the commit failed."""
-        conn, stream, epoch = int(frame.conn), frame.stream, frame.epoch
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-
-        def durable() -> None:
-            due = self._durable_due.get(conn)
-            if due is None or due[1] < epoch:
-                self._durable_due[conn] = (stream, epoch)
-
-        future.add_done_callback(lambda f: self._committed(conn, f, durable))
-
-    def _committed(
-        self, conn: int, f: concurrent.futures.Future[list[int]], then: Callable[[], None]
-    ) -> None:
-        """On the writer thread: queue the outcome; wake the loop unless a wake-up is due."""
-        self._commit_inbox.append((conn, f, then))
-        if not self._commit_drain_due:
-            self._commit_drain_due = True
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._drain_commits)
-
-    def _drain_commits(self) -> None:
-        """On the loop, in commit order: each committed submission's ``then``, or a reset of
-        its connection when the commit failed. (The flag drops before the inbox is read, so
-        an outcome queued meanwhile is read now or wakes the loop again.)"""
-        self._commit_drain_due = False
-        inbox = self._commit_inbox
-        while inbox:
-            conn, f, then = inbox.popleft()
-            exc = f.exception()
-            if exc is None:
-                then()
-            elif isinstance(exc, OctosyncError):
-                self._fault(conn, exc)
-            else:
-                self._fault(conn, InternalError(f"journal commit failed: {exc}"))
-        if self._durable_due:  # one durability ack per producer per drain, the furthest
+    def _durable_acks(self) -> None:
+        """After each drain of commits: one durability ack per producer, the furthest."""
+        if self._durable_due:
             due, self._durable_due = self._durable_due, {}
             for conn, (stream, epoch) in due.items():
                 listener = self.durable_listeners.get(conn)

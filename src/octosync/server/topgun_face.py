@@ -6,7 +6,7 @@ message shared by several connections that negotiated permessage-deflate is comp
 for all of them (``server_no_context_takeover``: each compressed message stands alone). The
 face implements ``server.ports.TopGunPort`` for its sessions and ``links.cluster_maps.MapsHost``
 for the cluster's maps link; it writes through the runtime's ``deliver`` and journals through
-its ``after_commit``.
+the one commit path (``server.topgun_effects.carry_out``, ``store.commit_path``).
 
 Search indexing runs on the face's indexer thread: written keys wait in the core's index feed
 (coalesced per key), and one batch at a time, at most once per commit gap, goes to
@@ -34,9 +34,9 @@ from octosync.refresh.device_tokens import SECRET_BYTES, Binding, Minted, mint
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate
 from octosync.server.gap_flush import GapFlush
 from octosync.server.ports import LiveConnection, Replicator
+from octosync.server.topgun_effects import carry_out
+from octosync.store.commit_path import CommitPath
 from octosync.store.device_credentials import DeviceCredentials
-from octosync.store.journal import GroupCommitWriter
-from octosync.store.records import EncodedRecord
 from octosync.topgun import Effects, Outbound, TopGunCore
 from octosync.topgun.index_feed import IndexBatch
 from octosync.topgun.indexer import Indexed
@@ -58,7 +58,6 @@ writes are cheaper than copying the payload behind its header (a writer's events
 leave out its own, go to it alone)."""
 
 Deliver = Callable[..., None]
-Commit = Callable[[int, Sequence[EncodedRecord], Callable[[], None]], None]
 
 
 class TopGunFace:
@@ -71,8 +70,7 @@ class TopGunFace:
         links: Mapping[int, LiveConnection],
         *,
         deliver: Deliver,
-        after_commit: Commit,
-        writer: GroupCommitWriter | None,
+        commits: CommitPath,
         auth: AuthConfig,
         insecure_dev: bool,
         max_frame: int,
@@ -82,9 +80,8 @@ class TopGunFace:
         self._hub = hub
         self.links = links
         self._deliver = deliver
-        self._after_commit = after_commit
-        self.writer = writer
-        """The journal's writer (TopGun ops are journaled through it); None: no journal."""
+        self.commits = commits
+        """The one commit path (the storage rules, the journal, after-commit effects)."""
         self._auth = auth
         self.insecure_dev = insecure_dev
         self.max_frame = max_frame
@@ -109,11 +106,6 @@ class TopGunFace:
 
     def deliver(self, conn: int, *data: bytes) -> None:
         self._deliver(conn, *data)
-
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None:
-        self._after_commit(conn, records, then)
 
     def deliver_all(self, out: Sequence[Outbound]) -> None:
         """TopGun messages for other connections: framed once and written to each target. A
@@ -282,18 +274,8 @@ class TopGunFace:
     def apply(self, fx: Effects) -> None:
         """TopGun effects that no session sends (lock expiry, a disconnect, the GC): ``out``
         now, ``durable`` once ``records`` are committed."""
-        self.deliver_all(fx.out)
-        self.publish_map_frames(fx.frames)
-        for job in fx.offload:
-            self.offload(job)
-        if fx.replicate and self.replicator is not None:
-            self.replicator.replicate(0, fx.replicate, None)
-        if self.writer is None or not (fx.records or fx.durable):
-            self.deliver_all(fx.durable)
-            return
-        durable = list(fx.durable)
         try:
-            self.after_commit(0, fx.records, lambda: self.deliver_all(durable))
+            carry_out(self, 0, fx, None)
         except OctosyncError as err:  # the writer is full: these grants time out client-side
             log.warning("TopGun effects not journaled, not sent: %s", err)
 

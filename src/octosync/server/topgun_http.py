@@ -5,8 +5,8 @@ One MsgPack request, one MsgPack response (``topgun.http_sync``). The token come
 ``--insecure-dev``). The request's ops go through the same write path as a WebSocket's: the
 records are journaled, other connections get the events, and the response waits for the
 commit when a write concern asks for ``PERSISTED`` (or for the cluster for ``REPLICATED``).
-A request the server cannot read gets 400, a bad token 401, a full journal writer 503, each
-with the reason in ``errors``.
+A request the server cannot read gets 400, a bad token 401, a storage rule's refusal (a full
+journal writer, ...) or a failed commit 503, each with the reason in ``errors``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,17 @@ from octosync.crdt.sync_messages import WireTimestamp
 from octosync.errors import AuthError, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import authenticate, bearer_token
 from octosync.server.runtime import Runtime
-from octosync.store.journal import check_room
-from octosync.topgun import Effects, Outbound, http_sync
+from octosync.server.topgun_effects import Release, carry_out
+from octosync.store.commit_path import Ask
+from octosync.topgun import Effects, http_sync
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_http as th
 
 PATH = "/topgun/sync"
 COMMIT_WAIT = 10.0
 """Seconds a ``PERSISTED``/``REPLICATED`` answer waits for its commit before a 503."""
+ASK = Ask(Overloaded, "send the ops again")
+"""The storage rules' refusals on this face: 503, the ops to be sent again."""
 
 
 def handler(rt: Runtime) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -72,9 +75,7 @@ async def _sync(rt: Runtime, request: web.Request) -> web.Response:
         replies: list[tg.Message] = []
         batch = http_sync.op_batch(req)
         if batch is not None:
-            if rt.writer is not None:
-                # JournalUnavailable, or a full queue: nothing applied, nothing acked
-                check_room(rt.writer, Overloaded, "send the ops again")
+            rt.commits.refuse(ASK)  # the storage rules: nothing applied, nothing acked
             replies = await _write(rt, conn, core.handle(conn, batch))
         response = http_sync.answer(core, conn, identity, req, replies)
     finally:
@@ -82,41 +83,42 @@ async def _sync(rt: Runtime, request: web.Request) -> web.Response:
     return web.Response(body=th.encode_response(response), content_type="application/x-msgpack")
 
 
+class _Answer:
+    """``topgun_effects.Own`` for one request: its replies, the held ones once released, or
+    the commit's failure (answered 503 at once)."""
+
+    def __init__(self) -> None:
+        self.replies: list[bytes] = []
+        self.due: asyncio.Future[list[bytes]] | None = None
+
+    def now(self, data: list[bytes]) -> None:
+        self.replies.extend(data)
+
+    def hold(self) -> Release:
+        due = self.due = asyncio.get_running_loop().create_future()
+
+        def release(data: list[bytes]) -> None:
+            if not due.done():
+                due.set_result(data)
+
+        return release
+
+    def failed(self, err: OctosyncError) -> None:
+        if self.due is not None and not self.due.done():
+            self.due.set_exception(
+                Overloaded(f"the write was not committed ({err.message}); send the ops again")
+            )
+
+
 async def _write(rt: Runtime, conn: int, fx: Effects) -> list[tg.Message]:
-    """Apply a batch's effects as a session does; the replies meant for this request, once
-    what they wait for is done."""
-    face = rt.topgun_face
-    mine = [ob for ob in fx.out if ob.targets == (conn,)]
-    face.deliver_all([ob for ob in fx.out if ob.targets != (conn,)])
-    face.flush_soon()
-    if fx.frames:
-        face.publish_map_frames(fx.frames)
-    loop = asyncio.get_running_loop()
-    waits: list[asyncio.Future[None]] = []
-    if rt.writer is not None and (fx.records or fx.durable):
-        committed: asyncio.Future[None] = loop.create_future()
-        rt.after_commit(conn, fx.records, lambda: _done(committed))
-        if fx.durable:
-            waits.append(committed)
-    replicator = face.replicator if fx.replicate or fx.replicated else None
-    if replicator is not None:
-        stored: asyncio.Future[None] = loop.create_future()
-        replicator.replicate(conn, fx.replicate, lambda: _done(stored))
-        if fx.replicated or fx.durable:
-            waits.append(stored)
-    held: list[Outbound] = [*fx.durable, *fx.replicated]
-    if waits:
+    """Carry out a batch's effects as a session does; the replies meant for this request,
+    once what they wait for is done."""
+    answer = _Answer()
+    carry_out(rt.topgun_face, conn, fx, answer)
+    replies = answer.replies
+    if answer.due is not None:
         try:
-            await asyncio.wait_for(asyncio.gather(*waits), COMMIT_WAIT)
+            replies = replies + await asyncio.wait_for(answer.due, COMMIT_WAIT)
         except TimeoutError:
             raise Overloaded("the write was not committed in time; send the ops again") from None
-    elif held:
-        mine.extend(held)  # nothing to wait for here (no journal, no cluster)
-        held = []
-    mine.extend(ob for ob in held if ob.targets == (conn,))
-    return [tg.decode(ob.data) for ob in mine]
-
-
-def _done(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+    return [tg.decode(data) for data in replies]

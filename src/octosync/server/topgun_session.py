@@ -35,8 +35,9 @@ from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.ports import TopGunPort
-from octosync.store.journal import check_room
-from octosync.topgun import Effects, Outbound, replies
+from octosync.server.topgun_effects import Release, carry_out
+from octosync.store.commit_path import Ask, Failed
+from octosync.topgun import replies
 from octosync.wire import topgun as tg
 from octosync.wire.websocket import ws_frame
 
@@ -56,6 +57,10 @@ LIFECYCLE: dict[tuple[State, str], State] = {
 _WRITES = (tg.OpBatch, tg.ClientOpMessage)
 _JOURNALED = (*_WRITES, tg.ORMapPushDiff, tg.CounterSync, tg.LockRequest)
 """Messages whose effects may need the journal: refused up front while it cannot commit."""
+WRITE = Ask(Overloaded, "reconnect and resend")
+JOURNALED = Ask(Overloaded, "reconnect and resend", room=False)
+"""How the storage rules' refusals read on this face: writes take a place in the writer's
+queue; other journaled messages ask only the journal's health (and any rule of the disk)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +123,10 @@ class TopGunSession:
             self._batch(message)
             return
         rt = self.rt
-        if rt.writer is not None and isinstance(message, _JOURNALED):
-            # JournalUnavailable (or a full queue, for writes): nothing applied, nothing acked
-            if isinstance(message, _WRITES):
-                check_room(rt.writer, Overloaded, "reconnect and resend")
-            else:
-                rt.writer.check_writable()
-        self._apply(rt.topgun.handle(self.conn, message))
+        if isinstance(message, _JOURNALED):
+            # the storage rules refuse up front: nothing applied, nothing acked
+            rt.commits.refuse(WRITE if isinstance(message, _WRITES) else JOURNALED)
+        carry_out(rt, self.conn, rt.topgun.handle(self.conn, message), self)
 
     def _batch(self, batch: tg.Batch) -> None:
         """Each inner message of a ``BATCH``, in order, as if it came in a frame of its own
@@ -201,57 +203,25 @@ class TopGunSession:
         self.rt.topgun.connect(self.conn, identity)
         self.life.move("auth")
 
-    def _apply(self, fx: Effects) -> None:
-        self._send_now(fx.out)
-        for job in fx.offload:
-            self.rt.offload(job)
-        self.rt.flush_soon()
-        if fx.frames:
-            self.rt.publish_map_frames(fx.frames)
-        rt = self.rt
-        journal = rt.writer is not None and bool(fx.records or fx.durable)
-        replicator = rt.replicator if fx.replicate or fx.replicated else None
-        # What waits for the cluster: REPLICATED acks, and durable acks of a batch it stores.
-        wait_replica = replicator is not None and bool(
-            fx.replicated or (fx.durable and fx.replicate)
-        )
-        if not (fx.durable or wait_replica):
-            self._send_now(fx.replicated)  # no cluster here: nothing to wait for
-            if journal:
-                rt.after_commit(self.conn, fx.records, _nothing)
-            if replicator is not None:
-                replicator.replicate(self.conn, fx.replicate, None)
-            return
-        # Acks that wait: for the commit (durable), for the cluster (replicated; a durable
-        # ack in a cluster waits for both). The slot goes out when every wait is over.
-        waits = [int(bool(fx.durable)) + int(wait_replica)]
-        held = [*fx.durable, *fx.replicated]
+    def now(self, data: list[bytes]) -> None:
+        """``Own``: replies due now, behind any reply still held."""
+        for reply in data:
+            self._reply(reply)
+
+    def hold(self) -> Release:
+        """``Own``: a place in the reply queue for acks that wait (a commit, the cluster)."""
         slot: tuple[list[bool], list[bytes]] = ([False], [])
-        mine = (self.conn,)
-        slot[1].extend(ws_frame(ob.data, text=False) for ob in held if ob.targets == mine)
-        theirs = [ob for ob in held if ob.targets != mine]
         self._held.append(slot)
 
-        def one_done() -> None:
-            waits[0] -= 1
-            if waits[0] == 0:
-                slot[0][0] = True
-                self._release()
-                rt.deliver_all(theirs)
+        def release(data: list[bytes]) -> None:
+            slot[1][0:0] = [ws_frame(d, text=False) for d in data]
+            slot[0][0] = True
+            self._release()
 
-        if journal:
-            rt.after_commit(self.conn, fx.records, one_done if fx.durable else _nothing)
-        if replicator is not None:
-            replicator.replicate(self.conn, fx.replicate, one_done if wait_replica else None)
+        return release
 
-    def _send_now(self, out: list[Outbound]) -> None:
-        others = []
-        for ob in out:
-            if ob.targets == (self.conn,):
-                self._reply(ob.data)
-            else:
-                others.append(ob)
-        self.rt.deliver_all(others)
+    failed: Failed | None = None
+    """``Own``: a failed commit resets the connection (told nothing, the client resends)."""
 
     def _reply(self, data: bytes) -> None:
         frame = ws_frame(data, text=False)
@@ -284,7 +254,3 @@ class TopGunSession:
     def close(self) -> None:
         self.life.move("close")
         self.rt.apply(self.rt.topgun.disconnect(self.conn))
-
-
-def _nothing() -> None:
-    """Nothing waits for this commit (acks below ``PERSISTED`` went out already)."""

@@ -8,7 +8,7 @@ columns are written down once. Every row starts with the record's journal ``seq`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -23,11 +23,15 @@ from octosync.store.records import (
     KIND_DATASPACE,
     KIND_FRAME,
     KIND_OP,
+    KIND_PLANE,
+    KIND_YJS,
     ChainEventSeen,
     ChainStateSeen,
     DataspaceEvent,
+    PlaneOps,
     Record,
     StreamFrame,
+    YjsUpdate,
     decode_record,
 )
 
@@ -90,6 +94,26 @@ DATASPACE_SCHEMA: Final = pa.schema(
 )
 
 
+PLANE_SCHEMA: Final = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("stream", pa.string()),
+        ("node", pa.int64()),
+        ("key", pa.string()),
+        ("wall_time", pa.int64()),
+        ("logical", pa.int64()),
+        ("peer", pa.int64()),
+        ("state", pa.binary()),
+        ("position", pa.int64()),
+        ("recorded_ms", pa.int64()),
+    ]
+)
+"""One row per op of a shared document's ``PlaneOps`` record: the entry (``node``, ``key``;
+null key: none), its stamp (``wall_time``, ``logical``, ``peer``: the writing replica) and its
+state bytes (JSON for the kinds of ``crdt.shared``). A compaction's record repeats ops that
+were exported before, so a job counts distinct ops."""
+
+
 def frame_row(row: RawRow, rec: StreamFrame) -> dict[str, Any]:
     return {
         "seq": row.seq,
@@ -148,8 +172,53 @@ def dataspace_row(row: RawRow, rec: DataspaceEvent) -> dict[str, Any]:
     }
 
 
+def plane_rows(row: RawRow, rec: PlaneOps) -> list[dict[str, Any]]:
+    return [
+        {
+            "seq": row.seq,
+            "stream": rec.stream,
+            "node": op.slot_id,
+            "key": op.key,
+            "wall_time": op.stamp.wall_time,
+            "logical": op.stamp.logical,
+            "peer": op.stamp.peer,
+            "state": op.state,
+            "position": rec.position,
+            "recorded_ms": row.recorded_ms,
+        }
+        for op in rec.ops
+    ]
+
+
+YJS_UPDATES_SCHEMA: Final = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("document", pa.string()),
+        ("update", pa.binary()),
+        ("writer", pa.string()),
+        ("recorded_ms", pa.int64()),
+    ]
+)
+"""A Yjs update the ``/yjs`` face journaled, as its writer sent it (``writer`` is null on a
+compacted record: the merge of many writers' updates)."""
+
+
+def yjs_update_row(row: RawRow, rec: YjsUpdate) -> dict[str, Any]:
+    return {
+        "seq": row.seq,
+        "document": rec.document,
+        "update": rec.update,
+        "writer": rec.writer,
+        "recorded_ms": row.recorded_ms,
+    }
+
+
 def _op_row(row: RawRow, rec: OpRecord) -> dict[str, Any]:
     return op_row(rec, row.seq, row.recorded_ms)
+
+
+def _one(row: Callable[[RawRow, Any], dict[str, Any]]) -> Callable[[RawRow, Any], list[Any]]:
+    return lambda raw, rec: [row(raw, rec)]
 
 
 class Dataset(NamedTuple):
@@ -158,19 +227,22 @@ class Dataset(NamedTuple):
     kind: str
     """The journal's record kind."""
     schema: pa.Schema
-    row: Callable[[RawRow, Any], dict[str, Any]]
+    rows: Callable[[RawRow, Any], Iterable[dict[str, Any]]]
+    """A record's rows (one, or one per op for a batch of ops)."""
 
 
 DATASETS: Final = (
-    Dataset("ops", KIND_OP, OPS_SCHEMA, _op_row),
-    Dataset("frames", KIND_FRAME, FRAMES_SCHEMA, frame_row),
-    Dataset("chain_events", KIND_CHAIN_EVENT, CHAIN_EVENTS_SCHEMA, chain_event_row),
-    Dataset("chain_states", KIND_CHAIN_STATE, CHAIN_STATES_SCHEMA, chain_state_row),
-    Dataset("dataspace", KIND_DATASPACE, DATASPACE_SCHEMA, dataspace_row),
+    Dataset("ops", KIND_OP, OPS_SCHEMA, _one(_op_row)),
+    Dataset("frames", KIND_FRAME, FRAMES_SCHEMA, _one(frame_row)),
+    Dataset("chain_events", KIND_CHAIN_EVENT, CHAIN_EVENTS_SCHEMA, _one(chain_event_row)),
+    Dataset("chain_states", KIND_CHAIN_STATE, CHAIN_STATES_SCHEMA, _one(chain_state_row)),
+    Dataset("dataspace", KIND_DATASPACE, DATASPACE_SCHEMA, _one(dataspace_row)),
+    Dataset("plane", KIND_PLANE, PLANE_SCHEMA, plane_rows),
+    Dataset("yjs_updates", KIND_YJS, YJS_UPDATES_SCHEMA, _one(yjs_update_row)),
 )
 BY_NAME: Final = {d.name: d for d in DATASETS}
 BY_KIND: Final = {d.kind: d for d in DATASETS}
-"""Drops and plane records have no dataset: recovery reads them, the pipeline does not."""
+"""Drops have no dataset: recovery reads them, the pipeline does not."""
 
 
 _OPS: Final = msgspec.msgpack.Decoder(list[OpRecord])
@@ -212,9 +284,9 @@ def record_batch(dataset: Dataset, raw: Sequence[RawRow]) -> pa.RecordBatch:
 
 def rows_of(dataset: Dataset, raw: Sequence[RawRow]) -> list[dict[str, Any]]:
     """The rows of ``dataset`` among ``raw`` (other kinds are skipped)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for row in raw:
         if row.kind == dataset.kind:
             rec: Record = decode_record(row.kind, row.body, seq=row.seq)
-            out.append(dataset.row(row, rec))
+            out.extend(dataset.rows(row, rec))
     return out

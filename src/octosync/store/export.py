@@ -4,7 +4,7 @@ Layout under ``DIR``::
 
     ops/hour=2026-01-01T00/part-00000000000000000001.parquet
     frames/hour=2026-01-01T00/part-00000000000000000001.parquet
-    chain_events/ chain_states/ dataspace/   (the same layout; ``store.datasets``)
+    chain_events/ chain_states/ dataspace/ plane/   (the same layout; ``store.datasets``)
     _watermark.json                      {"seq": <last exported seq>}
 
 Records are read in chunks of seqs after the watermark; each chunk is written as one file per
@@ -50,6 +50,7 @@ FRAMES_DIR: Final = "frames"
 CHAIN_EVENTS_DIR: Final = "chain_events"
 CHAIN_STATES_DIR: Final = "chain_states"
 DATASPACE_DIR: Final = "dataspace"
+PLANE_DIR: Final = "plane"
 
 
 class ExportResult(msgspec.Struct, frozen=True):

@@ -7,21 +7,25 @@ A frame that carries the producer's own bytes (``Sent``: every lazily frame from
 journalled as those bytes with their dialect; ``encode`` serves the rest (``body_bytes`` by
 default: a WVP frame as its canonical CBOR, ``wvp.encode_frame``, which splices the producer's
 raw graph and ops; a frame built in-process as MsgPack). ``serve`` wires a ``JournalRecorder``
-into the hub.
+into the hub, on the server's commit path (``store.commit_path``): the storage rules refuse a
+frame before the hub changes anything, and a producer learns its frame is durable (or is reset
+when its commit failed) through the path's after-commit effects.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 import msgspec
 
 from octosync.errors import InvalidRecord
-from octosync.hub.model import DiffFrame, SnapshotFrame
-from octosync.store.journal import GroupCommitWriter, check_room
+from octosync.hub.model import DiffFrame, Frame, SnapshotFrame
+from octosync.hub.types import ConnId, StreamId
+from octosync.store.commit_path import Commit, CommitPath
+from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import (
     EncodedRecord,
     FrameCodec,
@@ -29,6 +33,7 @@ from octosync.store.records import (
     StreamFrame,
     encode_record,
 )
+from octosync.store.storage_rules import DirectPath
 from octosync.wire import wvp
 
 Encode = Callable[[Any], bytes]
@@ -70,68 +75,76 @@ class Prepared(msgspec.Struct, frozen=True):
     """A record ready to queue, with what its commit tells the producer."""
 
     record: EncodedRecord
-    conn: Any = None
+    conn: ConnId | None = None
     """The producer's connection (None: the hub's own record, a drop)."""
-    stream: Any = None
+    stream: StreamId | None = None
     epoch: int = 0
 
 
-Watch = Callable[[concurrent.futures.Future[list[int]], Prepared], None]
-"""Told of each queued frame's commit future (the server: durability acks, or a reset of the
-producer whose frame could not be written)."""
+Durable = Callable[[ConnId, StreamId, int], None]
+"""``(conn, stream, epoch)``: a producer's frame is committed (the server's durability acks);
+a failed commit resets the producer instead (the commit path's default answer)."""
 
 
 class JournalRecorder:
     """The hub's recorder: each frame is encoded and validated *before* the hub changes state.
 
-    ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store,
-    ``JournalUnavailable`` while commits fail, or ``StorageError`` when the writer's queue is
-    full (the hub refuses the frame, unchanged: the event loop never waits for the disk);
-    ``commit`` queues the prepared record once the hub has accepted the frame and hands its
-    future to ``watch``. Each record names its producer as ``<run>.<connection id>``:
+    ``prepare`` raises ``InvalidRecord`` for a frame the journal cannot store, or the first
+    storage rule's refusal (``JournalUnavailable`` while commits fail, ``StorageError`` when
+    the writer's queue is full: the hub refuses the frame, unchanged, and the event loop never
+    waits for the disk); ``commit`` submits the prepared record once the hub has accepted the
+    frame, with ``durable`` as its after-commit effect. Each record names its producer as
+    ``<run>.<connection id>``:
     connection ids restart with every server run, so ``run`` (by default the start time in
     milliseconds, hex) keeps two runs' producers apart.
     """
 
     def __init__(
         self,
-        writer: GroupCommitWriter,
+        path: CommitPath,
         encode: Encode = body_bytes,
         run: str | None = None,
-        watch: Watch | None = None,
+        durable: Durable | None = None,
     ):
-        self.writer = writer
+        self.path = path
         self.encode = encode
         self.run = run if run is not None else f"{time.time_ns() // 1_000_000:x}"
-        self.watch = watch
+        self.durable = durable
 
-    def prepare(self, stream: Any, conn: Any, frame: Any) -> Prepared:
-        check_room(self.writer)
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> Prepared:
+        self.path.refuse()
         try:
-            record = frame_record(stream, frame, self.encode, f"{self.run}.{conn}")
+            record = frame_record(str(stream), frame, self.encode, f"{self.run}.{conn}")
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidRecord(
                 f"the frame's body cannot be stored: {exc}", path="payload"
             ) from exc
         return Prepared(encode_record(record), conn, stream, record.epoch)
 
-    def prepare_drop(self, stream: Any) -> Prepared:
+    def prepare_drop(self, stream: StreamId) -> Prepared:
         """The record that the hub dropped ``stream``'s state; ``StorageError`` when the
         writer cannot take it now (the hub keeps the state and tries again later)."""
-        check_room(self.writer)
+        self.path.refuse()
         return Prepared(encode_record(StreamDropped(str(stream))))
 
-    def commit(self, prepared: Prepared) -> None:
-        future = self.writer.submit_encoded([prepared.record], block=False)
-        if self.watch is not None and prepared.conn is not None:
-            self.watch(future, prepared)
+    def commit(self, prepared: object) -> None:
+        if not isinstance(prepared, Prepared):
+            raise TypeError(f"not this recorder's prepared record: {type(prepared).__name__}")
+        conn, durable = prepared.conn, self.durable
+        if conn is None:  # the hub's own record: nobody to tell or reset
+            self.path.submit(Commit(0, (prepared.record,)))
+        elif durable is None:
+            self.path.submit(Commit(conn, (prepared.record,)))
+        else:
+            after = partial(durable, conn, prepared.stream, prepared.epoch)
+            self.path.submit(Commit(conn, (prepared.record,), (after,)))
 
 
 def journal_hook(
     writer: GroupCommitWriter, encode: Encode = body_bytes
 ) -> Callable[[Any, Any, Any], None]:
     """``on_accept(stream, conn, frame)`` that queues each accepted frame for the journal."""
-    recorder = JournalRecorder(writer, encode)
+    recorder = JournalRecorder(DirectPath(writer), encode)
 
     def on_accept(stream: Any, conn: Any, frame: Any) -> None:
         recorder.commit(recorder.prepare(stream, conn, frame))

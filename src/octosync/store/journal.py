@@ -59,17 +59,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 import msgspec
 
 from octosync.crdt.op import OpRecord
-from octosync.errors import JournalUnavailable, OctosyncError, StorageError, TrimRefused
+from octosync.errors import JournalUnavailable, StorageError, TrimRefused
 from octosync.store.records import (
     KIND_DROP,
     KIND_FRAME,
     KIND_OP,
     KIND_PLANE,
+    KIND_YJS,
     EncodedRecord,
     Record,
     StreamCheckpoint,
@@ -555,9 +556,9 @@ class Journal:
                     conn.execute("BEGIN IMMEDIATE")
                     cur = conn.execute(
                         "DELETE FROM journal WHERE seq IN "
-                        "(SELECT seq FROM journal WHERE seq < ? AND kind != ? "
+                        "(SELECT seq FROM journal WHERE seq < ? AND kind NOT IN (?, ?) "
                         "AND (kind != ? OR seq < ?) ORDER BY seq LIMIT ?)",
-                        (before, KIND_PLANE, KIND_OP, ops_cut, _TRIM_CHUNK),
+                        (before, KIND_PLANE, KIND_YJS, KIND_OP, ops_cut, _TRIM_CHUNK),
                     )
                     count = cur.rowcount
                     deleted += count
@@ -614,23 +615,6 @@ _STOP: Final = object()
 RETRY_FIRST = 0.05
 RETRY_MAX = 1.0
 """Seconds between attempts to write the records of a failed commit (doubling up to this)."""
-
-
-class Gate(Protocol):
-    """What work asks of a writer before it changes state (``GroupCommitWriter``)."""
-
-    def check_writable(self) -> None: ...
-
-    def has_room(self) -> bool: ...
-
-
-def check_room(gate: Gate, full: type[OctosyncError] = StorageError, then: str = "") -> None:
-    """Before work whose records will be submitted: ``JournalUnavailable`` while commits fail,
-    ``full`` (saying ``then``: what the client should do) while the writer's queue is full."""
-    gate.check_writable()
-    if not gate.has_room():
-        said = f"; {then}" if then else ""
-        raise full(f"the journal writer is behind: its queue is full{said}")
 
 
 class GroupCommitWriter:

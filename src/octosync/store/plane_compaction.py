@@ -6,8 +6,9 @@ commutative, and each entry's winning op is all a replica keeps, so a stream's r
 some seq can be replaced by the entries they merge to, in chunks, in one transaction: a restart
 merges the replacement and any later records to the same state. Nothing is lost that a replica
 would hold; what goes is the record of ops that later ops overwrote (the journal's history of
-a document is its state, not its edits). Plane records are not exported to Parquet, so the
-pipeline loses nothing either.
+a document is its state, not its edits). The maintenance round exports plane records (the
+``plane`` dataset) before it compacts them, so the pipeline still sees every edit; the
+replacement records are exported again and counted once (a job takes distinct ops).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ def plane_records(journal: Journal, stream: str, through: int) -> Iterator[Plane
         yield record
 
 
-def compact_stream(journal: Journal, stream: str) -> int:
-    """Replace one stream's plane records by the entries they merge to; returns how many
-    records went (blocking: run it in a thread)."""
-    through = journal.latest_seq()
+def compact_stream(journal: Journal, stream: str, through: int | None = None) -> int:
+    """Replace one stream's plane records with ``seq <= through`` (None: every one) by the
+    entries they merge to; returns how many records went (blocking: run it in a thread)."""
+    through = journal.latest_seq() if through is None else through
     replica = PlaneReplica(max_entries=2**62)  # the journal held it: no limit applies here
     position: int | None = None  # in a cluster: how far the op stream is merged (kept)
     for record in plane_records(journal, stream, through):
@@ -57,12 +58,13 @@ def compact_stream(journal: Journal, stream: str) -> int:
     return journal.replace_scoped(KIND_PLANE, stream, through, encoded)
 
 
-def compact_planes(journal: Journal, *, min_records: int) -> int:
+def compact_planes(journal: Journal, *, min_records: int, through: int | None = None) -> int:
     """Compact every stream with at least ``min_records`` plane records (and more records
-    than its compacted form needs); returns how many records went in all."""
+    than its compacted form needs), up to seq ``through`` (the export's watermark, so no edit
+    goes before it is exported; None: every record); returns how many records went in all."""
     removed = 0
     for stream in journal.scopes(KIND_PLANE):
         count = journal.count_scoped(KIND_PLANE, stream)
         if count >= min_records:
-            removed += compact_stream(journal, stream)
+            removed += compact_stream(journal, stream, through)
     return removed

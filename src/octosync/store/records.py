@@ -73,6 +73,19 @@ class PlaneOps(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     position: int | None = None
 
 
+class YjsUpdate(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A Yjs update the ``/yjs`` face accepted on ``document`` (journaled before it is applied,
+    fanned out or confirmed). Yjs updates commute and apply idempotently, so a restart applies
+    every record of a document in any order; they are never trimmed (each may be the only copy
+    of its edits), only compacted: a document's records replaced by one merged update
+    (``store.yjs_compaction``). ``writer``: the connection, ``<server run>.<connection>``
+    (none on a compacted record)."""
+
+    document: StreamId
+    update: bytes
+    writer: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+
+
 ChainName = Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9_-]{1,64}$")]
 Connection = Annotated[str, msgspec.Meta(max_length=64)]
 Sequencer = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -132,6 +145,7 @@ Record = (
     | ChainEventSeen
     | ChainStateSeen
     | DataspaceEvent
+    | YjsUpdate
 )
 
 KIND_OP: Final = "op"
@@ -141,6 +155,7 @@ KIND_PLANE: Final = "plane"
 KIND_CHAIN_EVENT: Final = "chain_event"
 KIND_CHAIN_STATE: Final = "chain_state"
 KIND_DATASPACE: Final = "dataspace"
+KIND_YJS: Final = "yjs"
 _SCOPES: dict[type[Record], tuple[str, str]] = {
     OpRecord: (KIND_OP, "map"),
     StreamFrame: (KIND_FRAME, "stream"),
@@ -149,6 +164,7 @@ _SCOPES: dict[type[Record], tuple[str, str]] = {
     ChainEventSeen: (KIND_CHAIN_EVENT, "chain"),
     ChainStateSeen: (KIND_CHAIN_STATE, "chain"),
     DataspaceEvent: (KIND_DATASPACE, "dataspace"),
+    YjsUpdate: (KIND_YJS, "document"),
 }
 """Each record type's kind and the field that is its scope."""
 _KINDS: dict[str, type[Record]] = {kind: cls for cls, (kind, _) in _SCOPES.items()}

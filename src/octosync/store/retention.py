@@ -6,13 +6,16 @@ worker thread, so the event loop never waits on SQLite or Parquet):
 1. fold the frames appended since the last round into the ``JournalState`` recovery built;
 2. store a checkpoint for every stream with new frames (one transaction);
 3. export the new records to the Parquet dataset, when an export directory is set;
-4. trim below ``min(export watermark, checkpoint coverage) + 1`` when trimming is on; op
-   records only below the newest compaction's ``as_of_seq + 1`` (``ops_covered``), because
-   TopGun's maps restart from that compaction plus the op records after it.
+4. trim below ``min(export watermark, checkpoint coverage) + 1`` when trimming is on (without
+   an export directory, below ``checkpoint coverage + 1``: nothing is archived, and what a
+   checkpoint covers is not needed to restart); op records only below the newest compaction's
+   ``as_of_seq + 1`` (``ops_covered``), because TopGun's maps restart from that compaction plus
+   the op records after it.
 
 Under a steady stream the journal then holds about one round of records (plus the rows not
-yet exported), and SQLite reuses the freed pages, so the file stops growing. Without an
-export directory nothing is ever exported, so nothing is trimmed: the journal is the archive.
+yet exported), and SQLite reuses the freed pages, so the file stops growing. A base install has
+no pyarrow, so no export: its server still trims what is checkpointed (``trim=True``, no
+``export_dir``). ``trim=False`` keeps every record: the journal is the archive.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from octosync.hub.core import Hub
 from octosync.store.journal import Durability, Journal
 from octosync.store.plane_compaction import compact_planes
 from octosync.store.recovery import JournalState, RecoveryReport
+from octosync.store.yjs_compaction import compact_yjs
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,8 @@ class RoundReport(msgspec.Struct, frozen=True):
     through_seq: int
     trimmed_before: int
     plane_records_compacted: int = 0
-    """Shared documents' journal records replaced by the entries they merge to."""
+    """Shared documents' journal records replaced by the entries they merge to (and Yjs
+    documents' by the one update they merge to)."""
 
 
 class JournalKeeper:
@@ -57,8 +62,9 @@ class JournalKeeper:
         plane_compact_records: int | None = None,
     ) -> None:
         """``ops_covered()``: the last seq whose op records a compaction holds (0: none);
-        ``plane_compact_records``: compact a shared document's history once it has this many
-        records (``store.plane_compaction``; None: never)."""
+        ``plane_compact_records``: compact a shared document's history (and a Yjs document's)
+        once it has this many records (``store.plane_compaction``, ``store.yjs_compaction``;
+        None: never)."""
         self.journal = journal
         self.state = state
         self.export_dir = export_dir
@@ -105,18 +111,26 @@ class JournalKeeper:
             exported = export(self.journal, self.export_dir).records
             watermark = read_watermark(self.export_dir)
         trimmed = 0
-        before = min(watermark, self.state.covered_through()) + 1
+        covered = self.state.covered_through()
+        archived = covered if self.export_dir is None else watermark  # no archive: checkpoints
+        before = min(archived, covered) + 1
         ops_before = 1 if self.ops_covered is None else self.ops_covered() + 1
         moved = before > self.journal.trimmed_before() or (
             min(before, ops_before) > self.journal.ops_trimmed_before()
         )
-        if self.trim and self.export_dir is not None and moved:
+        if self.trim and moved:
             trimmed = self.journal.trim(
-                before, exported_through=watermark, ops_before=ops_before
+                before, exported_through=archived, ops_before=ops_before
             ).deleted
         compacted = 0
         if self.plane_compact_records is not None:
-            compacted = compact_planes(self.journal, min_records=self.plane_compact_records)
+            exported_to = None if self.export_dir is None else watermark
+            compacted = compact_planes(
+                self.journal, min_records=self.plane_compact_records, through=exported_to
+            )
+            compacted += compact_yjs(
+                self.journal, min_records=self.plane_compact_records, through=exported_to
+            )
         return RoundReport(
             folded,
             len(due),

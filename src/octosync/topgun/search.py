@@ -127,7 +127,7 @@ class FullText:
         self._tantivy: Any = None
         if self.every or self.names:
             try:
-                import tantivy  # optional: pip install "octosync[search]"
+                import tantivy  # optional: the search extra (extras.install_hint)
             except ImportError:
                 raise extras.missing_extra("search", "topgun_search") from None
             self._tantivy = tantivy

@@ -49,7 +49,7 @@ def prepare(
     items: Callable[[str], Mapping[str, bytes]],
 ) -> OffLoop:
     """Check the query and copy the maps it reads (on the loop); raise to refuse it."""
-    if not extras.installed("sql"):  # optional: pip install "octosync[sql]"
+    if not extras.installed("sql"):  # optional: the sql extra (extras.install_hint)
         raise FeatureDisabled(str(extras.missing_extra("sql", "SQL")), path="type")
     import duckdb
 

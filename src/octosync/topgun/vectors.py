@@ -98,7 +98,7 @@ class VectorIndexes:
         self._usearch: Any = None
         self._np: Any = None
         if self.every or self.names:
-            try:  # optional: pip install "octosync[vector]"
+            try:  # optional: the vector extra (extras.install_hint)
                 import numpy
                 from usearch import index as usearch
             except ImportError:

@@ -2,8 +2,10 @@
 
 Writes ``OUT/snapshot/`` (Parquet, one row per key: ``map, key, value, millis, counter, node,
 tombstone``), ``OUT/merkle/`` (Parquet, every non-zero Merkle node: ``map, path, level, hash``)
-``OUT/records/`` (Parquet, the op records that still carry state, in the ops schema) and
-``OUT/compaction.json`` (the last journal seq folded in, counts, and each map's Merkle root);
+``OUT/records/`` (Parquet, the op records that still carry state, in the ops schema),
+``OUT/documents/`` and ``OUT/documents.json`` (shared documents: each kind's converged entries,
+and every document's merged values) and ``OUT/compaction.json`` (the last journal seq folded
+in, counts, each map's Merkle root and each shared document's entries);
 the names are in ``pipeline.layout``. :func:`octosync.pipeline.resume.load_store` folds
 ``records/`` into an in-process ``crdt.MapStore`` and continues with the journal after
 ``as_of_seq``. The whole output is built beside ``OUT`` and swapped in at the end, so readers
@@ -35,10 +37,17 @@ import msgspec
 from pyspark.sql import functions as sf
 
 from octosync.pipeline.connect import parallelism
-from octosync.pipeline.inputs import ops_rows, read_ops, resolve_export
+from octosync.pipeline.inputs import ops_rows, read_dataset, read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
-from octosync.pipeline.layout import MERKLE_DIR, META_FILE, RECORDS_DIR, SNAPSHOT_DIR
-from octosync.pipeline.transforms import lww
+from octosync.pipeline.layout import (
+    DOCUMENT_VALUES_FILE,
+    DOCUMENTS_DIR,
+    MERKLE_DIR,
+    META_FILE,
+    RECORDS_DIR,
+    SNAPSHOT_DIR,
+)
+from octosync.pipeline.transforms import documents, lww
 from octosync.pipeline.transforms import ops as tf_ops
 from octosync.pipeline.transforms.fold import fold_carriers, leaves_of, records_of, snapshot_of
 from octosync.pipeline.transforms.merkle import merkle_roots, tree_table
@@ -123,7 +132,36 @@ def run(
         gc_horizon_millis=gc_horizon_millis,
         progress=progress,
         input_ops=ops_rows(source),
+        extra=documents_writer(spark, source, as_of_seq, progress),
     )
+
+
+def documents_writer(
+    spark: Any, source: Path, as_of_seq: int | None, progress: Progress = quiet
+) -> Extra:
+    """Writes the shared documents' converged entries and merged values (up to ``as_of_seq``)
+    into the staging directory; their entry counts go into the meta file."""
+
+    def read(name: str) -> Any:
+        return tf_ops.as_of(read_dataset(spark, source, name), as_of_seq)
+
+    def write(staging: Path) -> dict[str, Any]:
+        with stage("shared documents", source, progress):
+            entries: dict[str, int] = {}
+            for kind in documents.KINDS:
+                state = kind.entries(read(kind.dataset)).cache()
+                state.write.mode("overwrite").parquet(str(staging / DOCUMENTS_DIR / kind.dataset))
+                for row in state.groupBy("stream").count().collect():
+                    entries[row["stream"]] = entries.get(row["stream"], 0) + int(row["count"])
+                state.unpersist()
+            values: dict[str, dict[str, dict[str, Any]]] = {}
+            for document, name, kind_name, value in documents.all_values(read):
+                values.setdefault(document, {}).setdefault(name, {})[kind_name] = value
+            (staging / DOCUMENT_VALUES_FILE).write_text(json.dumps(values, indent=2) + "\n")
+            progress(f"{len(values)} shared documents, {sum(entries.values())} entries")
+        return {"documents": dict(sorted(entries.items()))}
+
+    return write
 
 
 Extra = Callable[[Path], dict[str, Any]]

@@ -1,10 +1,14 @@
 """``octosync pipeline report``: one HTML page (``OUT/index.html``) with a section each for
-CRDT ops, hot keys, concurrent writes, the server's stream frames, the chains its chain face
-relayed and its dataspaces, as PNG charts and CSV tables."""
+shared documents (edits per document, per writer and per minute, and each document's merged
+values), CRDT ops, hot keys, concurrent writes, the server's stream frames, the chains its
+chain face relayed, its dataspaces and its Yjs documents, as PNG charts and CSV
+tables."""
 
 from __future__ import annotations
 
 import html
+import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,7 @@ from octosync.pipeline import charts
 from octosync.pipeline.inputs import read_dataset, read_frames, read_ops, resolve_export
 from octosync.pipeline.jobs._stages import Progress, quiet, stage
 from octosync.pipeline.transforms import activity as transforms
-from octosync.pipeline.transforms import chain, dataspace, traffic
+from octosync.pipeline.transforms import chain, dataspace, documents, traffic, yjs
 
 
 class ReportResult(msgspec.Struct, frozen=True):
@@ -32,6 +36,14 @@ class ReportResult(msgspec.Struct, frozen=True):
     """Distinct state changes the chain face saw."""
     dataspace_events: int = 0
     """Assertions, retractions and messages the dataspaces took."""
+    document_edits: int = 0
+    """Distinct edits of shared documents."""
+    documents: list[str] = []
+    """The shared documents the journal holds edits of."""
+    document_values: list[tuple[str, str, str, Any]] = []
+    """Each document's merged values: ``(document, name, kind, value)``."""
+    yjs_updates: int = 0
+    """Yjs updates the ``/yjs`` face journaled (a compacted document's merge counts once)."""
 
 
 class _Section(msgspec.Struct):
@@ -105,6 +117,19 @@ def run(
         ops.unpersist()
         frames.unpersist()
         conflicts.unpersist()
+    with stage("shared documents", source, progress):
+        read = partial(read_dataset, spark, source)
+        edits = documents.all_edits(read).cache()
+        n_edits = edits.count()
+        edit_span = transforms.time_range(edits, "recorded_ms")
+        per_document = documents.document_summary(edits).toPandas()
+        per_writer = documents.edits_per_writer(edits).toPandas()
+        edits_per_minute = transforms.per_minute(
+            edits, "recorded_ms", "document", "edits"
+        ).toPandas()
+        edits.unpersist()
+        values = documents.all_values(read)
+        progress(f"{n_edits} edits of {len(per_document)} shared documents")
     with stage("chains and dataspaces", source, progress):
         events = chain.distinct_events(read_dataset(spark, source, "chain_events")).cache()
         states = read_dataset(spark, source, "chain_states")
@@ -120,17 +145,30 @@ def run(
         lifetimes = dataspace.lifetime_by_label(dataspace.assertion_lifetimes(ds_rows))
         lifetimes_pdf = lifetimes.toPandas()
         ds_rows.unpersist()
+        yjs_rows = read_dataset(spark, source, "yjs_updates")
+        yjs_per_minute = yjs.updates_per_minute(yjs_rows).toPandas()
+        n_yjs = int(yjs_per_minute["updates"].sum()) if len(yjs_per_minute) else 0
     with stage("charts and page", out, progress):
         drawn: list[str] = []
         axes: dict[str, tuple[int, int]] = {}
         tables: dict[str, Any] = {"hottest_keys.csv": hot, "conflicts_per_key.csv": conflict_keys}
         sections = [
+            _documents_section(
+                _DocumentTables(per_document, per_writer, edits_per_minute, values),
+                edit_span,
+                n_edits,
+                out,
+                drawn,
+                tables,
+                axes,
+            ),
             _ops_section(per_map, per_origin, op_span, n_ops, out, drawn, tables, axes),
             _keys_section(hot, top, out, drawn),
             _conflicts_section(conflict_keys, n_conflicts, conflict_window_ms, top, out, drawn),
             _streams_section(per_stream, streams, frame_span, n_frames, out, drawn, tables, axes),
             _chain_section(n_events, n_states, by_device, by_name, latency, tables),
             _dataspace_section(n_ds, by_label, lifetimes_pdf, tables),
+            _yjs_section(n_yjs, yjs_per_minute, tables),
         ]
         for name, pdf in tables.items():
             pdf.to_csv(out / name, index=False)
@@ -141,9 +179,10 @@ def run(
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
             "td,th{border:1px solid #ccc;padding:2px 6px}.note{color:#555}</style></head><body>"
             f"<h1>octosync journal report</h1>"
-            f"<p>{html.escape(str(journal))}: {n_ops} distinct CRDT ops, {n_frames} stream "
+            f"<p>{html.escape(str(journal))}: {n_edits} edits of {len(per_document)} shared "
+            f"documents, {n_ops} distinct CRDT ops (TopGun maps), {n_frames} stream "
             f"frames, {n_conflicts} concurrent writes, {n_events} chain events, {n_ds} "
-            f"dataspace events.</p>{body}</body></html>"
+            f"dataspace events, {n_yjs} Yjs updates.</p>{body}</body></html>"
         )
         (out / "index.html").write_text(page, encoding="utf-8")
     progress(f"report in {out / 'index.html'}")
@@ -157,7 +196,74 @@ def run(
         n_events,
         n_states,
         n_ds,
+        n_edits,
+        sorted(per_document["document"]),
+        values,
+        n_yjs,
     )
+
+
+class _DocumentTables(msgspec.Struct):
+    per_document: Any
+    per_writer: Any
+    per_minute: Any
+    values: list[tuple[str, str, str, Any]]
+
+
+def _documents_section(
+    t: _DocumentTables,
+    span: tuple[int, int] | None,
+    n_edits: int,
+    out: Path,
+    drawn: list[str],
+    tables: dict[str, Any],
+    axes: dict[str, tuple[int, int]],
+) -> _Section:
+    section = _Section("Shared documents", [])
+    if span is None:
+        section.body.append(
+            "<p>No shared-document edits in this journal (the server journals every edit "
+            "clients make to shared documents: counters, registers, maps).</p>"
+        )
+        return section
+    table = charts.rate_table(t.per_minute, "document", "edits", span)
+    shown = charts.rate_chart(
+        table,
+        "document",
+        span,
+        title=f"Shared-document edits per second ({_per(span)})",
+        ylabel="edits/s",
+        clock="server time when journalled",
+        path=out / "edits_per_second_by_document.png",
+    )
+    drawn.append("edits_per_second_by_document.png")
+    axes["edits_per_second_by_document.png"] = (shown.x_from_ms, shown.x_to_ms)
+    tables["edits_over_time_by_document.csv"] = table
+    listed = t.per_document.assign(
+        first=[charts.utc_text(int(m)) for m in t.per_document["first_ms"]],
+        last=[charts.utc_text(int(m)) for m in t.per_document["last_ms"]],
+    )[["document", "face", "edits", "writers", "first", "last"]]
+    tables["documents.csv"] = listed
+    tables["document_writers.csv"] = t.per_writer
+    import pandas as pd
+
+    values = pd.DataFrame(
+        [(d, n, k, json.dumps(v, sort_keys=True)) for d, n, k, v in t.values],
+        columns=["document", "name", "kind", "value"],
+    )
+    tables["document_values.csv"] = values
+    section.body += [
+        f"<p>{n_edits} edits of {len(listed)} shared documents {_span_text(span)} (an edit "
+        "is one op a client wrote, counted once; a writer is one client replica).</p>",
+        _img("edits_per_second_by_document.png", "shared-document edits per second"),
+        _partial_note(shown),
+        _table_html(listed, limit=len(listed)),
+        "<h3>Edits per writer</h3>",
+        _table_html(t.per_writer),
+        "<h3>Values (each document merged as the server merges it)</h3>",
+        _table_html(values, limit=200),
+    ]
+    return section
 
 
 def _chain_section(
@@ -357,5 +463,22 @@ def _streams_section(
         _img("frames_per_second_by_stream.png", "stream frames per second"),
         _partial_note(shown),
         _table_html(listed, limit=len(listed)),
+    ]
+    return section
+
+
+def _yjs_section(n_updates: int, per_minute: Any, tables: dict[str, Any]) -> _Section:
+    section = _Section("Yjs documents", [])
+    if not n_updates:
+        section.body.append("<p>No Yjs updates in this journal (the <code>/yjs</code> face).</p>")
+        return section
+    listed = per_minute.assign(minute=[charts.utc_text(int(m)) for m in per_minute["minute_ms"]])[
+        ["document", "writer", "minute", "updates", "bytes"]
+    ]
+    tables["yjs_updates_per_minute.csv"] = listed
+    section.body += [
+        f"<p>{n_updates} updates the Yjs face journaled, per document, writer (a connection, "
+        "<code>run.connection</code>) and minute, with their size in bytes.</p>",
+        _table_html(listed),
     ]
     return section

@@ -88,18 +88,30 @@ function render(body) {
     tbody.append(tr);
   }
   $("#no-streams").hidden = body.streams.length > 0;
-  renderList("documents", body.documents ?? [], (r) => [r.document, r.members, r.entries, r.ops]);
+  renderList("documents", body.documents ?? [], (r) => [r.document, r.members, r.entries, r.ops, documentValues(r)]);
   renderList("maps", body.maps ?? [], (r) => [r.map, r.keys, r.tombstones]);
   renderList("dataspaces", body.dataspaces ?? [], (r) => [r.dataspace, r.assertions, r.observers]);
+  renderList("yjs", body.yjs ?? [], (r) => [r.document, r.connections, r.awareness, r.updates]);
   $("#summary").textContent = `${body.streams.length} streams, ${body.connections} connections · ${new Date().toLocaleTimeString()}`;
 }
 
-// Shared documents, TopGun maps and dataspaces: a plain table each, hidden (with a hint shown) while empty.
+const KIND_NAMES = { pn: "counter", lww: "register", mv: "multi-value register", map: "map" };
+
+// A shared document's values as the server folds them: one line per value, "name (kind): value".
+function documentValues(row) {
+  if (row.values === null) return `(${row.entries} entries: too many to show here)`;
+  const lines = row.values.map((v) => `${v.name} (${KIND_NAMES[v.kind] ?? v.kind}): ${JSON.stringify(v.value)}`);
+  if (row.more > 0) lines.push(`… and ${row.more} more`);
+  return lines.join("\n");
+}
+
+// Shared documents, TopGun maps, dataspaces and Yjs documents: a plain table each, hidden (with a hint shown) while empty.
 function renderList(id, rows, columns) {
   $(`#${id} tbody`).replaceChildren(
     ...rows.map((row) => {
       const tr = document.createElement("tr");
-      tr.append(...columns(row).map((v) => cell(String(v))));
+      const values = columns(row);
+      tr.append(...values.map((v, i) => cell(String(v), id === "documents" && i === 4 ? "doc-values" : undefined)));
       return tr;
     }),
   );
