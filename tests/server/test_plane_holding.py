@@ -4,7 +4,6 @@ loading waits, its frames wait unapplied, and both go on, in order, once it is l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
 
 import msgspec
 import pytest
@@ -15,7 +14,7 @@ from octosync.hub.types import AllowAll, ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.server.plane import Framing, Plane
 from octosync.server.plane_parking import MAX_PARKED_FRAMES
-from octosync.store.records import EncodedRecord
+from octosync.store.commit_path import WRITE, Ask, Commit
 
 NOW = 1_000_000
 DOC = "doc"
@@ -25,20 +24,27 @@ def op(peer: int, key: str, wall: int = NOW) -> CrdtOp:
     return CrdtOp(slot_id=1, stamp=WireStamp(wall, 0, peer), state=b"1", key=key)
 
 
+class NoJournal:
+    """The commit path of a server without a journal."""
+
+    journaled = False
+
+    def refuse(self, ask: Ask = WRITE) -> None:
+        raise AssertionError("no journal here")
+
+    def submit(self, commit: Commit) -> None:
+        raise AssertionError("no journal here")
+
+
 class Host:
     """The runtime as the plane asks it, with no journal: what it sends and whom it resets."""
 
     hub = None
-    writer = None
+    commits = NoJournal()
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, CrdtSync]] = []
         self.faults: list[tuple[int, OctosyncError]] = []
-
-    def after_commit(
-        self, conn: int, records: Sequence[EncodedRecord], then: Callable[[], None]
-    ) -> None:
-        raise AssertionError("no journal here")
 
     def fault(self, conn: int, err: OctosyncError) -> None:
         self.faults.append((conn, err))
