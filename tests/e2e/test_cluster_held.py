@@ -19,6 +19,7 @@ import pytest
 from octosync.client.shared import SharedDocument
 from octosync.cluster.holding import token
 from octosync.links import nats_server
+from octosync.links.cluster_cli import cluster_status
 from octosync.wire import cluster_planes as wire
 from tests.e2e.helpers import free_port
 from tests.e2e.test_cluster_maps import Cluster, Node, scrape
@@ -114,6 +115,11 @@ async def test_a_node_holds_and_receives_only_the_documents_its_clients_use(
         assert await held(c) == OPENED
         metrics = await scrape(c)
         assert metrics["octosync_cluster_documents_loads_total"] == OPENED
+        status = await cluster_status(cluster.url, listen=2.5)  # `octosync cluster status`
+        rows = {row["node"]: row for row in status["nodes"]}
+        assert rows["n3"]["documents_held"] == OPENED
+        assert rows["n3"]["documents"] == sorted(opened)
+        assert rows["n2"]["documents_held"] == 0
 
         # C's consumers of the documents' stream filter exactly the opened documents' subjects
         mine = await connection_of(monitor, c)
