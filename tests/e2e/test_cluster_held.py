@@ -233,3 +233,28 @@ async def test_an_idle_document_is_let_go_and_loaded_again_with_nothing_lost(
         assert metrics["octosync_cluster_documents_held"] == 1
     finally:
         cluster.stop()
+
+
+@pytest.mark.slow
+async def test_documents_journaled_while_every_node_held_them_are_loaded_by_interest(
+    tmp_path: Path,
+) -> None:
+    """A node that held every document (``hold = "all"``, its journal the record) starts again
+    holding by interest: it publishes its journal's documents once, and another node loads
+    them from JetStream."""
+    port = free_port()
+    cluster = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "n", port))
+    try:
+        a = cluster.start("n1", cluster_keys='hold = "all"')
+        async with SharedDocument(a.lazily, "old") as doc:
+            doc.counter("n").add(7)
+            await doc.synced(TIMEOUT)
+        a.kill()
+        a = cluster.start("n1", cluster_keys=KEYS)  # the same data folder
+        b = cluster.start("n2", cluster_keys=KEYS)
+        async with SharedDocument(b.lazily, "old") as doc:
+            await doc.synced(TIMEOUT)
+            assert doc.counter("n").value == 7
+        assert (a.data / "documents-in-jetstream").exists()
+    finally:
+        cluster.stop()

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -58,7 +58,7 @@ from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp
 from octosync.links.cluster_planes import PlanesHost, PlanesLink
 from octosync.links.doc_consumers import DocConsumers
-from octosync.links.jetstream_log import LogSettings, ensure_stream
+from octosync.links.jetstream_log import LogSettings, ensure_stream, publish_stored
 from octosync.wire import cluster_planes as wire
 
 log = logging.getLogger("octosync.cluster.held")
@@ -135,6 +135,7 @@ class HeldPlanesLink(PlanesLink):
         self._kv: KeyValue | None = None
         self._consumers: DocConsumers | None = None
         self._reconnects = 0
+        self._seed: tuple[Mapping[str, Sequence[CrdtOp]], Callable[[], None]] | None = None
 
     @property
     def position(self) -> int:
@@ -164,10 +165,39 @@ class HeldPlanesLink(PlanesLink):
             )
         self._consumers = DocConsumers(nc, js, self.log_stream, self._on_doc)
         await self._consumers.start()
+        await self._publish_seed()
         await nc.subscribe(self.roots_subject, cb=self._on_roots)
         await nc.subscribe(self._sync + self.node, cb=self._on_sync)
         self._reconnects = int(nc.stats.get("reconnects", 0))
         self._spawn(self._ticker())
+
+    def seed(self, documents: Mapping[str, Sequence[CrdtOp]], done: Callable[[], None]) -> None:
+        """Documents this node's journal holds from before they were held by interest (every
+        node kept every document, its journal their record): ``start`` publishes each to its
+        subject once, so any node loads them, then calls ``done``. Merges are idempotent, so
+        every node publishing what it had gives their union."""
+        self._seed = (documents, done)
+
+    async def _publish_seed(self) -> None:
+        if self._seed is None or self._js is None:
+            return
+        documents, done = self._seed
+        self._seed = None
+        stored = True
+        for name, ops in sorted(documents.items()):
+            for batch in pack(list(ops)):
+                data = wire.encode(wire.PlaneBatch(self.boot, name, batch))
+                stored &= await publish_stored(
+                    self._js,
+                    self.subject(name),
+                    data,
+                    f"{self.boot}-seed-{next(self._ids)}",
+                    self.settings.replicate_timeout,
+                    self._retried,
+                )
+        if stored:
+            log.info("cluster: %d documents of the journal published", len(documents))
+            done()
 
     async def stop(self, grace: float = 2.0) -> None:
         await super().stop(grace)
