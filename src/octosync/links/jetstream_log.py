@@ -131,10 +131,8 @@ class Follower:
         stream: str,
         subject: str,
         on_msg: Callable[[Msg], Awaitable[None]],
-        idle_heartbeat: float = 1.0,
     ) -> None:
         self.js = js
-        self.idle_heartbeat = idle_heartbeat
         self.stream = stream
         self.subject = subject
         self._on_msg = on_msg
@@ -153,7 +151,7 @@ class Follower:
             stream=self.stream,
             cb=self._received,
             ordered_consumer=True,
-            idle_heartbeat=self.idle_heartbeat,
+            idle_heartbeat=1.0,
             config=config,
         )
         self.last_in = time.monotonic()
