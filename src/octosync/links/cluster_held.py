@@ -15,8 +15,9 @@ documents its clients use:
 - **follow**: other nodes' batches of the document merge as they come; this node's own batches
   are published to the document's subject and merged once JetStream stored them, as with every
   document held (``links/cluster_planes.py``: an acknowledgement means stored in JetStream).
-- **snapshot**: every ``snapshot_interval`` a holder whose copy changed, with none of its own
-  batches of it still in flight, writes the snapshot (compare-and-set on the entry's revision:
+- **snapshot**: every ``snapshot_interval`` a holder whose copy changed by at least
+  ``SNAPSHOT_TAIL`` messages, with none of its own batches of it still in flight, writes the
+  snapshot (compare-and-set on the entry's revision:
   a newer one written by another holder is left alone); and once more when it lets it go.
 - **release**: ``idle`` seconds after its last member left, the consumer stops and the
   document leaves memory.
@@ -67,6 +68,9 @@ MAX_CONSUMERS = 1 << 20
 """The documents stream's consumer limit: one consumer per document held, per node (the
 server's default, 1,000 from nats-server 2.15, would cap what a whole cluster holds)."""
 MAX_SNAPSHOT_BYTES = 900 * 1024
+SNAPSHOT_TAIL = 64
+"""Messages of a document's subject since its snapshot before a holder writes a new one (and
+once more when it lets the document go): a load reads at most about this many after it."""
 """Below NATS's default 1 MB payload bound, with room for the key-value envelope."""
 
 
@@ -95,9 +99,10 @@ class _Doc:
         self.name = name
         self.intake = Intake(boot)
         self.key = token(name)
-        self.target = 0
-        """The subject's last sequence when the load began: loaded once taken up to it."""
         self.caught_up = asyncio.Event()
+        """Set once the consumer delivered every message the subject had (the load's end)."""
+        self.since_snapshot = 0
+        """Messages of the subject since the snapshot known here: the tail a load reads."""
         self.load: asyncio.Task[Any] | None = None
         self.snap_revision = 0
         """The key-value revision of the snapshot last read or written here (0: none)."""
@@ -251,15 +256,11 @@ class HeldPlanesLink(PlanesLink):
             doc.snap_revision = revision
             doc.intake.position = snapshot.position
             self._merge(doc.name, snapshot.ops, None)
-        try:
-            last = int((await self._js.get_last_msg(self.log_stream, subject)).seq or 0)
-        except NotFoundError:
-            last = 0
         assert self._consumers is not None
-        doc.target = last
-        if doc.intake.position >= last:
+        pending = await self._consumers.follow(doc.key, subject, lambda: doc.intake.position)
+        doc.since_snapshot = pending
+        if not pending:
             doc.caught_up.set()
-        await self._consumers.follow(doc.key, subject, lambda: doc.intake.position)
         await doc.caught_up.wait()  # bounded by the caller's load timeout
         if snap is not None and doc.intake.position == snap[1].position:
             replica = self.host.replicas().get(doc.name)
@@ -278,7 +279,7 @@ class HeldPlanesLink(PlanesLink):
             raise OctosyncError(f"the snapshot of {name!r} is not one", path="snapshot")
         return int(entry.revision or 0), snapshot
 
-    async def _on_doc(self, key: str, seq: int, msg: Msg) -> None:
+    async def _on_doc(self, key: str, seq: int, pending: int, msg: Msg) -> None:
         """A message of a document's subject: merged unless this process published it (one
         that is not a batch of it is passed over, so a load still reaches its target)."""
         try:
@@ -301,7 +302,9 @@ class HeldPlanesLink(PlanesLink):
                 self.stats.merged += self._merge(doc.name, ops, None)
         else:
             doc.intake.admit(seq, doc.intake.node)
-        if doc.intake.position >= doc.target:
+        if doc.caught_up.is_set():
+            doc.since_snapshot += 1
+        elif not pending:
             doc.caught_up.set()
 
     # --- publishing -----------------------------------------------------------------------------
@@ -342,7 +345,7 @@ class HeldPlanesLink(PlanesLink):
             if doc is None or not replica or doc.snapping or self._inflight[name]:
                 continue
             due = now - doc.snap_at >= self.hold.snapshot_interval
-            if due and replica.version != doc.snap_version:
+            if due and doc.since_snapshot >= SNAPSHOT_TAIL and replica.version != doc.snap_version:
                 self._snapshot(doc, replica.ops(), replica.version)
         await self._refollow()
         if self._consumers is not None:
@@ -383,6 +386,7 @@ class HeldPlanesLink(PlanesLink):
 
     def _snapshot(self, doc: _Doc, ops: Sequence[CrdtOp], version: int) -> None:
         doc.snapping = True
+        doc.since_snapshot = 0
         position = doc.intake.position
         self._spawn(self._write_snapshot(doc, ops, version, position))
 

@@ -49,9 +49,10 @@ class DocConsumers:
         nc: NatsClient,
         js: JetStreamContext,
         stream: str,
-        on_msg: Callable[[str, int, Msg], Awaitable[None]],
+        on_msg: Callable[[str, int, int, Msg], Awaitable[None]],
     ) -> None:
-        """``on_msg(key, stream_sequence, msg)`` for each message, in order per key."""
+        """``on_msg(key, stream_sequence, pending, msg)`` for each message, in order per key
+        (``pending``: how many of the subject's messages the consumer has not delivered yet)."""
         self.nc = nc
         self.js = js
         self.stream = stream
@@ -69,9 +70,9 @@ class DocConsumers:
     async def start(self) -> None:
         await self.nc.subscribe(self.inbox, cb=self._received)
 
-    async def follow(self, key: str, subject: str, position: Callable[[], int]) -> None:
+    async def follow(self, key: str, subject: str, position: Callable[[], int]) -> int:
         """Deliver ``subject`` from the sequence after ``position()`` (a consumer this key
-        had before is removed)."""
+        had before is removed); returns how many messages it has to deliver."""
         old = self.let_go(key)
         if old is not None:
             await self._delete(old)
@@ -91,13 +92,14 @@ class DocConsumers:
             inactive_threshold=INACTIVE,
         )
         try:
-            await self.js.add_consumer(self.stream, config=config)
+            info = await self.js.add_consumer(self.stream, config=config)
         except BaseException:
             if self._consumers.get(key) is consumer:
                 self.let_go(key)
             raise
         if self._consumers.get(key) is not consumer:  # let go meanwhile
             await self._delete(consumer.name)
+        return int(info.num_pending or 0)
 
     def let_go(self, key: str) -> str | None:
         """Stop taking ``key``'s messages now; returns its consumer's name for
@@ -143,4 +145,4 @@ class DocConsumers:
             await self.follow(consumer.key, consumer.subject, consumer.position)
             return
         consumer.delivered += 1
-        await self.on_msg(consumer.key, int(meta.sequence.stream), msg)
+        await self.on_msg(consumer.key, int(meta.sequence.stream), int(meta.num_pending), msg)
