@@ -88,8 +88,11 @@ class HoldSettings:
     """``[cluster]`` settings of documents held by interest."""
 
     idle: float = 30.0
+    """Seconds a document with no member stays held."""
     load_timeout: float = 10.0
+    """Seconds a load may take."""
     snapshot_interval: float = 10.0
+    """Seconds at least between two snapshots of a document by this node."""
 
 
 class _Doc:

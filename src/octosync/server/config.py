@@ -625,7 +625,7 @@ class ServerConfig:
     document_snapshot_interval: float = setting(
         10.0,
         "cluster",
-        "Seconds between two snapshots of a changed shared document by a node holding it.",
+        "Seconds at least between two snapshots of a shared document by a node holding it.",
         range=Range(0.1, _DAY),
     )
     insecure_dev: bool = False
