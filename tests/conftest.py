@@ -29,8 +29,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "vectors"
 """The project's own test vectors (written by ``tests/vectors/extract.py``)."""
-SHARED = ROOT.parent / "shared"
-"""``../shared`` beside the clone: real peers and the specs' schemas, used when present."""
+SHARED = Path(os.environ.get("OCTOSYNC_SHARED") or ROOT.parent / "shared")
+"""``../shared`` beside the clone (or ``$OCTOSYNC_SHARED``): real peers, the specs' schemas and
+the editing traces, used when present."""
 REQUIRE_ENV = "OCTOSYNC_REQUIRE_PEERS"
 """Set to 1 (``.ci/run`` does) to fail, not skip, a test whose peer or browser is missing."""
 
@@ -61,6 +62,14 @@ def require_tool(name: str, why: str) -> str:
     if found is None:
         missing(f"{name} is not on PATH ({why})")
     return found
+
+
+def trace_file(name: str) -> Path:
+    """An editing trace of ``../shared/traces`` (CC BY 4.0, not copied into the project)."""
+    path = SHARED / "traces" / name
+    if not path.is_file():
+        missing(f"editing trace not found at {path} (clone beside ../shared)")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -143,3 +143,16 @@ def test_yjs_bench_measures_both_servers() -> None:
     rows = [line for line in done.stdout.splitlines() if " ms  p99 " in line]
     assert len(rows) == 2, done.stdout
     assert all("nan" not in row.lower() for row in rows), done.stdout
+
+
+@pytest.mark.slow
+def test_text_bench_replays_part_of_the_trace_and_a_late_joiner_reads_it() -> None:
+    """``bench/text.py`` on the trace's first 20,000 edits: every replay agrees (the bench
+    asserts it) and it prints its figures (Yjs beside them when node and npm are here)."""
+    from tests.conftest import trace_file
+
+    trace = trace_file("automerge-paper.json.gz")
+    done = run_bench("bench/text.py", "--trace", str(trace), "--edits", "20000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "late joiner, octosync:" in done.stdout
+    assert "20,000 edits" in done.stdout

@@ -241,6 +241,33 @@ def test_every_example_is_listed_and_has_both_sides() -> None:
         assert f'example("{folder.name}", ' in runs  # and run, here or in tests/browser
 
 
+def test_notes_typed_in_two_tabs_beside_python(server: int, browser: Any) -> None:
+    with example("notes", "scribe.py", *lazily(server)) as line:
+        assert line.startswith("notes ready")
+        ada, bob = browser.new_page(), browser.new_page()
+        for page in (ada, bob):
+            page.goto(page_url("notes", server))
+            playwright_api.expect(page.locator("#notes")).to_have_value(
+                re.compile("^Shared notes"), timeout=WAIT_MS
+            )
+        ada.click("#notes")
+        ada.keyboard.press("Control+End")
+        ada.keyboard.type("ada: hi\n")
+        for page in (ada, bob):
+            playwright_api.expect(page.locator("#notes")).to_have_value(
+                "Shared notes: type in any tab.\nada: hi\n", timeout=WAIT_MS
+            )
+        bob.click("#notes")
+        bob.keyboard.press("Control+Home")
+        bob.keyboard.type("# ")
+        for page in (ada, bob):
+            playwright_api.expect(page.locator("#notes")).to_have_value(
+                "# Shared notes: type in any tab.\nada: hi\n", timeout=WAIT_MS
+            )
+        ada.close()
+        bob.close()
+
+
 def test_the_counter_says_offline_with_its_pending_clicks_when_the_server_is_gone(
     browser: Any, tmp_path: Path
 ) -> None:

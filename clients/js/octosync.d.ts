@@ -184,6 +184,58 @@ export function connect(url: string, options?: ClientOptions): Client;
 /** The node id every replica gives to a shared value's entries (low 48 bits of FNV-1a-64). */
 export function nodeOf(name: string): number;
 
+// --- shared text -------------------------------------------------------------------------------
+
+/** One change of a text: at `index`, `delete` characters went and `insert` came (code points). */
+export interface TextEdit {
+  index: number;
+  delete: number;
+  insert: string;
+}
+
+/** A shared text of a document (Python: `doc.text(name)`); indexes count Unicode code points. */
+export class SharedText {
+  readonly name: string;
+  readonly kind: "text";
+  readonly value: string;
+  readonly length: number;
+  toString(): string;
+  insert(index: number, text: string): void;
+  delete(index: number, count?: number): void;
+  /** `fn(edits)` now (the whole text as one insert), then with every change, local and received. */
+  onChange(fn: (edits: TextEdit[]) => void): () => void;
+  on(event: "change", fn: (edits: TextEdit[]) => void): () => void;
+}
+
+/** Keep a `<textarea>` or `<input>` and a text in step, caret and selection kept; returns an unbind. */
+export function bindTextarea(text: SharedText, el: HTMLTextAreaElement | HTMLInputElement): () => void;
+/** Keep a plain-text contenteditable element and a text in step, caret and selection kept; returns an unbind. */
+export function bindContentEditable(text: SharedText, el: HTMLElement): () => void;
+/** Code points in the first `units` UTF-16 units of `s`. */
+export function codePointIndex(s: string, units: number): number;
+/** UTF-16 units of the first `points` code points of `s`. */
+export function unitIndex(s: string, points: number): number;
+
+/** The text CRDT alone (sans-I/O): runs to send out, received runs and deletions in. */
+export class TextCrdt {
+  constructor(peer: number);
+  readonly length: number;
+  toString(): string;
+  insert(index: number, text: string): { peer: number; clock: number; text: string; origin: [number, number] }[];
+  delete(index: number, count?: number): [number, number, number][];
+  integrate(run: { peer: number; clock: number; text: string; origin: [number, number] }): TextEdit[];
+  remove(ranges: [number, number, number][]): TextEdit[];
+}
+
+/** A text's replica and the chunk entries (`tx/PEER/CHUNK`, `td/PEER/N`: key rest, JSON) its edits write. */
+export class TextEntries {
+  constructor(peer: number);
+  readonly crdt: TextCrdt;
+  insert(index: number, text: string): [string, string][];
+  delete(index: number, count?: number): [string, string][];
+  receive(rest: string, value: unknown): void;
+}
+
 /** One value of a shared document. */
 export class SharedValue<T = unknown> {
   readonly name: string;
@@ -221,6 +273,8 @@ export class SharedDocument implements Channel<{ change: string[]; error: Octosy
   register(name: string): SharedValue<unknown>;
   multi(name: string): SharedValue<unknown[]>;
   map(name: string): SharedValue<Record<string, unknown>>;
+  /** A shared text, merged character by character. */
+  text(name: string): SharedText;
   /** Resolves once the document arrived and every local edit is acknowledged. */
   synced(): Promise<SharedDocument>;
   /** With `persist`: resolves once saved edits are taken up (edit after it); else at once. */

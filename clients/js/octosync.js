@@ -1272,6 +1272,7 @@ const FNV64_OFFSET = 0xcbf29ce484222325n;
 const FNV64_PRIME = 0x100000001b3n;
 const MASK64 = (1n << 64n) - 1n;
 const DOC_KINDS = new Set(["lww", "pn", "mv", "map"]);
+const FRAME_OPS = 500; // ops per crdt_sync frame this client sends, at most
 
 /** The node id every replica gives to a value's entries (low 48 bits of FNV-1a-64, UTF-8). */
 export function nodeOf(name) {
@@ -1389,7 +1390,8 @@ export class SharedDocument extends Channel {
     this.clock = options.clock ?? (() => Date.now());
     this.entries = new Map(); // "node key" -> op {slot_id, key, stamp, bytes}
     this.byName = new Map(); // name -> Map(rest -> op)
-    this.values = new Map(); // name -> SharedValue
+    this.values = new Map(); // name -> SharedValue (or SharedText)
+    this.texts = new Map(); // name -> TextEntries: each text's replica, fed as its entries arrive
     this.pendingOps = new Map(); // "node key" -> op
     this.outbox = [];
     this.flushDue = false;
@@ -1499,6 +1501,39 @@ export class SharedDocument extends Channel {
     return this.#value(name, "map");
   }
 
+  /** A shared text (a character CRDT): `insert`, `delete`, `toString`, `onChange(edits)`. */
+  text(name) {
+    checkName(name);
+    const known = this.values.get(name);
+    if (known) {
+      if (known.kind !== "text") throw fail(errors.CrdtValueError, `${JSON.stringify(name)} is a ${known.kind} value, not text`, "kind");
+      return known;
+    }
+    const made = new SharedText(this, name);
+    this.values.set(name, made);
+    return made;
+  }
+
+  textEntries(name) {
+    if (!this.texts.has(name)) this.texts.set(name, new TextEntries(this.peer));
+    return this.texts.get(name);
+  }
+
+  writeText(name, writes) {
+    if (this.restoring) throw fail(errors.LocalProtocolError, "the document is taking up its saved edits: await doc.ready first", "ready");
+    if (!writes.length) return;
+    for (const [rest, json] of writes) {
+      const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp: this.#stamp(), bytes: utf8.encode(json) };
+      this.#apply(op, false); // the text already holds what it wrote
+      this.pendingOps.set(`${op.slot_id} ${op.key}`, op);
+      this.outbox.push(op);
+    }
+    this.#saveSoon();
+    this.values.get(name)?.refresh();
+    this.emit("change", [name]);
+    this.#flushSoon();
+  }
+
   /** Resolves once the server's state arrived and every local edit is acknowledged. */
   synced() {
     if (this.#isSynced()) return Promise.resolve(this);
@@ -1539,7 +1574,7 @@ export class SharedDocument extends Channel {
     return { wall_time: this.wall, logical: this.logical, peer: this.peer };
   }
 
-  #apply(op) {
+  #apply(op, feed = true) {
     const s = op.stamp;
     if (s.wall_time > this.wall || (s.wall_time === this.wall && s.logical > this.logical)) {
       this.wall = s.wall_time;
@@ -1554,6 +1589,11 @@ export class SharedDocument extends Channel {
     if (slash < 0) return null;
     const name = key.slice(0, slash);
     const rest = key.slice(slash + 1);
+    if (TEXT_TAGS.has(rest.split("/")[0]) && op.slot_id === nodeOf(name)) {
+      const parsed = feed ? parseState(op) : { ok: false };
+      if (parsed.ok) this.textEntries(name).receive(rest, parsed.value);
+      return name;
+    }
     if (!DOC_KINDS.has(rest.split("/")[0]) || op.slot_id !== nodeOf(name)) return null;
     if (!this.byName.has(name)) this.byName.set(name, new Map());
     this.byName.get(name).set(rest, op);
@@ -1579,11 +1619,15 @@ export class SharedDocument extends Channel {
     queueMicrotask(() => {
       this.flushDue = false;
       if (this.status !== "open" || this.ws?.readyState !== 1 || this.outbox.length === 0) return; // sent on reconnect
-      const ops = this.outbox.splice(0).map((op) => ({ slot_id: op.slot_id, stamp: op.stamp, state: toBase64(op.bytes), key: op.key }));
-      try {
-        this.send({ type: "crdt_sync", ops });
-      } catch (err) {
-        this.report(err); // still pending: sent again on reconnect
+      while (this.outbox.length) {
+        // at most FRAME_OPS a frame (a long paste is many text chunks)
+        const ops = this.outbox.splice(0, FRAME_OPS).map((op) => ({ slot_id: op.slot_id, stamp: op.stamp, state: toBase64(op.bytes), key: op.key }));
+        try {
+          this.send({ type: "crdt_sync", ops });
+        } catch (err) {
+          this.outbox.length = 0;
+          this.report(err); // still pending: sent again on reconnect
+        }
       }
     });
   }
@@ -1696,6 +1740,569 @@ export class SharedDocument extends Channel {
     if (changed.size) this.emit("change", [...changed]);
     this.#settle();
   }
+}
+
+// --- shared text ---------------------------------------------------------------------------------
+// The text CRDT of crdt/text.py and the chunk entries of crdt/text_entries.py, written so that
+// a JavaScript and a Python replica make the same entries, byte for byte, from the same edits.
+// Indexes and lengths count Unicode code points, as Python's str does.
+
+const TEXT_TAGS = new Set(["tx", "td"]);
+const TEXT_CHUNK = 64; // clocks per tx chunk: no run crosses a multiple of this
+const TEXT_RANGES = 64; // deleted id ranges per td chunk
+const TEXT_MAX_CLOCK = 4_000_000; // the most character clocks a text may reach
+const SURROGATE = /[\uD800-\uDFFF]/;
+
+function cpLength(s) {
+  if (!SURROGATE.test(s)) return s.length;
+  let n = 0;
+  for (const _ of s) n += 1;
+  return n;
+}
+
+function cpSlice(s, from, to) {
+  if (!SURROGATE.test(s)) return s.slice(from, to);
+  return Array.from(s).slice(from, to).join("");
+}
+
+/** Code points in the first `units` UTF-16 units of `s` (a textarea's offsets to text indexes). */
+export function codePointIndex(s, units) {
+  return cpLength(s.slice(0, units));
+}
+
+/** UTF-16 units of the first `points` code points of `s`. */
+export function unitIndex(s, points) {
+  if (!SURROGATE.test(s)) return points;
+  let units = 0;
+  let n = 0;
+  for (const ch of s) {
+    if (n === points) break;
+    units += ch.length;
+    n += 1;
+  }
+  return units;
+}
+
+/**
+ * One replica of a shared text: characters with ids (peer, clock), each placed after its origin
+ * and before every following character with a smaller (clock, peer) (RGA); deletions leave
+ * tombstones. Kept as runs of one peer's consecutive clocks. Runs whose origin has not arrived
+ * are held until it does; deletions of characters not seen yet wait for them.
+ */
+export class TextCrdt {
+  constructor(peer) {
+    this.peer = peer;
+    this.clock = 0;
+    this.spans = []; // {peer, clock, text, len, dead}, in text order
+    this.where = new Map(); // "peer:chunk" -> spans with clocks in that chunk
+    this.held = new Map(); // "peer:clock" of an origin -> runs waiting for it
+    this.heldChars = 0;
+    this.tombs = new Map(); // "peer:chunk" -> [clock, length] deletions of unseen characters
+    this.length = 0;
+    this.cache = "";
+    this.cursor = { i: 0, start: 0 };
+  }
+
+  toString() {
+    if (this.cache === null) this.cache = this.spans.filter((s) => !s.dead).map((s) => s.text).join("");
+    return this.cache;
+  }
+
+  #find(peer, clock) {
+    for (const s of this.where.get(`${peer}:${Math.floor(clock / TEXT_CHUNK)}`) ?? []) {
+      if (s.clock <= clock && clock < s.clock + s.len) return s;
+    }
+    return null;
+  }
+
+  #register(span) {
+    const key = `${span.peer}:${Math.floor(span.clock / TEXT_CHUNK)}`;
+    if (!this.where.has(key)) this.where.set(key, []);
+    this.where.get(key).push(span);
+  }
+
+  #split(i, at) {
+    const s = this.spans[i];
+    const tail = { peer: s.peer, clock: s.clock + at, text: cpSlice(s.text, at), len: s.len - at, dead: s.dead };
+    s.text = cpSlice(s.text, 0, at);
+    s.len = at;
+    this.spans.splice(i + 1, 0, tail);
+    this.#register(tail);
+  }
+
+  // The span an index lookup last ended in and its first visible index: local edits happen
+  // at or after it, so it stays right, and the next lookup near it walks a few spans.
+  #locate(index) {
+    const spans = this.spans;
+    let { i, start } = this.cursor;
+    if (i >= spans.length) [i, start] = [0, 0];
+    while (i > 0 && index < start) {
+      i -= 1;
+      if (!spans[i].dead) start -= spans[i].len;
+    }
+    for (; i < spans.length; i += 1) {
+      const s = spans[i];
+      if (s.dead) continue;
+      if (index < start + s.len) {
+        this.cursor = { i, start };
+        return [i, index - start];
+      }
+      start += s.len;
+    }
+    throw new Error("index past the text");
+  }
+
+  #indexOf(i) {
+    let index = 0;
+    for (let j = 0; j < i; j += 1) if (!this.spans[j].dead) index += this.spans[j].len;
+    return index;
+  }
+
+  /** Insert `text` at `index`; returns the runs to send: [peer, clock, text, [originPeer, originClock]]. */
+  insert(index, text) {
+    if (!Number.isInteger(index) || index < 0 || index > this.length) throw fail(errors.CrdtValueError, `insert index ${index} is outside 0..${this.length}`, "index");
+    if (typeof text !== "string") throw fail(errors.CrdtValueError, "a text insert takes a string", "text");
+    const n = cpLength(text);
+    if (n === 0) return [];
+    if (this.clock + n > TEXT_MAX_CLOCK) throw fail(errors.LimitExceeded, `the text would pass ${TEXT_MAX_CLOCK} characters written (deleted ones count)`, "text");
+    this.cache = null;
+    let origin = [0, 0];
+    let i = 0;
+    if (index === 0) this.cursor = { i: 0, start: 0 };
+    else {
+      const [si, off] = this.#locate(index - 1);
+      const s = this.spans[si];
+      origin = [s.peer, s.clock + off];
+      if (off < s.len - 1) this.#split(si, off + 1);
+      i = si + 1;
+    }
+    const runs = [];
+    let clock = this.clock + 1;
+    this.clock += n;
+    let done = 0;
+    const chars = SURROGATE.test(text) ? Array.from(text) : null;
+    while (done < n) {
+      const room = TEXT_CHUNK - (clock % TEXT_CHUNK);
+      const len = Math.min(room, n - done);
+      const piece = chars ? chars.slice(done, done + len).join("") : text.slice(done, done + len);
+      runs.push({ peer: this.peer, clock, text: piece, origin });
+      const prev = this.spans[i - 1];
+      if (prev && prev.peer === this.peer && !prev.dead && prev.clock + prev.len === clock && origin[0] === this.peer && origin[1] === clock - 1 && clock % TEXT_CHUNK !== 0) {
+        prev.text += piece;
+        prev.len += len;
+      } else {
+        const span = { peer: this.peer, clock, text: piece, len, dead: false };
+        this.spans.splice(i, 0, span);
+        this.#register(span);
+        i += 1;
+      }
+      origin = [this.peer, clock + len - 1];
+      clock += len;
+      done += len;
+    }
+    this.length += n;
+    return runs;
+  }
+
+  /** Delete `count` characters at `index`; returns the [peer, clock, length] id ranges to send. */
+  delete(index, count = 1) {
+    if (!Number.isInteger(index) || !Number.isInteger(count) || count < 0) throw fail(errors.CrdtValueError, "a text delete takes an index and a count >= 0", "count");
+    if (index < 0 || index + count > this.length) throw fail(errors.CrdtValueError, `delete of ${count} at ${index} is outside the text's ${this.length} characters`, "index");
+    if (count === 0) return [];
+    this.cache = null;
+    const out = [];
+    let [i, off] = this.#locate(index);
+    if (off) {
+      this.#split(i, off);
+      i += 1;
+    }
+    let left = count;
+    while (left && i < this.spans.length) {
+      const s = this.spans[i];
+      if (s.dead) {
+        i += 1;
+        continue;
+      }
+      if (s.len > left) this.#split(i, left);
+      s.dead = true;
+      this.length -= s.len;
+      left -= s.len;
+      const last = out[out.length - 1];
+      if (last && last[0] === s.peer && last[1] === s.clock + s.len) out[out.length - 1] = [s.peer, s.clock, last[2] + s.len];
+      else if (last && last[0] === s.peer && last[1] + last[2] === s.clock) out[out.length - 1] = [s.peer, last[1], last[2] + s.len];
+      else out.push([s.peer, s.clock, s.len]);
+      i += 1;
+    }
+    return out;
+  }
+
+  /** Apply a received run (the part not yet known); returns index-based edits. */
+  integrate(run) {
+    const edits = [];
+    const todo = [run];
+    while (todo.length) {
+      const placed = this.#integrateOne(todo.pop(), edits);
+      if (!placed) continue;
+      const [peer, first, last] = placed;
+      for (let c = first; c <= last; c += 1) {
+        const waiting = this.held.get(`${peer}:${c}`);
+        if (!waiting) continue;
+        this.held.delete(`${peer}:${c}`);
+        for (const w of waiting) this.heldChars -= cpLength(w.text);
+        todo.push(...waiting);
+      }
+    }
+    return edits;
+  }
+
+  #integrateOne(run, edits) {
+    let { peer, clock, text, origin } = run;
+    const end = clock + cpLength(text);
+    while (clock < end) {
+      const s = this.#find(peer, clock);
+      if (!s) break;
+      const knownTo = Math.min(end, s.clock + s.len);
+      text = cpSlice(text, knownTo - clock);
+      origin = [peer, knownTo - 1];
+      clock = knownTo;
+    }
+    if (clock >= end) return null;
+    const n = end - clock;
+    const start = origin[0] === 0 && origin[1] === 0;
+    if (!start && !this.#find(origin[0], origin[1])) {
+      if (this.heldChars + n > TEXT_MAX_CLOCK) throw fail(errors.LimitExceeded, `over ${TEXT_MAX_CLOCK} characters wait for origins that never came`, "held");
+      const key = `${origin[0]}:${origin[1]}`;
+      if (!this.held.has(key)) this.held.set(key, []);
+      this.held.get(key).push({ peer, clock, text, origin });
+      this.heldChars += n;
+      return null;
+    }
+    this.cache = null;
+    if (end - 1 > this.clock) this.clock = end - 1;
+    let i = 0;
+    if (!start) {
+      const o = this.#find(origin[0], origin[1]);
+      const oi = this.spans.indexOf(o);
+      const off = origin[1] - o.clock;
+      if (off < o.len - 1) this.#split(oi, off + 1);
+      i = oi + 1;
+    }
+    while (i < this.spans.length) {
+      const s = this.spans[i];
+      if (s.clock > clock || (s.clock === clock && s.peer > peer)) i += 1;
+      else break;
+    }
+    const span = { peer, clock, text, len: n, dead: false };
+    this.spans.splice(i, 0, span);
+    this.#register(span);
+    this.length += n;
+    this.cursor = { i: 0, start: 0 };
+    edits.push({ index: this.#indexOf(i), delete: 0, insert: text });
+    for (const [c, len] of [...(this.tombs.get(`${peer}:${Math.floor(clock / TEXT_CHUNK)}`) ?? [])]) {
+      const lo = Math.max(c, clock);
+      const hi = Math.min(c + len, end);
+      if (lo < hi) this.#kill(peer, lo, hi - lo, edits);
+    }
+    return [peer, clock, end - 1];
+  }
+
+  /** Apply received deletions of [peer, clock, length] id ranges. */
+  remove(ranges) {
+    const edits = [];
+    for (const [peer, first, length] of ranges) {
+      let clock = first;
+      const end = first + length;
+      while (clock < end) {
+        const upto = Math.min(end, (Math.floor(clock / TEXT_CHUNK) + 1) * TEXT_CHUNK);
+        if (this.#kill(peer, clock, upto - clock, edits) < upto - clock) {
+          const key = `${peer}:${Math.floor(clock / TEXT_CHUNK)}`;
+          if (!this.tombs.has(key)) this.tombs.set(key, []);
+          const held = this.tombs.get(key);
+          if (!held.some(([c, n]) => c === clock && n === upto - clock)) held.push([clock, upto - clock]);
+        }
+        clock = upto;
+      }
+    }
+    return edits;
+  }
+
+  #kill(peer, clock, length, edits) {
+    let known = 0;
+    for (let s of [...(this.where.get(`${peer}:${Math.floor(clock / TEXT_CHUNK)}`) ?? [])]) {
+      const lo = Math.max(clock, s.clock);
+      const hi = Math.min(clock + length, s.clock + s.len);
+      if (lo >= hi) continue;
+      known += hi - lo;
+      if (s.dead) continue;
+      if (lo > s.clock) {
+        this.#split(this.spans.indexOf(s), lo - s.clock);
+        s = this.#find(peer, lo);
+      }
+      if (s.clock + s.len > hi) this.#split(this.spans.indexOf(s), hi - s.clock);
+      const i = this.spans.indexOf(s);
+      s.dead = true;
+      this.length -= s.len;
+      this.cache = null;
+      this.cursor = { i: 0, start: 0 };
+      edits.push({ index: this.#indexOf(i), delete: s.len, insert: "" });
+    }
+    return known;
+  }
+}
+
+function runsGrow(old, now) {
+  const got = new Map(now.map((r) => [r[0], r]));
+  return old.every(([clock, text, op, oc]) => {
+    const r = got.get(clock);
+    return r && r[2] === op && r[3] === oc && r[1].startsWith(text);
+  });
+}
+
+function rangesGrow(old, now) {
+  const merged = new Map();
+  for (const [peer, clock, n] of [...now].sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2])) {
+    if (!merged.has(peer)) merged.set(peer, []);
+    const spans = merged.get(peer);
+    const last = spans[spans.length - 1];
+    if (last && clock <= last[1]) last[1] = Math.max(last[1], clock + n);
+    else spans.push([clock, clock + n]);
+  }
+  return old.every(([peer, clock, n]) => (merged.get(peer) ?? []).some(([a, b]) => a <= clock && clock + n <= b));
+}
+
+/** A text's replica and the chunk entries its edits write (`tx/PEER/CHUNK`, `td/PEER/N`). */
+export class TextEntries {
+  constructor(peer) {
+    this.peer = peer;
+    this.crdt = new TextCrdt(peer);
+    this.mine = new Map(); // chunk -> rows [clock, text, originPeer, originClock]
+    this.td = new Map(); // chunk -> rows [peer, clock, length]
+    this.tdChunk = 0;
+    this.edits = [];
+    this.listening = false; // edits are kept only for a text someone opened
+  }
+
+  #changed(edits) {
+    if (this.listening) this.edits.push(...edits);
+  }
+
+  insert(index, text) {
+    const runs = this.crdt.insert(index, text);
+    if (runs.length) this.#changed([{ index, delete: 0, insert: text }]);
+    const touched = new Set();
+    for (const run of runs) {
+      const chunk = Math.floor(run.clock / TEXT_CHUNK);
+      if (!this.mine.has(chunk)) this.mine.set(chunk, []);
+      const rows = this.mine.get(chunk);
+      const last = rows[rows.length - 1];
+      if (last && last[0] + cpLength(last[1]) === run.clock && run.origin[0] === this.peer && run.origin[1] === run.clock - 1) last[1] += run.text;
+      else rows.push([run.clock, run.text, run.origin[0], run.origin[1]]);
+      touched.add(chunk);
+    }
+    return [...touched].map((c) => [`tx/${this.peer}/${c}`, JSON.stringify(this.mine.get(c))]);
+  }
+
+  delete(index, count = 1) {
+    const ranges = this.crdt.delete(index, count);
+    if (ranges.length) this.#changed([{ index, delete: count, insert: "" }]);
+    const touched = new Set();
+    for (const [peer, clock, n] of ranges) {
+      if (!this.td.has(this.tdChunk)) this.td.set(this.tdChunk, []);
+      let rows = this.td.get(this.tdChunk);
+      const last = rows[rows.length - 1];
+      if (last && last[0] === peer && last[1] === clock + n) rows[rows.length - 1] = [peer, clock, last[2] + n];
+      else if (last && last[0] === peer && last[1] + last[2] === clock) rows[rows.length - 1] = [peer, last[1], last[2] + n];
+      else {
+        if (rows.length >= TEXT_RANGES) {
+          this.tdChunk += 1;
+          rows = [];
+          this.td.set(this.tdChunk, rows);
+        }
+        rows.push([peer, clock, n]);
+      }
+      touched.add(this.tdChunk);
+    }
+    return [...touched].map((c) => [`td/${this.peer}/${c}`, JSON.stringify(this.td.get(c))]);
+  }
+
+  /** Apply one entry's winning state (the server checked its shape; a malformed one is skipped). */
+  receive(rest, value) {
+    const [tag, peerText, chunkText] = rest.split("/");
+    const peer = Number(peerText);
+    const chunk = Number(chunkText);
+    if (!Array.isArray(value) || !Number.isSafeInteger(peer) || !Number.isSafeInteger(chunk)) return;
+    if (tag === "tx") {
+      if (!value.every((r) => Array.isArray(r) && r.length === 4 && typeof r[1] === "string")) return;
+      if (peer === this.peer && runsGrow(this.mine.get(chunk) ?? [], value)) this.mine.set(chunk, value.map((r) => [...r]));
+      for (const [clock, text, op, oc] of value) this.#changed(this.crdt.integrate({ peer, clock, text, origin: [op, oc] }));
+    } else {
+      if (!value.every((r) => Array.isArray(r) && r.length === 3)) return;
+      if (peer === this.peer && rangesGrow(this.td.get(chunk) ?? [], value)) {
+        this.td.set(chunk, value.map((r) => [...r]));
+        this.tdChunk = Math.max(this.tdChunk, chunk);
+      }
+      this.#changed(this.crdt.remove(value));
+    }
+  }
+
+  takeEdits() {
+    return this.edits.splice(0);
+  }
+}
+
+/**
+ * A shared text of a document: `insert(index, str)`, `delete(index, count)`, `toString()` /
+ * `value`, and `onChange(fn)` with index-based edits `{index, delete, insert}` (now the whole
+ * text as one insert, then every change, local and received, in order). Python: `doc.text`.
+ */
+export class SharedText extends Emitter {
+  constructor(doc, name) {
+    super();
+    this.doc = doc;
+    this.name = name;
+    this.kind = "text";
+    this.entries = doc.textEntries(name);
+    this.entries.listening = true;
+    this.entries.takeEdits();
+  }
+
+  get value() {
+    return this.entries.crdt.toString();
+  }
+
+  get length() {
+    return this.entries.crdt.length;
+  }
+
+  toString() {
+    return this.value;
+  }
+
+  insert(index, text) {
+    this.doc.writeText(this.name, this.entries.insert(index, text));
+  }
+
+  delete(index, count = 1) {
+    this.doc.writeText(this.name, this.entries.delete(index, count));
+  }
+
+  onChange(fn) {
+    const now = this.value;
+    fn(now ? [{ index: 0, delete: 0, insert: now }] : []);
+    return this.on("change", fn);
+  }
+
+  refresh() {
+    const edits = this.entries.takeEdits();
+    if (edits.length) this.emit("change", edits);
+  }
+}
+
+function shiftIndex(pos, edit) {
+  const n = cpLength(edit.insert);
+  if (pos <= edit.index) return pos;
+  if (pos >= edit.index + edit.delete) return pos - edit.delete + n;
+  return edit.index;
+}
+
+/**
+ * Keep a `<textarea>` (or `<input>`) and a shared text in step: what the user types becomes
+ * inserts and deletes, and others' edits land in the element with the caret and selection
+ * kept on the characters they were on. Returns a function that unbinds it.
+ */
+export function bindTextarea(text, el) {
+  let shown = text.value;
+  el.value = shown;
+  const onInput = () => {
+    const now = el.value;
+    if (now === shown) return;
+    let a = 0;
+    while (a < now.length && a < shown.length && now[a] === shown[a]) a += 1;
+    let b = 0;
+    while (b < now.length - a && b < shown.length - a && now[now.length - 1 - b] === shown[shown.length - 1 - b]) b += 1;
+    const at = codePointIndex(shown, a);
+    const gone = cpLength(shown.slice(a, shown.length - b));
+    const typed = now.slice(a, now.length - b);
+    shown = now;
+    if (gone) text.delete(at, gone);
+    if (typed) text.insert(at, typed);
+  };
+  const off = text.on("change", (edits) => {
+    const target = text.value;
+    if (target === el.value) {
+      shown = target;
+      return;
+    }
+    const before = el.value;
+    let start = codePointIndex(before, el.selectionStart ?? 0);
+    let end = codePointIndex(before, el.selectionEnd ?? 0);
+    for (const e of edits) {
+      start = shiftIndex(start, e);
+      end = shiftIndex(end, e);
+    }
+    el.value = target;
+    shown = target;
+    if (el.setSelectionRange) el.setSelectionRange(unitIndex(target, start), unitIndex(target, end));
+  });
+  el.addEventListener("input", onInput);
+  return () => {
+    off?.();
+    el.removeEventListener("input", onInput);
+  };
+}
+
+/**
+ * Keep a plain-text contenteditable element (`contenteditable="plaintext-only"`, or `true`
+ * holding only text) and a shared text in step, as `bindTextarea` does for a textarea: the
+ * element holds one text node (style it `white-space: pre-wrap`), what the user types becomes
+ * inserts and deletes, and others' edits keep the caret and selection on their characters.
+ */
+export function bindContentEditable(text, el) {
+  const node = () => {
+    if (el.childNodes.length !== 1 || el.firstChild.nodeType !== 3) el.replaceChildren(document.createTextNode(el.textContent));
+    return el.firstChild;
+  };
+  let shown = text.value;
+  el.replaceChildren(document.createTextNode(shown));
+  const onInput = () => {
+    const now = el.textContent;
+    if (now === shown) return;
+    let a = 0;
+    while (a < now.length && a < shown.length && now[a] === shown[a]) a += 1;
+    let b = 0;
+    while (b < now.length - a && b < shown.length - a && now[now.length - 1 - b] === shown[shown.length - 1 - b]) b += 1;
+    const at = codePointIndex(shown, a);
+    const gone = cpLength(shown.slice(a, shown.length - b));
+    const typed = now.slice(a, now.length - b);
+    shown = now;
+    if (gone) text.delete(at, gone);
+    if (typed) text.insert(at, typed);
+  };
+  const off = text.on("change", (edits) => {
+    const target = text.value;
+    if (target === el.textContent) {
+      shown = target;
+      return;
+    }
+    const before = el.textContent;
+    const sel = globalThis.getSelection?.();
+    const inside = sel && sel.rangeCount > 0 && el.contains(sel.anchorNode);
+    let start = inside ? codePointIndex(before, Math.min(sel.anchorOffset, sel.focusOffset)) : 0;
+    let end = inside ? codePointIndex(before, Math.max(sel.anchorOffset, sel.focusOffset)) : 0;
+    for (const e of edits) {
+      start = shiftIndex(start, e);
+      end = shiftIndex(end, e);
+    }
+    const t = node();
+    t.data = target;
+    shown = target;
+    if (inside) sel.setBaseAndExtent(t, unitIndex(target, start), t, unitIndex(target, end));
+  });
+  el.addEventListener("input", onInput);
+  return () => {
+    off?.();
+    el.removeEventListener("input", onInput);
+  };
 }
 
 // --- the client ---------------------------------------------------------------------------------

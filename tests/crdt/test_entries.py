@@ -272,3 +272,57 @@ def own_tally(state: SharedState, name: str) -> int:
 
 Forgers.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 TestForgers = Forgers.TestCase
+
+
+def test_text_chunks_belong_to_their_writer_and_only_grow() -> None:
+    check_op(entry("body/tx/7/0", [[1, "ab", 0, 0], [5, "c", 7, 2]]), 7, None, "ops[0]")
+    assert isinstance(refused(entry("body/tx/8/0", [[1, "ab", 0, 0]])), Forbidden)
+    held = entry("body/tx/7/0", [[1, "ab", 0, 0]])
+    check_op(entry("body/tx/7/0", [[1, "abc", 0, 0]], wall=NOW + 1), 7, held, "ops[0]")
+    err = refused(entry("body/tx/7/0", [[1, "a", 0, 0]], wall=NOW + 1), held=held)
+    assert (type(err), err.path) == (CrdtValueError, "ops[0].state")
+    err = refused(entry("body/tx/7/0", [[1, "xb", 0, 0]], wall=NOW + 1), held=held)
+    assert err.path == "ops[0].state"
+    dels = entry("body/td/7/0", [[3, 1, 4]])
+    check_op(entry("body/td/7/0", [[3, 1, 5], [9, 2, 1]], wall=NOW + 1), 7, dels, "ops[0]")
+    err = refused(entry("body/td/7/0", [[3, 2, 3]], wall=NOW + 1), held=dels)
+    assert err.path == "ops[0].state"
+
+
+@pytest.mark.parametrize(
+    ("key", "state", "path"),
+    [
+        ("body/tx/7/01", [[64, "a", 0, 0]], "ops[0].key"),
+        ("body/tx/7/x", [[64, "a", 0, 0]], "ops[0].key"),
+        ("body/tx/7", [[1, "a", 0, 0]], "ops[0].key"),
+        ("body/tx/7/0", [], "ops[0].state"),
+        ("body/tx/7/0", [[0, "a", 0, 0]], "ops[0].state[0]"),
+        ("body/tx/7/0", [[63, "ab", 0, 0]], "ops[0].state[0]"),  # crosses into chunk 1
+        ("body/tx/7/1", [[1, "a", 0, 0]], "ops[0].state[0]"),  # not chunk 1's clocks
+        ("body/tx/7/0", [[5, "a", 3, 5]], "ops[0].state[0]"),  # origin not below the run
+        ("body/tx/7/0", [[5, "a", 3, 1], [2, "b", 0, 0]], "ops[0].state[1]"),
+        ("body/tx/7/0", [[1, "a", 0, 0], [2, "b", 7, 1]], "ops[0].state[1]"),  # not maximal
+        ("body/tx/7/0", [[1, "", 0, 0]], "ops[0].state[0]"),
+        ("body/td/7/0", [[7, 0, 1]], "ops[0].state[0]"),
+        ("body/td/7/0", [[0, 1, 1]], "ops[0].state[0]"),
+        ("body/td/7/0", [[7, 1, 1]] * 65, "ops[0].state"),
+    ],
+)
+def test_malformed_text_entries_are_refused_naming_the_field(
+    key: str, state: object, path: str
+) -> None:
+    err = refused(entry(key, state))
+    assert isinstance(err, CrdtValueError)
+    assert err.path == path
+
+
+def test_a_frame_of_too_many_ops_is_refused_whole() -> None:
+    from octosync.hub.crdt_streams import MAX_FRAME_OPS
+
+    core = CrdtStreams(lambda: NOW)
+    core.join(0, "doc", 7, AllowAll())
+    ops = tuple(entry(f"k{i}/lww", i) for i in range(MAX_FRAME_OPS + 1))
+    with pytest.raises(OctosyncError) as err:
+        core.check(0, CrdtSync(ops=ops))
+    assert err.value.path == "ops"
+    core.check(0, CrdtSync(ops=ops[:MAX_FRAME_OPS]))

@@ -108,3 +108,13 @@ def test_document_values_are_what_every_replica_reads_in_any_delivery_order(
             if what == "add":
                 totals[f"{name}-count"] = totals.get(f"{name}-count", 0) + n
         assert counts == [totals[k] for k in sorted(totals)]
+
+
+def test_document_values_include_a_text_as_its_string() -> None:
+    from octosync.crdt.shared import document_values
+
+    clock = iter(range(1, 100))
+    a = SharedState(11, lambda: next(clock))
+    ops = a.text_insert("notes", 0, "hello") + a.text_delete("notes", 0, 1)
+    ops.append(a.add("clicks", 2))
+    assert document_values(ops) == [("clicks", "pn", 2), ("notes", "text", "ello")]

@@ -54,6 +54,7 @@ LAZILY_FILES = (
     "codec/frame_roundtrip_msgpack.json",
     "codec/nodekey_null_leniency.json",
     "collections/registers_convergence.json",
+    "collections/textcrdt_convergence.json",
     "distributed/crdt_sync_frames.json",
     "reliable-sync/idempotent_redelivery.json",
     "reliable-sync/coalesce_bounds_outbox.json",

@@ -33,7 +33,7 @@ import aiohttp
 from octosync.client.lazily import _DROPPED, Backoff, lazily_url, remote_error
 from octosync.client.ws import close_ws, connect_ws
 from octosync.crdt.plane import stamp_key
-from octosync.crdt.replicated import Replicated, ReplicatedCell
+from octosync.crdt.replicated import Replicated, ReplicatedCell, ReplicatedText
 from octosync.crdt.shared import SharedState
 from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
 from octosync.graph import Context
@@ -45,6 +45,8 @@ from octosync.wire import DIALECTS
 _JSON = DIALECTS["json"]
 _FATAL = (AuthError, Forbidden, HandshakeFailed)
 """Refusals a reconnect cannot change."""
+FRAME_OPS = 500
+"""Ops per frame this client sends, at most (a long paste is many chunk entries)."""
 _RETRIED: tuple[type[BaseException], ...] = (*_DROPPED, TimeoutError)
 
 
@@ -123,6 +125,9 @@ class SharedDocument:
 
     def map(self, name: str) -> ReplicatedCell[dict[str, Any]]:
         return self.cells.map(name)
+
+    def text(self, name: str) -> ReplicatedText:
+        return self.cells.text(name)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -250,7 +255,7 @@ class SharedDocument:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
-            ops, self._outbox = tuple(self._outbox), []
+            ops, self._outbox = tuple(self._outbox[:FRAME_OPS]), self._outbox[FRAME_OPS:]
             await ws.send_bytes(_JSON.encode(CrdtSync(ops=ops)))
 
     async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from octosync.bounds import MAX_SAFE_INTEGER
+from octosync.crdt import text_entries as te
 from octosync.crdt.plane import wins
 from octosync.errors import CrdtValueError, Forbidden
 from octosync.ipc.messages import CrdtOp
@@ -103,6 +104,24 @@ def _counter_grows(old: Any, new: Any) -> bool:
     return bool(new[0] >= old[0] and new[1] >= old[1])
 
 
+def _text_runs(value: Any, rest: tuple[str, ...], path: str) -> Any:
+    chunk = te.chunk_segment(rest[1], te.MAX_TX_CHUNKS, path.rsplit(".", 1)[0] + ".key")
+    return te.decode_runs(value, int(rest[0]), chunk, path)
+
+
+def _text_runs_grow(old: Any, new: Any) -> bool:
+    return te.runs_grow(old, new)
+
+
+def _text_ranges(value: Any, rest: tuple[str, ...], path: str) -> Any:
+    te.chunk_segment(rest[1], te.MAX_TD_CHUNKS, path.rsplit(".", 1)[0] + ".key")
+    return te.decode_ranges(value, path)
+
+
+def _text_ranges_grow(old: Any, new: Any) -> bool:
+    return te.ranges_grow(old, new)
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     """One value kind's entries: ``NAME/<tag>/<segments...>``."""
@@ -119,6 +138,14 @@ class Kind:
     """For a kind whose entries only grow: whether ``new`` may replace ``old``."""
     fields: tuple[str, ...] = ()
     """The segments' names, for error messages (``PEER`` for the owner)."""
+    keyed: Callable[[Any, tuple[str, ...], str], Any] | None = None
+    """For a kind whose state depends on its key (a text chunk's clocks lie in the chunk its
+    key names): checks the state given the segments after the tag, instead of ``state``."""
+
+    def decode(self, value: Any, rest: tuple[str, ...], path: str) -> Any:
+        if self.keyed is not None:
+            return self.keyed(value, rest, path)
+        return self.state(value, path)
 
     @property
     def shape(self) -> str:
@@ -132,6 +159,9 @@ KINDS: dict[str, Kind] = {
         Kind("pn", 1, 0, _counter, _counter_grows, ("PEER",)),
         Kind("mv", 1, 0, _multi, None, ("PEER",)),
         Kind("map", 1, None, _field, None, ("FIELD",)),
+        # shared text (crdt/text_entries.py): each writer's runs and deletions, grow-only
+        Kind("tx", 2, 0, _any, _text_runs_grow, ("PEER", "CHUNK"), _text_runs),
+        Kind("td", 2, 0, _any, _text_ranges_grow, ("PEER", "N"), _text_ranges),
     )
 }
 """Every kind of a shared document's values, by the tag its keys carry."""
@@ -192,11 +222,11 @@ def check_op(
             )
     if not isinstance(op.state, bytes):
         raise CrdtValueError("a CRDT op's state must be inline bytes", path=f"{path}.state")
-    new = kind.state(_json(op.state, f"{path}.state"), f"{path}.state")
+    new = kind.decode(_json(op.state, f"{path}.state"), layout.rest, f"{path}.state")
     if kind.grows is None or held is None or held == op or not wins(op, held):
         return
     try:
-        old = kind.state(_json(_inline(held), path), path)
+        old = kind.decode(_json(_inline(held), path), layout.rest, path)
     except CrdtValueError:
         return  # what is held is unreadable (written before these checks): anything replaces it
     if not kind.grows(old, new):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from octosync.crdt.shared import SharedState, check_name
+from octosync.crdt.text import TextEdit
 from octosync.errors import CrdtValueError
 from octosync.graph.context import Context
 from octosync.graph.nodes import Cell, Effect
@@ -75,6 +76,54 @@ class ReplicatedCell(Generic[T]):
         return self._owner.ctx.effect(lambda: callback(self.get()))
 
 
+class ReplicatedText(ReplicatedCell[int]):
+    """A shared text: ``insert``, ``delete``, ``value`` (or ``str()``), and ``on_change``
+    with index-based edits, so an editor applies others' changes without a diff.
+
+    Its graph cell holds the text's revision, not the text: a change costs the same whatever
+    the text's length, and the string is joined only when read (``get``/``value``)."""
+
+    __slots__ = ("listeners",)
+
+    def __init__(self, owner: Replicated, name: str, cell: Cell[int]) -> None:
+        super().__init__(owner, name, "text", cell)
+        self.listeners: list[Callable[[list[TextEdit]], object]] = []
+
+    def get(self) -> str:  # type: ignore[override]
+        """The text, as a tracked read (memos and effects re-run when it changes)."""
+        self.cell.get()
+        return str(self._owner.state.text_of(self.name))
+
+    @property
+    def value(self) -> str:  # type: ignore[override]
+        return str(self._owner.state.text_of(self.name))
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __len__(self) -> int:
+        return len(self._owner.state.text_of(self.name).crdt)
+
+    def insert(self, index: int, text: str) -> None:
+        """Insert ``text`` before the character at ``index`` (Unicode code points)."""
+        self._owner._local_many(self.name, self._owner.state.text_insert(self.name, index, text))
+
+    def delete(self, index: int, count: int = 1) -> None:  # type: ignore[override]
+        """Delete ``count`` characters from ``index``."""
+        self._owner._local_many(self.name, self._owner.state.text_delete(self.name, index, count))
+
+    def on_change(  # type: ignore[override]
+        self, callback: Callable[[list[TextEdit]], object]
+    ) -> Callable[[], None]:
+        """Call ``callback(edits)`` now (the whole text as one insert) and with the edits of
+        every change after, local and received: applied in order to a copy of the text, they
+        keep it equal to ``value``. Returns a function that stops the calls."""
+        now = self.value
+        callback([TextEdit(0, 0, now)] if now else [])
+        self.listeners.append(callback)
+        return lambda: self.listeners.remove(callback)
+
+
 class Replicated:
     """The replicated cells of one ``Context`` over one ``SharedState``."""
 
@@ -115,6 +164,21 @@ class Replicated:
         """An LWW map: one register per field."""
         return self._cell(name, "map")
 
+    def text(self, name: str) -> ReplicatedText:
+        """A shared text (a character CRDT): concurrent edits merge character by character."""
+        check_name(name)
+        known = self._cells.get(name)
+        if known is not None:
+            if not isinstance(known, ReplicatedText):
+                raise CrdtValueError(f"{name!r} is a {known.kind} value, not text", path="kind")
+            return known
+        shared = self.state.text_of(name)
+        shared.listening = True
+        shared.take_edits()
+        made = ReplicatedText(self, name, self.ctx.cell(0))
+        self._cells[name] = made
+        return made
+
     def merge(self, ops: Iterable[CrdtOp]) -> set[str]:
         """Merge remote ops in one batch; returns the names whose observed value changed."""
         with self.ctx.batch():
@@ -125,6 +189,14 @@ class Replicated:
         for name in names:
             rc = self._cells.get(name)
             if rc is None:
+                continue
+            if isinstance(rc, ReplicatedText):
+                edits = self.state.text_of(name).take_edits()
+                if edits:
+                    moved.add(name)
+                    rc.cell.set(rc.cell.peek() + 1)
+                    for listener in list(rc.listeners):
+                        listener(edits)
                 continue
             value = self.state.read(name, rc.kind)
             if value != rc.cell.peek():
@@ -138,6 +210,15 @@ class Replicated:
         else:
             self.on_local(op)
         name = (op.key or "").split("/", 1)[0]
+        with self.ctx.batch():
+            self._refresh([name])
+
+    def _local_many(self, name: str, ops: list[CrdtOp]) -> None:
+        for op in ops:
+            if self.on_local is None:
+                self.outgoing.append(op)
+            else:
+                self.on_local(op)
         with self.ctx.batch():
             self._refresh([name])
 

@@ -19,6 +19,9 @@ MV register    ``NAME/mv/PEER``            ``[value, {peer: n}]``: each peer's l
                                            no other entry's vector dominates (concurrent writes
                                            all survive until one write has seen them).
 LWW map        ``NAME/map/FIELD``          ``[value]`` or ``[]`` (deleted); one LWW per field.
+text           ``NAME/tx/PEER/CHUNK``,     each writer's inserted runs and deleted id ranges in
+               ``NAME/td/PEER/N``          grow-only chunks (``crdt/text_entries.py``); the
+                                           value is the character CRDT's text.
 =============  ==========================  =====================================================
 
 The node id of every entry of ``NAME`` is ``node_of(NAME)`` (48 bits of FNV-1a-64), so
@@ -39,11 +42,13 @@ import msgspec
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
 from octosync.crdt.entries import node_of
 from octosync.crdt.plane import PlaneReplica, stamp_key
+from octosync.crdt.text_entries import SharedText
 from octosync.errors import CrdtValueError
 from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, WireStamp
 
 NAME_PATTERN = re.compile(r"^[^/]{1,256}$")
 KINDS = tuple(ENTRY_KINDS)
+TEXT_TAGS = ("tx", "td")
 _JSON = msgspec.json.Encoder(order="deterministic")
 
 
@@ -60,7 +65,7 @@ def _decode(data: bytes) -> Any:
 class SharedState:
     """One replica's view of a shared document (sans-I/O; the clock is injected)."""
 
-    __slots__ = ("_by_name", "_clock", "_logical", "_wall", "peer", "replica")
+    __slots__ = ("_by_name", "_clock", "_logical", "_wall", "peer", "replica", "texts")
 
     def __init__(self, peer: int, clock: Callable[[], int]) -> None:
         if not 0 < peer <= MAX_SAFE_ID:
@@ -71,6 +76,8 @@ class SharedState:
         self._wall = 0
         self._logical = 0
         self._by_name: dict[str, dict[str, CrdtOp]] = {}
+        self.texts: dict[str, SharedText] = {}
+        """Each text value's character CRDT, fed as its entries arrive."""
 
     # --- the clock ----------------------------------------------------------------------------
 
@@ -92,23 +99,61 @@ class SharedState:
     def receive(self, ops: Iterable[CrdtOp]) -> set[str]:
         """Merge remote ops; returns the names whose entries changed."""
         changed: set[str] = set()
+        texts: dict[str, list[tuple[str, bytes]]] = {}
         for op in ops:
             self._observe(op.stamp)
             if self.replica.apply(op):
-                name = self._index(op)
+                name = self._index(op, texts)
                 if name is not None:
                     changed.add(name)
+        for name, entries in texts.items():  # a batch's text entries at once, runs in order
+            self.text_of(name).receive_many(entries)
         return changed
 
-    def _index(self, op: CrdtOp) -> str | None:
+    def _index(
+        self, op: CrdtOp, texts: dict[str, list[tuple[str, bytes]]] | None = None
+    ) -> str | None:
         key = op.key
         if key is None or "/" not in key:
             return None  # not one of this document's entries (another plane user's node)
         name, rest = key.split("/", 1)
-        if rest.split("/", 1)[0] not in KINDS or op.slot_id != node_of(name):
+        tag = rest.split("/", 1)[0]
+        if tag not in KINDS or op.slot_id != node_of(name):
             return None
+        if tag in TEXT_TAGS:
+            if isinstance(op.state, bytes) and texts is not None:
+                texts.setdefault(name, []).append((rest, op.state))
+            return name
         self._by_name.setdefault(name, {})[rest] = op
         return name
+
+    def text_of(self, name: str) -> SharedText:
+        """The text value ``name`` (empty until written)."""
+        text = self.texts.get(name)
+        if text is None:
+            text = self.texts[name] = SharedText(self.peer)
+            text.listening = False
+        return text
+
+    def _write_text(self, name: str, writes: list[tuple[str, bytes]]) -> list[CrdtOp]:
+        ops = []
+        for rest, state in writes:
+            op = CrdtOp(
+                slot_id=node_of(name), stamp=self.stamp(), state=state, key=f"{name}/{rest}"
+            )
+            self.replica.apply(op)  # the text already holds what it wrote
+            ops.append(op)
+        return ops
+
+    def text_insert(self, name: str, index: int, text: str) -> list[CrdtOp]:
+        """Insert ``text`` at ``index`` of a text value; the chunk entries to send."""
+        check_name(name)
+        return self._write_text(name, self.text_of(name).insert(index, text))
+
+    def text_delete(self, name: str, index: int, count: int = 1) -> list[CrdtOp]:
+        """Delete ``count`` characters at ``index`` of a text value."""
+        check_name(name)
+        return self._write_text(name, self.text_of(name).delete(index, count))
 
     def _write(self, name: str, rest: str, value: object) -> CrdtOp:
         op = CrdtOp(
@@ -256,6 +301,9 @@ class SharedState:
             return self.multi(name)
         if kind == "map":
             return self.map(name)
+        if kind == "text":
+            text = self.texts.get(name)
+            return "" if text is None else str(text)
         return self.register(name)
 
 
@@ -266,10 +314,11 @@ def document_values(ops: Iterable[CrdtOp]) -> list[tuple[str, str, Any]]:
     folded exactly as a replica reads it; entries of other plane users are left out."""
     state = SharedState(1, lambda: 0)
     state.receive(ops)
-    out = []
+    out: list[tuple[str, str, Any]] = []
     for name in sorted(state._by_name):
         kinds = sorted({rest.split("/", 1)[0] for rest in state._by_name[name]})
         for kind in kinds:
             value = state.read(name, kind)
             out.append((name, kind, list(value) if kind == "mv" else value))
-    return out
+    out += [(name, "text", str(text)) for name, text in state.texts.items()]
+    return sorted(out, key=lambda v: v[:2])

@@ -43,6 +43,9 @@ FEATURE = "distributed_crdt"
 """The handshake feature (lazily-spec's token) that makes a lazily connection a plane member."""
 
 DEFAULT_MAX_DRIFT_MS = 60_000
+MAX_FRAME_OPS = 5_000
+"""Ops one ``CrdtSync`` frame may carry: the checks of a frame are bounded work (the clients
+send at most 500 a frame; the server's own frames carry 1,000)."""
 MAX_TOTAL_ENTRIES = 2_000_000
 """Entries all plane streams of a server hold together at most: writers cannot grow the
 server's memory without bound by spreading entries over many streams."""
@@ -211,6 +214,10 @@ class CrdtStreams:
         member = self._members[conn]
         if not member.write:
             raise Forbidden(f"no write grant on stream {member.stream!r}", path="ops")
+        if len(sync.ops) > MAX_FRAME_OPS:
+            raise LimitExceeded(
+                f"{len(sync.ops)} ops in one frame, over the limit of {MAX_FRAME_OPS}", path="ops"
+            )
         horizon = self._clock() + self.max_drift_ms
         rules = member.rules
         replica = self.streams[member.stream].replica
