@@ -258,3 +258,22 @@ async def test_documents_journaled_while_every_node_held_them_are_loaded_by_inte
         assert (a.data / "documents-in-jetstream").exists()
     finally:
         cluster.stop()
+
+
+@pytest.mark.slow
+async def test_held_documents_are_followed_again_after_nats_restarts(
+    monitored: tuple[Cluster, int],
+) -> None:
+    """NATS SIGKILLed and started again while a node holds a document: another node's edits
+    still reach the holder's reader live (its consumer is there again, or made again)."""
+    cluster, _ = monitored
+    a, b = cluster.nodes["n1"], cluster.nodes["n2"]
+    async with SharedDocument(a.lazily, "live") as reader, SharedDocument(b.lazily, "live") as w:
+        await reader.synced(TIMEOUT)
+        w.counter("n").add(1)
+        await w.synced(TIMEOUT)
+        await reader.wait_until(lambda: reader.counter("n").value == 1, TIMEOUT)
+        await asyncio.to_thread(cluster.restart_nats)
+        w.counter("n").add(1)
+        await w.synced(TIMEOUT)
+        await reader.wait_until(lambda: reader.counter("n").value == 2, TIMEOUT)
