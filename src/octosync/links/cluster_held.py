@@ -362,8 +362,8 @@ class HeldPlanesLink(PlanesLink):
                 )
 
     async def _refollow(self) -> None:
-        """After NATS came back, follow each document again from where it got (consumers are
-        kept in the server's memory: a restarted server has none)."""
+        """After NATS came back, follow each document again from where it got (the server
+        drops a consumer nobody listened to for ``INACTIVE`` seconds)."""
         if self._nc is None:
             return
         reconnects = int(self._nc.stats.get("reconnects", 0))

@@ -120,8 +120,8 @@ class DocConsumers:
                 await self._delete(name)
 
     async def follow_again(self) -> None:
-        """Every consumer again from its position (after NATS came back: a server restarted
-        without its memory-kept consumers)."""
+        """Every consumer again from its position (after NATS came back: the server dropped
+        the consumers of a connection away longer than ``INACTIVE``)."""
         for key, consumer in list(self._consumers.items()):
             self.recreated += 1
             with contextlib.suppress(Exception):
