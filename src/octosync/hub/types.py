@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from octosync.hub.limits import Limits
-from octosync.hub.model import Frame
+from octosync.hub.model import Body, Frame
 from octosync.hub.node_views import NodeRules
 from octosync.hub.outbox import OutboxLimits
 from octosync.stream_names import Face
@@ -82,7 +82,7 @@ class AllowAll:
         return True
 
 
-AcceptHook = Callable[[StreamId, ConnId, Frame[object]], None]
+AcceptHook = Callable[[StreamId, ConnId, Frame[Body]], None]
 ReleaseHook = Callable[[StreamId, ConnId], None]
 """Called when ``conn`` stops producing the stream (it disconnected)."""
 RemoteOwner = Callable[[StreamId, ConnId | None], str | None]
@@ -101,7 +101,7 @@ class Recorder(Protocol):
     retention passed), so a restart does not bring back what the hub had let go.
     """
 
-    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> object: ...
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[Body]) -> object: ...
 
     def prepare_drop(self, stream: StreamId) -> object: ...
 

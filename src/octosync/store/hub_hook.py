@@ -22,7 +22,7 @@ from typing import Any, cast
 import msgspec
 
 from octosync.errors import InvalidRecord
-from octosync.hub.model import DiffFrame, Frame, SnapshotFrame
+from octosync.hub.model import Body, DiffFrame, Frame, SnapshotFrame
 from octosync.hub.types import ConnId, StreamId
 from octosync.store.commit_path import Commit, CommitPath
 from octosync.store.journal import GroupCommitWriter
@@ -111,7 +111,7 @@ class JournalRecorder:
         self.run = run if run is not None else f"{time.time_ns() // 1_000_000:x}"
         self.durable = durable
 
-    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> Prepared:
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[Body]) -> Prepared:
         self.path.refuse()
         try:
             record = frame_record(str(stream), frame, self.encode, f"{self.run}.{conn}")
