@@ -120,6 +120,18 @@ def test_remote_writes_bench_answers_writers_on_both_nodes() -> None:
 
 
 @pytest.mark.slow
+def test_lists_bench_runs_beside_yjs() -> None:
+    """``bench/lists.py --quick``: one script of list edits into both clients and Yjs, every
+    replica ending with the same length (the bench asserts it)."""
+    if shutil.which("node") is None:
+        missing("node is not on PATH: the lists bench's JS rows need it")
+    done = run_bench("bench/lists.py", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for row in ("octosync Python", "octosync.js", "Yjs Y.Array"):
+        assert row in done.stdout
+
+
+@pytest.mark.slow
 def test_yjs_bench_measures_both_servers() -> None:
     """``bench/yjs_face.py --quick``: the same Node clients against ``/yjs`` and y-websocket's
     own server, both rows printed with their figures."""

@@ -62,21 +62,29 @@ def expect(locator: Any, text: str | re.Pattern[str]) -> None:
 
 
 def test_chat_with_presence(server: int, browser: Any) -> None:
-    with example("chat", "room.py", *lazily(server)) as line:
-        assert line.startswith("chat room up")
+    """Messages are a shared list, presence is the server's: no process collects heartbeats
+    (the Python bot is one more member, answering ``/who`` from the presence it reads)."""
+    with example("chat", "bot.py", "--url", f"ws://127.0.0.1:{server}") as line:
+        assert line.startswith("chat bot in the room")
         ada, bob = browser.new_page(), browser.new_page()
         ada.goto(page_url("chat", server, name="ada"))
         bob.goto(page_url("chat", server, name="bob"))
         for page in (ada, bob):
-            expect(page.locator("#present"), "ada, bob")
+            expect(page.locator("#present"), "ada, bob, bot")
         ada.fill("#text", "hello from ada")
         ada.click("button")
         expect(bob.locator("#messages li"), ["ada: hello from ada"])
-        bob.fill("#text", "hi ada")
+        bob.fill("#text", "/who")
         bob.press("#text", "Enter")
-        expect(ada.locator("#messages li"), ["ada: hello from ada", "bob: hi ada"])
-        bob.close()  # bob's tab is gone: he stops saying he is here
-        expect(ada.locator("#present"), "ada")
+        said = ["ada: hello from ada", "bob: /who", "bot: here: ada, bob, bot"]
+        expect(ada.locator("#messages li"), said)
+        bob.close()  # bob's tab is gone: his connection closed, so is his presence
+        expect(ada.locator("#present"), "ada, bot")
+        late = browser.new_page()  # a late joiner gets every message, in order
+        late.goto(page_url("chat", server, name="cy"))
+        expect(late.locator("#messages li"), said)
+        expect(late.locator("#present"), "ada, bot, cy")
+        late.close()
         ada.close()
 
 
@@ -336,6 +344,55 @@ def test_todo_ticking_and_renaming_one_item_at_once_keeps_both(
         for page in (ada, bob, fresh):
             expect(page.locator("#items li.done span"), ["buy oat milk"])
             expect(page.locator("#status"), "synced")
+        fresh.close()
+    ada.close()
+    bob.close()
+
+
+def test_todo_reorders_by_drag_and_two_drags_of_one_item_keep_one_copy(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The order is a shared list of the item ids: a drag in one tab moves the item in every
+    tab; the same item dragged to two places in two tabs while the server is down ends in one
+    place, once, in both, and every item is still there."""
+    port = free_port()
+    serve = ("serve", "--insecure-dev", "--port", str(port), "--data", str(tmp_path))
+    ada, bob = browser.new_page(), browser.new_page()
+    items = lambda page: page.locator("#items li span")  # noqa: E731
+    item = lambda page, text: page.locator("#items li", has_text=text)  # noqa: E731
+    with running(*serve) as (proc, line):
+        assert "octosync serving" in line
+        for page in (ada, bob):
+            page.goto(page_url("todo", port))
+            expect(page.locator("#status"), "synced")
+        for text in ("one", "two", "three", "four"):
+            ada.fill("#text", text)
+            ada.press("#text", "Enter")
+        for page in (ada, bob):
+            expect(items(page), ["one", "two", "three", "four"])
+        item(bob, "four").drag_to(item(bob, "one"))  # four to the top
+        for page in (ada, bob):
+            expect(items(page), ["four", "one", "two", "three"])
+            expect(page.locator("#status"), "synced")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    for page in (ada, bob):
+        expect(page.locator("#status"), re.compile(r"^offline"))
+    item(ada, "one").drag_to(item(ada, "three"))  # ada: one to the bottom
+    item(bob, "one").drag_to(item(bob, "four"))  # bob: one to the top
+    expect(items(ada), ["four", "two", "three", "one"])
+    expect(items(bob), ["one", "four", "two", "three"])
+    with running(*serve) as (_, line):
+        assert "octosync serving" in line
+        for page in (ada, bob):
+            expect(page.locator("#status"), "synced")
+        final = items(ada).all_text_contents()
+        assert sorted(final) == ["four", "one", "three", "two"]  # one copy of each
+        assert final in (["four", "two", "three", "one"], ["one", "four", "two", "three"])
+        expect(items(bob), final)
+        fresh = browser.new_page()
+        fresh.goto(page_url("todo", port))
+        expect(items(fresh), final)
         fresh.close()
     ada.close()
     bob.close()

@@ -174,6 +174,8 @@ export class Client {
       onError?: (error: OctosyncError) => void;
       /** Keep pending edits in IndexedDB for the next page of this document (browsers). */
       persist?: boolean;
+      /** Seconds between resends of this replica's presence and awareness values (10). */
+      heartbeat?: number;
     },
   ): SharedDocument;
   close(): void;
@@ -253,7 +255,59 @@ export class SharedValue<T = unknown> {
   on(event: "change", fn: (value: T) => void): () => void;
 }
 
-/** One replica of a multi-writer stream: counters, registers, multi-value registers, maps. */
+/** What one change of a list did: indexes of `deleted` and moves' `from` are in the old list. */
+export interface ListChange<T = unknown> {
+  inserted: { index: number; value: T }[];
+  deleted: { index: number; value: T }[];
+  moved: { from: number; to: number; value: T }[];
+  set: { index: number; value: T }[];
+}
+
+/** A position between two list positions (null: the start or the end), as octosync.crdt.seq.between. */
+export function positionBetween(lo: number[] | null, hi: number[] | null): number[];
+/** The position a peer gives a list element between two others: positionBetween, then the peer's two digits. */
+export function placePosition(lo: number[] | null, hi: number[] | null, peer: number): number[];
+/** What changed between two orders of [id, value] pairs (what SharedList's "edit" events carry). */
+export function listChange<T = unknown>(before: [string, T][], after: [string, T][]): ListChange<T>;
+
+/** A list of a shared document (the move-aware sequence): the Python client's names. */
+export class SharedList<T = unknown> implements Iterable<T> {
+  readonly name: string;
+  readonly kind: "list";
+  readonly value: T[];
+  readonly length: number;
+  at(index: number): T | undefined;
+  [Symbol.iterator](): Iterator<T>;
+  /** Insert `value` so that it is at `index` (0 to length). */
+  insert(index: number, value: T): void;
+  push(value: T): void;
+  /** Move the element at `from` so that it is at `to` (one position write: never a copy). */
+  move(from: number, to: number): void;
+  delete(index: number): void;
+  set(index: number, value: T): void;
+  /** Call `fn(values)` now and after every change; returns the function that stops it. */
+  onChange(fn: (value: T[]) => void): () => void;
+  /** Call `fn(change)` after every change, saying what was inserted, deleted, moved and set. */
+  onEdit(fn: (change: ListChange<T>) => void): () => void;
+  on(event: "change", fn: (value: T[]) => void): () => void;
+  on(event: "edit", fn: (change: ListChange<T>) => void): () => void;
+}
+
+/** Every peer's presence or awareness value, by peer id (kept by the server, never journaled). */
+export class SharedPresence<T = unknown> {
+  readonly name: string;
+  readonly kind: "pr" | "aw";
+  readonly all: Record<string, T>;
+  readonly others: Record<string, T>;
+  readonly mine: T | null;
+  /** Set this replica's value (`null` clears it); sent again on reconnect and every heartbeat. */
+  set(value: T | null): void;
+  clear(): void;
+  onChange(fn: (all: Record<string, T>) => void): () => void;
+  on(event: "change", fn: (all: Record<string, T>) => void): () => void;
+}
+
+/** One replica of a multi-writer stream: counters, registers, multi-value registers, maps, lists. */
 export class SharedDocument implements Channel<{ change: string[]; error: OctosyncError; status: Status }> {
   readonly stream: string;
   readonly status: Status;
@@ -273,6 +327,11 @@ export class SharedDocument implements Channel<{ change: string[]; error: Octosy
   register(name: string): SharedValue<unknown>;
   multi(name: string): SharedValue<unknown[]>;
   map(name: string): SharedValue<Record<string, unknown>>;
+  list<T = unknown>(name: string): SharedList<T>;
+  /** Each connection's presence: alive while it is connected. */
+  readonly presence: SharedPresence;
+  /** An awareness value (a cursor, a selection): each peer's latest, until the server's TTL. */
+  awareness<T = unknown>(name: string): SharedPresence<T>;
   /** A shared text, merged character by character. */
   text(name: string): SharedText;
   /** Resolves once the document arrived and every local edit is acknowledged. */

@@ -45,6 +45,7 @@ const TREE = {
   ForbiddenPublish: "RemoteProtocolError",
   Desync: "RemoteProtocolError",
   LimitExceeded: "RemoteProtocolError",
+  CrdtValueError: "RemoteProtocolError",
   TypeTagError: "LocalProtocolError",
   AuthError: "OctosyncError",
   Unauthorized: "AuthError",
@@ -1271,7 +1272,7 @@ const PLANE_FEATURE = "distributed_crdt";
 const FNV64_OFFSET = 0xcbf29ce484222325n;
 const FNV64_PRIME = 0x100000001b3n;
 const MASK64 = (1n << 64n) - 1n;
-const DOC_KINDS = new Set(["lww", "pn", "mv", "map"]);
+const DOC_KINDS = new Set(["lww", "pn", "mv", "map", "lp", "lv", "ld"]);
 const FRAME_OPS = 500; // ops per crdt_sync frame this client sends, at most
 
 /** The node id every replica gives to a value's entries (low 48 bits of FNV-1a-64, UTF-8). */
@@ -1376,6 +1377,317 @@ export class SharedValue extends Emitter {
   }
 }
 
+// --- lists: the move-aware sequence (octosync.crdt.seq; the same positions, ids and entries) ----
+
+const POS_BASE = 2 ** 32;
+const POS_STEP = 2 ** 16;
+const POS_MAX_DIGITS = 32;
+
+function comparePositions(a, b) {
+  for (let i = 0; i < Math.min(a.length, b.length); i += 1) if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1;
+  return a.length - b.length;
+}
+
+/** A position after `lo` and before `hi` (null: the start or end), as octosync.crdt.seq.between. */
+export function positionBetween(lo, hi) {
+  lo = lo ?? [];
+  if (hi !== null && comparePositions(lo, hi) >= 0) throw fail(errors.CrdtValueError, `no position between ${JSON.stringify(lo)} and ${JSON.stringify(hi)}`, "position");
+  const out = [];
+  for (let i = 0; out.length < POS_MAX_DIGITS; i += 1) {
+    const loOpen = i >= lo.length;
+    const low = loOpen ? 0 : lo[i];
+    const high = hi === null ? POS_BASE : i < hi.length ? hi[i] : 0;
+    const gap = high - low;
+    if (gap >= 2) {
+      const step = Math.min(Math.floor(gap / 2), POS_STEP);
+      if (loOpen && hi === null) out.push(low + Math.floor(gap / 2));
+      else if (loOpen) out.push(high - step);
+      else out.push(low + step);
+      return out;
+    }
+    out.push(low);
+    if (gap === 1) hi = null; // anything that starts with `out` is below `hi` now
+  }
+  throw fail(errors.LimitExceeded, `no room for a position of at most ${POS_MAX_DIGITS} digits`, "position");
+}
+
+/** The position `peer` gives an element between `lo` and `hi`: `positionBetween`, then the peer's two digits. */
+export function placePosition(lo, hi, peer) {
+  const out = [...positionBetween(lo, hi), Math.floor(peer / 2 ** 31), (peer % 2 ** 31) * 2 + 1];
+  if (out.length > POS_MAX_DIGITS) throw fail(errors.LimitExceeded, `no room for a position of at most ${POS_MAX_DIGITS} digits`, "position");
+  return out;
+}
+
+function isPosition(value) {
+  return Array.isArray(value) && value.length > 0 && value.length <= POS_MAX_DIGITS && value.every((d) => Number.isInteger(d) && d >= 0 && d < POS_BASE) && value[value.length - 1] > 0;
+}
+
+function compareElements(a, b) {
+  return comparePositions(a.position, b.position) || a.peer - b.peer || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+}
+
+/** keptInOrder, with one moved element found as octosync.crdt.seq._stayed finds it: none, the first, or the last. */
+function stayed(seq) {
+  const ascending = (from, to) => {
+    for (let i = from + 1; i < to; i += 1) if (seq[i - 1] > seq[i]) return false;
+    return true;
+  };
+  const all = (from, to) => new Set(Array.from({ length: to - from }, (_, i) => from + i));
+  if (ascending(0, seq.length)) return all(0, seq.length);
+  if (ascending(1, seq.length)) return all(1, seq.length);
+  if (ascending(0, seq.length - 1)) return all(0, seq.length - 1);
+  return keptInOrder(seq);
+}
+
+/** Indexes into `seq` of one longest increasing run: the elements that stayed while others moved. */
+function keptInOrder(seq) {
+  const tails = [];
+  const prev = new Array(seq.length).fill(-1);
+  seq.forEach((x, i) => {
+    let lo = 0;
+    let hi = tails.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (seq[tails[mid]] < x) lo = mid + 1;
+      else hi = mid;
+    }
+    prev[i] = lo ? tails[lo - 1] : -1;
+    tails[lo] = i;
+  });
+  const kept = new Set();
+  for (let k = tails.length ? tails[tails.length - 1] : -1; k >= 0; k = prev[k]) kept.add(k);
+  return kept;
+}
+
+/** What moved between two orders of [id, value]: as octosync.crdt.seq.diff (the same trimming and run). */
+export function listChange(before, after) {
+  const same = (a, b) => a === b || sortedJson(a) === sortedJson(b);
+  const equal = (x, y) => x[0] === y[0] && same(x[1], y[1]);
+  const n = Math.min(before.length, after.length);
+  let head = 0; // the pairs both start with, unchanged
+  while (head < n && equal(before[head], after[head])) head += 1;
+  let tail = 0;
+  while (tail < n - head && equal(before[before.length - 1 - tail], after[after.length - 1 - tail])) tail += 1;
+  const oldAt = new Map();
+  for (let i = head; i < before.length - tail; i += 1) oldAt.set(before[i][0], i);
+  const newAt = new Map();
+  for (let i = head; i < after.length - tail; i += 1) newAt.set(after[i][0], i);
+  const common = [...oldAt.keys()].filter((id) => newAt.has(id));
+  const kept = new Set([...stayed(common.map((id) => newAt.get(id)))].map((i) => common[i]));
+  const pairs = common.map((id) => [oldAt.get(id), newAt.get(id)]).sort((a, b) => a[1] - b[1]);
+  return {
+    inserted: [...newAt].filter(([id]) => !oldAt.has(id)).map(([, index]) => ({ index, value: after[index][1] })),
+    deleted: [...oldAt].filter(([id]) => !newAt.has(id)).map(([, index]) => ({ index, value: before[index][1] })),
+    moved: common.filter((id) => !kept.has(id)).map((id) => ({ from: oldAt.get(id), to: newAt.get(id), value: after[newAt.get(id)][1] })),
+    set: pairs.filter(([i, j]) => !same(before[i][1], after[j][1])).map(([, j]) => ({ index: j, value: after[j][1] })),
+  };
+}
+
+function checkIndex(index, size, what = "index") {
+  if (!Number.isInteger(index) || index < 0 || index >= size) throw fail(errors.CrdtValueError, `${what} ${index} is outside the list (0 to ${size - 1})`, what);
+}
+
+/** One list's registers, decoded as their entries change, its live elements kept in order (as octosync.crdt.shared). */
+class ListRegisters {
+  constructor() {
+    this.positions = new Map(); // id -> {position, peer}
+    this.values = new Map(); // id -> value
+    this.removed = new Set();
+    this.ordered = []; // {id, position, peer, value}
+    this.live = new Map(); // id -> its element in ordered
+  }
+
+  take(tag, id, op) {
+    const parsed = parseState(op);
+    if (tag === "ld") {
+      if (parsed.ok && parsed.value === true) this.removed.add(id);
+      else this.removed.delete(id);
+    } else if (tag === "lp") {
+      if (parsed.ok && isPosition(parsed.value)) this.positions.set(id, { position: parsed.value, peer: op.stamp.peer });
+      else this.positions.delete(id);
+    } else if (parsed.ok) this.values.set(id, parsed.value);
+    else this.values.delete(id);
+    this.#place(id);
+  }
+
+  #find(key) {
+    let lo = 0;
+    let hi = this.ordered.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (compareElements(this.ordered[mid], key) < 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  #place(id) {
+    const was = this.live.get(id);
+    if (was) {
+      this.ordered.splice(this.#find(was), 1); // keys are unique: it is the one found
+      this.live.delete(id);
+    }
+    const placed = this.positions.get(id);
+    if (!placed || !this.values.has(id) || this.removed.has(id)) return;
+    const element = { id, position: placed.position, peer: placed.peer, value: this.values.get(id) };
+    this.ordered.splice(this.#find(element), 0, element);
+    this.live.set(id, element);
+  }
+}
+
+/**
+ * A list of a shared document: `insert(index, value)`, `push`, `move(from, to)`, `delete(index)`,
+ * `set(index, value)`, `length`, `at(index)`, iteration; `onChange(fn(values))`, and "edit" events
+ * saying what was inserted, deleted, moved and set (`onEdit`). Same entries as the Python client.
+ */
+export class SharedList extends Emitter {
+  constructor(doc, name) {
+    super();
+    this.doc = doc;
+    this.name = name;
+    this.kind = "list";
+    this.items = doc.listElements(name).map((e) => [e.id, e.value]);
+    this.value = this.items.map(([, v]) => v);
+  }
+
+  get length() {
+    return this.value.length;
+  }
+
+  at(index) {
+    return this.value.at(index);
+  }
+
+  [Symbol.iterator]() {
+    return this.value[Symbol.iterator]();
+  }
+
+  #neighbours(live, index) {
+    const lo = index > 0 ? live[index - 1] : null;
+    const hi = index < live.length ? live[index] : null;
+    const low = lo ? lo.position : null;
+    let high = hi ? hi.position : null;
+    if (low && high && comparePositions(low, high) >= 0) high = null; // no room between equal positions
+    return placePosition(low, high, this.doc.peer);
+  }
+
+  /** Insert `value` so that it is at `index` (0 to length). */
+  insert(index, value) {
+    const live = this.doc.listElements(this.name);
+    checkIndex(index, live.length + 1);
+    const position = this.#neighbours(live, index);
+    this.doc.writeStamped(this.name, (stamp) => {
+      const id = `${stamp.peer}.${stamp.wall_time}.${stamp.logical}`;
+      return [[`lv/${id}`, value], [`lp/${id}`, position]];
+    });
+  }
+
+  /** Append `value`. */
+  push(value) {
+    this.insert(this.length, value);
+  }
+
+  /** Move the element at `from` so that it is at `to`. */
+  move(from, to) {
+    const live = this.doc.listElements(this.name);
+    checkIndex(from, live.length, "from");
+    checkIndex(to, live.length, "to");
+    if (from === to) return;
+    const [moving] = live.splice(from, 1);
+    this.doc.write(this.name, `lp/${moving.id}`, this.#neighbours(live, to));
+  }
+
+  /** Remove the element at `index`. */
+  delete(index) {
+    const live = this.doc.listElements(this.name);
+    checkIndex(index, live.length);
+    this.doc.write(this.name, `ld/${live[index].id}`, true);
+  }
+
+  /** Replace the value at `index`. */
+  set(index, value) {
+    const live = this.doc.listElements(this.name);
+    checkIndex(index, live.length);
+    this.doc.write(this.name, `lv/${live[index].id}`, value);
+  }
+
+  /** Call `fn(values)` now and after every change. */
+  onChange(fn) {
+    fn(this.value);
+    return this.on("change", fn);
+  }
+
+  /** Call `fn({inserted, deleted, moved, set})` after every change. */
+  onEdit(fn) {
+    return this.on("edit", fn);
+  }
+
+  refresh() {
+    const items = this.doc.listElements(this.name).map((e) => [e.id, e.value]);
+    const change = listChange(this.items, items);
+    if (!change.inserted.length && !change.deleted.length && !change.moved.length && !change.set.length) return;
+    this.items = items;
+    this.value = items.map(([, v]) => v);
+    this.emit("change", this.value);
+    this.emit("edit", change);
+  }
+}
+
+// --- presence and awareness (octosync.hub.presence: kept by the server, never journaled) -----------
+
+const EPHEMERAL_KINDS = new Set(["pr", "aw"]);
+
+/**
+ * Every peer's presence (`doc.presence`: alive while its connection is) or awareness value
+ * (`doc.awareness(name)`: each peer's latest, until the server's TTL): `set(value)`, `clear()`,
+ * `all`, `others` and `mine` (objects by peer id), `onChange(fn(all))`. Same entries as Python.
+ */
+export class SharedPresence extends Emitter {
+  constructor(doc, name, kind) {
+    super();
+    this.doc = doc;
+    this.name = name;
+    this.kind = kind;
+    this.wanted = null; // what this replica last set: sent again on reconnect and heartbeat
+    this.all = doc.peers(name, kind);
+    this.seen = sortedJson(this.all);
+  }
+
+  /** Set this replica's value (`null` clears it). */
+  set(value) {
+    this.wanted = value ?? null;
+    this.doc.writeEphemeral(this.name, this.kind, this.wanted);
+  }
+
+  clear() {
+    this.set(null);
+  }
+
+  get others() {
+    const me = String(this.doc.peer);
+    return Object.fromEntries(Object.entries(this.all).filter(([peer]) => peer !== me));
+  }
+
+  get mine() {
+    return this.all[String(this.doc.peer)] ?? null;
+  }
+
+  /** Call `fn(all)` now and after every change. */
+  onChange(fn) {
+    fn(this.all);
+    return this.on("change", fn);
+  }
+
+  refresh() {
+    const all = this.doc.peers(this.name, this.kind);
+    const text = sortedJson(all);
+    if (text === this.seen) return;
+    this.all = all;
+    this.seen = text;
+    this.emit("change", all);
+  }
+}
+
 /**
  * One replica of a multi-writer stream, over a reconnecting WebSocket. `counter`, `register`,
  * `multi` and `map` give its values; `pending` counts unacknowledged edits; `synced()` waits for
@@ -1390,8 +1702,13 @@ export class SharedDocument extends Channel {
     this.clock = options.clock ?? (() => Date.now());
     this.entries = new Map(); // "node key" -> op {slot_id, key, stamp, bytes}
     this.byName = new Map(); // name -> Map(rest -> op)
-    this.values = new Map(); // name -> SharedValue (or SharedText)
+    this.values = new Map(); // name -> SharedValue (or SharedText, SharedList)
     this.texts = new Map(); // name -> TextEntries: each text's replica, fed as its entries arrive
+    this.ephemeral = new Map(); // name -> Map("pr/PEER" | "aw/PEER" -> op): presence and awareness
+    this.presences = new Map(); // "kind name" -> SharedPresence
+    this.lists = new Map(); // name -> ListRegisters
+    this.heartbeat = (options.heartbeat ?? 10) * 1000; // ms between resends of presence and awareness
+    this.beating = null;
     this.pendingOps = new Map(); // "node key" -> op
     this.outbox = [];
     this.flushDue = false;
@@ -1479,6 +1796,8 @@ export class SharedDocument extends Channel {
   ended() {
     this.releaseLock?.();
     this.releaseLock = null;
+    if (this.beating !== null) clearInterval(this.beating);
+    this.beating = null;
   }
 
   get pending() {
@@ -1499,6 +1818,68 @@ export class SharedDocument extends Channel {
 
   map(name) {
     return this.#value(name, "map");
+  }
+
+  /** Each connection's presence: see SharedPresence. */
+  get presence() {
+    return this.#presence("presence", "pr");
+  }
+
+  /** An awareness value such as a cursor: see SharedPresence. */
+  awareness(name) {
+    return this.#presence(name, "aw");
+  }
+
+  #presence(name, kind) {
+    checkName(name);
+    const id = `${kind} ${name}`;
+    if (!this.presences.has(id)) this.presences.set(id, new SharedPresence(this, name, kind));
+    return this.presences.get(id);
+  }
+
+  /** Each peer's live presence or awareness value `name` (by peer id, as the server last said). */
+  peers(name, kind) {
+    const out = {};
+    const held = [...(this.ephemeral.get(name) ?? new Map()).entries()].filter(([rest]) => rest.startsWith(`${kind}/`));
+    held.sort(([a], [b]) => Number(a.slice(3)) - Number(b.slice(3)));
+    for (const [rest, op] of held) {
+      const parsed = parseState(op);
+      if (parsed.ok && parsed.value !== null) out[rest.slice(3)] = parsed.value;
+    }
+    return out;
+  }
+
+  /** Set this replica's presence or awareness value: sent when connected, never pending. */
+  writeEphemeral(name, kind, value) {
+    const op = { slot_id: nodeOf(name), key: `${name}/${kind}/${this.peer}`, stamp: this.#stamp(), bytes: utf8.encode(sortedJson(value)) };
+    if (this.#apply(op) !== null) this.#refreshNames([name]);
+    this.outbox.push(op);
+    this.#flushSoon();
+  }
+
+  #resendEphemeral() {
+    for (const p of this.presences.values()) if (p.wanted !== null) this.writeEphemeral(p.name, p.kind, p.wanted);
+  }
+
+  #refreshNames(names) {
+    for (const name of names) {
+      this.values.get(name)?.refresh();
+      this.presences.get(`pr ${name}`)?.refresh();
+      this.presences.get(`aw ${name}`)?.refresh();
+    }
+  }
+
+  /** A list (the move-aware sequence): see SharedList. */
+  list(name) {
+    checkName(name);
+    const known = this.values.get(name);
+    if (known) {
+      if (known.kind !== "list") throw fail(errors.CrdtValueError, `${JSON.stringify(name)} is a ${known.kind} value, not list`, "kind");
+      return known;
+    }
+    const made = new SharedList(this, name);
+    this.values.set(name, made);
+    return made;
   }
 
   /** A shared text (a character CRDT): `insert`, `delete`, `toString`, `onChange(edits)`. */
@@ -1556,6 +1937,7 @@ export class SharedDocument extends Channel {
       if (known.kind !== kind) throw fail(errors.CrdtValueError, `${JSON.stringify(name)} is a ${known.kind} value, not ${kind}`, "kind");
       return known;
     }
+    if (kind === "list") return this.list(name);
     const made = new SharedValue(this, name, kind);
     this.values.set(name, made);
     return made;
@@ -1580,6 +1962,16 @@ export class SharedDocument extends Channel {
       this.wall = s.wall_time;
       this.logical = s.logical;
     }
+    const parts = (op.key ?? "").split("/");
+    if (parts.length === 3 && EPHEMERAL_KINDS.has(parts[1]) && op.slot_id === nodeOf(parts[0])) {
+      // presence and awareness: the latest per peer, kept apart from the document's entries
+      if (!this.ephemeral.has(parts[0])) this.ephemeral.set(parts[0], new Map());
+      const held = this.ephemeral.get(parts[0]);
+      const was = held.get(`${parts[1]}/${parts[2]}`);
+      if (was && !stampAbove(op.stamp, was.stamp)) return null;
+      held.set(`${parts[1]}/${parts[2]}`, op);
+      return parts[0];
+    }
     const id = `${op.slot_id} ${op.key ?? ""}`;
     const old = this.entries.get(id);
     if (old && !(stampAbove(op.stamp, old.stamp) || (sameStamp(op.stamp, old.stamp) && bytesAbove(op.bytes, old.bytes)))) return null;
@@ -1597,20 +1989,39 @@ export class SharedDocument extends Channel {
     if (!DOC_KINDS.has(rest.split("/")[0]) || op.slot_id !== nodeOf(name)) return null;
     if (!this.byName.has(name)) this.byName.set(name, new Map());
     this.byName.get(name).set(rest, op);
+    const tag = rest.slice(0, 3);
+    if (tag === "lp/" || tag === "lv/" || tag === "ld/") {
+      if (!this.lists.has(name)) this.lists.set(name, new ListRegisters());
+      this.lists.get(name).take(tag.slice(0, 2), rest.slice(3), op);
+    }
     return name;
   }
 
   write(name, rest, value) {
+    this.writeStamped(name, () => [[rest, value]]);
+  }
+
+  /** Write entries of `name`, each with a fresh stamp (`entries(first)` gives [rest, value] pairs; `first` is the first's). */
+  writeStamped(name, entries) {
     if (this.restoring) throw fail(errors.LocalProtocolError, "the document is taking up its saved edits: await doc.ready first", "ready");
-    const text = sortedJson(value);
-    const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp: this.#stamp(), bytes: utf8.encode(text) };
-    this.#apply(op);
-    this.pendingOps.set(`${op.slot_id} ${op.key}`, op);
+    const first = this.#stamp();
+    for (const [i, [rest, value]] of entries(first).entries()) {
+      // each op its own stamp: a lazily plane replica takes one op per (node, stamp)
+      const stamp = i === 0 ? first : this.#stamp();
+      const op = { slot_id: nodeOf(name), key: `${name}/${rest}`, stamp, bytes: utf8.encode(sortedJson(value)) };
+      this.#apply(op);
+      this.pendingOps.set(`${op.slot_id} ${op.key}`, op);
+      this.outbox.push(op);
+    }
     this.#saveSoon();
     this.values.get(name)?.refresh();
     this.emit("change", [name]);
-    this.outbox.push(op);
     this.#flushSoon();
+  }
+
+  /** A list's live elements in order: {id, position, peer, value} (see SharedList; a copy). */
+  listElements(name) {
+    return [...(this.lists.get(name)?.ordered ?? [])];
   }
 
   #flushSoon() {
@@ -1657,8 +2068,9 @@ export class SharedDocument extends Channel {
     return seen;
   }
 
-  /** The value of `name` read as `kind` ("pn", "lww", "mv" or "map"). */
+  /** The value of `name` read as `kind` ("pn", "lww", "mv", "map" or "list"). */
   read(name, kind) {
+    if (kind === "list") return this.listElements(name).map((e) => e.value);
     if (kind === "pn") {
       let total = 0;
       for (const [, op] of this.#entries(name, "pn/")) {
@@ -1695,7 +2107,9 @@ export class SharedDocument extends Channel {
   opened() {
     this.joined = false;
     this.outbox = [...this.pendingOps.values()].sort((a, b) => (stampAbove(a.stamp, b.stamp) ? 1 : -1));
+    this.#resendEphemeral(); // the server dropped them when the last connection closed
     this.#flushSoon();
+    if (this.beating === null) this.beating = setInterval(() => this.status === "open" && this.#resendEphemeral(), this.heartbeat);
   }
 
   received(text) {
@@ -1736,7 +2150,7 @@ export class SharedDocument extends Channel {
       }
     }
     if (doc.frontier !== undefined) this.joined = true; // the last frame of the document sent at joining
-    for (const name of changed) this.values.get(name)?.refresh();
+    this.#refreshNames(changed);
     if (changed.size) this.emit("change", [...changed]);
     this.#settle();
   }

@@ -1,7 +1,8 @@
 """The todo list's Python side: it puts one item on the shared list, then finishes every item
 whose text ends with "!" as soon as any tab adds or renames it (a helper editing beside the
 people). Each field of an item is its own value: ``added``, ``text`` and ``done`` are maps keyed
-by the item's id, so the helper ticking an item never undoes a rename made at the same time."""
+by the item's id, so the helper ticking an item never undoes a rename made at the same time;
+their order is the shared list ``order`` of the ids, which the pages reorder by drag."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ async def main(url: str) -> None:
             text.set("welcome", "try the list in two tabs")
             done.set("welcome", False)
             added.set("welcome", time.time_ns() // 1_000_000)
+            doc.list("order").insert(0, "welcome")
         await doc.synced()
         print(f"todo list ready at {url} ({len(added.value)} items)", flush=True)
 

@@ -74,3 +74,51 @@ test("edits made while disconnected are sent on reconnect", async () => {
   await b.synced();
   assert.equal(b.counter("n").value, 5);
 });
+
+test("lists: two tabs moving one item at once keep one copy, and a move and an edit both apply", async () => {
+  const a = open("js-list");
+  const b = open("js-list");
+  await Promise.all([a.synced(), b.synced()]);
+  for (const item of ["w", "x", "y", "z"]) a.list("todo").push(item);
+  await a.synced();
+  while (b.list("todo").length < 4) await new Promise((r) => b.list("todo").on("change", r));
+  const edits = [];
+  b.list("todo").onEdit((change) => edits.push(change));
+  a.list("todo").move(0, 2);
+  b.list("todo").move(0, 3);
+  b.list("todo").set(3, "W"); // w, now last on b
+  await Promise.all([a.synced(), b.synced()]);
+  const c = open("js-list");
+  await c.synced();
+  const want = JSON.stringify(c.list("todo").value);
+  assert.equal(c.list("todo").length, 4);
+  assert.deepEqual([...c.list("todo")].sort(), ["W", "x", "y", "z"]);
+  for (const d of [a, b]) while (JSON.stringify(d.list("todo").value) !== want) await new Promise((r) => d.list("todo").on("change", r));
+  assert.ok(edits.some((e) => e.moved.length === 1 && e.inserted.length === 0));
+  assert.throws(() => a.list("todo").move(0, 4), (err) => err.path === "to");
+  assert.throws(() => a.counter("todo"), (err) => err.path === "kind");
+});
+
+test("presence: each tab sees the others, a closed tab leaves, and awareness is last writer per peer", async () => {
+  const a = open("js-room", { peer: 101 });
+  const b = open("js-room", { peer: 102 });
+  await Promise.all([a.synced(), b.synced()]);
+  const seen = [];
+  b.presence.onChange((all) => seen.push(all));
+  a.presence.set({ name: "ann" });
+  b.presence.set({ name: "bob" });
+  a.awareness("cursor").set(1);
+  a.awareness("cursor").set(2);
+  const until = async (doc, ok) => {
+    while (!ok()) await new Promise((r) => doc.on("change", r));
+  };
+  await until(b, () => b.presence.others["101"]?.name === "ann" && b.awareness("cursor").others["101"] === 2);
+  await until(a, () => a.presence.others["102"]?.name === "bob");
+  assert.deepEqual(a.presence.all, { 101: { name: "ann" }, 102: { name: "bob" } });
+  assert.deepEqual(a.presence.mine, { name: "ann" });
+  a.close();
+  await until(b, () => !("101" in b.presence.all));
+  assert.deepEqual(b.presence.all, { 102: { name: "bob" } });
+  assert.deepEqual(seen.at(-1), { 102: { name: "bob" } });
+  assert.throws(() => b.awareness("a/b"), (err) => err.path === "name");
+});

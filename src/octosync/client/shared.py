@@ -32,8 +32,15 @@ import aiohttp
 
 from octosync.client.lazily import _DROPPED, Backoff, lazily_url, remote_error
 from octosync.client.ws import close_ws, connect_ws
+from octosync.crdt.entries import EPHEMERAL_KINDS
 from octosync.crdt.plane import stamp_key
-from octosync.crdt.replicated import Replicated, ReplicatedCell, ReplicatedText
+from octosync.crdt.replicated import (
+    Replicated,
+    ReplicatedCell,
+    ReplicatedList,
+    ReplicatedPresence,
+    ReplicatedText,
+)
 from octosync.crdt.shared import SharedState
 from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
 from octosync.graph import Context
@@ -73,6 +80,7 @@ class SharedDocument:
         context: Context | None = None,
         clock: Callable[[], int] = _wall_ms,
         backoff: Backoff | None = None,
+        heartbeat: float = 10.0,
     ) -> None:
         self.urls = (lazily_url(url), *map(lazily_url, fallbacks))
         """Where to connect, in turn (other nodes of a cluster as ``fallbacks``): a session
@@ -85,6 +93,9 @@ class SharedDocument:
         self.cells = Replicated(self.context, SharedState(self.peer, clock))
         self.cells.on_local = self._local
         self.backoff = backoff or Backoff()
+        self.heartbeat = heartbeat
+        """Seconds between two resends of this replica's presence and awareness values (the
+        server drops a value not set again within its TTL, 30 s by default)."""
         self.pending: dict[tuple[int, str], CrdtOp] = {}
         """Local ops the server has not acknowledged yet, by entry (the latest one each)."""
         self.errors: list[OctosyncError] = []
@@ -126,6 +137,18 @@ class SharedDocument:
     def map(self, name: str) -> ReplicatedCell[dict[str, Any]]:
         return self.cells.map(name)
 
+    def list(self, name: str) -> ReplicatedList:
+        return self.cells.list(name)
+
+    @property
+    def presence(self) -> ReplicatedPresence:
+        """Each connection's presence (``set``, ``all``, ``others``, ``on_change``)."""
+        return self.cells.presence()
+
+    def awareness(self, name: str) -> ReplicatedPresence:
+        """An awareness value such as a cursor: each peer's latest, until the server's TTL."""
+        return self.cells.awareness(name)
+
     def text(self, name: str) -> ReplicatedText:
         return self.cells.text(name)
 
@@ -157,7 +180,7 @@ class SharedDocument:
         """Wait until the server's state arrived and every local edit is acknowledged."""
         await self.wait_until(lambda: self._joined and self.connected and not self.pending, timeout)
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = 30.0) -> None:
         """Wait until ``predicate()`` holds (checked after every change of the document)."""
         async with asyncio.timeout(timeout):
             while not predicate():
@@ -172,6 +195,11 @@ class SharedDocument:
         self._changed.set()
 
     def _local(self, op: CrdtOp) -> None:
+        if _ephemeral(op):  # not pending: never acknowledged, set again on reconnect
+            if self.connected:
+                self._outbox.append(op)
+                self._notify()
+            return
         self.pending[(op.slot_id, op.key or "")] = op
         if self.connected:
             self._outbox.append(op)
@@ -238,16 +266,37 @@ class SharedDocument:
             self._sessions += 1
             self.connected = True
             self._outbox = sorted(self.pending.values(), key=lambda o: stamp_key(o.stamp))
-            sender = asyncio.get_running_loop().create_task(self._send(ws))
+            self._outbox += self._ephemeral_ops()
+            loop = asyncio.get_running_loop()
+            sender = loop.create_task(self._send(ws))
+            beats = loop.create_task(self._heartbeats())
             try:
                 await self._receive(ws)
             finally:
-                sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sender
+                for task in (sender, beats):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
         finally:
             self._ws = None
             await close_ws(ws, None)
+
+    def _ephemeral_ops(self) -> tuple[CrdtOp, ...]:
+        """This replica's presence and awareness values, freshly stamped."""
+        state = self.cells.state
+        return tuple(
+            state.set_ephemeral(v.name, v.kind, v.wanted)
+            for v in self.cells.ephemeral_values()
+            if v.wanted is not None
+        )
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            ops = self._ephemeral_ops()
+            if ops:
+                self._outbox += ops
+                self._notify()
 
     async def _send(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while True:
@@ -277,6 +326,11 @@ class SharedDocument:
                 self._joined = True
             self._notify()
         raise ConnectionError("the server closed the connection")
+
+
+def _ephemeral(op: CrdtOp) -> bool:
+    parts = (op.key or "").split("/")
+    return len(parts) == 3 and parts[1] in EPHEMERAL_KINDS
 
 
 def open_document(url: str, name: str, **options: Any) -> SharedDocument:

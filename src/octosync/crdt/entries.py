@@ -29,6 +29,7 @@ import msgspec
 from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.crdt import text_entries as te
 from octosync.crdt.plane import wins
+from octosync.crdt.seq import check_position, id_peer
 from octosync.errors import CrdtValueError, Forbidden
 from octosync.ipc.messages import CrdtOp
 
@@ -100,6 +101,16 @@ def _field(value: Any, path: str) -> Any:
     return value
 
 
+def _position(value: Any, path: str) -> Any:
+    return check_position(value, path)
+
+
+def _removed(value: Any, path: str) -> Any:
+    if value is not True:
+        raise CrdtValueError("a list element's removed entry holds true", path=path)
+    return value
+
+
 def _counter_grows(old: Any, new: Any) -> bool:
     return bool(new[0] >= old[0] and new[1] >= old[1])
 
@@ -141,6 +152,9 @@ class Kind:
     keyed: Callable[[Any, tuple[str, ...], str], Any] | None = None
     """For a kind whose state depends on its key (a text chunk's clocks lie in the chunk its
     key names): checks the state given the segments after the tag, instead of ``state``."""
+    minted: int | None = None
+    """Which segment (if any) is an element id minted under a peer (``PEER.WALL.LOGICAL``):
+    only that peer creates the element; once it exists, any writer writes its entries."""
 
     def decode(self, value: Any, rest: tuple[str, ...], path: str) -> Any:
         if self.keyed is not None:
@@ -162,9 +176,19 @@ KINDS: dict[str, Kind] = {
         # shared text (crdt/text_entries.py): each writer's runs and deletions, grow-only
         Kind("tx", 2, 0, _any, _text_runs_grow, ("PEER", "CHUNK"), _text_runs),
         Kind("td", 2, 0, _any, _text_ranges_grow, ("PEER", "N"), _text_ranges),
+        # a list (crdt/seq.py): each element's position, value and removal, three LWW registers
+        Kind("lp", 1, None, _position, None, ("ID",), minted=0),
+        Kind("lv", 1, None, _any, None, ("ID",), minted=0),
+        Kind("ld", 1, None, _removed, None, ("ID",), minted=0),
+        # presence and awareness (hub/presence.py): each peer's own value, never journaled
+        Kind("pr", 1, 0, _any, None, ("PEER",)),
+        Kind("aw", 1, 0, _any, None, ("PEER",)),
     )
 }
 """Every kind of a shared document's values, by the tag its keys carry."""
+
+EPHEMERAL_KINDS = frozenset({"pr", "aw"})
+"""Presence and awareness: a server keeps these apart and never journals them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +218,14 @@ def check_op(
     writer: int,
     held: CrdtOp | None,
     path: str,
+    lookup: Callable[[str], CrdtOp | None] | None = None,
 ) -> None:
     """Refuse an op ``writer`` may not send: a malformed key or state of a known kind, an entry
-    another peer owns, or a grow-only entry made smaller. ``held`` is the entry the receiver
-    holds now (or the frame's earlier op for the same entry); an op that would not replace it
-    changes nothing and is let through (a resend after a lost acknowledgement)."""
+    another peer owns, a grow-only entry made smaller, or an element of another peer's that
+    does not exist. ``held`` is the entry the receiver holds now (or the frame's earlier op for
+    the same entry); an op that would not replace it changes nothing and is let through (a
+    resend after a lost acknowledgement). ``lookup`` finds another entry of the same node by
+    key, as ``held`` was found (without it, no element of another peer's exists)."""
     layout = layout_of(op)
     if layout is None:
         return
@@ -220,6 +247,21 @@ def check_op(
                 f"entry {op.key!r} belongs to peer {owner}; this writer is peer {writer}",
                 path=f"{path}.key",
             )
+    if kind.minted is not None:
+        element = layout.rest[kind.minted]
+        minter = id_peer(element)
+        if minter is None:
+            raise CrdtValueError(
+                f"{element!r} in key {op.key!r} is not an element id (PEER.WALL.LOGICAL, "
+                f"canonical decimals)",
+                path=f"{path}.key",
+            )
+        if held is None and minter != writer and not _exists(layout.name, element, lookup):
+            raise Forbidden(
+                f"element {element!r} is minted by peer {minter}: only it creates it, and "
+                f"this writer is peer {writer}",
+                path=f"{path}.key",
+            )
     if not isinstance(op.state, bytes):
         raise CrdtValueError("a CRDT op's state must be inline bytes", path=f"{path}.state")
     new = kind.decode(_json(op.state, f"{path}.state"), layout.rest, f"{path}.state")
@@ -234,6 +276,14 @@ def check_op(
             f"entry {op.key!r} may only grow: {old!r} cannot become {new!r}",
             path=f"{path}.state",
         )
+
+
+def _exists(name: str, element: str, lookup: Callable[[str], CrdtOp | None] | None) -> bool:
+    """Whether its minting peer created list element ``element`` (its position or value is
+    held): then any writer may move, set or remove it."""
+    if lookup is None:
+        return False
+    return any(lookup(f"{name}/{tag}/{element}") is not None for tag in ("lp", "lv"))
 
 
 def _inline(op: CrdtOp) -> bytes:

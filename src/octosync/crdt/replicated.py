@@ -1,18 +1,20 @@
 """Replicated cells: graph cells whose value is the merge of every replica's writes.
 
-``Replicated(ctx, state)`` makes LWW registers (the default), MV registers, PN counters and LWW
-maps of a ``SharedState`` into ordinary cells of ``ctx``: memos, signals and effects read them
-like any cell. A merge runs in one batch and writes each affected cell with its new observed
-value, so the cell's equality guard applies after the merge (a merge that lands on the value
-already held invalidates nothing and memos stay suppressed), and effects run once per merge,
-not once per op. Local writes go the same way and queue their op for the wire.
+``Replicated(ctx, state)`` makes LWW registers (the default), MV registers, PN counters, LWW
+maps and lists of a ``SharedState`` into ordinary cells of ``ctx``: memos, signals and effects
+read them like any cell. A merge runs in one batch and writes each affected cell with its new
+observed value, so the cell's equality guard applies after the merge (a merge that lands on the
+value already held invalidates nothing and memos stay suppressed), and effects run once per
+merge, not once per op. Local writes go the same way and queue their op for the wire.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import builtins
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from octosync.crdt.seq import ListChange, diff
 from octosync.crdt.shared import SharedState, check_name
 from octosync.crdt.text import TextEdit
 from octosync.errors import CrdtValueError
@@ -75,6 +77,136 @@ class ReplicatedCell(Generic[T]):
         """Call ``callback(value)`` now and after every flush that changed the value."""
         return self._owner.ctx.effect(lambda: callback(self.get()))
 
+    def _refresh(self) -> bool:
+        value = self._owner.state.read(self.name, self.kind)
+        if value == self.cell.peek():
+            return False
+        self.cell.set(value)
+        return True
+
+
+class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
+    """A list (the move-aware sequence): its value is the tuple of its values in order, and
+    ``on_edit`` says what each change inserted, deleted, moved or set."""
+
+    __slots__ = ("_edits", "_seen")
+
+    def __init__(self, owner: Replicated, name: str, cell: Cell[tuple[Any, ...]]) -> None:
+        super().__init__(owner, name, "list", cell)
+        self._seen = self._items()
+        self._edits: list[Callable[[ListChange], object]] = []
+
+    def _items(self) -> list[tuple[str, Any]]:
+        return self._owner.state.list_items(self.name)
+
+    def _ops(self, ops: tuple[CrdtOp, ...]) -> None:
+        self._owner._local_many(self.name, ops)
+
+    def insert(self, index: int, value: Any) -> None:
+        """Insert ``value`` so that it is at ``index`` (0 to ``len``)."""
+        self._ops(self._owner.state.list_insert(self.name, index, value))
+
+    def push(self, value: Any) -> None:
+        """Append ``value``."""
+        self.insert(len(self), value)
+
+    def move(self, source: int, target: int) -> None:
+        """Move the element at ``source`` so that it is at ``target``."""
+        self._ops(self._owner.state.list_move(self.name, source, target))
+
+    def delete(self, index: int) -> None:  # type: ignore[override]
+        """Remove the element at ``index``."""
+        self._ops(self._owner.state.list_delete(self.name, index))
+
+    def set(self, index: int, value: Any) -> None:
+        """Replace the value at ``index``."""
+        self._ops(self._owner.state.list_set(self.name, index, value))
+
+    def __len__(self) -> int:
+        return len(self.cell.peek())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.cell.peek())
+
+    def __getitem__(self, index: int) -> Any:
+        return self.cell.peek()[index]
+
+    def on_edit(self, callback: Callable[[ListChange], object]) -> Callable[[], None]:
+        """Call ``callback(change)`` after every change of the list; returns the unsubscribe."""
+        self._edits.append(callback)
+        return lambda: self._edits.remove(callback) if callback in self._edits else None
+
+    def _refresh(self) -> bool:
+        items = self._items()
+        change = diff(self._seen, items)
+        if not change:
+            return False
+        self._seen = items
+        self.cell.set(self._owner.state.list_values(self.name))
+        for callback in list(self._edits):
+            callback(change)
+        return True
+
+
+class ReplicatedPresence:
+    """Every peer's presence (``pr``) or awareness (``aw``) value ``name``: ``set`` this
+    replica's, read ``all`` (by peer), ``others`` (without this replica) and ``mine``. The
+    server keeps them, never journaled: a presence lives while its connection does, either
+    kind until its TTL runs out unless set again."""
+
+    __slots__ = ("_owner", "cell", "kind", "name", "wanted")
+
+    def __init__(self, owner: Replicated, name: str, kind: str) -> None:
+        self._owner = owner
+        self.name = name
+        self.kind = kind
+        self.cell: Cell[tuple[tuple[int, Any], ...]] = owner.ctx.cell(self._read())
+        self.wanted: Any = None
+        """What this replica last set (sent again on every reconnect and heartbeat)."""
+
+    def set(self, value: Any) -> None:
+        """Set this replica's value (``None`` clears it)."""
+        self.wanted = value
+        self._owner._local_many(
+            self.name, (self._owner.state.set_ephemeral(self.name, self.kind, value),)
+        )
+
+    def clear(self) -> None:
+        self.set(None)
+
+    def _read(self) -> tuple[tuple[int, Any], ...]:
+        # pairs, not a dict: a cell's value is JSON, whose object keys are strings
+        return tuple(self._owner.state.peers(self.name, self.kind).items())
+
+    @property
+    def all(self) -> dict[int, Any]:
+        """Every peer's value, by peer id."""
+        return dict(self.cell.peek())
+
+    @property
+    def others(self) -> dict[int, Any]:
+        me = self._owner.state.peer
+        return {p: v for p, v in self.cell.peek() if p != me}
+
+    @property
+    def mine(self) -> Any:
+        return self.all.get(self._owner.state.peer)
+
+    def get(self) -> dict[int, Any]:
+        """``all``, read as a tracked dependency."""
+        return dict(self.cell.get())
+
+    def on_change(self, callback: Callable[[dict[int, Any]], object]) -> Effect:
+        """Call ``callback(all)`` now and after every change."""
+        return self._owner.ctx.effect(lambda: callback(self.get()))
+
+    def _refresh(self) -> bool:
+        value = self._read()
+        if value == self.cell.peek():
+            return False
+        self.cell.set(value)
+        return True
+
 
 class ReplicatedText(ReplicatedCell[int]):
     """A shared text: ``insert``, ``delete``, ``value`` (or ``str()``), and ``on_change``
@@ -112,6 +244,15 @@ class ReplicatedText(ReplicatedCell[int]):
         """Delete ``count`` characters from ``index``."""
         self._owner._local_many(self.name, self._owner.state.text_delete(self.name, index, count))
 
+    def _refresh(self) -> bool:
+        edits = self._owner.state.text_of(self.name).take_edits()
+        if not edits:
+            return False
+        self.cell.set(self.cell.peek() + 1)
+        for listener in list(self.listeners):
+            listener(edits)
+        return True
+
     def on_change(  # type: ignore[override]
         self, callback: Callable[[list[TextEdit]], object]
     ) -> Callable[[], None]:
@@ -131,6 +272,7 @@ class Replicated:
         self.ctx = ctx
         self.state = state
         self._cells: dict[str, ReplicatedCell[Any]] = {}
+        self._ephemeral: dict[tuple[str, str], ReplicatedPresence] = {}
         self.outgoing: list[CrdtOp] = []
         """Local ops not yet taken for the wire (``take_outgoing``), unless ``on_local``."""
         self.on_local: Callable[[CrdtOp], None] | None = None
@@ -164,6 +306,36 @@ class Replicated:
         """An LWW map: one register per field."""
         return self._cell(name, "map")
 
+    def list(self, name: str) -> ReplicatedList:
+        """A list: elements inserted, moved, set and deleted by every replica."""
+        check_name(name)
+        known = self._cells.get(name)
+        if known is None:
+            made = ReplicatedList(self, name, self.ctx.cell(self.state.list_values(name)))
+            self._cells[name] = made
+            return made
+        if not isinstance(known, ReplicatedList):
+            raise CrdtValueError(f"{name!r} is a {known.kind} value, not list", path="kind")
+        return known
+
+    def presence(self, name: str = "presence") -> ReplicatedPresence:
+        """Each connection's presence: alive while it is connected."""
+        return self._presence(name, "pr")
+
+    def awareness(self, name: str) -> ReplicatedPresence:
+        """An awareness value (a cursor, a selection): each peer's latest, until its TTL."""
+        return self._presence(name, "aw")
+
+    def _presence(self, name: str, kind: str) -> ReplicatedPresence:
+        check_name(name)
+        known = self._ephemeral.get((name, kind))
+        if known is None:
+            known = self._ephemeral[(name, kind)] = ReplicatedPresence(self, name, kind)
+        return known
+
+    def ephemeral_values(self) -> Iterable[ReplicatedPresence]:
+        return self._ephemeral.values()
+
     def text(self, name: str) -> ReplicatedText:
         """A shared text (a character CRDT): concurrent edits merge character by character."""
         check_name(name)
@@ -188,32 +360,18 @@ class Replicated:
         moved = set()
         for name in names:
             rc = self._cells.get(name)
-            if rc is None:
-                continue
-            if isinstance(rc, ReplicatedText):
-                edits = self.state.text_of(name).take_edits()
-                if edits:
-                    moved.add(name)
-                    rc.cell.set(rc.cell.peek() + 1)
-                    for listener in list(rc.listeners):
-                        listener(edits)
-                continue
-            value = self.state.read(name, rc.kind)
-            if value != rc.cell.peek():
+            if rc is not None and rc._refresh():
                 moved.add(name)
-                rc.cell.set(value)
+            for kind in ("pr", "aw"):
+                rp = self._ephemeral.get((name, kind))
+                if rp is not None and rp._refresh():
+                    moved.add(name)
         return moved
 
     def _local(self, op: CrdtOp) -> None:
-        if self.on_local is None:
-            self.outgoing.append(op)
-        else:
-            self.on_local(op)
-        name = (op.key or "").split("/", 1)[0]
-        with self.ctx.batch():
-            self._refresh([name])
+        self._local_many((op.key or "").split("/", 1)[0], (op,))
 
-    def _local_many(self, name: str, ops: list[CrdtOp]) -> None:
+    def _local_many(self, name: str, ops: Iterable[CrdtOp]) -> None:
         for op in ops:
             if self.on_local is None:
                 self.outgoing.append(op)
@@ -222,6 +380,6 @@ class Replicated:
         with self.ctx.batch():
             self._refresh([name])
 
-    def take_outgoing(self) -> list[CrdtOp]:
+    def take_outgoing(self) -> builtins.list[CrdtOp]:
         ops, self.outgoing = self.outgoing, []
         return ops

@@ -19,6 +19,11 @@ MV register    ``NAME/mv/PEER``            ``[value, {peer: n}]``: each peer's l
                                            no other entry's vector dominates (concurrent writes
                                            all survive until one write has seen them).
 LWW map        ``NAME/map/FIELD``          ``[value]`` or ``[]`` (deleted); one LWW per field.
+list           ``NAME/lp/ID``,             the move-aware sequence (``crdt/seq.py``): per element
+               ``NAME/lv/ID``,             a position ``[digits...]`` (its writer's peer breaks
+               ``NAME/ld/ID``              ties), a value, and ``true`` once removed: three LWW
+                                           registers; ``ID`` is ``PEER.WALL.LOGICAL``, minted
+                                           by the inserting replica from its insert's stamp.
 text           ``NAME/tx/PEER/CHUNK``,     each writer's inserted runs and deleted id ranges in
                ``NAME/td/PEER/N``          grow-only chunks (``crdt/text_entries.py``); the
                                            value is the character CRDT's text.
@@ -34,14 +39,16 @@ stamp is above every stamp issued or received before. Sans-I/O: writes return th
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 
+from octosync.crdt.entries import EPHEMERAL_KINDS, node_of
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
-from octosync.crdt.entries import node_of
 from octosync.crdt.plane import PlaneReplica, stamp_key
+from octosync.crdt.seq import Element, Position, check_position, mint_id, place
 from octosync.crdt.text_entries import SharedText
 from octosync.errors import CrdtValueError
 from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, WireStamp
@@ -65,7 +72,17 @@ def _decode(data: bytes) -> Any:
 class SharedState:
     """One replica's view of a shared document (sans-I/O; the clock is injected)."""
 
-    __slots__ = ("_by_name", "_clock", "_logical", "_wall", "peer", "replica", "texts")
+    __slots__ = (
+        "_by_name",
+        "_clock",
+        "_lists",
+        "_logical",
+        "_wall",
+        "ephemeral",
+        "peer",
+        "replica",
+        "texts",
+    )
 
     def __init__(self, peer: int, clock: Callable[[], int]) -> None:
         if not 0 < peer <= MAX_SAFE_ID:
@@ -76,6 +93,10 @@ class SharedState:
         self._wall = 0
         self._logical = 0
         self._by_name: dict[str, dict[str, CrdtOp]] = {}
+        self._lists: dict[str, _ListRegisters] = {}
+        self.ephemeral: dict[str, dict[str, CrdtOp]] = {}
+        """Presence and awareness entries by name and ``KIND/PEER``: the latest of each, kept
+        apart from the replica (they are not the document's state)."""
         self.texts: dict[str, SharedText] = {}
         """Each text value's character CRDT, fed as its entries arrive."""
 
@@ -102,6 +123,11 @@ class SharedState:
         texts: dict[str, list[tuple[str, bytes]]] = {}
         for op in ops:
             self._observe(op.stamp)
+            if _is_ephemeral(op):
+                taken = self._ephemeral(op)
+                if taken is not None:
+                    changed.add(taken)
+                continue
             if self.replica.apply(op):
                 name = self._index(op, texts)
                 if name is not None:
@@ -109,6 +135,46 @@ class SharedState:
         for name, entries in texts.items():  # a batch's text entries at once, runs in order
             self.text_of(name).receive_many(entries)
         return changed
+
+    def _ephemeral(self, op: CrdtOp) -> str | None:
+        """Take a presence or awareness op; its name when it is newer, else None."""
+        parts = (op.key or "").split("/")
+        held = self.ephemeral.setdefault(parts[0], {})
+        rest = f"{parts[1]}/{parts[2]}"
+        old = held.get(rest)
+        if old is not None and stamp_key(op.stamp) <= stamp_key(old.stamp):
+            return None
+        held[rest] = op
+        return parts[0]
+
+    def set_ephemeral(self, name: str, kind: str, value: object) -> CrdtOp:
+        """Set this peer's presence (``pr``) or awareness (``aw``) value ``name``; ``None``
+        clears it."""
+        check_name(name)
+        self._check_value(value)
+        op = CrdtOp(
+            slot_id=node_of(name),
+            stamp=self.stamp(),
+            state=_JSON.encode(value),
+            key=f"{name}/{kind}/{self.peer}",
+        )
+        self._ephemeral(op)
+        return op
+
+    def peers(self, name: str, kind: str) -> dict[int, Any]:
+        """Each peer's live presence or awareness value ``name`` (as the server last said)."""
+        out: dict[int, Any] = {}
+        for rest, op in sorted(self.ephemeral.get(name, {}).items()):
+            tag, _, peer = rest.partition("/")
+            if tag != kind or not peer.isdigit():
+                continue
+            try:
+                value = _decode(op.state)  # type: ignore[arg-type]
+            except msgspec.DecodeError:
+                continue
+            if value is not None:
+                out[int(peer)] = value
+        return dict(sorted(out.items()))
 
     def _index(
         self, op: CrdtOp, texts: dict[str, list[tuple[str, bytes]]] | None = None
@@ -125,6 +191,8 @@ class SharedState:
                 texts.setdefault(name, []).append((rest, op.state))
             return name
         self._by_name.setdefault(name, {})[rest] = op
+        if rest[:3] in _LIST_TAGS:
+            self._lists.setdefault(name, _ListRegisters()).take(rest[:2], rest[3:], op)
         return name
 
     def text_of(self, name: str) -> SharedText:
@@ -155,10 +223,10 @@ class SharedState:
         check_name(name)
         return self._write_text(name, self.text_of(name).delete(index, count))
 
-    def _write(self, name: str, rest: str, value: object) -> CrdtOp:
+    def _write(self, name: str, rest: str, value: object, stamp: WireStamp | None = None) -> CrdtOp:
         op = CrdtOp(
             slot_id=node_of(name),
-            stamp=self.stamp(),
+            stamp=stamp or self.stamp(),
             state=_JSON.encode(value),
             key=f"{name}/{rest}",
         )
@@ -213,6 +281,77 @@ class SharedState:
         check_name(name)
         check_name(field, "field")
         return self._write(name, f"map/{field}", [])
+
+    # --- lists (the move-aware sequence of crdt/seq.py) -----------------------------------------
+
+    def list_insert(self, name: str, index: int, value: object) -> tuple[CrdtOp, ...]:
+        """Insert ``value`` so that it is at ``index`` (0 to the length): a new element, its id
+        minted from the stamp of its value entry, between its two neighbours. The position
+        entry takes the next stamp: a lazily plane replica takes one op per ``(node, stamp)``,
+        and every entry of a list shares its node."""
+        check_name(name)
+        self._check_value(value)
+        live = self.list_elements(name)
+        _check_index(index, len(live) + 1)
+        position = _between(
+            live[index - 1] if index else None,
+            live[index] if index < len(live) else None,
+            self.peer,
+        )
+        stamp = self.stamp()
+        element = mint_id(stamp)
+        return (
+            self._write(name, f"lv/{element}", value, stamp),
+            self._write(name, f"lp/{element}", list(position)),  # its own stamp: see the doc
+        )
+
+    def list_move(self, name: str, source: int, target: int) -> tuple[CrdtOp, ...]:
+        """Move the element at ``source`` so that it is at ``target``: one new position for
+        it (nothing when it is already there)."""
+        check_name(name)
+        live = self.list_elements(name)
+        _check_index(source, len(live), "from")
+        _check_index(target, len(live), "to")
+        if source == target:
+            return ()
+        moving = live.pop(source)
+        position = _between(
+            live[target - 1] if target else None,
+            live[target] if target < len(live) else None,
+            self.peer,
+        )
+        return (self._write(name, f"lp/{moving.id}", list(position)),)
+
+    def list_delete(self, name: str, index: int) -> tuple[CrdtOp, ...]:
+        """Remove the element at ``index`` (its removed register: a tombstone that a concurrent
+        edit or move does not undo)."""
+        check_name(name)
+        live = self.list_elements(name)
+        _check_index(index, len(live))
+        return (self._write(name, f"ld/{live[index].id}", True),)
+
+    def list_set(self, name: str, index: int, value: object) -> tuple[CrdtOp, ...]:
+        """Replace the value at ``index`` (its position is untouched: a concurrent move
+        applies too)."""
+        check_name(name)
+        self._check_value(value)
+        live = self.list_elements(name)
+        _check_index(index, len(live))
+        return (self._write(name, f"lv/{live[index].id}", value),)
+
+    def list_elements(self, name: str) -> list[Element]:
+        """The list's live elements in order (a copy: the caller may change it)."""
+        held = self._lists.get(name)
+        return [] if held is None else list(held.elements())
+
+    def list_values(self, name: str) -> tuple[Any, ...]:
+        held = self._lists.get(name)
+        return () if held is None else tuple(held.values_in_order())
+
+    def list_items(self, name: str) -> list[tuple[str, Any]]:
+        """The list's ``(id, value)`` pairs in order (a copy)."""
+        held = self._lists.get(name)
+        return [] if held is None else list(held.items())
 
     @staticmethod
     def _check_value(value: object) -> None:
@@ -294,31 +433,133 @@ class SharedState:
         return out
 
     def read(self, name: str, kind: str) -> Any:
-        """The value of ``name`` read as ``kind`` (one of ``KINDS``)."""
+        """The value of ``name`` read as ``kind`` (one of ``KINDS``, or ``list``)."""
         if kind == "pn":
             return self.counter(name)
         if kind == "mv":
             return self.multi(name)
         if kind == "map":
             return self.map(name)
+        if kind == "list":
+            return self.list_values(name)
         if kind == "text":
             text = self.texts.get(name)
             return "" if text is None else str(text)
         return self.register(name)
 
 
+_LIST_TAGS = frozenset({"lp/", "lv/", "ld/"})
+
+
+class _ListRegisters:
+    """One list's registers, decoded as their entries change, and its live elements kept in
+    order as they do (a change moves one element: a binary search, no sort)."""
+
+    __slots__ = (
+        "_items",
+        "_keys",
+        "_live",
+        "_ordered",
+        "_values",
+        "positions",
+        "removed",
+        "values",
+    )
+
+    def __init__(self) -> None:
+        self.positions: dict[str, tuple[Position, int]] = {}
+        self.values: dict[str, Any] = {}
+        self.removed: set[str] = set()
+        self._ordered: list[Element] = []
+        self._items: list[tuple[str, Any]] = []
+        self._values: list[Any] = []
+        self._keys: list[tuple[Position, int, str]] = []
+        self._live: dict[str, tuple[Position, int, str]] = {}
+
+    def take(self, tag: str, element: str, op: CrdtOp) -> None:
+        """The winning entry of one register changed (an unreadable one reads as absent)."""
+        state = op.state if isinstance(op.state, bytes) else b""
+        if tag == "ld":
+            if state == b"true":
+                self.removed.add(element)
+            else:
+                self.removed.discard(element)
+        else:
+            try:
+                decoded = _decode(state)
+                if tag == "lp":
+                    self.positions[element] = (check_position(decoded, "state"), op.stamp.peer)
+                else:
+                    self.values[element] = decoded
+            except (msgspec.DecodeError, CrdtValueError):
+                (self.positions if tag == "lp" else self.values).pop(element, None)
+        self._place(element)
+
+    def _place(self, element: str) -> None:
+        old = self._live.pop(element, None)
+        if old is not None:
+            at = bisect_left(self._keys, old)
+            del self._keys[at], self._ordered[at], self._items[at], self._values[at]
+        placed = self.positions.get(element)
+        if placed is None or element not in self.values or element in self.removed:
+            return
+        key = (placed[0], placed[1], element)
+        at = bisect_left(self._keys, key)
+        self._keys.insert(at, key)
+        value = self.values[element]
+        self._ordered.insert(at, Element(element, placed[0], placed[1], value))
+        self._items.insert(at, (element, value))
+        self._values.insert(at, value)
+        self._live[element] = key
+
+    def elements(self) -> list[Element]:
+        return self._ordered
+
+    def items(self) -> list[tuple[str, Any]]:
+        return self._items
+
+    def values_in_order(self) -> list[Any]:
+        return self._values
+
+
+def _is_ephemeral(op: CrdtOp) -> bool:
+    parts = (op.key or "").split("/")
+    return len(parts) == 3 and parts[1] in EPHEMERAL_KINDS and op.slot_id == node_of(parts[0])
+
+
+def _check_index(index: int, size: int, what: str = "index") -> None:
+    if type(index) is not int or not 0 <= index < size:
+        raise CrdtValueError(f"{what} {index!r} is outside the list (0 to {size - 1})", path=what)
+
+
+def _between(lo: Element | None, hi: Element | None, peer: int) -> Position:
+    """A position between two neighbours, ending with ``peer``'s digits. Neighbours with one
+    position (only a writer outside this layout makes them) leave no room between: the new
+    element goes after both."""
+    low = None if lo is None else lo.position
+    high = None if hi is None else hi.position
+    if low is not None and high is not None and low >= high:
+        high = None
+    return place(low, high, peer)
+
+
+_LIST_KIND_TAGS = frozenset({"lp", "lv", "ld"})
+
+
 def document_values(ops: Iterable[CrdtOp]) -> list[tuple[str, str, Any]]:
     """Every value a document's entries hold, read by its kind: ``(name, kind, value)`` sorted
     by name and kind (a counter's sum, a register's value, an MV register's concurrent values
-    as a list, a map's live fields). What the pipeline and the inspector show of a document,
+    as a list, a map's live fields, a list's values in order). What the pipeline and the
+    inspector show of a document,
     folded exactly as a replica reads it; entries of other plane users are left out."""
     state = SharedState(1, lambda: 0)
     state.receive(ops)
     out: list[tuple[str, str, Any]] = []
     for name in sorted(state._by_name):
-        kinds = sorted({rest.split("/", 1)[0] for rest in state._by_name[name]})
+        tags = {rest.split("/", 1)[0] for rest in state._by_name[name]}
+        kinds = sorted({"list" if tag in _LIST_KIND_TAGS else tag for tag in tags})
         for kind in kinds:
             value = state.read(name, kind)
-            out.append((name, kind, list(value) if kind == "mv" else value))
+            out.append((name, kind, list(value) if kind in ("mv", "list") else value))
     out += [(name, "text", str(text)) for name, text in state.texts.items()]
     return sorted(out, key=lambda v: v[:2])

@@ -225,7 +225,11 @@ class CrdtStreams:
                 )
             key = entry_key(op)
             held = latest.get(key) or replica.get(op.slot_id, op.key)
-            check_op(op, member.peer, held, f"ops[{i}]")
+
+            def lookup(other: str, node: int = op.slot_id) -> CrdtOp | None:
+                return latest.get((node, other)) or replica.get(node, other)
+
+            check_op(op, member.peer, held, f"ops[{i}]", lookup)
             if held is None or wins(op, held):
                 latest[key] = op
         fresh = replica.check(sync.ops)

@@ -426,6 +426,12 @@ class ServerConfig:
         "compacts them to the document's entries (one merged update).",
         range=Range(1000, 1_000_000_000),
     )
+    presence_ttl: float = setting(
+        30.0,
+        "server",
+        "Seconds a shared document's presence or awareness value lives after it was last set.",
+        range=Range(1, 3600),
+    )
     topgun_gc_age: float | None = setting(
         30 * 24 * 3600.0,
         "server",

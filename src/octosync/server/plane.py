@@ -15,7 +15,9 @@ state it gets on reconnect.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +27,7 @@ from octosync.crdt.plane import PlaneReplica
 from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError, Overloaded
 from octosync.hub import Hub
 from octosync.hub.crdt_streams import Accepted, Audience, Checked, CrdtStreams
+from octosync.hub.presence import DEFAULT_TTL, PresenceRooms, is_ephemeral
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
 from octosync.server.gap_flush import GapFlush
@@ -86,6 +89,11 @@ ASK = Ask(then="resend later")
 """How the plane words a refusal of the storage rules."""
 
 
+PRESENCE_GAP = 0.05
+"""Seconds between two fan-outs of presence and awareness at most: a cursor moved many times
+within it goes out once, as its latest value."""
+
+
 JOIN_CHUNK = 1000
 """Ops per frame of the whole document a member gets when it joins; only the last frame
 carries the frontier, so a member knows it has the document when a frame has one."""
@@ -102,9 +110,16 @@ class _Due:
 class Plane:
     """The runtime's plane streams: members' framing, journaling, fan-out."""
 
-    def __init__(self, runtime: PlaneHost, core: CrdtStreams) -> None:
+    def __init__(
+        self, runtime: PlaneHost, core: CrdtStreams, presence_ttl: float = DEFAULT_TTL
+    ) -> None:
         self.rt = runtime
         self.core = core
+        self.presence = PresenceRooms(presence_ttl)
+        """Presence and awareness: kept here, never journaled (``hub.presence``)."""
+        self._presence_due: dict[str, dict[tuple[int, str], CrdtOp]] = {}
+        self._presence_flusher = GapFlush(self._flush_presence, PRESENCE_GAP)
+        self._ticking: asyncio.TimerHandle | None = None
         self._framing: dict[ConnId, Framing] = {}
         self._due: dict[str, _Due] = {}
         self._flusher = GapFlush(self._flush, FLUSH_GAP)
@@ -120,6 +135,12 @@ class Plane:
         server's frontier."""
         self._framing[conn] = framing
         frontier = self.core.streams[stream].replica.frontier()
+        live = self.presence.live(stream)
+        member = self.core.streams[stream].members.get(conn)
+        if member is not None and member.rules is not None:
+            live = tuple(member.readable(live))
+        if live:
+            self.send([conn], CrdtSync(ops=live))  # others' presence, before the document
         ops = tuple(state)
         for at in range(0, max(len(ops) - JOIN_CHUNK, 0), JOIN_CHUNK):
             self.send([conn], CrdtSync(ops=ops[at : at + JOIN_CHUNK]))
@@ -139,28 +160,44 @@ class Plane:
 
     def leave(self, conn: ConnId) -> None:
         self._framing.pop(conn, None)
+        for stream, ops in self.presence.close(conn, _wall_ms()).items():
+            self._presence_out(stream, ops)
         self.core.leave(conn)
 
     def receive(self, conn: ConnId, sync: CrdtSync) -> None:
-        """A member's frame: answer its frontier, then journal and accept its ops."""
+        """A member's frame: answer its frontier, then journal and accept its ops; presence
+        and awareness ops are taken at once and never journaled. Everything that can refuse
+        the frame runs before any of it is taken."""
         checked = self.core.check(conn, sync)
+        ephemeral = [(i, op) for i, op in enumerate(checked.ops) if is_ephemeral(op)]
+        if ephemeral:
+            self.presence.check(conn, checked.stream, ephemeral)
+            durable = tuple(op for op in checked.ops if not is_ephemeral(op))
+            checked = Checked(checked.conn, checked.stream, durable)
+        commits = self.rt.commits
+        record = None
+        if checked.ops and commits.journaled:
+            commits.refuse(ASK)
+            try:
+                record = encode_record(PlaneOps(checked.stream, checked.ops))
+            except InvalidRecord as exc:
+                raise LimitExceeded(
+                    f"the ops cannot be journaled: {exc.message}", path=exc.path
+                ) from exc
+        if ephemeral:
+            now = asyncio.get_running_loop().time()
+            changed = self.presence.put(conn, checked.stream, (op for _, op in ephemeral), now)
+            self._presence_out(checked.stream, changed)
         delta = self.core.delta_for(conn, sync)
         if delta:
             self.send([conn], CrdtSync(ops=delta))
         if not checked.ops:
             return
-        commits = self.rt.commits
-        if not commits.journaled:
+        if record is None:
             self._stored(checked)
             return
-        commits.refuse(ASK)
-        try:
-            record = encode_record(PlaneOps(checked.stream, checked.ops))
-        except InvalidRecord as exc:
-            raise LimitExceeded(
-                f"the ops cannot be journaled: {exc.message}", path=exc.path
-            ) from exc
-        commits.submit(Commit(conn, (record,), (lambda: self._stored(checked),)))
+        stored = checked
+        commits.submit(Commit(conn, (record,), (lambda: self._stored(stored),)))
 
     def _stored(self, checked: Checked) -> None:
         """Journaled (when there is a journal); in a cluster, published next."""
@@ -229,6 +266,41 @@ class Plane:
                 if rest:
                     self.send([writer], CrdtSync(ops=tuple(rest)))
 
+    # --- presence and awareness ---------------------------------------------------------------
+
+    def _presence_out(self, stream: str, ops: Iterable[CrdtOp]) -> None:
+        """Queue what changed for the next presence fan-out (the latest per entry)."""
+        due = self._presence_due.setdefault(stream, {})
+        for op in ops:
+            due[(op.slot_id, op.key or "")] = op
+        if due:
+            self._presence_flusher.soon()
+        else:
+            del self._presence_due[stream]
+        self._tick_soon()
+
+    def _flush_presence(self) -> None:
+        due, self._presence_due = self._presence_due, {}
+        for name, ops in due.items():
+            stream = self.core.streams.get(name)
+            if stream is not None and ops:
+                self._fan_out(stream.audience(), list(ops.values()))
+
+    def _tick_soon(self) -> None:
+        """Check for expired values again a quarter TTL (at most a second) from now, while
+        any are held."""
+        if self._ticking is not None or not len(self.presence):
+            return
+        wait = min(self.presence.ttl / 4, 1.0)
+        self._ticking = asyncio.get_running_loop().call_later(wait, self._tick)
+
+    def _tick(self) -> None:
+        self._ticking = None
+        now = asyncio.get_running_loop().time()
+        for stream, ops in self.presence.tick(now, _wall_ms()).items():
+            self._presence_out(stream, ops)
+        self._tick_soon()
+
     def _fan_out(self, audience: Audience, ops: list[CrdtOp]) -> None:
         """The ops to every reader: whole to those without node grants (encoded once per
         dialect), filtered once per rule set to the others."""
@@ -254,3 +326,7 @@ class Plane:
                 continue
             if not hub.send_lossless(conn, data):
                 self.rt.fault(conn, Overloaded("this connection fell behind the plane; rejoin"))
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
