@@ -38,6 +38,7 @@ from octosync.hub.types import (
     Grants,
     HubConfig,
     HubStats,
+    RecordCommit,
     Recorder,
     RemoteOwner,
     StreamId,
@@ -185,8 +186,8 @@ class Authority:
         c.produces.add(stream_id)
         stream.frames += 1
         self.stats.frames_in += 1
-        if self._recorder is not None:
-            self._recorder.commit(prepared)
+        if prepared is not None:
+            prepared()
         return stream
 
     def accept_from_server(self, stream_id: StreamId, frame: Frame[Body]) -> StreamState:
@@ -250,7 +251,9 @@ class Authority:
         stream.model.apply(frame)
         return stream
 
-    def _prepare(self, stream_id: StreamId, conn: ConnId, frame: Frame[Body]) -> object:
+    def _prepare(
+        self, stream_id: StreamId, conn: ConnId, frame: Frame[Body]
+    ) -> RecordCommit | None:
         """The recorder's half of accepting a frame, done before any state changes."""
         if self._recorder is None:
             return None
@@ -328,8 +331,7 @@ class Authority:
         if stream.producer is None:
             del self.streams[stream.id]
         if prepared is not None:
-            assert self._recorder is not None
-            self._recorder.commit(prepared)
+            prepared()
         return True
 
     def get(self, stream_id: StreamId) -> StreamState | None:

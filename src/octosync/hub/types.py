@@ -92,22 +92,23 @@ InterestHook = Callable[[StreamId, bool], None]
 """Called when a stream gets its first subscriber (True) or loses its last (False)."""
 
 
+RecordCommit = Callable[[], None]
+"""A prepared record's commit: submits it to the journal (``Recorder.prepare``)."""
+
+
 class Recorder(Protocol):
     """Durable storage of accepted frames (the journal), in two steps around the hub's own.
 
     ``prepare`` runs before the hub changes anything and raises to refuse a frame that could
-    not be stored; ``commit`` runs once the frame is accepted, before it is fanned out.
-    ``prepare_drop`` does the same for dropping a stream's state (its producer left and the
-    retention passed), so a restart does not bring back what the hub had let go.
+    not be stored; what it returns, the frame's commit, is called once the frame is accepted,
+    before it is fanned out (and never when the hub refuses it after all). ``prepare_drop``
+    does the same for dropping a stream's state (its producer left and the retention passed),
+    so a restart does not bring back what the hub had let go.
     """
 
-    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[Body]) -> object: ...
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[Body]) -> RecordCommit: ...
 
-    def prepare_drop(self, stream: StreamId) -> object: ...
-
-    def commit(self, prepared: object) -> None:
-        """``prepared``: what this recorder's own ``prepare`` returned (opaque to the hub)."""
-        ...
+    def prepare_drop(self, stream: StreamId) -> RecordCommit: ...
 
 
 @dataclass(frozen=True, slots=True)
