@@ -70,6 +70,19 @@ def test_cluster_planes_bench_runs_both_layouts_and_counts_every_click() -> None
 
 
 @pytest.mark.slow
+def test_cluster_planes_held_bench_compares_interest_with_all() -> None:
+    """``bench/cluster_planes.py --held --quick``: three nodes, once holding every document and
+    once by interest; every edit acknowledged (the bench exits non-zero otherwise)."""
+    done = run_bench("bench/cluster_planes.py", "--held", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("all ", "interest "))]
+    assert len([r for r in rows if "documents held" in r]) == 6
+    interest = [r for r in rows if r.startswith("interest ") and "documents held" in r]
+    assert all("   100 documents held" in r for r in interest)  # a third of 300 each
+    assert "interest / all:" in done.stdout
+
+
+@pytest.mark.slow
 def test_crdt_plane_bench_runs_and_loses_no_click() -> None:
     """``bench/crdt_plane.py --quick``: writers, subscribers, a journaled server; a late member's
     counter is the sum of every acknowledged click (the bench exits non-zero otherwise)."""

@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__, extras
+from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.model import Body, Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
 from octosync.pipeline.resume import compacted_through, restart_records
@@ -34,7 +35,7 @@ from octosync.server.token_exchange import TokenExchange
 from octosync.server.yjs_face import yjs_face
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
-from octosync.store.journal import GroupCommitWriter
+from octosync.store.journal import GroupCommitWriter, Journal
 from octosync.store.op_events import OpSource
 from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
@@ -42,6 +43,7 @@ from octosync.store.storage_rules import DirectPath
 from octosync.store.yjs_compaction import restore_yjs
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
+    from octosync.links.cluster_held import HeldPlanesLink
     from octosync.links.cluster_link import ClusterLink
     from octosync.links.cluster_maps import MapsLink
     from octosync.links.cluster_planes import PlanesLink
@@ -58,6 +60,21 @@ CLUSTER_PLANES: web.AppKey[PlanesLink] = web.AppKey("cluster_planes")
 __all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+SEEDED = "documents-in-jetstream"
+"""A file in the data folder: this node's journaled documents are in JetStream."""
+
+
+def seed_journaled(link: HeldPlanesLink, journal: Journal, marker: Path) -> None:
+    """Once per data folder, the documents of the journal (from when every node held every
+    document) go to JetStream when the link starts, so nodes that hold by interest load them."""
+    if marker.exists():
+        return
+    streams = CrdtStreams(lambda: 0)
+    restore_planes(journal, streams)
+    documents = {n: s.replica.ops() for n, s in streams.streams.items() if len(s.replica)}
+    link.seed(documents, marker.touch)
 
 
 def _export_dir(config: ServerConfig) -> Path | None:
@@ -141,6 +158,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if recorder is not None:
         recorder.path = runtime.commits
         recorder.durable = runtime.frame_durable
+    held = config.cluster_url is not None and config.cluster_hold == "interest"
     if config.cluster_url is not None and node is not None:
         from octosync.links.cluster_link import ClusterLink
 
@@ -148,7 +166,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
-        restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
+        if not held:  # the multi-writer streams (held by interest: loaded from JetStream)
+            restore_planes(writer.journal, runtime.plane.core)
         restore_yjs(writer.journal, yjs_face(runtime).core)  # the /yjs face's documents
         runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
@@ -172,10 +191,31 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
         runtime.topgun.acks_replicated = config.map_acks == "replicated"
-        # shared documents alike (after restore_planes: its position)
-        planes_link = PlanesLink(
-            runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
-        )
+        # shared documents alike (after restore_planes: its position), or held by interest
+        if held:
+            from octosync.links.cluster_held import HeldPlanesLink, HoldSettings
+
+            held_link = HeldPlanesLink(
+                runtime.plane,
+                link.node,
+                cluster=DEFAULT_CLUSTER,
+                settings=settings,
+                hold=HoldSettings(
+                    idle=config.document_idle,
+                    load_timeout=config.document_load_timeout,
+                    snapshot_interval=config.document_snapshot_interval,
+                ),
+            )
+            runtime.plane.holder = held_link
+            runtime.plane.journal_remote = False
+            if writer is not None:  # documents journaled before they were held by interest
+                seed_journaled(held_link, writer.journal, config.data_dir / SEEDED)
+            link.documents = held_link.held
+            planes_link = held_link
+        else:
+            planes_link = PlanesLink(
+                runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
+            )
         runtime.plane.replicator = planes_link
     registry = registry_for(runtime)
 
