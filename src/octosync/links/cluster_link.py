@@ -56,7 +56,7 @@ from octosync.cluster.core import (
 from octosync.cluster.writer_aliases import WriterAliases
 from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError
 from octosync.hub import AllowAll, DiffFrame, Hub, OutFrame, SnapshotFrame, ViewKey, lazily_frame
-from octosync.hub.model import Frame
+from octosync.hub.model import Body, Frame
 from octosync.hub.streams import stream_face
 from octosync.hub.types import ConnId, StreamId
 from octosync.ipc.messages import Delta, RemoteOp, RemoteOpResult, Snapshot
@@ -267,7 +267,7 @@ class ClusterLink:
 
     # --- the hub's side -------------------------------------------------------------------------
 
-    def on_accept(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
+    def on_accept(self, stream: StreamId, conn: ConnId, frame: Frame[Body]) -> None:
         """The hub's accept hook: a local producer's frame goes through the core."""
         body = frame.body
         if not isinstance(stream, str) or not isinstance(body, CARRIED):
@@ -716,7 +716,7 @@ def _encode_resync(frame: OutFrame) -> bytes:
     return wvp.encode(body, frame.ts)
 
 
-def wvp_hub_frame(body: WvpFrame) -> Frame[object]:
+def wvp_hub_frame(body: WvpFrame) -> Frame[Body]:
     """The hub frame for a WVP stream frame, as the WVP session makes it."""
     if isinstance(body, wvp.WarpSnapshot):
         return SnapshotFrame(body.epoch, body, body.state_hash)

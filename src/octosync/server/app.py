@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__, extras
 from octosync.hub.crdt_streams import CrdtStreams
-from octosync.hub.model import Frame
+from octosync.hub.model import Body, Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server import topgun_http
@@ -128,7 +128,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if config.cluster_url is not None:
         outer = on_accept
 
-        def hook(stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
+        def hook(stream: StreamId, conn: ConnId, frame: Frame[Body]) -> None:
             if outer is not None:
                 outer(stream, conn, frame)
             assert link is not None
