@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench._harness import NodeUnavailable, node_folder
 
+from _harness import NodeUnavailable, node_folder
 from octosync.crdt.replicated import Replicated
 from octosync.crdt.shared import SharedState
 from octosync.graph import Context

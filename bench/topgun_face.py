@@ -34,6 +34,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -584,11 +586,16 @@ def _pct(values: list[float], q: float) -> float:
 
 def _core_in_process(ops: int, batch: int, subscribers: int) -> float:
     """The face's rules without sockets: ``TopGunCore.handle`` on the same decoded frames
-    (validation, journal records, the merge, events encoded once for the subscribers)."""
+    (validation, journal records, the merge, events encoded once for the subscribers: by the
+    server's encoder where the core hands out typed messages)."""
     from octosync.crdt.sync_messages import SyncInit
     from octosync.server.auth import ANONYMOUS_DEV
     from octosync.topgun import TopGunCore
     from octosync.wire import topgun as tg
+
+    encoded: Callable[[list[Any]], list[bytes]] | None = None
+    if importlib.util.find_spec("octosync.server.topgun_wire") is not None:
+        encoded = importlib.import_module("octosync.server.topgun_wire").data  # else: a baseline
 
     core = TopGunCore(lambda: time.time_ns() // 1_000_000, persistent=True)
     for conn in range(subscribers + 1):
@@ -600,9 +607,13 @@ def _core_in_process(ops: int, batch: int, subscribers: int) -> float:
     flush = getattr(core, "flush", None)  # a baseline tree may fan out inside handle
     t0 = time.perf_counter()
     for frame in frames:
-        core.handle(0, tg.decode(frame))
+        fx = core.handle(0, tg.decode(frame))
+        if encoded is not None:
+            encoded(fx.out)
         if flush is not None:
-            flush()  # the server flushes once per loop turn: here once per frame, the worst
+            fx = flush()  # the server flushes once per loop turn: here once per frame, the worst
+            if encoded is not None:
+                encoded(fx.out)
     return len(frames) * batch / (time.perf_counter() - t0)
 
 

@@ -42,6 +42,7 @@ import numpy as np
 
 from octosync.crdt.sync_messages import WireLWWRecord, WireTimestamp
 from octosync.server.auth import ClaimGrants
+from octosync.server.topgun_wire import encode
 from octosync.topgun import TopGunCore
 from octosync.topgun.search import COMMIT_GAP_MS
 from octosync.wire import topgun as tg
@@ -100,7 +101,7 @@ def rate(times: list[float]) -> str:
 
 def answer(core: TopGunCore, message: tg.Message) -> Any:
     (out,) = core.handle(1, message).out
-    return tg.decode(out.data)
+    return tg.decode(encode(out.message))  # as the server sends it
 
 
 def vectors(n: int, queries: int) -> None:
@@ -169,7 +170,7 @@ def full_text(n: int, queries: int, live: int) -> None:
     core.handle(1, tg.OpBatch(tg.OpBatchPayload(ops)))
     fx = core.flush()
     spent = time.perf_counter() - t0
-    updates = sum(1 for o in fx.out if tg.decode(o.data).__struct_config__.tag == "SEARCH_UPDATE")
+    updates = sum(1 for o in fx.out if isinstance(o.message, sv.SearchUpdate))
     print(f"  live search: {live} subscriptions follow a batch of 100 writes in "
           f"{spent * 1000:.1f} ms ({updates} SEARCH_UPDATE)")  # fmt: skip
 

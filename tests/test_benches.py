@@ -70,6 +70,19 @@ def test_cluster_planes_bench_runs_both_layouts_and_counts_every_click() -> None
 
 
 @pytest.mark.slow
+def test_cluster_planes_held_bench_compares_interest_with_all() -> None:
+    """``bench/cluster_planes.py --held --quick``: three nodes, once holding every document and
+    once by interest; every edit acknowledged (the bench exits non-zero otherwise)."""
+    done = run_bench("bench/cluster_planes.py", "--held", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("all ", "interest "))]
+    assert len([r for r in rows if "documents held" in r]) == 6
+    interest = [r for r in rows if r.startswith("interest ") and "documents held" in r]
+    assert all("   100 documents held" in r for r in interest)  # a third of 300 each
+    assert "interest / all:" in done.stdout
+
+
+@pytest.mark.slow
 def test_crdt_plane_bench_runs_and_loses_no_click() -> None:
     """``bench/crdt_plane.py --quick``: writers, subscribers, a journaled server; a late member's
     counter is the sum of every acknowledged click (the bench exits non-zero otherwise)."""
@@ -133,15 +146,19 @@ def test_lists_bench_runs_beside_yjs() -> None:
 
 @pytest.mark.slow
 def test_yjs_bench_measures_both_servers() -> None:
-    """``bench/yjs_face.py --quick``: the same Node clients against ``/yjs`` and y-websocket's
-    own server, both rows printed with their figures."""
+    """``bench/yjs_face.py --quick``: each protocol's Node clients against ``/yjs`` and against
+    its own server (Hocuspocus with SQLite, y-websocket), paced and unpaced: every row printed
+    with its figures, and octosync lost no confirmed update to the SIGKILL after each run."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         missing("node or npm is not installed: the Yjs bench's clients are not run")
     done = run_bench("bench/yjs_face.py", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [line for line in done.stdout.splitlines() if " ms  p99 " in line]
-    assert len(rows) == 2, done.stdout
+    assert len(rows) == 8, done.stdout
     assert all("nan" not in row.lower() for row in rows), done.stdout
+    ours = [row for row in rows if row.startswith("octosync")]
+    assert len(ours) == 4, done.stdout
+    assert all(" 0 of " in row and "lost after SIGKILL" in row for row in ours), done.stdout
 
 
 @pytest.mark.slow

@@ -330,6 +330,15 @@ class ConfigConflict(ReplicationError):
     code = 45
 
 
+class DocumentUnavailable(ReplicationError):
+    """A shared document this node does not hold could not be loaded from the cluster in
+    time (``[cluster] document_load_timeout``), or too many frames waited for its load; the
+    client reconnects and sends again."""
+
+    name = "DocumentUnavailable"
+    code = 46
+
+
 class ServerError(OctosyncError):
     """The server cannot serve this request now; the request itself may be fine."""
 

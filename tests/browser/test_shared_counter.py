@@ -274,3 +274,41 @@ def test_offline_clicks_outlive_a_closed_tab(tmp_path: Path) -> None:
             peer,
             beside.evaluate("() => window.doc.peer"),
         )
+
+
+def test_the_readme_notes_page_merges_two_tabs_typing(tmp_path: Path) -> None:
+    """The quickstart's shared-text page, as written, in two tabs typing at once against a real
+    server: both end with the same text, holding every keystroke of both."""
+    doc = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
+    (page,) = re.findall(r"^```html notes\n(.*?)^```", doc, re.S | re.M)
+    assert "127.0.0.1:8765" in page
+    executable = chromium_path()
+    server = Server(tmp_path / "data")
+    server.start()
+    page_file = tmp_path / "notes.html"
+    page_file.write_text(page.replace("127.0.0.1:8765", f"127.0.0.1:{server.port}"))
+    typed = {0: "alpha beta ", 1: "gamma delta "}
+    try:
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+            context = browser.new_context()
+            tabs = [context.new_page() for _ in range(2)]
+            for tab in tabs:
+                tab.goto(page_file.as_uri())
+                tab.click("#notes")
+            for a, b in zip(typed[0], typed[1], strict=False):  # interleaved keystrokes
+                tabs[0].keyboard.type(a)
+                tabs[1].keyboard.type(b)
+            tabs[1].keyboard.type(typed[1][len(typed[0]) :])
+            total = sum(len(t) for t in typed.values())
+            for tab in tabs:
+                tab.wait_for_function(
+                    f"() => document.getElementById('notes').value.length === {total}",
+                    timeout=WAIT_MS,
+                )
+            values = [tab.input_value("#notes") for tab in tabs]
+            browser.close()
+    finally:
+        server.kill()
+    assert values[0] == values[1]
+    assert sorted(values[0]) == sorted(typed[0] + typed[1])

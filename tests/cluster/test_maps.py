@@ -35,6 +35,7 @@ from octosync.crdt.fold import MapStore, fold
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.sync_messages import WireTimestamp
 from octosync.crdt.timestamp import Timestamp
+from octosync.server.topgun_wire import encode
 from octosync.store.records import KIND_OP, EncodedRecord, decode_record, encode_record
 from octosync.topgun import TopGunCore, durable
 from octosync.topgun.core import record_events
@@ -210,7 +211,7 @@ def test_replicated_acks_wait_for_the_cluster_and_only_with_one() -> None:
     core.replicated = True
     fx = core.handle(CONN, batch(put("2", "k", 2, 20), write_concern="REPLICATED"))
     assert not any(isinstance(m, tg.OpAck) for m in _sent(fx, CONN))
-    (held,) = [tg.decode(ob.data) for ob in fx.replicated]
+    (held,) = [tg.decode(encode(ob.message)) for ob in fx.replicated]
     assert isinstance(held, tg.OpAck)
     assert held.payload.achieved_level == "REPLICATED"
     assert len(fx.replicate) == 1
@@ -234,7 +235,7 @@ def _sync_init(name: str) -> tg.Message:
 
 def _sent(fx: object, conn: int) -> list[tg.Message]:
     out = getattr(fx, "out")  # noqa: B009
-    return [tg.decode(ob.data) for ob in out if conn in ob.targets]
+    return [tg.decode(encode(ob.message)) for ob in out if conn in ob.targets]
 
 
 def _events(fx: object, conn: int) -> list[object]:

@@ -47,6 +47,15 @@ async def reader(node: Node) -> AsyncIterator[SharedDocument]:
         yield doc
 
 
+def hold_all(c: Cluster, *nodes: str) -> None:
+    """Start ``nodes`` again holding every document (``[cluster] hold = "all"``): each node's
+    journal is its record, JetStream's op stream a carrier that anti-entropy backs up."""
+    for node_id in nodes:
+        c.nodes[node_id].kill()
+    for node_id in nodes:
+        c.start(node_id, cluster_keys='hold = "all"')
+
+
 def state(doc: SharedDocument) -> tuple[CrdtOp, ...]:
     return doc.cells.state.replica.ops()
 
@@ -138,6 +147,7 @@ async def test_an_acknowledged_edit_outlives_sigkill_of_its_node(cluster: Cluste
 
 @pytest.mark.slow
 async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) -> None:
+    hold_all(cluster, "n1", "n2")
     n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
     n2.kill()
     async with SharedDocument(n1.lazily, DOC) as writer:
@@ -163,7 +173,7 @@ async def test_edits_past_the_streams_age_limit_reach_a_returning_node(cluster: 
     finds them gone, says how many, and gets the edits from the other node instead."""
     cluster.nodes["n2"].kill()
     cluster.nodes["n1"].kill()
-    n1 = cluster.start("n1", cluster_keys="map_log_max_age = 1.0")
+    n1 = cluster.start("n1", cluster_keys='map_log_max_age = 1.0\nhold = "all"')
     nc = await nats_server.connect(cluster.url)
     try:
         js = nc.jetstream()

@@ -293,6 +293,34 @@ async def test_sql_over_the_maps(tmp_path: Path, topgun_peer: tuple[str, Path]) 
     )
 
 
+async def test_an_overdue_sql_query_is_interrupted_by_the_server(tmp_path: Path) -> None:
+    """The core starts no timer: the server interrupts a query past its time, the caller
+    gets its refusal by id, and the server keeps serving the connection."""
+    import aiohttp
+    import msgspec
+
+    from octosync.wire import topgun as tg
+    from octosync.wire import topgun_requests as rq
+    from tests.conftest import require_module
+
+    require_module("duckdb", "the sql extra")
+    slow = rq.SqlQuery(rq.SqlQueryPayload("SELECT count(*) FROM range(100000000000) a", "q7"))
+    async with serve(tmp_path, topgun_sql=True) as srv, aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"{srv.ws_url}/topgun")
+        await ws.send_bytes(tg.encode(tg.DeviceHello()))
+        await ws.receive()  # DEVICE_ACK
+        await ws.send_bytes(tg.encode(slow))
+        reply = msgspec.msgpack.decode((await ws.receive(timeout=30)).data)  # not a hang
+        await ws.send_bytes(tg.encode(tg.Ping(timestamp=1)))
+        pong = msgspec.msgpack.decode((await ws.receive()).data)
+        await ws.close()
+    assert reply["type"] == "SQL_QUERY_RESP"
+    assert reply["payload"]["queryId"] == "q7"
+    assert reply["payload"]["code"] == "LIMIT_EXCEEDED"
+    assert "ran past" in reply["payload"]["error"]
+    assert pong["type"] == "PONG"
+
+
 async def test_http_sync_with_topguns_http_provider(
     tmp_path: Path, topgun_peer: tuple[str, Path]
 ) -> None:

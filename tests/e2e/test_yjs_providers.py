@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -49,7 +50,11 @@ def peers() -> Path:
     return CACHE
 
 
-async def edit(peers: Path, a: str, b: str, ws_url: str, name: str) -> dict[str, Any]:
+async def edit(
+    peers: Path, a: str, b: str, ws_url: str, name: str, b_url: str | None = None
+) -> dict[str, Any]:
+    """Providers ``a`` and ``b`` edit ``name`` at once (``b`` on ``b_url`` if given)."""
+    env = {**os.environ, "BASE_B": b_url} if b_url else None
     proc = await asyncio.create_subprocess_exec(
         node_executable(),
         str(peers / "edit.mjs"),
@@ -59,6 +64,7 @@ async def edit(peers: Path, a: str, b: str, ws_url: str, name: str) -> dict[str,
         name,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()

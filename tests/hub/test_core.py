@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -68,13 +70,13 @@ class DropRecorder:
         self.full = False
         self.records: list[tuple[str, object]] = []
 
-    def prepare(self, stream: object, conn: object, frame: object) -> tuple[str, object]:
-        return ("frame", stream)
+    def prepare(self, stream: object, conn: object, frame: object) -> Callable[[], None]:
+        return partial(self.commit, ("frame", stream))
 
-    def prepare_drop(self, stream: object) -> tuple[str, object]:
+    def prepare_drop(self, stream: object) -> Callable[[], None]:
         if self.full:
             raise StorageError("the journal writer is behind: its queue is full")
-        return ("drop", stream)
+        return partial(self.commit, ("drop", stream))
 
     def commit(self, prepared: tuple[str, object]) -> None:
         self.records.append(prepared)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -134,11 +136,11 @@ class Recorder:
         self.prepared: list[Frame[object]] = []
         self.committed: list[Frame[object]] = []
 
-    def prepare(self, stream: object, conn: int, frame: Frame[object]) -> Frame[object]:
+    def prepare(self, stream: object, conn: int, frame: Frame[object]) -> Callable[[], None]:
         if self.refuse:
             raise InvalidRecord("cannot store it", path="payload")
         self.prepared.append(frame)
-        return frame
+        return partial(self.commit, frame)
 
     def commit(self, prepared: Frame[object]) -> None:
         self.committed.append(prepared)

@@ -17,6 +17,7 @@ from octosync.server.connection import _messages
 from octosync.server.ports import Replicator, SignalPort, TopGunPort
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
+from octosync.server.topgun_wire import encode
 from octosync.signaling import SignalingHub
 from octosync.store.commit_path import WRITE, Ask, Commit, refuse
 from octosync.store.storage_rules import JournalWritable, QueueRoom
@@ -105,7 +106,7 @@ class FakeTopGun:
     def deliver_all(self, out: Sequence[Outbound]) -> None:
         for ob in out:
             for target in ob.targets:
-                self.deliver(target, ws_frame(ob.data, text=False))
+                self.deliver(target, ws_frame(encode(ob.message), text=False))
 
     def flush_soon(self) -> None:
         self.flushes += 1

@@ -59,7 +59,7 @@ def test_the_recorder_refuses_instead_of_waiting_when_the_writer_is_behind(
             reasons.add(err.message)
             refused += 1
             continue
-        recorder.commit(prepared)  # never blocks: prepare checked there was room
+        prepared()  # never blocks: prepare checked there was room
         accepted += 1
     release.set()
     writer.close()
@@ -96,7 +96,7 @@ def test_a_dialect_the_journal_does_not_know_is_refused_before_anything_changes(
 def test_a_drop_is_journalled_as_its_own_record(tmp_path: Path) -> None:
     with GroupCommitWriter(tmp_path) as writer:
         recorder = JournalRecorder(DirectPath(writer))
-        recorder.commit(recorder.prepare_drop("scores"))
+        recorder.prepare_drop("scores")()
     with Journal(tmp_path) as j:
         rows = j.scoped_rows(KIND_DROP, "scores", 1, j.latest_seq())
     assert [decode_record(r.kind, r.body, seq=r.seq) for r in rows] == [StreamDropped("scores")]
@@ -110,11 +110,11 @@ def test_each_frame_names_its_producing_connection_and_server_run(tmp_path: Path
             JournalRecorder(DirectPath(writer), run="r1"),
             JournalRecorder(DirectPath(writer), run="r2"),
         )
-        first.commit(first.prepare("s", 1, SnapshotFrame(0, Snapshot(epoch=0))))
-        first.commit(first.prepare("s", 2, SnapshotFrame(1, Snapshot(epoch=1))))
-        second.commit(second.prepare("s", 1, SnapshotFrame(2, Snapshot(epoch=2))))
+        first.prepare("s", 1, SnapshotFrame(0, Snapshot(epoch=0)))()
+        first.prepare("s", 2, SnapshotFrame(1, Snapshot(epoch=1)))()
+        second.prepare("s", 1, SnapshotFrame(2, Snapshot(epoch=2)))()
         default = JournalRecorder(DirectPath(writer))
-        default.commit(default.prepare("s", 1, SnapshotFrame(3, Snapshot(epoch=3))))
+        default.prepare("s", 1, SnapshotFrame(3, Snapshot(epoch=3)))()
     with Journal(tmp_path) as j:
         producers = [e.record.producer for e in j.frames("s")]  # type: ignore[union-attr]
     assert producers[:3] == ["r1.1", "r1.2", "r2.1"]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +121,11 @@ class RestartMachine(RuleBasedStateMachine):
     # --- the "server" ---------------------------------------------------------------------
 
     # the hub's recorder, journaling synchronously (the server's goes through its writer)
-    def prepare(self, stream: Any, conn: Any, frame: Frame[object]) -> EncodedRecord:
-        return encode_record(frame_record(stream, frame))
+    def prepare(self, stream: Any, conn: Any, frame: Frame[object]) -> Callable[[], None]:
+        return partial(self.commit, encode_record(frame_record(stream, frame)))
 
-    def prepare_drop(self, stream: Any) -> EncodedRecord:
-        return encode_record(StreamDropped(stream))
+    def prepare_drop(self, stream: Any) -> Callable[[], None]:
+        return partial(self.commit, encode_record(StreamDropped(stream)))
 
     def commit(self, prepared: EncodedRecord) -> None:
         (seq,) = self.journal.append_encoded([prepared])

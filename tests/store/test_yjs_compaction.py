@@ -12,7 +12,7 @@ from octosync.store.journal import Journal
 from octosync.store.records import KIND_YJS, YjsUpdate
 from octosync.store.recovery import JournalState
 from octosync.store.retention import JournalKeeper
-from octosync.store.yjs_compaction import restore_yjs
+from octosync.store.yjs_compaction import compact_document, restore_yjs
 from octosync.yjs.documents import YjsDocuments
 
 
@@ -61,4 +61,21 @@ def test_a_trim_keeps_yjs_records(tmp_path: Path) -> None:
     documents = YjsDocuments()
     restore_yjs(journal, documents)
     assert shown(documents.document("d").doc) == shown(doc)
+    journal.close()
+
+
+def test_the_highest_cluster_position_is_restored_and_survives_compaction(tmp_path: Path) -> None:
+    """A restarted node replays the cluster's Yjs op stream from the highest position its
+    journal holds, before and after the records carrying it were merged into one."""
+    journal = Journal(tmp_path)
+    ups, _ = updates(6, 3)
+    positions = [None, 7, None, 12, 9, None]
+    journal.append([YjsUpdate("doc", u, None, p) for u, p in zip(ups, positions, strict=True)])
+    documents = YjsDocuments()
+    restore_yjs(journal, documents)
+    assert documents.replica_position == 12
+    assert compact_document(journal, "doc") == 6
+    again = YjsDocuments()
+    restore_yjs(journal, again)
+    assert again.replica_position == 12
     journal.close()

@@ -8,6 +8,7 @@ import msgspec
 
 from octosync.crdt.sync_messages import NIL, WireLWWRecord, WireTimestamp
 from octosync.server.auth import ClaimGrants
+from octosync.server.topgun_wire import encode
 from octosync.topgun import Effects, TopGunCore
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_services as sv
@@ -60,12 +61,12 @@ def batch(*ops: tg.ClientOp, write_concern: str | None = None) -> tg.OpBatch:
 
 def sent(fx: Effects, conn: int) -> list[tg.Message]:
     """The messages ``fx`` sends now to ``conn``, decoded, in order."""
-    return [tg.decode(ob.data) for ob in fx.out if conn in ob.targets]
+    return [tg.decode(encode(ob.message)) for ob in fx.out if conn in ob.targets]
 
 
 def after_commit(fx: Effects, conn: int) -> list[tg.Message]:
     """The messages ``fx`` sends to ``conn`` once its records are committed, decoded."""
-    return [tg.decode(ob.data) for ob in fx.durable if conn in ob.targets]
+    return [tg.decode(encode(ob.message)) for ob in fx.durable if conn in ob.targets]
 
 
 def core(*, persistent: bool = True, clock: Clock | None = None) -> TopGunCore:

@@ -12,6 +12,7 @@ from octosync.crdt.op import OpKind
 from octosync.crdt.sync_messages import SyncInit
 from octosync.errors import DecodeError, Forbidden
 from octosync.server.auth import ClaimGrants
+from octosync.server.topgun_wire import encode
 from octosync.store.records import decode_record
 from octosync.topgun import TopGunCore
 from octosync.wire import topgun as tg
@@ -167,7 +168,7 @@ def test_persisted_is_acked_after_the_commit_with_results_per_op() -> None:
     fx = c.handle(1, batch(put("1", "u1", 1, 10), put("2", "u2", 2, 11), write_concern="PERSISTED"))
     assert sent(fx, 1) == []
     (durable,) = fx.durable
-    ack = tg.decode(durable.data)
+    ack = tg.decode(encode(durable.message))
     assert isinstance(ack, tg.OpAck)
     assert ack.payload.achieved_level == "PERSISTED"
     assert [(r.op_id, r.success) for r in ack.payload.results or []] == [("1", True), ("2", True)]
@@ -484,7 +485,7 @@ def test_in_a_cluster_that_holds_acks_every_ack_waits_for_the_cluster(asked: str
     fx = c.handle(1, batch(put("1", "u1", 1, 10), put("2", "u2", 2, 11), write_concern=asked))
     assert [m for m in sent(fx, 1) if isinstance(m, tg.OpAck)] == []  # not before it is stored
     (held,) = fx.replicated
-    ack = tg.decode(held.data)
+    ack = tg.decode(encode(held.message))
     assert isinstance(ack, tg.OpAck)
     assert (ack.payload.last_id, ack.payload.achieved_level) == ("2", "REPLICATED")
     assert len(fx.replicate) == 2

@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from octosync.crdt.op import OpRecord
 from octosync.crdt.sync_messages import SyncInit
 from octosync.errors import Forbidden
+from octosync.server.topgun_wire import encode
 from octosync.store.records import KIND_OP, EncodedRecord, decode_record
 from octosync.topgun import Effects, TopGunCore, durable
 from octosync.topgun.core import Outbound
@@ -61,7 +62,9 @@ class RestartMachine(RuleBasedStateMachine):
 
     def _effects(self, fx: Effects) -> None:
         for ob in fx.out:
-            assert not isinstance(tg.decode(ob.data), tg.LockGranted)  # never before the commit
+            assert not isinstance(
+                tg.decode(encode(ob.message)), tg.LockGranted
+            )  # never before the commit
         self.pending.append((fx.records, fx.durable))
 
     @rule(conn=CONNS, name=LOCKS)
@@ -100,7 +103,7 @@ class RestartMachine(RuleBasedStateMachine):
         for records, durable_out in self.pending:
             self.journal.extend(records)
             for ob in durable_out:
-                msg = tg.decode(ob.data)
+                msg = tg.decode(encode(ob.message))
                 assert isinstance(msg, tg.LockGranted)
                 token = int(msg.payload.fencing_token)
                 assert token > self.top_token  # across restarts too

@@ -9,6 +9,7 @@ import msgspec
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.timestamp import Timestamp
 from octosync.server.auth import ClaimGrants
+from octosync.server.topgun_wire import encode
 from octosync.topgun import TopGunCore, durable, event_journal
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
@@ -79,7 +80,7 @@ def test_the_core_answers_off_the_loop_or_says_it_has_no_journal() -> None:
     assert refused.error is not None
     c.journal = source
     (job,) = c.handle(1, ask).offload
-    (reply,) = [tg.decode(m) for m in job.run()]
+    (reply,) = [tg.decode(encode(m)) for m in job.run()]
     assert isinstance(reply, rq.JournalReadResponse)
     assert [e.sequence for e in reply.events] == ["1", "3", "5", "6"]
     (too_many,) = sent(c.handle(1, rq.JournalRead("j2", "0", 5000)), 1)
@@ -96,7 +97,7 @@ def tail(c: TopGunCore) -> list[tuple[str, str, str]]:
     got = []
     for job in c.tick().offload:
         for data in job.run():
-            m = tg.decode(data)
+            m = tg.decode(encode(data))
             assert isinstance(m, sv.JournalEvent)
             got.append((m.event.sequence, m.event.key, m.event.event_type))
         assert job.after is not None
@@ -134,4 +135,4 @@ def test_a_subscription_from_a_sequence_with_types() -> None:
     c.connect(2, ALL)
     fx = c.handle(2, sv.JournalSubscribe("s2", from_sequence="1", types=["DELETE"]))
     (job,) = fx.offload
-    assert [tg.decode(m).event.key for m in job.run()] == ["a"]  # type: ignore[union-attr]
+    assert [tg.decode(encode(m)).event.key for m in job.run()] == ["a"]  # type: ignore[union-attr]

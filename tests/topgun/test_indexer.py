@@ -81,7 +81,7 @@ def test_a_failed_batch_is_taken_again_with_the_newest_values() -> None:
     c.clock.now += COMMIT_GAP_MS
     retry = c.take_index_batch()
     assert retry is not None
-    assert [(r.key, r.value) for r in retry.rows] == [("a", c._value_of("users", "a"))]
+    assert [(r.key, r.value) for r in retry.rows] == [("a", c.value_of("users", "a"))]
     c.indexed(on_a_thread(c, retry))
     assert keys(c, "python") == []
     assert keys(c, "rust") == ["a"]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import msgspec
 import pytest
 
 from octosync.server.auth import ClaimGrants
+from octosync.server.topgun_wire import encode
 from octosync.topgun import TopGunCore
-from octosync.topgun.sql import MAX_RESULT_ROWS
+from octosync.topgun.sql import MAX_RESULT_ROWS, MAX_SECONDS
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_requests as rq
 from tests.conftest import require_module
@@ -33,12 +35,30 @@ def core(grants: ClaimGrants = ALL, *, enabled: bool = True) -> TopGunCore:
     return c
 
 
-def ask(c: TopGunCore, text: str, conn: int = 2) -> rq.SqlQueryRespPayload:
+def ask(
+    c: TopGunCore, text: str, conn: int = 2, *, overdue: bool = False
+) -> rq.SqlQueryRespPayload:
+    """The answer to ``text``; ``overdue``: the job runs on a thread of its own and is
+    interrupted as the server does once its time is up (again and again, until it returns)."""
     fx = c.handle(conn, rq.SqlQuery(rq.SqlQueryPayload(text, "q1")))
     if fx.offload:
         (job,) = fx.offload
         assert job.conn == conn
-        (reply,) = [tg.decode(m) for m in job.run()]  # what the worker thread answers
+        assert job.seconds == MAX_SECONDS
+        if overdue:
+            assert job.interrupt is not None
+            got: list[tg.Message] = []
+            worker = threading.Thread(target=lambda: got.extend(job.run()))
+            worker.start()
+            for _ in range(10_000):  # bounded: the query ends at the first interrupt it sees
+                job.interrupt()
+                worker.join(0.01)
+                if not worker.is_alive():
+                    break
+            assert not worker.is_alive()
+            (reply,) = [tg.decode(encode(m)) for m in got]
+        else:
+            (reply,) = [tg.decode(encode(m)) for m in job.run()]  # what the worker answers
     else:
         (reply,) = sent(fx, conn)
     assert isinstance(reply, rq.SqlQueryResp)
@@ -88,7 +108,7 @@ def test_a_map_the_token_may_not_read_is_refused() -> None:
 
 
 def test_bounds_time_and_rows() -> None:
-    slow = ask(core(), "SELECT count(*) FROM range(100000000000) a")
+    slow = ask(core(), "SELECT count(*) FROM range(100000000000) a", overdue=True)
     assert slow.code == "LIMIT_EXCEEDED"
     many = ask(core(), f"SELECT * FROM range({MAX_RESULT_ROWS + 1})")
     assert many.code == "LIMIT_EXCEEDED"

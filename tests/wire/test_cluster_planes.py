@@ -24,6 +24,12 @@ def test_a_batch_round_trips(node: str, stream: str, ops: list[object]) -> None:
     assert wire.decode(wire.encode(batch)) == batch
 
 
+@given(streams, st.integers(0, 2**53), st.lists(inline_ops, max_size=5))
+def test_a_document_snapshot_round_trips(stream: str, position: int, ops: list[object]) -> None:
+    snapshot = wire.DocSnapshot(stream, position, ops)  # type: ignore[arg-type]
+    assert wire.decode(wire.encode(snapshot)) == snapshot
+
+
 @given(
     nodes,
     streams,
@@ -53,6 +59,7 @@ def test_repair_messages_round_trip(
         ({"type": "plane-ops", "node": "n", "stream": "s", "ops": [{}]}, "$.ops[0].slot_id"),
         ({"type": "plane-roots", "node": "n", "roots": {"s": -1}}, "$.roots[...]"),
         ({"type": "plane-repair?", "node": "n", "stream": "s", "digests": [0] * 255}, "$.digests"),
+        ({"type": "plane-snapshot", "stream": "s", "position": -1, "ops": []}, "$.position"),
         ({"type": "nonsense"}, "$.type"),
     ],
 )

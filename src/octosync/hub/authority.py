@@ -24,7 +24,7 @@ from octosync.errors import (
     StorageError,
 )
 from octosync.hub.connections import Connection, require
-from octosync.hub.model import Frame, GraphModel, ReplayModel, SnapshotFrame, check_contiguous
+from octosync.hub.model import Body, Frame, GraphModel, ReplayModel, SnapshotFrame, check_contiguous
 from octosync.hub.streams import (
     SERVER_PRODUCER,
     Face,
@@ -38,18 +38,20 @@ from octosync.hub.types import (
     Grants,
     HubConfig,
     HubStats,
+    RecordCommit,
     Recorder,
     RemoteOwner,
     StreamId,
 )
 from octosync.hub.warp_check import WarpCheck
 from octosync.ipc.messages import Snapshot
+from octosync.warp.frames import WarpDiff, WarpSnapshot
 
 
 @dataclass(eq=False, slots=True)
 class StreamState:
     id: StreamId
-    model: GraphModel | ReplayModel | None = None
+    model: GraphModel | ReplayModel[Body] | None = None
     producer: ConnId | None = None
     producer_has_snapshot: bool = False
     expires_at: float | None = None
@@ -148,7 +150,7 @@ class Authority:
         stream.resync_forwarded_at = now
         return stream.producer
 
-    def accept(self, c: Connection, stream_id: StreamId, frame: Frame[object]) -> StreamState:
+    def accept(self, c: Connection, stream_id: StreamId, frame: Frame[Body]) -> StreamState:
         """Apply ``frame`` from ``c`` to its stream, or raise and change nothing."""
         try:
             self.check_stream(c.face, stream_id)
@@ -184,11 +186,11 @@ class Authority:
         c.produces.add(stream_id)
         stream.frames += 1
         self.stats.frames_in += 1
-        if self._recorder is not None:
-            self._recorder.commit(prepared)
+        if prepared is not None:
+            prepared()
         return stream
 
-    def accept_from_server(self, stream_id: StreamId, frame: Frame[object]) -> StreamState:
+    def accept_from_server(self, stream_id: StreamId, frame: Frame[Body]) -> StreamState:
         """Apply a frame of a stream the server produces itself (``map:``): the same checks
         but grants, no recorder (its state is rebuilt from elsewhere at start-up)."""
         try:
@@ -212,30 +214,33 @@ class Authority:
         return stream
 
     def _verify_warp(
-        self, stream_id: StreamId, stream: StreamState | None, frame: Frame[object]
+        self, stream_id: StreamId, stream: StreamState | None, frame: Frame[Body]
     ) -> WarpCheck | None:
         """With ``verify_warp_hashes``: the WVP stream's graph after ``frame``, its
         ``state_hash`` checked (``Desync``); None when the stream is not followed."""
         if not self.config.verify_warp_hashes or stream_face(stream_id) != "wvp":
             return None
         after = WarpCheck()
+        body = frame.body
         if isinstance(frame, SnapshotFrame):
-            after.graph = after.snapshot(getattr(frame.body, "graph", None), frame.state_hash)
+            graph = body.graph if isinstance(body, WarpSnapshot) else None
+            after.graph = after.snapshot(graph, frame.state_hash)
             return after
         if stream is None or stream.warp is None or stream.model is None:
             return None  # _apply refuses it, or the stream is not followed yet
         check_contiguous(stream.model.epoch, frame)  # a gap is EpochGap, not Desync
-        after.graph = stream.warp.diff(getattr(frame.body, "ops", None), frame.state_hash)
+        ops = body.ops if isinstance(body, WarpDiff) else None
+        after.graph = stream.warp.diff(ops, frame.state_hash)
         return after
 
-    def _apply(self, stream: StreamState, frame: Frame[object]) -> StreamState:
+    def _apply(self, stream: StreamState, frame: Frame[Body]) -> StreamState:
         if isinstance(frame, SnapshotFrame):
             model = stream.model
             if isinstance(frame.body, Snapshot):
                 if not isinstance(model, GraphModel):
                     model = GraphModel()
             elif not isinstance(model, ReplayModel):
-                model = ReplayModel(self.config.max_replay_diffs)
+                model = ReplayModel[Body](self.config.max_replay_diffs)
             model.reset(frame)
             stream.model = model
             return stream
@@ -246,7 +251,9 @@ class Authority:
         stream.model.apply(frame)
         return stream
 
-    def _prepare(self, stream_id: StreamId, conn: ConnId, frame: Frame[object]) -> object:
+    def _prepare(
+        self, stream_id: StreamId, conn: ConnId, frame: Frame[Body]
+    ) -> RecordCommit | None:
         """The recorder's half of accepting a frame, done before any state changes."""
         if self._recorder is None:
             return None
@@ -259,7 +266,7 @@ class Authority:
                 f"the frame cannot be journaled: {exc.message}", path=exc.path
             ) from exc
 
-    def restore(self, stream_id: StreamId, frames: Sequence[Frame[object]]) -> None:
+    def restore(self, stream_id: StreamId, frames: Sequence[Frame[Body]]) -> None:
         """Install state rebuilt from the journal: a snapshot, then the diffs since.
 
         No producer and no TTL: the state stays until a producer connects and publishes its
@@ -324,8 +331,7 @@ class Authority:
         if stream.producer is None:
             del self.streams[stream.id]
         if prepared is not None:
-            assert self._recorder is not None
-            self._recorder.commit(prepared)
+            prepared()
         return True
 
     def get(self, stream_id: StreamId) -> StreamState | None:
@@ -342,7 +348,7 @@ class Authority:
             s.model.key_of(node_id) if s is not None and isinstance(s.model, GraphModel) else None
         )
 
-    def replay(self, stream_id: StreamId) -> list[Frame[object]]:
+    def replay(self, stream_id: StreamId) -> list[Frame[Body]]:
         """The frames that bring a new subscriber to the stream's current state."""
         s = self.streams.get(stream_id)
         return [] if s is None or s.model is None else s.model.replay()

@@ -23,7 +23,7 @@ from octosync.errors import Forbidden, InternalError, Unavailable
 from octosync.hub.authority import Authority
 from octosync.hub.connections import Connection, Connections, require
 from octosync.hub.fanout import Fanout
-from octosync.hub.model import Frame
+from octosync.hub.model import Body, Frame
 from octosync.hub.node_views import NodeKind, node_label
 from octosync.hub.streams import check_peer_may_write
 from octosync.hub.types import (
@@ -187,20 +187,20 @@ class Hub:
 
     # --- producer side --------------------------------------------------------------------
 
-    def publish(self, conn: ConnId, stream_id: StreamId, frame: Frame[object]) -> None:
+    def publish(self, conn: ConnId, stream_id: StreamId, frame: Frame[Body]) -> None:
         """Accept a frame from ``conn`` and fan it out, or raise and change nothing."""
         self._authority.accept(self._conns.get(conn), stream_id, frame)
         if self._on_accept is not None:
             self._on_accept(stream_id, conn, frame)
         self._fanout.publish(stream_id, frame)
 
-    def publish_from_server(self, stream_id: StreamId, frame: Frame[object]) -> None:
+    def publish_from_server(self, stream_id: StreamId, frame: Frame[Body]) -> None:
         """Accept a frame of a stream the server produces (``map:``) and fan it out; not
         journaled, not shown to ``on_accept`` (the hook sees what connections publish)."""
         self._authority.accept_from_server(stream_id, frame)
         self._fanout.publish(stream_id, frame)
 
-    def restore(self, stream_id: StreamId, frames: Sequence[Frame[object]]) -> None:
+    def restore(self, stream_id: StreamId, frames: Sequence[Frame[Body]]) -> None:
         """Install a stream's state rebuilt from the journal (at start-up, before connections):
         a snapshot, then the diffs since. Late joiners get it until a producer connects and
         publishes its own snapshot; nothing is journaled or fanned out."""
@@ -517,7 +517,7 @@ class Hub:
     def latest_snapshot(self, stream: StreamId) -> Snapshot | None:
         return self._authority.latest_snapshot(stream)
 
-    def replay_of(self, stream: StreamId) -> list[Frame[object]]:
+    def replay_of(self, stream: StreamId) -> list[Frame[Body]]:
         """The frames a new subscriber starts from: a WVP stream's last snapshot and the diffs
         since (none once its replay log overflowed), a lazily stream's current snapshot."""
         return self._authority.replay(stream)

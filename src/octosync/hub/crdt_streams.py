@@ -179,7 +179,9 @@ class CrdtStreams:
         member = self._members.pop(conn, None)
         if member is None:
             return
-        stream = self.streams[member.stream]
+        stream = self.streams.get(member.stream)
+        if stream is None:  # dropped while it had members (its load failed)
+            return
         stream.members.pop(conn, None)
         stream.changed_members()
         if not stream.members and not len(stream.replica):
@@ -187,6 +189,25 @@ class CrdtStreams:
 
     def is_member(self, conn: ConnId) -> bool:
         return conn in self._members
+
+    def stream_of(self, conn: ConnId) -> str | None:
+        member = self._members.get(conn)
+        return None if member is None else member.stream
+
+    def state_for(self, conn: ConnId) -> tuple[CrdtOp, ...]:
+        """The whole state ``conn`` may read of its stream (what ``join`` returns)."""
+        member = self._members[conn]
+        stream = self.streams.get(member.stream)
+        if stream is None or not member.read:
+            return ()
+        return member.readable(stream.replica.ops())
+
+    def drop(self, name: str) -> None:
+        """Let a stream go from memory (a cluster node that holds documents by interest no
+        longer needs it; JetStream holds it). Its members, if any, stay members of nothing."""
+        stream = self.streams.pop(name, None)
+        if stream is not None:
+            self.total_entries -= len(stream.replica)
 
     def check(self, conn: ConnId, sync: CrdtSync) -> Checked:
         """Refuse (typed, nothing changed) what ``conn`` may not write; see the module doc."""

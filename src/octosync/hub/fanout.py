@@ -17,7 +17,7 @@ from typing import Literal
 from octosync.errors import InternalError, OctosyncError
 from octosync.hub.connections import Connection
 from octosync.hub.frame_log import FrameLog
-from octosync.hub.model import Frame, SnapshotFrame
+from octosync.hub.model import Body, Frame, SnapshotFrame
 from octosync.hub.types import (
     ConnId,
     Encoder,
@@ -30,7 +30,7 @@ from octosync.hub.types import (
     ViewKey,
 )
 
-Replay = Callable[[StreamId], list[Frame[object]]]
+Replay = Callable[[StreamId], list[Frame[Body]]]
 """The frames that bring a new subscriber to a stream's current state (from the authority)."""
 
 
@@ -162,7 +162,7 @@ class Fanout:
         if audience is not None and audience.replay_cache:
             audience.replay_cache.clear()
 
-    def publish(self, stream_id: StreamId, frame: Frame[object]) -> None:
+    def publish(self, stream_id: StreamId, frame: Frame[Body]) -> None:
         """Append the frame once per view to that view's shared log: O(views), not O(subs)."""
         audience = self.audiences.get(stream_id)
         if audience is None:
@@ -208,7 +208,7 @@ class Fanout:
             raise InternalError(f"a frame could not be encoded for {c.id}: {exc!r}") from exc
 
     def _encode(
-        self, view: ViewKey, audience: Audience, frame: Frame[object], ts: int, *, live: bool
+        self, view: ViewKey, audience: Audience, frame: Frame[Body], ts: int, *, live: bool
     ) -> bytes | None:
         body: object | None = frame.body
         stream = audience.id

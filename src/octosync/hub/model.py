@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 from octosync.errors import DecodeError, EpochGap, SnapshotRequired
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.ipc.mirror import Mirror
+from octosync.warp.frames import WarpDiff, WarpSnapshot
 
 P = TypeVar("P")
 
@@ -55,6 +56,10 @@ class DiffFrame(Generic[P]):
 
 
 Frame = SnapshotFrame[P] | DiffFrame[P]
+
+Body = Snapshot | Delta | WarpSnapshot | WarpDiff
+"""What a hub frame carries: a lazily stream's message (the hub applies it) or a WVP warp's
+frame (the producer's graph and ops, which the hub relays and may check)."""
 
 
 def check_contiguous(
@@ -95,7 +100,7 @@ class GraphModel:
     def epoch(self) -> int | None:
         return self._mirror.last_epoch
 
-    def reset(self, frame: SnapshotFrame[object]) -> None:
+    def reset(self, frame: SnapshotFrame[Body]) -> None:
         """A lazily snapshot (any other body is refused: the check is the type's narrowing)."""
         snap = frame.body
         if not isinstance(snap, Snapshot):
@@ -103,7 +108,7 @@ class GraphModel:
         self._mirror.apply_checked(snap)
         self._cached = snap
 
-    def apply(self, frame: DiffFrame[object]) -> None:
+    def apply(self, frame: DiffFrame[Body]) -> None:
         """A lazily delta (any other body is refused)."""
         delta = frame.body
         if not isinstance(delta, Delta):
@@ -124,14 +129,15 @@ class GraphModel:
             self._cached = self._mirror.snapshot()
         return self._cached
 
-    def replay(self) -> list[Frame[object]]:
+    def replay(self) -> list[Frame[Body]]:
         snap = self.snapshot()
         return [] if snap is None else [SnapshotFrame(snap.epoch, snap)]
 
 
 @dataclass(slots=True)
-class ReplayModel:
-    """Latest snapshot plus the diffs since it, for ops the hub cannot apply.
+class ReplayModel(Generic[P]):
+    """Latest snapshot plus the diffs since it, for ops the hub cannot apply (``P``: the
+    frames' body, a WVP frame in the hub, its journal record in recovery).
 
     When more than ``max_diffs`` diffs pile up the log can no longer rebuild the state, so it
     is marked stale: live subscribers keep receiving diffs, new ones wait for the next snapshot
@@ -140,17 +146,17 @@ class ReplayModel:
 
     max_diffs: int = 1024
     epoch: int | None = None
-    base: SnapshotFrame[object] | None = None
-    diffs: list[DiffFrame[object]] = field(default_factory=list)
+    base: SnapshotFrame[P] | None = None
+    diffs: list[DiffFrame[P]] = field(default_factory=list)
     stale: bool = False
 
-    def reset(self, frame: SnapshotFrame[object]) -> None:
+    def reset(self, frame: SnapshotFrame[P]) -> None:
         self.epoch = frame.epoch
         self.base = frame
         self.diffs = []
         self.stale = False
 
-    def apply(self, frame: DiffFrame[object]) -> None:
+    def apply(self, frame: DiffFrame[P]) -> None:
         check_contiguous(self.epoch, frame)
         self.epoch = frame.to_epoch
         if self.stale:
@@ -165,13 +171,13 @@ class ReplayModel:
     def wants_snapshot(self) -> bool:
         return self.stale
 
-    def replay(self) -> list[Frame[object]]:
+    def replay(self) -> list[Frame[P]]:
         if self.base is None or self.stale:
             return []
         return [self.base, *self.diffs]
 
 
-def lazily_frame(msg: Snapshot | Delta, sent: Sent | None = None) -> Frame[object]:
+def lazily_frame(msg: Snapshot | Delta, sent: Sent | None = None) -> Frame[Body]:
     """The hub frame for a lazily state-plane message (any dialect decodes to these);
     ``sent``: the producer's own bytes of it, for the journal."""
     if isinstance(msg, Snapshot):

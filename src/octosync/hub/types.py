@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from octosync.hub.limits import Limits
-from octosync.hub.model import Frame
+from octosync.hub.model import Body, Frame
 from octosync.hub.node_views import NodeRules
 from octosync.hub.outbox import OutboxLimits
 from octosync.stream_names import Face
@@ -82,7 +82,7 @@ class AllowAll:
         return True
 
 
-AcceptHook = Callable[[StreamId, ConnId, Frame[object]], None]
+AcceptHook = Callable[[StreamId, ConnId, Frame[Body]], None]
 ReleaseHook = Callable[[StreamId, ConnId], None]
 """Called when ``conn`` stops producing the stream (it disconnected)."""
 RemoteOwner = Callable[[StreamId, ConnId | None], str | None]
@@ -92,22 +92,23 @@ InterestHook = Callable[[StreamId, bool], None]
 """Called when a stream gets its first subscriber (True) or loses its last (False)."""
 
 
+RecordCommit = Callable[[], None]
+"""A prepared record's commit: submits it to the journal (``Recorder.prepare``)."""
+
+
 class Recorder(Protocol):
     """Durable storage of accepted frames (the journal), in two steps around the hub's own.
 
     ``prepare`` runs before the hub changes anything and raises to refuse a frame that could
-    not be stored; ``commit`` runs once the frame is accepted, before it is fanned out.
-    ``prepare_drop`` does the same for dropping a stream's state (its producer left and the
-    retention passed), so a restart does not bring back what the hub had let go.
+    not be stored; what it returns, the frame's commit, is called once the frame is accepted,
+    before it is fanned out (and never when the hub refuses it after all). ``prepare_drop``
+    does the same for dropping a stream's state (its producer left and the retention passed),
+    so a restart does not bring back what the hub had let go.
     """
 
-    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> object: ...
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[Body]) -> RecordCommit: ...
 
-    def prepare_drop(self, stream: StreamId) -> object: ...
-
-    def commit(self, prepared: object) -> None:
-        """``prepared``: what this recorder's own ``prepare`` returned (opaque to the hub)."""
-        ...
+    def prepare_drop(self, stream: StreamId) -> RecordCommit: ...
 
 
 @dataclass(frozen=True, slots=True)

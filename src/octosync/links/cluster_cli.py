@@ -222,7 +222,14 @@ async def cluster_status(url: str, listen: float = 1.5) -> dict[str, Any]:
                 "lag": lag,
             }
         nodes.append(
-            {"node": node, "url": beat.url, "connections": beat.connections, "streams": streams}
+            {
+                "node": node,
+                "url": beat.url,
+                "connections": beat.connections,
+                "streams": streams,
+                "documents_held": beat.documents_held,
+                "documents": beat.documents,
+            }
         )
     return {"nats": url, "nodes": nodes, "owners": owners}
 

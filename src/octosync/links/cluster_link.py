@@ -28,7 +28,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 import nats
@@ -56,7 +56,7 @@ from octosync.cluster.core import (
 from octosync.cluster.writer_aliases import WriterAliases
 from octosync.errors import ConfigError, ForbiddenPublish, OctosyncError
 from octosync.hub import AllowAll, DiffFrame, Hub, OutFrame, SnapshotFrame, ViewKey, lazily_frame
-from octosync.hub.model import Frame
+from octosync.hub.model import Body, Frame
 from octosync.hub.streams import stream_face
 from octosync.hub.types import ConnId, StreamId
 from octosync.ipc.messages import Delta, RemoteOp, RemoteOpResult, Snapshot
@@ -109,6 +109,10 @@ def stream_of(tok: str) -> str:
     return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
 
 
+MAX_LISTED = 200
+"""Documents a heartbeat names at most (it counts them all)."""
+
+
 class Subjects:
     def __init__(self, cluster: str) -> None:
         self.prefix = f"octosync.{cluster}"
@@ -126,10 +130,11 @@ class Subjects:
         return f"{self.prefix}.w.{node}"
 
 
-async def connect(url: str, *, timeout: float = 5.0) -> NatsClient:
-    """The cluster's NATS client (``nats_server.connect``: bounded, then reconnecting)."""
+async def connect(url: str, *, timeout: float = 5.0, name: str | None = None) -> NatsClient:
+    """The cluster's NATS client (``nats_server.connect``: bounded, then reconnecting);
+    ``name``: how NATS's monitoring (``/connz``) names the connection."""
     return await nats_server.connect(
-        url, timeout=timeout, no_echo=True, pending_size=64 * 1024 * 1024
+        url, timeout=timeout, no_echo=True, pending_size=64 * 1024 * 1024, name=name
     )
 
 
@@ -182,6 +187,8 @@ class ClusterLink:
         """This node's lazily URL, for ``cluster status`` (set once the port is bound)."""
         self.topgun_url = ""
         """This node's TopGun URL, for the partition map (set once the port is bound)."""
+        self.documents: Callable[[], list[str]] | None = None
+        """The shared documents this node holds (held by interest), for its heartbeats."""
         self._topgun_urls: dict[str, str] = {}
         """Each other node's TopGun URL, as its last heartbeat said."""
         self._nc: NatsClient | None = None
@@ -217,7 +224,7 @@ class ClusterLink:
 
     async def start(self) -> None:
         """Connect, read every ownership entry, then follow frames, heartbeats, requests."""
-        nc = self._nc = await connect(self.url)
+        nc = self._nc = await connect(self.url, name=f"octosync-{self.node}")
         self._kv = await owners_bucket(nc, self.subjects)
         self._watcher = await self._kv.watchall()
         while True:  # the entries as they are now, before any frame is taken
@@ -260,7 +267,7 @@ class ClusterLink:
 
     # --- the hub's side -------------------------------------------------------------------------
 
-    def on_accept(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
+    def on_accept(self, stream: StreamId, conn: ConnId, frame: Frame[Body]) -> None:
         """The hub's accept hook: a local producer's frame goes through the core."""
         body = frame.body
         if not isinstance(stream, str) or not isinstance(body, CARRIED):
@@ -668,7 +675,15 @@ class ClusterLink:
             conns,
             self.core.released_claims(),
             self.topgun_url,
+            *self._documents(),
         )
+
+    def _documents(self) -> tuple[int, list[str]]:
+        """How many shared documents this node holds, and the first ``MAX_LISTED`` names."""
+        if self.documents is None:
+            return 0, []
+        held = self.documents()
+        return len(held), held[:MAX_LISTED]
 
     def topgun_nodes(self) -> list[tuple[str, str]]:
         """The nodes alive now with their TopGun URL (this one first), for the partition
@@ -701,7 +716,7 @@ def _encode_resync(frame: OutFrame) -> bytes:
     return wvp.encode(body, frame.ts)
 
 
-def wvp_hub_frame(body: WvpFrame) -> Frame[object]:
+def wvp_hub_frame(body: WvpFrame) -> Frame[Body]:
     """The hub frame for a WVP stream frame, as the WVP session makes it."""
     if isinstance(body, wvp.WarpSnapshot):
         return SnapshotFrame(body.epoch, body, body.state_hash)

@@ -51,11 +51,18 @@ DUPLICATE_WINDOW = 120.0
 
 
 async def ensure_stream(
-    js: JetStreamContext, name: str, subject: str, replicas: int, max_age: float
+    js: JetStreamContext,
+    name: str,
+    subject: str,
+    replicas: int,
+    max_age: float,
+    max_consumers: int | None = None,
 ) -> StreamSpan:
     """Make the stream if it does not exist, with messages kept ``max_age`` seconds; an existing
     stream with another age limit is given this one (the op log is not the record of truth:
-    every node journals what it takes, and anti-entropy repairs what a node never read)."""
+    every node journals what it takes, and anti-entropy repairs what a node never read).
+    ``max_consumers``: the stream's consumer limit, when the server's default (1,000 from
+    nats-server 2.15) is too low."""
     window = min(DUPLICATE_WINDOW, max_age)
     try:
         info = await js.stream_info(name)
@@ -67,9 +74,13 @@ async def ensure_stream(
             storage=api.StorageType.FILE,
             max_age=max_age,
             duplicate_window=window,
+            max_consumers=max_consumers or -1,
         )
-    if info.config.max_age != max_age:
+    stale = max_consumers is not None and info.config.max_consumers != max_consumers
+    if info.config.max_age != max_age or stale:
         config = replace(info.config, max_age=max_age, duplicate_window=window)
+        if max_consumers is not None:
+            config = replace(config, max_consumers=max_consumers)
         info = await js.update_stream(config)
     if (info.config.num_replicas or 1) != replicas:
         log.warning(

@@ -37,13 +37,20 @@ def binary() -> str:
 
 
 def start(
-    store_dir: Path, port: int, *, host: str = "127.0.0.1", new_session: bool = False
+    store_dir: Path,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    new_session: bool = False,
+    monitor: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``nats-server -js`` and wait (bounded) until it accepts connections
-    (``new_session``: in a session of its own, to outlive the command that started it)."""
+    (``new_session``: in a session of its own, to outlive the command that started it;
+    ``monitor``: the port of its HTTP monitoring, ``/connz`` and the rest, on ``host``)."""
     store_dir.mkdir(parents=True, exist_ok=True)
+    extra = [] if monitor is None else ["-m", str(monitor)]
     proc = subprocess.Popen(
-        [binary(), "-js", "-a", host, "-p", str(port), "-sd", str(store_dir)],
+        [binary(), "-js", "-a", host, "-p", str(port), "-sd", str(store_dir), *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=new_session,

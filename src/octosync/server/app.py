@@ -19,7 +19,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__, extras
-from octosync.hub.model import Frame
+from octosync.hub.crdt_streams import CrdtStreams
+from octosync.hub.model import Body, Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
 from octosync.pipeline.resume import compacted_through, restart_records
 from octosync.server import topgun_http
@@ -34,7 +35,7 @@ from octosync.server.token_exchange import TokenExchange
 from octosync.server.yjs_face import yjs_face
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
-from octosync.store.journal import GroupCommitWriter
+from octosync.store.journal import GroupCommitWriter, Journal
 from octosync.store.op_events import OpSource
 from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
@@ -42,9 +43,11 @@ from octosync.store.storage_rules import DirectPath
 from octosync.store.yjs_compaction import restore_yjs
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
+    from octosync.links.cluster_held import HeldPlanesLink
     from octosync.links.cluster_link import ClusterLink
     from octosync.links.cluster_maps import MapsLink
     from octosync.links.cluster_planes import PlanesLink
+    from octosync.links.cluster_yjs import YjsLink
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +57,26 @@ KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 CLUSTER: web.AppKey[ClusterLink] = web.AppKey("cluster_link")
 CLUSTER_MAPS: web.AppKey[MapsLink] = web.AppKey("cluster_maps")
 CLUSTER_PLANES: web.AppKey[PlanesLink] = web.AppKey("cluster_planes")
+CLUSTER_YJS: web.AppKey[YjsLink] = web.AppKey("cluster_yjs")
 
 __all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+SEEDED = "documents-in-jetstream"
+"""A file in the data folder: this node's journaled documents are in JetStream."""
+
+
+def seed_journaled(link: HeldPlanesLink, journal: Journal, marker: Path) -> None:
+    """Once per data folder, the documents of the journal (from when every node held every
+    document) go to JetStream when the link starts, so nodes that hold by interest load them."""
+    if marker.exists():
+        return
+    streams = CrdtStreams(lambda: 0)
+    restore_planes(journal, streams)
+    documents = {n: s.replica.ops() for n, s in streams.streams.items() if len(s.replica)}
+    link.seed(documents, marker.touch)
 
 
 def _export_dir(config: ServerConfig) -> Path | None:
@@ -109,7 +128,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if config.cluster_url is not None:
         outer = on_accept
 
-        def hook(stream: StreamId, conn: ConnId, frame: Frame[object]) -> None:
+        def hook(stream: StreamId, conn: ConnId, frame: Frame[Body]) -> None:
             if outer is not None:
                 outer(stream, conn, frame)
             assert link is not None
@@ -141,6 +160,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     if recorder is not None:
         recorder.path = runtime.commits
         recorder.durable = runtime.frame_durable
+    held = config.cluster_url is not None and config.cluster_hold == "interest"
     if config.cluster_url is not None and node is not None:
         from octosync.links.cluster_link import ClusterLink
 
@@ -148,11 +168,13 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.cluster = link.core
     if writer is not None:  # the maps: the newest compaction, then the journal after it
         runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
-        restore_planes(writer.journal, runtime.plane.core)  # the multi-writer streams
+        if not held:  # the multi-writer streams (held by interest: loaded from JetStream)
+            restore_planes(writer.journal, runtime.plane.core)
         restore_yjs(writer.journal, yjs_face(runtime).core)  # the /yjs face's documents
         runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
     maps_link: MapsLink | None = None
     planes_link: PlanesLink | None = None
+    yjs_link: YjsLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
         from octosync.links.cluster_link import DEFAULT_CLUSTER
         from octosync.links.cluster_maps import MapsLink
@@ -172,11 +194,37 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
         runtime.topgun.acks_replicated = config.map_acks == "replicated"
-        # shared documents alike (after restore_planes: its position)
-        planes_link = PlanesLink(
-            runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
-        )
+        # shared documents alike (after restore_planes: its position), or held by interest
+        if held:
+            from octosync.links.cluster_held import HeldPlanesLink, HoldSettings
+
+            held_link = HeldPlanesLink(
+                runtime.plane,
+                link.node,
+                cluster=DEFAULT_CLUSTER,
+                settings=settings,
+                hold=HoldSettings(
+                    idle=config.document_idle,
+                    load_timeout=config.document_load_timeout,
+                    snapshot_interval=config.document_snapshot_interval,
+                ),
+            )
+            runtime.plane.holder = held_link
+            runtime.plane.journal_remote = False
+            if writer is not None:  # documents journaled before they were held by interest
+                seed_journaled(held_link, writer.journal, config.data_dir / SEEDED)
+            link.documents = held_link.held
+            planes_link = held_link
+        else:
+            planes_link = PlanesLink(
+                runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
+            )
         runtime.plane.replicator = planes_link
+        # and the /yjs face's documents (after restore_yjs: its position)
+        from octosync.links.cluster_yjs import YjsLink
+
+        yjs_link = YjsLink(yjs_face(runtime), link.node, cluster=DEFAULT_CLUSTER, settings=settings)
+        yjs_face(runtime).replicator = yjs_link
     registry = registry_for(runtime)
 
     @web.middleware
@@ -193,6 +241,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         app[CLUSTER_MAPS] = maps_link
     if planes_link is not None:
         app[CLUSTER_PLANES] = planes_link
+    if yjs_link is not None:
+        app[CLUSTER_YJS] = yjs_link
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -225,8 +275,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             await maps_link.start(link.nats)
         if planes_link is not None and link is not None:  # and the documents' op stream
             await planes_link.start(link.nats)
+        if yjs_link is not None and link is not None:  # and the Yjs documents' op stream
+            await yjs_link.start(link.nats)
 
     async def on_shutdown(app: web.Application) -> None:
+        if yjs_link is not None:
+            await yjs_link.stop()
         if planes_link is not None:
             await planes_link.stop()
         if maps_link is not None:

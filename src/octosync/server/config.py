@@ -607,6 +607,33 @@ class ServerConfig:
         "Seconds the cluster's op streams keep a message (anti-entropy covers the rest).",
         range=Range(1, 3650 * _DAY),
     )
+    cluster_hold: Literal["interest", "all"] = setting(
+        "interest",
+        "cluster",
+        "`interest`: a node holds the shared documents its clients use, loaded from JetStream "
+        "and let go when idle; `all`: every node holds every document.",
+        key="hold",
+        types=(str,),
+        choices=("interest", "all"),
+    )
+    document_idle: float = setting(
+        30.0,
+        "cluster",
+        "Seconds a shared document no client uses stays held before the node lets it go.",
+        range=Range(0, _DAY),
+    )
+    document_load_timeout: float = setting(
+        10.0,
+        "cluster",
+        "Seconds a node may take to load a shared document before its clients fail.",
+        range=Range(0.1, 3600),
+    )
+    document_snapshot_interval: float = setting(
+        10.0,
+        "cluster",
+        "Seconds at least between two snapshots of a shared document by a node holding it.",
+        range=Range(0.1, _DAY),
+    )
     insecure_dev: bool = False
     """``--insecure-dev``: anonymous connections get every grant (loopback only)."""
     dataspace_secret: bytes | None = None

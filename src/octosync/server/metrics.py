@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from octosync.cluster.core import ClusterCore
+from octosync.cluster.holding import HeldStats, Holdings
 from octosync.cluster.maps import MapStats
 from octosync.cluster.planes import PlaneStats
+from octosync.cluster.yjs import YjsClusterStats
 from octosync.server.runtime import Runtime
+from octosync.server.yjs_face import yjs_face
 from octosync.store.journal import JournalHealth
 
 
@@ -126,6 +130,12 @@ class RuntimeCollector(Collector):
         planes = rt.plane.replicator
         if planes is not None:
             yield from plane_metrics(planes.stats, planes.position)
+        yjs = yjs_face(rt).replicator
+        if yjs is not None:
+            yield from yjs_metrics(yjs.stats, yjs.position)
+        holder = rt.plane.holder
+        if isinstance(holder, HeldView):
+            yield from held_metrics(holder)
 
 
 def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
@@ -211,6 +221,61 @@ def plane_metrics(stats: PlaneStats, position: int) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "octosync_cluster_planes_position", "The plane stream's sequence taken up to", position
     )
+
+
+def yjs_metrics(stats: YjsClusterStats, position: int) -> Iterator[Metric]:
+    """``/yjs`` documents across the cluster: their op stream both ways, and anti-entropy."""
+    for name, help_text, value in (
+        ("published", "Yjs update batches stored in the cluster's stream", stats.published),
+        ("republished", "Yjs update batch publishes sent again", stats.republished),
+        ("failed", "Yjs update batches given up on (writers reset)", stats.failed),
+        ("batches_in", "Yjs update batches read from the stream", stats.batches_in),
+        ("applied", "Other nodes' Yjs updates applied here", stats.applied),
+        ("repaired", "Diffs from anti-entropy applied here", stats.repaired),
+        ("pushed", "Diffs sent to a node whose document lacked them", stats.pushed),
+        ("too_large", "Diffs not sent: past a round's byte bound", stats.too_large),
+        ("resubscribed", "Times the Yjs stream was followed again", stats.resubscribed),
+        ("undecodable", "Yjs cluster messages not applied", stats.undecodable),
+        ("unreplayed", "Yjs stream messages gone before this node took them", stats.unreplayed),
+    ):
+        yield CounterMetricFamily(f"octosync_cluster_yjs_{name}", help_text, value)
+    yield GaugeMetricFamily(
+        "octosync_cluster_yjs_position", "The Yjs stream's sequence taken up to", position
+    )
+
+
+@runtime_checkable
+class HeldView(Protocol):
+    """A holder of documents by interest (``links.cluster_held.HeldPlanesLink``), as counted."""
+
+    holdings: Holdings
+    held_stats: HeldStats
+
+
+def held_metrics(link: HeldView) -> Iterator[Metric]:
+    """Shared documents held by interest: how many, and the loads and releases behind it."""
+    holdings = link.holdings
+    yield GaugeMetricFamily(
+        "octosync_cluster_documents_held",
+        "Shared documents this node holds (loaded, used by its clients or idle)",
+        len(holdings.held()),
+    )
+    yield GaugeMetricFamily(
+        "octosync_cluster_documents_loading",
+        "Shared documents being loaded from JetStream",
+        len(holdings.loading()),
+    )
+    stats, snaps = holdings.stats, link.held_stats
+    for name, help_text, value in (
+        ("loads", "Loads of a document started (its first client here)", stats.loads),
+        ("loaded", "Loads of a document that caught up", stats.loaded),
+        ("releases", "Documents let go after their idle time", stats.releases),
+        ("load_failures", "Loads not done within the load timeout", stats.load_failures),
+        ("snapshots", "Document snapshots written", snaps.snapshots),
+        ("snapshots_too_large", "Snapshots over the payload bound", snaps.snapshots_too_large),
+        ("snapshot_conflicts", "Snapshots left to a newer one", snaps.snapshot_conflicts),
+    ):
+        yield CounterMetricFamily(f"octosync_cluster_documents_{name}", help_text, value)
 
 
 def _journal(health: JournalHealth) -> Iterator[Metric]:

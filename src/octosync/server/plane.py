@@ -24,13 +24,20 @@ from typing import Protocol
 
 from octosync.cluster.planes import PlaneStats
 from octosync.crdt.plane import PlaneReplica
-from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError, Overloaded
+from octosync.errors import (
+    DocumentUnavailable,
+    InvalidRecord,
+    LimitExceeded,
+    OctosyncError,
+    Overloaded,
+)
 from octosync.hub import Hub
 from octosync.hub.crdt_streams import Accepted, Audience, Checked, CrdtStreams
 from octosync.hub.presence import DEFAULT_TTL, PresenceRooms, is_ephemeral
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp, CrdtSync
 from octosync.server.gap_flush import GapFlush
+from octosync.server.plane_parking import Parking
 from octosync.store.commit_path import Ask, Commit, CommitPath
 from octosync.store.records import PlaneOps, encode_record
 
@@ -52,6 +59,19 @@ class PlaneReplicator(Protocol):
     def replicate(
         self, conn: ConnId, stream: str, ops: Sequence[CrdtOp], then: Callable[[], None]
     ) -> None: ...
+
+
+class PlaneHolder(Protocol):
+    """In a cluster holding documents by interest (``links.cluster_held``): which documents
+    this node has loaded; a member's join may start a load, its leaving an idle timer."""
+
+    def joined(self, conn: ConnId, stream: str) -> bool:
+        """``conn`` joined ``stream``: True when the document is loaded (serve it now)."""
+        ...
+
+    def left(self, conn: ConnId, stream: str) -> None: ...
+
+    def ready(self, stream: str) -> bool: ...
 
 
 class PlaneHost(Protocol):
@@ -129,10 +149,20 @@ class Plane:
         self._positions_ok = True
         """False once a remote batch could not be queued for the journal: positions stop
         being journaled, so a restart replays the cluster's stream from before it."""
+        self.holder: PlaneHolder | None = None
+        """In a cluster holding documents by interest: members of a document being loaded,
+        and their frames, wait in ``parking`` until ``loaded``."""
+        self.parking = Parking()
+        self.journal_remote = True
+        """Journal other nodes' ops (False when JetStream is the documents' store of record:
+        the journal keeps what this node accepted)."""
 
     def join(self, conn: ConnId, stream: str, framing: Framing, state: Sequence[CrdtOp]) -> None:
         """A member joined (``core.join`` done): it gets the whole state first, with the
-        server's frontier."""
+        server's frontier (once the document is loaded, with a holder)."""
+        if self.holder is not None and not self.holder.joined(conn, stream):
+            self.parking.member(conn, stream, framing)
+            return
         self._framing[conn] = framing
         frontier = self.core.streams[stream].replica.frontier()
         live = self.presence.live(stream)
@@ -160,14 +190,49 @@ class Plane:
 
     def leave(self, conn: ConnId) -> None:
         self._framing.pop(conn, None)
+        held = self.core.stream_of(conn)
+        self.parking.drop(conn)
         for stream, ops in self.presence.close(conn, _wall_ms()).items():
             self._presence_out(stream, ops)
         self.core.leave(conn)
+        if self.holder is not None and held is not None:
+            self.holder.left(conn, held)
+
+    def loaded(self, stream: str) -> None:
+        """The holder loaded ``stream``: its waiting members get it, then their frames go in."""
+        for parked in self.parking.take(stream):
+            conn = parked.conn
+            if not self.core.is_member(conn) or not isinstance(parked.framing, Framing):
+                continue
+            self.join(conn, stream, parked.framing, self.core.state_for(conn))
+            try:
+                for sync in parked.frames:
+                    self.receive(conn, sync)
+            except OctosyncError as exc:
+                self.rt.fault(conn, exc)
+
+    def release(self, stream: str, failed: bool) -> None:
+        """The holder let ``stream`` go: out of memory; members still waiting for a load that
+        failed are told so (their clients reconnect and send again)."""
+        for parked in self.parking.take(stream):
+            self.rt.fault(
+                parked.conn,
+                DocumentUnavailable(f"document {stream!r} could not be loaded in time"),
+            )
+        self._due.pop(stream, None)
+        self.core.drop(stream)
 
     def receive(self, conn: ConnId, sync: CrdtSync) -> None:
         """A member's frame: answer its frontier, then journal and accept its ops; presence
         and awareness ops are taken at once and never journaled. Everything that can refuse
-        the frame runs before any of it is taken."""
+        the frame runs before any of it is taken. A frame of a document being loaded waits."""
+        if self.holder is not None:
+            stream = self.core.stream_of(conn)
+            if stream is not None and not self.holder.ready(stream):
+                if conn not in self.parking:  # its load failed: it was told, and is reset
+                    raise DocumentUnavailable(f"document {stream!r} is not loaded", path="ops")
+                self.parking.frame(conn, stream, sync)
+                return
         checked = self.core.check(conn, sync)
         ephemeral = [(i, op) for i, op in enumerate(checked.ops) if is_ephemeral(op)]
         if ephemeral:
@@ -223,7 +288,8 @@ class Plane:
                 due = self._due[stream] = _Due()
             due.fanout.extend(changed)
             self._flusher.soon()
-        if not self.rt.commits.journaled or not (changed or position is not None):
+        journaled = self.journal_remote and self.rt.commits.journaled
+        if not journaled or not (changed or position is not None):
             return len(changed)
         at = position if self._positions_ok else None
         try:  # nobody waits for this commit: the cluster's stream holds the ops

@@ -1,21 +1,24 @@
 """What each face's session may call: narrow ports instead of the whole runtime.
 
 A session is bytes in, core calls and bytes out; these protocols name exactly the core calls
-and the ways out each face has. ``server.runtime.Runtime`` implements the hub faces' ports,
-``server.topgun_face.TopGunFace`` TopGun's; a test gives a session a fake port and feeds it
-bytes (``tests/server/test_ports.py``).
+and the ways out each face has: a session sees of the hub only ``SessionHub`` and of TopGun's
+core only ``SessionTopGun``, the calls it makes. ``server.runtime.Runtime`` implements the hub
+faces' ports, ``server.topgun_face.TopGunFace`` TopGun's; a test gives a session a fake port
+and feeds it bytes (``tests/server/test_ports.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Protocol
 
 from octosync.cluster.maps import MapStats
+from octosync.crdt.hlc import HLC
 from octosync.errors import OctosyncError
-from octosync.hub import Hub
-from octosync.ipc.messages import Delta, Snapshot
+from octosync.hub.model import Body, Frame
+from octosync.hub.types import ConnId, Grants, StreamId, ViewFactory, ViewKey
+from octosync.ipc.messages import Delta, RemoteOp, RemoteOpResult, Snapshot
 from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
@@ -25,8 +28,10 @@ from octosync.signaling import SignalingHub
 from octosync.store.commit_path import CommitPath
 from octosync.store.records import EncodedRecord
 from octosync.syndicate import Relay
-from octosync.topgun import Effects, Outbound, TopGunCore
+from octosync.topgun import Effects, Outbound
+from octosync.topgun import Grants as TopGunGrants
 from octosync.topgun.offload import OffLoop
+from octosync.wire import topgun as tg
 
 
 class LiveConnection(Protocol):
@@ -74,11 +79,92 @@ class Delivery(Protocol):
     def deliver(self, conn: int, *data: bytes) -> None: ...
 
 
+class SessionHub(Protocol):
+    """What the lazily and WVP sessions call on the hub (``hub.Hub`` is one): connections,
+    streams, frames and notices, and nothing of its configuration, stats or cluster side."""
+
+    def register_view(self, name: str, view: ViewFactory, *, overwrite: bool = True) -> None: ...
+
+    def next_ts(self) -> int:
+        """Hub-wide monotonic counter (WVP's ``ts``)."""
+        ...
+
+    def connect(
+        self,
+        conn: ConnId,
+        view: ViewKey,
+        *,
+        grants: Grants | None = None,
+        wake: Callable[[ConnId], None] | None = None,
+    ) -> None: ...
+
+    def change_view(self, conn: ConnId, view: ViewKey) -> None: ...
+
+    def disconnect(self, conn: ConnId) -> None: ...
+
+    def check_stream(self, view: ViewKey, stream_id: StreamId) -> None: ...
+
+    def check_join(self, grants: Grants, stream_id: StreamId, *, publish: bool) -> None: ...
+
+    def publish(self, conn: ConnId, stream_id: StreamId, frame: Frame[Body]) -> None: ...
+
+    def producer_of(self, stream: StreamId) -> ConnId | None: ...
+
+    def epoch_of(self, stream: StreamId) -> int | None: ...
+
+    def needs_snapshot(self, stream: StreamId) -> bool: ...
+
+    def subscribe(self, conn: ConnId, stream_id: StreamId) -> None: ...
+
+    def resync(self, conn: ConnId, stream_id: StreamId) -> None: ...
+
+    def request_resync(self, conn: ConnId, stream_id: StreamId, body: object) -> ConnId | None: ...
+
+    def hand_over(self, conn: ConnId, stream_id: StreamId, to: ConnId) -> None: ...
+
+    def write(
+        self, conn: ConnId, stream_id: StreamId, body: object, subject: str | None = None
+    ) -> ConnId: ...
+
+    def remote_op(
+        self, conn: ConnId, stream_id: StreamId, op: RemoteOp, subject: str | None = None
+    ) -> bool: ...
+
+    def answer(self, conn: ConnId, stream_id: StreamId, result: RemoteOpResult) -> bool: ...
+
+    def take_remote_ops(self, conn: ConnId) -> None: ...
+
+    def notify(
+        self, conn: ConnId, stream_id: StreamId | None, data: Mapping[str, bytes]
+    ) -> list[ConnId]: ...
+
+    def send_control(self, conn: ConnId, data: bytes) -> None: ...
+
+
+class SessionTopGun(Protocol):
+    """What a TopGun session calls on the core (``topgun.TopGunCore`` is one): a connection's
+    life, its messages, and the clock and node id its handshake answers with."""
+
+    @property
+    def clock(self) -> Callable[[], int]: ...
+
+    @property
+    def hlc(self) -> HLC: ...
+
+    def connect(self, conn: int, grants: TopGunGrants) -> None: ...
+
+    def handle(self, conn: int, message: tg.Message) -> Effects: ...
+
+    def disconnect(self, conn: int) -> Effects: ...
+
+    def error(self, err: OctosyncError) -> tg.Error: ...
+
+
 class HubPort(Credentials, Protocol):
     """The lazily and WVP faces: the hub, and the flusher's wake-up for a connection."""
 
     @property
-    def hub(self) -> Hub: ...
+    def hub(self) -> SessionHub: ...
 
     @property
     def journaled(self) -> bool:
@@ -159,7 +245,7 @@ class TopGunPort(Credentials, Delivery, Protocol):
     """The TopGun face: its core, the journal and cluster it waits for, its fan-out."""
 
     @property
-    def topgun(self) -> TopGunCore: ...
+    def topgun(self) -> SessionTopGun: ...
 
     @property
     def commits(self) -> CommitPath:

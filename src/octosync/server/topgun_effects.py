@@ -1,6 +1,7 @@
 """TopGun's effects carried out, once for every caller: a session, ``POST /topgun/sync``, the face.
 
-``topgun.Effects`` says what a TopGun step wants: messages now (``out``), records to journal
+``topgun.Effects`` says what a TopGun step wants: typed messages now (encoded here, by
+``server.topgun_wire``) (``out``), records to journal
 (``records``), acks that wait for the commit (``durable``) or for the cluster
 (``replicated``; a durable ack in a cluster waits for both), op records for the cluster
 (``replicate``), ``map:`` frames and off-loop work. ``carry_out`` does it on the one commit
@@ -19,6 +20,7 @@ from typing import Protocol
 
 from octosync.ipc.messages import Delta, Snapshot
 from octosync.server.ports import Replicator
+from octosync.server.topgun_wire import data
 from octosync.store.commit_path import Commit, CommitPath, Failed
 from octosync.topgun import Effects, Outbound
 from octosync.topgun.offload import OffLoop
@@ -68,7 +70,7 @@ def carry_out(ways: Ways, conn: int, fx: Effects, own: Own | None) -> None:
     if own is None:
         ways.deliver_all(fx.out)
     else:
-        own.now([ob.data for ob in fx.out if ob.targets == mine])
+        own.now(data([ob for ob in fx.out if ob.targets == mine]))
         ways.deliver_all([ob for ob in fx.out if ob.targets != mine])
     for job in fx.offload:
         ways.offload(job)
@@ -101,7 +103,7 @@ def carry_out(ways: Ways, conn: int, fx: Effects, own: Own | None) -> None:
             if release is None:
                 ways.deliver_all(held)
                 return
-            release([ob.data for ob in held if ob.targets == mine])
+            release(data([ob for ob in held if ob.targets == mine]))
             ways.deliver_all([ob for ob in held if ob.targets != mine])
 
     if fx.durable:
@@ -116,5 +118,5 @@ def _send(ways: Ways, own: Own | None, mine: tuple[int], out: list[Outbound]) ->
     if own is None:
         ways.deliver_all(out)
         return
-    own.now([ob.data for ob in out if ob.targets == mine])
+    own.now(data([ob for ob in out if ob.targets == mine]))
     ways.deliver_all([ob for ob in out if ob.targets != mine])

@@ -35,6 +35,7 @@ from octosync.server.auth import AuthConfig, ClaimGrants, authenticate
 from octosync.server.gap_flush import GapFlush
 from octosync.server.ports import LiveConnection, Replicator
 from octosync.server.topgun_effects import carry_out
+from octosync.server.topgun_wire import Encoder
 from octosync.store.commit_path import CommitPath
 from octosync.store.device_credentials import DeviceCredentials
 from octosync.topgun import Effects, Outbound, TopGunCore
@@ -42,6 +43,7 @@ from octosync.topgun.index_feed import IndexBatch
 from octosync.topgun.indexer import Indexed
 from octosync.topgun.offload import MAX_RUNNING as MAX_OFFLOADED
 from octosync.topgun.offload import OffLoop
+from octosync.wire import topgun as tg
 from octosync.wire.websocket import DEFLATE_MIN_BYTES, FrameDeflater, ws_frame, ws_frame_header
 
 log = logging.getLogger(__name__)
@@ -113,24 +115,26 @@ class TopGunFace:
         for them (``DEFLATE_SHARED``); one for a single connection goes plain (compressing
         it would cost the loop as much as the write it saves)."""
         links = self.links
+        encode = Encoder()
         for ob in out:
             targets = ob.targets
-            if len(targets) >= DEFLATE_SHARED and len(ob.data) >= DEFLATE_MIN_BYTES:
+            body = encode(ob.message)
+            if len(targets) >= DEFLATE_SHARED and len(body) >= DEFLATE_MIN_BYTES:
                 packed = [t for t in targets if (link := links.get(t)) is not None and link.deflate]
                 if len(packed) >= DEFLATE_SHARED:
-                    frame = self._deflater.frame(ob.data)
+                    frame = self._deflater.frame(body)
                     for target in packed:
                         self._deliver(target, frame)
                     if len(packed) == len(targets):
                         continue
                     took = set(packed)
                     targets = tuple(t for t in targets if t not in took)
-            if len(ob.data) >= SPLIT_WRITE_BYTES and len(targets) <= SPLIT_WRITE_TARGETS:
-                parts = (ws_frame_header(len(ob.data), text=False), ob.data)
+            if len(body) >= SPLIT_WRITE_BYTES and len(targets) <= SPLIT_WRITE_TARGETS:
+                parts = (ws_frame_header(len(body), text=False), body)
                 for target in targets:
                     self._deliver(target, *parts)
                 continue
-            data = ws_frame(ob.data, text=False)
+            data = ws_frame(body, text=False)
             for target in targets:
                 self._deliver(target, data)
 
@@ -246,16 +250,26 @@ class TopGunFace:
         self.flush_soon()  # live queries or vectors left to update: another turn, later
 
     def offload(self, job: OffLoop) -> None:
-        """Run ``job`` on a worker thread and send what it returns to its connection (at most
-        ``offload.MAX_RUNNING`` at once; beyond that the job's own "busy" answer goes now)."""
+        """Run ``job`` on a worker thread, encode what it returns there, and send it to its
+        connection (at most ``offload.MAX_RUNNING`` at once; beyond that the job's own
+        "busy" answer goes now). A job with ``seconds`` is interrupted that long after its
+        worker starts it, and every ``INTERRUPT_AGAIN`` seconds after until it returns."""
         if self._offloaded >= MAX_OFFLOADED:
-            self._answer(job, job.busy())
+            self._answer(job, [tg.encode(m) for m in job.busy()])
             return
         self._offloaded += 1
-        done = asyncio.get_running_loop().run_in_executor(None, job.run)
+        loop = asyncio.get_running_loop()
+        bound = _Bound(loop, job)
+
+        def work() -> list[bytes]:
+            bound.started()
+            return [tg.encode(m) for m in job.run()]
+
+        done = loop.run_in_executor(None, work)
 
         def answer(result: asyncio.Future[list[bytes]]) -> None:
             self._offloaded -= 1
+            bound.over()
             try:
                 messages = result.result()
             except Exception:
@@ -282,3 +296,38 @@ class TopGunFace:
 
 def _fresh_device() -> Minted:
     return mint(uuid.uuid4(), secrets.token_bytes(SECRET_BYTES))
+
+
+INTERRUPT_AGAIN = 0.25
+"""Seconds between interrupts of an off-loop job past its time, until it returns."""
+
+
+class _Bound:
+    """An off-loop job's time bound, kept by the loop: the timer starts when the worker
+    starts the job (from the worker's thread, through the loop) and ends when it returns."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, job: OffLoop) -> None:
+        self.loop = loop
+        self.job = job
+        self.handle: asyncio.TimerHandle | None = None
+        self.done = False
+
+    def started(self) -> None:
+        """On the worker thread, as it starts the job."""
+        if self.job.seconds is not None and self.job.interrupt is not None:
+            self.loop.call_soon_threadsafe(self._arm, self.job.seconds)
+
+    def _arm(self, seconds: float) -> None:
+        if not self.done:
+            self.handle = self.loop.call_later(seconds, self._fire)
+
+    def _fire(self) -> None:
+        if self.done or self.job.interrupt is None:
+            return
+        self.job.interrupt()
+        self._arm(INTERRUPT_AGAIN)
+
+    def over(self) -> None:
+        self.done = True
+        if self.handle is not None:
+            self.handle.cancel()

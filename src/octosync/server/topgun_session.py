@@ -142,7 +142,7 @@ class TopGunSession:
             except OctosyncError as err:
                 if closes_connection(err, byte_stream=False):
                     raise
-                self._reply(self.rt.topgun.error(err))
+                self._reply(tg.encode(self.rt.topgun.error(err)))
 
     def _authenticate(self, message: tg.Message) -> None:
         match message:
@@ -246,7 +246,7 @@ class TopGunSession:
         if self.life.state is State.AWAIT_AUTH and isinstance(err, Unauthorized):
             fail = tg.AuthFail(reason=err.message, error=err.message, code=401)
             return ws_frame(tg.encode(fail), text=False)
-        return ws_frame(self.rt.topgun.error(err), text=False)
+        return ws_frame(tg.encode(self.rt.topgun.error(err)), text=False)
 
     def send_error(self, err: OctosyncError) -> None:
         self.outgoing.append(self.error_frame(err))

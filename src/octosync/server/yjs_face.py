@@ -10,15 +10,23 @@ nothing was confirmed, so its provider keeps the update pending and sends it aga
 reconnect. Frames
 go out through ``deliver``: a connection that cannot keep up is dropped, and catches up by
 the sync exchange on reconnect, so nobody silently misses an update.
+
+In a cluster (``links.cluster_yjs``) a journaled update is published to the cluster's Yjs op
+stream next, and applied, fanned out and confirmed only once JetStream stored it; updates
+other nodes accepted come in through ``merge_remote``: applied, fanned out, journaled with
+the stream position behind them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from octosync.errors import InvalidRecord, LimitExceeded
+from pycrdt import Doc, merge_updates
+
+from octosync.cluster.yjs import YjsClusterStats
+from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError
 from octosync.server.face_names import FaceName
 from octosync.server.runtime import Runtime
 from octosync.store.commit_path import Ask, Commit, CommitPath
@@ -43,6 +51,25 @@ class YjsHost(Protocol):
 
     def deliver(self, conn: int, *data: bytes) -> None: ...
 
+    def fault(self, conn: int, err: OctosyncError) -> None: ...
+
+
+class YjsReplicator(Protocol):
+    """Where a cluster stores accepted updates besides the journal (``links.cluster_yjs``):
+    ``then`` once they are stored; an update not stored in time resets ``conn``."""
+
+    @property
+    def stats(self) -> YjsClusterStats: ...
+
+    @property
+    def position(self) -> int:
+        """The cluster's Yjs op stream's sequence this node has taken up to."""
+        ...
+
+    def replicate(
+        self, conn: int, document: str, update: bytes, then: Callable[[], None]
+    ) -> None: ...
+
 
 RESEND = Ask(then="send the update again later")
 
@@ -53,6 +80,12 @@ class YjsFace:
     def __init__(self, host: YjsHost, limits: Limits | None = None) -> None:
         self.host = host
         self.core = YjsDocuments(limits or Limits(max_update_bytes=max(1024, host.max_frame // 2)))
+        self.replicator: YjsReplicator | None = None
+        """In a cluster, the op stream each journaled update is published to before it is
+        applied, fanned out and confirmed."""
+        self._positions_ok = True
+        """False once remote updates could not be queued for the journal: positions stop
+        being journaled, so a restart replays the cluster's stream from before them."""
 
     def update(
         self, conn: int, name: str, update: bytes, confirm: Callable[[], None] | None
@@ -68,7 +101,20 @@ class YjsFace:
             return
         commits.refuse(RESEND)
         record = self._record(checked)
-        commits.submit(Commit(conn, (record,), (lambda: self._committed(checked, confirm),)))
+        commits.submit(Commit(conn, (record,), (lambda: self._stored(checked, confirm),)))
+
+    def _stored(self, checked: Checked, confirm: Callable[[], None] | None) -> None:
+        """Journaled; in a cluster, published next."""
+        replicator = self.replicator
+        if replicator is None:
+            self._committed(checked, confirm)
+        else:
+            replicator.replicate(
+                checked.conn,
+                checked.document,
+                checked.update,
+                lambda: self._committed(checked, confirm),
+            )
 
     def _record(self, checked: Checked) -> EncodedRecord:
         try:
@@ -84,6 +130,44 @@ class YjsFace:
         self.send(self.core.commit(checked))
         if confirm is not None:
             confirm()
+
+    # -- the cluster's side ----------------------------------------------------------------
+
+    def docs(self) -> Mapping[str, Doc[Any]]:
+        return self.core.docs()
+
+    @property
+    def replica_position(self) -> int:
+        return self.core.replica_position
+
+    def fault(self, conn: int, err: OctosyncError) -> None:
+        self.host.fault(conn, err)
+
+    def merge_remote(self, document: str, updates: Sequence[bytes], position: int | None) -> int:
+        """Updates another node accepted (stored in the cluster's stream up to ``position``):
+        applied and fanned out at once, journaled as one merged update with the position
+        behind them (nobody waits for that commit: the stream holds them). Returns how many
+        were applied."""
+        applied: list[bytes] = []
+        for update in updates:
+            try:
+                self.send(self.core.apply_remote(document, update))
+            except OctosyncError as exc:  # a node's bug: the rest still apply
+                log.warning("cluster: a Yjs update of %r not applied: %s", document, exc)
+                continue
+            applied.append(update)
+        commits = self.host.commits
+        if not commits.journaled or not applied:
+            return len(applied)
+        at = position if self._positions_ok else None
+        try:
+            merged = applied[0] if len(applied) == 1 else merge_updates(*applied)
+            commits.submit(Commit(0, (encode_record(YjsUpdate(document, merged, position=at)),)))
+        except Exception as exc:  # nobody waits: a restart replays the stream from before
+            if self._positions_ok:
+                log.warning("cluster: remote Yjs updates not journaled (%s); positions stop", exc)
+            self._positions_ok = False
+        return len(applied)
 
     def send(self, outs: list[Out]) -> None:
         """Each body to its connections, framed once per prefix."""

@@ -22,8 +22,8 @@ from typing import Any, cast
 import msgspec
 
 from octosync.errors import InvalidRecord
-from octosync.hub.model import DiffFrame, Frame, SnapshotFrame
-from octosync.hub.types import ConnId, StreamId
+from octosync.hub.model import Body, DiffFrame, Frame, SnapshotFrame
+from octosync.hub.types import ConnId, RecordCommit, StreamId
 from octosync.store.commit_path import Commit, CommitPath
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import (
@@ -111,7 +111,7 @@ class JournalRecorder:
         self.run = run if run is not None else f"{time.time_ns() // 1_000_000:x}"
         self.durable = durable
 
-    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[object]) -> Prepared:
+    def prepare(self, stream: StreamId, conn: ConnId, frame: Frame[Body]) -> RecordCommit:
         self.path.refuse()
         try:
             record = frame_record(str(stream), frame, self.encode, f"{self.run}.{conn}")
@@ -119,17 +119,15 @@ class JournalRecorder:
             raise InvalidRecord(
                 f"the frame's body cannot be stored: {exc}", path="payload"
             ) from exc
-        return Prepared(encode_record(record), conn, stream, record.epoch)
+        return partial(self.commit, Prepared(encode_record(record), conn, stream, record.epoch))
 
-    def prepare_drop(self, stream: StreamId) -> Prepared:
+    def prepare_drop(self, stream: StreamId) -> RecordCommit:
         """The record that the hub dropped ``stream``'s state; ``StorageError`` when the
         writer cannot take it now (the hub keeps the state and tries again later)."""
         self.path.refuse()
-        return Prepared(encode_record(StreamDropped(str(stream))))
+        return partial(self.commit, Prepared(encode_record(StreamDropped(str(stream)))))
 
-    def commit(self, prepared: object) -> None:
-        if not isinstance(prepared, Prepared):
-            raise TypeError(f"not this recorder's prepared record: {type(prepared).__name__}")
+    def commit(self, prepared: Prepared) -> None:
         conn, durable = prepared.conn, self.durable
         if conn is None:  # the hub's own record: nobody to tell or reset
             self.path.submit(Commit(0, (prepared.record,)))
@@ -147,6 +145,6 @@ def journal_hook(
     recorder = JournalRecorder(DirectPath(writer), encode)
 
     def on_accept(stream: Any, conn: Any, frame: Any) -> None:
-        recorder.commit(recorder.prepare(stream, conn, frame))
+        recorder.prepare(stream, conn, frame)()
 
     return on_accept

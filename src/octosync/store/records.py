@@ -79,11 +79,15 @@ class YjsUpdate(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_de
     every record of a document in any order; they are never trimmed (each may be the only copy
     of its edits), only compacted: a document's records replaced by one merged update
     (``store.yjs_compaction``). ``writer``: the connection, ``<server run>.<connection>``
-    (none on a compacted record)."""
+    (none on a compacted record, nor on another node's). ``position``: on updates another node
+    of the cluster accepted, the cluster's Yjs op stream's sequence they end
+    (``cluster/yjs.py``), so a restarted node replays the stream from after it (a compaction
+    keeps the highest)."""
 
     document: StreamId
     update: bytes
     writer: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    position: int | None = None
 
 
 ChainName = Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9_-]{1,64}$")]

@@ -24,7 +24,7 @@ from typing import Final, Protocol
 import msgspec
 
 from octosync.errors import DecodeError, OctosyncError
-from octosync.hub.model import DiffFrame, Frame, GraphModel, ReplayModel, SnapshotFrame
+from octosync.hub.model import Body, DiffFrame, Frame, GraphModel, ReplayModel, SnapshotFrame
 from octosync.hub.streams import stream_face
 from octosync.ipc.messages import CrdtOp, Delta, Snapshot
 from octosync.store.journal import Journal
@@ -64,7 +64,7 @@ def is_wvp_stream(stream: str) -> bool:
 class Restorable(Protocol):
     """What recovery needs from the hub (``Hub.restore``)."""
 
-    def restore(self, stream: str, frames: list[Frame[object]]) -> None: ...
+    def restore(self, stream: str, frames: list[Frame[Body]]) -> None: ...
 
 
 class RecoveryReport(msgspec.Struct, frozen=True):
@@ -80,15 +80,15 @@ class RecoveryReport(msgspec.Struct, frozen=True):
 
 @dataclass(slots=True)
 class _Fold:
-    model: GraphModel | ReplayModel
+    model: GraphModel | ReplayModel[StreamFrame]
     """A ReplayModel here holds the journaled ``StreamFrame`` records as frame bodies."""
     through_seq: int = 0
     checkpointed_seq: int = 0
     broken: bool = False
 
 
-def _new_model(stream: str, max_replay_diffs: int) -> GraphModel | ReplayModel:
-    return ReplayModel(max_replay_diffs) if is_wvp_stream(stream) else GraphModel()
+def _new_model(stream: str, max_replay_diffs: int) -> GraphModel | ReplayModel[StreamFrame]:
+    return ReplayModel[StreamFrame](max_replay_diffs) if is_wvp_stream(stream) else GraphModel()
 
 
 @dataclass
@@ -216,7 +216,7 @@ class JournalState:
         fold = self._folds.get(stream)
         return None if fold is None else fold.model.epoch
 
-    def hub_frames(self, stream: str) -> list[Frame[object]]:
+    def hub_frames(self, stream: str) -> list[Frame[Body]]:
         """What the hub needs to serve ``stream`` as it did: its snapshot (and WVP diffs)."""
         fold = self._folds.get(stream)
         if fold is None:
@@ -225,11 +225,10 @@ class JournalState:
         if isinstance(model, GraphModel):
             snap = model.snapshot()
             return [] if snap is None else [SnapshotFrame(snap.epoch, snap)]
-        out: list[Frame[object]] = []
+        out: list[Frame[Body]] = []
         try:
             for frame in model.replay():
                 rec = frame.body
-                assert isinstance(rec, StreamFrame)
                 body = wvp.decode_frame(rec.payload)  # as journaled: canonical CBOR
                 if rec.snapshot and isinstance(body, wvp.WarpSnapshot):
                     out.append(SnapshotFrame(rec.epoch, body, rec.state_hash))
@@ -264,7 +263,7 @@ class JournalState:
                 payload = _encode(snap)
                 frames = (StreamFrame(stream, snap.epoch, snap.epoch, True, payload),)
         else:
-            frames = tuple(f.body for f in model.replay())  # type: ignore[misc]
+            frames = tuple(f.body for f in model.replay())
         return StreamCheckpoint(stream, self.through_seq, model.epoch, frames)
 
     def mark_checkpointed(self, checkpoints: Iterable[StreamCheckpoint]) -> None:

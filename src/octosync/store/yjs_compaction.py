@@ -18,37 +18,56 @@ from octosync.store.journal import Journal
 from octosync.store.records import KIND_YJS, YjsUpdate, decode_record, encode_record
 
 
-def yjs_updates(journal: Journal, document: str, through: int) -> Iterator[bytes]:
-    """One document's journaled updates with ``seq <= through``, in seq order."""
+def yjs_records(journal: Journal, document: str, through: int) -> Iterator[YjsUpdate]:
+    """One document's journaled records with ``seq <= through``, in seq order."""
     for row in journal.scoped_rows(KIND_YJS, document, 1, through):
         record = decode_record(KIND_YJS, row.body, seq=row.seq)
         assert isinstance(record, YjsUpdate)
+        yield record
+
+
+def yjs_updates(journal: Journal, document: str, through: int) -> Iterator[bytes]:
+    """One document's journaled updates with ``seq <= through``, in seq order."""
+    for record in yjs_records(journal, document, through):
         yield record.update
 
 
 class YjsRestorable(Protocol):
+    replica_position: int
+
     def restore(self, name: str, updates: Iterator[bytes]) -> None: ...
 
 
 def restore_yjs(journal: Journal, documents: YjsRestorable) -> int:
-    """Apply every journaled Yjs update to ``documents`` (blocking); returns how many
+    """Apply every journaled Yjs update to ``documents`` (blocking); the highest cluster
+    stream position journaled becomes ``documents.replica_position``. Returns how many
     documents there were."""
     latest = journal.latest_seq()
     names = journal.scopes(KIND_YJS)
     for name in names:
-        documents.restore(name, yjs_updates(journal, name, latest))
+        documents.restore(name, _noting_positions(journal, name, latest, documents))
     return len(names)
+
+
+def _noting_positions(
+    journal: Journal, document: str, through: int, documents: YjsRestorable
+) -> Iterator[bytes]:
+    for record in yjs_records(journal, document, through):
+        if record.position is not None and record.position > documents.replica_position:
+            documents.replica_position = record.position
+        yield record.update
 
 
 def compact_document(journal: Journal, document: str, through: int | None = None) -> int:
     """Replace one document's records with ``seq <= through`` (None: every one) by their
     merged update; returns how many went (blocking: run it in a thread)."""
     through = journal.latest_seq() if through is None else through
-    updates = list(yjs_updates(journal, document, through))
-    if len(updates) < 2:
+    records = list(yjs_records(journal, document, through))
+    if len(records) < 2:
         return 0
-    merged = merge_updates(*updates)
-    record = encode_record(YjsUpdate(document, merged))
+    merged = merge_updates(*(r.update for r in records))
+    positions = [r.position for r in records if r.position is not None]
+    record = encode_record(YjsUpdate(document, merged, position=max(positions, default=None)))
     return journal.replace_scoped(KIND_YJS, document, through, [record])
 
 

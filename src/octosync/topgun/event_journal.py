@@ -116,13 +116,13 @@ def reader(
         raise DecodeError("fromSequence must be a whole number", path="fromSequence") from None
     rid = request.request_id
 
-    def run() -> list[bytes]:
+    def run() -> list[tg.Message]:
         events, more, _next = read(source, start, limit, request.map_name, may_read)
-        return [tg.encode(rq.JournalReadResponse(rid, events, more))]
+        return [rq.JournalReadResponse(rid, events, more)]
 
-    def busy() -> list[bytes]:
+    def busy() -> list[tg.Message]:
         why = reason(LimitExceeded("the server is busy; read again"))
-        return [tg.encode(rq.JournalReadResponse(rid, [], True, why))]
+        return [rq.JournalReadResponse(rid, [], True, why)]
 
     return OffLoop(conn, run, busy)
 
@@ -208,13 +208,13 @@ class JournalSubscriptions:
 def _tail(source: JournalSource, sub: _Sub) -> OffLoop:
     reached: list[int] = []
 
-    def run() -> list[bytes]:
+    def run() -> list[tg.Message]:
         start = source.latest() + 1 if sub.next_seq is None else sub.next_seq
         events, _more, after = read(
             source, start, MAX_EVENTS, sub.map_name, sub.may_read, sub.types
         )
         reached.append(after)
-        return [tg.encode(JournalEvent(e)) for e in events]
+        return [JournalEvent(e) for e in events]
 
     def after() -> None:  # on the loop
         sub.running = False

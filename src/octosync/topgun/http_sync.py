@@ -23,6 +23,7 @@ from octosync.crdt.sync_messages import NIL, WireLWWRecord, WireTimestamp
 from octosync.errors import LimitExceeded
 from octosync.topgun import durable
 from octosync.topgun.core import Grants, TopGunCore
+from octosync.topgun.effects import AllSucceeded, EventRuns
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_http as th
 from octosync.wire import topgun_services as sv
@@ -132,7 +133,12 @@ def _spec(q: th.HttpQueryRequest) -> dict[str, Any]:
 
 
 def _one(core: TopGunCore, conn: int, message: tg.Message) -> tg.Message | None:
-    out = [tg.decode(ob.data) for ob in core.handle(conn, message).out if conn in ob.targets]
+    fx = core.handle(conn, message)
+    out = [
+        m
+        for ob in fx.out
+        if conn in ob.targets and not isinstance(m := ob.message, (AllSucceeded, EventRuns))
+    ]
     return out[0] if out else None
 
 

@@ -7,15 +7,15 @@ booleans as themselves, anything else as JSON text). The query runs in a fresh i
 DuckDB with no file or network access (``enable_external_access`` off, configuration locked),
 must be a single ``SELECT``, and is bounded: the maps it reads (at most
 :data:`MAX_TABLE_ROWS` records each, copied on the event loop when the request arrives), its
-time (:data:`MAX_SECONDS`, then it is interrupted), its memory, and its result
-(:data:`MAX_RESULT_ROWS` rows). It runs off the event loop (:class:`OffLoop`): the server
-hands it to a worker thread and sends its answer when it is done; at most
+time (:data:`MAX_SECONDS` from when its worker starts it; then the server interrupts it: no
+timer here), its memory, and its result (:data:`MAX_RESULT_ROWS` rows). It runs off the
+event loop (:class:`OffLoop`): the server hands it to a worker thread and sends its answer
+when it is done; at most
 ``offload.MAX_RUNNING`` run at once, others are answered "busy".
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,9 +37,9 @@ _DEC = msgspec.msgpack.Decoder()
 _ENC = msgspec.msgpack.Encoder(enc_hook=str)
 
 
-def _refusal(query_id: str, err: OctosyncError) -> bytes:
+def _refusal(query_id: str, err: OctosyncError) -> tg.Message:
     payload = rq.SqlQueryRespPayload(query_id, [], [], reason(err), wire_code(err))
-    return tg.encode(rq.SqlQueryResp(payload))
+    return rq.SqlQueryResp(payload)
 
 
 def prepare(
@@ -77,47 +77,69 @@ def prepare(
                 path="payload.sql",
             )
         tables[name] = dict(rows)
+    query = SqlRun(p.query_id, p.sql, tables)
     return OffLoop(
         conn,
-        lambda: [run(p.query_id, p.sql, tables)],
+        lambda: [query.run()],
         lambda: [_refusal(p.query_id, LimitExceeded("the server is busy with SQL; try again"))],
+        seconds=MAX_SECONDS,
+        interrupt=query.interrupt,
     )
 
 
-def run(query_id: str, sql: str, tables: Mapping[str, Mapping[str, bytes]]) -> bytes:
-    """Run one checked query over copies of the maps (on a worker thread): the encoded
-    ``SQL_QUERY_RESP``, with ``error`` when it failed."""
-    import duckdb
-    import pyarrow as pa
+class SqlRun:
+    """One checked query over copies of the maps: :meth:`run` on a worker thread,
+    :meth:`interrupt` from any thread (the server's, once :data:`MAX_SECONDS` passed)."""
 
-    db = duckdb.connect(":memory:")
-    timer = threading.Timer(MAX_SECONDS, db.interrupt)
-    try:
-        db.execute("SET enable_external_access = false")
-        db.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
-        db.execute("SET threads = 1")
-        db.execute("SET lock_configuration = true")
-        for name, rows in tables.items():
-            db.register(name, pa.Table.from_pydict(_columns(rows)))
-        timer.start()
-        cursor = db.execute(sql)
-        got = cursor.fetchmany(MAX_RESULT_ROWS + 1)
-        columns = [d[0] for d in cursor.description or []]
-    except duckdb.InterruptException:
-        err: OctosyncError = LimitExceeded(
-            f"the query ran past {MAX_SECONDS} s", path="payload.sql"
-        )
-        return _refusal(query_id, err)
-    except (duckdb.Error, pa.ArrowException) as exc:
-        return _refusal(query_id, DecodeError(f"SQL: {exc}", path="payload.sql"))
-    finally:
-        timer.cancel()
-        db.close()
-    if len(got) > MAX_RESULT_ROWS:
-        err = LimitExceeded(f"more than {MAX_RESULT_ROWS} rows: add a LIMIT", path="payload.sql")
-        return _refusal(query_id, err)
-    out = [[msgspec.Raw(_ENC.encode(cell)) for cell in row] for row in got]
-    return tg.encode(rq.SqlQueryResp(rq.SqlQueryRespPayload(query_id, columns, out)))
+    def __init__(self, query_id: str, sql: str, tables: Mapping[str, Mapping[str, bytes]]):
+        self.query_id = query_id
+        self.sql = sql
+        self.tables = tables
+        self._db: Any = None
+        self._stopped = False
+
+    def interrupt(self) -> None:
+        """End the query: at once when it runs, before it starts otherwise. The server calls
+        this until :meth:`run` returns, so an interrupt that falls between the checks is
+        followed by one that lands."""
+        self._stopped = True
+        db = self._db
+        if db is not None:
+            db.interrupt()
+
+    def run(self) -> tg.Message:
+        """The ``SQL_QUERY_RESP``, with ``error`` when it failed or was interrupted."""
+        import duckdb
+        import pyarrow as pa
+
+        late = LimitExceeded(f"the query ran past {MAX_SECONDS} s", path="payload.sql")
+        db = self._db = duckdb.connect(":memory:")
+        try:
+            db.execute("SET enable_external_access = false")
+            db.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+            db.execute("SET threads = 1")
+            db.execute("SET lock_configuration = true")
+            for name, rows in self.tables.items():
+                db.register(name, pa.Table.from_pydict(_columns(rows)))
+            if self._stopped:
+                return _refusal(self.query_id, late)
+            cursor = db.execute(self.sql)
+            got = cursor.fetchmany(MAX_RESULT_ROWS + 1)
+            columns = [d[0] for d in cursor.description or []]
+        except duckdb.InterruptException:
+            return _refusal(self.query_id, late)
+        except (duckdb.Error, pa.ArrowException) as exc:
+            return _refusal(self.query_id, DecodeError(f"SQL: {exc}", path="payload.sql"))
+        finally:
+            self._db = None
+            db.close()
+        if len(got) > MAX_RESULT_ROWS:
+            err = LimitExceeded(
+                f"more than {MAX_RESULT_ROWS} rows: add a LIMIT", path="payload.sql"
+            )
+            return _refusal(self.query_id, err)
+        out = [[msgspec.Raw(_ENC.encode(cell)) for cell in row] for row in got]
+        return rq.SqlQueryResp(rq.SqlQueryRespPayload(self.query_id, columns, out))
 
 
 def _columns(rows: Mapping[str, bytes]) -> dict[str, list[Any]]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from enum import Enum
 
 from octosync.errors import Desync, EpochGap, ProtocolError, SnapshotRequired
+from octosync.warp.frames import WarpDiff, WarpSnapshot
 from octosync.warp.graph import RenderGraph
-from octosync.wire.wvp import WarpDiff, WarpSnapshot
 
 
 class Phase(Enum):

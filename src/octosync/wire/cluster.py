@@ -118,6 +118,10 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
     topgun: str = ""
     """Where TopGun clients reach this node (its ``/topgun`` WebSocket URL), for the
     partition map; empty: not known yet."""
+    documents_held: int = 0
+    """Shared documents this node holds (documents held by interest; 0 otherwise)."""
+    documents: list[str] = []
+    """The first of them by name (a bounded list, for ``octosync cluster status``)."""
 
 
 WvpFrame = wvp.WarpSnapshot | wvp.WarpDiff

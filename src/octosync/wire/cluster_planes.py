@@ -9,6 +9,9 @@ Repair (anti-entropy, ``cluster/planes.py``) is a broadcast and a request/reply 
 nodes: :class:`PlaneRoots` says each settled document's root; a node whose root differs sends
 its per-bucket digests in a :class:`RepairRequest` and gets the ops of the differing buckets
 back in pages (:class:`RepairReply`).
+
+With documents held by interest, each :class:`PlaneBatch` goes to its document's own subject,
+and a :class:`DocSnapshot` per document sits in a key-value bucket (``links/cluster_held.py``).
 """
 
 from __future__ import annotations
@@ -66,7 +69,16 @@ class RepairReply(msgspec.Struct, frozen=True, tag="plane-repair"):
     resume: EntryAt | None = None
 
 
-PlanesMessage = PlaneBatch | PlaneRoots | RepairRequest | RepairReply
+class DocSnapshot(msgspec.Struct, frozen=True, tag="plane-snapshot"):
+    """A document compacted: every entry a node held once it had taken the document's subject
+    through stream sequence ``position`` (a load takes it, then the subject after it)."""
+
+    stream: StreamName
+    position: Annotated[int, msgspec.Meta(ge=0)]
+    ops: list[CrdtOp]
+
+
+PlanesMessage = PlaneBatch | PlaneRoots | RepairRequest | RepairReply | DocSnapshot
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[PlanesMessage] = msgspec.msgpack.Decoder(PlanesMessage)

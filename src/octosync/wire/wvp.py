@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from octosync.errors import DecodeError
+from octosync.warp.frames import WarpDiff as WarpDiff  # re-exported: the frames of its messages
+from octosync.warp.frames import WarpSnapshot as WarpSnapshot
 from octosync.wire import cbor
 from octosync.wire.jsabi import MAX_PAYLOAD, decode_packet, encode_packet
 
@@ -69,19 +71,6 @@ class Notification(_Payload, frozen=True):
 
 class SubscribeWarp(_Payload, frozen=True):
     warp_id: WarpId
-
-
-class WarpSnapshot(_Payload, frozen=True):
-    epoch: U64
-    graph: Any
-    state_hash: bytes | None = None
-
-
-class WarpDiff(_Payload, frozen=True):
-    from_epoch: U64
-    to_epoch: U64
-    ops: Any
-    state_hash: bytes | None = None
 
 
 class WarpStream(_Payload, frozen=True):

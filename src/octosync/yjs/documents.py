@@ -97,6 +97,8 @@ class YjsDocuments:
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         self.documents: dict[str, Document] = {}
+        self.replica_position = 0
+        """In a cluster: the Yjs op stream's sequence the journal holds updates through."""
 
     def document(self, name: str) -> Document:
         found = self.documents.get(name)
@@ -167,6 +169,24 @@ class YjsDocuments:
         if not others:
             return []
         return [Out(checked.document, others, m.sync_update(checked.update))]
+
+    def apply_remote(self, name: str, update: bytes) -> list[Out]:
+        """An update another node of the cluster accepted (checked there): applied and sent
+        to every member here. Applying it again changes nothing (Yjs updates are
+        idempotent)."""
+        doc = self.document(name)
+        try:
+            doc.doc.apply_update(update)
+        except Exception as exc:
+            raise MalformedYjsMessage(f"not a Yjs update: {exc}", path="$.update") from None
+        doc.updates += 1
+        if not doc.members:
+            return []
+        return [Out(name, tuple(doc.members), m.sync_update(update))]
+
+    def docs(self) -> dict[str, Doc[Any]]:
+        """Every document's pycrdt ``Doc``, by name (the cluster's anti-entropy reads them)."""
+        return {name: d.doc for name, d in self.documents.items()}
 
     def restore(self, name: str, updates: Iterable[bytes]) -> None:
         """At start-up: the journal's updates of ``name`` (merges commute)."""

@@ -1,5 +1,6 @@
 // Two real Yjs providers edit one document at once, then print what each ends with.
 // usage: node edit.mjs KIND_A KIND_B WS_BASE DOCUMENT [TOKEN]
+//   (BASE_B in the environment: provider b connects there instead, e.g. another cluster node)
 //   KIND: "y-websocket" (WebsocketProvider on WS_BASE/yjs/DOCUMENT) or "hocuspocus"
 //   (HocuspocusProvider on WS_BASE/yjs). Each writes its own lines into Y.Text "text" and
 //   its own keys into Y.Map "map", interleaved with the other's; the script waits until
@@ -9,10 +10,11 @@ import WebSocket from "ws";
 import { WebsocketProvider } from "y-websocket";
 import { HocuspocusProvider } from "@hocuspocus/provider";
 
-const [kindA, kindB, base, name, token = ""] = process.argv.slice(2);
+const [kindA, kindB, baseA, name, token = ""] = process.argv.slice(2);
+const baseB = process.env.BASE_B || baseA;
 const EDITS = 20;
 
-function open(kind, label) {
+function open(kind, label, base) {
   const doc = new Y.Doc();
   let provider;
   if (kind === "y-websocket") {
@@ -41,8 +43,8 @@ function view(peer) {
   return { text: peer.doc.getText("text").toString(), map: sorted };
 }
 
-const a = open(kindA, "a");
-const b = open(kindB, "b");
+const a = open(kindA, "a", baseA);
+const b = open(kindB, "b", baseB);
 await Promise.all([synced(a), synced(b)]);
 for (let i = 0; i < EDITS; i++) {
   for (const peer of [a, b]) {
