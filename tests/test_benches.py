@@ -164,11 +164,17 @@ def test_yjs_bench_measures_both_servers() -> None:
 @pytest.mark.slow
 def test_text_bench_replays_part_of_the_trace_and_a_late_joiner_reads_it() -> None:
     """``bench/text.py`` on the trace's first 20,000 edits: every replay agrees (the bench
-    asserts it) and it prints its figures (Yjs beside them when node and npm are here)."""
+    asserts it) and it prints its figures (Yjs beside them when node and npm are here); a
+    short run through the servers has every keystroke reach every reader of both."""
     from tests.conftest import trace_file
 
     trace = trace_file("automerge-paper.json.gz")
-    done = run_bench("bench/text.py", "--trace", str(trace), "--edits", "20000")
+    small = ["--serve-seconds", "2", "--docs", "2", "--readers", "2"]
+    done = run_bench("bench/text.py", "--trace", str(trace), "--edits", "20000", *small)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "late joiner, octosync:" in done.stdout
     assert "20,000 edits" in done.stdout
+    if shutil.which("node") is not None and shutil.which("npm") is not None:
+        rows = [line for line in done.stdout.splitlines() if "keystroke to its last reader" in line]
+        assert len(rows) == 2, done.stdout
+        assert all(" s, 0 not at every reader" in row for row in rows), done.stdout
