@@ -230,7 +230,9 @@ def test_report_real_times_partial_minutes_sections_and_stream_traffic(
         "Stream frames",
         "Chains",
         "Dataspaces",
+        "Yjs documents",
     ]
+    assert "No Yjs updates in this journal" in page  # this journal has none
     assert "1970" not in page
     assert "from 2026-03-04 10:00:20 UTC to 2026-03-04 10:04:05 UTC" in page
     assert "Partial buckets (each a minute;" in page
