@@ -69,19 +69,17 @@ def cpu_seconds(pid: int) -> float:
 def install() -> Path:
     """The cache folder with the pinned packages (npm install when the pins changed).
     better-sqlite3 (Hocuspocus's SQLite extension) builds against the local Node headers when
-    no prebuilt binary can be fetched."""
+    no prebuilt binary can be fetched. The stamp is written only once an install finished, so
+    an install cut short (a killed run) is done again, not taken for complete."""
     for tool in ("node", "npm"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not on PATH: the bench needs Node")
     CACHE.mkdir(parents=True, exist_ok=True)
     pins = (SERVERS / "package.json").read_text()
-    installed = CACHE / "package.json"
-    if (
-        not (CACHE / "node_modules").is_dir()
-        or not installed.exists()
-        or installed.read_text() != pins
-    ):
-        installed.write_text(pins)
+    stamp = CACHE / ".installed"
+    if not stamp.exists() or stamp.read_text() != pins:
+        stamp.unlink(missing_ok=True)
+        (CACHE / "package.json").write_text(pins)
         env = dict(os.environ)
         if Path("/usr/include/node/node.h").exists():
             env.setdefault("npm_config_nodedir", "/usr")
@@ -93,6 +91,7 @@ def install() -> Path:
             timeout=900,
             env=env,
         )
+        stamp.write_text(pins)
     for script in ("clients.mjs", "hocuspocus.mjs"):
         shutil.copy(SERVERS / script, CACHE / script)
     return CACHE

@@ -196,11 +196,13 @@ YJS_UPDATES_SCHEMA: Final = pa.schema(
         ("document", pa.string()),
         ("update", pa.binary()),
         ("writer", pa.string()),
+        ("position", pa.int64()),
         ("recorded_ms", pa.int64()),
     ]
 )
 """A Yjs update the ``/yjs`` face journaled, as its writer sent it (``writer`` is null on a
-compacted record: the merge of many writers' updates)."""
+compacted record: the merge of many writers' updates; ``position``, in a cluster, the op
+stream's sequence an update of another node ends, else null)."""
 
 
 def yjs_update_row(row: RawRow, rec: YjsUpdate) -> dict[str, Any]:
@@ -209,6 +211,7 @@ def yjs_update_row(row: RawRow, rec: YjsUpdate) -> dict[str, Any]:
         "document": rec.document,
         "update": rec.update,
         "writer": rec.writer,
+        "position": rec.position,
         "recorded_ms": row.recorded_ms,
     }
 

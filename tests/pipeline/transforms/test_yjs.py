@@ -36,7 +36,7 @@ def test_updates_per_document_writer_and_minute(
 ) -> None:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    data = [(seq, d, u, w, at) for seq, (d, w, u, at) in enumerate(rows, start=1)]
+    data = [(seq, d, u, w, None, at) for seq, (d, w, u, at) in enumerate(rows, start=1)]
     df = spark.createDataFrame(data, from_arrow_schema(YJS_UPDATES_SCHEMA))
     want: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0])
     for document, writer, update, at in rows:
