@@ -1,9 +1,12 @@
-"""Which shared documents a node holds, sans-I/O: a document is held while its clients use it.
+"""What a node holds, sans-I/O: a shared document or a TopGun map is held while its clients use
+it.
 
 In a cluster with ``hold = "interest"`` JetStream is the store of record for shared documents
-(one subject per document, a compacted snapshot per document), so a node needs in memory only
-the documents its own clients use. :class:`Holdings` decides, from members joining and leaving
-and an injected clock:
+and TopGun maps (one subject per document or map, a compacted snapshot of each), so a node
+needs in memory only those its own clients use. :class:`Holdings` decides, for one kind of
+held thing (named by a string), from members joining and leaving and an injected clock (the
+text below says "document"; a map is held the same way, ``cluster/map_interest.py`` says who
+its members are and which messages wait):
 
 - **hold**: the first member of a document the node does not hold makes the node load it
   (:class:`Load`: the snapshot, then the document's subject from the snapshot's position);
@@ -32,7 +35,7 @@ from enum import Enum
 from octosync.errors import DecodeError
 
 HOLD_CHOICES = ("interest", "all")
-"""``[cluster] hold``: documents held by interest, or every document on every node."""
+"""``[cluster] hold``: documents and maps held by interest, or all of them on every node."""
 
 
 class Phase(Enum):
@@ -95,7 +98,8 @@ class HeldStats:
 
 
 class Holdings:
-    """The interest table of one node: every document it holds, its phase and its members."""
+    """The interest table of one node for one kind (documents or maps): everything of that
+    kind it holds, its phase and its members."""
 
     def __init__(self, clock: Callable[[], float], timing: HoldTiming | None = None) -> None:
         self.clock = clock
@@ -193,13 +197,13 @@ class Holdings:
 
 
 def token(name: str) -> str:
-    """A document name as one NATS subject token and KV key: URL-safe base64 without padding
+    """A document or map name as one NATS subject token and KV key: URL-safe base64 without padding
     (letters, digits, ``-`` and ``_``: never ``.``, ``*``, ``>`` or white space)."""
     return base64.urlsafe_b64encode(name.encode()).rstrip(b"=").decode("ascii")
 
 
 def name_of(tok: str) -> str:
-    """The document name a :func:`token` stands for."""
+    """The name a :func:`token` stands for."""
     try:
         raw = base64.b64decode(tok + "=" * (-len(tok) % 4), altchars=b"-_", validate=True)
         return raw.decode()
