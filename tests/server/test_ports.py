@@ -80,6 +80,7 @@ class FakeTopGun:
         self.topgun = TopGunCore(Clock(), persistent=True)
         self.gate = Gate()
         self.replicator: Replicator | None = None
+        self.map_holder: MapHolder | None = None
         self.insecure_dev = True
         self.max_frame = 1 << 20
         self.delivered: list[tuple[int, bytes]] = []

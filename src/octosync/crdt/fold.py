@@ -311,6 +311,27 @@ class MapStore:
             out.extend(rec for rec, _ in ctr.incs.values())
         return out
 
+    def records_of(self, map_name: str) -> list[OpRecord]:
+        """Every record carrying the map's state, by key (what a node that loads the map
+        folds to reach the same state: its snapshot)."""
+        out: list[OpRecord] = []
+        for key in sorted(self.merkle(map_name).items()):
+            out.extend(self.records_for(map_name, key))
+        return out
+
+    def drop(self, map_name: str) -> int:
+        """Forget a map (a node letting it go: the cluster keeps it); returns how many keys
+        went. Its keys are read off its Merkle tree, so the cost is the map's size."""
+        keys = list(self.merkle(map_name).items())
+        for key in keys:
+            slot = (map_name, key)
+            self._lww.pop(slot, None)
+            self._or.pop(slot, None)
+            self._ctr.pop(slot, None)
+        self._trees.pop(map_name, None)
+        self._dirty.pop(map_name, None)
+        return len(keys)
+
     def rows(self, map_name: str | None = None) -> Iterator[SnapshotRow]:
         """Snapshot rows ordered by ``(map, key)``; per key LWW, then OR, then counter."""
         slots = set(self._lww) | set(self._or) | set(self._ctr)

@@ -229,6 +229,8 @@ async def cluster_status(url: str, listen: float = 1.5) -> dict[str, Any]:
                 "streams": streams,
                 "documents_held": beat.documents_held,
                 "documents": beat.documents,
+                "maps_held": beat.maps_held,
+                "maps": beat.maps,
             }
         )
     return {"nats": url, "nodes": nodes, "owners": owners}

@@ -189,6 +189,8 @@ class ClusterLink:
         """This node's TopGun URL, for the partition map (set once the port is bound)."""
         self.documents: Callable[[], list[str]] | None = None
         """The shared documents this node holds (held by interest), for its heartbeats."""
+        self.maps: Callable[[], list[str]] | None = None
+        """The TopGun maps this node holds (held by interest), for its heartbeats."""
         self._topgun_urls: dict[str, str] = {}
         """Each other node's TopGun URL, as its last heartbeat said."""
         self._nc: NatsClient | None = None
@@ -675,15 +677,9 @@ class ClusterLink:
             conns,
             self.core.released_claims(),
             self.topgun_url,
-            *self._documents(),
+            *_listed(self.documents),
+            *_listed(self.maps),
         )
-
-    def _documents(self) -> tuple[int, list[str]]:
-        """How many shared documents this node holds, and the first ``MAX_LISTED`` names."""
-        if self.documents is None:
-            return 0, []
-        held = self.documents()
-        return len(held), held[:MAX_LISTED]
 
     def topgun_nodes(self) -> list[tuple[str, str]]:
         """The nodes alive now with their TopGun URL (this one first), for the partition
@@ -694,6 +690,14 @@ class ClusterLink:
             if node != self.node and url:
                 nodes.append((node, url))
         return nodes
+
+
+def _listed(held: Callable[[], list[str]] | None) -> tuple[int, list[str]]:
+    """How many documents (or maps) this node holds, and the first ``MAX_LISTED`` names."""
+    if held is None:
+        return 0, []
+    names = held()
+    return len(names), names[:MAX_LISTED]
 
 
 async def _unsubscribe(sub: Any) -> None:

@@ -41,7 +41,7 @@ from octosync.cluster.maps import (
 from octosync.crdt.op import OpRecord
 from octosync.errors import OctosyncError
 from octosync.ipc.messages import Delta, Snapshot
-from octosync.links.cluster_link import Faultable, token
+from octosync.links.cluster_link import Faultable, stream_of, token
 from octosync.links.jetstream_log import LogSettings, OpLogLink, Waiter
 from octosync.store.commit_path import Commit, CommitPath
 from octosync.store.records import EncodedRecord
@@ -66,6 +66,10 @@ class MapSubjects:
 
     def map(self, name: str) -> str:
         return self._ops + token(name)
+
+    def name_of(self, subject: str) -> str:
+        """The map a subject of :meth:`map` stands for."""
+        return stream_of(subject[len(self._ops) :])
 
     def sync(self, node: str) -> str:
         return self._sync + node

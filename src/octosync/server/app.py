@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a serve
     from octosync.links.cluster_maps import MapsLink
     from octosync.links.cluster_planes import PlanesLink
     from octosync.links.cluster_yjs import YjsLink
+    from octosync.links.jetstream_log import LogSettings
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,31 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 SEEDED = "documents-in-jetstream"
 """A file in the data folder: this node's journaled documents are in JetStream."""
+
+
+def held_maps_link(
+    config: ServerConfig, runtime: Runtime, link: ClusterLink, settings: LogSettings
+) -> MapsLink:
+    """TopGun maps held by interest (``[cluster] map_hold = "interest"``): the link is the
+    face's holder too, and names the maps held in this node's heartbeats."""
+    from octosync.links.cluster_held import HoldSettings
+    from octosync.links.cluster_held_maps import HeldMapsLink
+    from octosync.links.cluster_link import DEFAULT_CLUSTER
+
+    held = HeldMapsLink(
+        runtime.topgun_face,
+        link.node,
+        cluster=DEFAULT_CLUSTER,
+        settings=settings,
+        hold=HoldSettings(
+            idle=config.map_idle,
+            load_timeout=config.map_load_timeout,
+            snapshot_interval=config.map_snapshot_interval,
+        ),
+    )
+    runtime.topgun_face.map_holder = held
+    link.maps = held.held
+    return held
 
 
 def seed_journaled(link: HeldPlanesLink, journal: Journal, marker: Path) -> None:
@@ -188,9 +214,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             replicate_timeout=config.map_replicate_timeout,
             max_age=config.map_log_max_age,
         )
-        maps_link = MapsLink(
-            runtime.topgun_face, link.node, cluster=DEFAULT_CLUSTER, settings=settings
-        )
+        if config.map_hold == "interest":  # each map held while this node's clients use it
+            maps_link = held_maps_link(config, runtime, link, settings)
+        else:
+            maps_link = MapsLink(
+                runtime.topgun_face, link.node, cluster=DEFAULT_CLUSTER, settings=settings
+            )
         runtime.topgun_face.replicator = maps_link
         runtime.topgun.replicated = True
         runtime.topgun.acks_replicated = config.map_acks == "replicated"

@@ -634,6 +634,32 @@ class ServerConfig:
         "Seconds at least between two snapshots of a shared document by a node holding it.",
         range=Range(0.1, _DAY),
     )
+    map_hold: Literal["interest", "all"] = setting(
+        "all",
+        "cluster",
+        "`interest`: a node holds the TopGun maps its clients name, loaded from JetStream and "
+        "let go when idle; `all`: every node holds every map.",
+        types=(str,),
+        choices=("interest", "all"),
+    )
+    map_idle: float = setting(
+        30.0,
+        "cluster",
+        "Seconds a TopGun map no client uses stays held before the node lets it go.",
+        range=Range(0, _DAY),
+    )
+    map_load_timeout: float = setting(
+        10.0,
+        "cluster",
+        "Seconds a node may take to load a TopGun map before the clients waiting for it fail.",
+        range=Range(0.1, 3600),
+    )
+    map_snapshot_interval: float = setting(
+        10.0,
+        "cluster",
+        "Seconds at least between two snapshots of a TopGun map by a node holding it.",
+        range=Range(0.1, _DAY),
+    )
     insecure_dev: bool = False
     """``--insecure-dev``: anonymous connections get every grant (loopback only)."""
     dataspace_secret: bytes | None = None

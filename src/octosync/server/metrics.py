@@ -136,6 +136,8 @@ class RuntimeCollector(Collector):
         holder = rt.plane.holder
         if isinstance(holder, HeldView):
             yield from held_metrics(holder)
+        if isinstance(replicator, HeldView):  # TopGun maps held by interest
+            yield from held_metrics(replicator, "maps", "TopGun maps", "map")
 
 
 def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
@@ -246,36 +248,40 @@ def yjs_metrics(stats: YjsClusterStats, position: int) -> Iterator[Metric]:
 
 @runtime_checkable
 class HeldView(Protocol):
-    """A holder of documents by interest (``links.cluster_held.HeldPlanesLink``), as counted."""
+    """A holder by interest (``links.cluster_held.HeldPlanesLink``,
+    ``links.cluster_held_maps.HeldMapsLink``), as counted."""
 
     holdings: Holdings
     held_stats: HeldStats
 
 
-def held_metrics(link: HeldView) -> Iterator[Metric]:
-    """Shared documents held by interest: how many, and the loads and releases behind it."""
+def held_metrics(
+    link: HeldView, kind: str = "documents", what: str = "Shared documents", one: str = "document"
+) -> Iterator[Metric]:
+    """What a node holds by interest (shared documents, or TopGun maps): how many, and the
+    loads and releases behind it."""
     holdings = link.holdings
     yield GaugeMetricFamily(
-        "octosync_cluster_documents_held",
-        "Shared documents this node holds (loaded, used by its clients or idle)",
+        f"octosync_cluster_{kind}_held",
+        f"{what} this node holds (loaded, used by its clients or idle)",
         len(holdings.held()),
     )
     yield GaugeMetricFamily(
-        "octosync_cluster_documents_loading",
-        "Shared documents being loaded from JetStream",
+        f"octosync_cluster_{kind}_loading",
+        f"{what} being loaded from JetStream",
         len(holdings.loading()),
     )
     stats, snaps = holdings.stats, link.held_stats
     for name, help_text, value in (
-        ("loads", "Loads of a document started (its first client here)", stats.loads),
-        ("loaded", "Loads of a document that caught up", stats.loaded),
-        ("releases", "Documents let go after their idle time", stats.releases),
+        ("loads", f"Loads of a {one} started (its first client here)", stats.loads),
+        ("loaded", f"Loads of a {one} that caught up", stats.loaded),
+        ("releases", f"{what} let go after their idle time", stats.releases),
         ("load_failures", "Loads not done within the load timeout", stats.load_failures),
-        ("snapshots", "Document snapshots written", snaps.snapshots),
+        ("snapshots", f"{one.capitalize()} snapshots written", snaps.snapshots),
         ("snapshots_too_large", "Snapshots over the payload bound", snaps.snapshots_too_large),
         ("snapshot_conflicts", "Snapshots left to a newer one", snaps.snapshot_conflicts),
     ):
-        yield CounterMetricFamily(f"octosync_cluster_documents_{name}", help_text, value)
+        yield CounterMetricFamily(f"octosync_cluster_{kind}_{name}", help_text, value)
 
 
 def _journal(health: JournalHealth) -> Iterator[Metric]:

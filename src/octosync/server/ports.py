@@ -241,6 +241,18 @@ class Replicator(Protocol):
     ) -> None: ...
 
 
+class MapHolder(Protocol):
+    """Maps held by interest (``links.cluster_held_maps.HeldMapsLink``): a session's messages
+    pass through it first."""
+
+    def take(self, conn: int, message: tg.Message, resume: Callable[[tg.Message], None]) -> bool:
+        """True: handle ``message`` now; False: it waits for a map's load and is handed to
+        ``resume`` once loaded (raises, nothing taken, past the bounds)."""
+        ...
+
+    def closed(self, conn: int) -> None: ...
+
+
 class TopGunPort(Credentials, Delivery, Protocol):
     """The TopGun face: its core, the journal and cluster it waits for, its fan-out."""
 
@@ -254,6 +266,11 @@ class TopGunPort(Credentials, Delivery, Protocol):
 
     @property
     def replicator(self) -> Replicator | None: ...
+
+    @property
+    def map_holder(self) -> MapHolder | None:
+        """In a cluster holding maps by interest: where messages wait for a map's load."""
+        ...
 
     @property
     def insecure_dev(self) -> bool:

@@ -33,7 +33,7 @@ from octosync.ipc.messages import Delta, Snapshot
 from octosync.refresh.device_tokens import SECRET_BYTES, Binding, Minted, mint
 from octosync.server.auth import AuthConfig, ClaimGrants, authenticate
 from octosync.server.gap_flush import GapFlush
-from octosync.server.ports import LiveConnection, Replicator
+from octosync.server.ports import LiveConnection, MapHolder, Replicator
 from octosync.server.topgun_effects import carry_out
 from octosync.server.topgun_wire import Encoder
 from octosync.store.commit_path import CommitPath
@@ -89,6 +89,8 @@ class TopGunFace:
         self.max_frame = max_frame
         self.replicator: Replicator | None = None
         """Where TopGun op records go to be stored by the cluster (``--cluster``)."""
+        self.map_holder: MapHolder | None = None
+        """Maps held by interest (``[cluster] map_hold = "interest"``)."""
         self._flusher = GapFlush(self._flush, FLUSH_GAP)
         self._offloaded = 0
         """Off-loop TopGun requests (SQL, journal reads) running now."""

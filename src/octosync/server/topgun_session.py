@@ -122,11 +122,37 @@ class TopGunSession:
         if isinstance(message, tg.Batch):
             self._batch(message)
             return
+        holder = self.rt.map_holder
+        if holder is not None and not holder.take(self.conn, message, self._resume):
+            return  # it waits for a map's load (and so does every message behind it)
+        self._apply(message)
+
+    def _apply(self, message: tg.Message) -> None:
         rt = self.rt
         if isinstance(message, _JOURNALED):
             # the storage rules refuse up front: nothing applied, nothing acked
             rt.commits.refuse(WRITE if isinstance(message, _WRITES) else JOURNALED)
         carry_out(rt, self.conn, rt.topgun.handle(self.conn, message), self)
+
+    def _resume(self, message: tg.Message) -> None:
+        """A message that waited for its map's load, handled now: its replies go out at once
+        (a refusal as it would have been answered then; one that closes the connection is
+        raised, for the holder to reset it)."""
+        if self.life.state is not State.OPEN:
+            return
+        self._handling = True
+        try:
+            self._apply(message)
+        except OctosyncError as err:
+            if closes_connection(err, byte_stream=False):
+                raise
+            self._reply(tg.encode(self.rt.topgun.error(err)))
+        finally:
+            self._handling = False
+        if self.outgoing:
+            data = b"".join(self.outgoing)
+            self.outgoing.clear()
+            self.rt.deliver(self.conn, data)
 
     def _batch(self, batch: tg.Batch) -> None:
         """Each inner message of a ``BATCH``, in order, as if it came in a frame of its own
@@ -253,4 +279,6 @@ class TopGunSession:
 
     def close(self) -> None:
         self.life.move("close")
+        if self.rt.map_holder is not None:
+            self.rt.map_holder.closed(self.conn)
         self.rt.apply(self.rt.topgun.disconnect(self.conn))

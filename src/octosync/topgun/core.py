@@ -507,6 +507,19 @@ class TopGunCore:
                 fx.records.append(encode_record(durable.position_record(position, self.hlc.now())))
         return fx
 
+    def drop_map(self, name: str) -> bool:
+        """Forget map ``name`` (held by interest, the node lets it go): not while someone
+        here follows it (a live query, a ``map:`` stream, an index, a connection with it
+        open); True when it went."""
+        if self._watched(name):
+            return False
+        self.maps.drop(name)
+        return True
+
+    def watched(self, name: str) -> bool:
+        """Someone here follows map ``name`` (see :meth:`drop_map`)."""
+        return self._watched(name)
+
     def _watched(self, name: str) -> bool:
         """Someone here follows map ``name`` (a connection with it open, a live query, its
         ``map:`` stream): only then are its events built."""

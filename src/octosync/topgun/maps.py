@@ -66,6 +66,11 @@ class Maps:
             self.hlc.update(latest)
         return changed
 
+    def drop(self, map_name: str) -> int:
+        """Forget a map (its node let it go); returns how many keys went."""
+        self.or_trees.forget(map_name)
+        return self.store.drop(map_name)
+
     def source(self, map_name: str) -> StoreSyncView:
         """One map as a Merkle sync source; values stay MsgPack bytes."""
         return StoreSyncView(self.store, map_name, raw_values=True)

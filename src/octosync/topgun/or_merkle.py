@@ -102,6 +102,10 @@ class ORTrees:
     def touched(self, map_name: str, key: str) -> None:
         self._dirty.setdefault(map_name, set()).add(key)
 
+    def forget(self, map_name: str) -> None:
+        self._trees.pop(map_name, None)
+        self._dirty.pop(map_name, None)
+
     def tree(self, map_name: str) -> MerkleTree:
         tree = self._trees.get(map_name)
         if tree is None:

@@ -122,6 +122,10 @@ class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat"):
     """Shared documents this node holds (documents held by interest; 0 otherwise)."""
     documents: list[str] = []
     """The first of them by name (a bounded list, for ``octosync cluster status``)."""
+    maps_held: int = 0
+    """TopGun maps this node holds (maps held by interest; 0 otherwise)."""
+    maps: list[str] = []
+    """The first of them by name (a bounded list, for ``octosync cluster status``)."""
 
 
 WvpFrame = wvp.WarpSnapshot | wvp.WarpDiff

@@ -9,6 +9,9 @@ Repair (anti-entropy) is request/reply between two nodes: :class:`MapRoots` (bro
 each settled map's Merkle root; a node whose root differs walks the other's tree with
 :class:`BucketsRequest` and pulls the records of differing leaves with :class:`LeavesRequest`,
 sending for each leaf the entry hashes it holds so that only what differs comes back.
+
+With maps held by interest, a :class:`MapSnapshot` per map sits in a key-value bucket
+(``links/cluster_held_maps.py``).
 """
 
 from __future__ import annotations
@@ -82,8 +85,25 @@ class Refused(msgspec.Struct, frozen=True, tag="refused"):
     reason: str
 
 
+class MapSnapshot(msgspec.Struct, frozen=True, tag="map-snapshot"):
+    """A map compacted (maps held by interest): the records carrying its state once a node had
+    taken the map's subject through stream sequence ``position`` (a load folds them, then
+    takes the subject after it)."""
+
+    map: MapName
+    position: Annotated[int, msgspec.Meta(ge=0)]
+    records: list[OpRecord]
+
+
 MapsMessage = (
-    OpBatch | MapRoots | BucketsRequest | BucketsReply | LeavesRequest | LeavesReply | Refused
+    OpBatch
+    | MapRoots
+    | BucketsRequest
+    | BucketsReply
+    | LeavesRequest
+    | LeavesReply
+    | Refused
+    | MapSnapshot
 )
 
 _encoder = msgspec.msgpack.Encoder()

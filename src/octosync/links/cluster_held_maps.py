@@ -1,0 +1,395 @@
+"""TopGun maps held by interest (``[cluster] map_hold = "interest"``): the I/O side of
+``cluster/map_interest.py``.
+
+JetStream is the maps' store of record: each map has its own subject in the stream
+``octosync_<cluster>_maps`` (``octosync.<cluster>.m.<token>``, as every node publishes it) and
+a compacted snapshot in the key-value bucket ``octosync_<cluster>_map_snapshots`` (the records
+carrying the map's state once a holder had taken its subject through the snapshot's stream
+sequence). So a node follows only the subjects of the maps its clients use:
+
+- **load**: the first message naming a map not held here waits (``MapGate``); the node reads
+  the snapshot, folds it, then follows the map's subject from the sequence after it
+  (``links/doc_consumers.py``: one push consumer per map, all delivering to one inbox) until
+  it reached the subject's last sequence as it was when the load began, bounded by
+  ``map_load_timeout``; then the messages that waited are handled, in order.
+- **follow**: other nodes' batches of the map are folded as they come (``apply_remote``), and
+  so are this node's own: a batch published before a release and reload is in no snapshot
+  yet, and folding a record twice changes nothing.
+- **publish**: as with every node holding every map (``links/cluster_maps.py``): each
+  accepted batch to its map's subject, ``REPLICATED`` acks once JetStream stored it.
+- **snapshot**: every ``snapshot_interval`` a holder whose copy took at least
+  ``SNAPSHOT_TAIL`` messages since, with none of its own batches of it in flight, writes the
+  snapshot (compare-and-set on the entry's revision), and once more when it lets the map go.
+- **release**: ``map_idle`` seconds after its last member closed, and once nothing here follows
+  it (a ``map:`` stream, a search index), the consumer stops and the map leaves memory.
+- **anti-entropy** only between holders, over the maps loaded here.
+
+Other nodes' records are not journaled here: JetStream is their record, and a node journals
+only what its own clients wrote (its acks say so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js.errors import BucketNotFoundError, KeyValueError, NotFoundError
+from nats.js.kv import KeyValue
+
+from octosync.cluster.holding import HeldStats, Holdings, HoldTiming, Release
+from octosync.cluster.map_interest import MapGate, Refuse, maps_named
+from octosync.cluster.maps import Intake
+from octosync.crdt.op import OpRecord
+from octosync.errors import OctosyncError
+from octosync.links.cluster_held import (
+    MAX_CONSUMERS,
+    MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_TAIL,
+    HoldSettings,
+)
+from octosync.links.cluster_link import stream_of, token
+from octosync.links.cluster_maps import MapsHost, MapsLink
+from octosync.links.doc_consumers import DocConsumers
+from octosync.links.jetstream_log import LogSettings, ensure_stream
+from octosync.topgun import Effects
+from octosync.topgun.durable import is_reserved
+from octosync.wire import cluster_maps as wire
+from octosync.wire import topgun as tg
+
+log = logging.getLogger("octosync.cluster.held_maps")
+
+Resume = Callable[[tg.Message], None]
+
+
+class _Map:
+    """What the link keeps of one map it loads or holds."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.intake = Intake("")  # never skips: see the module's docstring (follow)
+        self.key = token(name)
+        self.caught_up = asyncio.Event()
+        self.load: asyncio.Task[Any] | None = None
+        self.taken = 0
+        """Messages of the subject taken since the snapshot known here."""
+        self.changed = 0
+        """Changes here (taken messages and local batches); compared with ``snap_changed``."""
+        self.snap_changed = 0
+        self.snap_revision = 0
+        self.snap_at = time.monotonic()
+        self.snapping = False
+
+
+class HeldMapsLink(MapsLink):
+    """TopGun maps of one server across the cluster, each held only while used here."""
+
+    def __init__(
+        self,
+        runtime: MapsHost,
+        node: str,
+        *,
+        cluster: str,
+        settings: LogSettings | None = None,
+        hold: HoldSettings | None = None,
+    ) -> None:
+        super().__init__(runtime, node, cluster=cluster, settings=settings)
+        self.hold = hold or HoldSettings()
+        self.bucket = f"octosync_{cluster}_map_snapshots"
+        self.holdings = Holdings(
+            time.monotonic, HoldTiming(idle=self.hold.idle, load_timeout=self.hold.load_timeout)
+        )
+        self.gate: MapGate[tg.Message] = MapGate(self.holdings, maps_named)
+        self.held_stats = HeldStats()
+        self._maps: dict[str, _Map] = {}
+        self._resume: dict[int, Resume] = {}
+        self._inflight: Counter[str] = Counter()
+        self._kv: KeyValue | None = None
+        self._consumers: DocConsumers | None = None
+        self._reconnects = 0
+
+    @property
+    def position(self) -> int:
+        """The highest map subject sequence taken here (each map has its own)."""
+        return max((m.intake.position for m in self._maps.values()), default=0)
+
+    def held(self) -> list[str]:
+        return self.holdings.held()
+
+    async def start(self, nc: NatsClient) -> None:
+        """Make the stream and the snapshot bucket; follow nothing until a client names a map."""
+        self._nc = nc
+        js = self._js = nc.jetstream()
+        await ensure_stream(
+            js,
+            self.log_stream,
+            self.log_subject,
+            self.settings.replicas,
+            self.settings.max_age,
+            max_consumers=MAX_CONSUMERS,
+        )
+        try:
+            self._kv = await js.key_value(self.bucket)
+        except BucketNotFoundError:
+            self._kv = await js.create_key_value(
+                bucket=self.bucket, history=1, replicas=self.settings.replicas
+            )
+        self._consumers = DocConsumers(nc, js, self.log_stream, self._on_map)
+        await self._consumers.start()
+        await nc.subscribe(self.subjects.roots, cb=self._on_roots)
+        await nc.subscribe(self.subjects.sync(self.node), cb=self._on_sync)
+        self._reconnects = int(nc.stats.get("reconnects", 0))
+        self._spawn(self._ticker())
+
+    async def stop(self, grace: float = 2.0) -> None:
+        await super().stop(grace)
+        if self._consumers is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._consumers.stop_all(), grace)
+
+    # --- the sessions' holder (``server.ports.MapHolder``) -------------------------------------
+
+    def take(self, conn: int, message: tg.Message, resume: Resume) -> bool:
+        taken = self.gate.take(conn, message)
+        for load in taken.loads:
+            m = self._maps[load.name] = _Map(load.name)
+            m.load = asyncio.get_running_loop().create_task(self._load(m))
+        if not taken.now:
+            self._resume[conn] = resume
+        return taken.now
+
+    def closed(self, conn: int) -> None:
+        self.gate.closed(conn)
+        self._resume.pop(conn, None)
+
+    # --- loading --------------------------------------------------------------------------------
+
+    async def _load(self, m: _Map) -> None:
+        name = m.name
+        try:
+            await asyncio.wait_for(self._fetch(m), self.hold.load_timeout)
+        except (TimeoutError, nats.errors.Error, OctosyncError, KeyValueError) as exc:
+            log.warning("cluster: map %r not loaded: %s", name, exc)
+            if self._maps.get(name) is m:
+                self._released(*self.gate.failed(name))
+            return
+        if self._maps.get(name) is not m:
+            return
+        m.snap_at = time.monotonic()
+        for go in self.gate.loaded(name):
+            resume = self._resume.get(go.conn)
+            if resume is None:
+                continue
+            try:
+                resume(go.message)
+            except OctosyncError as err:
+                self.closed(go.conn)
+                self._fault(go.conn, err)
+        self.rt.flush_soon()
+
+    async def _fetch(self, m: _Map) -> None:
+        snapshot = await self._read_snapshot(m.name)
+        if snapshot is not None:
+            m.snap_revision, snap = snapshot
+            m.intake.position = snap.position
+            self._fold(m, snap.records)
+        assert self._consumers is not None
+        subject = self.subjects.map(m.name)
+        pending = await self._consumers.follow(m.key, subject, lambda: m.intake.position)
+        if not pending:
+            m.caught_up.set()
+        await m.caught_up.wait()  # bounded by the caller's load timeout
+        m.snap_changed = m.changed if m.taken == 0 else -1
+
+    async def _read_snapshot(self, name: str) -> tuple[int, wire.MapSnapshot] | None:
+        assert self._kv is not None
+        try:
+            entry = await self._kv.get(token(name))
+        except (NotFoundError, KeyValueError):
+            return None
+        if not entry.value:
+            return None
+        snapshot = wire.decode(entry.value)
+        if not isinstance(snapshot, wire.MapSnapshot) or snapshot.map != name:
+            raise OctosyncError(f"the snapshot of map {name!r} is not one", path="snapshot")
+        return int(entry.revision or 0), snapshot
+
+    def _fold(self, m: _Map, records: list[OpRecord]) -> None:
+        fx = self.rt.topgun.apply_remote(records)
+        self.stats.applied += sum(not is_reserved(r.scope) for r in fx.records)
+        m.changed += 1
+        self._perform(fx, {m.name})
+
+    def _perform(self, fx: Effects, names: set[str]) -> None:
+        """Out now, never journaled: JetStream is the record of other nodes' writes."""
+        if names:
+            self.repair.written(names)
+        self.rt.deliver_all(fx.out)
+        self.rt.publish_map_frames(fx.frames)
+        self.rt.flush_soon()
+
+    async def _on_map(self, key: str, seq: int, pending: int, msg: Msg) -> None:
+        """A message of a map's subject, folded (one that is not a batch of it is passed
+        over, so a load still reaches its target)."""
+        try:
+            m = self._maps.get(stream_of(key))
+        except (ValueError, UnicodeDecodeError):
+            return
+        if m is None:
+            return  # let go meanwhile
+        try:
+            batch = wire.decode(msg.data)
+        except (OctosyncError, ValueError) as exc:
+            self.stats.undecodable += 1
+            log.warning("cluster: an undecodable map batch: %s", exc)
+            batch = None
+        if isinstance(batch, wire.OpBatch):
+            self.stats.batches_in += 1
+            records = [r for r in m.intake.take(seq, batch) if r.map == m.name]
+            if records:
+                self._fold(m, records)
+        else:
+            m.intake.admit(seq, m.intake.node)
+        m.taken += 1
+        if not m.caught_up.is_set() and not pending:
+            m.caught_up.set()
+
+    # --- publishing -----------------------------------------------------------------------------
+
+    def _send_map(self, name: str, bodies: list[bytes], waiters: list[Any]) -> None:
+        self._inflight[name] += 1
+        m = self._maps.get(name)
+        if m is not None:
+            m.changed += 1
+        super()._send_map(name, bodies, waiters)
+
+    async def _publish(self, subject: str, data: bytes, msg_id: str, waiters: list[Any]) -> None:
+        name = self.subjects.name_of(subject)
+        try:
+            await super()._publish(subject, data, msg_id, waiters)
+        finally:
+            self._inflight[name] -= 1
+            if self._inflight[name] <= 0:
+                del self._inflight[name]
+
+    # --- rounds: releases, snapshots, anti-entropy ---------------------------------------------
+
+    def _busy(self, name: str) -> bool:
+        return self._inflight[name] > 0 or self.rt.topgun.watched(name)
+
+    async def _round(self) -> None:
+        self._released(*self.gate.due(busy=self._busy))
+        now = time.monotonic()
+        for name in self.holdings.held():
+            m = self._maps.get(name)
+            if m is None or m.snapping or self._inflight[name]:
+                continue
+            due = now - m.snap_at >= self.hold.snapshot_interval
+            if due and m.taken >= SNAPSHOT_TAIL and m.changed != m.snap_changed:
+                self._snapshot(m)
+        await self._refollow()
+        if self._consumers is not None:
+            self.stats.resubscribed = self._consumers.recreated
+        if self.repair.due():
+            store = self.rt.topgun.maps.store
+            self.repair.know(self.holdings.held())
+            roots = {n: r for n, r in self.repair.roots(store).items() if self.holdings.ready(n)}
+            if roots and self._nc is not None:
+                await self._nc.publish(
+                    self.subjects.roots, wire.encode(wire.MapRoots(self.node, roots))
+                )
+
+    async def _refollow(self) -> None:
+        """After NATS came back, follow each map again from where it got."""
+        if self._nc is None or self._consumers is None:
+            return
+        reconnects = int(self._nc.stats.get("reconnects", 0))
+        if reconnects != self._reconnects:
+            self._reconnects = reconnects
+            await self._consumers.follow_again()
+
+    def _released(self, releases: list[Release], refused: list[Refuse]) -> None:
+        for refuse in refused:
+            self._resume.pop(refuse.conn, None)
+            self._fault(refuse.conn, refuse.error)
+        for release in releases:
+            self._let_go(release)
+
+    def _let_go(self, release: Release) -> None:
+        """Stop following the map, write its last snapshot if it changed, drop it."""
+        m = self._maps.pop(release.name, None)
+        if m is None:
+            return
+        if m.load is not None and not m.load.done():
+            m.load.cancel()
+        name = None if self._consumers is None else self._consumers.let_go(m.key)
+        if name is not None and self._consumers is not None:
+            self._spawn(self._consumers.delete(name))
+        if not release.failed and m.changed != m.snap_changed:
+            self._snapshot(m)
+        self.rt.topgun.drop_map(release.name)
+
+    def _snapshot(self, m: _Map) -> None:
+        m.snapping = True
+        records = self.rt.topgun.maps.store.records_of(m.name)
+        changed, position = m.changed, m.intake.position
+        m.taken = 0
+        self._spawn(self._write_snapshot(m, records, changed, position))
+
+    async def _write_snapshot(
+        self, m: _Map, records: list[OpRecord], changed: int, position: int
+    ) -> None:
+        """Compare-and-set on the revision known here; when another holder wrote since, its
+        snapshot is read, and replaced only if it covers less of the subject."""
+        assert self._kv is not None
+        key = token(m.name)
+        data = wire.encode(wire.MapSnapshot(m.name, position, records))
+        try:
+            if len(data) > MAX_SNAPSHOT_BYTES:
+                self.held_stats.snapshots_too_large += 1
+                m.snap_changed = changed
+                return
+            for _ in range(3):
+                try:
+                    if m.snap_revision:
+                        m.snap_revision = await self._kv.update(key, data, last=m.snap_revision)
+                    else:
+                        m.snap_revision = await self._kv.create(key, data)
+                    m.snap_changed = changed
+                    self.held_stats.snapshots += 1
+                    return
+                except KeyValueError:
+                    theirs = await self._read_snapshot(m.name)
+                    if theirs is None:
+                        m.snap_revision = 0
+                        continue
+                    m.snap_revision = theirs[0]
+                    if theirs[1].position >= position:
+                        self.held_stats.snapshot_conflicts += 1
+                        m.snap_changed = changed
+                        return
+        except (nats.errors.Error, TimeoutError, OctosyncError) as exc:
+            log.info("cluster: snapshot of map %r not written: %s", m.name, exc)
+        finally:
+            m.snapping = False
+            m.snap_at = time.monotonic()
+
+    async def _on_roots(self, msg: Msg) -> None:
+        """A peer's roots, compared only for maps loaded here."""
+        try:
+            roots = wire.decode(msg.data)
+        except OctosyncError:
+            return
+        if not isinstance(roots, wire.MapRoots):
+            return
+        mine = {n: r for n, r in roots.roots.items() if self.holdings.ready(n)}
+        for walk in self.repair.heard(roots.node, mine, self.rt.topgun.maps.store):
+            self.stats.walks += 1
+            self._spawn(self._walk(walk))

@@ -1,0 +1,188 @@
+"""TopGun maps held by interest (``[cluster] map_hold = "interest"``), with real processes on
+loopback: a NATS server (JetStream, with its monitoring port for ``/connz``), three ``octosync
+serve --cluster`` nodes, and raw TopGun clients over ``/topgun``.
+
+A node holds the maps its clients name: it loads one from JetStream (snapshot, then the map's
+subject) on the first message naming it, follows only that map's subject, and lets it go when
+it has been idle. Every wait is bounded; every process is killed in the fixture's finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from octosync.links import nats_server
+from octosync.links.cluster_cli import cluster_status
+from octosync.links.cluster_link import token
+from octosync.links.cluster_maps import MapSubjects
+from octosync.wire import cluster_maps as wire
+from octosync.wire import topgun as tg
+from tests.e2e.helpers import free_port
+from tests.e2e.test_cluster_held import connection_of, until_metric
+from tests.e2e.test_cluster_maps import Cluster, Node, Peer, peer, scrape
+from tests.topgun.helpers import batch, put
+
+TIMEOUT = 60.0
+WRITTEN = 60
+OPENED = 5
+STREAM = "octosync_octosync_maps"
+BUCKET = "octosync_octosync_map_snapshots"
+KEYS = 'map_hold = "interest"\nmap_snapshot_interval = 0.5\nmap_load_timeout = 20.0'
+MILLIS = 1_700_000_000_000
+
+
+@pytest.fixture
+def monitored(tmp_path: Path) -> Iterator[tuple[Cluster, int]]:
+    """NATS with its monitoring port, and nodes n1 and n2 (the test starts n3)."""
+    port, monitor = free_port(), free_port()
+    proc = nats_server.start(tmp_path / "nats", port, monitor=monitor)
+    c = Cluster(f"nats://127.0.0.1:{port}", tmp_path, proc)
+    try:
+        c.start("n1", cluster_keys=KEYS)
+        c.start("n2", cluster_keys=KEYS)
+        yield c, monitor
+    finally:
+        c.stop()
+
+
+def name(i: int) -> str:
+    return f"board/{i}"  # a '/' that no subject token may hold as it is
+
+
+async def write_maps(node: Node, names: list[str], value: int) -> None:
+    """Each map gets key ``k`` set to ``value`` through ``node``, acknowledged as applied."""
+    async with peer(node.topgun) as p:
+        for i, map_name in enumerate(names):
+            op = put(f"{map_name}-{value}", "k", value, MILLIS + value * 10_000 + i, node="w")
+            op = msgspec.structs.replace(op, map_name=map_name)
+            await p.send(batch(op, write_concern="APPLIED"))
+        last = f"{names[-1]}-{value}"
+        await p.first(tg.OpAck, lambda m: m.payload.last_id == last)
+
+
+async def subscribe(p: Peer, map_name: str) -> dict[str, Any]:
+    """A live query on the map; its first answer."""
+    await p.send(tg.QuerySub(tg.QuerySubPayload(map_name, map_name)))
+    resp = await p.first(tg.QueryResp, lambda m: m.payload.query_id == map_name)
+    return {r.key: msgspec.msgpack.decode(r.value) for r in resp.payload.results}
+
+
+async def held(node: Node) -> float:
+    return (await scrape(node))["octosync_cluster_maps_held"]
+
+
+@pytest.mark.slow
+async def test_a_node_holds_and_receives_only_the_maps_its_clients_use(
+    monitored: tuple[Cluster, int],
+) -> None:
+    """Maps written through A; a client on C opens 5: C holds those 5, its consumers filter
+    exactly their subjects, it receives from NATS fewer messages than the other maps' writes,
+    and A's writes to the 5 reach C's client live. A write through C to a map C does not hold
+    waits for its load and lands beside A's entries."""
+    cluster, monitor = monitored
+    a, b = cluster.nodes["n1"], cluster.nodes["n2"]
+    c = cluster.start("n3", cluster_keys=KEYS)
+    names = [name(i) for i in range(WRITTEN)]
+    await write_maps(a, names, 1)
+    assert await held(b) == 0  # nobody uses them on B: nothing loaded there
+    opened = names[:: WRITTEN // OPENED][:OPENED]
+    async with peer(c.topgun) as reader:
+        for map_name in opened:  # loaded from JetStream: A's write is there
+            assert await subscribe(reader, map_name) == {"k": 1}
+        assert await held(c) == OPENED
+        metrics = await scrape(c)
+        assert metrics["octosync_cluster_maps_loads_total"] == OPENED
+        status = await cluster_status(cluster.url, listen=2.5)  # `octosync cluster status`
+        rows = {row["node"]: row for row in status["nodes"]}
+        assert rows["n3"]["maps_held"] == OPENED
+        assert rows["n3"]["maps"] == sorted(opened)
+        assert rows["n2"]["maps_held"] == 0
+
+        # C's consumers of the maps' stream filter exactly the opened maps' subjects
+        mine = await connection_of(monitor, c)
+        inboxes = set(mine.get("subscriptions_list") or [])  # type: ignore[call-overload]
+        nc = await nats_server.connect(cluster.url)
+        try:
+            filters = set()
+            for info in await nc.jetstream().consumers_info(STREAM):
+                if info.config.deliver_subject in inboxes:
+                    filters.add(info.config.filter_subject)
+        finally:
+            await nc.close()
+        subjects = MapSubjects("octosync")
+        assert filters == {subjects.map(n) for n in opened}
+
+        # A writes the other maps and the opened ones; C's connection takes the latter only
+        before = int(mine["out_msgs"])  # type: ignore[call-overload]
+        others = [n for n in names if n not in opened]
+        await write_maps(a, [*others, *opened], 2)
+        for map_name in opened:  # live, through C
+            update = await reader.first(
+                tg.QueryUpdate, lambda m, q=map_name: m.payload.query_id == q
+            )
+            assert msgspec.msgpack.decode(update.payload.value) == 2
+        taken = int((await connection_of(monitor, c))["out_msgs"]) - before  # type: ignore[call-overload]
+        assert taken < len(others) // 2, f"C took {taken} messages for {len(others)} others"
+        assert await held(c) == OPENED
+
+        # a write through C to a map it does not hold: it waits for the load, then lands
+        target = others[0]
+        op = msgspec.structs.replace(
+            put("c-1", "c", "from-c", MILLIS * 2, node="c"), map_name=target
+        )
+        ack = await reader.write([op], "APPLIED")
+        assert ack.payload.achieved_level == "APPLIED"
+        assert await held(c) == OPENED + 1
+        assert await subscribe(reader, target) == {"k": 2, "c": "from-c"}
+    for _ in range(int(TIMEOUT / 0.2)):  # and reaches A, a holder of it
+        async with peer(a.topgun) as on_a:
+            if await subscribe(on_a, target) == {"k": 2, "c": "from-c"}:
+                break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError("C's write never reached A")
+
+
+@pytest.mark.slow
+async def test_an_idle_map_is_let_go_and_loaded_again_with_nothing_lost(tmp_path: Path) -> None:
+    """With a one-second idle time: a map written and closed on A is let go (its snapshot
+    written to the bucket), then named again on A, loaded from the snapshot and the subject
+    after it, with every entry."""
+    port = free_port()
+    cluster = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "n", port))
+    try:
+        a = cluster.start("n1", cluster_keys=KEYS + "\nmap_idle = 1.0")
+        want = {f"k{i}": i for i in range(25)}
+        async with peer(a.topgun) as p:
+            written = [put(f"o{i}", f"k{i}", i, MILLIS + i, map_name="idle") for i in range(25)]
+            ack = await p.write(written, "APPLIED")
+            assert ack.payload.achieved_level == "APPLIED"
+        await until_metric(a, "octosync_cluster_maps_held", 0)
+        metrics = await scrape(a)
+        assert metrics["octosync_cluster_maps_releases_total"] == 1
+        nc = await nats_server.connect(cluster.url)
+        try:
+            entry = await (await nc.jetstream().key_value(BUCKET)).get(token("idle"))
+            snapshot = wire.decode(entry.value or b"")
+            assert isinstance(snapshot, wire.MapSnapshot)
+            assert snapshot.map == "idle"
+            assert {r.key for r in snapshot.records} == set(want)
+        finally:
+            await nc.close()
+        async with peer(a.topgun) as again:
+            assert await subscribe(again, "idle") == want
+            ack = await again.write(
+                [put("o99", "k99", 99, MILLIS + 99, map_name="idle")], "APPLIED"
+            )
+            assert ack.payload.achieved_level == "APPLIED"
+        metrics = await scrape(a)
+        assert metrics["octosync_cluster_maps_loads_total"] == 2
+        assert metrics["octosync_cluster_maps_held"] == 1
+    finally:
+        cluster.stop()
