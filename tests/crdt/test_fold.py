@@ -266,3 +266,29 @@ def test_op_records_are_not_tracked_by_the_cycle_collector() -> None:
     record = rec(OpKind.PUT, "k", 1, (1, 1, "n"), "op-1")
     assert not gc.is_tracked(record)
     assert not gc.is_tracked(record.ts)
+
+
+@given(op_histories())
+def test_a_map_s_records_fold_to_its_state_and_dropping_it_leaves_the_others(
+    records: list[OpRecord],
+) -> None:
+    """What a node that loads a map folds (``records_of``: its snapshot) gives the same state
+    and Merkle root; a node letting one map go keeps every other as it was."""
+    store = fold(records)
+    names = store.maps()
+    for name in names:
+        mine = [r for r in records if r.map == name]
+        loaded = fold(store.records_of(name))
+        assert observed(loaded, mine) == observed(store, mine)
+        assert loaded.merkle_root(name) == store.merkle_root(name)
+        assert list(loaded.rows()) == list(store.rows(name))
+    if names:
+        gone = names[0]
+        before = {n: (list(store.rows(n)), store.merkle_root(n)) for n in names[1:]}
+        assert store.drop(gone) == len(
+            fold([r for r in records if r.map == gone]).merkle(gone).items()
+        )
+        assert list(store.rows(gone)) == []
+        assert store.records_of(gone) == []
+        assert gone not in store.maps()
+        assert {n: (list(store.rows(n)), store.merkle_root(n)) for n in names[1:]} == before

@@ -10,11 +10,13 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from octosync.cluster.holding import Holdings
+from octosync.cluster.map_interest import MapGate, maps_named
 from octosync.errors import Overloaded
 from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ANONYMOUS_DEV, ClaimGrants
 from octosync.server.connection import _messages
-from octosync.server.ports import Replicator, SignalPort, TopGunPort
+from octosync.server.ports import MapHolder, Replicator, SignalPort, TopGunPort
 from octosync.server.signal_session import SignalSession
 from octosync.server.topgun_session import TopGunSession
 from octosync.server.topgun_wire import encode
@@ -271,3 +273,53 @@ def test_signal_frames_for_another_peer_go_out_through_the_port() -> None:
     assert to == 1
     assert b'"from":2' in data
     assert b'"sdp":"v=0"' in data
+
+
+class GateHolder:
+    """``MapHolder`` over the real interest table; the test says when a load ends."""
+
+    def __init__(self) -> None:
+        self.gate: MapGate[tg.Message] = MapGate(Holdings(lambda: 0.0), maps_named)
+        self.resume: dict[int, Callable[[tg.Message], None]] = {}
+        self.loads: list[str] = []
+
+    def take(self, conn: int, message: tg.Message, resume: Callable[[tg.Message], None]) -> bool:
+        taken = self.gate.take(conn, message)
+        self.loads.extend(load.name for load in taken.loads)
+        if not taken.now:
+            self.resume[conn] = resume
+        return taken.now
+
+    def closed(self, conn: int) -> None:
+        self.gate.closed(conn)
+
+    def loaded(self, name: str) -> None:
+        for go in self.gate.loaded(name):
+            self.resume[go.conn](go.message)
+
+
+def test_messages_naming_a_map_not_held_wait_for_its_load_and_then_go_in_order() -> None:
+    """Maps held by interest: a write to a map the node does not hold is not applied to the
+    empty copy; it and every message behind it wait, then go in the order sent."""
+    port = FakeTopGun()
+    holder = GateHolder()
+    typed: MapHolder = holder
+    port.map_holder = typed
+    session = TopGunSession(port, 4)
+    feed(session, tg.DeviceHello())
+    assert feed(session, batch(put("1", "k", "v", 10), write_concern="APPLIED")) == []
+    assert feed(session, tg.Ping(timestamp=5)) == []  # behind the write
+    assert holder.loads == ["users"]
+    assert port.topgun.maps.live_items("users") == {}  # nothing applied meanwhile
+    loaded = tg.client_op_to_record(put("0", "j", "old", 5))
+    port.topgun.apply_remote([loaded])  # what the load folds
+    holder.loaded("users")
+    assert {to for to, _ in port.delivered} == {4}
+    op_ack, pong = (tg.decode(p) for _, data in port.delivered for p in unframe(data))
+    assert isinstance(op_ack, tg.OpAck)
+    assert isinstance(pong, tg.Pong)
+    assert set(port.topgun.maps.live_items("users")) == {"j", "k"}
+    (pong2,) = feed(session, tg.Ping(timestamp=6))  # held now: at once
+    assert isinstance(pong2, tg.Pong)
+    session.close()
+    assert holder.gate.uses(4) == frozenset()
