@@ -31,11 +31,14 @@ LIMIT = 60.0
 """Seconds any one wait of the test may take."""
 
 
-@pytest.fixture
-def two_nodes(tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture(params=["all", "interest"])
+def two_nodes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Two nodes holding every map, or each the maps its clients use (the survivor loads the
+    client's map from JetStream when the client moves to it)."""
     port = free_port()
     c = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "nats", port))
-    held = 'map_acks = "replicated"'  # every ack waits until the cluster stored the batch
+    # every ack waits until the cluster stored the batch
+    held = f'map_acks = "replicated"\nmap_hold = "{request.param}"'
     try:
         c.start("n1", tokens=True, cluster_keys=held)
         c.start("n2", tokens=True, cluster_keys=held)
