@@ -16,6 +16,17 @@ process runs under ``nice -n 10`` and is killed at the end.
 
     python bench/cluster_maps.py               # 8 writers x batches of 100, 5 s per run
     python bench/cluster_maps.py --quick       # 4 writers, 2 s per run
+
+With ``--held``, another comparison in one run: NATS and three nodes, ``--maps`` maps, the
+clients of each node using a disjoint third of them (each map written ``--edits`` times, each
+write acknowledged ``APPLIED`` before the next, by connections that each use 100 maps and
+close), once with every node holding every map (``[cluster] map_hold = "all"``) and once
+holding what its clients use (``map_hold = "interest"``). Printed per node: maps held, RSS and
+its growth, CPU seconds and CPU milliseconds per acknowledged op; then the interest / all
+ratios, with the load average.
+
+    python bench/cluster_maps.py --held --maps 3000
+    python bench/cluster_maps.py --held --quick    # 300 maps
 """
 
 from __future__ import annotations
@@ -236,6 +247,159 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
 
 
+HELD_NODES = 3
+PER_CONNECTION = 100
+"""Maps one connection of the ``--held`` run uses before it closes (below the per-connection
+bound on maps)."""
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _maps_held(port: int) -> float | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("octosync_cluster_maps_held "):
+                return float(line.rpartition(" ")[2])
+    return None
+
+
+async def _use_maps(url: str, names: list[str], edits: int) -> int:
+    """Write each of ``names`` ``edits`` times, one acknowledged op at a time; returns the ops
+    acknowledged."""
+    decode = msgspec.msgpack.Decoder().decode
+    acked = 0
+    clock = [0, 0]
+    async with aiohttp.ClientSession() as http, http.ws_connect(url, max_msg_size=0) as ws:
+        await ws.send_bytes(msgspec.msgpack.encode({"type": "DEVICE_HELLO"}))
+        await ws.receive_bytes()
+        for n, name in enumerate(names):
+            for e in range(edits):
+                millis = time.time_ns() // 1_000_000
+                if millis > clock[0]:
+                    clock[0], clock[1] = millis, 0
+                clock[1] += 1
+                op_id = f"{n}-{e}"
+                op = {
+                    "mapName": name,
+                    "key": "k",
+                    "id": op_id,
+                    "opType": "PUT",
+                    "record": {
+                        "value": e,
+                        "timestamp": {"millis": clock[0], "counter": clock[1], "nodeId": "b"},
+                    },
+                }
+                await ws.send_bytes(
+                    msgspec.msgpack.encode(
+                        {"type": "OP_BATCH", "payload": {"ops": [op], "writeConcern": "APPLIED"}}
+                    )
+                )
+                while True:
+                    data = await asyncio.wait_for(ws.receive_bytes(), 60)
+                    if b"OP_ACK" in data[:16] and decode(data)["payload"]["lastId"] == op_id:
+                        acked += 1
+                        break
+    return acked
+
+
+async def _use_all(ports: list[int], maps: int, edits: int) -> int:
+    """Each node's clients use a disjoint share of the maps, four connections at a time."""
+    gate = asyncio.Semaphore(4 * len(ports))
+    jobs = []
+    for k, port in enumerate(ports):
+        mine = [f"held/{i}" for i in range(maps) if i % len(ports) == k]
+        for start in range(0, len(mine), PER_CONNECTION):
+            jobs.append((f"ws://127.0.0.1:{port}/topgun", mine[start : start + PER_CONNECTION]))
+
+    async def one(url: str, names: list[str]) -> int:
+        async with gate:
+            return await _use_maps(url, names, edits)
+
+    return sum(await asyncio.gather(*(one(u, n) for u, n in jobs)))
+
+
+def _run_held(hold: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """One layout of the ``--held`` comparison: per node, what it holds and what it cost."""
+    procs: list[subprocess.Popen[Any]] = []
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "octosync.toml"
+    config.write_text(
+        f'[server]\nmax_connections_per_address = 65536\n\n[cluster]\nmap_hold = "{hold}"\n'
+    )
+    try:
+        nats_port = _free_port()
+        procs.append(nats_server.start(root / "nats", nats_port))
+        url = f"nats://127.0.0.1:{nats_port}"
+        ports = [_free_port() for _ in range(HELD_NODES)]
+        nodes = [
+            start_node(url, f"n{k + 1}", port, root / f"n{k + 1}", extra=["--config", str(config)])
+            for k, port in enumerate(ports)
+        ]
+        procs.extend(nodes)
+        rss0 = [_rss_mb(p.pid) for p in nodes]
+        cpu0 = [_cpu_seconds(p.pid) for p in procs]
+        ops = asyncio.run(_use_all(ports, args.maps, args.edits))
+        time.sleep(1.0)  # the other nodes take the last batches from the stream
+        cpu = [_cpu_seconds(p.pid) - c for p, c in zip(procs, cpu0, strict=True)]
+        held = [_maps_held(port) for port in ports]
+        return {
+            "ops": ops,
+            "held": [args.maps if h is None else int(h) for h in held],
+            "rss": [_rss_mb(p.pid) for p in nodes],
+            "rss_growth": [_rss_mb(p.pid) - r for p, r in zip(nodes, rss0, strict=True)],
+            "cpu": cpu[1:],
+            "nats_cpu": cpu[0],
+        }
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
+
+
+def held_main(args: argparse.Namespace) -> int:
+    print(
+        f"maps held by interest: {HELD_NODES} nodes, {args.maps} maps, a disjoint third used "
+        f"on each node, {args.edits} writes each; load average before {_loadavg()} on "
+        f"{os.cpu_count()} cores",
+        flush=True,
+    )
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="cluster-held-maps-") as tmp:
+        for hold in ("all", "interest"):
+            r = results[hold] = _run_held(hold, args, Path(tmp) / hold)
+            for k in range(HELD_NODES):
+                print(
+                    f"{hold:<8} n{k + 1}: {r['held'][k]:>6} maps held, RSS {r['rss'][k]:.0f} MB "
+                    f"(+{r['rss_growth'][k]:.0f}), CPU {r['cpu'][k]:.2f} s, "
+                    f"{1000 * r['cpu'][k] / max(r['ops'], 1):.3f} ms per op"
+                )
+            print(f"{hold:<8} NATS CPU {r['nats_cpu']:.2f} s, {r['ops']} ops acknowledged")
+    every, mine = results["all"], results["interest"]
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    print(
+        f"interest / all: RSS {mean(mine['rss']) / mean(every['rss']):.2f}x, RSS growth "
+        f"{mean(mine['rss_growth']) / max(mean(every['rss_growth']), 1e-9):.2f}x, node CPU per "
+        f"op {(sum(mine['cpu']) / mine['ops']) / (sum(every['cpu']) / every['ops']):.2f}x, "
+        f"maps per node {mean(mine['held']) / mean(every['held']):.2f}x; load average after "
+        f"{_loadavg()}"
+    )
+    want = args.maps * args.edits
+    if every["ops"] != want or mine["ops"] != want:
+        print("not every op was acknowledged", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--writers", type=int, default=8, help="writer connections (8)")
@@ -243,7 +407,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=4, help="batches in flight per writer (4)")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per run (5)")
     parser.add_argument("--quick", action="store_true", help="4 writers, 2 s per run")
+    parser.add_argument("--held", action="store_true", help="maps held: interest vs all")
+    parser.add_argument("--maps", type=int, default=3000, help="maps of the --held run (3000)")
+    parser.add_argument("--edits", type=int, default=10, help="writes per map, --held (10)")
     args = parser.parse_args(argv)
+    if args.held:
+        if args.quick:
+            args.maps, args.edits = 300, 2
+        return held_main(args)
     if args.quick:
         args.writers, args.seconds = 4, 2.0
     print(f"load average before: {_loadavg()} ({os.cpu_count()} CPUs)", flush=True)

@@ -58,6 +58,19 @@ def test_cluster_maps_bench_runs_both_layouts() -> None:
 
 
 @pytest.mark.slow
+def test_cluster_maps_held_bench_compares_interest_with_all() -> None:
+    """``bench/cluster_maps.py --held --quick``: three nodes, once holding every map and once
+    by interest; every op acknowledged (the bench exits non-zero otherwise)."""
+    done = run_bench("bench/cluster_maps.py", "--held", "--quick")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if "maps held," in line]
+    assert len(rows) == 6
+    interest = [r for r in rows if r.startswith("interest ")]
+    assert all("   100 maps held" in r for r in interest)  # a third of 300 each
+    assert "interest / all:" in done.stdout
+
+
+@pytest.mark.slow
 def test_cluster_planes_bench_runs_both_layouts_and_counts_every_click() -> None:
     """``bench/cluster_planes.py --quick`` starts NATS and the nodes, measures, stops them."""
     done = run_bench("bench/cluster_planes.py", "--quick")
