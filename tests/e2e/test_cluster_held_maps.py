@@ -14,15 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import msgspec
 import pytest
 
+from octosync.crdt.sync_messages import WireTimestamp
 from octosync.links import nats_server
 from octosync.links.cluster_cli import cluster_status
 from octosync.links.cluster_link import token
 from octosync.links.cluster_maps import MapSubjects
 from octosync.wire import cluster_maps as wire
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_http as th
 from tests.e2e.helpers import free_port
 from tests.e2e.test_cluster_held import connection_of, until_metric
 from tests.e2e.test_cluster_maps import Cluster, Node, Peer, peer, scrape
@@ -184,5 +187,41 @@ async def test_an_idle_map_is_let_go_and_loaded_again_with_nothing_lost(tmp_path
         metrics = await scrape(a)
         assert metrics["octosync_cluster_maps_loads_total"] == 2
         assert metrics["octosync_cluster_maps_held"] == 1
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow
+async def test_an_http_sync_request_waits_for_the_load_of_the_maps_it_names(
+    tmp_path: Path,
+) -> None:
+    """``POST /topgun/sync`` on a node that let the map go: its write is applied after the
+    load (never to an empty copy), and its query answers the whole map."""
+    port = free_port()
+    cluster = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "n", port))
+    try:
+        a = cluster.start("n1", cluster_keys=KEYS + "\nmap_idle = 1.0")
+        async with peer(a.topgun) as p:
+            written = [put(f"o{i}", f"k{i}", i, MILLIS + i, map_name="http") for i in range(10)]
+            await p.write(written, "APPLIED")
+        await until_metric(a, "octosync_cluster_maps_held", 0)
+        request = th.HttpSyncRequest(
+            client_id="c",
+            client_hlc=WireTimestamp(MILLIS, 0, "c"),
+            operations=[put("h1", "k10", 10, MILLIS + 10, map_name="http")],
+            queries=[th.HttpQueryRequest("q", "http")],
+        )
+        url = f"http://127.0.0.1:{a.port}/topgun/sync"
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(url, data=msgspec.msgpack.encode(request)) as resp,
+        ):
+            assert resp.status == 200
+            body = msgspec.msgpack.decode(await resp.read())
+        (result,) = body["queryResults"]
+        got = {r["key"]: r["value"] for r in result["results"]}
+        assert got == {f"k{i}": i for i in range(11)}
+        metrics = await scrape(a)
+        assert metrics["octosync_cluster_maps_loads_total"] == 2
     finally:
         cluster.stop()

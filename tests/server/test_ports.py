@@ -293,6 +293,9 @@ class GateHolder:
     def closed(self, conn: int) -> None:
         self.gate.closed(conn)
 
+    async def hold(self, conn: int, names: Sequence[str]) -> None:
+        raise NotImplementedError  # HTTP sync: tests/e2e/test_cluster_held_maps.py
+
     def loaded(self, name: str) -> None:
         for go in self.gate.loaded(name):
             self.resume[go.conn](go.message)

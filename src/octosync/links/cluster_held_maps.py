@@ -35,7 +35,8 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import nats
@@ -67,6 +68,18 @@ from octosync.wire import topgun as tg
 log = logging.getLogger("octosync.cluster.held_maps")
 
 Resume = Callable[[tg.Message], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """A request that names maps without a TopGun message of its own (HTTP sync): it waits in
+    the gate as one."""
+
+    names: tuple[str, ...]
+
+
+def _names(message: tg.Message | Wanted) -> tuple[str, ...]:
+    return message.names if isinstance(message, Wanted) else maps_named(message)
 
 
 class _Map:
@@ -101,15 +114,17 @@ class HeldMapsLink(MapsLink):
         hold: HoldSettings | None = None,
     ) -> None:
         super().__init__(runtime, node, cluster=cluster, settings=settings)
-        self.hold = hold or HoldSettings()
+        self.holding = hold or HoldSettings()
         self.bucket = f"octosync_{cluster}_map_snapshots"
         self.holdings = Holdings(
-            time.monotonic, HoldTiming(idle=self.hold.idle, load_timeout=self.hold.load_timeout)
+            time.monotonic,
+            HoldTiming(idle=self.holding.idle, load_timeout=self.holding.load_timeout),
         )
-        self.gate: MapGate[tg.Message] = MapGate(self.holdings, maps_named)
+        self.gate: MapGate[tg.Message | Wanted] = MapGate(self.holdings, _names)
         self.held_stats = HeldStats()
         self._maps: dict[str, _Map] = {}
-        self._resume: dict[int, Resume] = {}
+        self._resume: dict[int, Callable[[tg.Message | Wanted], None]] = {}
+        self._failing: dict[int, Callable[[OctosyncError], None]] = {}
         self._inflight: Counter[str] = Counter()
         self._kv: KeyValue | None = None
         self._consumers: DocConsumers | None = None
@@ -157,6 +172,18 @@ class HeldMapsLink(MapsLink):
     # --- the sessions' holder (``server.ports.MapHolder``) -------------------------------------
 
     def take(self, conn: int, message: tg.Message, resume: Resume) -> bool:
+        def go(message: tg.Message | Wanted) -> None:
+            if not isinstance(message, Wanted):
+                resume(message)
+
+        return self._take(conn, message, go)
+
+    def _take(
+        self,
+        conn: int,
+        message: tg.Message | Wanted,
+        resume: Callable[[tg.Message | Wanted], None],
+    ) -> bool:
         taken = self.gate.take(conn, message)
         for load in taken.loads:
             m = self._maps[load.name] = _Map(load.name)
@@ -165,16 +192,34 @@ class HeldMapsLink(MapsLink):
             self._resume[conn] = resume
         return taken.now
 
+    async def hold(self, conn: int, names: Sequence[str]) -> None:
+        wanted = Wanted(tuple(sorted({n for n in names if not is_reserved(n)})))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def go(_message: tg.Message | Wanted) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def fail(err: OctosyncError) -> None:
+            if not done.done():
+                done.set_exception(err)
+
+        if self._take(conn, wanted, go):
+            return
+        self._failing[conn] = fail
+        await done  # the load timeout ends it either way
+
     def closed(self, conn: int) -> None:
         self.gate.closed(conn)
         self._resume.pop(conn, None)
+        self._failing.pop(conn, None)
 
     # --- loading --------------------------------------------------------------------------------
 
     async def _load(self, m: _Map) -> None:
         name = m.name
         try:
-            await asyncio.wait_for(self._fetch(m), self.hold.load_timeout)
+            await asyncio.wait_for(self._fetch(m), self.holding.load_timeout)
         except (TimeoutError, nats.errors.Error, OctosyncError, KeyValueError) as exc:
             log.warning("cluster: map %r not loaded: %s", name, exc)
             if self._maps.get(name) is m:
@@ -291,7 +336,7 @@ class HeldMapsLink(MapsLink):
             m = self._maps.get(name)
             if m is None or m.snapping or self._inflight[name]:
                 continue
-            due = now - m.snap_at >= self.hold.snapshot_interval
+            due = now - m.snap_at >= self.holding.snapshot_interval
             if due and m.taken >= SNAPSHOT_TAIL and m.changed != m.snap_changed:
                 self._snapshot(m)
         await self._refollow()
@@ -318,6 +363,9 @@ class HeldMapsLink(MapsLink):
     def _released(self, releases: list[Release], refused: list[Refuse]) -> None:
         for refuse in refused:
             self._resume.pop(refuse.conn, None)
+            fail = self._failing.pop(refuse.conn, None)
+            if fail is not None:
+                fail(refuse.error)
             self._fault(refuse.conn, refuse.error)
         for release in releases:
             self._let_go(release)

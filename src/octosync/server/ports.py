@@ -250,6 +250,11 @@ class MapHolder(Protocol):
         ``resume`` once loaded (raises, nothing taken, past the bounds)."""
         ...
 
+    async def hold(self, conn: int, names: Sequence[str]) -> None:
+        """Wait until every map of ``names`` is loaded here (a request of ``POST
+        /topgun/sync``, a member of them until :meth:`closed`); raises when a load fails."""
+        ...
+
     def closed(self, conn: int) -> None: ...
 
 

@@ -71,7 +71,10 @@ async def _sync(rt: Runtime, request: web.Request) -> web.Response:
     core = rt.topgun
     conn = rt.new_conn_id()
     core.connect(conn, identity)
+    holder = rt.topgun_face.map_holder
     try:
+        if holder is not None:  # maps held by interest: the request waits for their loads
+            await holder.hold(conn, http_sync.maps_named(req))
         replies: list[tg.Message] = []
         batch = http_sync.op_batch(req)
         if batch is not None:
@@ -79,6 +82,8 @@ async def _sync(rt: Runtime, request: web.Request) -> web.Response:
             replies = await _write(rt, conn, core.handle(conn, batch))
         response = http_sync.answer(core, conn, identity, req, replies)
     finally:
+        if holder is not None:
+            holder.closed(conn)
         rt.topgun_face.apply(core.disconnect(conn))
     return web.Response(body=th.encode_response(response), content_type="application/x-msgpack")
 

@@ -44,6 +44,16 @@ def check(req: th.HttpSyncRequest) -> None:
         raise LimitExceeded(f"at most {MAX_PARTS} searches per request", path="body.searches")
 
 
+def maps_named(req: th.HttpSyncRequest) -> list[str]:
+    """Every map the request writes, syncs, queries or searches (in a cluster holding maps by
+    interest, it waits until the node holds them)."""
+    names = [op.map_name for op in req.operations or ()]
+    names += [s.map_name for s in req.sync_maps or ()]
+    names += [q.map_name for q in req.queries or ()]
+    names += [q.map_name for q in req.searches or ()]
+    return sorted(set(names))
+
+
 def op_batch(req: th.HttpSyncRequest) -> tg.OpBatch | None:
     return tg.OpBatch(tg.OpBatchPayload(req.operations)) if req.operations else None
 
