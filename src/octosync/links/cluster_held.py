@@ -31,24 +31,20 @@ that document costs its subject's history, which the stream keeps ``map_log_max_
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.js.errors import BucketNotFoundError, KeyValueError, NotFoundError
+from nats.js.errors import KeyValueError
 from nats.js.kv import KeyValue
 
 from octosync.cluster.holding import (
     HeldStats,
-    Holdings,
-    HoldTiming,
     Release,
     name_of,
     token,
@@ -59,19 +55,23 @@ from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp
 from octosync.links.cluster_planes import PlanesHost, PlanesLink
 from octosync.links.doc_consumers import DocConsumers
-from octosync.links.jetstream_log import LogSettings, ensure_stream, publish_stored
+from octosync.links.held_subjects import (
+    SNAPSHOT_TAIL,
+    Held,
+    HoldSettings,
+    Reconnects,
+    follow_to_end,
+    holdings_for,
+    open_held,
+    read_entry,
+    stop_all,
+    stop_following,
+    write_snapshot,
+)
+from octosync.links.jetstream_log import LogSettings, publish_stored
 from octosync.wire import cluster_planes as wire
 
 log = logging.getLogger("octosync.cluster.held")
-
-MAX_CONSUMERS = 1 << 20
-"""The documents stream's consumer limit: one consumer per document held, per node (the
-server's default, 1,000 from nats-server 2.15, would cap what a whole cluster holds)."""
-MAX_SNAPSHOT_BYTES = 900 * 1024
-SNAPSHOT_TAIL = 64
-"""Messages of a document's subject since its snapshot before a holder writes a new one (and
-once more when it lets the document go): a load reads at most about this many after it."""
-"""Below NATS's default 1 MB payload bound, with room for the key-value envelope."""
 
 
 class HeldHost(PlanesHost, Protocol):
@@ -83,36 +83,16 @@ class HeldHost(PlanesHost, Protocol):
     def release(self, stream: str, failed: bool) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class HoldSettings:
-    """``[cluster]`` settings of documents held by interest."""
-
-    idle: float = 30.0
-    """Seconds a document with no member stays held."""
-    load_timeout: float = 10.0
-    """Seconds a load may take."""
-    snapshot_interval: float = 10.0
-    """Seconds at least between two snapshots of a document by this node."""
-
-
-class _Doc:
+class _Doc(Held):
     """What the link keeps of one document it loads or holds."""
 
     def __init__(self, name: str, boot: str) -> None:
-        self.name = name
+        super().__init__(name, token(name))
         self.intake = Intake(boot)
-        self.key = token(name)
-        self.caught_up = asyncio.Event()
-        """Set once the consumer delivered every message the subject had (the load's end)."""
         self.since_snapshot = 0
         """Messages of the subject since the snapshot known here: the tail a load reads."""
-        self.load: asyncio.Task[Any] | None = None
-        self.snap_revision = 0
-        """The key-value revision of the snapshot last read or written here (0: none)."""
         self.snap_version = -1
         """The replica's version the snapshot here covers (-1: none written here)."""
-        self.snap_at = time.monotonic()
-        self.snapping = False
 
 
 class HeldPlanesLink(PlanesLink):
@@ -134,15 +114,13 @@ class HeldPlanesLink(PlanesLink):
         self.doc_prefix = f"octosync.{cluster}.planes."
         self.log_subject = self.doc_prefix + ">"
         self.bucket = f"octosync_{cluster}_document_snapshots"
-        self.holdings = Holdings(
-            time.monotonic, HoldTiming(idle=self.hold.idle, load_timeout=self.hold.load_timeout)
-        )
+        self.holdings = holdings_for(self.hold)
         self.held_stats = HeldStats()
         self._docs: dict[str, _Doc] = {}
         self._inflight: Counter[str] = Counter()
         self._kv: KeyValue | None = None
         self._consumers: DocConsumers | None = None
-        self._reconnects = 0
+        self._reconnects: Reconnects | None = None
         self._seed: tuple[Mapping[str, Sequence[CrdtOp]], Callable[[], None]] | None = None
 
     @property
@@ -157,26 +135,13 @@ class HeldPlanesLink(PlanesLink):
         """Make the stream and the snapshot bucket; follow nothing until a member joins."""
         self._nc = nc
         js = self._js = nc.jetstream()
-        await ensure_stream(
-            js,
-            self.log_stream,
-            self.log_subject,
-            self.settings.replicas,
-            self.settings.max_age,
-            max_consumers=MAX_CONSUMERS,
+        self._kv, self._consumers = await open_held(
+            nc, js, self.log_stream, self.log_subject, self.bucket, self.settings, self._on_doc
         )
-        try:
-            self._kv = await js.key_value(self.bucket)
-        except BucketNotFoundError:
-            self._kv = await js.create_key_value(
-                bucket=self.bucket, history=1, replicas=self.settings.replicas
-            )
-        self._consumers = DocConsumers(nc, js, self.log_stream, self._on_doc)
-        await self._consumers.start()
         await self._publish_seed()
         await nc.subscribe(self.roots_subject, cb=self._on_roots)
         await nc.subscribe(self._sync + self.node, cb=self._on_sync)
-        self._reconnects = int(nc.stats.get("reconnects", 0))
+        self._reconnects = Reconnects(nc)
         self._spawn(self._ticker())
 
     def seed(self, documents: Mapping[str, Sequence[CrdtOp]], done: Callable[[], None]) -> None:
@@ -209,9 +174,7 @@ class HeldPlanesLink(PlanesLink):
 
     async def stop(self, grace: float = 2.0) -> None:
         await super().stop(grace)
-        if self._consumers is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._consumers.stop_all(), grace)
+        await stop_all(self._consumers, grace)
 
     # --- the plane's holder ---------------------------------------------------------------------
 
@@ -260,27 +223,22 @@ class HeldPlanesLink(PlanesLink):
             doc.intake.position = snapshot.position
             self._merge(doc.name, snapshot.ops, None)
         assert self._consumers is not None
-        pending = await self._consumers.follow(doc.key, subject, lambda: doc.intake.position)
-        doc.since_snapshot = pending
-        if not pending:
-            doc.caught_up.set()
-        await doc.caught_up.wait()  # bounded by the caller's load timeout
+        doc.since_snapshot = await follow_to_end(  # bounded by the caller's load timeout
+            self._consumers, doc, subject, lambda: doc.intake.position
+        )
         if snap is not None and doc.intake.position == snap[1].position:
             replica = self.host.replicas().get(doc.name)
             doc.snap_version = -1 if replica is None else replica.version  # nothing to compact
 
     async def _read_snapshot(self, name: str) -> tuple[int, wire.DocSnapshot] | None:
         assert self._kv is not None
-        try:
-            entry = await self._kv.get(token(name))
-        except (NotFoundError, KeyValueError):
+        entry = await read_entry(self._kv, token(name))
+        if entry is None:
             return None
-        if not entry.value:
-            return None
-        snapshot = wire.decode(entry.value)
+        snapshot = wire.decode(entry[1])
         if not isinstance(snapshot, wire.DocSnapshot) or snapshot.stream != name:
             raise OctosyncError(f"the snapshot of {name!r} is not one", path="snapshot")
-        return int(entry.revision or 0), snapshot
+        return entry[0], snapshot
 
     async def _on_doc(self, key: str, seq: int, pending: int, msg: Msg) -> None:
         """A message of a document's subject: merged unless this process published it (one
@@ -350,8 +308,8 @@ class HeldPlanesLink(PlanesLink):
             due = now - doc.snap_at >= self.hold.snapshot_interval
             if due and doc.since_snapshot >= SNAPSHOT_TAIL and replica.version != doc.snap_version:
                 self._snapshot(doc, replica.ops(), replica.version)
-        await self._refollow()
-        if self._consumers is not None:
+        if self._reconnects is not None and self._consumers is not None:
+            await self._reconnects.follow_again(self._consumers)
             self.stats.resubscribed = self._consumers.recreated
         if self.repair.due():
             ready = {n: r for n, r in replicas.items() if self.holdings.ready(n)}
@@ -361,27 +319,15 @@ class HeldPlanesLink(PlanesLink):
                     self.roots_subject, wire.encode(wire.PlaneRoots(self.node, roots))
                 )
 
-    async def _refollow(self) -> None:
-        """After NATS came back, follow each document again from where it got (the server
-        drops a consumer nobody listened to for ``INACTIVE`` seconds)."""
-        if self._nc is None:
-            return
-        reconnects = int(self._nc.stats.get("reconnects", 0))
-        if reconnects == self._reconnects:
-            return
-        self._reconnects = reconnects
-        if self._consumers is not None:
-            await self._consumers.follow_again()
-
     def _let_go(self, release: Release) -> None:
         """Stop following the document, write its last snapshot if it changed, drop it."""
         doc = self._docs.pop(release.name, None)
         if doc is not None:
             if doc.load is not None and not doc.load.done():
                 doc.load.cancel()
-            name = None if self._consumers is None else self._consumers.let_go(doc.key)
-            if name is not None and self._consumers is not None:
-                self._spawn(self._consumers.delete(name))
+            deleting = stop_following(self._consumers, doc.key)
+            if deleting is not None:
+                self._spawn(deleting)
             replica = self.host.replicas().get(release.name)
             if not release.failed and replica is not None and replica.version != doc.snap_version:
                 self._snapshot(doc, replica.ops(), replica.version)
@@ -396,36 +342,27 @@ class HeldPlanesLink(PlanesLink):
     async def _write_snapshot(
         self, doc: _Doc, ops: Sequence[CrdtOp], version: int, position: int
     ) -> None:
-        """Compare-and-set on the revision this node knows; when another holder wrote since,
-        its snapshot is read, and replaced only if it covers less of the subject."""
+        """Compare-and-set on the revision this node knows (``held_subjects.write_snapshot``)."""
         assert self._kv is not None
-        key = token(doc.name)
         data = wire.encode(wire.DocSnapshot(doc.name, position, list(ops)))
+
+        async def theirs() -> tuple[int, int] | None:
+            found = await self._read_snapshot(doc.name)
+            return None if found is None else (found[0], found[1].position)
+
         try:
-            if len(data) > MAX_SNAPSHOT_BYTES:
-                self.held_stats.snapshots_too_large += 1
+            doc.snap_revision, covered = await write_snapshot(
+                self._kv,
+                token(doc.name),
+                data,
+                doc.snap_revision,
+                position,
+                theirs,
+                self.held_stats,
+            )
+            if covered:
                 doc.snap_version = version
-                return
-            for _ in range(3):
-                try:
-                    if doc.snap_revision:
-                        doc.snap_revision = await self._kv.update(key, data, last=doc.snap_revision)
-                    else:
-                        doc.snap_revision = await self._kv.create(key, data)
-                    doc.snap_version = version
-                    self.held_stats.snapshots += 1
-                    return
-                except KeyValueError:
-                    theirs = await self._read_snapshot(doc.name)
-                    if theirs is None:
-                        doc.snap_revision = 0
-                        continue
-                    doc.snap_revision = theirs[0]
-                    if theirs[1].position >= position:
-                        self.held_stats.snapshot_conflicts += 1
-                        doc.snap_version = version
-                        return
-        except (nats.errors.Error, TimeoutError, OctosyncError) as exc:
+        except (nats.errors.Error, TimeoutError, OctosyncError, KeyValueError) as exc:
             log.info("cluster: snapshot of %r not written: %s", doc.name, exc)
         finally:
             doc.snapping = False

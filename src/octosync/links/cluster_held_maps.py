@@ -31,35 +31,41 @@ only what its own clients wrote (its acks say so).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.js.errors import BucketNotFoundError, KeyValueError, NotFoundError
+from nats.js.errors import KeyValueError
 from nats.js.kv import KeyValue
 
-from octosync.cluster.holding import HeldStats, Holdings, HoldTiming, Release
+from octosync.cluster.holding import HeldStats, Release
 from octosync.cluster.map_interest import MapGate, Refuse, maps_named
 from octosync.cluster.maps import Intake
 from octosync.crdt.op import OpRecord
 from octosync.errors import OctosyncError
-from octosync.links.cluster_held import (
-    MAX_CONSUMERS,
-    MAX_SNAPSHOT_BYTES,
-    SNAPSHOT_TAIL,
-    HoldSettings,
-)
 from octosync.links.cluster_link import stream_of, token
 from octosync.links.cluster_maps import MapsHost, MapsLink
 from octosync.links.doc_consumers import DocConsumers
-from octosync.links.jetstream_log import LogSettings, ensure_stream
+from octosync.links.held_subjects import (
+    SNAPSHOT_TAIL,
+    Held,
+    HoldSettings,
+    Reconnects,
+    follow_to_end,
+    holdings_for,
+    open_held,
+    read_entry,
+    stop_all,
+    stop_following,
+    write_snapshot,
+)
+from octosync.links.jetstream_log import LogSettings
 from octosync.topgun import Effects
 from octosync.topgun.durable import is_reserved
 from octosync.wire import cluster_maps as wire
@@ -82,23 +88,17 @@ def _names(message: tg.Message | Wanted) -> tuple[str, ...]:
     return message.names if isinstance(message, Wanted) else maps_named(message)
 
 
-class _Map:
+class _Map(Held):
     """What the link keeps of one map it loads or holds."""
 
     def __init__(self, name: str) -> None:
-        self.name = name
+        super().__init__(name, token(name))
         self.intake = Intake("")  # never skips: see the module's docstring (follow)
-        self.key = token(name)
-        self.caught_up = asyncio.Event()
-        self.load: asyncio.Task[Any] | None = None
         self.taken = 0
         """Messages of the subject taken since the snapshot known here."""
         self.changed = 0
         """Changes here (taken messages and local batches); compared with ``snap_changed``."""
         self.snap_changed = 0
-        self.snap_revision = 0
-        self.snap_at = time.monotonic()
-        self.snapping = False
 
 
 class HeldMapsLink(MapsLink):
@@ -116,10 +116,7 @@ class HeldMapsLink(MapsLink):
         super().__init__(runtime, node, cluster=cluster, settings=settings)
         self.holding = hold or HoldSettings()
         self.bucket = f"octosync_{cluster}_map_snapshots"
-        self.holdings = Holdings(
-            time.monotonic,
-            HoldTiming(idle=self.holding.idle, load_timeout=self.holding.load_timeout),
-        )
+        self.holdings = holdings_for(self.holding)
         self.gate: MapGate[tg.Message | Wanted] = MapGate(self.holdings, _names)
         self.held_stats = HeldStats()
         self._maps: dict[str, _Map] = {}
@@ -128,7 +125,7 @@ class HeldMapsLink(MapsLink):
         self._inflight: Counter[str] = Counter()
         self._kv: KeyValue | None = None
         self._consumers: DocConsumers | None = None
-        self._reconnects = 0
+        self._reconnects: Reconnects | None = None
 
     @property
     def position(self) -> int:
@@ -142,32 +139,17 @@ class HeldMapsLink(MapsLink):
         """Make the stream and the snapshot bucket; follow nothing until a client names a map."""
         self._nc = nc
         js = self._js = nc.jetstream()
-        await ensure_stream(
-            js,
-            self.log_stream,
-            self.log_subject,
-            self.settings.replicas,
-            self.settings.max_age,
-            max_consumers=MAX_CONSUMERS,
+        self._kv, self._consumers = await open_held(
+            nc, js, self.log_stream, self.log_subject, self.bucket, self.settings, self._on_map
         )
-        try:
-            self._kv = await js.key_value(self.bucket)
-        except BucketNotFoundError:
-            self._kv = await js.create_key_value(
-                bucket=self.bucket, history=1, replicas=self.settings.replicas
-            )
-        self._consumers = DocConsumers(nc, js, self.log_stream, self._on_map)
-        await self._consumers.start()
         await nc.subscribe(self.subjects.roots, cb=self._on_roots)
         await nc.subscribe(self.subjects.sync(self.node), cb=self._on_sync)
-        self._reconnects = int(nc.stats.get("reconnects", 0))
+        self._reconnects = Reconnects(nc)
         self._spawn(self._ticker())
 
     async def stop(self, grace: float = 2.0) -> None:
         await super().stop(grace)
-        if self._consumers is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._consumers.stop_all(), grace)
+        await stop_all(self._consumers, grace)
 
     # --- the sessions' holder (``server.ports.MapHolder``) -------------------------------------
 
@@ -247,24 +229,18 @@ class HeldMapsLink(MapsLink):
             self._fold(m, snap.records)
         assert self._consumers is not None
         subject = self.subjects.map(m.name)
-        pending = await self._consumers.follow(m.key, subject, lambda: m.intake.position)
-        if not pending:
-            m.caught_up.set()
-        await m.caught_up.wait()  # bounded by the caller's load timeout
+        await follow_to_end(self._consumers, m, subject, lambda: m.intake.position)
         m.snap_changed = m.changed if m.taken == 0 else -1
 
     async def _read_snapshot(self, name: str) -> tuple[int, wire.MapSnapshot] | None:
         assert self._kv is not None
-        try:
-            entry = await self._kv.get(token(name))
-        except (NotFoundError, KeyValueError):
+        entry = await read_entry(self._kv, token(name))
+        if entry is None:
             return None
-        if not entry.value:
-            return None
-        snapshot = wire.decode(entry.value)
+        snapshot = wire.decode(entry[1])
         if not isinstance(snapshot, wire.MapSnapshot) or snapshot.map != name:
             raise OctosyncError(f"the snapshot of map {name!r} is not one", path="snapshot")
-        return int(entry.revision or 0), snapshot
+        return entry[0], snapshot
 
     def _fold(self, m: _Map, records: list[OpRecord]) -> None:
         fx = self.rt.topgun.apply_remote(records)
@@ -339,8 +315,8 @@ class HeldMapsLink(MapsLink):
             due = now - m.snap_at >= self.holding.snapshot_interval
             if due and m.taken >= SNAPSHOT_TAIL and m.changed != m.snap_changed:
                 self._snapshot(m)
-        await self._refollow()
-        if self._consumers is not None:
+        if self._reconnects is not None and self._consumers is not None:
+            await self._reconnects.follow_again(self._consumers)
             self.stats.resubscribed = self._consumers.recreated
         if self.repair.due():
             store = self.rt.topgun.maps.store
@@ -350,15 +326,6 @@ class HeldMapsLink(MapsLink):
                 await self._nc.publish(
                     self.subjects.roots, wire.encode(wire.MapRoots(self.node, roots))
                 )
-
-    async def _refollow(self) -> None:
-        """After NATS came back, follow each map again from where it got."""
-        if self._nc is None or self._consumers is None:
-            return
-        reconnects = int(self._nc.stats.get("reconnects", 0))
-        if reconnects != self._reconnects:
-            self._reconnects = reconnects
-            await self._consumers.follow_again()
 
     def _released(self, releases: list[Release], refused: list[Refuse]) -> None:
         for refuse in refused:
@@ -377,9 +344,9 @@ class HeldMapsLink(MapsLink):
             return
         if m.load is not None and not m.load.done():
             m.load.cancel()
-        name = None if self._consumers is None else self._consumers.let_go(m.key)
-        if name is not None and self._consumers is not None:
-            self._spawn(self._consumers.delete(name))
+        deleting = stop_following(self._consumers, m.key)
+        if deleting is not None:
+            self._spawn(deleting)
         if not release.failed and m.changed != m.snap_changed:
             self._snapshot(m)
         self.rt.topgun.drop_map(release.name)
@@ -394,50 +361,26 @@ class HeldMapsLink(MapsLink):
     async def _write_snapshot(
         self, m: _Map, records: list[OpRecord], changed: int, position: int
     ) -> None:
-        """Compare-and-set on the revision known here; when another holder wrote since, its
-        snapshot is read, and replaced only if it covers less of the subject."""
+        """Compare-and-set on the revision known here (``held_subjects.write_snapshot``)."""
         assert self._kv is not None
-        key = token(m.name)
         data = wire.encode(wire.MapSnapshot(m.name, position, records))
+
+        async def theirs() -> tuple[int, int] | None:
+            found = await self._read_snapshot(m.name)
+            return None if found is None else (found[0], found[1].position)
+
         try:
-            if len(data) > MAX_SNAPSHOT_BYTES:
-                self.held_stats.snapshots_too_large += 1
+            m.snap_revision, covered = await write_snapshot(
+                self._kv, m.key, data, m.snap_revision, position, theirs, self.held_stats
+            )
+            if covered:
                 m.snap_changed = changed
-                return
-            for _ in range(3):
-                try:
-                    if m.snap_revision:
-                        m.snap_revision = await self._kv.update(key, data, last=m.snap_revision)
-                    else:
-                        m.snap_revision = await self._kv.create(key, data)
-                    m.snap_changed = changed
-                    self.held_stats.snapshots += 1
-                    return
-                except KeyValueError:
-                    theirs = await self._read_snapshot(m.name)
-                    if theirs is None:
-                        m.snap_revision = 0
-                        continue
-                    m.snap_revision = theirs[0]
-                    if theirs[1].position >= position:
-                        self.held_stats.snapshot_conflicts += 1
-                        m.snap_changed = changed
-                        return
-        except (nats.errors.Error, TimeoutError, OctosyncError) as exc:
+        except (nats.errors.Error, TimeoutError, OctosyncError, KeyValueError) as exc:
             log.info("cluster: snapshot of map %r not written: %s", m.name, exc)
         finally:
             m.snapping = False
             m.snap_at = time.monotonic()
 
-    async def _on_roots(self, msg: Msg) -> None:
+    def _compared(self, roots: Mapping[str, int]) -> Mapping[str, int]:
         """A peer's roots, compared only for maps loaded here."""
-        try:
-            roots = wire.decode(msg.data)
-        except OctosyncError:
-            return
-        if not isinstance(roots, wire.MapRoots):
-            return
-        mine = {n: r for n, r in roots.roots.items() if self.holdings.ready(n)}
-        for walk in self.repair.heard(roots.node, mine, self.rt.topgun.maps.store):
-            self.stats.walks += 1
-            self._spawn(self._walk(walk))
+        return {n: r for n, r in roots.items() if self.holdings.ready(n)}

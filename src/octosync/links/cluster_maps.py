@@ -263,9 +263,14 @@ class MapsLink(OpLogLink):
             return
         if not isinstance(roots, wire.MapRoots):
             return
-        for walk in self.repair.heard(roots.node, roots.roots, self.rt.topgun.maps.store):
+        mine = self._compared(roots.roots)
+        for walk in self.repair.heard(roots.node, mine, self.rt.topgun.maps.store):
             self.stats.walks += 1
             self._spawn(self._walk(walk))
+
+    def _compared(self, roots: Mapping[str, int]) -> Mapping[str, int]:
+        """A peer's roots this node compares with its own: every map (every node holds them)."""
+        return roots
 
     async def _walk(self, walk: Walk) -> None:
         assert self._nc is not None

@@ -74,9 +74,9 @@ def held_maps_link(
 ) -> MapsLink:
     """TopGun maps held by interest (``[cluster] map_hold = "interest"``): the link is the
     face's holder too, and names the maps held in this node's heartbeats."""
-    from octosync.links.cluster_held import HoldSettings
     from octosync.links.cluster_held_maps import HeldMapsLink
     from octosync.links.cluster_link import DEFAULT_CLUSTER
+    from octosync.links.held_subjects import HoldSettings
 
     held = HeldMapsLink(
         runtime.topgun_face,
@@ -225,7 +225,8 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         runtime.topgun.acks_replicated = config.map_acks == "replicated"
         # shared documents alike (after restore_planes: its position), or held by interest
         if held:
-            from octosync.links.cluster_held import HeldPlanesLink, HoldSettings
+            from octosync.links.cluster_held import HeldPlanesLink
+            from octosync.links.held_subjects import HoldSettings
 
             held_link = HeldPlanesLink(
                 runtime.plane,
