@@ -18,6 +18,7 @@ import aiohttp
 import msgspec
 import pytest
 
+from octosync.client.lazily import connect as lazily_connect
 from octosync.crdt.sync_messages import WireTimestamp
 from octosync.links import nats_server
 from octosync.links.cluster_cli import cluster_status
@@ -223,5 +224,30 @@ async def test_an_http_sync_request_waits_for_the_load_of_the_maps_it_names(
         assert got == {f"k{i}": i for i in range(11)}
         metrics = await scrape(a)
         assert metrics["octosync_cluster_maps_loads_total"] == 2
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow
+async def test_a_map_stream_starts_once_its_map_is_loaded(tmp_path: Path) -> None:
+    """A lazily client subscribing to ``map:<name>`` on a node that let the map go: the
+    stream's snapshot waits for the load (it holds every entry, not an empty copy's), and the
+    node holds the map while it streams it."""
+    port = free_port()
+    cluster = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "n", port))
+    try:
+        a = cluster.start("n1", cluster_keys=KEYS + "\nmap_idle = 1.0")
+        async with peer(a.topgun) as p:
+            written = [put(f"o{i}", f"k{i}", i, MILLIS + i, map_name="streamed") for i in range(8)]
+            await p.write(written, "APPLIED")
+        await until_metric(a, "octosync_cluster_maps_held", 0)
+        async with lazily_connect(a.lazily) as client:
+            stream = await client.subscribe("map:streamed")
+            async with asyncio.timeout(TIMEOUT):
+                async for state in stream:
+                    assert set(state.by_name) == {f"k{i}" for i in range(8)}
+                    break
+            await asyncio.sleep(2.5)  # past map_idle: streamed, so still held
+            assert await held(a) == 1
     finally:
         cluster.stop()

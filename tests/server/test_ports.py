@@ -296,6 +296,9 @@ class GateHolder:
     async def hold(self, conn: int, names: Sequence[str]) -> None:
         raise NotImplementedError  # HTTP sync: tests/e2e/test_cluster_held_maps.py
 
+    def follow(self, name: str, then: Callable[[], None]) -> bool:
+        raise NotImplementedError  # map: streams: tests/e2e/test_cluster_held_maps.py
+
     def loaded(self, name: str) -> None:
         for go in self.gate.loaded(name):
             self.resume[go.conn](go.message)

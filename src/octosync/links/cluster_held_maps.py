@@ -31,6 +31,7 @@ only what its own clients wrote (its acks say so).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import Counter
@@ -122,6 +123,9 @@ class HeldMapsLink(MapsLink):
         self._maps: dict[str, _Map] = {}
         self._resume: dict[int, Callable[[tg.Message | Wanted], None]] = {}
         self._failing: dict[int, Callable[[OctosyncError], None]] = {}
+        self._streams: dict[str, int] = {}
+        self._stream_ids = itertools.count(-1, -1)
+        """Members standing for ``map:`` streams: negative, so never a connection's id."""
         self._inflight: Counter[str] = Counter()
         self._kv: KeyValue | None = None
         self._consumers: DocConsumers | None = None
@@ -190,6 +194,14 @@ class HeldMapsLink(MapsLink):
             return
         self._failing[conn] = fail
         await done  # the load timeout ends it either way
+
+    def follow(self, name: str, then: Callable[[], None]) -> bool:
+        """A ``map:`` stream of the map starts: a member of it under an id of its own (never a
+        connection's), for as long as the node streams it."""
+        conn = self._streams.get(name)
+        if conn is None:
+            conn = self._streams[name] = next(self._stream_ids)
+        return self._take(conn, Wanted((name,)), lambda _message: then())
 
     def closed(self, conn: int) -> None:
         self.gate.closed(conn)

@@ -255,6 +255,11 @@ class MapHolder(Protocol):
         /topgun/sync``, a member of them until :meth:`closed`); raises when a load fails."""
         ...
 
+    def follow(self, name: str, then: Callable[[], None]) -> bool:
+        """A ``map:`` stream of ``name`` starts (a member of it from now on): True when the map
+        is held here, else ``then`` once it is loaded."""
+        ...
+
     def closed(self, conn: int) -> None: ...
 
 

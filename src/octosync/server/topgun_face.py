@@ -141,10 +141,18 @@ class TopGunFace:
                 self._deliver(target, data)
 
     def follow_map(self, stream: str) -> None:
-        """A lazily client asked for ``map:<name>``: the server starts producing it (once)."""
+        """A lazily client asked for ``map:<name>``: the server starts producing it (once; with
+        maps held by interest, once the map is loaded here)."""
         name = map_name_of(stream)
         if name is None:
             return
+        holder = self.map_holder
+        if holder is not None and not holder.follow(name, lambda: self._start_map(stream, name)):
+            return
+
+        self._start_map(stream, name)
+
+    def _start_map(self, stream: str, name: str) -> None:
         snapshot = self.topgun.follow_map(name)
         if snapshot is not None:
             self._hub.publish_from_server(stream, lazily_frame(snapshot))
