@@ -2685,15 +2685,17 @@ function shiftIndex(pos, edit) {
 }
 
 /**
- * Keep a `<textarea>` (or `<input>`) and a shared text in step: what the user types becomes
- * inserts and deletes, and others' edits land in the element with the caret and selection
- * kept on the characters they were on. Returns a function that unbinds it.
+ * Keep an element showing plain text and a shared text in step. `io` says how to read the
+ * element's text, write it, read its selection (code-point offsets, or null when the selection
+ * is elsewhere) and put a selection back (UTF-16 offsets). What the user types becomes one
+ * delete and one insert where the text differs; others' edits land with the selection moved
+ * along the characters it was on.
  */
-export function bindTextarea(text, el) {
+function bindPlainText(text, io) {
   let shown = text.value;
-  el.value = shown;
+  io.write(shown);
   const onInput = () => {
-    const now = el.value;
+    const now = io.read();
     if (now === shown) return;
     let a = 0;
     while (a < now.length && a < shown.length && now[a] === shown[a]) a += 1;
@@ -2708,26 +2710,45 @@ export function bindTextarea(text, el) {
   };
   const off = text.on("change", (edits) => {
     const target = text.value;
-    if (target === el.value) {
+    if (target === io.read()) {
       shown = target;
       return;
     }
-    const before = el.value;
-    let start = codePointIndex(before, el.selectionStart ?? 0);
-    let end = codePointIndex(before, el.selectionEnd ?? 0);
+    const sel = io.selection();
+    let [start, end] = sel ?? [0, 0];
     for (const e of edits) {
       start = shiftIndex(start, e);
       end = shiftIndex(end, e);
     }
-    el.value = target;
+    io.write(target);
     shown = target;
-    if (el.setSelectionRange) el.setSelectionRange(unitIndex(target, start), unitIndex(target, end));
+    if (sel) io.select(unitIndex(target, start), unitIndex(target, end));
   });
-  el.addEventListener("input", onInput);
+  io.el.addEventListener("input", onInput);
   return () => {
     off?.();
-    el.removeEventListener("input", onInput);
+    io.el.removeEventListener("input", onInput);
   };
+}
+
+/**
+ * Keep a `<textarea>` (or `<input>`) and a shared text in step: what the user types becomes
+ * inserts and deletes, and others' edits land in the element with the caret and selection
+ * kept on the characters they were on. Returns a function that unbinds it.
+ */
+export function bindTextarea(text, el) {
+  return bindPlainText(text, {
+    el,
+    read: () => el.value,
+    write: (value) => {
+      el.value = value;
+    },
+    selection: () => {
+      const now = el.value;
+      return [codePointIndex(now, el.selectionStart ?? 0), codePointIndex(now, el.selectionEnd ?? 0)];
+    },
+    select: (start, end) => el.setSelectionRange?.(start, end),
+  });
 }
 
 /**
@@ -2741,47 +2762,23 @@ export function bindContentEditable(text, el) {
     if (el.childNodes.length !== 1 || el.firstChild.nodeType !== 3) el.replaceChildren(document.createTextNode(el.textContent));
     return el.firstChild;
   };
-  let shown = text.value;
-  el.replaceChildren(document.createTextNode(shown));
-  const onInput = () => {
-    const now = el.textContent;
-    if (now === shown) return;
-    let a = 0;
-    while (a < now.length && a < shown.length && now[a] === shown[a]) a += 1;
-    let b = 0;
-    while (b < now.length - a && b < shown.length - a && now[now.length - 1 - b] === shown[shown.length - 1 - b]) b += 1;
-    const at = codePointIndex(shown, a);
-    const gone = cpLength(shown.slice(a, shown.length - b));
-    const typed = now.slice(a, now.length - b);
-    shown = now;
-    if (gone) text.delete(at, gone);
-    if (typed) text.insert(at, typed);
-  };
-  const off = text.on("change", (edits) => {
-    const target = text.value;
-    if (target === el.textContent) {
-      shown = target;
-      return;
-    }
-    const before = el.textContent;
-    const sel = globalThis.getSelection?.();
-    const inside = sel && sel.rangeCount > 0 && el.contains(sel.anchorNode);
-    let start = inside ? codePointIndex(before, Math.min(sel.anchorOffset, sel.focusOffset)) : 0;
-    let end = inside ? codePointIndex(before, Math.max(sel.anchorOffset, sel.focusOffset)) : 0;
-    for (const e of edits) {
-      start = shiftIndex(start, e);
-      end = shiftIndex(end, e);
-    }
-    const t = node();
-    t.data = target;
-    shown = target;
-    if (inside) sel.setBaseAndExtent(t, unitIndex(target, start), t, unitIndex(target, end));
+  return bindPlainText(text, {
+    el,
+    read: () => el.textContent,
+    write: (value) => {
+      node().data = value;
+    },
+    selection: () => {
+      const sel = globalThis.getSelection?.();
+      if (!sel || sel.rangeCount === 0 || !el.contains(sel.anchorNode)) return null;
+      const now = el.textContent;
+      return [codePointIndex(now, Math.min(sel.anchorOffset, sel.focusOffset)), codePointIndex(now, Math.max(sel.anchorOffset, sel.focusOffset))];
+    },
+    select: (start, end) => {
+      const t = node();
+      globalThis.getSelection().setBaseAndExtent(t, start, t, end);
+    },
   });
-  el.addEventListener("input", onInput);
-  return () => {
-    off?.();
-    el.removeEventListener("input", onInput);
-  };
 }
 
 // --- the client ---------------------------------------------------------------------------------
