@@ -2274,12 +2274,23 @@ export class TextCrdt {
     this.clock = 0;
     this.spans = []; // {peer, clock, text, len, dead}, in text order
     this.where = new Map(); // "peer:chunk" -> spans with clocks in that chunk
-    this.held = new Map(); // "peer:clock" of an origin -> runs waiting for it
+    this.held = new Map(); // origin peer -> (origin clock -> runs waiting for it)
     this.heldChars = 0;
     this.tombs = new Map(); // "peer:chunk" -> [clock, length] deletions of unseen characters
     this.length = 0;
     this.cache = "";
     this.cursor = { i: 0, start: 0 };
+    this.hint = 0; // where the last received span went: the next one's origin is usually near
+  }
+
+  // The index of `span`, looked for first around the last received span's place (a late
+  // joiner takes each writer's runs in clock order, each placed right after the one before).
+  #indexNear(span) {
+    const spans = this.spans;
+    const from = Math.max(0, this.hint - 4);
+    const to = Math.min(spans.length, this.hint + 5);
+    for (let i = from; i < to; i += 1) if (spans[i] === span) return i;
+    return spans.indexOf(span);
   }
 
   toString() {
@@ -2415,21 +2426,28 @@ export class TextCrdt {
     return out;
   }
 
-  /** Apply a received run (the part not yet known); returns index-based edits. */
-  integrate(run) {
-    const edits = [];
+  /** Apply a received run (the part not yet known); returns index-based edits (none with
+   * `quiet`: a caller that reports a batch's change as a whole skips finding each index). */
+  integrate(run, quiet = false) {
+    const edits = quiet ? null : [];
     const todo = [run];
     while (todo.length) {
       const placed = this.#integrateOne(todo.pop(), edits);
       if (!placed) continue;
       const [peer, first, last] = placed;
-      for (let c = first; c <= last; c += 1) {
-        const waiting = this.held.get(`${peer}:${c}`);
+      const byClock = this.held.get(peer);
+      if (!byClock) continue;
+      // the runs waiting on a placed character: walk the fewer of the run's clocks and the held
+      const clocks = byClock.size <= last - first ? [...byClock.keys()].filter((c) => first <= c && c <= last) : null;
+      for (let c = first, k = 0; clocks ? k < clocks.length : c <= last; c += 1, k += 1) {
+        const at = clocks ? clocks[k] : c;
+        const waiting = byClock.get(at);
         if (!waiting) continue;
-        this.held.delete(`${peer}:${c}`);
+        byClock.delete(at);
         for (const w of waiting) this.heldChars -= cpLength(w.text);
         todo.push(...waiting);
       }
+      if (!byClock.size) this.held.delete(peer);
     }
     return edits;
   }
@@ -2450,9 +2468,10 @@ export class TextCrdt {
     const start = origin[0] === 0 && origin[1] === 0;
     if (!start && !this.#find(origin[0], origin[1])) {
       if (this.heldChars + n > TEXT_MAX_CLOCK) throw fail(errors.LimitExceeded, `over ${TEXT_MAX_CLOCK} characters wait for origins that never came`, "held");
-      const key = `${origin[0]}:${origin[1]}`;
-      if (!this.held.has(key)) this.held.set(key, []);
-      this.held.get(key).push({ peer, clock, text, origin });
+      if (!this.held.has(origin[0])) this.held.set(origin[0], new Map());
+      const byClock = this.held.get(origin[0]);
+      if (!byClock.has(origin[1])) byClock.set(origin[1], []);
+      byClock.get(origin[1]).push({ peer, clock, text, origin });
       this.heldChars += n;
       return null;
     }
@@ -2461,7 +2480,7 @@ export class TextCrdt {
     let i = 0;
     if (!start) {
       const o = this.#find(origin[0], origin[1]);
-      const oi = this.spans.indexOf(o);
+      const oi = this.#indexNear(o);
       const off = origin[1] - o.clock;
       if (off < o.len - 1) this.#split(oi, off + 1);
       i = oi + 1;
@@ -2474,9 +2493,10 @@ export class TextCrdt {
     const span = { peer, clock, text, len: n, dead: false };
     this.spans.splice(i, 0, span);
     this.#register(span);
+    this.hint = i;
     this.length += n;
     this.cursor = { i: 0, start: 0 };
-    edits.push({ index: this.#indexOf(i), delete: 0, insert: text });
+    edits?.push({ index: this.#indexOf(i), delete: 0, insert: text });
     for (const [c, len] of [...(this.tombs.get(`${peer}:${Math.floor(clock / TEXT_CHUNK)}`) ?? [])]) {
       const lo = Math.max(c, clock);
       const hi = Math.min(c + len, end);
@@ -2485,9 +2505,9 @@ export class TextCrdt {
     return [peer, clock, end - 1];
   }
 
-  /** Apply received deletions of [peer, clock, length] id ranges. */
-  remove(ranges) {
-    const edits = [];
+  /** Apply received deletions of [peer, clock, length] id ranges (edits as `integrate`). */
+  remove(ranges, quiet = false) {
+    const edits = quiet ? null : [];
     for (const [peer, first, length] of ranges) {
       let clock = first;
       const end = first + length;
@@ -2513,17 +2533,17 @@ export class TextCrdt {
       if (lo >= hi) continue;
       known += hi - lo;
       if (s.dead) continue;
+      let i = this.#indexNear(s);
       if (lo > s.clock) {
-        this.#split(this.spans.indexOf(s), lo - s.clock);
-        s = this.#find(peer, lo);
+        this.#split(i, lo - s.clock);
+        s = this.spans[(i += 1)];
       }
-      if (s.clock + s.len > hi) this.#split(this.spans.indexOf(s), hi - s.clock);
-      const i = this.spans.indexOf(s);
+      if (s.clock + s.len > hi) this.#split(i, hi - s.clock);
       s.dead = true;
       this.length -= s.len;
       this.cache = null;
       this.cursor = { i: 0, start: 0 };
-      edits.push({ index: this.#indexOf(i), delete: s.len, insert: "" });
+      edits?.push({ index: this.#indexOf(i), delete: s.len, insert: "" });
     }
     return known;
   }
@@ -2549,6 +2569,23 @@ function rangesGrow(old, now) {
   return old.every(([peer, clock, n]) => (merged.get(peer) ?? []).some(([a, b]) => a <= clock && clock + n <= b));
 }
 
+/** The change from `before` to `now` as one index-based edit (null: none), its ends kept off
+ * the middle of a surrogate pair. */
+function wholeEdit(before, now) {
+  if (before === now) return null;
+  const n = Math.min(before.length, now.length);
+  let a = 0;
+  while (a < n && before.charCodeAt(a) === now.charCodeAt(a)) a += 1;
+  if (a > 0 && a < before.length && /[\uDC00-\uDFFF]/.test(before[a])) a -= 1;
+  let b = 0;
+  while (b < n - a && before.charCodeAt(before.length - 1 - b) === now.charCodeAt(now.length - 1 - b)) b += 1;
+  if (b > 0 && /[\uDC00-\uDFFF]/.test(before[before.length - b])) b -= 1;
+  return { index: codePointIndex(before, a), delete: cpLength(before.slice(a, before.length - b)), insert: now.slice(a, now.length - b) };
+}
+
+const TEXT_BATCH_ROWS = 32;
+/** Received runs between two reports past which their change is reported as one edit. */
+
 /** A text's replica and the chunk entries its edits write (`tx/PEER/CHUNK`, `td/PEER/N`). */
 export class TextEntries {
   constructor(peer) {
@@ -2559,10 +2596,23 @@ export class TextEntries {
     this.tdChunk = 0;
     this.edits = [];
     this.listening = false; // edits are kept only for a text someone opened
+    this.rows = 0; // received runs and ranges since the last report
+    this.before = null; // the text when a large batch began: its change is reported as one edit
+    this.batchRows = TEXT_BATCH_ROWS;
   }
 
   #changed(edits) {
-    if (this.listening) this.edits.push(...edits);
+    if (this.listening && this.before === null && edits) this.edits.push(...edits);
+  }
+
+  // Whether received rows need no edit of their own: nobody listens, or a large batch (a late
+  // joiner's thousands of runs) is reported as one edit from the text before it.
+  #quiet(rows) {
+    if (!this.listening || this.before !== null) return true;
+    this.rows += rows;
+    if (this.rows <= this.batchRows) return false;
+    this.before = this.crdt.toString();
+    return true;
   }
 
   insert(index, text) {
@@ -2613,19 +2663,27 @@ export class TextEntries {
     if (tag === "tx") {
       if (!value.every((r) => Array.isArray(r) && r.length === 4 && typeof r[1] === "string")) return;
       if (peer === this.peer && runsGrow(this.mine.get(chunk) ?? [], value)) this.mine.set(chunk, value.map((r) => [...r]));
-      for (const [clock, text, op, oc] of value) this.#changed(this.crdt.integrate({ peer, clock, text, origin: [op, oc] }));
+      const quiet = this.#quiet(value.length);
+      for (const [clock, text, op, oc] of value) this.#changed(this.crdt.integrate({ peer, clock, text, origin: [op, oc] }, quiet));
     } else {
       if (!value.every((r) => Array.isArray(r) && r.length === 3)) return;
       if (peer === this.peer && rangesGrow(this.td.get(chunk) ?? [], value)) {
         this.td.set(chunk, value.map((r) => [...r]));
         this.tdChunk = Math.max(this.tdChunk, chunk);
       }
-      this.#changed(this.crdt.remove(value));
+      this.#changed(this.crdt.remove(value, this.#quiet(value.length)));
     }
   }
 
   takeEdits() {
-    return this.edits.splice(0);
+    const out = this.edits.splice(0);
+    this.rows = 0;
+    if (this.before !== null) {
+      const edit = wholeEdit(this.before, this.crdt.toString());
+      this.before = null;
+      if (edit) out.push(edit);
+    }
+    return out;
   }
 }
 
