@@ -251,3 +251,26 @@ async def test_a_map_stream_starts_once_its_map_is_loaded(tmp_path: Path) -> Non
             assert await held(a) == 1
     finally:
         cluster.stop()
+
+
+@pytest.mark.slow
+async def test_held_maps_are_followed_again_after_nats_restarts(
+    monitored: tuple[Cluster, int],
+) -> None:
+    """NATS SIGKILLed and started again while a node holds a map: another node's writes still
+    reach the holder's live query (its consumer is there again, or made again)."""
+    cluster, _ = monitored
+    a, b = cluster.nodes["n1"], cluster.nodes["n2"]
+    async with peer(a.topgun) as reader, peer(b.topgun) as writer:
+        assert await subscribe(reader, "live") == {}
+        for value in (1, 2):
+            op = put(f"w{value}", "k", value, MILLIS + value, map_name="live")
+            ack = await writer.write([op], "APPLIED")
+            assert ack.payload.achieved_level == "APPLIED"
+            update = await reader.first(
+                tg.QueryUpdate,
+                lambda m, v=value: msgspec.msgpack.decode(m.payload.value) == v,
+            )
+            assert update.payload.key == "k"
+            if value == 1:
+                await asyncio.to_thread(cluster.restart_nats)
