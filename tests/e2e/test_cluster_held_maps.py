@@ -274,3 +274,39 @@ async def test_held_maps_are_followed_again_after_nats_restarts(
             assert update.payload.key == "k"
             if value == 1:
                 await asyncio.to_thread(cluster.restart_nats)
+
+
+@pytest.mark.slow
+async def test_anti_entropy_repairs_a_map_between_its_holders_only(
+    monitored: tuple[Cluster, int],
+) -> None:
+    """A's writes to a map, then its subject purged: B loads the map empty, and anti-entropy
+    (between the two holders, over that map) brings A's entries to B's live query; C, which
+    never held the map, walks nothing."""
+    cluster, _ = monitored
+    a, b = cluster.nodes["n1"], cluster.nodes["n2"]
+    c = cluster.start("n3", cluster_keys=KEYS)
+    async with peer(a.topgun) as on_a:
+        await on_a.write(
+            [put(f"o{i}", f"k{i}", i, MILLIS + i, map_name="ae") for i in range(5)], "APPLIED"
+        )
+        nc = await nats_server.connect(cluster.url)
+        try:
+            await nc.jetstream().purge_stream(STREAM, subject=MapSubjects("octosync").map("ae"))
+        finally:
+            await nc.close()
+        async with peer(b.topgun) as on_b:
+            got = await subscribe(on_b, "ae")
+            assert got == {}  # what JetStream still had: nothing
+            want = {f"k{i}": i for i in range(5)}
+            for _ in range(int(TIMEOUT / 0.1)):  # repaired from A
+                for m in on_b.inbox:
+                    if isinstance(m, tg.QueryUpdate) and m.payload.query_id == "ae":
+                        got[m.payload.key] = msgspec.msgpack.decode(m.payload.value)
+                if got == want:
+                    break
+                await asyncio.sleep(0.1)
+            assert got == want
+            metrics = await scrape(b)
+            assert metrics["octosync_cluster_maps_repaired_total"] >= 5
+    assert (await scrape(c))["octosync_cluster_maps_walks_total"] == 0
