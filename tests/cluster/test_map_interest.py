@@ -52,6 +52,10 @@ def test_maps_named_reads_every_kind_of_message_off_the_wire() -> None:
         _frame({"type": "SEARCH", "payload": {"requestId": "r", "mapName": "docs", "query": "x"}})
     )
     assert maps_named(search) == ("docs",)
+    sql = {"sql": 'SELECT * FROM "board/1" JOIN b ON "board/1".key = b.key', "queryId": "s"}
+    assert maps_named(tg.decode(_frame({"type": "SQL_QUERY", "payload": sql}))) == ("b", "board/1")
+    bad = {"sql": "SELEC nonsense", "queryId": "s"}  # refused when handled, nothing to load
+    assert maps_named(tg.decode(_frame({"type": "SQL_QUERY", "payload": bad}))) == ()
     assert maps_named(tg.decode(_frame({"type": "PING", "timestamp": 1}))) == ()
 
 

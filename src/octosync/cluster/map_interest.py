@@ -32,7 +32,9 @@ from typing import Generic, TypeVar
 from octosync.cluster.holding import Holdings, Load, Release
 from octosync.errors import DocumentUnavailable, LimitExceeded, OctosyncError
 from octosync.topgun.durable import is_reserved
+from octosync.topgun.sql import maps_read
 from octosync.wire import topgun as tg
+from octosync.wire import topgun_requests as rq
 
 M = TypeVar("M")
 
@@ -45,10 +47,13 @@ MAX_MAPS = 1024
 def maps_named(message: tg.Message) -> tuple[str, ...]:
     """The maps a TopGun message reads or writes, sorted, reserved maps left out (a client may
     not name them; the core refuses it). Messages of every kind carry the name as ``map_name``
-    on themselves or on their payload; a batch of ops names each op's map."""
+    on themselves or on their payload; a batch of ops names each op's map, a SQL query the
+    tables it reads."""
     names: set[str] = set()
     if isinstance(message, tg.OpBatch):
         names.update(op.map_name for op in message.payload.ops)
+    elif isinstance(message, rq.SqlQuery):
+        names.update(maps_read(message.payload.sql))
     else:
         for part in (message, getattr(message, "payload", None)):
             name = getattr(part, "map_name", None)

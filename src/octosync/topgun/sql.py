@@ -42,6 +42,20 @@ def _refusal(query_id: str, err: OctosyncError) -> tg.Message:
     return rq.SqlQueryResp(payload)
 
 
+def maps_read(sql: str) -> tuple[str, ...]:
+    """The maps a query reads, sorted; none for one :func:`prepare` refuses anyway (too long,
+    not SQL, no ``sql`` extra). In a cluster holding maps by interest the query waits for
+    their loads."""
+    if len(sql) > MAX_SQL_CHARS or not extras.installed("sql"):
+        return ()
+    import duckdb
+
+    try:
+        return tuple(sorted(duckdb.get_table_names(sql)))
+    except duckdb.Error:
+        return ()
+
+
 def prepare(
     p: rq.SqlQueryPayload,
     conn: int,
