@@ -310,3 +310,34 @@ async def test_anti_entropy_repairs_a_map_between_its_holders_only(
             metrics = await scrape(b)
             assert metrics["octosync_cluster_maps_repaired_total"] >= 5
     assert (await scrape(c))["octosync_cluster_maps_walks_total"] == 0
+
+
+@pytest.mark.slow
+async def test_maps_journaled_while_every_node_held_them_are_loaded_by_interest(
+    tmp_path: Path,
+) -> None:
+    """A node that held every map (``map_hold = "all"``, its journal the record) starts again
+    holding by interest after the stream lost the map's history (its age limit, here a purge):
+    it publishes its journal's maps once, and another node loads them from JetStream."""
+    port = free_port()
+    cluster = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "n", port))
+    try:
+        a = cluster.start("n1", cluster_keys='map_hold = "all"')
+        async with peer(a.topgun) as p:
+            await p.write(
+                [put(f"o{i}", f"k{i}", i, MILLIS + i, map_name="old") for i in range(6)], "APPLIED"
+            )
+        a.kill()
+        nc = await nats_server.connect(cluster.url)
+        try:
+            await nc.jetstream().purge_stream(STREAM)
+        finally:
+            await nc.close()
+        a = cluster.start("n1", cluster_keys=KEYS)  # the same data folder
+        b = cluster.start("n2", cluster_keys=KEYS)
+        async with peer(b.topgun) as on_b:
+            assert await subscribe(on_b, "old") == {f"k{i}": i for i in range(6)}
+        assert (a.data / "maps-in-jetstream").exists()
+        assert await held(a) == 0  # what its journal brought back is not held
+    finally:
+        cluster.stop()

@@ -31,7 +31,7 @@ Decisions:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -84,6 +84,26 @@ def pack(
         bodies.append(rec.body)
         open_[rec.scope] = (bodies, size + len(rec.body))
     out.extend((name, bodies) for name, (bodies, _) in open_.items() if bodies)
+    return out
+
+
+def cut(
+    records: Sequence[OpRecord], max_bytes: int = DEFAULT_MAX_BATCH_BYTES
+) -> list[list[OpRecord]]:
+    """Records of one map as batches of at most about ``max_bytes`` each, in order (a larger
+    record goes alone): a map's records published at once (a node's journal, seeded)."""
+    out: list[list[OpRecord]] = []
+    batch: list[OpRecord] = []
+    size = 0
+    for rec in records:
+        cost = len(rec.value) + len(rec.key) + RECORD_OVERHEAD
+        if batch and size + cost > max_bytes:
+            out.append(batch)
+            batch, size = [], 0
+        batch.append(rec)
+        size += cost
+    if batch:
+        out.append(batch)
     return out
 
 

@@ -23,6 +23,9 @@ sequence). So a node follows only the subjects of the maps its clients use:
 - **release**: ``map_idle`` seconds after its last member closed, and once nothing here follows
   it (a ``map:`` stream, a search index), the consumer stops and the map leaves memory.
 - **anti-entropy** only between holders, over the maps loaded here.
+- **seed**: a node whose journal has maps from when every node held every map publishes them
+  to their subjects once (so they load past the stream's age limit), and the maps its journal
+  brought back leave memory at start: none is held before a client names it.
 
 Other nodes' records are not journaled here: JetStream is their record, and a node journals
 only what its own clients wrote (its acks say so).
@@ -47,7 +50,7 @@ from nats.js.kv import KeyValue
 
 from octosync.cluster.holding import HeldStats, Release
 from octosync.cluster.map_interest import MapGate, Refuse, maps_named
-from octosync.cluster.maps import Intake
+from octosync.cluster.maps import Intake, cut
 from octosync.crdt.op import OpRecord
 from octosync.errors import OctosyncError
 from octosync.links.cluster_link import stream_of, token
@@ -66,7 +69,7 @@ from octosync.links.held_subjects import (
     stop_following,
     write_snapshot,
 )
-from octosync.links.jetstream_log import LogSettings
+from octosync.links.jetstream_log import LogSettings, publish_stored
 from octosync.topgun import Effects
 from octosync.topgun.durable import is_reserved
 from octosync.wire import cluster_maps as wire
@@ -123,6 +126,7 @@ class HeldMapsLink(MapsLink):
         self._maps: dict[str, _Map] = {}
         self._resume: dict[int, Callable[[tg.Message | Wanted], None]] = {}
         self._failing: dict[int, Callable[[OctosyncError], None]] = {}
+        self._seed: tuple[Mapping[str, Sequence[OpRecord]], Callable[[], None]] | None = None
         self._streams: dict[str, int] = {}
         self._stream_ids = itertools.count(-1, -1)
         """Members standing for ``map:`` streams: negative, so never a connection's id."""
@@ -146,10 +150,47 @@ class HeldMapsLink(MapsLink):
         self._kv, self._consumers = await open_held(
             nc, js, self.log_stream, self.log_subject, self.bucket, self.settings, self._on_map
         )
+        await self._publish_seed()
+        self._drop_unheld()
         await nc.subscribe(self.subjects.roots, cb=self._on_roots)
         await nc.subscribe(self.subjects.sync(self.node), cb=self._on_sync)
         self._reconnects = Reconnects(nc)
         self._spawn(self._ticker())
+
+    def seed(self, maps: Mapping[str, Sequence[OpRecord]], done: Callable[[], None]) -> None:
+        """Maps this node's journal holds from before they were held by interest (every node
+        held every map): ``start`` publishes each to its subject once, so any node loads them
+        even past the stream's age limit, then calls ``done``. Merges are idempotent, so every
+        node publishing what it had gives their union."""
+        self._seed = (maps, done)
+
+    async def _publish_seed(self) -> None:
+        if self._seed is None or self._js is None:
+            return
+        maps, done = self._seed
+        self._seed = None
+        stored = True
+        for name, records in sorted(maps.items()):
+            for batch in cut(records):
+                stored &= await publish_stored(
+                    self._js,
+                    self.subjects.map(name),
+                    wire.encode(wire.OpBatch(self.boot, batch)),
+                    f"{self.boot}-seed-{next(self._ids)}",
+                    self.settings.replicate_timeout,
+                    self._retried,
+                )
+        if stored:
+            log.info("cluster: %d maps of the journal published", len(maps))
+            done()
+
+    def _drop_unheld(self) -> None:
+        """The maps the journal brought back leave memory: none is held before a client names
+        it (then it is loaded from JetStream, which has them)."""
+        topgun = self.rt.topgun
+        for name in topgun.maps.store.maps():
+            if not is_reserved(name) and not self.holdings.phase(name):
+                topgun.drop_map(name)
 
     async def stop(self, grace: float = 2.0) -> None:
         await super().stop(grace)

@@ -41,6 +41,7 @@ from octosync.store.recovery import restore_planes
 from octosync.store.retention import JournalKeeper
 from octosync.store.storage_rules import DirectPath
 from octosync.store.yjs_compaction import restore_yjs
+from octosync.topgun.durable import is_reserved
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
     from octosync.links.cluster_held import HeldPlanesLink
@@ -67,6 +68,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 SEEDED = "documents-in-jetstream"
+MAPS_SEEDED = "maps-in-jetstream"
 """A file in the data folder: this node's journaled documents are in JetStream."""
 
 
@@ -92,6 +94,11 @@ def held_maps_link(
     )
     runtime.topgun_face.map_holder = held
     link.maps = held.held
+    marker = config.data_dir / MAPS_SEEDED
+    if config.journal and not marker.exists():  # maps journaled while every node held them
+        store = runtime.topgun.maps.store
+        journaled = {n: store.records_of(n) for n in store.maps() if not is_reserved(n)}
+        held.seed(journaled, marker.touch)
     return held
 
 
