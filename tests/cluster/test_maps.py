@@ -24,16 +24,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from octosync.cluster.maps import (
+    RECORD_OVERHEAD,
     Intake,
     Repair,
     RepairTiming,
     answer,
+    cut,
     pack,
     pull,
 )
 from octosync.crdt.fold import MapStore, fold
 from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.sync_messages import WireTimestamp
+from octosync.crdt.testing import op_histories
 from octosync.crdt.timestamp import Timestamp
 from octosync.server.topgun_wire import encode
 from octosync.store.records import KIND_OP, EncodedRecord, decode_record, encode_record
@@ -412,3 +415,17 @@ def test_kinds_stay_op_records() -> None:
     ts = Timestamp(1, 0, "x")
     rec = encode_record(OpRecord("users", "k", OpKind.PUT, b"\x01", ts, "x", str(ts)))
     assert rec.kind == KIND_OP
+
+
+@given(op_histories(), st.integers(64, 4096))
+def test_cut_keeps_every_record_in_order_within_the_bound(
+    records: list[OpRecord], max_bytes: int
+) -> None:
+    """A map's records published at once (a journal seeded): every record once, in order,
+    each batch within the bound unless one record alone is larger."""
+    batches = cut(records, max_bytes)
+    assert [r for b in batches for r in b] == records
+    assert all(batches)
+    for b in batches:
+        size = sum(len(r.value) + len(r.key) + RECORD_OVERHEAD for r in b)
+        assert size <= max_bytes or len(b) == 1
