@@ -154,7 +154,9 @@ async def run_layout(
             procs.append(nats_server.start(data / "nats", nats_port))
             url = f"nats://127.0.0.1:{nats_port}"
         config = data / "bench.toml"
-        config.write_text("[server]\nmax_connections_per_address = 65536\n")
+        config.write_text(  # every node applies every op: what this comparison measures
+            '[server]\nmax_connections_per_address = 65536\n\n[cluster]\nmap_hold = "all"\n'
+        )
         ports = []
         for i in range(nodes):
             port = _free_port()

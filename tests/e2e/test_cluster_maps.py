@@ -44,6 +44,9 @@ map_replicate_timeout = 20.0
 hs256_secret = "cluster-maps-secret-of-32-bytes-or-more"
 """
 SECRET = "cluster-maps-secret-of-32-bytes-or-more"
+ALL = 'map_hold = "all"'
+"""These tests are of every node holding every map (held by interest:
+``test_cluster_held_maps.py``)."""
 
 
 @dataclass
@@ -105,8 +108,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     port = free_port()
     c = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "nats", port))
     try:
-        c.start("n1")
-        c.start("n2")
+        c.start("n1", cluster_keys=ALL)
+        c.start("n2", cluster_keys=ALL)
         yield c
     finally:
         c.stop()
@@ -286,7 +289,9 @@ async def test_a_replicated_ack_survives_sigkill_of_the_writing_node(cluster: Cl
     assert all(r.success for r in ack.payload.results)
     want = {f"k{i}": {"v": i, "by": "alice"} for i in range(1, 51)}
     await read_until(n2.topgun, want)
-    n3 = cluster.start("n3")  # a node that never saw the writer: from JetStream alone
+    n3 = cluster.start(
+        "n3", cluster_keys=ALL
+    )  # a node that never saw the writer: from JetStream alone
     await read_until(n3.topgun, want, timeout=5)
 
 
@@ -342,7 +347,9 @@ async def test_a_node_restarted_after_missing_writes_catches_up(cluster: Cluster
         for start in range(21, 221, 50):
             ack = await writer.write(ops(start, 50, node="alice"), "REPLICATED")
             assert ack.payload.achieved_level == "REPLICATED"
-    n2 = cluster.start("n2")  # its journal holds 1..20 and the position after them
+    n2 = cluster.start(
+        "n2", cluster_keys=ALL
+    )  # its journal holds 1..20 and the position after them
     want = {f"k{i}": {"v": i, "by": "alice"} for i in range(1, 221)}
     # Caught up before its port opened: the first read has everything.
     await read_until(n2.topgun, want, timeout=1)
@@ -369,7 +376,7 @@ async def test_anti_entropy_repairs_what_the_op_stream_lost(cluster: Cluster) ->
         await nc.jetstream().purge_stream("octosync_octosync_maps")
     finally:
         await nc.close()
-    n2 = cluster.start("n2")
+    n2 = cluster.start("n2", cluster_keys=ALL)
     want = {f"k{i}": {"v": i, "by": "alice"} for i in range(1, 31)}
     await read_until(n2.topgun, want, timeout=20)  # a sync round each second (CONFIG)
     metrics = await scrape(n2)
@@ -502,7 +509,8 @@ async def test_the_partition_map_lists_the_nodes_alive_and_drops_a_killed_one(
     cluster = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats)
     token = issue_token(SECRET, "c", {}, maps={"*": ["read", "write"]})
     try:
-        n1, n2 = cluster.start("n1", tokens=True), cluster.start("n2", tokens=True)
+        n1 = cluster.start("n1", tokens=True, cluster_keys=ALL)
+        n2 = cluster.start("n2", tokens=True, cluster_keys=ALL)
         await wait_for_nodes(n1.topgun, ["n1", "n2"], token)
         async with peer(n2.topgun, token) as p:
             await p.send(sv.PartitionMapRequest(sv.PartitionMapRequestPayload(0)))

@@ -635,10 +635,10 @@ class ServerConfig:
         range=Range(0.1, _DAY),
     )
     map_hold: Literal["interest", "all"] = setting(
-        "all",
+        "interest",
         "cluster",
         "`interest`: a node holds the TopGun maps its clients name, loaded from JetStream and "
-        "let go when idle; `all`: every node holds every map.",
+        "let go when idle; `all`: every node holds, journals and replays every map.",
         types=(str,),
         choices=("interest", "all"),
     )
