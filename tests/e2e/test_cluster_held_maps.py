@@ -24,12 +24,13 @@ from octosync.links import nats_server
 from octosync.links.cluster_cli import cluster_status
 from octosync.links.cluster_link import token
 from octosync.links.cluster_maps import MapSubjects
+from octosync.server.auth import issue_token
 from octosync.wire import cluster_maps as wire
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_http as th
 from tests.e2e.helpers import free_port
 from tests.e2e.test_cluster_held import connection_of, until_metric
-from tests.e2e.test_cluster_maps import Cluster, Node, Peer, peer, scrape
+from tests.e2e.test_cluster_maps import SECRET, Cluster, Node, Peer, peer, scrape
 from tests.topgun.helpers import batch, put
 
 TIMEOUT = 60.0
@@ -339,5 +340,31 @@ async def test_maps_journaled_while_every_node_held_them_are_loaded_by_interest(
             assert await subscribe(on_b, "old") == {f"k{i}": i for i in range(6)}
         assert (a.data / "maps-in-jetstream").exists()
         assert await held(a) == 0  # what its journal brought back is not held
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow
+async def test_a_map_the_token_may_not_use_is_never_loaded(tmp_path: Path) -> None:
+    """A connection naming a map its token grants nothing of is refused as without a cluster,
+    and the node loads nothing for it: no client makes a node hold maps it may not use."""
+    port = free_port()
+    cluster = Cluster(f"nats://127.0.0.1:{port}", tmp_path, nats_server.start(tmp_path / "n", port))
+    token = issue_token(SECRET, "c", {}, maps={"mine": ["read", "write"]})
+    try:
+        a = cluster.start("n1", tokens=True, cluster_keys=KEYS)
+        async with peer(a.topgun, token) as p:
+            await p.send(
+                batch(put("t1", "k", 1, MILLIS, map_name="theirs"), write_concern="APPLIED")
+            )
+            refused = await p.first(tg.OpRejected)
+            assert refused.payload.op_id == "t1"
+            ack = await p.write([put("m1", "k", 1, MILLIS, map_name="mine")], "APPLIED")
+            assert ack.payload.achieved_level == "APPLIED"
+            metrics = await scrape(a)
+            assert metrics["octosync_cluster_maps_loads_total"] == 1
+            status = await cluster_status(cluster.url, listen=2.5)
+            (row,) = status["nodes"]
+            assert row["maps"] == ["mine"]
     finally:
         cluster.stop()

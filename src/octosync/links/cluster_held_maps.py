@@ -82,14 +82,11 @@ Resume = Callable[[tg.Message], None]
 
 @dataclass(frozen=True, slots=True)
 class Wanted:
-    """A request that names maps without a TopGun message of its own (HTTP sync): it waits in
-    the gate as one."""
+    """What waits in the gate: the maps a message (or an HTTP sync request, a ``map:`` stream)
+    uses that its connection may read or write, and the message to handle then."""
 
     names: tuple[str, ...]
-
-
-def _names(message: tg.Message | Wanted) -> tuple[str, ...]:
-    return message.names if isinstance(message, Wanted) else maps_named(message)
+    message: tg.Message | None = None
 
 
 class _Map(Held):
@@ -121,10 +118,10 @@ class HeldMapsLink(MapsLink):
         self.holding = hold or HoldSettings()
         self.bucket = f"octosync_{cluster}_map_snapshots"
         self.holdings = holdings_for(self.holding)
-        self.gate: MapGate[tg.Message | Wanted] = MapGate(self.holdings, _names)
+        self.gate: MapGate[Wanted] = MapGate(self.holdings, lambda wanted: wanted.names)
         self.held_stats = HeldStats()
         self._maps: dict[str, _Map] = {}
-        self._resume: dict[int, Callable[[tg.Message | Wanted], None]] = {}
+        self._resume: dict[int, Callable[[Wanted], None]] = {}
         self._failing: dict[int, Callable[[OctosyncError], None]] = {}
         self._seed: tuple[Mapping[str, Sequence[OpRecord]], Callable[[], None]] | None = None
         self._streams: dict[str, int] = {}
@@ -199,19 +196,21 @@ class HeldMapsLink(MapsLink):
     # --- the sessions' holder (``server.ports.MapHolder``) -------------------------------------
 
     def take(self, conn: int, message: tg.Message, resume: Resume) -> bool:
-        def go(message: tg.Message | Wanted) -> None:
-            if not isinstance(message, Wanted):
-                resume(message)
+        """A session's message: it waits for the maps it names that its connection may use (a
+        name the core refuses loads nothing)."""
 
-        return self._take(conn, message, go)
+        def go(wanted: Wanted) -> None:
+            if wanted.message is not None:
+                resume(wanted.message)
 
-    def _take(
-        self,
-        conn: int,
-        message: tg.Message | Wanted,
-        resume: Callable[[tg.Message | Wanted], None],
-    ) -> bool:
-        taken = self.gate.take(conn, message)
+        return self._take(conn, Wanted(self._usable(conn, maps_named(message)), message), go)
+
+    def _usable(self, conn: int, names: Sequence[str]) -> tuple[str, ...]:
+        topgun = self.rt.topgun
+        return tuple(sorted({n for n in names if topgun.may_use(conn, n)}))
+
+    def _take(self, conn: int, wanted: Wanted, resume: Callable[[Wanted], None]) -> bool:
+        taken = self.gate.take(conn, wanted)
         for load in taken.loads:
             m = self._maps[load.name] = _Map(load.name)
             m.load = asyncio.get_running_loop().create_task(self._load(m))
@@ -220,10 +219,10 @@ class HeldMapsLink(MapsLink):
         return taken.now
 
     async def hold(self, conn: int, names: Sequence[str]) -> None:
-        wanted = Wanted(tuple(sorted({n for n in names if not is_reserved(n)})))
+        wanted = Wanted(self._usable(conn, names))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def go(_message: tg.Message | Wanted) -> None:
+        def go(_wanted: Wanted) -> None:
             if not done.done():
                 done.set_result(None)
 
@@ -242,7 +241,8 @@ class HeldMapsLink(MapsLink):
         conn = self._streams.get(name)
         if conn is None:
             conn = self._streams[name] = next(self._stream_ids)
-        return self._take(conn, Wanted((name,)), lambda _message: then())
+        names = () if is_reserved(name) else (name,)  # the stream refuses a reserved one
+        return self._take(conn, Wanted(names), lambda _wanted: then())
 
     def closed(self, conn: int) -> None:
         self.gate.closed(conn)

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from octosync.crdt.hlc import HLC
-from octosync.crdt.op import OpKind, OpRecord
+from octosync.crdt.op import MAX_MAP_NAME, OpKind, OpRecord
 from octosync.crdt.sync_messages import NIL, WireTimestamp
 from octosync.errors import CrdtValueError, Forbidden, OctosyncError
 from octosync.ipc.messages import Snapshot
@@ -515,6 +515,14 @@ class TopGunCore:
             return False
         self.maps.drop(name)
         return True
+
+    def may_use(self, conn: int, name: str) -> bool:
+        """``conn`` may read or write map ``name`` (a name the core would not refuse out of
+        hand): only such a name makes a node holding maps by interest load it."""
+        c = self._conns.get(conn)
+        if c is None or not 0 < len(name) <= MAX_MAP_NAME or durable.is_reserved(name):
+            return False
+        return c.grants.may_map(name, "read") or c.grants.may_map(name, "write")
 
     def watched(self, name: str) -> bool:
         """Someone here follows map ``name`` (see :meth:`drop_map`)."""
