@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
@@ -50,9 +49,6 @@ from octosync.topgun.durable import is_reserved
 from octosync.wire import cluster_maps as wire
 
 log = logging.getLogger("octosync.cluster.maps")
-
-REQUEST_TIMEOUT = 2.0
-"""Seconds a repair request waits for the peer's answer."""
 
 
 class MapSubjects:
@@ -273,29 +269,30 @@ class MapsLink(OpLogLink):
         return roots
 
     async def _walk(self, walk: Walk) -> None:
-        assert self._nc is not None
+        """Down the peer's Merkle tree where it differs, then its differing leaves' records."""
         store = self.rt.topgun.maps.store
-        try:
-            request: wire.BucketsRequest | wire.LeavesRequest | None = walk.start()
-            while request is not None:
-                reply = await self._nc.request(
-                    self.subjects.sync(walk.peer), wire.encode(request), timeout=REQUEST_TIMEOUT
-                )
-                answer_ = wire.decode(reply.data)
-                if isinstance(answer_, wire.LeavesReply):
-                    self.repair.know([walk.map])
-                    if answer_.records:
-                        fx = self.rt.topgun.apply_remote(answer_.records)
-                        self.stats.repaired += sum(not is_reserved(r.scope) for r in fx.records)
-                        self._perform(fx, set())
-                    return
-                if not isinstance(answer_, wire.BucketsReply):
-                    return
-                request = walk.on_buckets(answer_, store.merkle(walk.map))
-        except (OctosyncError, nats.errors.Error, TimeoutError) as exc:
-            log.info("cluster: repair of %r from %s stopped: %s", walk.map, walk.peer, exc)
-        finally:
-            self.repair.finished(walk)
+
+        def step(data: bytes) -> bytes | None:
+            answer_ = wire.decode(data)
+            if isinstance(answer_, wire.LeavesReply):
+                self.repair.know([walk.map])
+                if answer_.records:
+                    fx = self.rt.topgun.apply_remote(answer_.records)
+                    self.stats.repaired += sum(not is_reserved(r.scope) for r in fx.records)
+                    self._perform(fx, set())
+                return None
+            if not isinstance(answer_, wire.BucketsReply):
+                return None
+            request = walk.on_buckets(answer_, store.merkle(walk.map))
+            return None if request is None else wire.encode(request)
+
+        await self._pull(
+            self.subjects.sync(walk.peer),
+            lambda: wire.encode(walk.start()),
+            step,
+            f"{walk.map!r} from {walk.peer}",
+            lambda: self.repair.finished(walk),
+        )
 
     async def _on_sync(self, msg: Msg) -> None:
         try:

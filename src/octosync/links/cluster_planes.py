@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
@@ -40,7 +39,6 @@ from octosync.crdt.plane import PlaneReplica
 from octosync.errors import OctosyncError
 from octosync.hub.types import ConnId
 from octosync.ipc.messages import CrdtOp
-from octosync.links.cluster_maps import REQUEST_TIMEOUT
 from octosync.links.jetstream_log import LogSettings, OpLogLink, Waiter
 from octosync.wire import cluster_planes as wire
 
@@ -189,24 +187,25 @@ class PlanesLink(OpLogLink):
             self._spawn(self._walk(walk))
 
     async def _walk(self, walk: Walk) -> None:
-        assert self._nc is not None
-        try:
-            replica = self.host.replicas().get(walk.stream) or PlaneReplica()
-            request: wire.RepairRequest | None = walk.start(self.repair.sums(walk.stream, replica))
-            while request is not None:
-                reply = await self._nc.request(
-                    self._sync + walk.peer, wire.encode(request), timeout=REQUEST_TIMEOUT
-                )
-                answer_ = wire.decode(reply.data)
-                if not isinstance(answer_, wire.RepairReply) or answer_.stream != walk.stream:
-                    return
-                if answer_.ops:
-                    self.stats.repaired += self._merge(walk.stream, answer_.ops, None)
-                request = walk.on_reply(answer_)
-        except (OctosyncError, nats.errors.Error, TimeoutError) as exc:
-            log.info("cluster: repair of %r from %s stopped: %s", walk.stream, walk.peer, exc)
-        finally:
-            self.repair.finished(walk)
+        """The peer's ops of every bucket whose digest differs, page by page."""
+        replica = self.host.replicas().get(walk.stream) or PlaneReplica()
+
+        def step(data: bytes) -> bytes | None:
+            answer_ = wire.decode(data)
+            if not isinstance(answer_, wire.RepairReply) or answer_.stream != walk.stream:
+                return None
+            if answer_.ops:
+                self.stats.repaired += self._merge(walk.stream, answer_.ops, None)
+            request = walk.on_reply(answer_)
+            return None if request is None else wire.encode(request)
+
+        await self._pull(
+            self._sync + walk.peer,
+            lambda: wire.encode(walk.start(self.repair.sums(walk.stream, replica))),
+            step,
+            f"{walk.stream!r} from {walk.peer}",
+            lambda: self.repair.finished(walk),
+        )
 
     async def _on_sync(self, msg: Msg) -> None:
         try:

@@ -28,6 +28,8 @@ log = logging.getLogger("octosync.cluster")
 
 ATTEMPT_TIMEOUT = 2.0
 """Seconds one publish waits for JetStream's ack before it is sent again."""
+REQUEST_TIMEOUT = 2.0
+"""Seconds an anti-entropy request waits for the peer's answer."""
 SILENT_AFTER = 5.0
 """Seconds without a message (or the consumer's heartbeat) before the stream is checked."""
 
@@ -329,6 +331,32 @@ class OpLogLink:
                 await self._round()
             except Exception:  # one bad round must not stop the next
                 log.exception("cluster: a round of %s failed", self.log_stream)
+
+    # --- anti-entropy ---------------------------------------------------------------------------
+
+    async def _pull(
+        self,
+        subject: str,
+        first: Callable[[], bytes],
+        step: Callable[[bytes], bytes | None],
+        what: str,
+        done: Callable[[], None],
+    ) -> None:
+        """One anti-entropy walk with a peer, whatever it pulls (maps by their Merkle trees,
+        documents by their digests): ``first()`` and each request after it go to the peer's
+        ``subject``, ``step`` takes the answer (folds what came) and gives the next request, or
+        None at the end; a peer that does not answer in time ends it, and ``done`` is called
+        either way."""
+        assert self._nc is not None
+        try:
+            request: bytes | None = first()
+            while request is not None:
+                reply = await self._nc.request(subject, request, timeout=REQUEST_TIMEOUT)
+                request = step(reply.data)
+        except (OctosyncError, nats.errors.Error, TimeoutError) as exc:
+            log.info("cluster: repair of %s stopped: %s", what, exc)
+        finally:
+            done()
 
     # --- publishing -----------------------------------------------------------------------------
 
