@@ -10,6 +10,7 @@ bounded; every process is killed in the fixture's finalizer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,18 +34,25 @@ BUCKET = "octosync_octosync_document_snapshots"
 KEYS = "document_snapshot_interval = 0.5\ndocument_load_timeout = 20.0"
 
 
-@pytest.fixture
-def monitored(tmp_path: Path) -> Iterator[tuple[Cluster, int]]:
-    """NATS with its monitoring port, and nodes n1 and n2 (the test starts n3)."""
+@contextlib.contextmanager
+def monitored_cluster(root: Path, keys: str) -> Iterator[tuple[Cluster, int]]:
+    """NATS with its monitoring port, and nodes n1 and n2 with ``[cluster]`` lines ``keys``
+    (a test starts n3)."""
     port, monitor = free_port(), free_port()
-    proc = nats_server.start(tmp_path / "nats", port, monitor=monitor)
-    c = Cluster(f"nats://127.0.0.1:{port}", tmp_path, proc)
+    proc = nats_server.start(root / "nats", port, monitor=monitor)
+    c = Cluster(f"nats://127.0.0.1:{port}", root, proc)
     try:
-        c.start("n1", cluster_keys=KEYS)
-        c.start("n2", cluster_keys=KEYS)
+        c.start("n1", cluster_keys=keys)
+        c.start("n2", cluster_keys=keys)
         yield c, monitor
     finally:
         c.stop()
+
+
+@pytest.fixture
+def monitored(tmp_path: Path) -> Iterator[tuple[Cluster, int]]:
+    with monitored_cluster(tmp_path, KEYS) as both:
+        yield both
 
 
 def name(i: int) -> str:

@@ -29,7 +29,7 @@ from octosync.wire import cluster_maps as wire
 from octosync.wire import topgun as tg
 from octosync.wire import topgun_http as th
 from tests.e2e.helpers import free_port
-from tests.e2e.test_cluster_held import connection_of, until_metric
+from tests.e2e.test_cluster_held import connection_of, monitored_cluster, until_metric
 from tests.e2e.test_cluster_maps import SECRET, Cluster, Node, Peer, peer, scrape
 from tests.topgun.helpers import batch, put
 
@@ -44,16 +44,8 @@ MILLIS = 1_700_000_000_000
 
 @pytest.fixture
 def monitored(tmp_path: Path) -> Iterator[tuple[Cluster, int]]:
-    """NATS with its monitoring port, and nodes n1 and n2 (the test starts n3)."""
-    port, monitor = free_port(), free_port()
-    proc = nats_server.start(tmp_path / "nats", port, monitor=monitor)
-    c = Cluster(f"nats://127.0.0.1:{port}", tmp_path, proc)
-    try:
-        c.start("n1", cluster_keys=KEYS)
-        c.start("n2", cluster_keys=KEYS)
-        yield c, monitor
-    finally:
-        c.stop()
+    with monitored_cluster(tmp_path, KEYS) as both:
+        yield both
 
 
 def name(i: int) -> str:
