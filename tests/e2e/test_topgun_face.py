@@ -13,6 +13,7 @@ import msgspec
 
 from octosync.client import lazily
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.server.topgun_state import topgun_state
 from octosync.store.journal import Journal
 from octosync.wire import topgun as tg
 from tests.e2e.helpers import TIMEOUT, recv_json, serve, spawn_server, ws_lazily
@@ -52,7 +53,7 @@ async def test_nothing_but_auth_is_served_before_the_token_and_an_idle_socket_is
         assert pong.timestamp == 7
         assert error_name(await recv(ws)) == "HandshakeFailed"  # the deadline passed
         assert await closed_with(ws) == 1008
-        assert srv.runtime.topgun.maps.live_items("users") == {}
+        assert topgun_state(srv.runtime).core.maps.live_items("users") == {}
 
         ws = await http.ws_connect(f"{srv.ws_url}/topgun")
         assert isinstance(await recv(ws), tg.AuthRequired)

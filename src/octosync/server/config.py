@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from octosync.errors import ConfigError, Unauthorized
 from octosync.hub.limits import Limits
+from octosync.hub.outbox import OutboxLimits
+from octosync.hub.types import HubConfig
 from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
 from octosync.server.auth import AuthConfig, ExchangeProvider, role_tables
 from octosync.signaling import SignalingPolicy
@@ -675,6 +677,18 @@ class ServerConfig:
             frames_per_second=self.frames_per_second,
             bytes_per_second=self.bytes_per_second,
             offload_decode_bytes=self.offload_decode_bytes,
+        )
+
+    def hub_config(self) -> HubConfig:
+        """The hub's limits, outboxes, retention and producer lease."""
+        return HubConfig(
+            outbox=OutboxLimits(self.outbox_max_bytes, self.outbox_max_frames),
+            limits=self.limits(),
+            retain_after_producer_leaves=self.retain_after_producer_leaves,
+            coalesce_backlog=self.coalesce_backlog,
+            max_replay_diffs=self.max_replay_diffs,
+            producer_lease=self.producer_lease,
+            verify_warp_hashes=self.verify_warp_hashes,
         )
 
     def check_exposure(self) -> None:
