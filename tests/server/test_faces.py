@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -118,3 +120,66 @@ def test_a_map_stream_is_followed_by_the_face_that_makes_it(tmp_path: Path) -> N
     assert runtime.hub.epoch_of("map:users") is not None
     lazily_state(runtime).follow_stream("scores")
     assert runtime.hub.epoch_of("scores") is None
+
+
+PLUMBING = ("app.py", "run.py", "metrics.py", "runtime.py", "live_connections.py", "counters.py")
+"""The server's modules that every face goes through: none may name a face."""
+PYTHON_SIGNAL = {"signal", "add_signal_handler"}
+"""Python's own ``signal`` module and the loop's handler for it, not the ``/signal`` face."""
+
+
+def face_words(source: str) -> set[str]:
+    """Every face name that ``source`` spells in an identifier, an import, an attribute or a
+    string that is not documentation, split at ``_``, ``.``, ``/`` and case changes; and any
+    ``FaceName.MEMBER``. ``tcp`` alone is the transport every ``Face.tcp`` listener uses, so it
+    counts only as ``FaceName.TCP``."""
+    names = {face.value for face in FaceName} - {FaceName.TCP.value}
+    tree = ast.parse(source)
+    documentation = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    spelled: list[str] = []
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        match node:
+            case ast.Attribute(value=ast.Name(id="FaceName"), attr=member):
+                found.add(member.lower())
+            case ast.Name(id=name) | ast.arg(arg=name) | ast.Attribute(attr=name):
+                spelled.append(name)
+            case ast.FunctionDef(name=name) | ast.AsyncFunctionDef(name=name):
+                spelled.append(name)
+            case ast.ClassDef(name=name):
+                spelled.append(name)
+            case ast.ImportFrom(module=module, names=aliases):
+                spelled += [module or "", *(a.name for a in aliases)]
+            case ast.Import(names=aliases):
+                spelled += [a.name for a in aliases]
+            case ast.Constant(value=str(text)) if id(node) not in documentation:
+                spelled.append(text)
+    for word in spelled:
+        if word in PYTHON_SIGNAL:
+            continue
+        tokens = re.split(r"[^0-9A-Za-z]+", re.sub(r"([a-z])([A-Z])", r"\1_\2", word).lower())
+        found |= names & set(tokens)
+    return found
+
+
+def test_the_servers_plumbing_names_no_face() -> None:
+    """Adding a face touches its own modules, ``face_names``, ``faces`` and ``errors`` only."""
+    server = Path(importlib.import_module("octosync.server").__path__[0])
+    named = {module: face_words((server / module).read_text()) for module in PLUMBING}
+    assert named == {module: set() for module in PLUMBING}
+
+
+def test_a_face_named_in_plumbing_is_found() -> None:
+    """The check above can fail: each way a face could be named is caught."""
+    assert face_words("from octosync.server.topgun_state import topgun_state") == {"topgun"}
+    assert face_words("x = rt.plane_of(FaceName.YJS)") == {"yjs"}
+    assert face_words("app.router.add_get('/dataspace', h)") == {"dataspace"}
+    assert face_words("class WvpThing: pass") == {"wvp"}
+    assert face_words("def f(lazily): pass") == {"lazily"}
+    assert face_words("n = ports[FaceName.TCP]") == {"tcp"}
+    assert face_words('"""Docstrings may explain TopGun."""\nimport signal') == set()
+    assert face_words("serve_tcp(rt)") == set()
