@@ -92,14 +92,17 @@ class LazilyState(FaceState):
 
     def join_cluster(self, join: ClusterJoin) -> Sequence[FaceLink]:
         """The documents' op stream (after ``restore``: its position), or, held by
-        interest, a subject per document."""
+        interest, a subject per document; and the members' presence between nodes."""
         from octosync.links.cluster_planes import PlanesLink
+        from octosync.links.cluster_presence import PresenceLink
 
         plane, node, config = self.plane, join.link.node, self.rt.config
+        presence = PresenceLink(plane, node, cluster=join.cluster)
+        plane.presence_carrier = presence  # members' presence, node to node
         if not self.held:
             link = PlanesLink(plane, node, cluster=join.cluster, settings=join.settings)
             plane.replicator = link
-            return (link,)
+            return (link, presence)
         from octosync.links.cluster_held import HeldPlanesLink, HoldSettings
 
         hold = HoldSettings(
@@ -112,7 +115,7 @@ class LazilyState(FaceState):
         if join.journal is not None:  # documents journaled before they were held by interest
             seed_journaled(held, join.journal, config.data_dir / SEEDED)
         join.link.documents = held.held
-        return (held,)
+        return (held, presence)
 
     def serving(self, base_url: str, cluster: ClusterLink | None) -> None:
         if cluster is not None:
