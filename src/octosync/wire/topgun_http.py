@@ -12,8 +12,9 @@ from typing import Literal
 
 import msgspec
 
-from octosync.crdt.sync_messages import NIL, JsInt, TopGunStruct, WireLWWRecord, WireTimestamp
+from octosync.crdt.sync_messages import NIL, TopGunStruct, WireLWWRecord, WireTimestamp
 from octosync.errors import DecodeError
+from octosync.js_numbers import JsUint
 from octosync.wire.topgun import ClientOp, OpResult, QueryResult
 from octosync.wire.topgun_services import SearchOptions, SearchResult
 
@@ -27,11 +28,9 @@ class HttpQueryRequest(TopGunStruct, frozen=True):
     query_id: str
     map_name: str
     filter: msgspec.Raw = NIL
-    limit: JsInt | None = None
-    offset: JsInt | None = None
+    limit: JsUint | None = None
+    offset: JsUint | None = None
     cursor: str | None = None
-
-    integral = ("limit", "offset")
 
 
 class HttpSearchRequest(TopGunStruct, frozen=True):
@@ -72,17 +71,13 @@ class HttpQueryResult(TopGunStruct, frozen=True):
 class HttpSearchResult(TopGunStruct, frozen=True):
     search_id: str
     results: list[SearchResult]
-    total_count: JsInt | None = None
-
-    integral = ("total_count",)
+    total_count: JsUint | None = None
 
 
 class HttpSyncError(TopGunStruct, frozen=True):
-    code: JsInt
+    code: JsUint
     message: str
     context: str | None = None
-
-    integral = ("code",)
 
 
 class HttpAck(TopGunStruct, frozen=True):
