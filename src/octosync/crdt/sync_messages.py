@@ -18,19 +18,16 @@ octosync extension (leaf digests), all optional fields, so plain TopGun frames a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 import msgspec
 
 from octosync.crdt.timestamp import Counter, Millis, NodeName, Timestamp
-from octosync.js_numbers import JsCounter, JsHash32, JsUint, int_coercions
+from octosync.js_numbers import JsCounter, JsHash32, JsUint, PostInit, int_post_init
 
 Hash32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 KEY_DIGEST_SIZE = 8
 """Bytes per key digest in :class:`LeafDigest` (64 bits: see ``sync.py`` on collisions)."""
-
-PostInit = Callable[[Any], None]
 
 
 class TopGunStruct(
@@ -58,38 +55,13 @@ class TopGunStruct(
         own = cls.__dict__.get("__post_init__")
         if own is not None:
             cls._own_post_init = own
-        scalars, containers = int_coercions(cls)
-        if scalars or containers:
-            cls.__post_init__ = _coercing_post_init(  # type: ignore[attr-defined]
-                scalars, containers, cls._own_post_init
-            )
+        post_init = int_post_init(cls, cls._own_post_init)
+        if post_init is not None:
+            cls.__post_init__ = post_init  # type: ignore[attr-defined]
 
     @classmethod
     def _wire_name(cls, name: str) -> str:
         return cls.__struct_encode_fields__[cls.__struct_fields__.index(name)]
-
-
-def _coercing_post_init(
-    scalars: tuple[str, ...],
-    containers: tuple[tuple[str, Callable[[Any], Any]], ...],
-    own: PostInit | None,
-) -> PostInit:
-    force = msgspec.structs.force_setattr
-
-    def post_init(self: Any) -> None:
-        for name in scalars:
-            value = getattr(self, name)
-            if type(value) is float:
-                force(self, name, int(value))
-        for name, coerce in containers:
-            value = getattr(self, name)
-            fixed = coerce(value)
-            if fixed is not value:
-                force(self, name, fixed)
-        if own is not None:
-            own(self)
-
-    return post_init
 
 
 class WireTimestamp(TopGunStruct, frozen=True):
