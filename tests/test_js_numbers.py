@@ -204,9 +204,9 @@ numbers = (
 def test_a_timestamp_decodes_only_if_its_journal_record_reads_back(
     millis: Any, counter: Any
 ) -> None:
-    """What the wire accepts, the journal can hold: a counter past 2^31 - 1 or millis past
-    2^53 is refused at decode, naming the field, instead of journaled as a record that the
-    journal's own decoder refuses when the server starts again."""
+    """What the wire accepts, a journal record holds: a counter past 2^31 - 1 or millis past
+    2^53 is refused as the frame decodes, naming the frame's field, not left to the journal's
+    record check, which names the record's."""
     try:
         op = decode(client_op(millis, counter))
     except DecodeError as err:
