@@ -194,6 +194,25 @@ async def test_a_number_out_of_range_refuses_its_frame_and_acked_ops_survive_a_r
         await ws.close()
 
 
+async def test_http_sync_refuses_a_bad_number_naming_its_field(tmp_path: Path) -> None:
+    """``POST /topgun/sync`` whose HLC counter is past 2^31 - 1: 400, the error's ``context``
+    the field; the server answers the next request."""
+    stamp = {"millis": 1_700_000_000_000.0, "counter": 2**31, "nodeId": "c"}
+    async with serve(tmp_path, journal=True) as srv, aiohttp.ClientSession() as http:
+        url = f"{srv.url}/topgun/sync"
+        replies = []
+        for counter in (2**31, 0):
+            body = {"clientId": "c", "clientHlc": {**stamp, "counter": counter}}
+            async with http.post(url, data=msgspec.msgpack.encode(body)) as resp:
+                replies.append((resp.status, msgspec.msgpack.decode(await resp.read())))
+    (bad_status, bad), (good_status, good) = replies
+    assert (bad_status, good_status) == (400, 200)
+    (error,) = bad["errors"]
+    assert error["message"].startswith("DecodeError: ")
+    assert error["context"] == "clientHlc.counter"
+    assert "errors" not in good
+
+
 async def test_a_topgun_map_is_a_read_only_lazily_stream(tmp_path: Path) -> None:
     async with serve(tmp_path, journal=True) as srv, aiohttp.ClientSession() as http:
         ws = await _device(http, srv.ws_url)

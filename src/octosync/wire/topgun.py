@@ -637,17 +637,22 @@ def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
     except UnicodeDecodeError as exc:  # a str field holding bytes that are not UTF-8
         raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}") from exc
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        text = str(exc)
-        found = _AT.search(text)
-        path = found.group(1) if found else ""
-        text = _AT.sub("", text)
-        # Range checks made after decoding say "<wireName>: ..."; extend the path with it.
-        field = _FIELD.match(text)
-        if field is not None:
-            path = f"{path}.{field.group(1)}" if path else field.group(1)
-        raise DecodeError(text, path=path or None) from exc
+        raise decode_error(exc) from exc
     except RecursionError:
         raise too_deep("topgun") from None
+
+
+def decode_error(exc: msgspec.ValidationError | msgspec.DecodeError) -> DecodeError:
+    """msgspec's refusal as :class:`DecodeError`, its ``- at `$.x.y``` suffix as the path."""
+    text = str(exc)
+    found = _AT.search(text)
+    path = found.group(1) if found else ""
+    text = _AT.sub("", text)
+    # Checks made after decoding (``__post_init__``) say "<wireName>: ..."; extend the path.
+    field = _FIELD.match(text)
+    if field is not None:
+        path = f"{path}.{field.group(1)}" if path else field.group(1)
+    return DecodeError(text, path=path or None)
 
 
 # -- BATCH framing ----------------------------------------------------------------------------
@@ -757,6 +762,7 @@ __all__ = [
     "Message",
     "client_op_to_record",
     "decode",
+    "decode_error",
     "encode",
     "pack_batch",
     "split_batch",

@@ -15,7 +15,7 @@ import msgspec
 from octosync.crdt.sync_messages import NIL, TopGunStruct, WireLWWRecord, WireTimestamp
 from octosync.errors import DecodeError
 from octosync.js_numbers import JsUint
-from octosync.wire.topgun import ClientOp, OpResult, QueryResult
+from octosync.wire.topgun import ClientOp, OpResult, QueryResult, decode_error
 from octosync.wire.topgun_services import SearchOptions, SearchResult
 
 
@@ -102,7 +102,8 @@ def decode_request(data: bytes) -> HttpSyncRequest:
     try:
         return _decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise DecodeError(str(exc), path="body") from None
+        err = decode_error(exc)  # the field it names, or the body when it names none
+        raise DecodeError(err.message, path=err.path or "body") from None
 
 
 def encode_response(response: HttpSyncResponse) -> bytes:
