@@ -15,15 +15,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octosync.bounds import MAX_SAFE_INTEGER
+from octosync.bounds import MAX_HLC_COUNTER, MAX_SAFE_INTEGER
 from octosync.crdt.op import OpRecord
 from octosync.crdt.sync_messages import TopGunStruct
 from octosync.errors import DecodeError
-from octosync.js_numbers import MAX_COUNTER, MAX_HASH32, JsCounter, JsHash32, JsUint, int_coercions
+from octosync.js_numbers import MAX_HASH32, JsCounter, JsHash32, JsUint, int_coercions
 from octosync.wire import topgun, topgun_http, topgun_requests, topgun_services
 from octosync.wire.topgun import ClientOpMessage, client_op_to_record, decode
 
-BOUNDS = {"uint": MAX_SAFE_INTEGER, "counter": MAX_COUNTER, "hash32": MAX_HASH32}
+BOUNDS = {"uint": MAX_SAFE_INTEGER, "counter": MAX_HLC_COUNTER, "hash32": MAX_HASH32}
 
 
 class Numbers(TopGunStruct, frozen=True):

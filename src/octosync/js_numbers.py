@@ -9,9 +9,9 @@ value out of range while it decodes, naming the field, and nothing reads the val
 
 The float that passed still has to become an ``int`` (a millis value is hashed and journaled
 as its digits). :func:`int_coercions` finds a Struct's whole-number fields from their types, so
-no list of names is kept by hand; the Struct's base installs the conversion once per class
-(``crdt.sync_messages.TopGunStruct``). To mypy these types are ``int``: what every decoded or
-constructed value holds.
+no list of names is kept by hand, and :func:`int_post_init` makes the ``__post_init__`` that
+converts them, which ``crdt.sync_messages.TopGunStruct`` gives each class that has any. To mypy
+these types are ``int``: what every decoded or constructed value holds.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Union, get_ar
 
 import msgspec
 
-from octosync.bounds import MAX_SAFE_INTEGER
+from octosync.bounds import MAX_HLC_COUNTER, MAX_SAFE_INTEGER
 
-MAX_COUNTER: Final = 2**31 - 1
-"""An HLC counter's bound (``crdt.timestamp.Counter``), what a journaled timestamp holds."""
 MAX_HASH32: Final = 2**32 - 1
 
 
@@ -46,7 +44,7 @@ if TYPE_CHECKING:
 else:
     JsUint = whole(0, MAX_SAFE_INTEGER)
     """A count, a size, a code or milliseconds: non-negative and exact in JavaScript."""
-    JsCounter = whole(0, MAX_COUNTER)
+    JsCounter = whole(0, MAX_HLC_COUNTER)
     """An HLC counter, bounded as the journal's ``Timestamp`` bounds it."""
     JsHash32 = whole(0, MAX_HASH32)
     """A 32-bit Merkle hash (TopGun's FNV-1a)."""
