@@ -149,6 +149,13 @@ def test_fields_are_found_from_their_types() -> None:
     ]
 
 
+def test_a_field_that_could_hold_whole_numbers_two_ways_is_refused_when_declared() -> None:
+    with pytest.raises(TypeError, match="one kind"):
+
+        class Ambiguous(TopGunStruct, frozen=True):
+            n: JsUint | list[JsUint]
+
+
 def _structs() -> list[type]:
     found = []
     for module in (topgun, topgun_http, topgun_requests, topgun_services):

@@ -71,10 +71,11 @@ def _coercion(tp: Any) -> Coerce | None:
     args = get_args(tp)
     origin = get_origin(tp)
     if origin is Union or origin is UnionType:
-        if any(_is_whole_float(a) for a in args):
-            return _as_int
-        inner = [c for c in map(_coercion, args) if c is not None]
-        return inner[0] if len(inner) == 1 else None
+        whole_number = any(_is_whole_float(a) for a in args)
+        rest = [a for a in args if not _is_whole_float(a) and _coercion(a) is not None]
+        if rest and (whole_number or len(rest) > 1):  # which conversion applies is the value's
+            raise TypeError(f"{tp}: one kind of whole-number holder per field")
+        return _as_int if whole_number else _coercion(rest[0]) if rest else None
     if origin is dict and len(args) == 2:
         each = _coercion(args[1])
         if each is None:
