@@ -25,6 +25,8 @@ from octosync.syndicate import mint_text
 from octosync.syndicate.sturdy import attenuate, mint
 from tests.e2e.helpers import TIMEOUT, Running, serve
 
+pytestmark = pytest.mark.peer
+
 SECRET = b"interop-test-secret-0123456789ab"
 PEER = Path(__file__).with_name("syndicate_peer.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -574,18 +574,22 @@ class ServerConfig:
         ),
     )
     map_replicas: int = setting(
-        1, "cluster", "JetStream replicas of the cluster's TopGun op stream.", range=Range(1, 5)
+        1,
+        "cluster",
+        "JetStream replicas of the cluster's op streams (TopGun maps, shared documents, Yjs "
+        "documents) and of its document snapshots.",
+        range=Range(1, 5),
     )
     map_sync_interval: float = setting(
         30.0,
         "cluster",
-        "Seconds between anti-entropy rounds for TopGun maps.",
+        "Seconds between anti-entropy rounds (TopGun maps, shared documents, Yjs documents).",
         range=Range(0.1, _DAY),
     )
     map_settle: float = setting(
         2.0,
         "cluster",
-        "A map written within this many seconds sits out an anti-entropy round.",
+        "A map or document written within this many seconds sits out an anti-entropy round.",
         range=Range(0, 3600),
     )
     map_acks: Literal["requested", "replicated"] = setting(
@@ -600,7 +604,8 @@ class ServerConfig:
     map_replicate_timeout: float = setting(
         30.0,
         "cluster",
-        "Seconds a TopGun batch may take to be stored in JetStream.",
+        "Seconds a write (a TopGun batch, a shared document's frame, a Yjs update) may take "
+        "to be stored in JetStream.",
         range=_SECONDS,
     )
     map_log_max_age: float = setting(

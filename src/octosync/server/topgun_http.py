@@ -40,7 +40,9 @@ def handler(rt: Runtime) -> Callable[[web.Request], Awaitable[web.Response]]:
             return await _sync(rt, request)
         except OctosyncError as err:
             status = 401 if isinstance(err, AuthError) else 503 if _busy(err) else 400
-            return _reply(rt, status, [th.HttpSyncError(err.code, f"{err.name}: {err.message}")])
+            # ``context`` names what the error is about: here the request's field, if any
+            error = th.HttpSyncError(err.code, f"{err.name}: {err.message}", err.path)
+            return _reply(rt, status, [error])
 
     return sync
 
