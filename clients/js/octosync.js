@@ -46,6 +46,7 @@ const TREE = {
   Desync: "RemoteProtocolError",
   LimitExceeded: "RemoteProtocolError",
   CrdtValueError: "RemoteProtocolError",
+  ElementCollected: "CrdtValueError",
   TypeTagError: "LocalProtocolError",
   AuthError: "OctosyncError",
   Unauthorized: "AuthError",
@@ -73,7 +74,7 @@ const CLOSING = new Set([
 const KEEPING = new Set([
   "RemoteProtocolError", "DecodeError", "EpochGap", "SnapshotRequired", "ForbiddenPublish",
   "Desync", "ClockDrift", "SyncResetRequired", "LimitExceeded", "Forbidden", "NotJoined",
-  "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError",
+  "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError", "ElementCollected",
   "FeatureDisabled", "BlobInvalid", "FeatureNotNegotiated",
 ]);
 

@@ -81,6 +81,7 @@ class SharedDocument:
         clock: Callable[[], int] = _wall_ms,
         backoff: Backoff | None = None,
         heartbeat: float = 10.0,
+        report_every: float = 1.0,
     ) -> None:
         self.urls = (lazily_url(url), *map(lazily_url, fallbacks))
         """Where to connect, in turn (other nodes of a cluster as ``fallbacks``): a session
@@ -96,6 +97,12 @@ class SharedDocument:
         self.heartbeat = heartbeat
         """Seconds between two resends of this replica's presence and awareness values (the
         server drops a value not set again within its TTL, 30 s by default)."""
+        self.report_every = report_every
+        """Seconds between two reports of what this replica has seen at most (the server
+        collects tombstones once every writer has seen them: ``crdt/collect.py``)."""
+        self._report_due = False
+        self._reported = 0.0
+        self._snapshot: set[tuple[int, str]] | None = None
         self.pending: dict[tuple[int, str], CrdtOp] = {}
         """Local ops the server has not acknowledged yet, by entry (the latest one each)."""
         self.errors: list[OctosyncError] = []
@@ -265,6 +272,7 @@ class SharedDocument:
             self.reconnects = self._sessions
             self._sessions += 1
             self.connected = True
+            self._snapshot = set()
             self._outbox = sorted(self.pending.values(), key=lambda o: stamp_key(o.stamp))
             self._outbox += self._ephemeral_ops()
             loop = asyncio.get_running_loop()
@@ -299,13 +307,27 @@ class SharedDocument:
                 self._notify()
 
     async def _send(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """Ops first, in order; then, when some came since, what this replica has seen (its
+        frontier, after the ops it sent: the server takes it as a promise that no op of this
+        replica made before it is still to come)."""
+        loop = asyncio.get_running_loop()
         while True:
-            if not self._outbox:
-                self._changed.clear()
-                await self._changed.wait()
+            if self._outbox:
+                ops, self._outbox = tuple(self._outbox[:FRAME_OPS]), self._outbox[FRAME_OPS:]
+                await ws.send_bytes(_JSON.encode(CrdtSync(ops=ops)))
                 continue
-            ops, self._outbox = tuple(self._outbox[:FRAME_OPS]), self._outbox[FRAME_OPS:]
-            await ws.send_bytes(_JSON.encode(CrdtSync(ops=ops)))
+            wait = None
+            if self._report_due and self._joined:
+                wait = self._reported + self.report_every - loop.time()
+                if wait <= 0:
+                    self._report_due = False
+                    self._reported = loop.time()
+                    frontier = self.cells.state.replica.frontier()
+                    await ws.send_bytes(_JSON.encode(CrdtSync(frontier=frontier)))
+                    continue
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), wait)
 
     async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for msg in ws:
@@ -322,8 +344,14 @@ class SharedDocument:
                 continue
             self.cells.merge(sync.ops)
             self._acked(sync.ops)
+            if self._snapshot is not None:
+                self._snapshot.update((op.slot_id, op.key or "") for op in sync.ops)
             if sync.frontier is not None:  # the last frame of the document sent at joining
                 self._joined = True
+                if self._snapshot is not None:
+                    self.cells.retake(self._snapshot)
+                    self._snapshot = None
+            self._report_due = True
             self._notify()
         raise ConnectionError("the server closed the connection")
 

@@ -369,6 +369,12 @@ class Replicated:
         with self.ctx.batch():
             return self._refresh(self.state.receive(ops))
 
+    def retake(self, snapshot: set[tuple[int, str]]) -> set[str]:
+        """The whole document came (its entry keys): drop what was collected meanwhile
+        (``SharedState.retake``); returns the names whose observed value changed."""
+        with self.ctx.batch():
+            return self._refresh(self.state.retake(snapshot))
+
     def _refresh(self, names: Iterable[str]) -> set[str]:
         moved = set()
         for name in names:

@@ -45,6 +45,7 @@ from typing import Any
 
 import msgspec
 
+from octosync.crdt import collect
 from octosync.crdt.entries import EPHEMERAL_KINDS, node_of
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
 from octosync.crdt.plane import PlaneReplica, stamp_key
@@ -129,11 +130,55 @@ class SharedState:
                     changed.add(taken)
                 continue
             if self.replica.apply(op):
+                if _is_gc(op):
+                    gone = self._forget(collect.purge(self.replica, op))
+                    if gone:
+                        changed.add(gone)
+                    continue
                 name = self._index(op, texts)
                 if name is not None:
                     changed.add(name)
         for name, entries in texts.items():  # a batch's text entries at once, runs in order
             self.text_of(name).receive_many(entries)
+        return changed
+
+    def _forget(self, dropped: Iterable[CrdtOp]) -> str:
+        """Collected list entries (already out of the replica) out of the lists; the name of
+        the list they were of ("" for none)."""
+        name = ""
+        for op in dropped:
+            name, rest = (op.key or "").split("/", 1)
+            self._by_name.get(name, {}).pop(rest, None)
+            held = self._lists.get(name)
+            if held is not None:
+                held.forget(rest[3:])
+        return name
+
+    def retake(self, snapshot: set[tuple[int, str]]) -> set[str]:
+        """After joining: the document's whole state came (``snapshot``, its entry keys). A
+        list element held here, absent from it, whose mint stamp a ``NAME/gc`` watermark
+        covers was collected while this replica was away: it goes here too, so this copy
+        matches the server's. Returns the lists changed."""
+        changed: set[str] = set()
+        for name, held in self._lists.items():
+            gc = self.replica.get(node_of(name), f"{name}/{collect.GC_TAG}")
+            if gc is None:
+                continue
+            try:
+                mark = collect.decode(gc.state)
+            except CrdtValueError:
+                continue
+            node = node_of(name)
+            gone = []
+            for element in held.ids():
+                minted = collect.mint_stamp(element)
+                keys = [(node, f"{name}/{tag}/{element}") for tag in collect.ELEMENT_TAGS]
+                if minted is None or not collect.covers(mark, minted):
+                    continue
+                if not any(k in snapshot for k in keys):
+                    gone += [op for _, k in keys if (op := self.replica.drop(node, k)) is not None]
+            if gone:
+                changed.add(self._forget(gone))
         return changed
 
     def _ephemeral(self, op: CrdtOp) -> str | None:
@@ -550,6 +595,17 @@ class _ListRegisters:
     def elements(self) -> list[Element]:
         return self._ordered
 
+    def ids(self) -> list[str]:
+        """Every element held, live or removed."""
+        return list(set(self.positions) | set(self.values) | self.removed)
+
+    def forget(self, element: str) -> None:
+        """A collected element: out of every register (out of the order, if it was in)."""
+        self.positions.pop(element, None)
+        self.values.pop(element, None)
+        self.removed.discard(element)
+        self._place(element)
+
     def items(self) -> list[tuple[str, Any]]:
         return self._items
 
@@ -560,6 +616,11 @@ class _ListRegisters:
 def _is_ephemeral(op: CrdtOp) -> bool:
     parts = (op.key or "").split("/")
     return len(parts) == 3 and parts[1] in EPHEMERAL_KINDS and op.slot_id == node_of(parts[0])
+
+
+def _is_gc(op: CrdtOp) -> bool:
+    name, _, tag = (op.key or "").partition("/")
+    return tag == collect.GC_TAG and op.slot_id == node_of(name)
 
 
 def _check_index(index: int, size: int, what: str = "index") -> None:
