@@ -326,8 +326,13 @@ class SharedDocument:
                     await ws.send_bytes(_JSON.encode(CrdtSync(frontier=frontier)))
                     continue
             self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), wait)
+            # a timer, not wait_for: a cancel landing as the wait ends must not be swallowed
+            timer = None if wait is None else loop.call_later(wait, self._changed.set)
+            try:
+                await self._changed.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
     async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for msg in ws:
