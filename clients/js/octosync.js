@@ -1507,6 +1507,32 @@ function checkIndex(index, size, what = "index") {
 }
 
 /** One list's registers, decoded as their entries change, its live elements kept in order (as octosync.crdt.shared). */
+/** A `NAME/gc` entry's watermark: Map(peer -> {wall_time, logical}), or null if unreadable. */
+function watermarkOf(op) {
+  const parsed = parseState(op);
+  if (!parsed.ok || !Array.isArray(parsed.value)) return null;
+  const mark = new Map();
+  for (const item of parsed.value) {
+    if (!Array.isArray(item) || item.length !== 3 || !item.every(Number.isSafeInteger)) return null;
+    mark.set(item[0], { wall_time: item[1], logical: item[2] });
+  }
+  return mark;
+}
+
+/** The stamp a list element id (`PEER.WALL.LOGICAL`) was minted with, or null. */
+function mintStamp(element) {
+  const parts = element.split(".");
+  if (parts.length !== 3 || !parts.every((p) => /^[0-9]+$/.test(p))) return null;
+  return { peer: Number(parts[0]), wall_time: Number(parts[1]), logical: Number(parts[2]) };
+}
+
+/** Every member had seen `stamp`: the watermark for its peer is at or past it. */
+function covers(mark, stamp) {
+  const seen = mark.get(stamp.peer);
+  if (!seen) return false;
+  return stamp.wall_time < seen.wall_time || (stamp.wall_time === seen.wall_time && stamp.logical <= seen.logical);
+}
+
 class ListRegisters {
   constructor() {
     this.positions = new Map(); // id -> {position, peer}
@@ -1516,6 +1542,14 @@ class ListRegisters {
     this.live = new Map(); // id -> its element in ordered
     this.changed = 0; // elements placed, removed or given a value since the last takeChange
     this.last = null; // the latest of those: [id, old index, old value, new index, new value]
+  }
+
+  /** A collected element: out of every register (out of the order, if it was in). */
+  forget(id) {
+    this.positions.delete(id);
+    this.values.delete(id);
+    this.removed.delete(id);
+    this.#place(id);
   }
 
   takeChange() {
@@ -1772,6 +1806,13 @@ export class SharedDocument extends Channel {
     this.wall = 0;
     this.logical = 0;
     this.waiters = [];
+    // what this replica has seen, reported to the server so it can collect list tombstones once
+    // every writer has seen them (docs/crdt.md, "Tombstones")
+    this.seen = new Map(); // peer -> the highest stamp held from it
+    this.reportEvery = options.reportEvery ?? 1000; // ms between two reports at most
+    this.reportTimer = null;
+    this.reported = 0;
+    this.snapshot = null; // entry ids of the whole document while it arrives after joining
     // persist: pending edits kept in IndexedDB, taken up again by the next page that opens this
     // document (its peer id with them: the server takes a peer's ops from that peer only).
     this.persist = options.persist === true && typeof indexedDB !== "undefined" && Boolean(globalThis.navigator?.locks);
@@ -2028,6 +2069,8 @@ export class SharedDocument extends Channel {
       held.set(`${parts[1]}/${parts[2]}`, op);
       return parts[0];
     }
+    const seen = this.seen.get(s.peer);
+    if (!seen || stampAbove(s, seen)) this.seen.set(s.peer, s);
     const id = `${op.slot_id} ${op.key ?? ""}`;
     const old = this.entries.get(id);
     if (old && !(stampAbove(op.stamp, old.stamp) || (sameStamp(op.stamp, old.stamp) && bytesAbove(op.bytes, old.bytes)))) return null;
@@ -2042,6 +2085,7 @@ export class SharedDocument extends Channel {
       if (parsed.ok) this.textEntries(name).receive(rest, parsed.value);
       return name;
     }
+    if (rest === "gc" && op.slot_id === nodeOf(name)) return this.#collect(name, op) ? name : null;
     if (!DOC_KINDS.has(rest.split("/")[0]) || op.slot_id !== nodeOf(name)) return null;
     if (!this.byName.has(name)) this.byName.set(name, new Map());
     this.byName.get(name).set(rest, op);
@@ -2051,6 +2095,68 @@ export class SharedDocument extends Channel {
       this.lists.get(name).take(tag.slice(0, 2), rest.slice(3), op);
     }
     return name;
+  }
+
+  // --- collected list tombstones (crdt/collect.py) ------------------------------------------------
+
+  /** Drop list `name`'s elements the server's watermark `gc` makes collectable; true if any went. */
+  #collect(name, gc) {
+    const mark = watermarkOf(gc);
+    if (!mark) return false;
+    const gone = [];
+    for (const [rest, op] of this.byName.get(name) ?? []) {
+      if (!rest.startsWith("ld/")) continue;
+      const element = rest.slice(3);
+      const minted = mintStamp(element);
+      if (minted && covers(mark, minted) && covers(mark, op.stamp) && new TextDecoder().decode(op.bytes) === "true") gone.push(element);
+    }
+    for (const element of gone) this.#forget(name, element);
+    return gone.length > 0;
+  }
+
+  #forget(name, element) {
+    for (const tag of ["lp", "lv", "ld"]) {
+      this.entries.delete(`${nodeOf(name)} ${name}/${tag}/${element}`);
+      this.byName.get(name)?.delete(`${tag}/${element}`);
+    }
+    this.lists.get(name)?.forget(element);
+  }
+
+  /** After joining: elements held here, absent from the whole document, that a watermark covers were collected while away. */
+  #retake(snapshot) {
+    const changed = new Set();
+    for (const [name, registers] of this.lists) {
+      const gc = this.entries.get(`${nodeOf(name)} ${name}/gc`);
+      const mark = gc ? watermarkOf(gc) : null;
+      if (!mark) continue;
+      const ids = new Set([...registers.positions.keys(), ...registers.values.keys(), ...registers.removed]);
+      for (const element of ids) {
+        const minted = mintStamp(element);
+        if (!minted || !covers(mark, minted)) continue;
+        if (["lp", "lv", "ld"].some((tag) => snapshot.has(`${nodeOf(name)} ${name}/${tag}/${element}`))) continue;
+        this.#forget(name, element);
+        changed.add(name);
+      }
+    }
+    return changed;
+  }
+
+  /** Report what this replica has seen, at most every `reportEvery` ms, after the ops it sent. */
+  #reportSoon() {
+    if (this.reportTimer !== null || !this.joined) return;
+    const wait = Math.max(0, this.reported + this.reportEvery - Date.now());
+    this.reportTimer = setTimeout(() => {
+      this.reportTimer = null;
+      if (this.closed || this.status !== "open" || this.ws?.readyState !== 1 || !this.joined) return;
+      if (this.outbox.length) return this.#reportSoon(); // the ops go first
+      this.reported = Date.now();
+      const frontier = [...this.seen.entries()].sort(([a], [b]) => a - b);
+      try {
+        this.send({ type: "crdt_sync", frontier, ops: [] });
+      } catch (err) {
+        this.report(err);
+      }
+    }, wait);
   }
 
   write(name, rest, value) {
@@ -2172,6 +2278,7 @@ export class SharedDocument extends Channel {
 
   opened() {
     this.joined = false;
+    this.snapshot = new Set();
     this.outbox = [...this.pendingOps.values()].sort((a, b) => (stampAbove(a.stamp, b.stamp) ? 1 : -1));
     this.#resendEphemeral(); // the server dropped them when the last connection closed
     this.#flushSoon();
@@ -2207,6 +2314,7 @@ export class SharedDocument extends Channel {
       }
       const name = this.#apply(op);
       if (name !== null) changed.add(name);
+      this.snapshot?.add(`${op.slot_id} ${op.key ?? ""}`);
       if (op.stamp.peer === this.peer) {
         const mine = this.pendingOps.get(`${op.slot_id} ${op.key ?? ""}`);
         if (mine && !stampAbove(mine.stamp, op.stamp)) {
@@ -2215,7 +2323,12 @@ export class SharedDocument extends Channel {
         }
       }
     }
-    if (doc.frontier !== undefined) this.joined = true; // the last frame of the document sent at joining
+    if (doc.frontier !== undefined) {
+      this.joined = true; // the last frame of the document sent at joining
+      if (this.snapshot) for (const name of this.#retake(this.snapshot)) changed.add(name);
+      this.snapshot = null;
+    }
+    this.#reportSoon();
     this.#refreshNames(changed);
     if (changed.size) this.emit("change", [...changed]);
     this.#settle();

@@ -1,13 +1,17 @@
 """Collected list tombstones over a real server: two writers editing one list for many rounds
 leave a document whose size follows its live elements, not every element ever deleted, and a
-restart (journal replay) gives the same list without bringing a tombstone back."""
+restart (journal replay) gives the same list without bringing a tombstone back; octosync.js
+(under Node) reports what it has seen and drops what was collected like the Python client."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from octosync.client.shared import SharedDocument
+from tests.browser.support import JS_CLIENT
 from tests.e2e.helpers import TIMEOUT, spawn_server
+from tests.e2e.test_shared_lists import run_node
 
 ROUNDS = 60
 
@@ -54,3 +58,45 @@ async def test_a_long_edited_list_stays_bounded_and_survives_restart(tmp_path: P
             await fresh.synced(TIMEOUT)
             assert fresh.list("todo").value == final
             assert fresh.cells.state.replica.ops() == held  # (node, key) order
+
+
+JS_WRITER = """
+import {{ connect }} from {module};
+const client = connect({url});
+const doc = client.openDocument("mixed", {{ peer: 41, reportEvery: 50 }});
+await doc.synced();
+const list = doc.list("todo");
+for (let i = 0; i < 40; i += 1) list.push(`js${{i}}`);
+await doc.synced();
+for (let i = 0; i < 39; i += 1) list.delete(list.value.indexOf(`js${{i}}`));
+await doc.synced();
+const removals = () => [...doc.entries.values()].filter((op) => op.key.includes("/ld/"));
+for (let i = 0; i < 400 && removals().length; i += 1) await new Promise((r) => setTimeout(r, 50));
+const removed = removals().length;
+console.log(JSON.stringify({{ value: list.value, entries: doc.entries.size, removals: removed }}));
+client.close();
+process.exit(0);
+"""
+
+
+async def test_a_javascript_writer_reports_and_collects_too(tmp_path: Path) -> None:
+    async with spawn_server(tmp_path) as srv:
+        py = SharedDocument(srv.url, "mixed", report_every=0.05)
+        async with py:
+            await py.synced(TIMEOUT)
+            py.list("todo").push("py")
+            await py.synced(TIMEOUT)
+            # the JavaScript writer is a member: nothing it has not seen goes, and its own
+            # reports are what let its 39 deletions go
+            js = await run_node(
+                tmp_path,
+                JS_WRITER.format(
+                    module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
+                    url=json.dumps(srv.url),
+                ),
+            )
+            assert js["removals"] == 0
+            assert sorted(js["value"]) == ["js39", "py"]
+            assert js["entries"] == 2 * 2 + 1  # two live elements and the watermark
+            await py.wait_until(lambda: removals(py) == 0, TIMEOUT)
+            assert sorted(py.list("todo").value) == ["js39", "py"]
