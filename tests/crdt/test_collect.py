@@ -1,5 +1,6 @@
-"""Collecting stable tombstones: replicas editing a list through the server core over ordered,
-delayed links, with collection steps interleaved; and a writer away past the bound."""
+"""Collecting stable tombstones: replicas editing a list and a text through the server core over
+ordered, delayed links, with collection steps and journal replays interleaved; and a writer
+away past the bound."""
 
 from __future__ import annotations
 
@@ -20,14 +21,22 @@ from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 
 DOC = "doc"
 LIST = "todo"
+TEXT = "notes"
 
 
 def tombstones(ops: tuple[CrdtOp, ...] | list[CrdtOp]) -> int:
     return sum(1 for op in ops if (op.key or "").startswith(f"{LIST}/ld/"))
 
 
-def visible(ops: tuple[CrdtOp, ...]) -> list[object]:
-    return [v for name, kind, v in document_values(ops) if name == LIST and kind == "list"]
+def visible(ops: tuple[CrdtOp, ...]) -> tuple[object, ...]:
+    """The list as a replica holding ``ops`` reads it (empty when it holds none of it)."""
+    state = SharedState(1, lambda: 0)
+    state.receive(ops)
+    return state.list_values(LIST)
+
+
+def text(ops: tuple[CrdtOp, ...]) -> list[object]:
+    return [v for name, kind, v in document_values(ops) if name == TEXT]
 
 
 @dataclass
@@ -49,6 +58,8 @@ class CollectMachine(RuleBasedStateMachine):
             self.server.join(r.conn, DOC, 10 + i, AllowAll())
             self.replicas.append(r)
         self.collections = 0
+        self.journal: list[tuple[CrdtOp, ...]] = []
+        """Every batch the server committed, in order: what a restart replays."""
 
     def _tick(self) -> int:
         self.now += 1
@@ -92,6 +103,30 @@ class CollectMachine(RuleBasedStateMachine):
             r.state.receive(ops)
             self._send(r, ops)
 
+    @rule(i=st.integers(0, 2), at=st.integers(0, 50), word=st.sampled_from(["a", "bc", "déf"]))
+    def type_text(self, i: int, at: int, word: str) -> None:
+        r = self.replicas[i]
+        n = len(str(r.state.text_of(TEXT)))
+        ops = tuple(r.state.text_insert(TEXT, at % (n + 1), word))
+        r.state.receive(ops)
+        self._send(r, ops)
+
+    @rule(i=st.integers(0, 2), at=st.integers(0, 50), count=st.integers(1, 3))
+    def erase_text(self, i: int, at: int, count: int) -> None:
+        r = self.replicas[i]
+        n = len(str(r.state.text_of(TEXT)))
+        if n:
+            ops = tuple(r.state.text_delete(TEXT, at % n, min(count, n - at % n)))
+            r.state.receive(ops)
+            self._send(r, ops)
+
+    @rule()
+    def restart_replays_the_journal(self) -> None:
+        fresh = CrdtStreams(lambda: self.now)
+        for batch in self.journal:
+            fresh.restore(DOC, batch)
+        assert fresh.state_of(DOC) == self.server.state_of(DOC)
+
     @rule(i=st.integers(0, 2))
     def report(self, i: int) -> None:
         r = self.replicas[i]
@@ -107,6 +142,7 @@ class CollectMachine(RuleBasedStateMachine):
         if sync.frontier:
             self.server.report(r.conn, sync.frontier)
         if checked.ops:
+            self.journal.append(checked.ops)
             accepted = self.server.commit(checked)
             self._fan_out(r.conn, accepted.fanout, accepted.ack)
 
@@ -118,21 +154,21 @@ class CollectMachine(RuleBasedStateMachine):
 
     @rule()
     def server_collects(self) -> None:
-        before = visible(self.server.state_of(DOC))
+        before = visible(self.server.state_of(DOC)), text(self.server.state_of(DOC))
         ops = tuple(self.server.collect(DOC))
         if not ops:
             return
+        self.journal.append(ops)
         accepted = self.server.commit(Checked(0, DOC, ops))
         self.collections += 1
-        assert visible(self.server.state_of(DOC)) == before  # collection shows nothing
+        after = visible(self.server.state_of(DOC)), text(self.server.state_of(DOC))
+        assert after == before  # collection changes nothing anyone sees
         self._fan_out(0, accepted.fanout, ())
 
     @invariant()
     def replicas_show_what_they_hold(self) -> None:
-        for r in self.replicas:  # a replica's list is the fold of its entries, purged or not
-            assert visible(r.state.replica.ops()) == [list(r.state.list_values(LIST))] or (
-                not r.state.list_values(LIST) and visible(r.state.replica.ops()) in ([], [[]])
-            )
+        for r in self.replicas:  # what a replica shows is the fold of the entries it holds
+            assert visible(r.state.replica.ops()) == r.state.list_values(LIST)
 
     def teardown(self) -> None:
         for _ in range(3):  # settle: every frame through, every replica reports, collect
@@ -152,12 +188,15 @@ class CollectMachine(RuleBasedStateMachine):
         want = visible(held)
         for r in self.replicas:
             assert visible(r.state.replica.ops()) == want
+            assert text(r.state.replica.ops()) == text(held)
+            assert str(r.state.text_of(TEXT)) == str(self.replicas[0].state.text_of(TEXT))
             assert tombstones(r.state.replica.ops()) == 0
         assert tombstones(held) == 0
+        self.restart_replays_the_journal()
 
 
 TestCollect = CollectMachine.TestCase
-TestCollect.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestCollect.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
 
 
 # --- a writer away past the bound ----------------------------------------------------------
@@ -194,7 +233,7 @@ def test_a_writer_away_past_the_bound_is_refused_and_retakes() -> None:
     assert [op.key for op in published] == [f"{LIST}/gc"]
     server.commit(Checked(0, DOC, tuple(published)))
     assert tombstones(server.state_of(DOC)) == 0
-    assert visible(server.state_of(DOC)) == [["eggs"]]
+    assert visible(server.state_of(DOC)) == ("eggs",)
 
     late = bob.list_set(LIST, 0, "oat milk")  # offline: bob never saw milk go
     bob.receive(late)
