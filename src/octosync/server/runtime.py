@@ -146,7 +146,8 @@ class Runtime:
         )
         self.topgun.queries.per_connection = config.topgun_queries_per_connection
         self.topgun.queries.per_map = config.topgun_queries_per_map
-        self.plane = Plane(self, CrdtStreams(_wall_ms), config.presence_ttl)
+        streams = CrdtStreams(_wall_ms, away_ms=int(config.plane_member_away * 1000))
+        self.plane = Plane(self, streams, config.presence_ttl)
         """The multi-writer (CRDT plane) streams of the lazily face."""
         self.counters = Counters()
         self.durable_listeners: dict[int, Callable[[object, int], None]] = {}
