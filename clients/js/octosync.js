@@ -2136,6 +2136,14 @@ export class SharedDocument extends Channel {
         if (["lp", "lv", "ld"].some((tag) => snapshot.has(`${nodeOf(name)} ${name}/${tag}/${element}`))) continue;
         this.#forget(name, element);
         changed.add(name);
+        for (const tag of ["lp", "lv", "ld"]) {
+          // an edit made while away of an element collected meanwhile: the server refuses it, so drop it
+          const key = `${nodeOf(name)} ${name}/${tag}/${element}`;
+          if (!this.pendingOps.delete(key)) continue;
+          this.outbox = this.outbox.filter((op) => `${op.slot_id} ${op.key ?? ""}` !== key);
+          this.#saveSoon();
+          this.report(fail(errors.ElementCollected, `this edit of ${JSON.stringify(`${name}/${tag}/${element}`)} was dropped: the element was removed and collected while this replica was away`, "pending"));
+        }
       }
     }
     return changed;

@@ -5,10 +5,12 @@ restart (journal replay) gives the same list without bringing a tombstone back; 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 from octosync.client.shared import SharedDocument
+from octosync.errors import ElementCollected
 from tests.browser.support import JS_CLIENT
 from tests.e2e.helpers import TIMEOUT, spawn_server
 from tests.e2e.test_shared_lists import run_node
@@ -100,3 +102,34 @@ async def test_a_javascript_writer_reports_and_collects_too(tmp_path: Path) -> N
             assert js["entries"] == 2 * 2 + 1  # two live elements and the watermark
             await py.wait_until(lambda: removals(py) == 0, TIMEOUT)
             assert sorted(py.list("todo").value) == ["js39", "py"]
+
+
+async def test_a_writer_back_after_the_bound_drops_its_edit_of_a_collected_element(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "octosync.toml"
+    config.write_text("[server]\nplane_member_away = 1\n")
+    data = tmp_path / "data"
+    async with spawn_server(data, "--config", str(config)) as srv:
+        ann = SharedDocument(srv.url, "away", report_every=0.05)
+        bob = SharedDocument(srv.url, "away", report_every=0.05)
+        async with ann:
+            async with bob:
+                bob.list("todo").push("milk")
+                await bob.synced(TIMEOUT)
+                await ann.wait_until(lambda: ann.list("todo").value == ("milk",), TIMEOUT)
+            ann.list("todo").delete(0)  # bob is gone: it never sees milk go
+            await ann.synced(TIMEOUT)
+            assert removals(ann) == 1  # bob has not seen it: kept
+            await asyncio.sleep(1.5)  # bob away past plane_member_away
+            ann.list("todo").push("eggs")  # a report after the bound: collected now
+            await ann.wait_until(lambda: removals(ann) == 0, TIMEOUT)
+            bob.list("todo").set(0, "oat milk")  # offline, on the element ann removed
+            assert bob.pending
+            async with bob:
+                await bob.synced(TIMEOUT)  # its edit dropped, not pending forever
+                assert bob.list("todo").value == ann.list("todo").value == ("eggs",)
+                # told why (and, if its resend beat the document, the server's refusal too)
+                assert ElementCollected in {type(e) for e in bob.errors}
+                assert {type(e) for e in bob.errors} == {ElementCollected}
+                assert removals(bob) == 0

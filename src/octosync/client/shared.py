@@ -42,7 +42,13 @@ from octosync.crdt.replicated import (
     ReplicatedText,
 )
 from octosync.crdt.shared import SharedState
-from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
+from octosync.errors import (
+    AuthError,
+    ElementCollected,
+    Forbidden,
+    HandshakeFailed,
+    OctosyncError,
+)
 from octosync.graph import Context
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
@@ -221,6 +227,26 @@ class SharedDocument:
             if held is not None and stamp_key(held.stamp) <= stamp_key(op.stamp):
                 del self.pending[key]
 
+    def _retake(self, snapshot: set[tuple[int, str]]) -> None:
+        """Drop what was collected while away, and the pending edits of those elements: the
+        server refuses them (``ElementCollected``), so they would stay pending forever."""
+        for op in self.cells.retake(snapshot):
+            key = (op.slot_id, op.key or "")
+            mine = self.pending.pop(key, None)
+            if mine is not None:
+                self.errors.append(
+                    ElementCollected(
+                        f"this edit of {op.key!r} was dropped: the element was removed and "
+                        f"collected while this replica was away",
+                        path="pending",
+                    )
+                )
+        self._outbox = [
+            op
+            for op in self._outbox
+            if (op.slot_id, op.key or "") in self.pending or _ephemeral(op)
+        ]
+
     def _handshake(self) -> bytes:
         return _JSON.encode_handshake(
             Handshake(
@@ -354,7 +380,7 @@ class SharedDocument:
             if sync.frontier is not None:  # the last frame of the document sent at joining
                 self._joined = True
                 if self._snapshot is not None:
-                    self.cells.retake(self._snapshot)
+                    self._retake(self._snapshot)
                     self._snapshot = None
             self._report_due = True
             self._notify()

@@ -394,11 +394,13 @@ class Replicated:
         with self.ctx.batch():
             return self._refresh(self.state.receive(ops))
 
-    def retake(self, snapshot: set[tuple[int, str]]) -> set[str]:
+    def retake(self, snapshot: set[tuple[int, str]]) -> tuple[CrdtOp, ...]:
         """The whole document came (its entry keys): drop what was collected meanwhile
-        (``SharedState.retake``); returns the names whose observed value changed."""
+        (``SharedState.retake``); returns the entries dropped."""
         with self.ctx.batch():
-            return self._refresh(self.state.retake(snapshot))
+            dropped = self.state.retake(snapshot)
+            self._refresh({(op.key or "").split("/", 1)[0] for op in dropped})
+            return tuple(dropped)
 
     def _refresh(self, names: Iterable[str]) -> set[str]:
         moved = set()

@@ -154,12 +154,12 @@ class SharedState:
                 held.forget(rest[3:])
         return name
 
-    def retake(self, snapshot: set[tuple[int, str]]) -> set[str]:
+    def retake(self, snapshot: set[tuple[int, str]]) -> list[CrdtOp]:
         """After joining: the document's whole state came (``snapshot``, its entry keys). A
         list element held here, absent from it, whose mint stamp a ``NAME/gc`` watermark
         covers was collected while this replica was away: it goes here too, so this copy
-        matches the server's. Returns the lists changed."""
-        changed: set[str] = set()
+        matches the server's. Returns the entries dropped."""
+        dropped: list[CrdtOp] = []
         for name, held in self._lists.items():
             gc = self.replica.get(node_of(name), f"{name}/{collect.GC_TAG}")
             if gc is None:
@@ -169,17 +169,17 @@ class SharedState:
             except CrdtValueError:
                 continue
             node = node_of(name)
-            gone = []
             for element in held.ids():
                 minted = collect.mint_stamp(element)
                 keys = [(node, f"{name}/{tag}/{element}") for tag in collect.ELEMENT_TAGS]
                 if minted is None or not collect.covers(mark, minted):
                     continue
                 if not any(k in snapshot for k in keys):
-                    gone += [op for _, k in keys if (op := self.replica.drop(node, k)) is not None]
-            if gone:
-                changed.add(self._forget(gone))
-        return changed
+                    dropped += [
+                        op for _, k in keys if (op := self.replica.drop(node, k)) is not None
+                    ]
+        self._forget(dropped)
+        return dropped
 
     def _ephemeral(self, op: CrdtOp) -> str | None:
         """Take a presence or awareness op; its name when it is newer, else None."""
