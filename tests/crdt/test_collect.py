@@ -280,3 +280,15 @@ def test_a_peer_that_reported_nothing_holds_collection_back() -> None:
     assert server.collect(DOC) == []
     server.report(2, ann.replica.frontier())  # now bob has seen it too
     assert len(server.collect(DOC)) == 1
+
+
+def test_a_report_keeps_only_peers_the_document_has_seen() -> None:
+    server = CrdtStreams(lambda: 5_000)
+    server.join(1, DOC, 7, AllowAll())
+    ops = SharedState(7, lambda: 4_000).list_insert(LIST, 0, "x")
+    server.commit(server.check(1, CrdtSync(ops=ops)))
+    invented = tuple((peer, _stamp(4_000, peer)) for peer in range(100, 5_100))
+    server.report(1, ((7, _stamp(4_000, 7)), *invented))
+    report = server.streams[DOC].reports[7].frontier
+    assert report is not None
+    assert set(report) == {7}

@@ -19,7 +19,7 @@ Sans-I/O, no clock: stamps come in with the ops.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from octosync.errors import CrdtValueError, LimitExceeded
 from octosync.ipc.messages import CrdtOp, WireStamp
@@ -128,6 +128,10 @@ class PlaneReplica:
     def ops(self) -> tuple[CrdtOp, ...]:
         """The whole state, in ``(node, key)`` order (replica-independent)."""
         return tuple(self._entries[k] for k in sorted(self._entries))
+
+    def frontier_peers(self) -> Container[int]:
+        """The peers this replica has seen a stamp from."""
+        return self._frontier.keys()
 
     def frontier(self) -> tuple[tuple[int, WireStamp], ...]:
         """The highest stamp seen from each peer, by peer."""

@@ -346,7 +346,8 @@ class CrdtStreams:
         if not member.write or stream is None:
             return
         report = stream.reports.setdefault(member.peer, Report())
-        report.frontier = {peer: stamp_key(s) for peer, s in frontier}
+        held = stream.replica.frontier_peers()  # others' stamps cannot count: kept bounded
+        report.frontier = {peer: stamp_key(s) for peer, s in frontier if peer in held}
         report.last_ms = self._clock()
 
     def _purge(self, stream: PlaneStream, changed: Iterable[CrdtOp]) -> None:
