@@ -292,3 +292,24 @@ def test_a_report_keeps_only_peers_the_document_has_seen() -> None:
     report = server.streams[DOC].reports[7].frontier
     assert report is not None
     assert set(report) == {7}
+
+
+def test_a_batch_in_key_order_drops_what_its_watermark_collects() -> None:
+    """A whole document arrives in ``(node, key)`` order, so a list's ``NAME/gc`` entry comes
+    before its elements' entries: a replica collects after the batch, not at the entry."""
+    now = [1_000]
+    server = CrdtStreams(lambda: now[0])
+    ann = SharedState(1, lambda: now[0])
+    server.join(1, DOC, 1, AllowAll())
+    held = []
+    for edit in (lambda: ann.list_insert(LIST, 0, "milk"), lambda: ann.list_delete(LIST, 0)):
+        now[0] += 1
+        ops = edit()
+        ann.receive(ops)
+        held += server.commit(server.check(1, CrdtSync(ops=ops))).ack
+    server.report(1, ann.replica.frontier())
+    gc = server.collect(DOC)
+    late = SharedState(2, lambda: now[0])
+    late.receive(sorted(held + gc, key=lambda op: (op.slot_id, op.key or "")))
+    assert [op.key for op in late.replica.ops()] == [f"{LIST}/gc"]
+    assert late.list_values(LIST) == ()

@@ -122,6 +122,7 @@ class SharedState:
         """Merge remote ops; returns the names whose entries changed."""
         changed: set[str] = set()
         texts: dict[str, list[tuple[str, bytes]]] = {}
+        watermarks: list[CrdtOp] = []
         for op in ops:
             self._observe(op.stamp)
             if _is_ephemeral(op):
@@ -131,13 +132,15 @@ class SharedState:
                 continue
             if self.replica.apply(op):
                 if _is_gc(op):
-                    gone = self._forget(collect.purge(self.replica, op))
-                    if gone:
-                        changed.add(gone)
+                    watermarks.append(op)
                     continue
                 name = self._index(op, texts)
                 if name is not None:
                     changed.add(name)
+        for gc in watermarks:  # after the batch: a whole document comes in key order, gc first
+            gone = self._forget(collect.purge(self.replica, gc))
+            if gone:
+                changed.add(gone)
         for name, entries in texts.items():  # a batch's text entries at once, runs in order
             self.text_of(name).receive_many(entries)
         return changed
