@@ -184,6 +184,27 @@ class SharedState:
         self._forget(dropped)
         return dropped
 
+    def restore_entry(self, local: CrdtOp, server: CrdtOp | None) -> str | None:
+        """Undo a local op the server refused: its entry becomes the server's (``server``,
+        None when it holds none). Returns the value's name (None: nothing this replica reads
+        changed; a text's refused chunk stays, since a text cannot take back a placed run)."""
+        key = local.key or ""
+        if "/" not in key:
+            return None
+        name, rest = key.split("/", 1)
+        tag = rest.split("/", 1)[0]
+        if tag in TEXT_TAGS:
+            return None
+        self.replica.drop(local.slot_id, key)
+        if server is not None:
+            self.replica.apply(server)
+            return self._index(server)
+        self._by_name.get(name, {}).pop(rest, None)
+        held = self._lists.get(name)
+        if held is not None and rest[:3] in _LIST_TAGS:
+            held.drop_register(rest[:2], rest[3:])
+        return name
+
     def _ephemeral(self, op: CrdtOp) -> str | None:
         """Take a presence or awareness op; its name when it is newer, else None."""
         parts = (op.key or "").split("/")
@@ -601,6 +622,16 @@ class _ListRegisters:
     def ids(self) -> list[str]:
         """Every element held, live or removed."""
         return list(set(self.positions) | set(self.values) | self.removed)
+
+    def drop_register(self, tag: str, element: str) -> None:
+        """One register of an element back to absent (a refused local write undone)."""
+        if tag == "lp":
+            self.positions.pop(element, None)
+        elif tag == "lv":
+            self.values.pop(element, None)
+        else:
+            self.removed.discard(element)
+        self._place(element)
 
     def forget(self, element: str) -> None:
         """A collected element: out of every register (out of the order, if it was in)."""
