@@ -1544,6 +1544,14 @@ class ListRegisters {
     this.last = null; // the latest of those: [id, old index, old value, new index, new value]
   }
 
+  /** One register back to absent (a refused local write undone). */
+  dropRegister(tag, id) {
+    if (tag === "lp") this.positions.delete(id);
+    else if (tag === "lv") this.values.delete(id);
+    else this.removed.delete(id);
+    this.#place(id);
+  }
+
   /** A collected element: out of every register (out of the order, if it was in). */
   forget(id) {
     this.positions.delete(id);
@@ -1813,6 +1821,11 @@ export class SharedDocument extends Channel {
     this.reportTimer = null;
     this.reported = 0;
     this.snapshot = null; // entry ids of the whole document while it arrives after joining
+    // after a refused frame: pending edits go one at a time, each acknowledged or refused
+    // before the next, so a refusal names its edit; `held` is the server's entries meanwhile
+    this.careful = false;
+    this.probe = null;
+    this.held = new Map();
     // persist: pending edits kept in IndexedDB, taken up again by the next page that opens this
     // document (its peer id with them: the server takes a peer's ops from that peer only).
     this.persist = options.persist === true && typeof indexedDB !== "undefined" && Boolean(globalThis.navigator?.locks);
@@ -2209,6 +2222,11 @@ export class SharedDocument extends Channel {
     this.flushDue = true;
     queueMicrotask(() => {
       this.flushDue = false;
+      if (this.careful) {
+        this.outbox.length = 0; // pending edits go singly (#probeNext); presence at the next heartbeat
+        this.#probeNext();
+        return;
+      }
       if (this.status !== "open" || this.ws?.readyState !== 1 || this.outbox.length === 0) return; // sent on reconnect
       while (this.outbox.length) {
         // at most FRAME_OPS a frame (a long paste is many text chunks)
@@ -2287,6 +2305,8 @@ export class SharedDocument extends Channel {
   opened() {
     this.joined = false;
     this.snapshot = new Set();
+    this.probe = null;
+    this.held = new Map();
     this.outbox = [...this.pendingOps.values()].sort((a, b) => (stampAbove(a.stamp, b.stamp) ? 1 : -1));
     this.#resendEphemeral(); // the server dropped them when the last connection closed
     this.#flushSoon();
@@ -2303,6 +2323,16 @@ export class SharedDocument extends Channel {
     }
     if (doc?.type === "error") {
       const err = errorFromFrame(doc);
+      if ((err.path ?? "").startsWith("ops[")) {
+        // one frame of this replica's edits refused: the probe's, or (several in flight) find
+        // it by reconnecting and sending them one at a time
+        if (this.probe) this.#drop(this.probe, err);
+        else {
+          this.careful = true;
+          this.ws?.close();
+        }
+        return;
+      }
       this.report(err);
       if (FATAL_CODES.has(err.code)) this.failWith(null);
       return;
@@ -2323,6 +2353,7 @@ export class SharedDocument extends Channel {
       const name = this.#apply(op);
       if (name !== null) changed.add(name);
       this.snapshot?.add(`${op.slot_id} ${op.key ?? ""}`);
+      if (this.careful) this.held.set(`${op.slot_id} ${op.key ?? ""}`, op);
       if (op.stamp.peer === this.peer) {
         const mine = this.pendingOps.get(`${op.slot_id} ${op.key ?? ""}`);
         if (mine && !stampAbove(mine.stamp, op.stamp)) {
@@ -2339,7 +2370,55 @@ export class SharedDocument extends Channel {
     this.#reportSoon();
     this.#refreshNames(changed);
     if (changed.size) this.emit("change", [...changed]);
+    const probe = this.probe;
+    if (probe && this.pendingOps.get(`${probe.slot_id} ${probe.key ?? ""}`) !== probe) this.probe = null; // acknowledged
     this.#settle();
+    this.#probeNext();
+  }
+
+  /** While careful: send the oldest pending edit alone, once the one before it settled. */
+  #probeNext() {
+    if (!this.careful || !this.joined || this.probe || this.status !== "open" || this.ws?.readyState !== 1) return;
+    if (this.pendingOps.size === 0) {
+      this.careful = false; // every pending edit settled: pipelined again
+      this.held = new Map();
+      return;
+    }
+    this.probe = [...this.pendingOps.values()].reduce((a, b) => (stampAbove(a.stamp, b.stamp) ? b : a));
+    const op = this.probe;
+    try {
+      this.send({ type: "crdt_sync", ops: [{ slot_id: op.slot_id, stamp: op.stamp, state: toBase64(op.bytes), key: op.key }] });
+    } catch (err) {
+      this.probe = null;
+      this.report(err);
+    }
+  }
+
+  /** The server refused `op`: out of pending, told ("error"), and set back to the server's entry. */
+  #drop(op, err) {
+    this.probe = null;
+    const id = `${op.slot_id} ${op.key ?? ""}`;
+    if (this.pendingOps.get(id) === op) {
+      this.pendingOps.delete(id);
+      this.#saveSoon();
+    }
+    this.report(err);
+    const key = op.key ?? "";
+    const slash = key.indexOf("/");
+    const name = slash < 0 ? null : key.slice(0, slash);
+    const rest = key.slice(slash + 1);
+    if (name !== null && !TEXT_TAGS.has(rest.split("/")[0])) {
+      // a text cannot take back a placed run: its refused chunk stays until a reload
+      this.entries.delete(id);
+      this.byName.get(name)?.delete(rest);
+      const server = this.held.get(id);
+      if (server) this.#apply(server);
+      else if (["lp/", "lv/", "ld/"].includes(rest.slice(0, 3))) this.lists.get(name)?.dropRegister(rest.slice(0, 2), rest.slice(3));
+      this.#refreshNames([name]);
+      this.emit("change", [name]);
+    }
+    this.#settle();
+    this.#probeNext();
   }
 }
 

@@ -167,3 +167,22 @@ test("a tab back after the away bound drops its edit of a list element collected
     await away.stop();
   }
 });
+
+test("an edit the server refuses is dropped from pending, reported and undone; the edits around it stay", async () => {
+  const a = open("js-refused", { peer: 5 });
+  await a.synced();
+  const told = [];
+  a.on("error", (err) => told.push(err));
+  const clicks = a.counter("clicks");
+  clicks.add(1);
+  a.writeStamped("clicks", () => [["pn/6", [7, 0]]]); // another peer's counter entry, forged
+  clicks.add(1);
+  assert.equal(clicks.value, 9); // applied locally at once, as every edit is
+  await a.synced(); // not pending forever
+  assert.deepEqual(told.map((err) => [err.name, err.path]), [["Forbidden", "ops[0].key"]]);
+  assert.ok(told[0] instanceof errors.Forbidden);
+  assert.equal(clicks.value, 2); // undone: the local copy is the server's
+  const b = open("js-refused");
+  await b.synced();
+  assert.equal(b.counter("clicks").value, 2); // both real clicks kept
+});
