@@ -157,21 +157,3 @@ def purge(replica: PlaneReplica, gc: CrdtOp) -> list[CrdtOp]:
             if op is not None:
                 dropped.append(op)
     return dropped
-
-
-def merge(replica: PlaneReplica, ops: Iterable[CrdtOp]) -> list[CrdtOp]:
-    """Merge ``ops`` into ``replica`` as a document's replica does: a ``NAME/gc`` entry that
-    wins drops what it collects. Returns the ops that won (what was dropped is gone)."""
-    changed = replica.merge(ops)
-    for op in changed:
-        if is_gc(op):
-            purge(replica, op)
-    return changed
-
-
-def is_gc(op: CrdtOp) -> bool:
-    """``op`` is a list's ``NAME/gc`` entry (under ``NAME``'s node)."""
-    from octosync.crdt.entries import node_of  # entries imports this module
-
-    name, _, tag = (op.key or "").partition("/")
-    return tag == GC_TAG and op.slot_id == node_of(name)

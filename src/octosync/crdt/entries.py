@@ -20,7 +20,7 @@ a replacement may go down. Sans-I/O: the caller passes the entry it holds now.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ import msgspec
 from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.crdt import collect
 from octosync.crdt import text_entries as te
-from octosync.crdt.plane import wins
+from octosync.crdt.plane import PlaneReplica, wins
 from octosync.crdt.seq import check_position, id_peer
 from octosync.errors import CrdtValueError, ElementCollected, Forbidden
 from octosync.ipc.messages import CrdtOp
@@ -207,6 +207,22 @@ class Layout:
     name: str
     kind: Kind
     rest: tuple[str, ...]
+
+
+def is_gc(op: CrdtOp) -> bool:
+    """``op`` is a list's ``NAME/gc`` entry (``crdt/collect.py``), under ``NAME``'s node."""
+    name, _, tag = (op.key or "").partition("/")
+    return tag == collect.GC_TAG and op.slot_id == node_of(name)
+
+
+def merge_collecting(replica: PlaneReplica, ops: Iterable[CrdtOp]) -> list[CrdtOp]:
+    """Merge ``ops`` as a document's replica does: after the batch, each ``NAME/gc`` entry
+    that won drops what it collects. Returns the ops that won."""
+    changed = replica.merge(ops)
+    for op in changed:
+        if is_gc(op):
+            collect.purge(replica, op)
+    return changed
 
 
 def layout_of(op: CrdtOp) -> Layout | None:

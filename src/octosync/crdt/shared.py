@@ -46,7 +46,7 @@ from typing import Any
 import msgspec
 
 from octosync.crdt import collect
-from octosync.crdt.entries import EPHEMERAL_KINDS, node_of
+from octosync.crdt.entries import EPHEMERAL_KINDS, is_gc, node_of
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
 from octosync.crdt.plane import PlaneReplica, stamp_key
 from octosync.crdt.seq import Element, Position, check_position, mint_id, place
@@ -131,7 +131,7 @@ class SharedState:
                     changed.add(taken)
                 continue
             if self.replica.apply(op):
-                if _is_gc(op):
+                if is_gc(op):
                     watermarks.append(op)
                     continue
                 name = self._index(op, texts)
@@ -650,11 +650,6 @@ class _ListRegisters:
 def _is_ephemeral(op: CrdtOp) -> bool:
     parts = (op.key or "").split("/")
     return len(parts) == 3 and parts[1] in EPHEMERAL_KINDS and op.slot_id == node_of(parts[0])
-
-
-def _is_gc(op: CrdtOp) -> bool:
-    name, _, tag = (op.key or "").partition("/")
-    return tag == collect.GC_TAG and op.slot_id == node_of(name)
 
 
 def _check_index(index: int, size: int, what: str = "index") -> None:

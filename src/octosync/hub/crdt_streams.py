@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from octosync.bounds import MAX_SAFE_INTEGER
 from octosync.crdt import collect
-from octosync.crdt.entries import check_op, node_of
+from octosync.crdt.entries import check_op, is_gc, node_of
 from octosync.crdt.plane import (
     MAX_ENTRIES,
     EntryKey,
@@ -353,9 +353,7 @@ class CrdtStreams:
     def _purge(self, stream: PlaneStream, changed: Iterable[CrdtOp]) -> None:
         """A ``NAME/gc`` entry that won drops the tombstones it makes collectable."""
         for op in changed:
-            key = op.key or ""
-            name, _, tag = key.partition("/")
-            if tag == collect.GC_TAG and op.slot_id == node_of(name):
+            if is_gc(op):
                 stream.collected += len(collect.purge(stream.replica, op))
 
     def members_of(self, name: str) -> list[dict[int, StampKey]]:

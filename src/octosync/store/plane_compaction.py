@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from octosync.crdt import collect
+from octosync.crdt.entries import merge_collecting
 from octosync.crdt.plane import PlaneReplica
 from octosync.ipc.messages import CrdtOp
 from octosync.store.journal import Journal
@@ -46,7 +46,7 @@ def compact_stream(journal: Journal, stream: str, through: int | None = None) ->
     replica = PlaneReplica(max_entries=2**62)  # the journal held it: no limit applies here
     position: int | None = None  # in a cluster: how far the op stream is merged (kept)
     for record in plane_records(journal, stream, through):
-        collect.merge(replica, record.ops)  # collected tombstones stay out of the replacement
+        merge_collecting(replica, record.ops)  # collected tombstones stay out of the replacement
         if record.position is not None:
             position = max(position or 0, record.position)
     state = replica.ops()
