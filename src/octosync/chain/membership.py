@@ -5,7 +5,8 @@ connection that opened or closed, a configuration read from NATS, a probe's answ
 carries out the effects it returns: ``Send`` and ``Close`` on connections, ``Dial`` the
 successor, ``Probe`` a suspect neighbour, ``RemoveMember`` by compare-and-set, ``Refresh``
 the configuration, ``ReplaceReplica`` in the store, ``Stop``. It owns the ``ChainLink``, so
-the chain's outputs of a batch are routed here too (``flush``), after the store committed.
+the chain's outputs of a batch are routed here too (``flush``), after the store committed;
+only an acknowledgement relayed from downstream may leave before (``flush_relayed``).
 
 The rules: the configuration (its epoch and member order) names each link's predecessor and
 successor. The upstream link dials its successor (``PeerHello`` with its epoch); the
@@ -46,7 +47,7 @@ from octosync.chain.link_frames import (
     Status,
     StatusRequest,
 )
-from octosync.chain.records import BootstrapChainRequest, ChainStateMachine
+from octosync.chain.records import BootstrapChainRequest, ChainAck, ChainStateMachine
 from octosync.errors import NotBootstrapped, OctosyncError, StaleEpoch
 
 ConnId = int
@@ -156,6 +157,10 @@ class Membership:
     peers: dict[ConnId, Peer] = field(default_factory=dict)
     outputs: list[tuple[Output, int]] = field(default_factory=list)
     """The batch's chain outputs with the epoch they go out in (``flush`` routes them)."""
+    relayed: set[int] = field(default_factory=set)
+    """Indexes in ``outputs`` of what a downstream ``ChainAck`` produced (``flush_relayed``)."""
+    sent_early: set[int] = field(default_factory=set)
+    """Indexes in ``outputs`` that ``flush_relayed`` delivered (``flush`` skips them)."""
 
     # -- the configuration --------------------------------------------------------------------
 
@@ -176,6 +181,7 @@ class Membership:
             self.waiting_copy = True
         effects = self.reconfigure(config)
         self.outputs.clear()  # nothing is connected yet
+        self.relayed.clear()
         return effects
 
     def reconfigure(self, config: ChainConfig) -> list[Effect]:
@@ -321,7 +327,11 @@ class Membership:
                     raise StaleEpoch(
                         f"frame of epoch {frame.epoch} on a link of {peer.since_epoch}"
                     )
-                self._emit(self.link.receive(frame.message))
+                produced = self.link.receive(frame.message)
+                if conn == self.down and isinstance(frame.message, ChainAck):
+                    start = len(self.outputs)
+                    self.relayed.update(range(start, start + len(produced)))
+                self._emit(produced)
             case FromDevice():
                 if peer.kind != "device" or self.devices.get(peer.peer) != conn:
                     raise StaleEpoch("device frame on a connection that is not a head's device")
@@ -412,11 +422,46 @@ class Membership:
     def compute_due(self) -> bool:
         return not self.waiting_copy and self.link.compute_due
 
+    def flush_relayed(self) -> Iterator[Delivery]:
+        """What may leave before the batch's commit: acknowledgements relayed from downstream.
+
+        A ``ChainAck`` from downstream says the tail holds those events, and every link above
+        it persisted them before forwarding them, this one included; relaying it (up, or to
+        the devices at the head) promises nothing this batch's commit adds. Each goes out only
+        while nothing of the batch is held back before it on the same connection, so every
+        connection still receives the batch's frames in their order. This takes the links'
+        commits off the acknowledgement's way up: only the way down waits for them.
+        """
+        if not self.relayed:
+            return
+        held: set[ConnId] = set()
+        for i, delivery in self._route(self.outputs):
+            if i in self.relayed and held.isdisjoint(delivery.conns):
+                self.sent_early.add(i)
+                yield delivery
+            else:
+                held.update(delivery.conns)
+
     def flush(self) -> Iterator[Delivery]:
         """The batch's outputs (once the store committed them), each for the connections it
         goes to: the attached successor, the predecessor, bootstrapped devices; none reaches a
         connection that joined after it was produced (it gets it in its own resend)."""
         outputs, self.outputs = self.outputs, []
+        sent, self.sent_early = self.sent_early, set()
+        self.relayed = set()
+        for i, delivery in self._route(outputs):
+            if i not in sent:
+                yield delivery
+        for conn in self.devices.values():
+            peer = self.peers.get(conn)
+            if peer is not None:
+                peer.live_from = 0
+        down_peer = None if self.down is None else self.peers.get(self.down)
+        if down_peer is not None:
+            down_peer.live_from = 0
+
+    def _route(self, outputs: list[tuple[Output, int]]) -> Iterator[tuple[int, Delivery]]:
+        """Each output with its index, for the connections it goes to now."""
         down_peer = None if self.down is None else self.peers.get(self.down)
         down = self.down if down_peer is not None and down_peer.attached else None
         devices = [(conn, self.peers[conn]) for conn in self.devices.values() if conn in self.peers]
@@ -424,10 +469,10 @@ class Membership:
             if isinstance(out, ToDownstream):
                 # Before the welcome, attach_downstream resends from where the downstream ends.
                 if down is not None and down_peer is not None and down_peer.live_from <= i:
-                    yield Delivery((down,), Forward(epoch, out.message))
+                    yield i, Delivery((down,), Forward(epoch, out.message))
             elif isinstance(out, ToUpstream):
                 if self.up is not None:
-                    yield Delivery((self.up,), Forward(epoch, out.message))
+                    yield i, Delivery((self.up,), Forward(epoch, out.message))
             elif isinstance(out, ToDevice):
                 conn = self.devices.get(out.device)
                 peer = None if conn is None else self.peers.get(conn)
@@ -437,15 +482,11 @@ class Membership:
                     and peer.bootstrapped
                     and peer.live_from <= i
                 ):
-                    yield Delivery((conn,), ForDevice(epoch, out.message))
+                    yield i, Delivery((conn,), ForDevice(epoch, out.message))
             elif isinstance(out, ToDevices):
                 targets = tuple(c for c, p in devices if p.bootstrapped and p.live_from <= i)
                 if targets:
-                    yield Delivery(targets, ForDevice(epoch, out.message))
-        for _, peer in devices:
-            peer.live_from = 0
-        if down_peer is not None:
-            down_peer.live_from = 0
+                    yield i, Delivery(targets, ForDevice(epoch, out.message))
 
     def status(self) -> Status:
         link = self.link
