@@ -2274,12 +2274,23 @@ export class TextCrdt {
     this.clock = 0;
     this.spans = []; // {peer, clock, text, len, dead}, in text order
     this.where = new Map(); // "peer:chunk" -> spans with clocks in that chunk
-    this.held = new Map(); // "peer:clock" of an origin -> runs waiting for it
+    this.held = new Map(); // origin peer -> (origin clock -> runs waiting for it)
     this.heldChars = 0;
     this.tombs = new Map(); // "peer:chunk" -> [clock, length] deletions of unseen characters
     this.length = 0;
     this.cache = "";
     this.cursor = { i: 0, start: 0 };
+    this.hint = 0; // where the last received span went: the next one's origin is usually near
+  }
+
+  // The index of `span`, looked for first around the last received span's place (a late
+  // joiner takes each writer's runs in clock order, each placed right after the one before).
+  #indexNear(span) {
+    const spans = this.spans;
+    const from = Math.max(0, this.hint - 4);
+    const to = Math.min(spans.length, this.hint + 5);
+    for (let i = from; i < to; i += 1) if (spans[i] === span) return i;
+    return spans.indexOf(span);
   }
 
   toString() {
@@ -2415,21 +2426,28 @@ export class TextCrdt {
     return out;
   }
 
-  /** Apply a received run (the part not yet known); returns index-based edits. */
-  integrate(run) {
-    const edits = [];
+  /** Apply a received run (the part not yet known); returns index-based edits (none with
+   * `quiet`: a caller that reports a batch's change as a whole skips finding each index). */
+  integrate(run, quiet = false) {
+    const edits = quiet ? null : [];
     const todo = [run];
     while (todo.length) {
       const placed = this.#integrateOne(todo.pop(), edits);
       if (!placed) continue;
       const [peer, first, last] = placed;
-      for (let c = first; c <= last; c += 1) {
-        const waiting = this.held.get(`${peer}:${c}`);
+      const byClock = this.held.get(peer);
+      if (!byClock) continue;
+      // the runs waiting on a placed character: walk the fewer of the run's clocks and the held
+      const clocks = byClock.size <= last - first ? [...byClock.keys()].filter((c) => first <= c && c <= last) : null;
+      for (let c = first, k = 0; clocks ? k < clocks.length : c <= last; c += 1, k += 1) {
+        const at = clocks ? clocks[k] : c;
+        const waiting = byClock.get(at);
         if (!waiting) continue;
-        this.held.delete(`${peer}:${c}`);
+        byClock.delete(at);
         for (const w of waiting) this.heldChars -= cpLength(w.text);
         todo.push(...waiting);
       }
+      if (!byClock.size) this.held.delete(peer);
     }
     return edits;
   }
@@ -2450,9 +2468,10 @@ export class TextCrdt {
     const start = origin[0] === 0 && origin[1] === 0;
     if (!start && !this.#find(origin[0], origin[1])) {
       if (this.heldChars + n > TEXT_MAX_CLOCK) throw fail(errors.LimitExceeded, `over ${TEXT_MAX_CLOCK} characters wait for origins that never came`, "held");
-      const key = `${origin[0]}:${origin[1]}`;
-      if (!this.held.has(key)) this.held.set(key, []);
-      this.held.get(key).push({ peer, clock, text, origin });
+      if (!this.held.has(origin[0])) this.held.set(origin[0], new Map());
+      const byClock = this.held.get(origin[0]);
+      if (!byClock.has(origin[1])) byClock.set(origin[1], []);
+      byClock.get(origin[1]).push({ peer, clock, text, origin });
       this.heldChars += n;
       return null;
     }
@@ -2461,7 +2480,7 @@ export class TextCrdt {
     let i = 0;
     if (!start) {
       const o = this.#find(origin[0], origin[1]);
-      const oi = this.spans.indexOf(o);
+      const oi = this.#indexNear(o);
       const off = origin[1] - o.clock;
       if (off < o.len - 1) this.#split(oi, off + 1);
       i = oi + 1;
@@ -2474,9 +2493,10 @@ export class TextCrdt {
     const span = { peer, clock, text, len: n, dead: false };
     this.spans.splice(i, 0, span);
     this.#register(span);
+    this.hint = i;
     this.length += n;
     this.cursor = { i: 0, start: 0 };
-    edits.push({ index: this.#indexOf(i), delete: 0, insert: text });
+    edits?.push({ index: this.#indexOf(i), delete: 0, insert: text });
     for (const [c, len] of [...(this.tombs.get(`${peer}:${Math.floor(clock / TEXT_CHUNK)}`) ?? [])]) {
       const lo = Math.max(c, clock);
       const hi = Math.min(c + len, end);
@@ -2485,9 +2505,9 @@ export class TextCrdt {
     return [peer, clock, end - 1];
   }
 
-  /** Apply received deletions of [peer, clock, length] id ranges. */
-  remove(ranges) {
-    const edits = [];
+  /** Apply received deletions of [peer, clock, length] id ranges (edits as `integrate`). */
+  remove(ranges, quiet = false) {
+    const edits = quiet ? null : [];
     for (const [peer, first, length] of ranges) {
       let clock = first;
       const end = first + length;
@@ -2513,17 +2533,17 @@ export class TextCrdt {
       if (lo >= hi) continue;
       known += hi - lo;
       if (s.dead) continue;
+      let i = this.#indexNear(s);
       if (lo > s.clock) {
-        this.#split(this.spans.indexOf(s), lo - s.clock);
-        s = this.#find(peer, lo);
+        this.#split(i, lo - s.clock);
+        s = this.spans[(i += 1)];
       }
-      if (s.clock + s.len > hi) this.#split(this.spans.indexOf(s), hi - s.clock);
-      const i = this.spans.indexOf(s);
+      if (s.clock + s.len > hi) this.#split(i, hi - s.clock);
       s.dead = true;
       this.length -= s.len;
       this.cache = null;
       this.cursor = { i: 0, start: 0 };
-      edits.push({ index: this.#indexOf(i), delete: s.len, insert: "" });
+      edits?.push({ index: this.#indexOf(i), delete: s.len, insert: "" });
     }
     return known;
   }
@@ -2549,6 +2569,23 @@ function rangesGrow(old, now) {
   return old.every(([peer, clock, n]) => (merged.get(peer) ?? []).some(([a, b]) => a <= clock && clock + n <= b));
 }
 
+/** The change from `before` to `now` as one index-based edit (null: none), its ends kept off
+ * the middle of a surrogate pair. */
+function wholeEdit(before, now) {
+  if (before === now) return null;
+  const n = Math.min(before.length, now.length);
+  let a = 0;
+  while (a < n && before.charCodeAt(a) === now.charCodeAt(a)) a += 1;
+  if (a > 0 && a < before.length && /[\uDC00-\uDFFF]/.test(before[a])) a -= 1;
+  let b = 0;
+  while (b < n - a && before.charCodeAt(before.length - 1 - b) === now.charCodeAt(now.length - 1 - b)) b += 1;
+  if (b > 0 && /[\uDC00-\uDFFF]/.test(before[before.length - b])) b -= 1;
+  return { index: codePointIndex(before, a), delete: cpLength(before.slice(a, before.length - b)), insert: now.slice(a, now.length - b) };
+}
+
+const TEXT_BATCH_ROWS = 32;
+/** Received runs between two reports past which their change is reported as one edit. */
+
 /** A text's replica and the chunk entries its edits write (`tx/PEER/CHUNK`, `td/PEER/N`). */
 export class TextEntries {
   constructor(peer) {
@@ -2559,10 +2596,23 @@ export class TextEntries {
     this.tdChunk = 0;
     this.edits = [];
     this.listening = false; // edits are kept only for a text someone opened
+    this.rows = 0; // received runs and ranges since the last report
+    this.before = null; // the text when a large batch began: its change is reported as one edit
+    this.batchRows = TEXT_BATCH_ROWS;
   }
 
   #changed(edits) {
-    if (this.listening) this.edits.push(...edits);
+    if (this.listening && this.before === null && edits) this.edits.push(...edits);
+  }
+
+  // Whether received rows need no edit of their own: nobody listens, or a large batch (a late
+  // joiner's thousands of runs) is reported as one edit from the text before it.
+  #quiet(rows) {
+    if (!this.listening || this.before !== null) return true;
+    this.rows += rows;
+    if (this.rows <= this.batchRows) return false;
+    this.before = this.crdt.toString();
+    return true;
   }
 
   insert(index, text) {
@@ -2613,19 +2663,27 @@ export class TextEntries {
     if (tag === "tx") {
       if (!value.every((r) => Array.isArray(r) && r.length === 4 && typeof r[1] === "string")) return;
       if (peer === this.peer && runsGrow(this.mine.get(chunk) ?? [], value)) this.mine.set(chunk, value.map((r) => [...r]));
-      for (const [clock, text, op, oc] of value) this.#changed(this.crdt.integrate({ peer, clock, text, origin: [op, oc] }));
+      const quiet = this.#quiet(value.length);
+      for (const [clock, text, op, oc] of value) this.#changed(this.crdt.integrate({ peer, clock, text, origin: [op, oc] }, quiet));
     } else {
       if (!value.every((r) => Array.isArray(r) && r.length === 3)) return;
       if (peer === this.peer && rangesGrow(this.td.get(chunk) ?? [], value)) {
         this.td.set(chunk, value.map((r) => [...r]));
         this.tdChunk = Math.max(this.tdChunk, chunk);
       }
-      this.#changed(this.crdt.remove(value));
+      this.#changed(this.crdt.remove(value, this.#quiet(value.length)));
     }
   }
 
   takeEdits() {
-    return this.edits.splice(0);
+    const out = this.edits.splice(0);
+    this.rows = 0;
+    if (this.before !== null) {
+      const edit = wholeEdit(this.before, this.crdt.toString());
+      this.before = null;
+      if (edit) out.push(edit);
+    }
+    return out;
   }
 }
 
@@ -2685,15 +2743,17 @@ function shiftIndex(pos, edit) {
 }
 
 /**
- * Keep a `<textarea>` (or `<input>`) and a shared text in step: what the user types becomes
- * inserts and deletes, and others' edits land in the element with the caret and selection
- * kept on the characters they were on. Returns a function that unbinds it.
+ * Keep an element showing plain text and a shared text in step. `io` says how to read the
+ * element's text, write it, read its selection (code-point offsets, or null when the selection
+ * is elsewhere) and put a selection back (UTF-16 offsets). What the user types becomes one
+ * delete and one insert where the text differs; others' edits land with the selection moved
+ * along the characters it was on.
  */
-export function bindTextarea(text, el) {
+function bindPlainText(text, io) {
   let shown = text.value;
-  el.value = shown;
+  io.write(shown);
   const onInput = () => {
-    const now = el.value;
+    const now = io.read();
     if (now === shown) return;
     let a = 0;
     while (a < now.length && a < shown.length && now[a] === shown[a]) a += 1;
@@ -2708,26 +2768,45 @@ export function bindTextarea(text, el) {
   };
   const off = text.on("change", (edits) => {
     const target = text.value;
-    if (target === el.value) {
+    if (target === io.read()) {
       shown = target;
       return;
     }
-    const before = el.value;
-    let start = codePointIndex(before, el.selectionStart ?? 0);
-    let end = codePointIndex(before, el.selectionEnd ?? 0);
+    const sel = io.selection();
+    let [start, end] = sel ?? [0, 0];
     for (const e of edits) {
       start = shiftIndex(start, e);
       end = shiftIndex(end, e);
     }
-    el.value = target;
+    io.write(target);
     shown = target;
-    if (el.setSelectionRange) el.setSelectionRange(unitIndex(target, start), unitIndex(target, end));
+    if (sel) io.select(unitIndex(target, start), unitIndex(target, end));
   });
-  el.addEventListener("input", onInput);
+  io.el.addEventListener("input", onInput);
   return () => {
     off?.();
-    el.removeEventListener("input", onInput);
+    io.el.removeEventListener("input", onInput);
   };
+}
+
+/**
+ * Keep a `<textarea>` (or `<input>`) and a shared text in step: what the user types becomes
+ * inserts and deletes, and others' edits land in the element with the caret and selection
+ * kept on the characters they were on. Returns a function that unbinds it.
+ */
+export function bindTextarea(text, el) {
+  return bindPlainText(text, {
+    el,
+    read: () => el.value,
+    write: (value) => {
+      el.value = value;
+    },
+    selection: () => {
+      const now = el.value;
+      return [codePointIndex(now, el.selectionStart ?? 0), codePointIndex(now, el.selectionEnd ?? 0)];
+    },
+    select: (start, end) => el.setSelectionRange?.(start, end),
+  });
 }
 
 /**
@@ -2741,47 +2820,23 @@ export function bindContentEditable(text, el) {
     if (el.childNodes.length !== 1 || el.firstChild.nodeType !== 3) el.replaceChildren(document.createTextNode(el.textContent));
     return el.firstChild;
   };
-  let shown = text.value;
-  el.replaceChildren(document.createTextNode(shown));
-  const onInput = () => {
-    const now = el.textContent;
-    if (now === shown) return;
-    let a = 0;
-    while (a < now.length && a < shown.length && now[a] === shown[a]) a += 1;
-    let b = 0;
-    while (b < now.length - a && b < shown.length - a && now[now.length - 1 - b] === shown[shown.length - 1 - b]) b += 1;
-    const at = codePointIndex(shown, a);
-    const gone = cpLength(shown.slice(a, shown.length - b));
-    const typed = now.slice(a, now.length - b);
-    shown = now;
-    if (gone) text.delete(at, gone);
-    if (typed) text.insert(at, typed);
-  };
-  const off = text.on("change", (edits) => {
-    const target = text.value;
-    if (target === el.textContent) {
-      shown = target;
-      return;
-    }
-    const before = el.textContent;
-    const sel = globalThis.getSelection?.();
-    const inside = sel && sel.rangeCount > 0 && el.contains(sel.anchorNode);
-    let start = inside ? codePointIndex(before, Math.min(sel.anchorOffset, sel.focusOffset)) : 0;
-    let end = inside ? codePointIndex(before, Math.max(sel.anchorOffset, sel.focusOffset)) : 0;
-    for (const e of edits) {
-      start = shiftIndex(start, e);
-      end = shiftIndex(end, e);
-    }
-    const t = node();
-    t.data = target;
-    shown = target;
-    if (inside) sel.setBaseAndExtent(t, unitIndex(target, start), t, unitIndex(target, end));
+  return bindPlainText(text, {
+    el,
+    read: () => el.textContent,
+    write: (value) => {
+      node().data = value;
+    },
+    selection: () => {
+      const sel = globalThis.getSelection?.();
+      if (!sel || sel.rangeCount === 0 || !el.contains(sel.anchorNode)) return null;
+      const now = el.textContent;
+      return [codePointIndex(now, Math.min(sel.anchorOffset, sel.focusOffset)), codePointIndex(now, Math.max(sel.anchorOffset, sel.focusOffset))];
+    },
+    select: (start, end) => {
+      const t = node();
+      globalThis.getSelection().setBaseAndExtent(t, start, t, end);
+    },
   });
-  el.addEventListener("input", onInput);
-  return () => {
-    off?.();
-    el.removeEventListener("input", onInput);
-  };
 }
 
 // --- the client ---------------------------------------------------------------------------------

@@ -393,6 +393,17 @@ class Lists(RuleBasedStateMachine):
         self.mirrors: list[list[Any]] = [[] for _ in self.docs]
         for i, doc in enumerate(self.docs):
             doc.list("l").on_edit(lambda change, i=i: self._count(i, change))
+        self.seen: list[tuple[Any, ...]] = [() for _ in self.docs]
+        for i, doc in enumerate(self.docs):  # an effect tracking the list re-runs on each change
+            doc.list("l").on_change(lambda values, i=i: self._saw(i, values))
+
+    def _saw(self, i: int, values: tuple[Any, ...]) -> None:
+        self.seen[i] = values
+
+    @invariant()
+    def a_tracked_read_sees_every_change(self) -> None:
+        for doc, seen in zip(self.docs, self.seen, strict=True):
+            assert seen == doc.list("l").value
 
     def _count(self, i: int, change: ListChange) -> None:
         self.edits[i] += 1

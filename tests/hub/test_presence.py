@@ -13,6 +13,7 @@ from octosync.crdt.plane import stamp_key
 from octosync.errors import LimitExceeded
 from octosync.hub.presence import (
     MAX_PER_CONNECTION,
+    MAX_PER_DOCUMENT,
     MAX_VALUE_BYTES,
     NULL,
     PresenceRooms,
@@ -97,3 +98,52 @@ def test_every_ending_is_stamped_above_what_it_ends(steps: list[tuple[int, int, 
         rooms.put(peer, "doc", [value], now)
         for live in rooms.live("doc"):
             held[live.key or ""] = live
+
+
+def test_another_nodes_values_live_by_the_ttl_and_only_this_nodes_are_local() -> None:
+    """A remote node's values (a negative connection id) are read like any other, end by the
+    TTL here (flagged as not this node's), and are never this node's to tell others."""
+    rooms = PresenceRooms(ttl=10)
+    mine, theirs = op("presence/pr/5", b'"ann"'), op("presence/pr/6", b'"bob"')
+    rooms.put(1, "doc", [mine], now=0)
+    assert rooms.put_remote(-1, "doc", [theirs], now=5) == [theirs]
+    assert rooms.live("doc") == (mine, theirs)
+    assert rooms.local("doc") == (mine,)
+    ends = rooms.expire(10, 200)["doc"]
+    assert [(o.key, local) for o, local in ends] == [("presence/pr/5", True)]
+    ends = rooms.expire(15, 300)["doc"]
+    assert [(o.key, o.state, local) for o, local in ends] == [("presence/pr/6", NULL, False)]
+    with pytest.raises(ValueError, match="negative"):
+        rooms.put_remote(3, "doc", [theirs], now=0)
+
+
+def test_another_nodes_values_are_bounded_and_only_presence_or_awareness() -> None:
+    rooms = PresenceRooms()
+    counter = op("clicks/pn/6", b"[1,0]")
+    big = op("presence/pr/6", b'"' + b"x" * MAX_VALUE_BYTES + b'"')
+    assert rooms.put_remote(-1, "doc", [counter, big], now=0) == []
+    many = [op(f"presence/pr/{p}", b"1") for p in range(1, MAX_PER_DOCUMENT + 10)]
+    taken = rooms.put_remote(-1, "doc", many, now=0)
+    assert len(taken) == MAX_PER_DOCUMENT == len(rooms)
+    assert rooms.put_remote(-2, "doc", [op("presence/pr/9999", b"1")], now=0) == []
+
+
+def test_forgetting_a_document_drops_only_other_nodes_values() -> None:
+    rooms = PresenceRooms()
+    mine, theirs = op("presence/pr/5", b"1"), op("presence/pr/6", b"2")
+    rooms.put(1, "doc", [mine], now=0)
+    rooms.put_remote(-1, "doc", [theirs], now=0)
+    rooms.put_remote(-1, "other", [theirs], now=0)
+    rooms.forget_remote("doc")
+    assert rooms.live("doc") == (mine,)
+    assert rooms.live("other") == (theirs,)
+
+
+def test_held_names_the_ops_that_are_their_entries_live_value() -> None:
+    """What a cluster renews on other nodes: a repeat of the live value is held, an older
+    value or one of another document is not."""
+    rooms = PresenceRooms()
+    new, old = op("presence/pr/5", b"2", 100, 1), op("presence/pr/5", b"1", 100, 0)
+    rooms.put(1, "doc", [new], now=0)
+    assert rooms.held("doc", [new, old]) == [new]
+    assert rooms.held("other", [new]) == []

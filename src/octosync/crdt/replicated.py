@@ -85,18 +85,42 @@ class ReplicatedCell(Generic[T]):
         return True
 
 
-class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
+class ReplicatedList(ReplicatedCell[int]):
     """A list (the move-aware sequence): its value is the tuple of its values in order, and
-    ``on_edit`` says what each change inserted, deleted, moved or set."""
+    ``on_edit`` says what each change inserted, deleted, moved or set.
 
-    __slots__ = ("_edits", "_seen")
+    Its graph cell holds the list's revision, not the tuple: a change costs the same whatever
+    the list's length (no tuple built, compared and encoded per edit), and the tuple is made
+    only when read (``get``/``value``)."""
 
-    def __init__(self, owner: Replicated, name: str, cell: Cell[tuple[Any, ...]]) -> None:
+    __slots__ = ("_edits", "_seen", "_values")
+
+    def __init__(self, owner: Replicated, name: str, cell: Cell[int]) -> None:
         super().__init__(owner, name, "list", cell)
         owner.state.take_list_change(name)
         self._seen = self._items()
         """The ``(id, value)`` pairs as last reported: kept in step edit by edit."""
+        self._values: tuple[Any, ...] | None = None
+        """The values in order, made on the first read after a change."""
         self._edits: list[Callable[[ListChange], object]] = []
+
+    def get(self) -> tuple[Any, ...]:  # type: ignore[override]
+        """The values in order, as a tracked read (memos and effects re-run when it changes)."""
+        self.cell.get()
+        return self._tuple()
+
+    @property
+    def value(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return self._tuple()
+
+    def _tuple(self) -> tuple[Any, ...]:
+        if self._values is None:
+            self._values = tuple(value for _, value in self._seen)
+        return self._values
+
+    def on_change(self, callback: Callable[[tuple[Any, ...]], object]) -> Effect:  # type: ignore[override]
+        """Call ``callback(values)`` now and after every flush that changed the list."""
+        return self._owner.ctx.effect(lambda: callback(self.get()))
 
     def _items(self) -> list[tuple[str, Any]]:
         return self._owner.state.list_items(self.name)
@@ -125,13 +149,13 @@ class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
         self._ops(self._owner.state.list_set(self.name, index, value))
 
     def __len__(self) -> int:
-        return len(self.cell.peek())
+        return len(self._seen)
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.cell.peek())
+        return iter(self._tuple())
 
     def __getitem__(self, index: int) -> Any:
-        return self.cell.peek()[index]
+        return self._seen[index][1]
 
     def on_edit(self, callback: Callable[[ListChange], object]) -> Callable[[], None]:
         """Call ``callback(change)`` after every change of the list; returns the unsubscribe."""
@@ -155,7 +179,8 @@ class ReplicatedList(ReplicatedCell[tuple[Any, ...]]):
             self._seen = items
         if not change:
             return False
-        self.cell.set(self._owner.state.list_values(self.name))
+        self._values = None
+        self.cell.set(self.cell.peek() + 1)
         for callback in list(self._edits):
             callback(change)
         return True
@@ -324,7 +349,7 @@ class Replicated:
         check_name(name)
         known = self._cells.get(name)
         if known is None:
-            made = ReplicatedList(self, name, self.ctx.cell(self.state.list_values(name)))
+            made = ReplicatedList(self, name, self.ctx.cell(0))
             self._cells[name] = made
             return made
         if not isinstance(known, ReplicatedList):

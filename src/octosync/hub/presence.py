@@ -4,11 +4,13 @@ A member of a shared document sets its presence (``NAME/pr/PEER``: alive while i
 is) and awareness values such as a cursor (``NAME/aw/PEER``: each peer's latest, until its
 TTL) as ordinary ``CrdtSync`` ops of its own peer; ``crdt/entries.py`` checks that the entry is
 the writer's. This core holds them per document instead of the plane replica: they are not
-journaled, not compacted, not replicated to a cluster, and a joining member gets those still
-live. Each value expires ``ttl`` after it was last set (a client sets its presence again
-before that, its heartbeat); a presence goes the moment its connection closes. What goes is
-announced as an op of the same entry holding ``null``, stamped just above the value it ends,
-so every reader's last-writer-wins entry ends the same way.
+journaled, not compacted, never in JetStream, and a joining member gets those still live. In a
+cluster, other nodes' values come in as those of a remote connection (a negative ``ConnId``,
+one per node: ``links/cluster_presence.py``) and live by the same TTL, so a node that dies takes
+its members' presence with it within one TTL. Each value expires ``ttl`` after it was last set
+(a client sets its presence again before that, its heartbeat); a presence goes the moment its
+connection closes. What goes is announced as an op of the same entry holding ``null``, stamped
+just above the value it ends, so every reader's last-writer-wins entry ends the same way.
 
 Bounded: a value's bytes, the entries one connection holds and the entries of a document.
 Sans-I/O: ``now`` is the caller's monotonic clock (seconds), ``wall_ms`` its wall clock.
@@ -134,6 +136,49 @@ class PresenceRooms:
             del self._rooms[stream]
         return changed
 
+    def put_remote(
+        self, node: ConnId, stream: str, ops: Iterable[CrdtOp], now: float
+    ) -> list[CrdtOp]:
+        """Take another node's values (``node`` < 0 stands for it): only presence and
+        awareness entries within the value bound, and no more new entries than the document's
+        bound leaves room for (the rest are dropped: they come again with the next heartbeat)."""
+        if node >= 0:
+            raise ValueError(f"a remote node's connection id is negative, not {node}")
+        room = self._rooms.get(stream, {})
+        room_left = MAX_PER_DOCUMENT - len(room)
+        taken: list[CrdtOp] = []
+        for op in ops:
+            state = op.state if isinstance(op.state, bytes) else b""
+            if not is_ephemeral(op) or len(state) > MAX_VALUE_BYTES:
+                continue
+            if _key(op) not in room:
+                if room_left <= 0:
+                    continue
+                room_left -= 1
+            taken.append(op)
+        return self.put(node, stream, taken, now)
+
+    def held(self, stream: str, ops: Iterable[CrdtOp]) -> list[CrdtOp]:
+        """Those of ``ops`` that are the live value of their entry (taken, or a repeat)."""
+        room = self._rooms.get(stream, {})
+        out = []
+        for op in ops:
+            live = room.get(_key(op))
+            if live is not None and live.op == op:
+                out.append(op)
+        return out
+
+    def local(self, stream: str) -> tuple[CrdtOp, ...]:
+        """The live values of ``stream`` set through this node's own connections."""
+        room = self._rooms.get(stream, {})
+        return tuple(room[k].op for k in sorted(room) if room[k].conn >= 0)
+
+    def forget_remote(self, stream: str) -> None:
+        """Drop other nodes' values of ``stream`` (this node stopped following it: none of its
+        connections reads it), announcing nothing."""
+        for key in [k for k, live in self._rooms.get(stream, {}).items() if live.conn < 0]:
+            self._drop(stream, key)
+
     def close(self, conn: ConnId, wall_ms: int) -> dict[str, list[CrdtOp]]:
         """A connection closed: its presence goes now (its awareness lives out its TTL)."""
         gone: dict[str, list[CrdtOp]] = {}
@@ -148,10 +193,18 @@ class PresenceRooms:
 
     def tick(self, now: float, wall_ms: int) -> dict[str, list[CrdtOp]]:
         """Every value whose TTL is up goes; returns their endings, by document."""
-        gone: dict[str, list[CrdtOp]] = {}
+        return {
+            stream: [op for op, _ in ends] for stream, ends in self.expire(now, wall_ms).items()
+        }
+
+    def expire(self, now: float, wall_ms: int) -> dict[str, list[tuple[CrdtOp, bool]]]:
+        """As ``tick``, each ending with whether its value was set through this node (a
+        cluster tells other nodes only of those: each node ends a remote value itself)."""
+        gone: dict[str, list[tuple[CrdtOp, bool]]] = {}
         for stream, room in list(self._rooms.items()):
             for key in [k for k, live in room.items() if live.expiry <= now]:
-                gone.setdefault(stream, []).append(self._end(stream, key, wall_ms))
+                local = room[key].conn >= 0
+                gone.setdefault(stream, []).append((self._end(stream, key, wall_ms), local))
         return gone
 
     def next_expiry(self) -> float | None:

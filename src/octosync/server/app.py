@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a serve
     from octosync.links.cluster_link import ClusterLink
     from octosync.links.cluster_maps import MapsLink
     from octosync.links.cluster_planes import PlanesLink
+    from octosync.links.cluster_presence import PresenceLink
     from octosync.links.cluster_yjs import YjsLink
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     maps_link: MapsLink | None = None
     planes_link: PlanesLink | None = None
     yjs_link: YjsLink | None = None
+    presence_link: PresenceLink | None = None
     if link is not None:  # TopGun maps across the nodes (after the load: its position)
         from octosync.links.cluster_link import DEFAULT_CLUSTER
         from octosync.links.cluster_maps import MapsLink
@@ -220,6 +222,10 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
                 runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
             )
         runtime.plane.replicator = planes_link
+        from octosync.links.cluster_presence import PresenceLink
+
+        presence_link = PresenceLink(runtime.plane, link.node, cluster=DEFAULT_CLUSTER)
+        runtime.plane.presence_carrier = presence_link  # members' presence, node to node
         # and the /yjs face's documents (after restore_yjs: its position)
         from octosync.links.cluster_yjs import YjsLink
 
@@ -277,8 +283,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             await planes_link.start(link.nats)
         if yjs_link is not None and link is not None:  # and the Yjs documents' op stream
             await yjs_link.start(link.nats)
+        if presence_link is not None and link is not None:  # and the members' presence
+            await presence_link.start(link.nats)
 
     async def on_shutdown(app: web.Application) -> None:
+        if presence_link is not None:
+            await presence_link.stop()
         if yjs_link is not None:
             await yjs_link.stop()
         if planes_link is not None:

@@ -61,6 +61,17 @@ class PlaneReplicator(Protocol):
     ) -> None: ...
 
 
+class PresenceCarrier(Protocol):
+    """In a cluster, what carries presence and awareness between nodes
+    (``links.cluster_presence``): a document is followed while this node's connections read it."""
+
+    def follow(self, stream: str) -> None: ...
+
+    def unfollow(self, stream: str) -> None: ...
+
+    def publish(self, stream: str, ops: Sequence[CrdtOp]) -> None: ...
+
+
 class PlaneHolder(Protocol):
     """In a cluster holding documents by interest (``links.cluster_held``): which documents
     this node has loaded; a member's join may start a load, its leaving an idle timer."""
@@ -153,6 +164,9 @@ class Plane:
         """In a cluster holding documents by interest: members of a document being loaded,
         and their frames, wait in ``parking`` until ``loaded``."""
         self.parking = Parking()
+        self.presence_carrier: PresenceCarrier | None = None
+        """In a cluster, what carries presence and awareness to the other nodes' members."""
+        self._presence_publish: dict[str, dict[tuple[int, str], CrdtOp]] = {}
         self.journal_remote = True
         """Journal other nodes' ops (False when JetStream is the documents' store of record:
         the journal keeps what this node accepted)."""
@@ -164,6 +178,8 @@ class Plane:
             self.parking.member(conn, stream, framing)
             return
         self._framing[conn] = framing
+        if self.presence_carrier is not None:
+            self.presence_carrier.follow(stream)
         frontier = self.core.streams[stream].replica.frontier()
         live = self.presence.live(stream)
         member = self.core.streams[stream].members.get(conn)
@@ -195,6 +211,11 @@ class Plane:
         for stream, ops in self.presence.close(conn, _wall_ms()).items():
             self._presence_out(stream, ops)
         self.core.leave(conn)
+        if self.presence_carrier is not None and held is not None:
+            left = self.core.streams.get(held)
+            if left is None or not left.members:
+                self.presence_carrier.unfollow(held)
+                self.presence.forget_remote(held)
         if self.holder is not None and held is not None:
             self.holder.left(conn, held)
 
@@ -253,6 +274,9 @@ class Plane:
             now = asyncio.get_running_loop().time()
             changed = self.presence.put(conn, checked.stream, (op for _, op in ephemeral), now)
             self._presence_out(checked.stream, changed)
+            if self.presence_carrier is not None:  # a heartbeat renews the value on every node
+                held = self.presence.held(checked.stream, (op for _, op in ephemeral))
+                self._presence_renew(checked.stream, held)
         delta = self.core.delta_for(conn, sync)
         if delta:
             self.send([conn], CrdtSync(ops=delta))
@@ -334,16 +358,41 @@ class Plane:
 
     # --- presence and awareness ---------------------------------------------------------------
 
-    def _presence_out(self, stream: str, ops: Iterable[CrdtOp]) -> None:
-        """Queue what changed for the next presence fan-out (the latest per entry)."""
+    def merge_presence(self, node: ConnId, stream: str, ops: Sequence[CrdtOp]) -> None:
+        """Another node's values of ``stream`` (``node``: the negative id standing for it)."""
+        now = asyncio.get_running_loop().time()
+        self._presence_out(stream, self.presence.put_remote(node, stream, ops, now), local=False)
+
+    def local_presence(self, stream: str) -> tuple[CrdtOp, ...]:
+        return self.presence.local(stream)
+
+    def _presence_out(self, stream: str, ops: Iterable[CrdtOp], *, local: bool = True) -> None:
+        """Queue what changed for the next presence fan-out (the latest per entry); in a
+        cluster, what this node's connections changed goes to the other nodes with it."""
+        ops = list(ops)
         due = self._presence_due.setdefault(stream, {})
         for op in ops:
             due[(op.slot_id, op.key or "")] = op
+        if local:
+            self._presence_renew(stream, ops)
         if due:
             self._presence_flusher.soon()
         else:
             del self._presence_due[stream]
         self._tick_soon()
+
+    def _presence_renew(self, stream: str, ops: Iterable[CrdtOp]) -> None:
+        """In a cluster, queue values this node's connections set (changed or only renewed)
+        for the other nodes: the latest per entry, sent with the next presence fan-out."""
+        if self.presence_carrier is None:
+            return
+        out = self._presence_publish.get(stream)
+        for op in ops:
+            if out is None:
+                out = self._presence_publish[stream] = {}
+            out[(op.slot_id, op.key or "")] = op
+        if out:
+            self._presence_flusher.soon()
 
     def _flush_presence(self) -> None:
         due, self._presence_due = self._presence_due, {}
@@ -351,6 +400,10 @@ class Plane:
             stream = self.core.streams.get(name)
             if stream is not None and ops:
                 self._fan_out(stream.audience(), list(ops.values()))
+        out, self._presence_publish = self._presence_publish, {}
+        if self.presence_carrier is not None:
+            for name, ops in out.items():
+                self.presence_carrier.publish(name, list(ops.values()))
 
     def _tick_soon(self) -> None:
         """Check for expired values again a quarter TTL (at most a second) from now, while
@@ -363,8 +416,9 @@ class Plane:
     def _tick(self) -> None:
         self._ticking = None
         now = asyncio.get_running_loop().time()
-        for stream, ops in self.presence.tick(now, _wall_ms()).items():
-            self._presence_out(stream, ops)
+        for stream, ends in self.presence.expire(now, _wall_ms()).items():
+            self._presence_out(stream, [op for op, local in ends if local])
+            self._presence_out(stream, [op for op, local in ends if not local], local=False)
         self._tick_soon()
 
     def _fan_out(self, audience: Audience, ops: list[CrdtOp]) -> None:
