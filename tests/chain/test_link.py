@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,7 @@ from octosync.errors import (
     ReplicationError,
     SequenceGap,
 )
+from octosync.store.chain import LinkStore
 from tests.chain.sim import Sim
 
 
@@ -109,6 +111,22 @@ def test_tail_acks_up_and_head_tells_each_device() -> None:
         ToDevice("b", DeviceNotice(acked=(4,))),
     ]
     assert head.on_chain_ack(2) == []
+
+
+def test_an_acknowledgement_alone_needs_no_commit(tmp_path: Path) -> None:
+    """A batch that only relays an ack costs no fsync: its value goes with the next commit."""
+    store = LinkStore(tmp_path / "n2.sqlite")
+    middle = ChainLink(has_upstream=True, has_downstream=True)
+    middle.ingest(Event("a", 1, 1, "join", "{}"))
+    assert store.commit(middle, 1)
+    assert middle.committed() == []
+    assert middle.on_chain_ack(1) == [ToUpstream(ChainAck(1))]
+    assert not store.commit(middle, 1)  # nothing to write: no transaction, no fsync
+    assert store.load()[0].acked_through == 0
+    middle.ingest(Event("a", 2, 2, "move", "{}"))
+    assert store.commit(middle, 1)
+    assert store.load()[0].acked_through == 1
+    store.close()
 
 
 def test_ingest_refuses_a_gap_and_ignores_resends() -> None:

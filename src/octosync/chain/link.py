@@ -379,8 +379,9 @@ class ChainLink:
         far as this link has committed it; ``committed`` relays the rest)."""
         if through <= self.acked_through:
             return []
+        # Written with the next commit, not a commit of its own: a lower value read back after
+        # a crash only makes acknowledgements come again later, never too early.
         self.acked_through = through
-        self._changed = True
         return self._relay_acks()
 
     def _relay_acks(self) -> list[Output]:
