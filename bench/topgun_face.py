@@ -131,6 +131,7 @@ class _Stages:
 
 def _instrument() -> _Stages:
     """Stage accounting in the serving process (the methods each stage runs)."""
+    from octosync.server.commit import Committer
     from octosync.server.runtime import Runtime
     from octosync.server.topgun_session import TopGunSession
     from octosync.topgun.core import TopGunCore
@@ -147,7 +148,7 @@ def _instrument() -> _Stages:
     except ImportError:
         stages.wrap(Runtime, "deliver_all", "write to connections")
     stages.wrap(Runtime, "deliver", "write to connections")
-    stages.wrap(Runtime, "after_commit", "journal submit")
+    stages.wrap(Committer, "submit", "journal submit")  # the one commit path every face takes
     return stages
 
 

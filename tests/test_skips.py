@@ -22,8 +22,11 @@ SKIPPERS = {"skip", "skipif", "importorskip", "skipTest", "SkipTest"}
 imports, or a plain variable."""
 ALLOWED = {("tests/conftest.py", "missing")}
 """(file, function) where a skip may be decided: the one helper."""
-PEER_STARTERS = {"lazily_python", "require_lazily_python", "run_lazily"}
-"""Helpers that start lazily-py: a test file importing one carries the ``peer`` marker."""
+PEER_STARTERS = {"lazily_python", "require_lazily_python", "run_lazily", "topgun_peer"}
+"""Helpers that start lazily-py and the fixture of TopGun's client: a test file that imports
+one, or takes it as a fixture, carries the ``peer`` marker."""
+BROWSER_STARTERS = {"chromium", "chromium_path"}
+"""Helpers that start Chromium: a test file importing one carries the ``browser`` marker."""
 
 
 def _functions(tree: ast.AST) -> dict[ast.AST, str]:
@@ -62,19 +65,34 @@ def test_no_skip_is_decided_outside_the_helper() -> None:
     assert found == [], "skip through tests.conftest.missing (or its helpers):\n" + "\n".join(found)
 
 
-def test_tests_starting_a_real_peer_carry_the_peer_marker() -> None:
+def starters_in(source: str) -> set[str]:
+    """The names ``source`` imports or takes as a fixture (a test function's parameters)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.update(arg.arg for arg in node.args.args)
+    return names
+
+
+@pytest.mark.parametrize(
+    ("starters", "marker"), [(PEER_STARTERS, "peer"), (BROWSER_STARTERS, "browser")]
+)
+def test_tests_starting_a_real_peer_or_a_browser_carry_its_marker(
+    starters: set[str], marker: str
+) -> None:
     unmarked = []
     for path in sorted(TESTS.rglob("test_*.py")):
         source = path.read_text(encoding="utf-8")
-        imported = {
-            alias.name
-            for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.ImportFrom)
-            for alias in node.names
-        }
-        if imported & PEER_STARTERS and "pytest.mark.peer" not in source:
+        if starters_in(source) & starters and f"pytest.mark.{marker}" not in source:
             unmarked.append(path.relative_to(ROOT).as_posix())
     assert unmarked == []
+
+
+def test_the_marker_check_sees_imports_and_fixtures() -> None:
+    assert starters_in("from tests.browser.support import chromium\n") == {"chromium"}
+    assert "topgun_peer" in starters_in("def test(topgun_peer, tmp_path):\n    pass\n")
 
 
 @pytest.mark.parametrize(

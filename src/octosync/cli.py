@@ -70,11 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        line = serving_line(config, started.port, started.tcp_ports)
-        if started.wvp_socket is not None:
-            line += f"; WVP on the Unix socket {started.wvp_socket}"
-        if started.lazily_socket is not None:
-            line += f"; lazily on the Unix socket {started.lazily_socket}"
+        line = serving_line(config, started.port, started.tcp_ports, started.unix_sockets)
         print(line, flush=True)
 
     import asyncio

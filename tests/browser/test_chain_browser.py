@@ -21,6 +21,8 @@ from octosync.links.config_store import ConfigStore
 from tests.browser.support import chromium, threaded_server
 from tests.conftest import require_module
 
+pytestmark = pytest.mark.browser
+
 playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
 
 T = TypeVar("T")

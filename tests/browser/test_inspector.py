@@ -27,6 +27,8 @@ from tests.conftest import require_module
 from tests.e2e.helpers import handshake
 from tests.protocol_schemas import check
 
+pytestmark = pytest.mark.browser
+
 playwright_api = require_module("playwright.sync_api", "drives Chromium in the browser tests")
 
 WAIT_MS = 10_000

@@ -26,6 +26,8 @@ require_module("aiortc", "the webrtc extra")
 
 from octosync.client import webrtc  # noqa: E402
 
+pytestmark = pytest.mark.browser
+
 WAIT_MS = 20_000
 # Chromium hides host addresses behind mDNS names a Python peer cannot resolve: show them.
 FLAGS = [*CHROMIUM_FLAGS, "--disable-features=WebRtcHideLocalIpsWithMdns"]

@@ -23,6 +23,7 @@ from aiohttp import web
 from octosync.hub.types import AcceptHook
 from octosync.ipc.messages import CellSet, Delta, Handshake, NodeSnapshot, Snapshot
 from octosync.server.app import RUNTIME, ServerConfig, build_app
+from octosync.server.face_names import FaceName
 from octosync.server.run import start
 from octosync.server.runtime import Runtime
 
@@ -85,10 +86,10 @@ async def serve(
         yield Running(
             f"http://127.0.0.1:{port}",
             f"ws://127.0.0.1:{port}",
-            started.tcp_port,
+            started.tcp_ports.get(FaceName.TCP),
             app[RUNTIME],
             started.runner,
-            started.dataspace_port,
+            started.tcp_ports.get(FaceName.DATASPACE),
         )
     finally:
         await started.stop()

@@ -51,6 +51,7 @@ async def text_on(node: Node, want: int) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.peer
 async def test_y_websocket_on_one_node_and_hocuspocus_on_another_edit_one_text(
     cluster: Cluster, peers: Path
 ) -> None:

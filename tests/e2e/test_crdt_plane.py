@@ -19,6 +19,7 @@ from octosync.errors import StorageError
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.server.lazily_state import lazily_state
 from octosync.wire import DIALECTS
 from tests.e2e.helpers import TIMEOUT, handshake, recv_json, serve, spawn_server
 
@@ -182,7 +183,7 @@ async def test_a_failed_commit_fails_the_ack_and_sends_the_op_nowhere(
         assert error["code"] == "JournalUnavailable"  # the ack failed, and the writer knows
         assert (await asyncio.wait_for(ws.receive(), TIMEOUT)).type in CLOSED
         monkeypatch.undo()
-        assert srv.runtime.plane.core.state_of("board") == ()
+        assert lazily_state(srv.runtime).plane.core.state_of("board") == ()
         reader.register("probe").set(1)  # its echo comes after anything queued before
         await reader.synced(TIMEOUT)
         assert [o.key for o in reader.cells.state.replica.ops()] == ["probe/lww"]

@@ -20,9 +20,12 @@ import preserves
 import pytest
 
 from octosync.dataspace.values import Record, Symbol
+from octosync.server.dataspace_state import dataspace_state
 from octosync.syndicate import mint_text
 from octosync.syndicate.sturdy import attenuate, mint
 from tests.e2e.helpers import TIMEOUT, Running, serve
+
+pytestmark = pytest.mark.peer
 
 SECRET = b"interop-test-secret-0123456789ab"
 PEER = Path(__file__).with_name("syndicate_peer.py")
@@ -110,7 +113,7 @@ async def test_presence_and_its_retraction_when_a_peer_is_killed(
     assert sorted([await bob.next(), await bob.next()]) == both
     bob.kill()
     assert await alice.next() == ["-", "bob"]
-    relay = server.runtime.relay
+    relay = dataspace_state(server.runtime).relay
     assert len(relay.conns) == 1
     space = relay.dataspace("demo").space
     assert space.count(Record(Symbol("Present"), "bob")) == 0

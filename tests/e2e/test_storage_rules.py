@@ -23,6 +23,8 @@ from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.server.auth import AuthConfig
 from octosync.server.chain_face import ChainFace
+from octosync.server.lazily_state import lazily_state
+from octosync.server.topgun_state import topgun_state
 from octosync.store.storage_rules import free_percent
 from octosync.wire import DIALECTS
 from octosync.wire import topgun as tg
@@ -130,7 +132,7 @@ async def test_every_face_refuses_up_front_while_the_disk_is_nearly_full(tmp_pat
             # shared documents: refused, nothing merged
             refused = await _plane_write(http, srv, "full/lww")
             assert refused["code"] == "StorageError", refused
-            assert rt.plane.core.state_of("board") == ()
+            assert lazily_state(rt).plane.core.state_of("board") == ()
             # TopGun over WebSocket and HTTP: Overloaded (resend), nothing in the map
             reply = await _topgun_write(http, srv, "ws-full")
             assert isinstance(reply, tg.Error), reply
@@ -139,7 +141,7 @@ async def test_every_face_refuses_up_front_while_the_disk_is_nearly_full(tmp_pat
             assert status == 503, body
             assert "Overloaded" in body["errors"][0]["message"]
             assert "kept free" in body["errors"][0]["message"]
-            assert list(rt.topgun.maps.live_items("users")) == []
+            assert list(topgun_state(rt).core.maps.live_items("users")) == []
             # the dataspace: the turn is refused whole and the relay ends; the watcher saw none
             await _assert_present(asserter, mine, "full", 2)
             packet = await asserter.recv()
@@ -156,13 +158,16 @@ async def test_every_face_refuses_up_front_while_the_disk_is_nearly_full(tmp_pat
             assert _epoch(rt, "s") == 1
             echoed = await _plane_write(http, srv, "full/lww")
             assert "code" not in echoed, echoed  # the echo of its op: its acknowledgement
-            assert [op.key for op in rt.plane.core.state_of("board")] == ["full/lww"]
+            assert [op.key for op in lazily_state(rt).plane.core.state_of("board")] == ["full/lww"]
             ack = await _topgun_write(http, srv, "ws-full")
             assert isinstance(ack, tg.OpAck), ack
             assert ack.payload.achieved_level == "PERSISTED"
             status, body = await _topgun_http(http, srv, "http-full")
             assert status == 200, body
-            assert sorted(rt.topgun.maps.live_items("users")) == ["http-full", "ws-full"]
+            assert sorted(topgun_state(rt).core.maps.live_items("users")) == [
+                "http-full",
+                "ws-full",
+            ]
             async with raw(srv, http, "ws") as again:
                 await _assert_present(again, await again.resolved(), "back", 2)
                 seen = await watcher.recv()

@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
+from octosync.server.topgun_state import topgun_state
 from octosync.store.journal import Journal
 from octosync.wire import topgun as tg
 from tests.e2e.helpers import serve
@@ -41,7 +42,7 @@ async def test_a_batch_of_client_ops_is_applied_and_acked_one_by_one_and_bad_fra
         pong = await recv(ws)  # after the three acks: the inner messages in order
         assert isinstance(pong, tg.Pong)
         assert pong.timestamp == 4
-        users = srv.runtime.topgun.maps.live_items("users")
+        users = topgun_state(srv.runtime).core.maps.live_items("users")
         assert {k: msgspec.msgpack.decode(v) for k, v in users.items()} == {
             "a": {"n": 1},
             "b": {"n": 2},
@@ -72,7 +73,7 @@ async def test_a_batch_of_client_ops_is_applied_and_acked_one_by_one_and_bad_fra
         after = await recv(ws)
         assert isinstance(after, tg.Pong)
         assert after.timestamp == 6
-        assert sorted(srv.runtime.topgun.maps.live_items("users")) == ["a", "b", "c"]
+        assert sorted(topgun_state(srv.runtime).core.maps.live_items("users")) == ["a", "b", "c"]
         await ws.close()
     with Journal(tmp_path, readonly=True) as journal:
         assert sorted(r.key for r in journal.all_ops()) == ["a", "b", "c"]
@@ -96,5 +97,5 @@ async def test_an_inner_request_refused_is_answered_and_the_next_is_handled(
         pong = await recv(ws)
         assert isinstance(pong, tg.Pong)
         assert pong.timestamp == 2
-        assert sorted(srv.runtime.topgun.maps.live_items("users")) == ["a"]
+        assert sorted(topgun_state(srv.runtime).core.maps.live_items("users")) == ["a"]
         await ws.close()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.server.topgun_state import topgun_state
 from octosync.store.device_credentials import FILE_NAME, DeviceCredentials
 from tests.e2e.helpers import serve
 from tests.e2e.test_topgun_interop import SECRET, Client, start
@@ -114,7 +115,7 @@ async def test_a_credential_file_that_cannot_be_opened_leaves_the_client_served_
         writer = await start(topgun_peer, srv.ws_url, "ops", "put=u1=1", token=ALICE)
         await writer.until("synced")
         await writer.end()
-        users = srv.runtime.topgun.maps.live_items("users")
+        users = topgun_state(srv.runtime).core.maps.live_items("users")
     (ack,) = writer.frames("in", "AUTH_ACK")
     assert ack["userId"] == "alice"
     assert "deviceId" not in ack

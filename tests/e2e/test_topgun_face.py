@@ -13,6 +13,7 @@ import msgspec
 
 from octosync.client import lazily
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.server.topgun_state import topgun_state
 from octosync.store.journal import Journal
 from octosync.wire import topgun as tg
 from tests.e2e.helpers import TIMEOUT, recv_json, serve, spawn_server, ws_lazily
@@ -52,7 +53,7 @@ async def test_nothing_but_auth_is_served_before_the_token_and_an_idle_socket_is
         assert pong.timestamp == 7
         assert error_name(await recv(ws)) == "HandshakeFailed"  # the deadline passed
         assert await closed_with(ws) == 1008
-        assert srv.runtime.topgun.maps.live_items("users") == {}
+        assert topgun_state(srv.runtime).core.maps.live_items("users") == {}
 
         ws = await http.ws_connect(f"{srv.ws_url}/topgun")
         assert isinstance(await recv(ws), tg.AuthRequired)
@@ -146,6 +147,71 @@ async def test_fencing_tokens_keep_growing_and_counters_survive_a_sigkill(tmp_pa
         assert isinstance(reply, tg.CounterResponse)
         assert reply.payload.state.sides() == ({"n1": 5, "n2": 1}, {"n1": 2})
         await ws.close()
+
+
+def _js_put(op_id: str, key: str, millis: int, counter: int) -> dict[str, object]:
+    """A PUT as TopGun's client encodes it: millis above 2^32 as a float64."""
+    stamp = {"millis": float(millis), "counter": counter, "nodeId": "js-client"}
+    record = {"value": op_id, "timestamp": stamp}
+    return {"id": op_id, "mapName": "users", "opType": "PUT", "key": key, "record": record}
+
+
+def _js_batch(*ops: dict[str, object]) -> bytes:
+    payload = {"ops": list(ops), "writeConcern": "PERSISTED"}
+    return msgspec.msgpack.encode({"type": "OP_BATCH", "payload": payload})
+
+
+async def test_a_number_out_of_range_refuses_its_frame_and_acked_ops_survive_a_restart(
+    tmp_path: Path,
+) -> None:
+    """An HLC counter past 2^31 - 1 (more than a journal record holds) refuses the frame as it
+    decodes, naming the frame's field, nothing of the frame applied; the server keeps serving,
+    and after a SIGKILL it starts again with every op it acknowledged."""
+    millis = 1_700_000_000_000
+    async with spawn_server(tmp_path) as first, aiohttp.ClientSession() as http:
+        ws = await _device(http, first.url)
+        await ws.send_bytes(_js_batch(_js_put("1", "a", millis, 0)))
+        ack = await recv(ws)
+        assert isinstance(ack, tg.OpAck), ack
+        assert ack.payload.achieved_level == "PERSISTED"
+        await ws.send_bytes(
+            _js_batch(_js_put("2", "b", millis, 1), _js_put("3", "c", millis, 2**31))
+        )
+        refused = await recv(ws)
+        assert error_name(refused) == "DecodeError"
+        assert isinstance(refused, tg.Error)
+        details = msgspec.msgpack.decode(refused.payload.details)
+        assert details["path"] == "payload.ops[1].record.timestamp.counter"
+        await ws.send_bytes(tg.encode(tg.Ping(millis)))
+        assert isinstance(await recv(ws), tg.Pong)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    async with spawn_server(tmp_path) as second, aiohttp.ClientSession() as http:
+        ws = await _device(http, second.url)
+        await ws.send_bytes(tg.encode(tg.QuerySub(tg.QuerySubPayload("q", "users"))))
+        reply = await recv(ws)
+        assert isinstance(reply, tg.QueryResp), reply
+        assert [r.key for r in reply.payload.results] == ["a"]
+        await ws.close()
+
+
+async def test_http_sync_refuses_a_bad_number_naming_its_field(tmp_path: Path) -> None:
+    """``POST /topgun/sync`` whose HLC counter is past 2^31 - 1: 400, the error's ``context``
+    the field; the server answers the next request."""
+    stamp = {"millis": 1_700_000_000_000.0, "counter": 2**31, "nodeId": "c"}
+    async with serve(tmp_path, journal=True) as srv, aiohttp.ClientSession() as http:
+        url = f"{srv.url}/topgun/sync"
+        replies = []
+        for counter in (2**31, 0):
+            body = {"clientId": "c", "clientHlc": {**stamp, "counter": counter}}
+            async with http.post(url, data=msgspec.msgpack.encode(body)) as resp:
+                replies.append((resp.status, msgspec.msgpack.decode(await resp.read())))
+    (bad_status, bad), (good_status, good) = replies
+    assert (bad_status, good_status) == (400, 200)
+    (error,) = bad["errors"]
+    assert error["message"].startswith("DecodeError: ")
+    assert error["context"] == "clientHlc.counter"
+    assert "errors" not in good
 
 
 async def test_a_topgun_map_is_a_read_only_lazily_stream(tmp_path: Path) -> None:

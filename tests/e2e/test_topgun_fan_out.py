@@ -15,6 +15,7 @@ import pytest
 
 from octosync.crdt.sync_messages import SyncInit
 from octosync.server import topgun_face
+from octosync.server.topgun_state import topgun_state
 from octosync.wire import topgun as tg
 from tests.e2e.helpers import TIMEOUT, serve
 from tests.topgun.helpers import batch, put
@@ -192,7 +193,9 @@ async def test_a_client_may_compress_its_own_frames_and_small_replies_stay_plain
             _, events, _ = await reader.message()
             assert isinstance(events, tg.ServerBatchEvent)
             assert len(events.payload.events) == 20
-        assert srv.runtime.topgun.maps.live_items("users").keys() == {f"k{i}" for i in range(20)}
+        assert topgun_state(srv.runtime).core.maps.live_items("users").keys() == {
+            f"k{i}" for i in range(20)
+        }
         client.close()
         reader.close()
 

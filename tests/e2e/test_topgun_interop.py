@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.server.topgun_state import topgun_state
 from tests.e2e.helpers import serve
 
 pytestmark = pytest.mark.peer
@@ -223,7 +224,7 @@ async def test_topic_messages_reach_the_other_subscriber_only(
         )
         for c in (one, two, bystander):
             await c.until("ready")
-        core = srv.runtime.topgun
+        core = topgun_state(srv.runtime).core
         while len(core.topic_subscribers(topic)) < 2:  # the clients' TOPIC_SUB have no reply
             await asyncio.sleep(0.02)
         for c in (one, two):
@@ -291,7 +292,7 @@ async def test_tokens_grants_and_refusals(tmp_path: Path, topgun_peer: tuple[str
         )
         for c in (bad, old, refused):
             await c.end()
-        stored = srv.runtime.topgun.maps.live_items("users")
+        stored = topgun_state(srv.runtime).core.maps.live_items("users")
     for c in (bad, old):
         assert c.frames("in", "AUTH_REQUIRED")
         (fail,) = c.frames("in", "AUTH_FAIL")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from octosync.server.auth import AuthConfig, issue_token
+from octosync.server.topgun_state import topgun_state
 from tests.e2e.helpers import serve
 from tests.e2e.test_topgun_interop import SECRET, start
 
@@ -38,8 +39,8 @@ async def test_a_refused_write_stays_pending_in_the_client_and_is_never_acked(
             seconds=3,
         )
         lines = await writer.end()
-        users = srv.runtime.topgun.maps.live_items("users")
-        tags = srv.runtime.topgun.maps.store.or_values("tags", "post-1")
+        users = topgun_state(srv.runtime).core.maps.live_items("users")
+        tags = topgun_state(srv.runtime).core.maps.store.or_values("tags", "post-1")
     (end,) = [line for line in lines if line.get("event") == "end"]
     assert end["pendingOps"] == 1  # the refused put, kept for the client to deal with
     assert writer.events("synced") == []
@@ -273,7 +274,7 @@ async def test_a_token_with_roles_gets_what_its_roles_grant(
         await ed.until("synced")
         lines = await vi.end()
         await ed.end()
-        stored = srv.runtime.topgun.maps.live_items("users")
+        stored = topgun_state(srv.runtime).core.maps.live_items("users")
     assert list(stored) == ["ed"]
     assert vi.frames("in", "OP_REJECTED")
     (end,) = [line for line in lines if line.get("event") == "end"]
@@ -349,7 +350,7 @@ async def test_http_sync_with_topguns_http_provider(
         )
         for c in (poller, watcher):
             await c.stop()
-        stored = srv.runtime.topgun.maps.live_items("users")
+        stored = topgun_state(srv.runtime).core.maps.live_items("users")
     assert sorted(stored) == ["h1", "h2", "w1"]
     (ack,) = [e for e in poller.events("http") if e["type"] == "OP_ACK"]
     assert ack["payload"]["lastId"] == "2"
@@ -416,7 +417,7 @@ async def test_the_event_journal_follows_commits_live(
         await _people(srv, topgun_peer)  # history: not sent to a subscription from now
         watcher = await start(topgun_peer, srv.ws_url, "journal-watch", seconds=12)
         await watcher.until("ready")
-        subs = srv.runtime.topgun.journal_subs
+        subs = topgun_state(srv.runtime).core.journal_subs
         while not (subs.any() and subs.placed()):  # JOURNAL_SUBSCRIBE has no reply
             await asyncio.sleep(0.02)
         writer = await start(
@@ -450,7 +451,7 @@ async def test_topguns_cluster_client_gets_a_partition_map_of_the_server(
         )
         await client.until("synced")
         await client.stop()
-        users = srv.runtime.topgun.maps.live_items("users")
+        users = topgun_state(srv.runtime).core.maps.live_items("users")
     (first,) = client.events("cluster")
     assert first["routing"] is True
     assert first["version"] >= 1

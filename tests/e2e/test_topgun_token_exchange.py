@@ -17,6 +17,7 @@ import jwt
 import pytest
 
 from octosync.server.auth import AuthConfig, ExchangeProvider
+from octosync.server.topgun_state import topgun_state
 from tests.e2e.helpers import serve
 from tests.e2e.test_topgun_interop import SECRET, Client, start
 
@@ -68,7 +69,7 @@ async def test_exchange_refresh_across_expiry_and_restart_and_reuse_refused(
             seconds=14,
         )
         await first.end()
-        written = set(srv.runtime.topgun.maps.live_items("users"))
+        written = set(topgun_state(srv.runtime).core.maps.live_items("users"))
     calls = fetches(first)
     assert calls[0] == ("/api/auth/token", 200)
     refreshes = [c for c in calls if c[0] == "/api/auth/refresh"]
@@ -98,7 +99,7 @@ async def test_exchange_refresh_across_expiry_and_restart_and_reuse_refused(
             seconds=8,
         )
         await second.end()
-        written = set(srv.runtime.topgun.maps.live_items("users"))
+        written = set(topgun_state(srv.runtime).core.maps.live_items("users"))
         assert fetches(second)[0] == ("/api/auth/refresh", 200)  # no external token needed
         assert ("/api/auth/token", 200) not in fetches(second)
         assert {"b-0", "b-1"} <= written

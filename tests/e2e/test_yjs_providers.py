@@ -21,6 +21,8 @@ from tests.conftest import missing, node_executable
 from tests.e2e.helpers import serve
 from tests.e2e.yjs_client import read_document, view
 
+pytestmark = pytest.mark.peer
+
 PEERS = Path(__file__).parent / "yjs_peers"
 CACHE = Path.home() / ".cache" / "octosync" / "yjs-peers"
 

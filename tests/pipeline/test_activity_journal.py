@@ -29,6 +29,7 @@ import pytest
 from octosync.links.cli import start_node
 from octosync.pipeline.jobs import report, stream
 from octosync.pipeline.transforms.activity import MINUTE_MS
+from octosync.server.dataspace_state import dataspace_state
 from octosync.store.journal import Journal
 from octosync.store.records import ChainEventSeen, ChainStateSeen, DataspaceEvent
 from octosync.syndicate import mint_text
@@ -110,7 +111,7 @@ async def run_the_syndicate_peer(server: Any) -> None:
     finally:
         os.kill(proc.pid, signal.SIGKILL)  # what it still asserts is retracted at the close
         await proc.wait()
-    space = server.runtime.relay.dataspace("demo").space
+    space = dataspace_state(server.runtime).relay.dataspace("demo").space
     for _ in range(200):
         if len(space) == 0:
             return

@@ -107,13 +107,14 @@ def test_missing_malformed_and_directory_files(tmp_path: Path) -> None:
 
 def test_topgun_gc_settings_reach_the_core(tmp_path: Path) -> None:
     from octosync.server.runtime import Runtime
+    from octosync.server.topgun_state import topgun_state
 
     cfg = load(tmp_path, "[server]\ntopgun_gc_age = 60\ntopgun_gc_interval = 5\n")
-    core = Runtime(cfg).topgun
+    core = topgun_state(Runtime(cfg)).core
     assert (core.gc_age_ms, core.gc_every_ms) == (60_000, 5_000)
     never = load(tmp_path, "[server]\ntopgun_gc_age = -1\n")
     assert never.topgun_gc_age is None
-    assert Runtime(never).topgun.gc_age_ms is None
+    assert topgun_state(Runtime(never)).core.gc_age_ms is None
 
 
 def test_topgun_search_names_maps(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from octosync.hub.policy import closes_connection
 from octosync.server.auth import ANONYMOUS_DEV, AuthConfig
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_session import DataspaceSession, State
+from octosync.server.dataspace_state import dataspace_state
 from octosync.server.runtime import Runtime
 from octosync.syndicate.sturdy import mint
 from octosync.wire.syndicate import (
@@ -39,7 +40,7 @@ def resolve(secret: bytes = SECRET, handle: int = 1) -> bytes:
 
 def test_a_websocket_session_is_ready_once_a_ref_resolves() -> None:
     rt = runtime()
-    s = DataspaceSession(rt, 1, "ws", ANONYMOUS_DEV)
+    s = DataspaceSession(dataspace_state(rt), 1, "ws", ANONYMOUS_DEV)
     assert not s.ready
     assert feed(s, resolve(b"x" * 32)) is None
     assert s.life.state is State.AWAIT_RESOLVE
@@ -55,7 +56,7 @@ def test_a_websocket_session_is_ready_once_a_ref_resolves() -> None:
 
 def test_errors_are_error_packets_and_always_close() -> None:
     rt = runtime()
-    s = DataspaceSession(rt, 1, "ws", ANONYMOUS_DEV)
+    s = DataspaceSession(dataspace_state(rt), 1, "ws", ANONYMOUS_DEV)
     assert feed(s, b"\xff") == "DecodeError"
     [frame] = unframe(s.outgoing.pop())
     packet = decode_packet(frame)
@@ -71,7 +72,7 @@ def test_tcp_frames_are_raw_packets_and_need_credentials_when_auth_is_configured
             auth=AuthConfig(hs256_secret="k" * 32), dataspace_secret=SECRET
         ).with_auth_mode()
     )
-    s = DataspaceSession(rt, 1, "tcp", None)
+    s = DataspaceSession(dataspace_state(rt), 1, "tcp", None)
     frame = PacketStream(1 << 20).feed(resolve())[0]
     with pytest.raises(Unauthorized):
         s.handle(s.decode(frame))
@@ -81,13 +82,13 @@ def test_tcp_frames_are_raw_packets_and_need_credentials_when_auth_is_configured
 
 def test_close_retracts_and_leaves_the_relay() -> None:
     rt = runtime()
-    s = DataspaceSession(rt, 1, "ws", ANONYMOUS_DEV)
+    s = DataspaceSession(dataspace_state(rt), 1, "ws", ANONYMOUS_DEV)
     feed(s, resolve())
-    ds = rt.relay.dataspace("demo")
+    ds = dataspace_state(rt).relay.dataspace("demo")
     assert feed(s, encode_packet(Turn((TurnEvent(1, Assert("here", 5)),)))) is None
     assert ds.space.count("here") == 1
     s.close()
     assert ds.space.count("here") == 0
-    assert 1 not in rt.relay.conns
-    assert 1 not in rt.relay_framing
+    assert 1 not in dataspace_state(rt).relay.conns
+    assert 1 not in dataspace_state(rt).relay_framing
     assert s.life.state is State.CLOSED

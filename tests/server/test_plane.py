@@ -15,6 +15,7 @@ from octosync.errors import JournalUnavailable
 from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.server.auth import ANONYMOUS_DEV
 from octosync.server.config import ServerConfig
+from octosync.server.lazily_state import lazily_state
 from octosync.server.plane import Framing
 from octosync.server.runtime import Runtime
 from octosync.store.journal import GroupCommitWriter
@@ -34,7 +35,7 @@ async def test_a_write_is_refused_up_front_while_the_journal_cannot_commit(tmp_p
     writer = GroupCommitWriter(tmp_path)
     rt = Runtime(ServerConfig(data_dir=tmp_path), writer=writer)
     try:
-        plane = rt.plane
+        plane = lazily_state(rt).plane
         state = plane.core.join(5, "doc", 9, ANONYMOUS_DEV)
         plane.join(5, "doc", Framing("json", lambda sync: b"x"), state)
         plane.receive(5, CrdtSync(ops=(_op(9, "a/lww"),)))
@@ -51,7 +52,7 @@ async def test_a_write_is_refused_up_front_while_the_journal_cannot_commit(tmp_p
         assert {op.key for op in plane.core.streams["doc"].replica.ops()} == {"a/lww"}
     finally:
         set_immutable(journal_files(tmp_path), False)
-        rt.topgun_face.close()
+        lazily_state(rt).close()
         writer.close()
 
 

@@ -12,8 +12,10 @@ from octosync.server.auth import ANONYMOUS_DEV
 from octosync.server.config import ServerConfig
 from octosync.server.dataspace_session import DataspaceSession
 from octosync.server.lazily_session import LazilySession, State
+from octosync.server.lazily_state import lazily_state
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
+from octosync.server.signal_state import signal_state
 from octosync.server.wvp_session import WvpSession
 from octosync.wire import cbor, jsabi, wvp
 from octosync.wire.websocket import ws_frame
@@ -53,7 +55,7 @@ def unframe(data: bytes) -> list[bytes]:
 
 async def test_lazily_roles_follow_the_state_table() -> None:
     rt = runtime()
-    producer = LazilySession(rt, 1, "ws", ANONYMOUS_DEV)
+    producer = LazilySession(lazily_state(rt), 1, "ws", ANONYMOUS_DEV)
     assert not producer.ready
     assert feed(producer, b"not a handshake") == "HandshakeFailed"
     assert json.loads(unframe(producer.outgoing.pop())[0])["code"] == "HandshakeFailed"
@@ -65,7 +67,7 @@ async def test_lazily_roles_follow_the_state_table() -> None:
     assert json.loads(reply)["session_id"] == "s"
     assert json.loads(error)["code"] == "Forbidden"
 
-    viewer = LazilySession(rt, 2, "ws", ANONYMOUS_DEV)
+    viewer = LazilySession(lazily_state(rt), 2, "ws", ANONYMOUS_DEV)
     assert feed(viewer, handshake("s")) is None
     assert viewer.life.state is State.SUBSCRIBED
     assert feed(viewer, snap(5, {})) == "ForbiddenPublish"
@@ -85,7 +87,7 @@ async def test_lazily_roles_follow_the_state_table() -> None:
 
 async def test_lazily_tcp_frames_with_a_u32_prefix_and_names_no_reserved_stream() -> None:
     rt = runtime()
-    tcp = LazilySession(rt, 3, "tcp", None)
+    tcp = LazilySession(lazily_state(rt), 3, "tcp", None)
     assert feed(tcp, handshake("warp:1")) == "HandshakeFailed"
     raw = tcp.outgoing.pop()
     assert int.from_bytes(raw[:4], "big") == len(raw) - 4
@@ -119,7 +121,7 @@ async def test_wvp_handshake_then_stream_frames_with_graphs_kept_raw() -> None:
 
 async def test_signal_replies_to_itself_and_relays_through_the_runtime() -> None:
     rt = runtime()
-    alone = SignalSession(rt, 1, ANONYMOUS_DEV, "room")
+    alone = SignalSession(signal_state(rt), 1, ANONYMOUS_DEV, "room")
     assert feed(alone, b'{"type":"offer","to":2,"sdp":"x"}') == "NotJoined"
     assert json.loads(unframe(alone.outgoing.pop())[0])["code"] == "not_joined"
     assert feed(alone, msgspec.json.encode({"type": "join", "peer": 1})) is None

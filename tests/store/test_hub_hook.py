@@ -31,7 +31,7 @@ def test_accepted_frames_are_journalled_in_order(tmp_path: Path) -> None:
 
 def test_something_else_is_refused() -> None:
     with pytest.raises(InvalidRecord):
-        frame_record("s", object())
+        frame_record("s", object())  # type: ignore[arg-type]
 
 
 def test_the_recorder_refuses_instead_of_waiting_when_the_writer_is_behind(

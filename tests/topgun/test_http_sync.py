@@ -120,6 +120,28 @@ def test_a_decoded_request_is_strict() -> None:
         th.decode_request(body)
 
 
+@pytest.mark.parametrize(
+    ("hlc", "path"),
+    [
+        ({"millis": 1.5, "counter": 0, "nodeId": "n"}, "clientHlc.millis"),
+        ({"millis": 1, "counter": 2**31, "nodeId": "n"}, "clientHlc.counter"),
+        ({"millis": True, "counter": 0, "nodeId": "n"}, "clientHlc.millis"),
+    ],
+)
+def test_a_bad_number_in_a_request_is_refused_naming_its_field(
+    hlc: dict[str, object], path: str
+) -> None:
+    with pytest.raises(DecodeError) as info:
+        th.decode_request(msgspec.msgpack.encode({"clientId": "c", "clientHlc": hlc}))
+    assert info.value.path == path
+
+
+def test_a_body_that_is_not_msgpack_is_refused_as_the_body() -> None:
+    with pytest.raises(DecodeError) as info:
+        th.decode_request(b"\xc1")
+    assert info.value.path == "body"
+
+
 def test_or_map_ops_are_applied_and_acked_and_their_keys_stay_out_of_lww_deltas() -> None:
     """TopGun's HttpSyncProvider turns each delta record into a ``SERVER_EVENT`` with an LWW
     ``record`` only, so OR-map changes reach HTTP clients as nothing rather than as a wrong

@@ -276,6 +276,11 @@ def test_leaf_digest_decodes_strictly(doc: dict[str, Any], path: str) -> None:
         ({"type": "PING", "timestamp": 1.5}, "timestamp"),
         ({"type": "PING", "timestamp": -3}, "timestamp"),
         ({"type": "PING", "timestamp": "1"}, "timestamp"),
+        ({"type": "PING", "timestamp": True}, "timestamp"),
+        ({"type": "PING", "timestamp": float("nan")}, "timestamp"),
+        ({"type": "PING", "timestamp": 2**53 + 1}, "timestamp"),
+        ({"type": "AUTH_FAIL", "code": 2.0**60}, "code"),
+        ({"type": "SYNC_INIT", "mapName": "m", "rootHash": 2.0**32}, "rootHash"),
         ({"type": "PING", "timestamp": 1, "extra": 1}, None),
         ({"type": "NOPE"}, "type"),
         ({"type": "SYNC_INIT", "mapName": "m", "rootHash": 2**32}, "rootHash"),
@@ -330,6 +335,16 @@ def test_integral_floats_are_accepted_as_ints() -> None:
     )
     assert isinstance(op, ClientOpMessage)
     assert type(op.payload.timeout) is int
+    state = {"positive": {"a": 2.0**40}, "negative": {"b": 3}}
+    sync = decode(
+        msgspec.msgpack.encode({"type": "COUNTER_SYNC", "payload": {"name": "c", "state": state}})
+    )
+    assert isinstance(sync, CounterSync)
+    assert sync.payload.state.sides() == ({"a": 2**40}, {"b": 3})
+    assert all(type(v) is int for side in sync.payload.state.sides() for v in side.values())
+    init = decode(msgspec.msgpack.encode({"type": "SYNC_INIT", "mapName": "m", "rootHash": 7.0}))
+    assert isinstance(init, SyncInit)
+    assert type(init.root_hash) is int
 
 
 def test_oversize_and_garbage() -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
+from octosync.bounds import MAX_HLC_COUNTER
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import ClockDrift, LocalProtocolError
 
-MAX_COUNTER = 2**31 - 1
+MAX_COUNTER = MAX_HLC_COUNTER
 DEFAULT_MAX_DRIFT_MS = 60_000
 
 Clock = Callable[[], int]

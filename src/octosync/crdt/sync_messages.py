@@ -3,7 +3,8 @@
 They live beside the sync session that produces them, as the state-plane Structs live in
 ``ipc/``; :mod:`octosync.wire.topgun` includes them in its tagged union. Field names are
 camelCase on the wire. Whole numbers that a JavaScript peer sends as float64 (every millis
-value above 2^32 is) are accepted when integral and stored as ``int``.
+value above 2^32 is) are accepted when integral and stored as ``int``, their bounds checked as
+they decode (:mod:`octosync.js_numbers`).
 
 octosync extension (leaf digests), all optional fields, so plain TopGun frames are unchanged:
 
@@ -22,9 +23,7 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 
 from octosync.crdt.timestamp import Counter, Millis, NodeName, Timestamp
-
-JsInt = int | float
-"""An integer field that also accepts an integral float64; normalised to ``int`` on decode."""
+from octosync.js_numbers import JsCounter, JsHash32, JsUint, PostInit, int_post_init
 
 Hash32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 KEY_DIGEST_SIZE = 8
@@ -42,29 +41,23 @@ class TopGunStruct(
     """Base of every TopGun Struct: strict, camelCase, absent optionals left out. Untracked
     by the cycle collector (``gc=False``): a message is a tree decoded from bytes or built
     from values, never a cycle, and a client batch decodes into hundreds of them, which
-    would otherwise trigger collections that walk the server's whole heap."""
+    would otherwise trigger collections that walk the server's whole heap.
 
-    integral: ClassVar[tuple[str, ...]] = ()
-    hash32: ClassVar[tuple[str, ...]] = ()
+    Whole numbers (:mod:`octosync.js_numbers`) are checked by msgspec as it decodes; a class
+    with such fields gets a ``__post_init__`` that turns the integral floats that passed into
+    ``int`` (then runs the class's own ``__post_init__``, if it wrote one). msgspec calls it at
+    every decode and construction, so the classes without such fields get none."""
+
+    _own_post_init: ClassVar[PostInit | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Only a Struct with integral fields gets the check as its ``__post_init__``: msgspec
-        calls one at every decode and construction, and most TopGun Structs have none."""
         super().__init_subclass__(**kwargs)
-        if cls.integral and "__post_init__" not in cls.__dict__:
-            cls.__post_init__ = cls._check_integral  # type: ignore[attr-defined]
-
-    def _check_integral(self) -> None:
-        for name in self.integral:
-            value = getattr(self, name)
-            if value is None or (type(value) is int and value >= 0 and name not in self.hash32):
-                continue  # the common case, checked first (every op carries timestamps)
-            if value < 0 or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError(f"{self._wire_name(name)}: expected a non-negative integer")
-            if isinstance(value, float):
-                msgspec.structs.force_setattr(self, name, int(value))
-            if name in self.hash32 and value > 2**32 - 1:
-                raise ValueError(f"{self._wire_name(name)}: a hash is at most 2^32 - 1")
+        own = cls.__dict__.get("__post_init__")
+        if own is not None:
+            cls._own_post_init = own
+        post_init = int_post_init(cls, cls._own_post_init)
+        if post_init is not None:
+            cls.__post_init__ = post_init  # type: ignore[attr-defined]
 
     @classmethod
     def _wire_name(cls, name: str) -> str:
@@ -72,19 +65,12 @@ class TopGunStruct(
 
 
 class WireTimestamp(TopGunStruct, frozen=True):
-    millis: JsInt
-    counter: JsInt
+    millis: JsUint
+    counter: JsCounter
     node_id: str
 
-    integral = ("millis", "counter")
-
-    def __post_init__(self) -> None:
-        m, c = self.millis, self.counter  # two of these in every op: the common case first
-        if type(m) is not int or type(c) is not int or m < 0 or c < 0:
-            self._check_integral()
-
     def to_ts(self) -> Timestamp:
-        return Timestamp(int(self.millis), int(self.counter), self.node_id)
+        return Timestamp(self.millis, self.counter, self.node_id)
 
     @classmethod
     def of(cls, ts: Timestamp) -> WireTimestamp:
@@ -96,13 +82,7 @@ class WireLWWRecord(TopGunStruct, frozen=True):
 
     value: msgspec.Raw
     timestamp: WireTimestamp
-    ttl_ms: JsInt | None = None
-
-    integral = ("ttl_ms",)
-
-    def __post_init__(self) -> None:
-        if self.ttl_ms is not None:  # absent in nearly every record: no check to run
-            self._check_integral()
+    ttl_ms: JsUint | None = None
 
 
 class LeafRecord(TopGunStruct, frozen=True):
@@ -112,23 +92,17 @@ class LeafRecord(TopGunStruct, frozen=True):
 
 class SyncInit(TopGunStruct, frozen=True, tag_field="type", tag="SYNC_INIT"):
     map_name: str
-    last_sync_timestamp: JsInt | None = None
-    root_hash: JsInt | None = None
+    last_sync_timestamp: JsUint | None = None
+    root_hash: JsHash32 | None = None
     bucket_hashes: dict[str, Hash32] | None = None
     leaf_digests: bool | None = None  # octosync extension: offer leaf digests
-
-    integral = ("last_sync_timestamp", "root_hash")
-    hash32 = ("root_hash",)
 
 
 class SyncRespRootPayload(TopGunStruct, frozen=True):
     map_name: str
-    root_hash: JsInt
+    root_hash: JsHash32
     timestamp: WireTimestamp | None = None
     leaf_digests: bool | None = None  # octosync extension: leaf digests accepted
-
-    integral = ("root_hash",)
-    hash32 = ("root_hash",)
 
 
 class SyncRespRoot(TopGunStruct, frozen=True, tag_field="type", tag="SYNC_RESP_ROOT"):
@@ -145,16 +119,13 @@ class LeafDigest(TopGunStruct, frozen=True):
     """
 
     keys: bytes
-    base_millis: JsInt
+    base_millis: JsUint
     millis: list[Millis]
     counters: list[Counter]
     node_ids: list[NodeName]
     nodes: list[Annotated[int, msgspec.Meta(ge=0)]]
 
-    integral = ("base_millis",)
-
     def __post_init__(self) -> None:
-        self._check_integral()
         n, rest = divmod(len(self.keys), KEY_DIGEST_SIZE)
         if rest:
             raise ValueError(f"keys: {len(self.keys)} bytes is not a whole number of digests")
@@ -190,7 +161,7 @@ class LeafDigest(TopGunStruct, frozen=True):
         """The ``(key digest, HLC)`` pairs, in wire order."""
         out: list[tuple[bytes, Timestamp]] = []
         keys, size, ids = self.keys, KEY_DIGEST_SIZE, self.node_ids
-        millis = int(self.base_millis)
+        millis = self.base_millis
         for i, (gap, counter, node) in enumerate(
             zip(self.millis, self.counters, self.nodes, strict=True)
         ):

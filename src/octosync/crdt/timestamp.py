@@ -6,8 +6,10 @@ from typing import Annotated
 
 import msgspec
 
+from octosync.bounds import MAX_HLC_COUNTER
+
 Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
-Counter = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+Counter = Annotated[int, msgspec.Meta(ge=0, le=MAX_HLC_COUNTER)]
 NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^:]+$")]
 """A node id may not contain ``:`` because ``key:millis:counter:nodeId`` is hashed for Merkle."""
 

@@ -1,9 +1,10 @@
 """aiohttp application: one port, one route per wire face, plus ``/healthz``, ``/metrics`` and
 the browser's routes (``server.inspect``: the inspector at ``/`` and the JavaScript client).
 
-Every face runs the same connection loop (``server.connection``); a face is only the session
-class that turns its frames into hub calls, declared once in ``server.faces``. Ports are bound
-by ``server.run``.
+Every face runs the same connection loop (``server.connection``); a face is declared once in
+``server.faces``: its session, its routes and its state (``server.face_state``), which this
+module makes, restores from the journal and joins to the cluster without naming a face. Ports
+are bound by ``server.run``.
 """
 
 from __future__ import annotations
@@ -19,36 +20,25 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from octosync import __version__, extras
-from octosync.hub.crdt_streams import CrdtStreams
 from octosync.hub.model import Body, Frame
 from octosync.hub.types import AcceptHook, ConnId, InterestHook, ReleaseHook, StreamId
-from octosync.pipeline.resume import compacted_through, restart_records
-from octosync.server import topgun_http
+from octosync.pipeline.resume import compacted_through
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME
+from octosync.server.face_state import ClusterJoin, FaceLink
 from octosync.server.faces import FACES
 from octosync.server.faces import mount as mount_faces
 from octosync.server.inspect import add_routes as add_browser_routes
 from octosync.server.metrics import registry_for, render
 from octosync.server.runtime import Runtime
-from octosync.server.token_exchange import TokenExchange
-from octosync.server.yjs_face import yjs_face
 from octosync.store.data_lock import DataDirLock
 from octosync.store.hub_hook import JournalRecorder
-from octosync.store.journal import GroupCommitWriter, Journal
-from octosync.store.op_events import OpSource
-from octosync.store.recovery import restore_planes
+from octosync.store.journal import GroupCommitWriter
 from octosync.store.retention import JournalKeeper
 from octosync.store.storage_rules import DirectPath
-from octosync.store.yjs_compaction import restore_yjs
 
 if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a server that clusters
-    from octosync.links.cluster_held import HeldPlanesLink
     from octosync.links.cluster_link import ClusterLink
-    from octosync.links.cluster_maps import MapsLink
-    from octosync.links.cluster_planes import PlanesLink
-    from octosync.links.cluster_presence import PresenceLink
-    from octosync.links.cluster_yjs import YjsLink
 
 log = logging.getLogger(__name__)
 
@@ -56,28 +46,10 @@ CONFIG_KEY = web.AppKey("config", ServerConfig)
 KEEPER = web.AppKey("journal_keeper", JournalKeeper)
 KEEPER_TASK = web.AppKey("journal_keeper_task", asyncio.Task[None])
 CLUSTER: web.AppKey[ClusterLink] = web.AppKey("cluster_link")
-CLUSTER_MAPS: web.AppKey[MapsLink] = web.AppKey("cluster_maps")
-CLUSTER_PLANES: web.AppKey[PlanesLink] = web.AppKey("cluster_planes")
-CLUSTER_YJS: web.AppKey[YjsLink] = web.AppKey("cluster_yjs")
 
 __all__ = ["CLUSTER", "CONFIG_KEY", "RUNTIME", "ServerConfig", "build_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-SEEDED = "documents-in-jetstream"
-"""A file in the data folder: this node's journaled documents are in JetStream."""
-
-
-def seed_journaled(link: HeldPlanesLink, journal: Journal, marker: Path) -> None:
-    """Once per data folder, the documents of the journal (from when every node held every
-    document) go to JetStream when the link starts, so nodes that hold by interest load them."""
-    if marker.exists():
-        return
-    streams = CrdtStreams(lambda: 0)
-    restore_planes(journal, streams)
-    documents = {n: s.replica.ops() for n, s in streams.streams.items() if len(s.replica)}
-    link.seed(documents, marker.touch)
 
 
 def _export_dir(config: ServerConfig) -> Path | None:
@@ -156,31 +128,22 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         recorder=recorder,
         writer=writer,
         node_id=node,
-        ticks=[face.tick for face in FACES if face.tick is not None],
     )
     if recorder is not None:
         recorder.path = runtime.commits
-        recorder.durable = runtime.frame_durable
-    held = config.cluster_url is not None and config.cluster_hold == "interest"
+        recorder.durable = runtime.durable.frame_durable
     if config.cluster_url is not None and node is not None:
         from octosync.links.cluster_link import ClusterLink
 
         link = ClusterLink(runtime, config.cluster_url, node)
         runtime.cluster = link.core
-    if writer is not None:  # the maps: the newest compaction, then the journal after it
-        runtime.topgun.load(restart_records(writer.journal, config.compaction_dir))
-        if not held:  # the multi-writer streams (held by interest: loaded from JetStream)
-            restore_planes(writer.journal, runtime.plane.core)
-        restore_yjs(writer.journal, yjs_face(runtime).core)  # the /yjs face's documents
-        runtime.topgun.journal = OpSource(writer.journal)  # the event journal, read off the loop
-    maps_link: MapsLink | None = None
-    planes_link: PlanesLink | None = None
-    yjs_link: YjsLink | None = None
-    presence_link: PresenceLink | None = None
-    if link is not None:  # TopGun maps across the nodes (after the load: its position)
+    states = [face.state(runtime) for face in FACES if face.state is not None]
+    if writer is not None:  # each face's state back from the journal
+        for state in states:
+            state.restore(writer.journal)
+    face_links: list[FaceLink] = []
+    if link is not None:  # each face's op streams (after the restore: its position)
         from octosync.links.cluster_link import DEFAULT_CLUSTER
-        from octosync.links.cluster_maps import MapsLink
-        from octosync.links.cluster_planes import PlanesLink
         from octosync.links.jetstream_log import LogSettings
 
         settings = LogSettings(
@@ -190,47 +153,10 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
             replicate_timeout=config.map_replicate_timeout,
             max_age=config.map_log_max_age,
         )
-        maps_link = MapsLink(
-            runtime.topgun_face, link.node, cluster=DEFAULT_CLUSTER, settings=settings
-        )
-        runtime.topgun_face.replicator = maps_link
-        runtime.topgun.replicated = True
-        runtime.topgun.acks_replicated = config.map_acks == "replicated"
-        # shared documents alike (after restore_planes: its position), or held by interest
-        if held:
-            from octosync.links.cluster_held import HeldPlanesLink, HoldSettings
-
-            held_link = HeldPlanesLink(
-                runtime.plane,
-                link.node,
-                cluster=DEFAULT_CLUSTER,
-                settings=settings,
-                hold=HoldSettings(
-                    idle=config.document_idle,
-                    load_timeout=config.document_load_timeout,
-                    snapshot_interval=config.document_snapshot_interval,
-                ),
-            )
-            runtime.plane.holder = held_link
-            runtime.plane.journal_remote = False
-            if writer is not None:  # documents journaled before they were held by interest
-                seed_journaled(held_link, writer.journal, config.data_dir / SEEDED)
-            link.documents = held_link.held
-            planes_link = held_link
-        else:
-            planes_link = PlanesLink(
-                runtime.plane, link.node, cluster=DEFAULT_CLUSTER, settings=settings
-            )
-        runtime.plane.replicator = planes_link
-        from octosync.links.cluster_presence import PresenceLink
-
-        presence_link = PresenceLink(runtime.plane, link.node, cluster=DEFAULT_CLUSTER)
-        runtime.plane.presence_carrier = presence_link  # members' presence, node to node
-        # and the /yjs face's documents (after restore_yjs: its position)
-        from octosync.links.cluster_yjs import YjsLink
-
-        yjs_link = YjsLink(yjs_face(runtime), link.node, cluster=DEFAULT_CLUSTER, settings=settings)
-        yjs_face(runtime).replicator = yjs_link
+        journal = None if writer is None else writer.journal
+        join = ClusterJoin(link, DEFAULT_CLUSTER, settings, journal)
+        for state in states:
+            face_links.extend(state.join_cluster(join))
     registry = registry_for(runtime)
 
     @web.middleware
@@ -243,21 +169,13 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
     app[RUNTIME] = runtime
     if link is not None:
         app[CLUSTER] = link
-    if maps_link is not None:
-        app[CLUSTER_MAPS] = maps_link
-    if planes_link is not None:
-        app[CLUSTER_PLANES] = planes_link
-    if yjs_link is not None:
-        app[CLUSTER_YJS] = yjs_link
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", metrics)
-    mount_faces(app, config)  # every face's route (server.faces.FACES)
-    app.router.add_post(topgun_http.PATH, topgun_http.handler(runtime))  # TopGun's HTTP sync
-    TokenExchange(config.auth, config.data_dir).mount(app)  # /api/auth/token, /api/auth/refresh
+    mount_faces(app, config)  # every face's routes (server.faces.FACES)
     add_browser_routes(app)  # /, /client/octosync.js, /inspector.js, /api/streams
 
     async def on_startup(app: web.Application) -> None:
@@ -277,24 +195,12 @@ def build_app(config: ServerConfig, *, on_accept: AcceptHook | None = None) -> w
         await runtime.start()
         if link is not None:  # joins the cluster before the port opens
             await link.start()
-        if maps_link is not None and link is not None:  # and replays the maps' op stream
-            await maps_link.start(link.nats)
-        if planes_link is not None and link is not None:  # and the documents' op stream
-            await planes_link.start(link.nats)
-        if yjs_link is not None and link is not None:  # and the Yjs documents' op stream
-            await yjs_link.start(link.nats)
-        if presence_link is not None and link is not None:  # and the members' presence
-            await presence_link.start(link.nats)
+            for face_link in face_links:  # and replays each face's op stream
+                await face_link.start(link.nats)
 
     async def on_shutdown(app: web.Application) -> None:
-        if presence_link is not None:
-            await presence_link.stop()
-        if yjs_link is not None:
-            await yjs_link.stop()
-        if planes_link is not None:
-            await planes_link.stop()
-        if maps_link is not None:
-            await maps_link.stop()
+        for face_link in reversed(face_links):
+            await face_link.stop()
         if link is not None:  # releases what it owns, so other nodes may take it at once
             await link.stop()
         await runtime.shutdown()

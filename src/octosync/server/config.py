@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from octosync.errors import ConfigError, Unauthorized
 from octosync.hub.limits import Limits
+from octosync.hub.outbox import OutboxLimits
+from octosync.hub.types import HubConfig
 from octosync.pipeline.layout import SERVER_COMPACTION_SUBDIR
 from octosync.server.auth import AuthConfig, ExchangeProvider, role_tables
 from octosync.signaling import SignalingPolicy
@@ -572,18 +574,22 @@ class ServerConfig:
         ),
     )
     map_replicas: int = setting(
-        1, "cluster", "JetStream replicas of the cluster's TopGun op stream.", range=Range(1, 5)
+        1,
+        "cluster",
+        "JetStream replicas of the cluster's op streams (TopGun maps, shared documents, Yjs "
+        "documents) and of its document snapshots.",
+        range=Range(1, 5),
     )
     map_sync_interval: float = setting(
         30.0,
         "cluster",
-        "Seconds between anti-entropy rounds for TopGun maps.",
+        "Seconds between anti-entropy rounds (TopGun maps, shared documents, Yjs documents).",
         range=Range(0.1, _DAY),
     )
     map_settle: float = setting(
         2.0,
         "cluster",
-        "A map written within this many seconds sits out an anti-entropy round.",
+        "A map or document written within this many seconds sits out an anti-entropy round.",
         range=Range(0, 3600),
     )
     map_acks: Literal["requested", "replicated"] = setting(
@@ -598,7 +604,8 @@ class ServerConfig:
     map_replicate_timeout: float = setting(
         30.0,
         "cluster",
-        "Seconds a TopGun batch may take to be stored in JetStream.",
+        "Seconds a write (a TopGun batch, a shared document's frame, a Yjs update) may take "
+        "to be stored in JetStream.",
         range=_SECONDS,
     )
     map_log_max_age: float = setting(
@@ -675,6 +682,18 @@ class ServerConfig:
             frames_per_second=self.frames_per_second,
             bytes_per_second=self.bytes_per_second,
             offload_decode_bytes=self.offload_decode_bytes,
+        )
+
+    def hub_config(self) -> HubConfig:
+        """The hub's limits, outboxes, retention and producer lease."""
+        return HubConfig(
+            outbox=OutboxLimits(self.outbox_max_bytes, self.outbox_max_frames),
+            limits=self.limits(),
+            retain_after_producer_leaves=self.retain_after_producer_leaves,
+            coalesce_backlog=self.coalesce_backlog,
+            max_replay_diffs=self.max_replay_diffs,
+            producer_lease=self.producer_lease,
+            verify_warp_hashes=self.verify_warp_hashes,
         )
 
     def check_exposure(self) -> None:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from aiohttp import web
 
 from octosync.errors import Forbidden, Unauthorized
+from octosync.server import lazily_socket, topgun_http, wvp_socket
 from octosync.server.auth import ClaimGrants
 from octosync.server.config import ServerConfig
 from octosync.server.connection import (
@@ -31,6 +33,7 @@ from octosync.server.connection import (
     serve_ws_in_band,
 )
 from octosync.server.dataspace_session import DataspaceSession
+from octosync.server.dataspace_state import dataspace_state
 from octosync.server.face_names import (
     COUNTERS,
     LOCKS,
@@ -42,7 +45,9 @@ from octosync.server.face_names import (
     FaceName,
     GrantTable,
 )
+from octosync.server.face_state import FaceState
 from octosync.server.lazily_session import LazilySession
+from octosync.server.lazily_state import lazily_state
 from octosync.server.listings import (
     dataspace_rows,
     document_rows,
@@ -52,7 +57,11 @@ from octosync.server.listings import (
 )
 from octosync.server.runtime import Runtime
 from octosync.server.signal_session import SignalSession
+from octosync.server.signal_state import signal_state
+from octosync.server.token_exchange import TokenExchange
 from octosync.server.topgun_session import TopGunSession
+from octosync.server.topgun_state import topgun_state
+from octosync.server.unix_listen import UnixListener
 from octosync.server.wvp_session import WvpSession
 from octosync.server.yjs_face import yjs_face
 from octosync.server.yjs_session import HocuspocusSession, YWebsocketSession
@@ -88,6 +97,16 @@ class TcpListener:
 
 
 @dataclass(frozen=True, slots=True)
+class UnixSocket:
+    """A face served on a Unix socket file: the config field that names it, the listener
+    that serves it there, and the banner's words for it."""
+
+    path: Callable[[ServerConfig], str | None]
+    listen: Callable[[Runtime, Path], Awaitable[UnixListener]]
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class Face:
     """One face, declared once."""
 
@@ -105,11 +124,14 @@ class Face:
     deflate: bool = False
     """Takes a client's permessage-deflate offer (``server_no_context_takeover``)."""
     tcp: TcpListener | None = None
+    unix: UnixSocket | None = None
     mount: Callable[[web.Application, ServerConfig], None] | None = None
     """Mounts a face whose route depends on the configuration (``/chain/{name}``); None: its
     ``route`` with the shared WebSocket loop."""
-    tick: Callable[[Runtime], None] | None = None
-    """Its periodic work, once a second (lock expiry, tombstone GC), given the runtime."""
+    state: Callable[[Runtime], FaceState] | None = None
+    """Its per-server state (its core, documents, relay), made once per runtime: the app
+    builds it before the port opens and calls its hooks (restore from the journal, cluster
+    links, ``/metrics``, the tick, shutdown; ``server.face_state``)."""
     listings: tuple[tuple[str, Listing], ...] = ()
     """Its keys in the inspector's ``/api/streams``, each with the rows one identity may see."""
 
@@ -139,11 +161,11 @@ class Face:
 
 
 def _lazily_ws(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
-    return LazilySession(rt, conn, "ws", identity)
+    return LazilySession(lazily_state(rt), conn, "ws", identity)
 
 
 def _lazily_tcp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
-    return LazilySession(rt, conn, "tcp", None)
+    return LazilySession(lazily_state(rt), conn, "tcp", None)
 
 
 def _wvp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
@@ -153,25 +175,29 @@ def _wvp(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> 
 
 def _signal(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
     assert identity is not None
-    return SignalSession(rt, conn, identity, query.get("session", "default"))
+    return SignalSession(signal_state(rt), conn, identity, query.get("session", "default"))
 
 
 def _dataspace_ws(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
-    return DataspaceSession(rt, conn, "ws", identity)
+    return DataspaceSession(dataspace_state(rt), conn, "ws", identity)
 
 
 def _dataspace_tcp(
     rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query
 ) -> AnySession:
-    return DataspaceSession(rt, conn, "tcp", None)
+    return DataspaceSession(dataspace_state(rt), conn, "tcp", None)
 
 
 def _topgun(rt: Runtime, conn: int, identity: ClaimGrants | None, query: Query) -> AnySession:
-    return TopGunSession(rt.topgun_face, conn)
+    return TopGunSession(topgun_state(rt).face, conn)
 
 
-def _topgun_tick(rt: Runtime) -> None:
-    rt.topgun_face.apply(rt.topgun.tick())
+def _mount_topgun(app: web.Application, config: ServerConfig) -> None:
+    """``/topgun``, TopGun's HTTP sync (``POST /topgun/sync``) and its token exchange
+    (``/api/auth/token``, ``/api/auth/refresh``)."""
+    app.router.add_get("/topgun", BY_NAME[FaceName.TOPGUN].handler())
+    app.router.add_post(topgun_http.PATH, topgun_http.handler(app[RUNTIME]))
+    TokenExchange(config.auth, config.data_dir).mount(app)
 
 
 def _mount_chain(app: web.Application, config: ServerConfig) -> None:
@@ -216,11 +242,11 @@ def _streams(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
 
 
 def _documents(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
-    return document_rows(rt.plane.core, identity)
+    return document_rows(lazily_state(rt).plane.core, identity)
 
 
 def _maps(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
-    return map_rows(rt.topgun.maps.store, identity)
+    return map_rows(topgun_state(rt).core.maps.store, identity)
 
 
 def _yjs_documents(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
@@ -228,7 +254,7 @@ def _yjs_documents(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]
 
 
 def _dataspaces(rt: Runtime, identity: ClaimGrants) -> list[dict[str, object]]:
-    return dataspace_rows(rt.started_relay(), identity)
+    return dataspace_rows(dataspace_state(rt).started_relay(), identity)
 
 
 FACES: tuple[Face, ...] = (
@@ -238,6 +264,7 @@ FACES: tuple[Face, ...] = (
         "wire.lazily_dialects",
         (STREAMS,),
         route="/lazily",
+        state=lazily_state,
         listings=(("streams", _streams), ("documents", _documents)),
     ),
     Face(
@@ -249,15 +276,31 @@ FACES: tuple[Face, ...] = (
         tcp=TcpListener(
             lambda c: c.tcp_port, "--tcp-port", FrameDecoder, "lazily over TCP", _lazily_tcp
         ),
+        unix=UnixSocket(lambda c: c.lazily_socket, lazily_socket.listen, "lazily"),
     ),
-    Face(FaceName.WVP, _wvp, "wire.wvp", (STREAMS,), route="/wvp"),
-    Face(FaceName.SIGNAL, _signal, "signaling.messages", (ROOMS,), route="/signal"),
+    Face(
+        FaceName.WVP,
+        _wvp,
+        "wire.wvp",
+        (STREAMS,),
+        route="/wvp",
+        unix=UnixSocket(lambda c: c.wvp_socket, wvp_socket.listen, "WVP"),
+    ),
+    Face(
+        FaceName.SIGNAL,
+        _signal,
+        "signaling.messages",
+        (ROOMS,),
+        route="/signal",
+        state=signal_state,
+    ),
     Face(
         FaceName.DATASPACE,
         _dataspace_ws,
         "wire.syndicate",
         (STREAMS,),
         route="/dataspace",
+        state=dataspace_state,
         listings=(("dataspaces", _dataspaces),),
         tcp=TcpListener(
             lambda c: c.dataspace_port,
@@ -275,7 +318,8 @@ FACES: tuple[Face, ...] = (
         route="/topgun",
         credentials="in_band",
         deflate=True,
-        tick=_topgun_tick,
+        mount=_mount_topgun,
+        state=topgun_state,
         listings=(("maps", _maps),),
     ),
     Face(FaceName.CHAIN, _chain, "wire.chain", (STREAMS,), mount=_mount_chain),
@@ -287,6 +331,7 @@ FACES: tuple[Face, ...] = (
         route="/yjs",
         credentials="in_band",
         mount=_mount_yjs,
+        state=yjs_face,
         listings=(("yjs", _yjs_documents),),
     ),
 )
@@ -304,8 +349,13 @@ def mount(app: web.Application, config: ServerConfig) -> None:
             app.router.add_get(face.route, face.handler())
 
 
-def serving_line(config: ServerConfig, port: int, tcp_ports: Mapping[FaceName, int]) -> str:
-    """What ``octosync serve`` prints once every port is bound."""
+def serving_line(
+    config: ServerConfig,
+    port: int,
+    tcp_ports: Mapping[FaceName, int],
+    unix_sockets: Mapping[FaceName, Path] | None = None,
+) -> str:
+    """What ``octosync serve`` prints once every port and socket file is bound."""
     routes = " ".join(face.route for face in FACES if face.route is not None)
     faces = f"{routes} /metrics /healthz, the inspector at /"
     if config.chain_config is not None:
@@ -318,4 +368,9 @@ def serving_line(config: ServerConfig, port: int, tcp_ports: Mapping[FaceName, i
     )
     http = "https" if config.tls_cert is not None else "http"
     where = f"{http}://{config.host}:{port}{tcp}"
-    return f"octosync serving {faces} on {where} (data in {config.data_dir})"
+    line = f"octosync serving {faces} on {where} (data in {config.data_dir})"
+    for face in FACES:
+        path = None if unix_sockets is None else unix_sockets.get(face.name)
+        if face.unix is not None and path is not None:
+            line += f"; {face.unix.label} on the Unix socket {path}"
+    return line

@@ -38,7 +38,7 @@ from octosync.server.auth import ClaimGrants
 from octosync.server.face_names import FaceName
 from octosync.server.lifecycle import Lifecycle
 from octosync.server.plane import Framing
-from octosync.server.ports import HubPort
+from octosync.server.ports import LazilyPort
 from octosync.server.shared_blobs import SessionBlobs
 from octosync.server.view_encoders import lazily_view_key
 from octosync.shm.region import SHARED_BLOB
@@ -124,7 +124,7 @@ class LazilySession:
     """msgspec decodes even a frame at the limit in a few milliseconds."""
 
     def __init__(
-        self, runtime: HubPort, conn: int, kind: Transport, identity: ClaimGrants | None
+        self, runtime: LazilyPort, conn: int, kind: Transport, identity: ClaimGrants | None
     ) -> None:
         self.rt = runtime
         self.conn = conn
@@ -245,7 +245,7 @@ class LazilySession:
             self.view_name,
         )
         if not publish:
-            self.rt.follow_map(remote.session_id)  # a TopGun map's view starts on demand
+            self.rt.follow_stream(remote.session_id)  # a TopGun map's view starts on demand
         hub.connect(self.conn, view, grants=identity, wake=self.rt.wake)
         if publish and REMOTE_OPS in remote.features:
             hub.take_remote_ops(self.conn)

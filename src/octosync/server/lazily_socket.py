@@ -14,6 +14,7 @@ from pathlib import Path
 
 from octosync.server.connection import AnySession, serve_tcp
 from octosync.server.lazily_session import LazilySession
+from octosync.server.lazily_state import lazily_state
 from octosync.server.runtime import Runtime
 from octosync.server.unix_listen import UnixListener, listen_unix
 from octosync.wire.framing import FrameDecoder
@@ -22,7 +23,7 @@ OPTION = "--lazily-socket"
 
 
 def open_socket_session(rt: Runtime, conn: int) -> AnySession:
-    return LazilySession(rt, conn, "tcp", None)
+    return LazilySession(lazily_state(rt), conn, "tcp", None)
 
 
 async def listen(rt: Runtime, path: Path) -> UnixListener:

@@ -1,21 +1,18 @@
-"""``/metrics``: Prometheus text read from the runtime's counters when scraped (no hot path)."""
+"""``/metrics``: Prometheus text read from the runtime's counters when scraped (no hot path).
+
+The runtime's own counters, the hub's, the journal's and the cluster's, then each face's part
+(``FaceState.metrics``): this module names no face."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from octosync.cluster.core import ClusterCore
-from octosync.cluster.holding import HeldStats, Holdings
-from octosync.cluster.maps import MapStats
-from octosync.cluster.planes import PlaneStats
-from octosync.cluster.yjs import YjsClusterStats
 from octosync.server.runtime import Runtime
-from octosync.server.yjs_face import yjs_face
 from octosync.store.journal import JournalHealth
 
 
@@ -108,34 +105,10 @@ class RuntimeCollector(Collector):
         for bound, count in counters.loop_stalls.items():
             lag.add_metric([f"{bound * 1000:g}ms"], count)
         yield lag
-        feed = rt.topgun.index_feed
-        yield CounterMetricFamily(
-            "octosync_topgun_index_written",
-            "TopGun writes handed to the search indexes (numbered in order)",
-            feed.written,
-        )
-        yield GaugeMetricFamily(
-            "octosync_topgun_index_watermark",
-            "TopGun writes searchable: every one numbered up to this (or a later write of its key)",
-            feed.indexed,
-        )
-        yield GaugeMetricFamily(
-            "octosync_topgun_index_waiting", "Keys waiting for the search indexer", len(feed)
-        )
         if rt.cluster is not None:
             yield from cluster_metrics(rt.cluster)
-        replicator = rt.topgun_face.replicator
-        if replicator is not None:
-            yield from map_metrics(replicator.stats, replicator.position)
-        planes = rt.plane.replicator
-        if planes is not None:
-            yield from plane_metrics(planes.stats, planes.position)
-        yjs = yjs_face(rt).replicator
-        if yjs is not None:
-            yield from yjs_metrics(yjs.stats, yjs.position)
-        holder = rt.plane.holder
-        if isinstance(holder, HeldView):
-            yield from held_metrics(holder)
+        for state in rt.states():  # each face's own part (``FaceState.metrics``)
+            yield from state.metrics()
 
 
 def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
@@ -177,105 +150,6 @@ def cluster_metrics(core: ClusterCore) -> Iterator[Metric]:
         if behind is not None:
             lag.add_metric([stream], behind)
     yield lag
-
-
-def map_metrics(stats: MapStats, position: int) -> Iterator[Metric]:
-    """TopGun maps across the cluster: the op stream both ways, and anti-entropy."""
-    for name, help_text, value in (
-        ("published", "Op batches this node stored in the cluster's op stream", stats.published),
-        ("republished", "Op batch publishes sent again for want of an ack", stats.republished),
-        ("failed", "Op batches given up on (their writers were reset)", stats.failed),
-        ("batches_in", "Op batches read from the op stream", stats.batches_in),
-        ("applied", "Other nodes' op records that changed a map here", stats.applied),
-        ("repaired", "Op records pulled by anti-entropy that changed a map here", stats.repaired),
-        ("walks", "Anti-entropy pulls started", stats.walks),
-        (
-            "resubscribed",
-            "Times the op stream was followed again after silence",
-            stats.resubscribed,
-        ),
-        ("undecodable", "Op stream messages that did not decode", stats.undecodable),
-        ("unreplayed", "Op stream messages gone before this node took them", stats.unreplayed),
-    ):
-        yield CounterMetricFamily(f"octosync_cluster_maps_{name}", help_text, value)
-    yield GaugeMetricFamily(
-        "octosync_cluster_maps_position", "The op stream's sequence taken up to", position
-    )
-
-
-def plane_metrics(stats: PlaneStats, position: int) -> Iterator[Metric]:
-    """Shared documents across the cluster: their op stream both ways, and anti-entropy."""
-    for name, help_text, value in (
-        ("published", "Plane op batches stored in the cluster's stream", stats.published),
-        ("republished", "Plane op batch publishes sent again", stats.republished),
-        ("failed", "Plane op batches given up on (writers reset)", stats.failed),
-        ("batches_in", "Plane op batches read from the stream", stats.batches_in),
-        ("merged", "Other nodes' ops that changed a document here", stats.merged),
-        ("repaired", "Ops pulled by anti-entropy that changed a document here", stats.repaired),
-        ("walks", "Plane anti-entropy pulls started", stats.walks),
-        ("resubscribed", "Times the plane stream was followed again", stats.resubscribed),
-        ("undecodable", "Plane stream messages not merged", stats.undecodable),
-        ("unreplayed", "Plane stream messages gone before this node took them", stats.unreplayed),
-    ):
-        yield CounterMetricFamily(f"octosync_cluster_planes_{name}", help_text, value)
-    yield GaugeMetricFamily(
-        "octosync_cluster_planes_position", "The plane stream's sequence taken up to", position
-    )
-
-
-def yjs_metrics(stats: YjsClusterStats, position: int) -> Iterator[Metric]:
-    """``/yjs`` documents across the cluster: their op stream both ways, and anti-entropy."""
-    for name, help_text, value in (
-        ("published", "Yjs update batches stored in the cluster's stream", stats.published),
-        ("republished", "Yjs update batch publishes sent again", stats.republished),
-        ("failed", "Yjs update batches given up on (writers reset)", stats.failed),
-        ("batches_in", "Yjs update batches read from the stream", stats.batches_in),
-        ("applied", "Other nodes' Yjs updates applied here", stats.applied),
-        ("repaired", "Diffs from anti-entropy applied here", stats.repaired),
-        ("pushed", "Diffs sent to a node whose document lacked them", stats.pushed),
-        ("too_large", "Diffs not sent: past a round's byte bound", stats.too_large),
-        ("resubscribed", "Times the Yjs stream was followed again", stats.resubscribed),
-        ("undecodable", "Yjs cluster messages not applied", stats.undecodable),
-        ("unreplayed", "Yjs stream messages gone before this node took them", stats.unreplayed),
-    ):
-        yield CounterMetricFamily(f"octosync_cluster_yjs_{name}", help_text, value)
-    yield GaugeMetricFamily(
-        "octosync_cluster_yjs_position", "The Yjs stream's sequence taken up to", position
-    )
-
-
-@runtime_checkable
-class HeldView(Protocol):
-    """A holder of documents by interest (``links.cluster_held.HeldPlanesLink``), as counted."""
-
-    holdings: Holdings
-    held_stats: HeldStats
-
-
-def held_metrics(link: HeldView) -> Iterator[Metric]:
-    """Shared documents held by interest: how many, and the loads and releases behind it."""
-    holdings = link.holdings
-    yield GaugeMetricFamily(
-        "octosync_cluster_documents_held",
-        "Shared documents this node holds (loaded, used by its clients or idle)",
-        len(holdings.held()),
-    )
-    yield GaugeMetricFamily(
-        "octosync_cluster_documents_loading",
-        "Shared documents being loaded from JetStream",
-        len(holdings.loading()),
-    )
-    stats, snaps = holdings.stats, link.held_stats
-    for name, help_text, value in (
-        ("loads", "Loads of a document started (its first client here)", stats.loads),
-        ("loaded", "Loads of a document that caught up", stats.loaded),
-        ("releases", "Documents let go after their idle time", stats.releases),
-        ("load_failures", "Loads not done within the load timeout", stats.load_failures),
-        ("snapshots", "Document snapshots written", snaps.snapshots),
-        ("snapshots_too_large", "Snapshots over the payload bound", snaps.snapshots_too_large),
-        ("snapshot_conflicts", "Snapshots left to a newer one", snaps.snapshot_conflicts),
-    ):
-        yield CounterMetricFamily(f"octosync_cluster_documents_{name}", help_text, value)
 
 
 def _journal(health: JournalHealth) -> Iterator[Metric]:

@@ -2,8 +2,10 @@
 
 A session is bytes in, core calls and bytes out; these protocols name exactly the core calls
 and the ways out each face has: a session sees of the hub only ``SessionHub`` and of TopGun's
-core only ``SessionTopGun``, the calls it makes. ``server.runtime.Runtime`` implements the hub
-faces' ports, ``server.topgun_face.TopGunFace`` TopGun's; a test gives a session a fake port
+core only ``SessionTopGun``, the calls it makes. ``server.runtime.Runtime`` implements WVP's
+port, each face's state (``Face.state``) the others: ``server.lazily_state.LazilyState``,
+``server.signal_state.SignalState``, ``server.dataspace_state.DataspaceState`` and
+``server.topgun_face.TopGunFace``; a test gives a session a fake port
 and feeds it bytes (``tests/server/test_ports.py``).
 """
 
@@ -21,6 +23,7 @@ from octosync.hub.types import ConnId, Grants, StreamId, ViewFactory, ViewKey
 from octosync.ipc.messages import Delta, RemoteOp, RemoteOpResult, Snapshot
 from octosync.refresh.device_tokens import Binding
 from octosync.server.auth import ClaimGrants
+from octosync.server.durable_acks import DurableListener
 from octosync.server.face_names import FaceName
 from octosync.server.plane import Plane
 from octosync.server.shared_blobs import ServerBlobs
@@ -54,10 +57,6 @@ class LiveConnection(Protocol):
     async def close(self, code: int) -> None: ...
 
     def abort(self) -> None: ...
-
-
-DurableListener = Callable[[object, int], None]
-"""Told ``(stream, epoch)`` once a producer's frames are journaled that far."""
 
 
 class Credentials(Protocol):
@@ -161,7 +160,8 @@ class SessionTopGun(Protocol):
 
 
 class HubPort(Credentials, Protocol):
-    """The lazily and WVP faces: the hub, and the flusher's wake-up for a connection."""
+    """The lazily and WVP faces: the hub, and the flusher's wake-up for a connection
+    (``server.runtime.Runtime`` is one)."""
 
     @property
     def hub(self) -> SessionHub: ...
@@ -176,14 +176,18 @@ class HubPort(Credentials, Protocol):
         """Producers that asked to learn how far their frames are journaled."""
         ...
 
-    @property
-    def clustered(self) -> bool:
-        """The server is a node of a cluster (``--cluster``)."""
+    def wake(self, conn: int) -> None:
+        """The hub queued bytes for ``conn``: the flusher writes them this loop turn."""
         ...
+
+
+class LazilyPort(HubPort, Protocol):
+    """The lazily face (``server.lazily_state.LazilyState``): the hub's calls, plus the
+    shared documents, the shared-memory region and streams other faces make."""
 
     @property
     def plane(self) -> Plane:
-        """The multi-writer (CRDT plane) streams of the lazily face."""
+        """The multi-writer (CRDT plane) streams."""
         ...
 
     @property
@@ -191,12 +195,8 @@ class HubPort(Credentials, Protocol):
         """Shared-memory payloads (``shared_blob``): the regions producers negotiated."""
         ...
 
-    def wake(self, conn: int) -> None:
-        """The hub queued bytes for ``conn``: the flusher writes them this loop turn."""
-        ...
-
-    def follow_map(self, stream: str) -> None:
-        """A lazily client asked for ``map:<name>``: the server starts producing it."""
+    def follow_stream(self, stream: str) -> None:
+        """A subscriber asked for ``stream``: a face that makes it (``map:NAME``) starts."""
         ...
 
 

@@ -1,9 +1,9 @@
 """Start and stop the server: guarded listening sockets, signals, an orderly drain.
 
-``start`` binds the HTTP/WebSocket port (and the lazily and dataspace TCP ports when
-configured) behind the connection guard and returns a handle; ``serve_forever`` is what
-``octosync serve`` runs: it binds first, reports, then waits for SIGTERM/SIGINT and drains
-within the configured deadlines.
+``start`` binds the HTTP/WebSocket port (and each face's TCP port and Unix socket when
+configured, ``Face.tcp`` and ``Face.unix``) behind the connection guard and returns a
+handle; ``serve_forever`` is what ``octosync serve`` runs: it binds first, reports, then
+waits for SIGTERM/SIGINT and drains within the configured deadlines.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from typing import Any
 from aiohttp import web
 
 from octosync.errors import ListenError
-from octosync.server import lazily_socket
-from octosync.server import wvp_socket as wvp_unix
 from octosync.server.app import CLUSTER, build_app
 from octosync.server.config import ServerConfig
 from octosync.server.connection import RUNTIME, AnySession, serve_tcp
@@ -46,18 +44,13 @@ class Started:
     runtime: Runtime
     servers: list[asyncio.Server]
     port: int
-    tcp_port: int | None
-    dataspace_port: int | None = None
     tcp_ports: Mapping[FaceName, int] = field(default_factory=dict)
     """Every face's bound TCP port, by face."""
-    wvp_socket: Path | None = None
-    """The Unix socket WVP is served on (``--wvp-socket``)."""
+    unix_sockets: Mapping[FaceName, Path] = field(default_factory=dict)
+    """Every face's Unix socket file (``--wvp-socket``, ``--lazily-socket``), by face."""
     unix_listeners: list[UnixListener] = field(default_factory=list)
-    """Socket files made by ``unix_listen`` (``--wvp-socket``, ``--lazily-socket``), each
-    removed at stop if it is still the one this server made."""
-
-    lazily_socket: Path | None = None
-    """The Unix socket lazily is served on (``--lazily-socket``)."""
+    """Socket files made by ``unix_listen``, each removed at stop if it is still the one this
+    server made."""
 
     async def stop(self) -> None:
         for server in self.servers:
@@ -155,23 +148,18 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
                 )
             servers.append(tcp)
             tcp_ports[face.name] = int(tcp.sockets[0].getsockname()[1])
-        wvp_socket = lazily_path = None
-        if config.wvp_socket is not None:
-            wvp_socket = Path(config.wvp_socket)
-            unix_listeners.append(await wvp_unix.listen(rt, wvp_socket))
-        if config.lazily_socket is not None:
-            lazily_path = Path(config.lazily_socket)
-            unix_listeners.append(await lazily_socket.listen(rt, lazily_path))
+        unix_sockets: dict[FaceName, Path] = {}
+        for face in FACES:
+            unix = face.unix
+            named = None if unix is None else unix.path(config)
+            if unix is None or named is None:
+                continue
+            unix_sockets[face.name] = Path(named)
+            unix_listeners.append(await unix.listen(rt, Path(named)))
         base = config.public_base(port)
-        topgun_url = f"{base}/topgun"
-        if CLUSTER in app:
-            link = app[CLUSTER]
-            link.public_url = f"{base}/lazily"
-            link.topgun_url = topgun_url
-            rt.topgun.nodes = link.topgun_nodes
-        else:
-            node = rt.topgun.hlc.node_id
-            rt.topgun.nodes = lambda: [(node, topgun_url)]
+        cluster = app.get(CLUSTER)
+        for state in rt.states():  # each face learns the address clients use
+            state.serving(base, cluster)
     except BaseException:
         for server in servers:
             server.close()
@@ -179,18 +167,7 @@ async def start(app: web.Application, config: ServerConfig) -> Started:
             made.remove()
         await runner.cleanup()
         raise
-    return Started(
-        runner,
-        rt,
-        servers,
-        port,
-        tcp_ports.get(FaceName.TCP),
-        tcp_ports.get(FaceName.DATASPACE),
-        tcp_ports,
-        wvp_socket,
-        unix_listeners,
-        lazily_path,
-    )
+    return Started(runner, rt, servers, port, tcp_ports, unix_sockets, unix_listeners)
 
 
 def _tcp_handler(

@@ -21,6 +21,7 @@ from octosync.errors import AuthError, OctosyncError, Overloaded, Unauthorized
 from octosync.server.auth import authenticate, bearer_token
 from octosync.server.runtime import Runtime
 from octosync.server.topgun_effects import Release, carry_out
+from octosync.server.topgun_state import topgun_state
 from octosync.store.commit_path import Ask
 from octosync.topgun import Effects, http_sync
 from octosync.wire import topgun as tg
@@ -39,7 +40,9 @@ def handler(rt: Runtime) -> Callable[[web.Request], Awaitable[web.Response]]:
             return await _sync(rt, request)
         except OctosyncError as err:
             status = 401 if isinstance(err, AuthError) else 503 if _busy(err) else 400
-            return _reply(rt, status, [th.HttpSyncError(err.code, f"{err.name}: {err.message}")])
+            # ``context`` names what the error is about: here the request's field, if any
+            error = th.HttpSyncError(err.code, f"{err.name}: {err.message}", err.path)
+            return _reply(rt, status, [error])
 
     return sync
 
@@ -49,7 +52,7 @@ def _busy(err: OctosyncError) -> bool:
 
 
 def _reply(rt: Runtime, status: int, errors: list[th.HttpSyncError]) -> web.Response:
-    body = th.HttpSyncResponse(WireTimestamp.of(rt.topgun.hlc.now()), errors=errors)
+    body = th.HttpSyncResponse(WireTimestamp.of(topgun_state(rt).core.hlc.now()), errors=errors)
     return web.Response(
         status=status, body=th.encode_response(body), content_type="application/x-msgpack"
     )
@@ -61,14 +64,14 @@ async def _sync(rt: Runtime, request: web.Request) -> web.Response:
         raise Overloaded(f"a sync request is at most {limit} bytes")
     token = bearer_token(request.headers.get("Authorization"), None) or None
     identity = authenticate(token, rt.config.auth)
-    if identity.expired(rt.topgun.clock() / 1000):
+    if identity.expired(topgun_state(rt).core.clock() / 1000):
         raise Unauthorized("the token expired", path="exp")
     body = await request.content.read(limit + 1)
     if len(body) > limit:
         raise Overloaded(f"a sync request is at most {limit} bytes")
     req = th.decode_request(body)
     http_sync.check(req)
-    core = rt.topgun
+    core = topgun_state(rt).core
     conn = rt.new_conn_id()
     core.connect(conn, identity)
     try:
@@ -79,7 +82,7 @@ async def _sync(rt: Runtime, request: web.Request) -> web.Response:
             replies = await _write(rt, conn, core.handle(conn, batch))
         response = http_sync.answer(core, conn, identity, req, replies)
     finally:
-        rt.topgun_face.apply(core.disconnect(conn))
+        topgun_state(rt).face.apply(core.disconnect(conn))
     return web.Response(body=th.encode_response(response), content_type="application/x-msgpack")
 
 
@@ -114,7 +117,7 @@ async def _write(rt: Runtime, conn: int, fx: Effects) -> list[tg.Message]:
     """Carry out a batch's effects as a session does; the replies meant for this request,
     once what they wait for is done."""
     answer = _Answer()
-    carry_out(rt.topgun_face, conn, fx, answer)
+    carry_out(topgun_state(rt).face, conn, fx, answer)
     replies = answer.replies
     if answer.due is not None:
         try:

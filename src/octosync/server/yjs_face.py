@@ -20,17 +20,21 @@ the stream position behind them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from pycrdt import Doc, merge_updates
 
 from octosync.cluster.yjs import YjsClusterStats
 from octosync.errors import InvalidRecord, LimitExceeded, OctosyncError
 from octosync.server.face_names import FaceName
+from octosync.server.face_state import ClusterJoin, FaceLink, FaceState
 from octosync.server.runtime import Runtime
 from octosync.store.commit_path import Ask, Commit, CommitPath
+from octosync.store.journal import Journal
 from octosync.store.records import EncodedRecord, YjsUpdate, encode_record
+from octosync.store.yjs_compaction import restore_yjs
 from octosync.wire.websocket import ws_frame
 from octosync.yjs.documents import Checked, Limits, Out, YjsDocuments
 
@@ -74,8 +78,8 @@ class YjsReplicator(Protocol):
 RESEND = Ask(then="send the update again later")
 
 
-class YjsFace:
-    """The face's documents and what commits release."""
+class YjsFace(FaceState):
+    """The face's documents and what commits release; the face's state (``Face.state``)."""
 
     def __init__(self, host: YjsHost, limits: Limits | None = None) -> None:
         self.host = host
@@ -130,6 +134,23 @@ class YjsFace:
         self.send(self.core.commit(checked))
         if confirm is not None:
             confirm()
+
+    # -- hooks (``server.face_state``) ------------------------------------------------------
+
+    def restore(self, journal: Journal) -> None:
+        restore_yjs(journal, self.core)
+
+    def join_cluster(self, join: ClusterJoin) -> Sequence[FaceLink]:
+        """The documents' op stream (after ``restore``: its position)."""
+        from octosync.links.cluster_yjs import YjsLink
+
+        link = YjsLink(self, join.link.node, cluster=join.cluster, settings=join.settings)
+        self.replicator = link
+        return (link,)
+
+    def metrics(self) -> Iterator[Metric]:
+        if self.replicator is not None:
+            yield from yjs_metrics(self.replicator.stats, self.replicator.position)
 
     # -- the cluster's side ----------------------------------------------------------------
 
@@ -194,3 +215,24 @@ def yjs_face(rt: Runtime) -> YjsFace:
     """The server's one ``YjsFace`` (made on first use: its sessions and the recovery at
     start-up share it)."""
     return rt.face_state(FaceName.YJS, YjsFace)
+
+
+def yjs_metrics(stats: YjsClusterStats, position: int) -> Iterator[Metric]:
+    """``/yjs`` documents across the cluster: their op stream both ways, and anti-entropy."""
+    for name, help_text, value in (
+        ("published", "Yjs update batches stored in the cluster's stream", stats.published),
+        ("republished", "Yjs update batch publishes sent again", stats.republished),
+        ("failed", "Yjs update batches given up on (writers reset)", stats.failed),
+        ("batches_in", "Yjs update batches read from the stream", stats.batches_in),
+        ("applied", "Other nodes' Yjs updates applied here", stats.applied),
+        ("repaired", "Diffs from anti-entropy applied here", stats.repaired),
+        ("pushed", "Diffs sent to a node whose document lacked them", stats.pushed),
+        ("too_large", "Diffs not sent: past a round's byte bound", stats.too_large),
+        ("resubscribed", "Times the Yjs stream was followed again", stats.resubscribed),
+        ("undecodable", "Yjs cluster messages not applied", stats.undecodable),
+        ("unreplayed", "Yjs stream messages gone before this node took them", stats.unreplayed),
+    ):
+        yield CounterMetricFamily(f"octosync_cluster_yjs_{name}", help_text, value)
+    yield GaugeMetricFamily(
+        "octosync_cluster_yjs_position", "The Yjs stream's sequence taken up to", position
+    )

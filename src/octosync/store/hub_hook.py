@@ -17,13 +17,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, cast
+from typing import cast
 
 import msgspec
 
 from octosync.errors import InvalidRecord
 from octosync.hub.model import Body, DiffFrame, Frame, SnapshotFrame
-from octosync.hub.types import ConnId, RecordCommit, StreamId
+from octosync.hub.types import AcceptHook, ConnId, RecordCommit, StreamId
 from octosync.store.commit_path import Commit, CommitPath
 from octosync.store.journal import GroupCommitWriter
 from octosync.store.records import (
@@ -36,10 +36,10 @@ from octosync.store.records import (
 from octosync.store.storage_rules import DirectPath
 from octosync.wire import wvp
 
-Encode = Callable[[Any], bytes]
+Encode = Callable[[Body], bytes]
 
 
-def body_bytes(body: Any) -> bytes:
+def body_bytes(body: Body) -> bytes:
     """The journalled form of a frame body, per face (see the module docstring)."""
     if isinstance(body, wvp.WarpSnapshot | wvp.WarpDiff):
         return wvp.encode_frame(body)
@@ -47,9 +47,10 @@ def body_bytes(body: Any) -> bytes:
 
 
 def frame_record(
-    stream: str, frame: Any, encode: Encode = body_bytes, producer: str | None = None
+    stream: str, frame: Frame[Body], encode: Encode = body_bytes, producer: str | None = None
 ) -> StreamFrame:
-    """The journal record of one accepted hub frame."""
+    """The journal record of one accepted hub frame (anything else, whatever its static type
+    said, is ``InvalidRecord``: the journal never stores what recovery could not read)."""
     if isinstance(frame, DiffFrame):
         base, epoch, snapshot = frame.from_epoch, frame.to_epoch, False
     elif isinstance(frame, SnapshotFrame):
@@ -138,13 +139,11 @@ class JournalRecorder:
             self.path.submit(Commit(conn, (prepared.record,), (after,)))
 
 
-def journal_hook(
-    writer: GroupCommitWriter, encode: Encode = body_bytes
-) -> Callable[[Any, Any, Any], None]:
+def journal_hook(writer: GroupCommitWriter, encode: Encode = body_bytes) -> AcceptHook:
     """``on_accept(stream, conn, frame)`` that queues each accepted frame for the journal."""
     recorder = JournalRecorder(DirectPath(writer), encode)
 
-    def on_accept(stream: Any, conn: Any, frame: Any) -> None:
+    def on_accept(stream: StreamId, conn: ConnId, frame: Frame[Body]) -> None:
         recorder.prepare(stream, conn, frame)()
 
     return on_accept

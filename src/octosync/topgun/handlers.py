@@ -33,9 +33,6 @@ Handler = Callable[[CoreView, Effects, int, Conn, Any], None]
 MAX_COUNTER_NAME = 4096
 """The journal's key bound (``crdt.op.Key``): a counter's state is journaled under its name."""
 
-MAX_TALLY = 2**53
-"""JavaScript's safe integers: what the client can count to, and what MsgPack encodes."""
-
 
 # -- maps -------------------------------------------------------------------------------------
 
@@ -241,8 +238,6 @@ def _counter_sync(core: CoreView, fx: Effects, conn: int, c: Conn, m: tg.Counter
             f"a counter name is at most {MAX_COUNTER_NAME} characters", path="payload.name"
         )
     positive, negative = p.state.sides()
-    if any(v > MAX_TALLY for side in (positive, negative) for v in side.values()):
-        raise DecodeError(f"a tally is at most {MAX_TALLY}", path="payload.state")
     counter = core.counters.get(p.name)
     if counter.merge(positive, negative) and core.persistent:
         rec = durable.counter_record(p.name, counter.positive, counter.negative, core.hlc.now())

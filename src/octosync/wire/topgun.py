@@ -37,7 +37,6 @@ from octosync.crdt.op import OpKind, OpRecord
 from octosync.crdt.sync_messages import (
     NIL,
     Hash32,
-    JsInt,
     MerkleReqBucket,
     SyncInit,
     SyncResetRequired,
@@ -50,6 +49,7 @@ from octosync.crdt.sync_messages import (
 )
 from octosync.crdt.timestamp import Timestamp
 from octosync.errors import DecodeError, LimitExceeded, Oversize, RemoteProtocolError
+from octosync.js_numbers import JsHash32, JsUint
 from octosync.wire.strict import too_deep
 from octosync.wire.topgun_requests import RequestMessage
 from octosync.wire.topgun_services import ServiceMessage
@@ -62,11 +62,9 @@ MAX_FRAME = 8 * 1024 * 1024
 
 class Auth(TopGunStruct, frozen=True, tag_field="type", tag="AUTH"):
     token: str
-    protocol_version: JsInt | None = None
+    protocol_version: JsUint | None = None
     device_token: str | None = None
     """The real client re-presents a device credential it was given earlier."""
-
-    integral = ("protocol_version",)
 
 
 class AuthRequired(TopGunStruct, frozen=True, tag_field="type", tag="AUTH_REQUIRED"):
@@ -77,22 +75,18 @@ class AuthAck(TopGunStruct, frozen=True, tag_field="type", tag="AUTH_ACK"):
     connection_id: str | None = None
     server_node_id: str | None = None
     roles: list[str] | None = None
-    protocol_version: JsInt | None = None
+    protocol_version: JsUint | None = None
     user_id: str | None = None
     device_id: str | None = None
     """The device identity bound to the connection (stable across reconnects)."""
     device_token: str | None = None
     """Set only when the server minted a new device credential: the client keeps it."""
 
-    integral = ("protocol_version",)
-
 
 class AuthFail(TopGunStruct, frozen=True, tag_field="type", tag="AUTH_FAIL"):
     reason: str | None = None
     error: str | None = None
-    code: JsInt | None = None
-
-    integral = ("code",)
+    code: JsUint | None = None
 
 
 class DeviceHello(TopGunStruct, frozen=True, tag_field="type", tag="DEVICE_HELLO"):
@@ -113,9 +107,7 @@ class WireORRecord(TopGunStruct, frozen=True):
     value: msgspec.Raw
     timestamp: WireTimestamp
     tag: str
-    ttl_ms: JsInt | None = None
-
-    integral = ("ttl_ms",)
+    ttl_ms: JsUint | None = None
 
 
 class ClientOp(TopGunStruct, frozen=True):
@@ -127,17 +119,11 @@ class ClientOp(TopGunStruct, frozen=True):
     or_record: WireORRecord | None = None
     or_tag: str | None = None
     write_concern: str | None = None
-    timeout: JsInt | None = None
+    timeout: JsUint | None = None
     timestamp: WireTimestamp | None = None
     """The op's HLC; the real client sends it on every op in an ``OP_BATCH``."""
     synced: bool | None = None
     """The real client's own bookkeeping, sent as it is stored (always false on the wire)."""
-
-    integral = ("timeout",)
-
-    def __post_init__(self) -> None:
-        if self.timeout is not None:  # absent in nearly every op: no check to run
-            self._check_integral()
 
 
 class ClientOpMessage(TopGunStruct, frozen=True, tag_field="type", tag="CLIENT_OP"):
@@ -147,9 +133,7 @@ class ClientOpMessage(TopGunStruct, frozen=True, tag_field="type", tag="CLIENT_O
 class OpBatchPayload(TopGunStruct, frozen=True):
     ops: list[ClientOp]
     write_concern: str | None = None
-    timeout: JsInt | None = None
-
-    integral = ("timeout",)
+    timeout: JsUint | None = None
 
 
 class OpBatch(TopGunStruct, frozen=True, tag_field="type", tag="OP_BATCH"):
@@ -160,10 +144,8 @@ class OpResult(TopGunStruct, frozen=True):
     op_id: str
     success: bool
     achieved_level: str | None = None
-    latency_ms: JsInt | None = None
+    latency_ms: JsUint | None = None
     error: str | None = None
-
-    integral = ("latency_ms",)
 
 
 class OpAckPayload(TopGunStruct, frozen=True):
@@ -179,9 +161,7 @@ class OpAck(TopGunStruct, frozen=True, tag_field="type", tag="OP_ACK"):
 class OpRejectedPayload(TopGunStruct, frozen=True):
     op_id: str
     reason: str
-    code: JsInt | None = None
-
-    integral = ("code",)
+    code: JsUint | None = None
 
 
 class OpRejected(TopGunStruct, frozen=True, tag_field="type", tag="OP_REJECTED"):
@@ -201,10 +181,8 @@ class ORMapEntry(TopGunStruct, frozen=True):
 
 class ORMapRootPayload(TopGunStruct, frozen=True):
     map_name: str
-    root_hash: JsInt
+    root_hash: JsHash32
     timestamp: WireTimestamp | None = None
-
-    integral = ("root_hash",)
 
 
 class ORMapSyncRespRoot(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC_RESP_ROOT"):
@@ -349,9 +327,7 @@ class TopicMessagePayload(TopGunStruct, frozen=True):
     topic: str
     data: msgspec.Raw = NIL
     publisher_id: str | None = None
-    timestamp: JsInt | None = None
-
-    integral = ("timestamp",)
+    timestamp: JsUint | None = None
 
 
 class TopicMessage(TopGunStruct, frozen=True, tag_field="type", tag="TOPIC_MESSAGE"):
@@ -364,9 +340,7 @@ class TopicMessage(TopGunStruct, frozen=True, tag_field="type", tag="TOPIC_MESSA
 class LockRequestPayload(TopGunStruct, frozen=True):
     request_id: str
     name: str
-    ttl: JsInt | None = None
-
-    integral = ("ttl",)
+    ttl: JsUint | None = None
 
 
 class LockRequest(TopGunStruct, frozen=True, tag_field="type", tag="LOCK_REQUEST"):
@@ -375,10 +349,8 @@ class LockRequest(TopGunStruct, frozen=True, tag_field="type", tag="LOCK_REQUEST
 
 class LockGrantedPayload(TopGunStruct, frozen=True):
     request_id: str
-    fencing_token: JsInt
+    fencing_token: JsUint
     name: str | None = None
-
-    integral = ("fencing_token",)
 
 
 class LockGranted(TopGunStruct, frozen=True, tag_field="type", tag="LOCK_GRANTED"):
@@ -387,10 +359,8 @@ class LockGranted(TopGunStruct, frozen=True, tag_field="type", tag="LOCK_GRANTED
 
 class LockReleasePayload(TopGunStruct, frozen=True):
     name: str
-    fencing_token: JsInt
+    fencing_token: JsUint
     request_id: str | None = None
-
-    integral = ("fencing_token",)
 
 
 class LockRelease(TopGunStruct, frozen=True, tag_field="type", tag="LOCK_RELEASE"):
@@ -410,7 +380,7 @@ class LockReleased(TopGunStruct, frozen=True, tag_field="type", tag="LOCK_RELEAS
 # -- counters ---------------------------------------------------------------------------------
 
 
-Tallies = dict[str, JsInt]
+Tallies = dict[str, JsUint]
 
 
 class CounterState(TopGunStruct, frozen=True):
@@ -430,21 +400,12 @@ class CounterState(TopGunStruct, frozen=True):
         short_form = self.p is not None or self.n is not None
         if long_form and short_form:
             raise ValueError("state: either positive/negative or p/n, not both")
-        for side in ("positive", "negative", "p", "n"):
-            tallies = getattr(self, side)
-            for node, count in (tallies or {}).items():
-                if count < 0 or (isinstance(count, float) and not count.is_integer()):
-                    raise ValueError(f"{side}: {node!r} expected a non-negative integer")
-                if isinstance(count, float):
-                    tallies[node] = int(count)
 
     def sides(self) -> tuple[dict[str, int], dict[str, int]]:
         """``(positive, negative)`` whatever shape arrived."""
         pos = self.positive if self.positive is not None else self.p
         neg = self.negative if self.negative is not None else self.n
-        return {k: int(v) for k, v in (pos or {}).items()}, {
-            k: int(v) for k, v in (neg or {}).items()
-        }
+        return dict(pos or {}), dict(neg or {})
 
     @classmethod
     def of(cls, positive: dict[str, int], negative: dict[str, int]) -> CounterState:
@@ -480,16 +441,12 @@ class CounterUpdate(TopGunStruct, frozen=True, tag_field="type", tag="COUNTER_UP
 
 
 class Ping(TopGunStruct, frozen=True, tag_field="type", tag="PING"):
-    timestamp: JsInt
-
-    integral = ("timestamp",)
+    timestamp: JsUint
 
 
 class Pong(TopGunStruct, frozen=True, tag_field="type", tag="PONG"):
-    timestamp: JsInt
-    server_time: JsInt | None = None
-
-    integral = ("timestamp", "server_time")
+    timestamp: JsUint
+    server_time: JsUint | None = None
 
 
 class ServerEventPayload(TopGunStruct, frozen=True):
@@ -570,11 +527,9 @@ def _array_header(n: int) -> bytes:
 
 
 class ErrorPayload(TopGunStruct, frozen=True):
-    code: JsInt
+    code: JsUint
     message: str
     details: msgspec.Raw = NIL
-
-    integral = ("code",)
 
 
 class Error(TopGunStruct, frozen=True, tag_field="type", tag="ERROR"):
@@ -582,10 +537,8 @@ class Error(TopGunStruct, frozen=True, tag_field="type", tag="ERROR"):
 
 
 class Batch(TopGunStruct, frozen=True, tag_field="type", tag="BATCH"):
-    count: JsInt
+    count: JsUint
     data: bytes
-
-    integral = ("count",)
 
 
 Message = (
@@ -684,17 +637,22 @@ def decode(data: bytes, *, max_size: int = MAX_FRAME) -> Message:
     except UnicodeDecodeError as exc:  # a str field holding bytes that are not UTF-8
         raise DecodeError(f"invalid UTF-8 in a string: {exc.reason}") from exc
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        text = str(exc)
-        found = _AT.search(text)
-        path = found.group(1) if found else ""
-        text = _AT.sub("", text)
-        # Range checks made after decoding say "<wireName>: ..."; extend the path with it.
-        field = _FIELD.match(text)
-        if field is not None:
-            path = f"{path}.{field.group(1)}" if path else field.group(1)
-        raise DecodeError(text, path=path or None) from exc
+        raise decode_error(exc) from exc
     except RecursionError:
         raise too_deep("topgun") from None
+
+
+def decode_error(exc: msgspec.ValidationError | msgspec.DecodeError) -> DecodeError:
+    """msgspec's refusal as :class:`DecodeError`, its ``- at `$.x.y``` suffix as the path."""
+    text = str(exc)
+    found = _AT.search(text)
+    path = found.group(1) if found else ""
+    text = _AT.sub("", text)
+    # Checks made after decoding (``__post_init__``) say "<wireName>: ..."; extend the path.
+    field = _FIELD.match(text)
+    if field is not None:
+        path = f"{path}.{field.group(1)}" if path else field.group(1)
+    return DecodeError(text, path=path or None)
 
 
 # -- BATCH framing ----------------------------------------------------------------------------
@@ -771,7 +729,7 @@ def client_op_to_record(op: ClientOp) -> OpRecord:
         value = bytes(record.value)
         hlc = record.timestamp
         m, c, node = hlc.millis, hlc.counter, hlc.node_id
-        if type(m) is int and type(c) is int and op.op_type != "REMOVE" and value != _NIL_BYTES:
+        if op.op_type != "REMOVE" and value != _NIL_BYTES:
             ts = Timestamp(m, c, node)  # a PUT, the usual op: ``str(ts)`` spelled out
             return OpRecord(op.map_name, op.key, OpKind.PUT, value, ts, node, f"{m}:{c}:{node}")
     if op.or_record is not None:
@@ -790,8 +748,7 @@ def client_op_to_record(op: ClientOp) -> OpRecord:
     record = op.record
     if record is None:
         raise DecodeError("op has neither record nor orRecord", path="payload.record")
-    stamp = record.timestamp
-    ts = Timestamp(int(stamp.millis), int(stamp.counter), stamp.node_id)
+    ts = record.timestamp.to_ts()
     value = bytes(record.value)
     if op.op_type == "REMOVE" or value == _NIL_BYTES:
         return OpRecord(op.map_name, op.key, OpKind.REMOVE, b"", ts, ts.node_id, str(ts))
@@ -805,6 +762,7 @@ __all__ = [
     "Message",
     "client_op_to_record",
     "decode",
+    "decode_error",
     "encode",
     "pack_batch",
     "split_batch",

@@ -12,9 +12,10 @@ from typing import Literal
 
 import msgspec
 
-from octosync.crdt.sync_messages import NIL, JsInt, TopGunStruct, WireLWWRecord, WireTimestamp
+from octosync.crdt.sync_messages import NIL, TopGunStruct, WireLWWRecord, WireTimestamp
 from octosync.errors import DecodeError
-from octosync.wire.topgun import ClientOp, OpResult, QueryResult
+from octosync.js_numbers import JsUint
+from octosync.wire.topgun import ClientOp, OpResult, QueryResult, decode_error
 from octosync.wire.topgun_services import SearchOptions, SearchResult
 
 
@@ -27,11 +28,9 @@ class HttpQueryRequest(TopGunStruct, frozen=True):
     query_id: str
     map_name: str
     filter: msgspec.Raw = NIL
-    limit: JsInt | None = None
-    offset: JsInt | None = None
+    limit: JsUint | None = None
+    offset: JsUint | None = None
     cursor: str | None = None
-
-    integral = ("limit", "offset")
 
 
 class HttpSearchRequest(TopGunStruct, frozen=True):
@@ -72,17 +71,13 @@ class HttpQueryResult(TopGunStruct, frozen=True):
 class HttpSearchResult(TopGunStruct, frozen=True):
     search_id: str
     results: list[SearchResult]
-    total_count: JsInt | None = None
-
-    integral = ("total_count",)
+    total_count: JsUint | None = None
 
 
 class HttpSyncError(TopGunStruct, frozen=True):
-    code: JsInt
+    code: JsUint
     message: str
     context: str | None = None
-
-    integral = ("code",)
 
 
 class HttpAck(TopGunStruct, frozen=True):
@@ -107,7 +102,8 @@ def decode_request(data: bytes) -> HttpSyncRequest:
     try:
         return _decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise DecodeError(str(exc), path="body") from None
+        err = decode_error(exc)  # the field it names, or the body when it names none
+        raise DecodeError(err.message, path=err.path or "body") from None
 
 
 def encode_response(response: HttpSyncResponse) -> bytes:

@@ -14,8 +14,9 @@ from typing import Literal
 
 import msgspec
 
-from octosync.crdt.sync_messages import NIL, Hash32, JsInt, TopGunStruct
+from octosync.crdt.sync_messages import NIL, Hash32, TopGunStruct
 from octosync.errors import DecodeError
+from octosync.js_numbers import JsUint
 from octosync.wire.topgun_services import ChangeType, JournalEventData, JournalEventType
 
 SearchMethod = Literal["exact", "fullText", "semantic"]
@@ -43,9 +44,7 @@ def vector_bytes(value: VectorBytes, path: str) -> bytes:
 class ClientApplyAck(TopGunStruct, frozen=True, tag_field="type", tag="CLIENT_APPLY_ACK"):
     """The highest server epoch the client has applied durably (TopGun's tombstone frontier)."""
 
-    cursor: JsInt
-
-    integral = ("cursor",)
+    cursor: JsUint
 
 
 class QuerySyncInitPayload(TopGunStruct, frozen=True):
@@ -95,12 +94,10 @@ class VectorSearchPayload(TopGunStruct, frozen=True):
     id: str
     map_name: str
     query_vector: VectorBytes
-    k: JsInt
+    k: JsUint
     index_name: str | None = None
-    ef_search: JsInt | None = None
+    ef_search: JsUint | None = None
     options: VectorSearchOptions | None = None
-
-    integral = ("k", "ef_search")
 
 
 class VectorSearch(TopGunStruct, frozen=True, tag_field="type", tag="VECTOR_SEARCH"):
@@ -117,11 +114,9 @@ class VectorSearchResult(TopGunStruct, frozen=True):
 class VectorSearchRespPayload(TopGunStruct, frozen=True):
     id: str
     results: list[VectorSearchResult]
-    total_candidates: JsInt
-    search_time_ms: JsInt
+    total_candidates: JsUint
+    search_time_ms: JsUint
     error: str | None = None
-
-    integral = ("total_candidates", "search_time_ms")
 
 
 class VectorSearchResp(TopGunStruct, frozen=True, tag_field="type", tag="VECTOR_SEARCH_RESP"):
@@ -137,13 +132,11 @@ class HybridQuery(TopGunStruct, frozen=True):
     map_name: str
     query_text: str
     methods: list[SearchMethod]
-    k: JsInt
+    k: JsUint
     query_vector: VectorBytes | None = None
     predicate: msgspec.Raw = NIL
     include_value: bool | None = None
     min_score: float | None = None
-
-    integral = ("k",)
 
 
 class HybridSearchPayload(HybridQuery, frozen=True, kw_only=True):
@@ -207,10 +200,8 @@ class HybridQuerySubscribePayload(TopGunStruct, frozen=True):
     predicate: msgspec.Raw = NIL
     where: msgspec.Raw = NIL
     sort: msgspec.Raw = NIL
-    limit: JsInt | None = None
+    limit: JsUint | None = None
     cursor: msgspec.Raw = NIL
-
-    integral = ("limit",)
 
 
 class HybridQuerySubscribe(
@@ -275,10 +266,8 @@ class HybridQueryDelta(TopGunStruct, frozen=True, tag_field="type", tag="HYBRID_
 class JournalRead(TopGunStruct, frozen=True, tag_field="type", tag="JOURNAL_READ"):
     request_id: str
     from_sequence: str
-    limit: JsInt | None = None
+    limit: JsUint | None = None
     map_name: str | None = None
-
-    integral = ("limit",)
 
 
 class JournalReadResponse(TopGunStruct, frozen=True, tag_field="type", tag="JOURNAL_READ_RESPONSE"):

@@ -15,7 +15,8 @@ from typing import Literal
 
 import msgspec
 
-from octosync.crdt.sync_messages import NIL, Hash32, JsInt, TopGunStruct, WireTimestamp
+from octosync.crdt.sync_messages import NIL, Hash32, TopGunStruct, WireTimestamp
+from octosync.js_numbers import JsUint
 
 ChangeType = Literal["ENTER", "UPDATE", "LEAVE"]
 JournalEventType = Literal["PUT", "UPDATE", "DELETE"]
@@ -36,21 +37,17 @@ class NodeInfo(TopGunStruct, frozen=True):
 
 
 class PartitionInfo(TopGunStruct, frozen=True):
-    partition_id: JsInt
+    partition_id: JsUint
     owner_node_id: str
     backup_node_ids: list[str]
 
-    integral = ("partition_id",)
-
 
 class PartitionMapPayload(TopGunStruct, frozen=True):
-    version: JsInt
-    partition_count: JsInt
+    version: JsUint
+    partition_count: JsUint
     nodes: list[NodeInfo]
     partitions: list[PartitionInfo]
-    generated_at: JsInt
-
-    integral = ("version", "partition_count", "generated_at")
+    generated_at: JsUint
 
 
 class PartitionMap(TopGunStruct, frozen=True, tag_field="type", tag="PARTITION_MAP"):
@@ -58,9 +55,7 @@ class PartitionMap(TopGunStruct, frozen=True, tag_field="type", tag="PARTITION_M
 
 
 class PartitionMapRequestPayload(TopGunStruct, frozen=True):
-    current_version: JsInt | None = None
-
-    integral = ("current_version",)
+    current_version: JsUint | None = None
 
 
 class PartitionMapRequest(TopGunStruct, frozen=True, tag_field="type", tag="PARTITION_MAP_REQUEST"):
@@ -71,11 +66,9 @@ class PartitionMapRequest(TopGunStruct, frozen=True, tag_field="type", tag="PART
 
 
 class SearchOptions(TopGunStruct, frozen=True):
-    limit: JsInt | None = None
+    limit: JsUint | None = None
     min_score: float | None = None
     boost: dict[str, float] | None = None
-
-    integral = ("limit",)
 
 
 class SearchResult(TopGunStruct, frozen=True):
@@ -99,10 +92,8 @@ class Search(TopGunStruct, frozen=True, tag_field="type", tag="SEARCH"):
 class SearchRespPayload(TopGunStruct, frozen=True):
     request_id: str
     results: list[SearchResult]
-    total_count: JsInt
+    total_count: JsUint
     error: str | None = None
-
-    integral = ("total_count",)
 
 
 class SearchResp(TopGunStruct, frozen=True, tag_field="type", tag="SEARCH_RESP"):
@@ -145,14 +136,12 @@ class SearchUnsub(TopGunStruct, frozen=True, tag_field="type", tag="SEARCH_UNSUB
 
 
 class ClusterSearchOptions(TopGunStruct, frozen=True):
-    limit: JsInt
+    limit: JsUint
     min_score: float | None = None
     boost: dict[str, float] | None = None
     include_matched_terms: bool | None = None
     after_score: float | None = None
     after_key: str | None = None
-
-    integral = ("limit",)
 
 
 class ClusterSearchReqPayload(TopGunStruct, frozen=True):
@@ -160,9 +149,7 @@ class ClusterSearchReqPayload(TopGunStruct, frozen=True):
     map_name: str
     query: str
     options: ClusterSearchOptions
-    timeout_ms: JsInt | None = None
-
-    integral = ("timeout_ms",)
+    timeout_ms: JsUint | None = None
 
 
 class ClusterSearchReq(TopGunStruct, frozen=True, tag_field="type", tag="CLUSTER_SEARCH_REQ"):
@@ -180,11 +167,9 @@ class ClusterSearchRespPayload(TopGunStruct, frozen=True):
     request_id: str
     node_id: str
     results: list[ClusterSearchResult]
-    total_hits: JsInt
-    execution_time_ms: JsInt
+    total_hits: JsUint
+    execution_time_ms: JsUint
     error: str | None = None
-
-    integral = ("total_hits", "execution_time_ms")
 
 
 class ClusterSearchResp(TopGunStruct, frozen=True, tag_field="type", tag="CLUSTER_SEARCH_RESP"):
@@ -252,9 +237,7 @@ class ClusterSubAckPayload(TopGunStruct, frozen=True):
     success: bool
     error: str | None = None
     initial_results: list[ClusterSubAckResult] | None = None
-    total_hits: JsInt | None = None
-
-    integral = ("total_hits",)
+    total_hits: JsUint | None = None
 
 
 class ClusterSubAck(TopGunStruct, frozen=True, tag_field="type", tag="CLUSTER_SUB_ACK"):
@@ -267,11 +250,9 @@ class ClusterSubUpdatePayload(TopGunStruct, frozen=True):
     key: str
     value: msgspec.Raw
     change_type: ChangeType
-    timestamp: JsInt
+    timestamp: JsUint
     score: float | None = None
     matched_terms: list[str] | None = None
-
-    integral = ("timestamp",)
 
 
 class ClusterSubUpdate(TopGunStruct, frozen=True, tag_field="type", tag="CLUSTER_SUB_UPDATE"):
@@ -313,10 +294,8 @@ class EntryProcessResponse(
 class ConflictResolver(TopGunStruct, frozen=True):
     name: str
     code: str
-    priority: JsInt | None = None
+    priority: JsUint | None = None
     key_pattern: str | None = None
-
-    integral = ("priority",)
 
 
 class RegisterResolver(TopGunStruct, frozen=True, tag_field="type", tag="REGISTER_RESOLVER"):
@@ -333,10 +312,8 @@ class ListResolvers(TopGunStruct, frozen=True, tag_field="type", tag="LIST_RESOL
 class ResolverInfo(TopGunStruct, frozen=True):
     map_name: str
     name: str
-    priority: JsInt | None = None
+    priority: JsUint | None = None
     key_pattern: str | None = None
-
-    integral = ("priority",)
 
 
 class ListResolversResponse(
@@ -384,10 +361,8 @@ class OrMapSyncInit(TopGunStruct, frozen=True, tag_field="type", tag="ORMAP_SYNC
     map_name: str
     root_hash: Hash32
     bucket_hashes: dict[str, Hash32]
-    last_sync_timestamp: JsInt | None = None
-    claimed_epoch: JsInt | None = None
-
-    integral = ("last_sync_timestamp", "claimed_epoch")
+    last_sync_timestamp: JsUint | None = None
+    claimed_epoch: JsUint | None = None
 
 
 class GcPrunePayload(TopGunStruct, frozen=True):
