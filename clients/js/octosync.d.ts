@@ -176,6 +176,9 @@ export class Client {
       persist?: boolean;
       /** Seconds between resends of this replica's presence and awareness values (10). */
       heartbeat?: number;
+      /** Milliseconds between two reports of what this replica has seen, at most (1000): the
+       * server collects a list's tombstones once every writer has seen them. */
+      reportEvery?: number;
     },
   ): SharedDocument;
   close(): void;

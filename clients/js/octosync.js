@@ -46,6 +46,7 @@ const TREE = {
   Desync: "RemoteProtocolError",
   LimitExceeded: "RemoteProtocolError",
   CrdtValueError: "RemoteProtocolError",
+  ElementCollected: "CrdtValueError",
   TypeTagError: "LocalProtocolError",
   AuthError: "OctosyncError",
   Unauthorized: "AuthError",
@@ -73,7 +74,7 @@ const CLOSING = new Set([
 const KEEPING = new Set([
   "RemoteProtocolError", "DecodeError", "EpochGap", "SnapshotRequired", "ForbiddenPublish",
   "Desync", "ClockDrift", "SyncResetRequired", "LimitExceeded", "Forbidden", "NotJoined",
-  "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError",
+  "DuplicatePeer", "UnknownTarget", "InvalidBucketPath", "CrdtValueError", "ElementCollected",
   "FeatureDisabled", "BlobInvalid", "FeatureNotNegotiated",
 ]);
 
@@ -1506,6 +1507,32 @@ function checkIndex(index, size, what = "index") {
 }
 
 /** One list's registers, decoded as their entries change, its live elements kept in order (as octosync.crdt.shared). */
+/** A `NAME/gc` entry's watermark: Map(peer -> {wall_time, logical}), or null if unreadable. */
+function watermarkOf(op) {
+  const parsed = parseState(op);
+  if (!parsed.ok || !Array.isArray(parsed.value)) return null;
+  const mark = new Map();
+  for (const item of parsed.value) {
+    if (!Array.isArray(item) || item.length !== 3 || !item.every(Number.isSafeInteger)) return null;
+    mark.set(item[0], { wall_time: item[1], logical: item[2] });
+  }
+  return mark;
+}
+
+/** The stamp a list element id (`PEER.WALL.LOGICAL`) was minted with, or null. */
+function mintStamp(element) {
+  const parts = element.split(".");
+  if (parts.length !== 3 || !parts.every((p) => /^[0-9]+$/.test(p))) return null;
+  return { peer: Number(parts[0]), wall_time: Number(parts[1]), logical: Number(parts[2]) };
+}
+
+/** Every member had seen `stamp`: the watermark for its peer is at or past it. */
+function covers(mark, stamp) {
+  const seen = mark.get(stamp.peer);
+  if (!seen) return false;
+  return stamp.wall_time < seen.wall_time || (stamp.wall_time === seen.wall_time && stamp.logical <= seen.logical);
+}
+
 class ListRegisters {
   constructor() {
     this.positions = new Map(); // id -> {position, peer}
@@ -1515,6 +1542,22 @@ class ListRegisters {
     this.live = new Map(); // id -> its element in ordered
     this.changed = 0; // elements placed, removed or given a value since the last takeChange
     this.last = null; // the latest of those: [id, old index, old value, new index, new value]
+  }
+
+  /** One register back to absent (a refused local write undone). */
+  dropRegister(tag, id) {
+    if (tag === "lp") this.positions.delete(id);
+    else if (tag === "lv") this.values.delete(id);
+    else this.removed.delete(id);
+    this.#place(id);
+  }
+
+  /** A collected element: out of every register (out of the order, if it was in). */
+  forget(id) {
+    this.positions.delete(id);
+    this.values.delete(id);
+    this.removed.delete(id);
+    this.#place(id);
   }
 
   takeChange() {
@@ -1771,6 +1814,18 @@ export class SharedDocument extends Channel {
     this.wall = 0;
     this.logical = 0;
     this.waiters = [];
+    // what this replica has seen, reported to the server so it can collect list tombstones once
+    // every writer has seen them (docs/crdt.md, "Tombstones")
+    this.seen = new Map(); // peer -> the highest stamp held from it
+    this.reportEvery = options.reportEvery ?? 1000; // ms between two reports at most
+    this.reportTimer = null;
+    this.reported = 0;
+    this.snapshot = null; // entry ids of the whole document while it arrives after joining
+    // after a refused frame: pending edits go one at a time, each acknowledged or refused
+    // before the next, so a refusal names its edit; `held` is the server's entries meanwhile
+    this.careful = false;
+    this.probe = null;
+    this.held = new Map();
     // persist: pending edits kept in IndexedDB, taken up again by the next page that opens this
     // document (its peer id with them: the server takes a peer's ops from that peer only).
     this.persist = options.persist === true && typeof indexedDB !== "undefined" && Boolean(globalThis.navigator?.locks);
@@ -2027,6 +2082,8 @@ export class SharedDocument extends Channel {
       held.set(`${parts[1]}/${parts[2]}`, op);
       return parts[0];
     }
+    const seen = this.seen.get(s.peer);
+    if (!seen || stampAbove(s, seen)) this.seen.set(s.peer, s);
     const id = `${op.slot_id} ${op.key ?? ""}`;
     const old = this.entries.get(id);
     if (old && !(stampAbove(op.stamp, old.stamp) || (sameStamp(op.stamp, old.stamp) && bytesAbove(op.bytes, old.bytes)))) return null;
@@ -2041,6 +2098,7 @@ export class SharedDocument extends Channel {
       if (parsed.ok) this.textEntries(name).receive(rest, parsed.value);
       return name;
     }
+    if (rest === "gc" && op.slot_id === nodeOf(name)) return this.#collect(name, op) ? name : null;
     if (!DOC_KINDS.has(rest.split("/")[0]) || op.slot_id !== nodeOf(name)) return null;
     if (!this.byName.has(name)) this.byName.set(name, new Map());
     this.byName.get(name).set(rest, op);
@@ -2050,6 +2108,76 @@ export class SharedDocument extends Channel {
       this.lists.get(name).take(tag.slice(0, 2), rest.slice(3), op);
     }
     return name;
+  }
+
+  // --- collected list tombstones (crdt/collect.py) ------------------------------------------------
+
+  /** Drop list `name`'s elements the server's watermark `gc` makes collectable; true if any went. */
+  #collect(name, gc) {
+    const mark = watermarkOf(gc);
+    if (!mark) return false;
+    const gone = [];
+    for (const [rest, op] of this.byName.get(name) ?? []) {
+      if (!rest.startsWith("ld/")) continue;
+      const element = rest.slice(3);
+      const minted = mintStamp(element);
+      if (minted && covers(mark, minted) && covers(mark, op.stamp) && new TextDecoder().decode(op.bytes) === "true") gone.push(element);
+    }
+    for (const element of gone) this.#forget(name, element);
+    return gone.length > 0;
+  }
+
+  #forget(name, element) {
+    for (const tag of ["lp", "lv", "ld"]) {
+      this.entries.delete(`${nodeOf(name)} ${name}/${tag}/${element}`);
+      this.byName.get(name)?.delete(`${tag}/${element}`);
+    }
+    this.lists.get(name)?.forget(element);
+  }
+
+  /** After joining: elements held here, absent from the whole document, that a watermark covers were collected while away. */
+  #retake(snapshot) {
+    const changed = new Set();
+    for (const [name, registers] of this.lists) {
+      const gc = this.entries.get(`${nodeOf(name)} ${name}/gc`);
+      const mark = gc ? watermarkOf(gc) : null;
+      if (!mark) continue;
+      const ids = new Set([...registers.positions.keys(), ...registers.values.keys(), ...registers.removed]);
+      for (const element of ids) {
+        const minted = mintStamp(element);
+        if (!minted || !covers(mark, minted)) continue;
+        if (["lp", "lv", "ld"].some((tag) => snapshot.has(`${nodeOf(name)} ${name}/${tag}/${element}`))) continue;
+        this.#forget(name, element);
+        changed.add(name);
+        for (const tag of ["lp", "lv", "ld"]) {
+          // an edit made while away of an element collected meanwhile: the server refuses it, so drop it
+          const key = `${nodeOf(name)} ${name}/${tag}/${element}`;
+          if (!this.pendingOps.delete(key)) continue;
+          this.outbox = this.outbox.filter((op) => `${op.slot_id} ${op.key ?? ""}` !== key);
+          this.#saveSoon();
+          this.report(fail(errors.ElementCollected, `this edit of ${JSON.stringify(`${name}/${tag}/${element}`)} was dropped: the element was removed and collected while this replica was away`, "pending"));
+        }
+      }
+    }
+    return changed;
+  }
+
+  /** Report what this replica has seen, at most every `reportEvery` ms, after the ops it sent. */
+  #reportSoon() {
+    if (this.reportTimer !== null || !this.joined) return;
+    const wait = Math.max(0, this.reported + this.reportEvery - Date.now());
+    this.reportTimer = setTimeout(() => {
+      this.reportTimer = null;
+      if (this.closed || this.status !== "open" || this.ws?.readyState !== 1 || !this.joined) return;
+      if (this.outbox.length) return this.#reportSoon(); // the ops go first
+      this.reported = Date.now();
+      const frontier = [...this.seen.entries()].sort(([a], [b]) => a - b);
+      try {
+        this.send({ type: "crdt_sync", frontier, ops: [] });
+      } catch (err) {
+        this.report(err);
+      }
+    }, wait);
   }
 
   write(name, rest, value) {
@@ -2094,6 +2222,11 @@ export class SharedDocument extends Channel {
     this.flushDue = true;
     queueMicrotask(() => {
       this.flushDue = false;
+      if (this.careful) {
+        this.outbox.length = 0; // pending edits go singly (#probeNext); presence at the next heartbeat
+        this.#probeNext();
+        return;
+      }
       if (this.status !== "open" || this.ws?.readyState !== 1 || this.outbox.length === 0) return; // sent on reconnect
       while (this.outbox.length) {
         // at most FRAME_OPS a frame (a long paste is many text chunks)
@@ -2171,6 +2304,9 @@ export class SharedDocument extends Channel {
 
   opened() {
     this.joined = false;
+    this.snapshot = new Set();
+    this.probe = null;
+    this.held = new Map();
     this.outbox = [...this.pendingOps.values()].sort((a, b) => (stampAbove(a.stamp, b.stamp) ? 1 : -1));
     this.#resendEphemeral(); // the server dropped them when the last connection closed
     this.#flushSoon();
@@ -2187,6 +2323,16 @@ export class SharedDocument extends Channel {
     }
     if (doc?.type === "error") {
       const err = errorFromFrame(doc);
+      if ((err.path ?? "").startsWith("ops[")) {
+        // one frame of this replica's edits refused: the probe's, or (several in flight) find
+        // it by reconnecting and sending them one at a time
+        if (this.probe) this.#drop(this.probe, err);
+        else {
+          this.careful = true;
+          this.ws?.close();
+        }
+        return;
+      }
       this.report(err);
       if (FATAL_CODES.has(err.code)) this.failWith(null);
       return;
@@ -2206,6 +2352,8 @@ export class SharedDocument extends Channel {
       }
       const name = this.#apply(op);
       if (name !== null) changed.add(name);
+      this.snapshot?.add(`${op.slot_id} ${op.key ?? ""}`);
+      if (this.careful) this.held.set(`${op.slot_id} ${op.key ?? ""}`, op);
       if (op.stamp.peer === this.peer) {
         const mine = this.pendingOps.get(`${op.slot_id} ${op.key ?? ""}`);
         if (mine && !stampAbove(mine.stamp, op.stamp)) {
@@ -2214,10 +2362,63 @@ export class SharedDocument extends Channel {
         }
       }
     }
-    if (doc.frontier !== undefined) this.joined = true; // the last frame of the document sent at joining
+    if (doc.frontier !== undefined) {
+      this.joined = true; // the last frame of the document sent at joining
+      if (this.snapshot) for (const name of this.#retake(this.snapshot)) changed.add(name);
+      this.snapshot = null;
+    }
+    this.#reportSoon();
     this.#refreshNames(changed);
     if (changed.size) this.emit("change", [...changed]);
+    const probe = this.probe;
+    if (probe && this.pendingOps.get(`${probe.slot_id} ${probe.key ?? ""}`) !== probe) this.probe = null; // acknowledged
     this.#settle();
+    this.#probeNext();
+  }
+
+  /** While careful: send the oldest pending edit alone, once the one before it settled. */
+  #probeNext() {
+    if (!this.careful || !this.joined || this.probe || this.status !== "open" || this.ws?.readyState !== 1) return;
+    if (this.pendingOps.size === 0) {
+      this.careful = false; // every pending edit settled: pipelined again
+      this.held = new Map();
+      return;
+    }
+    this.probe = [...this.pendingOps.values()].reduce((a, b) => (stampAbove(a.stamp, b.stamp) ? b : a));
+    const op = this.probe;
+    try {
+      this.send({ type: "crdt_sync", ops: [{ slot_id: op.slot_id, stamp: op.stamp, state: toBase64(op.bytes), key: op.key }] });
+    } catch (err) {
+      this.probe = null;
+      this.report(err);
+    }
+  }
+
+  /** The server refused `op`: out of pending, told ("error"), and set back to the server's entry. */
+  #drop(op, err) {
+    this.probe = null;
+    const id = `${op.slot_id} ${op.key ?? ""}`;
+    if (this.pendingOps.get(id) === op) {
+      this.pendingOps.delete(id);
+      this.#saveSoon();
+    }
+    this.report(err);
+    const key = op.key ?? "";
+    const slash = key.indexOf("/");
+    const name = slash < 0 ? null : key.slice(0, slash);
+    const rest = key.slice(slash + 1);
+    if (name !== null && !TEXT_TAGS.has(rest.split("/")[0])) {
+      // a text cannot take back a placed run: its refused chunk stays until a reload
+      this.entries.delete(id);
+      this.byName.get(name)?.delete(rest);
+      const server = this.held.get(id);
+      if (server) this.#apply(server);
+      else if (["lp/", "lv/", "ld/"].includes(rest.slice(0, 3))) this.lists.get(name)?.dropRegister(rest.slice(0, 2), rest.slice(3));
+      this.#refreshNames([name]);
+      this.emit("change", [name]);
+    }
+    this.#settle();
+    this.#probeNext();
   }
 }
 

@@ -162,6 +162,14 @@ class CrdtValueError(RemoteProtocolError):
     code = 71
 
 
+class ElementCollected(CrdtValueError):
+    """An op on a list element whose tombstone was collected (every member had seen it
+    removed): the writer had not, so it re-takes the document instead of recreating it."""
+
+    name = "ElementCollected"
+    code = 73
+
+
 class FeatureDisabled(RemoteProtocolError):
     """A request for a feature this server does not serve (or serves switched off): answered
     in the request's own response type, so the caller fails at once instead of timing out."""

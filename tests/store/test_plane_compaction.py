@@ -11,10 +11,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from octosync.crdt.plane import PlaneReplica
+from octosync.crdt.shared import SharedState
 from octosync.hub.crdt_streams import CrdtStreams
-from octosync.ipc.messages import CrdtOp, WireStamp
+from octosync.hub.types import AllowAll
+from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 from octosync.store.journal import Journal
-from octosync.store.plane_compaction import CHUNK, compact_planes, compact_stream
+from octosync.store.plane_compaction import (
+    CHUNK,
+    compact_planes,
+    compact_stream,
+    plane_records,
+)
 from octosync.store.records import KIND_PLANE, PlaneOps
 from octosync.store.recovery import JournalState, restore_planes
 from octosync.store.retention import JournalKeeper
@@ -124,4 +131,31 @@ def test_a_compaction_keeps_how_far_the_cluster_stream_was_merged(tmp_path: Path
     restore_planes(journal, planes)
     assert planes.replica_position == 9
     assert [op.key for op in planes.state_of("doc")] == ["n/pn/2", "t/lww"]
+    journal.close()
+
+
+def test_a_compaction_keeps_collected_tombstones_out(tmp_path: Path) -> None:
+    """The replacement holds the document as it is after collection: its ``NAME/gc`` entry
+    sorts before the list's element entries, so a replacement that still held them in a later
+    chunk would bring them back on the next restart."""
+    journal = Journal(tmp_path)
+    now = [1_000]
+    planes = CrdtStreams(lambda: now[0])
+    ann = SharedState(1, lambda: now[0])
+    planes.join(1, "doc", 1, AllowAll())
+    for edit in (lambda: ann.list_insert("todo", 0, "milk"), lambda: ann.list_delete("todo", 0)):
+        now[0] += 1
+        ops = edit()
+        ann.receive(ops)
+        journal.append([PlaneOps("doc", planes.commit(planes.check(1, CrdtSync(ops=ops))).ack)])
+    planes.report(1, ann.replica.frontier())
+    gc = tuple(planes.collect("doc"))
+    assert [op.key for op in gc] == ["todo/gc"]
+    journal.append([PlaneOps("doc", gc)])
+    assert compact_stream(journal, "doc") == 3
+    kept = [op.key for r in plane_records(journal, "doc", 2**62) for op in r.ops]
+    assert kept == ["todo/gc"]  # a later chunk holding them would bring them back on replay
+    restored = CrdtStreams(lambda: 0)
+    restore_planes(journal, restored)
+    assert [op.key for op in restored.state_of("doc")] == ["todo/gc"]
     journal.close()

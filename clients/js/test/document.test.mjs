@@ -122,3 +122,67 @@ test("presence: each tab sees the others, a closed tab leaves, and awareness is 
   assert.deepEqual(seen.at(-1), { 102: { name: "bob" } });
   assert.throws(() => b.awareness("a/b"), (err) => err.path === "name");
 });
+
+test("a tab back after the away bound drops its edit of a list element collected meanwhile", async () => {
+  const away = await startServer({ server: "plane_member_away = 1" });
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const removals = (d) => [...d.entries.values()].filter((op) => op.key.includes("/ld/")).length;
+  let offline = false;
+  class Flaky extends WebSocket {
+    constructor(url) {
+      super(offline ? "ws://127.0.0.1:9" : url); // nothing listens there: b stays away
+    }
+  }
+  const ca = connect(away.url, { WebSocket, backoff: fast });
+  const cb = connect(away.url, { WebSocket: Flaky, backoff: fast });
+  try {
+    const a = ca.openDocument("away", { reportEvery: 50 });
+    const b = cb.openDocument("away", { reportEvery: 50 });
+    await Promise.all([a.synced(), b.synced()]);
+    b.list("todo").push("milk");
+    await b.synced();
+    while (a.list("todo").length < 1) await new Promise((r) => a.list("todo").on("change", r));
+    offline = true;
+    b.ws.close();
+    a.list("todo").delete(0); // b never sees milk go
+    await a.synced();
+    assert.equal(removals(a), 1); // b has not seen it: kept
+    await sleep(1500); // b away past plane_member_away
+    a.list("todo").push("eggs"); // a report after the bound: collected now
+    for (let i = 0; i < 400 && removals(a) > 0; i += 1) await sleep(50);
+    assert.equal(removals(a), 0);
+    const seen = [];
+    b.on("error", (err) => seen.push(err));
+    b.list("todo").set(0, "oat milk"); // offline, on the element a removed
+    assert.equal(b.pending, 1);
+    offline = false;
+    await b.synced(); // its edit dropped, not pending forever
+    assert.deepEqual(b.list("todo").value, ["eggs"]);
+    assert.deepEqual(a.list("todo").value, ["eggs"]);
+    assert.ok(seen.some((err) => err instanceof errors.ElementCollected && err.path === "pending"));
+    assert.equal(removals(b), 0);
+  } finally {
+    ca.close();
+    cb.close();
+    await away.stop();
+  }
+});
+
+test("an edit the server refuses is dropped from pending, reported and undone; the edits around it stay", async () => {
+  const a = open("js-refused", { peer: 5 });
+  await a.synced();
+  const told = [];
+  a.on("error", (err) => told.push(err));
+  const clicks = a.counter("clicks");
+  clicks.add(1);
+  a.writeStamped("clicks", () => [["pn/6", [7, 0]]]); // another peer's counter entry, forged
+  clicks.add(1);
+  assert.equal(clicks.value, 9); // applied locally at once, as every edit is
+  await a.synced(); // not pending forever
+  assert.deepEqual(told.map((err) => [err.name, err.path]), [["Forbidden", "ops[0].key"]]);
+  assert.ok(told[0] instanceof errors.Forbidden);
+  assert.equal(clicks.value, 2); // undone: the local copy is the server's
+  const b = open("js-refused");
+  await b.synced();
+  assert.equal(b.counter("clicks").value, 2); // both real clicks kept
+});

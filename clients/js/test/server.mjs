@@ -11,17 +11,15 @@ const VENV_PYTHON = new URL("../../../.venv/bin/python", import.meta.url).pathna
 const PYTHON = process.env.OCTOSYNC_PYTHON ?? (existsSync(VENV_PYTHON) ? VENV_PYTHON : "python3");
 const START_TIMEOUT_MS = 20000;
 
-/** Start a server; `secret` turns auth on (HS256), else --insecure-dev. Port 0 picks one. */
-export async function startServer({ secret = null, port = 0 } = {}) {
+/** Start a server; `secret` turns auth on (HS256), else --insecure-dev. Port 0 picks one;
+ * `server` is more of the config file's `[server]` section (TOML lines). */
+export async function startServer({ secret = null, port = 0, server = "" } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "octosync-js-"));
   const args = ["-m", "octosync.cli", "serve", "--port", String(port), "--data", join(dir, "data")];
-  if (secret) {
-    const config = join(dir, "octosync.toml");
-    writeFileSync(config, `[auth]\nhs256_secret = "${secret}"\n`);
-    args.push("--config", config);
-  } else {
-    args.push("--insecure-dev");
-  }
+  const config = join(dir, "octosync.toml");
+  writeFileSync(config, `${secret ? `[auth]\nhs256_secret = "${secret}"\n` : ""}[server]\n${server}\n`);
+  args.push("--config", config);
+  if (!secret) args.push("--insecure-dev");
   const proc = spawn(PYTHON, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PYTHONUNBUFFERED: "1" } });
   let output = "";
   const bound = await new Promise((resolve, reject) => {

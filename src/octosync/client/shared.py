@@ -42,7 +42,13 @@ from octosync.crdt.replicated import (
     ReplicatedText,
 )
 from octosync.crdt.shared import SharedState
-from octosync.errors import AuthError, Forbidden, HandshakeFailed, OctosyncError
+from octosync.errors import (
+    AuthError,
+    ElementCollected,
+    Forbidden,
+    HandshakeFailed,
+    OctosyncError,
+)
 from octosync.graph import Context
 from octosync.hub.crdt_streams import FEATURE
 from octosync.ipc.handshake import PROTOCOL_ID, PROTOCOL_MAJOR_VERSION
@@ -81,6 +87,7 @@ class SharedDocument:
         clock: Callable[[], int] = _wall_ms,
         backoff: Backoff | None = None,
         heartbeat: float = 10.0,
+        report_every: float = 1.0,
     ) -> None:
         self.urls = (lazily_url(url), *map(lazily_url, fallbacks))
         """Where to connect, in turn (other nodes of a cluster as ``fallbacks``): a session
@@ -96,6 +103,19 @@ class SharedDocument:
         self.heartbeat = heartbeat
         """Seconds between two resends of this replica's presence and awareness values (the
         server drops a value not set again within its TTL, 30 s by default)."""
+        self.report_every = report_every
+        """Seconds between two reports of what this replica has seen at most (the server
+        collects tombstones once every writer has seen them: ``crdt/collect.py``)."""
+        self._report_due = False
+        self._reported = 0.0
+        self._snapshot: set[tuple[int, str]] | None = None
+        self._careful = False
+        """After a refused frame: pending edits go one at a time, each acknowledged or
+        refused before the next, so a refusal names its edit (see ``_refused``)."""
+        self._probe: CrdtOp | None = None
+        self._held: dict[tuple[int, str], CrdtOp] = {}
+        """While careful: the server's entries as the whole document brought them."""
+        self._on_error: list[Callable[[OctosyncError], object]] = []
         self.pending: dict[tuple[int, str], CrdtOp] = {}
         """Local ops the server has not acknowledged yet, by entry (the latest one each)."""
         self.errors: list[OctosyncError] = []
@@ -189,7 +209,17 @@ class SharedDocument:
                 self._changed.clear()
                 await self._changed.wait()
 
+    def on_error(self, callback: Callable[[OctosyncError], object]) -> None:
+        """Call ``callback(error)`` for each error the server or this replica reports (also
+        kept in ``errors``): an edit the server refused is dropped, and told here."""
+        self._on_error.append(callback)
+
     # --- internals --------------------------------------------------------------------------
+
+    def _report(self, error: OctosyncError) -> None:
+        self.errors.append(error)
+        for callback in self._on_error:
+            callback(error)
 
     def _notify(self) -> None:
         self._changed.set()
@@ -213,6 +243,36 @@ class SharedDocument:
             held = self.pending.get(key)
             if held is not None and stamp_key(held.stamp) <= stamp_key(op.stamp):
                 del self.pending[key]
+
+    def _drop(self, op: CrdtOp, error: OctosyncError) -> None:
+        """The server refused ``op``: out of pending (``synced()`` no longer waits for it),
+        told to the application, and undone here (its entry as the server holds it)."""
+        self._probe = None
+        if self.pending.get(_key(op)) is op:
+            del self.pending[_key(op)]
+        self._report(error)
+        self.cells.restore_entry(op, self._held.get(_key(op)))
+        self._notify()
+
+    def _retake(self, snapshot: set[tuple[int, str]]) -> None:
+        """Drop what was collected while away, and the pending edits of those elements: the
+        server refuses them (``ElementCollected``), so they would stay pending forever."""
+        for op in self.cells.retake(snapshot):
+            key = (op.slot_id, op.key or "")
+            mine = self.pending.pop(key, None)
+            if mine is not None:
+                self._report(
+                    ElementCollected(
+                        f"this edit of {op.key!r} was dropped: the element was removed and "
+                        f"collected while this replica was away",
+                        path="pending",
+                    )
+                )
+        self._outbox = [
+            op
+            for op in self._outbox
+            if (op.slot_id, op.key or "") in self.pending or _ephemeral(op)
+        ]
 
     def _handshake(self) -> bytes:
         return _JSON.encode_handshake(
@@ -265,7 +325,11 @@ class SharedDocument:
             self.reconnects = self._sessions
             self._sessions += 1
             self.connected = True
-            self._outbox = sorted(self.pending.values(), key=lambda o: stamp_key(o.stamp))
+            self._snapshot = set()
+            self._probe = None
+            self._held = {}
+            pending = sorted(self.pending.values(), key=lambda o: stamp_key(o.stamp))
+            self._outbox = [] if self._careful else pending
             self._outbox += self._ephemeral_ops()
             loop = asyncio.get_running_loop()
             sender = loop.create_task(self._send(ws))
@@ -299,13 +363,42 @@ class SharedDocument:
                 self._notify()
 
     async def _send(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """Ops first, in order; then, when some came since, what this replica has seen (its
+        frontier, after the ops it sent: the server takes it as a promise that no op of this
+        replica made before it is still to come)."""
+        loop = asyncio.get_running_loop()
         while True:
-            if not self._outbox:
-                self._changed.clear()
-                await self._changed.wait()
+            if self._careful:
+                # nothing else in flight (presence waits for the next heartbeat), so a
+                # refusal can only be the probe's
+                self._outbox = []
+                if self._joined and self._probe is None and self.pending:
+                    self._probe = min(self.pending.values(), key=lambda o: stamp_key(o.stamp))
+                    self._outbox.append(self._probe)
+                elif self._joined and self._probe is None:
+                    self._careful = False  # every pending edit settled: pipelined again
+                    self._held = {}
+            if self._outbox:
+                ops, self._outbox = tuple(self._outbox[:FRAME_OPS]), self._outbox[FRAME_OPS:]
+                await ws.send_bytes(_JSON.encode(CrdtSync(ops=ops)))
                 continue
-            ops, self._outbox = tuple(self._outbox[:FRAME_OPS]), self._outbox[FRAME_OPS:]
-            await ws.send_bytes(_JSON.encode(CrdtSync(ops=ops)))
+            wait = None
+            if self._report_due and self._joined:
+                wait = self._reported + self.report_every - loop.time()
+                if wait <= 0:
+                    self._report_due = False
+                    self._reported = loop.time()
+                    frontier = self.cells.state.replica.frontier()
+                    await ws.send_bytes(_JSON.encode(CrdtSync(frontier=frontier)))
+                    continue
+            self._changed.clear()
+            # a timer, not wait_for: a cancel landing as the wait ends must not be swallowed
+            timer = None if wait is None else loop.call_later(wait, self._changed.set)
+            try:
+                await self._changed.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
     async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for msg in ws:
@@ -313,7 +406,14 @@ class SharedDocument:
                 break
             error = remote_error(msg.data)
             if error is not None:
-                self.errors.append(error)
+                refused = _refusal(error)
+                if refused and self._probe is not None:
+                    self._drop(self._probe, error)  # the one edit in flight: it was refused
+                    continue
+                if refused:  # which edit is unknown while several are in flight: resend them
+                    self._careful = True  # singly, and report the one refused again
+                    raise ConnectionError("a frame was refused: resending its edits singly")
+                self._report(error)
                 if isinstance(error, _FATAL):
                     raise error
                 continue
@@ -322,10 +422,31 @@ class SharedDocument:
                 continue
             self.cells.merge(sync.ops)
             self._acked(sync.ops)
+            probe = self._probe
+            if probe is not None and self.pending.get(_key(probe)) is not probe:
+                self._probe = None  # acknowledged (or replaced by a newer edit)
+            if self._careful:
+                self._held.update((_key(op), op) for op in sync.ops)
+            if self._snapshot is not None:
+                self._snapshot.update((op.slot_id, op.key or "") for op in sync.ops)
             if sync.frontier is not None:  # the last frame of the document sent at joining
                 self._joined = True
+                if self._snapshot is not None:
+                    self._retake(self._snapshot)
+                    self._snapshot = None
+            self._report_due = True
             self._notify()
         raise ConnectionError("the server closed the connection")
+
+
+def _key(op: CrdtOp) -> tuple[int, str]:
+    return (op.slot_id, op.key or "")
+
+
+def _refusal(error: OctosyncError) -> bool:
+    """The server refused one frame of this replica's ops, naming an op (``ops[i]...``):
+    its other frames and the connection go on."""
+    return (error.path or "").startswith("ops[")
 
 
 def _ephemeral(op: CrdtOp) -> bool:

@@ -20,17 +20,18 @@ a replacement may go down. Sans-I/O: the caller passes the entry it holds now.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from octosync.bounds import MAX_SAFE_INTEGER
+from octosync.crdt import collect
 from octosync.crdt import text_entries as te
-from octosync.crdt.plane import wins
+from octosync.crdt.plane import PlaneReplica, wins
 from octosync.crdt.seq import check_position, id_peer
-from octosync.errors import CrdtValueError, Forbidden
+from octosync.errors import CrdtValueError, ElementCollected, Forbidden
 from octosync.ipc.messages import CrdtOp
 
 PEER_SEGMENT_MAX = len(str(MAX_SAFE_INTEGER))
@@ -111,6 +112,10 @@ def _removed(value: Any, path: str) -> Any:
     return value
 
 
+def _watermark(value: Any, path: str) -> Any:
+    return collect.decode(value, path)
+
+
 def _counter_grows(old: Any, new: Any) -> bool:
     return bool(new[0] >= old[0] and new[1] >= old[1])
 
@@ -155,6 +160,8 @@ class Kind:
     minted: int | None = None
     """Which segment (if any) is an element id minted under a peer (``PEER.WALL.LOGICAL``):
     only that peer creates the element; once it exists, any writer writes its entries."""
+    server_only: bool = False
+    """Only the server writes it (a writer's op of this kind refuses its frame)."""
 
     def decode(self, value: Any, rest: tuple[str, ...], path: str) -> Any:
         if self.keyed is not None:
@@ -180,6 +187,8 @@ KINDS: dict[str, Kind] = {
         Kind("lp", 1, None, _position, None, ("ID",), minted=0),
         Kind("lv", 1, None, _any, None, ("ID",), minted=0),
         Kind("ld", 1, None, _removed, None, ("ID",), minted=0),
+        # a list's collected tombstones (crdt/collect.py): the server's stability watermark
+        Kind("gc", 0, None, _watermark, server_only=True),
         # presence and awareness (hub/presence.py): each peer's own value, never journaled
         Kind("pr", 1, 0, _any, None, ("PEER",)),
         Kind("aw", 1, 0, _any, None, ("PEER",)),
@@ -198,6 +207,22 @@ class Layout:
     name: str
     kind: Kind
     rest: tuple[str, ...]
+
+
+def is_gc(op: CrdtOp) -> bool:
+    """``op`` is a list's ``NAME/gc`` entry (``crdt/collect.py``), under ``NAME``'s node."""
+    name, _, tag = (op.key or "").partition("/")
+    return tag == collect.GC_TAG and op.slot_id == node_of(name)
+
+
+def merge_collecting(replica: PlaneReplica, ops: Iterable[CrdtOp]) -> list[CrdtOp]:
+    """Merge ``ops`` as a document's replica does: after the batch, each ``NAME/gc`` entry
+    that won drops what it collects. Returns the ops that won."""
+    changed = replica.merge(ops)
+    for op in changed:
+        if is_gc(op):
+            collect.purge(replica, op)
+    return changed
 
 
 def layout_of(op: CrdtOp) -> Layout | None:
@@ -234,6 +259,8 @@ def check_op(
         raise CrdtValueError(
             f"a {kind.tag} entry's key is {kind.shape}, not {op.key!r}", path=f"{path}.key"
         )
+    if kind.server_only:
+        raise Forbidden(f"entry {op.key!r} is written by the server only", path=f"{path}.key")
     if kind.owner is not None:
         owner = parse_peer(layout.rest[kind.owner])
         if owner is None:
@@ -256,12 +283,14 @@ def check_op(
                 f"canonical decimals)",
                 path=f"{path}.key",
             )
-        if held is None and minter != writer and not _exists(layout.name, element, lookup):
-            raise Forbidden(
-                f"element {element!r} is minted by peer {minter}: only it creates it, and "
-                f"this writer is peer {writer}",
-                path=f"{path}.key",
-            )
+        if held is None and not _exists(layout.name, element, lookup):
+            _refuse_collected(layout.name, element, lookup, path)
+            if minter != writer:
+                raise Forbidden(
+                    f"element {element!r} is minted by peer {minter}: only it creates it, and "
+                    f"this writer is peer {writer}",
+                    path=f"{path}.key",
+                )
     if not isinstance(op.state, bytes):
         raise CrdtValueError("a CRDT op's state must be inline bytes", path=f"{path}.state")
     new = kind.decode(_json(op.state, f"{path}.state"), layout.rest, f"{path}.state")
@@ -284,6 +313,29 @@ def _exists(name: str, element: str, lookup: Callable[[str], CrdtOp | None] | No
     if lookup is None:
         return False
     return any(lookup(f"{name}/{tag}/{element}") is not None for tag in ("lp", "lv"))
+
+
+def _refuse_collected(
+    name: str,
+    element: str,
+    lookup: Callable[[str], CrdtOp | None] | None,
+    path: str,
+) -> None:
+    """An entry of an element not held whose mint stamp the published watermark covers names
+    a collected element (a live one would be held): refused, never half recreated."""
+    gc = None if lookup is None else lookup(f"{name}/{collect.GC_TAG}")
+    minted = collect.mint_stamp(element)
+    if gc is None or minted is None:
+        return
+    try:
+        mark = collect.decode(gc.state)
+    except CrdtValueError:
+        return
+    if collect.covers(mark, minted):
+        raise ElementCollected(
+            f"list element {element!r} of {name!r} was removed and collected; re-take the document",
+            path=f"{path}.key",
+        )
 
 
 def _inline(op: CrdtOp) -> bytes:

@@ -19,7 +19,7 @@ Sans-I/O, no clock: stamps come in with the ops.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from octosync.errors import CrdtValueError, LimitExceeded
 from octosync.ipc.messages import CrdtOp, WireStamp
@@ -113,9 +113,25 @@ class PlaneReplica:
     def get(self, node: int, key: str | None) -> CrdtOp | None:
         return self._entries.get((node, key or ""))
 
+    def drop(self, node: int, key: str) -> CrdtOp | None:
+        """Forget one entry (a collected tombstone's: ``crdt/collect.py``); returns it. The
+        frontier keeps its stamp: what was seen stays seen."""
+        op = self._entries.pop((node, key), None)
+        if op is not None:
+            self.version += 1
+        return op
+
+    def held(self) -> Iterable[CrdtOp]:
+        """Every entry, unordered (a scan that does not need ``ops()``'s sort)."""
+        return self._entries.values()
+
     def ops(self) -> tuple[CrdtOp, ...]:
         """The whole state, in ``(node, key)`` order (replica-independent)."""
         return tuple(self._entries[k] for k in sorted(self._entries))
+
+    def frontier_peers(self) -> Container[int]:
+        """The peers this replica has seen a stamp from."""
+        return self._frontier.keys()
 
     def frontier(self) -> tuple[tuple[int, WireStamp], ...]:
         """The highest stamp seen from each peer, by peer."""

@@ -394,6 +394,21 @@ class Replicated:
         with self.ctx.batch():
             return self._refresh(self.state.receive(ops))
 
+    def retake(self, snapshot: set[tuple[int, str]]) -> tuple[CrdtOp, ...]:
+        """The whole document came (its entry keys): drop what was collected meanwhile
+        (``SharedState.retake``); returns the entries dropped."""
+        with self.ctx.batch():
+            dropped = self.state.retake(snapshot)
+            self._refresh({(op.key or "").split("/", 1)[0] for op in dropped})
+            return tuple(dropped)
+
+    def restore_entry(self, local: CrdtOp, server: CrdtOp | None) -> None:
+        """A refused local op undone (``SharedState.restore_entry``), its cells refreshed."""
+        with self.ctx.batch():
+            name = self.state.restore_entry(local, server)
+            if name is not None:
+                self._refresh((name,))
+
     def _refresh(self, names: Iterable[str]) -> set[str]:
         moved = set()
         for name in names:

@@ -45,7 +45,8 @@ from typing import Any
 
 import msgspec
 
-from octosync.crdt.entries import EPHEMERAL_KINDS, node_of
+from octosync.crdt import collect
+from octosync.crdt.entries import EPHEMERAL_KINDS, is_gc, node_of
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
 from octosync.crdt.plane import PlaneReplica, stamp_key
 from octosync.crdt.seq import Element, Position, check_position, mint_id, place
@@ -121,6 +122,7 @@ class SharedState:
         """Merge remote ops; returns the names whose entries changed."""
         changed: set[str] = set()
         texts: dict[str, list[tuple[str, bytes]]] = {}
+        watermarks: list[CrdtOp] = []
         for op in ops:
             self._observe(op.stamp)
             if _is_ephemeral(op):
@@ -129,12 +131,79 @@ class SharedState:
                     changed.add(taken)
                 continue
             if self.replica.apply(op):
+                if is_gc(op):
+                    watermarks.append(op)
+                    continue
                 name = self._index(op, texts)
                 if name is not None:
                     changed.add(name)
+        for gc in watermarks:  # after the batch: a whole document comes in key order, gc first
+            gone = self._forget(collect.purge(self.replica, gc))
+            if gone:
+                changed.add(gone)
         for name, entries in texts.items():  # a batch's text entries at once, runs in order
             self.text_of(name).receive_many(entries)
         return changed
+
+    def _forget(self, dropped: Iterable[CrdtOp]) -> str:
+        """Collected list entries (already out of the replica) out of the lists; the name of
+        the list they were of ("" for none)."""
+        name = ""
+        for op in dropped:
+            name, rest = (op.key or "").split("/", 1)
+            self._by_name.get(name, {}).pop(rest, None)
+            held = self._lists.get(name)
+            if held is not None:
+                held.forget(rest[3:])
+        return name
+
+    def retake(self, snapshot: set[tuple[int, str]]) -> list[CrdtOp]:
+        """After joining: the document's whole state came (``snapshot``, its entry keys). A
+        list element held here, absent from it, whose mint stamp a ``NAME/gc`` watermark
+        covers was collected while this replica was away: it goes here too, so this copy
+        matches the server's. Returns the entries dropped."""
+        dropped: list[CrdtOp] = []
+        for name, held in self._lists.items():
+            gc = self.replica.get(node_of(name), f"{name}/{collect.GC_TAG}")
+            if gc is None:
+                continue
+            try:
+                mark = collect.decode(gc.state)
+            except CrdtValueError:
+                continue
+            node = node_of(name)
+            for element in held.ids():
+                minted = collect.mint_stamp(element)
+                keys = [(node, f"{name}/{tag}/{element}") for tag in collect.ELEMENT_TAGS]
+                if minted is None or not collect.covers(mark, minted):
+                    continue
+                if not any(k in snapshot for k in keys):
+                    dropped += [
+                        op for _, k in keys if (op := self.replica.drop(node, k)) is not None
+                    ]
+        self._forget(dropped)
+        return dropped
+
+    def restore_entry(self, local: CrdtOp, server: CrdtOp | None) -> str | None:
+        """Undo a local op the server refused: its entry becomes the server's (``server``,
+        None when it holds none). Returns the value's name (None: nothing this replica reads
+        changed; a text's refused chunk stays, since a text cannot take back a placed run)."""
+        key = local.key or ""
+        if "/" not in key:
+            return None
+        name, rest = key.split("/", 1)
+        tag = rest.split("/", 1)[0]
+        if tag in TEXT_TAGS:
+            return None
+        self.replica.drop(local.slot_id, key)
+        if server is not None:
+            self.replica.apply(server)
+            return self._index(server)
+        self._by_name.get(name, {}).pop(rest, None)
+        held = self._lists.get(name)
+        if held is not None and rest[:3] in _LIST_TAGS:
+            held.drop_register(rest[:2], rest[3:])
+        return name
 
     def _ephemeral(self, op: CrdtOp) -> str | None:
         """Take a presence or awareness op; its name when it is newer, else None."""
@@ -549,6 +618,27 @@ class _ListRegisters:
 
     def elements(self) -> list[Element]:
         return self._ordered
+
+    def ids(self) -> list[str]:
+        """Every element held, live or removed."""
+        return list(set(self.positions) | set(self.values) | self.removed)
+
+    def drop_register(self, tag: str, element: str) -> None:
+        """One register of an element back to absent (a refused local write undone)."""
+        if tag == "lp":
+            self.positions.pop(element, None)
+        elif tag == "lv":
+            self.values.pop(element, None)
+        else:
+            self.removed.discard(element)
+        self._place(element)
+
+    def forget(self, element: str) -> None:
+        """A collected element: out of every register (out of the order, if it was in)."""
+        self.positions.pop(element, None)
+        self.values.pop(element, None)
+        self.removed.discard(element)
+        self._place(element)
 
     def items(self) -> list[tuple[str, Any]]:
         return self._items

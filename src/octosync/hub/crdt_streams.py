@@ -32,12 +32,21 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from octosync.bounds import MAX_SAFE_INTEGER
-from octosync.crdt.entries import check_op
-from octosync.crdt.plane import MAX_ENTRIES, EntryKey, PlaneReplica, entry_key, wins
-from octosync.errors import ClockDrift, Forbidden, LimitExceeded
+from octosync.crdt import collect
+from octosync.crdt.entries import check_op, is_gc, node_of
+from octosync.crdt.plane import (
+    MAX_ENTRIES,
+    EntryKey,
+    PlaneReplica,
+    StampKey,
+    entry_key,
+    stamp_key,
+    wins,
+)
+from octosync.errors import ClockDrift, CrdtValueError, Forbidden, LimitExceeded
 from octosync.hub.node_views import NodeRules
 from octosync.hub.types import ConnId, Grants, NodeGrants
-from octosync.ipc.messages import CrdtOp, CrdtSync
+from octosync.ipc.messages import CrdtOp, CrdtSync, WireStamp
 
 FEATURE = "distributed_crdt"
 """The handshake feature (lazily-spec's token) that makes a lazily connection a plane member."""
@@ -46,6 +55,10 @@ DEFAULT_MAX_DRIFT_MS = 60_000
 MAX_FRAME_OPS = 5_000
 """Ops one ``CrdtSync`` frame may carry: the checks of a frame are bounded work (the clients
 send at most 500 a frame; the server's own frames carry 1,000)."""
+DEFAULT_AWAY_MS = 24 * 3_600_000
+"""A writer neither connected nor heard from for this long is no longer a member of the
+document's stability watermark: tombstones it has not seen may be collected, and its late ops
+on them are refused (``ElementCollected``); it re-takes the document on return."""
 MAX_TOTAL_ENTRIES = 2_000_000
 """Entries all plane streams of a server hold together at most: writers cannot grow the
 server's memory without bound by spreading entries over many streams."""
@@ -70,12 +83,27 @@ class Member:
 
 
 @dataclass(slots=True)
+class Report:
+    """What one writing peer has said it has seen of a document, and when it was last here."""
+
+    frontier: dict[int, StampKey] | None = None
+    """Its last reported frontier (None: none since this server loaded the document)."""
+    last_ms: int = 0
+    live: int = 0
+    """Its connections to the document now."""
+
+
+@dataclass(slots=True)
 class PlaneStream:
     name: str
     replica: PlaneReplica
     members: dict[ConnId, Member] = field(default_factory=dict)
     ops_accepted: int = 0
     _audience: Audience | None = None
+    reports: dict[int, Report] = field(default_factory=dict)
+    """Writing peers' reports, for the stability watermark (``crdt/collect.py``)."""
+    collected: int = 0
+    """Entries of collected tombstones dropped so far."""
 
     def audience(self) -> Audience:
         """Its readers, sorted by what they may read; kept until a member joins or leaves
@@ -144,8 +172,10 @@ class CrdtStreams:
         max_drift_ms: int = DEFAULT_MAX_DRIFT_MS,
         max_entries: int = MAX_ENTRIES,
         max_total_entries: int = MAX_TOTAL_ENTRIES,
+        away_ms: int = DEFAULT_AWAY_MS,
     ) -> None:
         self._clock = clock_ms
+        self.away_ms = away_ms
         self.max_drift_ms = max_drift_ms
         self.max_entries = max_entries
         self.max_total_entries = max_total_entries
@@ -173,6 +203,10 @@ class CrdtStreams:
         stream.members[conn] = member
         stream.changed_members()
         self._members[conn] = member
+        if write:
+            report = stream.reports.setdefault(peer, Report())
+            report.live += 1
+            report.last_ms = self._clock()
         return member.readable(stream.replica.ops()) if read else ()
 
     def leave(self, conn: ConnId) -> None:
@@ -184,6 +218,10 @@ class CrdtStreams:
             return
         stream.members.pop(conn, None)
         stream.changed_members()
+        report = stream.reports.get(member.peer)
+        if member.write and report is not None:
+            report.live -= 1
+            report.last_ms = self._clock()
         if not stream.members and not len(stream.replica):
             del self.streams[member.stream]  # never written: joining names costs nothing kept
 
@@ -212,7 +250,7 @@ class CrdtStreams:
     def check(self, conn: ConnId, sync: CrdtSync) -> Checked:
         """Refuse (typed, nothing changed) what ``conn`` may not write; see the module doc."""
         member = self._members[conn]
-        if not member.write:
+        if not member.write and sync.ops:
             raise Forbidden(f"no write grant on stream {member.stream!r}", path="ops")
         if len(sync.ops) > MAX_FRAME_OPS:
             raise LimitExceeded(
@@ -267,6 +305,7 @@ class CrdtStreams:
         stream = self._stream(checked.stream)
         before = len(stream.replica)
         changed = tuple(stream.replica.merge(checked.ops))
+        self._purge(stream, changed)
         self.total_entries += len(stream.replica) - before
         stream.ops_accepted += len(checked.ops)
         return Accepted(checked.stream, checked.conn, changed, checked.ops, stream.members)
@@ -278,9 +317,11 @@ class CrdtStreams:
     def merge_remote(self, name: str, ops: Iterable[CrdtOp]) -> tuple[CrdtOp, ...]:
         """Merge ops another node of the cluster accepted (its write checks were made there);
         returns those that changed the replica."""
-        replica = self._stream(name).replica
+        stream = self._stream(name)
+        replica = stream.replica
         before = len(replica)
         changed = tuple(replica.merge(ops))
+        self._purge(stream, changed)
         self.total_entries += len(replica) - before
         return changed
 
@@ -295,3 +336,76 @@ class CrdtStreams:
         if not member.read or not sync.frontier:
             return ()
         return member.readable(self.streams[member.stream].replica.delta_for(sync.frontier))
+
+    # --- collecting tombstones (crdt/collect.py) -----------------------------------------------
+
+    def report(self, conn: ConnId, frontier: Iterable[tuple[int, WireStamp]]) -> None:
+        """A writer said what it has seen (a frame's frontier)."""
+        member = self._members[conn]
+        stream = self.streams.get(member.stream)
+        if not member.write or stream is None:
+            return
+        report = stream.reports.setdefault(member.peer, Report())
+        held = stream.replica.frontier_peers()  # others' stamps cannot count: kept bounded
+        report.frontier = {peer: stamp_key(s) for peer, s in frontier if peer in held}
+        report.last_ms = self._clock()
+
+    def _purge(self, stream: PlaneStream, changed: Iterable[CrdtOp]) -> None:
+        """A ``NAME/gc`` entry that won drops the tombstones it makes collectable."""
+        for op in changed:
+            if is_gc(op):
+                stream.collected += len(collect.purge(stream.replica, op))
+
+    def members_of(self, name: str) -> list[dict[int, StampKey]]:
+        """The frontiers the stability watermark is the minimum of: every writing peer
+        connected or here within ``away_ms`` (one that has reported nothing yet has seen
+        nothing), and every peer that wrote the document within ``away_ms`` and has not
+        reported since this server loaded it."""
+        stream = self.streams[name]
+        now = self._clock()
+        out = []
+        for report in stream.reports.values():
+            if report.live or now - report.last_ms <= self.away_ms:
+                out.append(report.frontier or {})
+        for peer, stamp in stream.replica.frontier():
+            if (
+                peer != collect.SERVER_PEER
+                and peer not in stream.reports
+                and now - stamp.wall_time <= self.away_ms
+            ):
+                out.append({})
+        return out
+
+    def collect(self, name: str) -> list[CrdtOp]:
+        """The ``NAME/gc`` entries to publish now: one per list with a tombstone that the
+        stability watermark makes collectable (none when nothing would go). Bounded by the
+        document's size; the caller journals them like any op."""
+        stream = self.streams.get(name)
+        if stream is None:
+            return []
+        replica = stream.replica
+        mark = collect.watermark(
+            self.members_of(name), {p: stamp_key(s) for p, s in replica.frontier()}
+        )
+        removals: dict[str, list[tuple[str, CrdtOp]]] = {}
+        for op in replica.held():
+            parts = (op.key or "").split("/")
+            if len(parts) == 3 and parts[1] == "ld" and op.slot_id == node_of(parts[0]):
+                removals.setdefault(parts[0], []).append((parts[2], op))
+        out = []
+        now = self._clock()
+        for list_name, held in sorted(removals.items()):
+            node = node_of(list_name)
+            old = replica.get(node, f"{list_name}/{collect.GC_TAG}")
+            try:
+                prev = collect.decode(old.state) if old is not None else {}
+            except CrdtValueError:
+                prev = {}
+            published = collect.raised(prev, mark)
+            if (
+                collect.collectable(held, published)
+                and len(published) <= collect.MAX_WATERMARK_PEERS
+            ):
+                stamp = None if old is None else old.stamp
+                out.append(collect.gc_op(node, list_name, published, stamp, now))
+        return out

@@ -428,6 +428,13 @@ class ServerConfig:
         "compacts them to the document's entries (one merged update).",
         range=Range(1000, 1_000_000_000),
     )
+    plane_member_away: float = setting(
+        24 * 3600.0,
+        "server",
+        "Seconds a writer of a shared document may be away and still hold back the collection "
+        "of list tombstones it has not seen (past it, its late edits of them are refused).",
+        range=Range(1, 365 * _DAY),
+    )
     presence_ttl: float = setting(
         30.0,
         "server",

@@ -49,7 +49,8 @@ class LazilyState(FaceState):
         self.rt = rt
         self.held = config.cluster_url is not None and config.cluster_hold == "interest"
         """Documents held by interest in a cluster: loaded from JetStream, not the journal."""
-        self.plane = Plane(rt, CrdtStreams(_wall_ms), config.presence_ttl)
+        streams = CrdtStreams(_wall_ms, away_ms=int(config.plane_member_away * 1000))
+        self.plane = Plane(rt, streams, config.presence_ttl)
         """The multi-writer (CRDT plane) streams."""
         self.blobs = ServerBlobs(
             rt.hub, capacity=config.shm_capacity, threshold=config.shm_threshold

@@ -125,6 +125,10 @@ PRESENCE_GAP = 0.05
 within it goes out once, as its latest value."""
 
 
+COLLECT_GAP = 1.0
+"""Seconds between two tombstone collections of one document at most (each scans it)."""
+
+
 JOIN_CHUNK = 1000
 """Ops per frame of the whole document a member gets when it joins; only the last frame
 carries the frontier, so a member knows it has the document when a frame has one."""
@@ -164,6 +168,7 @@ class Plane:
         """In a cluster holding documents by interest: members of a document being loaded,
         and their frames, wait in ``parking`` until ``loaded``."""
         self.parking = Parking()
+        self._collecting: dict[str, asyncio.TimerHandle] = {}
         self.presence_carrier: PresenceCarrier | None = None
         """In a cluster, what carries presence and awareness to the other nodes' members."""
         self._presence_publish: dict[str, dict[tuple[int, str], CrdtOp]] = {}
@@ -280,6 +285,9 @@ class Plane:
         delta = self.core.delta_for(conn, sync)
         if delta:
             self.send([conn], CrdtSync(ops=delta))
+        if sync.frontier:
+            self.core.report(conn, sync.frontier)
+            self._collect_soon(checked.stream)
         if not checked.ops:
             return
         if record is None:
@@ -355,6 +363,36 @@ class Plane:
                 rest = [op for op in acks if op not in got]
                 if rest:
                     self.send([writer], CrdtSync(ops=tuple(rest)))
+
+    # --- collecting tombstones ------------------------------------------------------------------
+
+    def _collect_soon(self, stream: str) -> None:
+        """Collect ``stream``'s stable tombstones within ``COLLECT_GAP`` (not in a cluster:
+        there each node knows only its own members, so no node alone knows what is stable)."""
+        if stream in self._collecting or self.replicator is not None or self.holder is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._collecting[stream] = loop.call_later(COLLECT_GAP, self._collect, stream)
+
+    def _collect(self, stream: str) -> None:
+        """Journal and publish the ``NAME/gc`` entries the watermark allows: like a writer's
+        ops, merged (which drops the tombstones) and fanned out only once committed."""
+        del self._collecting[stream]
+        ops = tuple(self.core.collect(stream))
+        if not ops:
+            return
+        checked = Checked(0, stream, ops)
+        commits = self.rt.commits
+        if not commits.journaled:
+            self._committed(checked)
+            return
+        try:
+            commits.refuse(ASK)
+            record = encode_record(PlaneOps(stream, ops))
+        except OctosyncError as exc:  # the next report tries again
+            log.warning("tombstones of %r not collected: %s", stream, exc)
+            return
+        commits.submit(Commit(0, (record,), (lambda: self._committed(checked),)))
 
     # --- presence and awareness ---------------------------------------------------------------
 

@@ -5,8 +5,9 @@ them all, so a busy document's history would grow without end. Plane merges are 
 commutative, and each entry's winning op is all a replica keeps, so a stream's records through
 some seq can be replaced by the entries they merge to, in chunks, in one transaction: a restart
 merges the replacement and any later records to the same state. Nothing is lost that a replica
-would hold; what goes is the record of ops that later ops overwrote (the journal's history of
-a document is its state, not its edits). The maintenance round exports plane records (the
+would hold; what goes is the record of ops that later ops overwrote, and the entries of list
+tombstones a ``NAME/gc`` entry collected (the journal's history of a document is its state,
+not its edits). The maintenance round exports plane records (the
 ``plane`` dataset) before it compacts them, so the pipeline still sees every edit; the
 replacement records are exported again and counted once (a job takes distinct ops).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from octosync.crdt.entries import merge_collecting
 from octosync.crdt.plane import PlaneReplica
 from octosync.ipc.messages import CrdtOp
 from octosync.store.journal import Journal
@@ -44,7 +46,7 @@ def compact_stream(journal: Journal, stream: str, through: int | None = None) ->
     replica = PlaneReplica(max_entries=2**62)  # the journal held it: no limit applies here
     position: int | None = None  # in a cluster: how far the op stream is merged (kept)
     for record in plane_records(journal, stream, through):
-        replica.merge(record.ops)
+        merge_collecting(replica, record.ops)  # collected tombstones stay out of the replacement
         if record.position is not None:
             position = max(position or 0, record.position)
     state = replica.ops()
