@@ -25,6 +25,14 @@ bytes, and the same subscriber processes (the raw client below) read all of them
     python bench/fanout.py --systems octosync,node-socketio,node-ws
     python bench/fanout.py --rounds 3      # each system 3 times, interleaved; median per column
     python bench/fanout.py --window 8      # less in flight: lower latency, lower throughput
+    python bench/fanout.py --offered 100000,200000,300000   # also paced, at these rates
+
+``--offered`` adds, for every system, runs at fixed offered rates beside saturation: the
+producer paces deltas at ``rate / subscribers`` per second (an offered rate counts deliveries,
+as the deltas/s column does), each stamped with the time it was due rather than the time it
+left, so a producer held up behind a slow server does not hide the wait (no coordinated
+omission). Nothing waits for subscribers: the latency is read at a load the system is asked
+to carry, not at the queue the closed loop's window builds.
 """
 
 from __future__ import annotations
@@ -422,8 +430,16 @@ async def _subscribers_main(
 # --- producer (this process) ----------------------------------------------------------------
 
 
-async def _produce(system: str, port: int, seconds: float, window: int, progress: Progress) -> int:
-    """Send deltas as fast as they are delivered: at most ``window`` in flight.
+async def _produce(
+    system: str,
+    port: int,
+    seconds: float,
+    window: int,
+    progress: Progress,
+    interval: float | None = None,
+) -> int:
+    """Send deltas as fast as they are delivered: at most ``window`` in flight; or, given an
+    ``interval``, one delta every ``interval`` seconds whatever was delivered (paced).
 
     "In flight" is measured in the subscriber processes themselves (``Progress``: the last
     connection of each, the slowest process counts), so the producer cannot run ahead of
@@ -461,9 +477,18 @@ async def _produce(system: str, port: int, seconds: float, window: int, progress
             await ws.receive()
             await ws.send_str("40")
             await ws.receive()
-        deadline = time.monotonic() + seconds
+        start = time.monotonic()
+        deadline = start + seconds
         stalled_since = None
         while (now := time.monotonic()) < deadline:
+            if interval is not None:
+                due = start + sent * interval
+                if due > now:
+                    await asyncio.sleep(due - now)
+                    continue
+                await _send_delta(ws, system, protocol, delta_bytes(sent, due))
+                sent += 1
+                continue
             if sent - progress.slowest() - skipped >= window:
                 if stalled_since is None:
                     stalled_since = now
@@ -472,18 +497,24 @@ async def _produce(system: str, port: int, seconds: float, window: int, progress
                 await asyncio.sleep(0.0005)
                 continue
             stalled_since = None
-            data = delta_bytes(sent, time.monotonic())
-            if protocol == "socketio":
-                await ws.send_str('42["pub",' + data.decode() + "]")
-            elif system == "octosync":
-                await ws.send_bytes(data)
-            else:
-                await ws.send_str(data.decode())
+            await _send_delta(ws, system, protocol, delta_bytes(sent, time.monotonic()))
             sent += 1
         seen = progress.slowest()
         print(f"# {system}: the slowest subscriber process saw {seen} of {sent}", file=sys.stderr)
         await ws.close()
     return sent
+
+
+async def _send_delta(
+    ws: aiohttp.ClientWebSocketResponse, system: str, protocol: str, data: bytes
+) -> None:
+    """One delta, as ``system``'s producers send it."""
+    if protocol == "socketio":
+        await ws.send_str('42["pub",' + data.decode() + "]")
+    elif system == "octosync":
+        await ws.send_bytes(data)
+    else:
+        await ws.send_str(data.decode())
 
 
 # --- orchestration --------------------------------------------------------------------------
@@ -542,8 +573,16 @@ def _stalled_subscriber(port: int) -> socket.socket:
 
 
 async def run_system(
-    system: str, subscribers: int, seconds: float, procs: int, window: int, stalled: int = 0
+    system: str,
+    subscribers: int,
+    seconds: float,
+    procs: int,
+    window: int,
+    stalled: int = 0,
+    offered: float | None = None,
 ) -> dict[str, Any]:
+    """One system, one run: saturation (closed loop, ``window``) or ``offered`` deltas/s."""
+    interval = subscribers / offered if offered else None
     port = _free_port()
     py = sys.executable
     command, cwd = server_command(system, port)
@@ -589,7 +628,7 @@ async def run_system(
             p.stdin.write("GO\n")
             p.stdin.flush()
         t0 = time.monotonic()
-        sent = await _produce(system, port, seconds, window, progress)
+        sent = await _produce(system, port, seconds, window, progress, interval)
         await asyncio.sleep(1.0)
         elapsed = time.monotonic() - t0
         cpu = (_cpu_ticks(server.pid) - cpu0) / TICK
@@ -610,6 +649,8 @@ async def run_system(
         latencies.sort()
         return {
             "system": system if not stalled else f"{system}+{stalled}stalled",
+            "offered": offered or 0,
+            "delivered_pct": 100 * deltas / (sent * subscribers) if sent else 0.0,
             "server_rss_start_mib": rss0,
             "subscribers": subscribers,
             "sent": sent,
@@ -672,6 +713,41 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 )
 
 
+def print_offered(rate: float, rows: list[dict[str, Any]]) -> None:
+    """One offered rate: each system's latency at it, and octosync's p99 against each peer's."""
+    head = (
+        f"{'system':<14}{'offered/s':>11}{'deltas/s':>12}{'delivered':>11}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'cpu %':>7}"
+    )
+    print(f"# offered {rate:,.0f} deltas/s (paced; latency from when each delta was due)")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['system']:<14}{r['offered']:>11,.0f}{r['deltas_per_s']:>12,.0f}"
+            f"{r['delivered_pct']:>10.1f}%{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+            f"{r['max_ms']:>9.1f}{r['server_cpu_pct']:>7.0f}"
+        )
+    by = {r["system"]: r for r in rows}
+    ours = by.get("octosync")
+    if ours:
+        for other in ("bare", "socketio", *NODE_SYSTEMS):
+            if other in by and by[other]["p99_ms"] > 0:
+                print(
+                    f"at {rate:,.0f}/s octosync / {other}: p99 {ours['p99_ms']:.1f} vs "
+                    f"{by[other]['p99_ms']:.1f} ms ({ours['p99_ms'] / by[other]['p99_ms']:.2f}x); "
+                    f"delivered {ours['delivered_pct']:.1f}% vs {by[other]['delivered_pct']:.1f}%"
+                )
+
+
+def parse_rates(text: str) -> list[float]:
+    """``--offered``: comma-separated deltas/s, each above zero."""
+    rates = [float(x) for x in text.split(",") if x.strip()]
+    if any(r <= 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"offered rates must be above zero: {text}")
+    return rates
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_server":
@@ -695,6 +771,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     parser.add_argument(
+        "--offered",
+        type=parse_rates,
+        default=[],
+        help="also run every system paced at these deltas/s (comma-separated), same run",
+    )
+    parser.add_argument(
         "--stalled",
         type=int,
         default=0,
@@ -712,6 +794,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# Node peers skipped: {exc}", file=sys.stderr)
             systems = [s for s in systems if s not in NODE_SYSTEMS]
     rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    paced: dict[tuple[float, str], list[dict[str, Any]]] = {
+        (rate, s): [] for rate in args.offered for s in systems
+    }
     for n in range(args.rounds):  # interleaved: a load change on a shared machine hits every system
         for system in systems if n % 2 == 0 else systems[::-1]:
             rounds[system].append(
@@ -719,6 +804,19 @@ def main(argv: list[str] | None = None) -> int:
                     run_system(system, args.subscribers, args.seconds, args.procs, args.window)
                 )
             )
+            for rate in args.offered:
+                paced[rate, system].append(
+                    asyncio.run(
+                        run_system(
+                            system,
+                            args.subscribers,
+                            args.seconds,
+                            args.procs,
+                            args.window,
+                            offered=rate,
+                        )
+                    )
+                )
     if args.rounds > 1:
         for n in range(args.rounds):
             print(f"# round {n + 1}")
@@ -739,6 +837,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     print_table(rows)
+    offered_rows = []
+    for rate in args.offered:
+        at_rate = [median_row(paced[rate, s]) for s in systems]
+        offered_rows.extend(at_rate)
+        print_offered(rate, at_rate)
     if args.stalled:
         base, hit = rows[0], rows[-1]
         print(
@@ -747,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
             f"server RSS {hit['server_rss_start_mib']:.0f} -> {hit['server_rss_mib']:.0f} MiB"
         )
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps(rows + offered_rows))
     return 0
 
 

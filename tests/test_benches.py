@@ -124,6 +124,42 @@ def test_fanout_bench_measures_the_node_peers_in_the_same_run() -> None:
 
 
 @pytest.mark.slow
+def test_fanout_bench_paces_every_system_at_each_offered_rate() -> None:
+    """``--offered``: every system is also run paced at each rate (same run), and each row says
+    what was offered and what fraction of it every subscriber received."""
+    argv = ("--subscribers", "20", "--seconds", "1", "--procs", "1", "--json")
+    done = run_bench(
+        "bench/fanout.py", *argv, "--systems", "octosync,bare", "--offered", "2000,4000"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(done.stdout.splitlines()[-1])
+    paced = sorted((r["offered"], r["system"]) for r in rows if r["offered"])
+    assert paced == [(2000, "bare"), (2000, "octosync"), (4000, "bare"), (4000, "octosync")]
+    for row in rows:
+        assert row["deltas_per_s"] > 0
+        assert 0 < row["delivered_pct"] <= 100
+    assert "at 4,000/s octosync / bare: p99 " in done.stdout
+
+
+@pytest.mark.slow
+def test_chain_stages_bench_times_every_stage_of_a_link() -> None:
+    """``bench/chain_stages.py``: one row per durability and batch size, every stage timed."""
+    argv = ("--events", "64", "--batches", "1,8")
+    done = run_bench("bench/chain_stages.py", *argv)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split("|") for line in done.stdout.splitlines() if line.startswith("| full")]
+    rows += [line.split("|") for line in done.stdout.splitlines() if line.startswith("| normal")]
+    assert [(r[1].strip(), r[2].strip()) for r in rows] == [
+        ("full", "1"),
+        ("full", "8"),
+        ("normal", "1"),
+        ("normal", "8"),
+    ]
+    for row in rows:  # six stages and the total, each a positive number of microseconds
+        assert all(float(cell) > 0 for cell in row[3:10]), row
+
+
+@pytest.mark.slow
 def test_dataspace_face_bench_loses_no_delivery() -> None:
     """``bench/dataspace_face.py --quick``: lean and syndicate-py clients through the face
     (the bench exits non-zero when an observer missed a synced pair or message)."""

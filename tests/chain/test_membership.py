@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hypothesis import settings
@@ -22,12 +22,15 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from octosync.chain.config import ChainConfig, Member
 from octosync.chain.game import compute
-from octosync.chain.link_frames import AnyFrame, PeerHello
+from octosync.chain.link import ChainLink
+from octosync.chain.link_frames import AnyFrame, ForDevice, Forward, FromDevice, PeerHello
 from octosync.chain.membership import (
     Close,
+    Delivery,
     Dial,
     Effect,
     Membership,
+    Peer,
     Probe,
     Refresh,
     RemoveMember,
@@ -35,7 +38,15 @@ from octosync.chain.membership import (
     Send,
     Stop,
 )
-from octosync.chain.records import ChainStateMachine
+from octosync.chain.records import (
+    ChainAck,
+    ChainStateMachine,
+    DeviceEvent,
+    DeviceNotice,
+    Event,
+    StateChange,
+    StateUpdate,
+)
 
 
 @dataclass
@@ -147,7 +158,12 @@ class World:
                 case Stop():
                     self.kill(name)  # the process exits
                     return
+        for delivery in core.flush_early():  # as the link process does: before its commit
+            for conn in delivery.conns:
+                self.send(name, conn, delivery.frame)
         core.compute(compute)
+        core.link.take_dirty()  # the commit
+        core.committed()
         for delivery in core.flush():
             for conn in delivery.conns:
                 self.send(name, conn, delivery.frame)
@@ -319,3 +335,126 @@ class MembershipMachine(RuleBasedStateMachine):
 
 TestMembership = MembershipMachine.TestCase
 TestMembership.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+
+
+# -- what leaves before the batch's commit ---------------------------------------------------
+
+UP, DOWN, DEVICE = 1, 2, 3
+
+
+def held(*sequencers: int) -> ChainStateMachine:
+    """A replica holding device ``d``'s events 1..n as chain events 1..n."""
+    events = {c: Event("d", c, c, "click", "{}") for c in sequencers}
+    return ChainStateMachine(events=events, next_chain_sequencer=len(sequencers) + 1)
+
+
+def linked(link: ChainLink) -> Membership:
+    """A core whose link is wired as ``link`` says: an upstream, an attached downstream, and at
+    the head one bootstrapped device ``d``."""
+    core = Membership(Member("n2", "127.0.0.1", 1002), link=link)
+    if link.has_upstream:
+        core.up, core.peers[UP] = UP, Peer(kind="up", peer="n1")
+    if link.has_downstream:
+        core.down, core.peers[DOWN] = DOWN, Peer(kind="down", peer="n3", attached=True)
+    if link.is_head:
+        core.devices["d"], core.peers[DEVICE] = DEVICE, Peer("device", "d", bootstrapped=True)
+    return core
+
+
+def batch(core: Membership) -> tuple[list[Delivery], list[Delivery]]:
+    """One batch's deliveries: before the commit, then after it."""
+    early = list(core.flush_early())
+    core.link.take_dirty()  # the commit
+    core.committed()
+    return early, list(core.flush())
+
+
+def test_a_middle_link_relays_a_downstream_ack_before_its_commit() -> None:
+    core = linked(ChainLink(held(1, 2), has_upstream=True, has_downstream=True))
+    core.receive(DOWN, Forward(0, ChainAck(2)))
+    core.receive(DOWN, Forward(0, StateChange(change={"n": 1}, event_kill=(1,), sequencer=1)))
+    early, late = batch(core)
+    assert early == [Delivery((UP,), Forward(0, ChainAck(2)))]
+    # the state change tombstones an event here: it goes up only once that is committed
+    assert late == [
+        Delivery((UP,), Forward(0, StateChange(change={"n": 1}, event_kill=(1,), sequencer=1)))
+    ]
+
+
+def test_the_head_tells_devices_of_a_downstream_ack_before_its_commit() -> None:
+    core = linked(ChainLink(held(1, 2), has_downstream=True))
+    core.receive(DOWN, Forward(0, ChainAck(2)))
+    early, late = batch(core)
+    assert early == [Delivery((DEVICE,), ForDevice(0, DeviceNotice(acked=(1, 2))))]
+    assert late == []
+
+
+def test_an_ack_behind_a_held_frame_keeps_its_place() -> None:
+    """Each connection gets the batch's frames in order: an ack produced after a frame that
+    waits for the commit waits too."""
+    core = linked(ChainLink(held(1, 2), has_downstream=True))
+    core.receive(DOWN, Forward(0, StateChange(change={"n": 1}, event_kill=(1,), sequencer=1)))
+    core.receive(DOWN, Forward(0, ChainAck(2)))
+    early, late = batch(core)
+    assert early == []
+    update = StateUpdate(1, False, {"n": 1}, {"d": (1,)})
+    assert late == [
+        Delivery((DEVICE,), ForDevice(0, update)),
+        # 1 was consumed before its ack came: it is acknowledged all the same
+        Delivery((DEVICE,), ForDevice(0, DeviceNotice(acked=(1, 2)))),
+    ]
+
+
+def test_a_link_forwards_an_event_before_its_commit_and_acks_it_only_after() -> None:
+    """The links' commits run side by side: the event goes down at once, but an ack for it
+    that arrives before this link committed it waits here for the commit."""
+    core = linked(ChainLink(held(), has_upstream=True, has_downstream=True))
+    event = Event("d", 1, 1, "click", "{}")
+    core.receive(UP, Forward(0, event))
+    core.receive(DOWN, Forward(0, ChainAck(1)))  # the tail was quicker than this link's commit
+    early, late = batch(core)
+    assert early == [Delivery((DOWN,), Forward(0, event))]
+    assert late == [Delivery((UP,), Forward(0, ChainAck(1)))]
+
+
+def test_the_head_acks_devices_only_what_it_committed() -> None:
+    core = linked(ChainLink(held(1), has_downstream=True))
+    core.receive(DEVICE, FromDevice(0, DeviceEvent(2, "click", "{}")))
+    core.receive(DOWN, Forward(0, ChainAck(2)))
+    early, late = batch(core)
+    assert [d.frame for d in early] == [
+        Forward(0, Event("d", 2, 2, "click", "{}")),
+        ForDevice(0, DeviceNotice(acked=(1,))),  # 2 is not committed here yet
+    ]
+    assert late == [Delivery((DEVICE,), ForDevice(0, DeviceNotice(acked=(2,))))]
+
+
+def test_the_tails_own_ack_waits_for_its_commit() -> None:
+    """The tail acknowledges what it appended in this batch: only its commit makes that true."""
+    core = linked(ChainLink(held(), has_upstream=True))
+    core.receive(UP, Forward(0, Event("d", 1, 1, "click", "{}")))
+    early, late = batch(core)
+    assert early == []
+    assert Delivery((UP,), Forward(0, ChainAck(1))) in late
+
+
+def test_a_one_link_chain_acks_an_event_before_the_state_that_consumed_it() -> None:
+    """Head and tail at once: it computes before its commit, yet the device hears that its
+    event is durable before it sees the state that consumed it (and hears both only after)."""
+    core = linked(ChainLink(held()))
+
+    def consume_all(state: object, events: Sequence[Event]) -> StateChange:
+        return StateChange(
+            change={"n": len(events)}, event_kill=tuple(e.chain_sequencer for e in events)
+        )
+
+    core.receive(DEVICE, FromDevice(0, DeviceEvent(1, "click", "{}")))
+    early = list(core.flush_early())
+    core.compute(consume_all)
+    core.link.take_dirty()
+    core.committed()
+    assert early == []
+    assert [d.frame for d in core.flush()] == [
+        ForDevice(0, DeviceNotice(acked=(1,))),
+        ForDevice(0, StateUpdate(1, False, {"n": 1}, {"d": (1,)})),
+    ]

@@ -5,7 +5,8 @@ connection that opened or closed, a configuration read from NATS, a probe's answ
 carries out the effects it returns: ``Send`` and ``Close`` on connections, ``Dial`` the
 successor, ``Probe`` a suspect neighbour, ``RemoveMember`` by compare-and-set, ``Refresh``
 the configuration, ``ReplaceReplica`` in the store, ``Stop``. It owns the ``ChainLink``, so
-the chain's outputs of a batch are routed here too (``flush``), after the store committed.
+the chain's outputs of a batch are routed here too: events going down and acknowledgements
+before the store commits the batch (``flush_early``), the rest after (``committed``, ``flush``).
 
 The rules: the configuration (its epoch and member order) names each link's predecessor and
 successor. The upstream link dials its successor (``PeerHello`` with its epoch); the
@@ -46,7 +47,12 @@ from octosync.chain.link_frames import (
     Status,
     StatusRequest,
 )
-from octosync.chain.records import BootstrapChainRequest, ChainStateMachine
+from octosync.chain.records import (
+    BootstrapChainRequest,
+    ChainAck,
+    ChainStateMachine,
+    DeviceNotice,
+)
 from octosync.errors import NotBootstrapped, OctosyncError, StaleEpoch
 
 ConnId = int
@@ -156,6 +162,10 @@ class Membership:
     peers: dict[ConnId, Peer] = field(default_factory=dict)
     outputs: list[tuple[Output, int]] = field(default_factory=list)
     """The batch's chain outputs with the epoch they go out in (``flush`` routes them)."""
+    computed: list[tuple[Output, int]] = field(default_factory=list)
+    """What the batch's ``compute`` produced, until ``committed``."""
+    sent_early: set[int] = field(default_factory=set)
+    """Indexes in ``outputs`` that ``flush_early`` delivered (``flush`` skips them)."""
 
     # -- the configuration --------------------------------------------------------------------
 
@@ -404,19 +414,64 @@ class Membership:
         self.outputs.extend((out, epoch) for out in produced)
 
     def compute(self, app: Compute) -> None:
-        """At the end of a batch: the tail computes the state of what it ingested."""
+        """At the end of a batch: the tail computes the state of what it ingested. What that
+        produced goes out after the acknowledgements the batch's commit releases, so a device
+        is told an event is durable before it sees a state that consumed it."""
         if not self.waiting_copy:
-            self._emit(self.link.compute(app))
+            epoch = self.epoch
+            self.computed.extend((out, epoch) for out in self.link.compute(app))
 
     @property
     def compute_due(self) -> bool:
         return not self.waiting_copy and self.link.compute_due
 
+    def flush_early(self) -> Iterator[Delivery]:
+        """What may leave before the batch's commit: events going down, and acknowledgements.
+
+        An event forwarded before this link commits it is acknowledged by no one until this
+        link has (``ChainLink.durable``), so the links' commits run side by side instead of one
+        after another; and an acknowledgement covers only what this link already committed,
+        so this batch's commit adds nothing to it. State (changes, snapshots, updates,
+        bootstraps, consumed notices) still leaves only once committed. Each frame goes out
+        early only while nothing of the batch is held back before it on the same connection,
+        so every connection receives the batch's frames in their order.
+        """
+        held: set[ConnId] = set()
+        for i, delivery in self._route(self.outputs):
+            if _early(self.outputs[i][0]) and held.isdisjoint(delivery.conns):
+                self.sent_early.add(i)
+                yield delivery
+            else:
+                held.update(delivery.conns)
+
+    def committed(self) -> None:
+        """The store committed the batch: the acknowledgements that waited for it are due,
+        then what the tail computed."""
+        self._emit(self.link.committed())
+        self.outputs.extend(self.computed)
+        self.computed.clear()
+
     def flush(self) -> Iterator[Delivery]:
         """The batch's outputs (once the store committed them), each for the connections it
         goes to: the attached successor, the predecessor, bootstrapped devices; none reaches a
         connection that joined after it was produced (it gets it in its own resend)."""
+        self.outputs.extend(self.computed)  # never dropped, even without ``committed``
+        self.computed.clear()
         outputs, self.outputs = self.outputs, []
+        sent, self.sent_early = self.sent_early, set()
+        for i, delivery in self._route(outputs):
+            if i not in sent:
+                yield delivery
+        for conn in self.devices.values():
+            peer = self.peers.get(conn)
+            if peer is not None:
+                peer.live_from = 0
+        down_peer = None if self.down is None else self.peers.get(self.down)
+        if down_peer is not None:
+            down_peer.live_from = 0
+
+    def _route(self, outputs: list[tuple[Output, int]]) -> Iterator[tuple[int, Delivery]]:
+        """Each output with its index, for the connections it goes to now."""
         down_peer = None if self.down is None else self.peers.get(self.down)
         down = self.down if down_peer is not None and down_peer.attached else None
         devices = [(conn, self.peers[conn]) for conn in self.devices.values() if conn in self.peers]
@@ -424,10 +479,10 @@ class Membership:
             if isinstance(out, ToDownstream):
                 # Before the welcome, attach_downstream resends from where the downstream ends.
                 if down is not None and down_peer is not None and down_peer.live_from <= i:
-                    yield Delivery((down,), Forward(epoch, out.message))
+                    yield i, Delivery((down,), Forward(epoch, out.message))
             elif isinstance(out, ToUpstream):
                 if self.up is not None:
-                    yield Delivery((self.up,), Forward(epoch, out.message))
+                    yield i, Delivery((self.up,), Forward(epoch, out.message))
             elif isinstance(out, ToDevice):
                 conn = self.devices.get(out.device)
                 peer = None if conn is None else self.peers.get(conn)
@@ -437,15 +492,11 @@ class Membership:
                     and peer.bootstrapped
                     and peer.live_from <= i
                 ):
-                    yield Delivery((conn,), ForDevice(epoch, out.message))
+                    yield i, Delivery((conn,), ForDevice(epoch, out.message))
             elif isinstance(out, ToDevices):
                 targets = tuple(c for c, p in devices if p.bootstrapped and p.live_from <= i)
                 if targets:
-                    yield Delivery(targets, ForDevice(epoch, out.message))
-        for _, peer in devices:
-            peer.live_from = 0
-        if down_peer is not None:
-            down_peer.live_from = 0
+                    yield i, Delivery(targets, ForDevice(epoch, out.message))
 
     def status(self) -> Status:
         link = self.link
@@ -466,3 +517,14 @@ class Membership:
             len(self.devices),
             link.state,
         )
+
+
+def _early(out: Output) -> bool:
+    """Whether ``out`` may leave before its batch is committed (see ``flush_early``)."""
+    if isinstance(out, ToDownstream):
+        return True
+    if isinstance(out, ToUpstream):
+        return isinstance(out.message, ChainAck)
+    if isinstance(out, ToDevice):
+        return isinstance(out.message, DeviceNotice) and not out.message.consumed
+    return False

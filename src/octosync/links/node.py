@@ -3,7 +3,10 @@
 Everything that changes the replica happens in one task (``_process``), one batch at a time:
 take every queued input, feed it to the cores, commit what changed to SQLite in one
 transaction (group commit), and only then write the outputs to sockets, one write per
-connection per batch. So nothing is forwarded or acknowledged that a crash could take back.
+connection per batch. Events going down and acknowledgements leave before the commit
+(``Membership.flush_early``): every link's commit then runs beside its neighbours' instead of
+after them, and nothing is acknowledged beyond what every link has committed (an
+acknowledgement waits at each link for that link's commit). State leaves only once committed.
 The commit runs on the loop's own thread: it is one fsync (about 2 ms here), and handing it
 to a worker thread cost more (two thread switches per batch on a busy 2-core machine) than
 the reading it let overlap; the kernel buffers what arrives meanwhile.
@@ -21,7 +24,7 @@ import contextlib
 import gc
 import itertools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,6 +36,7 @@ from octosync.chain.link_frames import AnyFrame, LinkFrame, Refused, StatusReque
 from octosync.chain.membership import (
     Close,
     ConnId,
+    Delivery,
     Dial,
     Effect,
     Membership,
@@ -325,9 +329,11 @@ class Node:
                 size += _weight(batch[-1])
             for item in batch:
                 self._perform(item(core))
+            self._send(core.flush_early())
             core.compute(self.options.app)
             self.store.commit(core.link, core.epoch)  # on this thread: see the docstring
-            self._send()
+            core.committed()
+            self._send(core.flush())
             if core.compute_due:
                 self.inbox.put_nowait(Membership.tick)  # another batch computes the rest
             await asyncio.sleep(0)  # let the readers queue the next batch (and heartbeats run)
@@ -364,11 +370,11 @@ class Node:
 
     # -- output ----------------------------------------------------------------------------------
 
-    def _send(self) -> None:
+    def _send(self, deliveries: Iterable[Delivery]) -> None:
         """Encode each output once and write each connection's share in one call (one syscall
         per connection per batch, not per frame); a broadcast is one encoding for all devices."""
         pending: dict[ConnId, list[bytes]] = {}
-        for delivery in self.core.flush():
+        for delivery in deliveries:
             data = chain_link.encode(delivery.frame)
             for conn_id in delivery.conns:
                 pending.setdefault(conn_id, []).append(data)
