@@ -2,8 +2,10 @@
 
 One middle link (``Membership`` around a ``ChainLink``) in this process, its replica in a real
 SQLite file (``LinkStore``, the durability given), no sockets: a batch of events arrives from
-upstream as encoded frames, is decoded, ingested, sent down (encoded) and committed; then the
-tail's acknowledgement and a state change consuming the batch come back up and are relayed.
+upstream as encoded frames, is decoded, ingested, committed and only then sent down (encoded);
+then the tail's acknowledgement comes back up and is relayed at once (it covers only what this
+link committed before it sent it), and a state change consuming the batch is committed and
+relayed.
 Each stage's time is divided by the events of the batch, for several batch sizes (a link
 takes whatever queued while its previous batch ran, so its batches grow with the load). The
 socket reads and writes are not here: ``bench/chain.py`` measures the whole chain.
@@ -32,7 +34,7 @@ from octosync.wire import chain_link
 from octosync.wire.framing import FrameDecoder
 
 UP, DOWN = 1, 2
-STAGES = ("decode", "ingest", "send down", "commit", "relay ack", "state up")
+STAGES = ("decode", "ingest", "commit", "send down", "relay ack", "state up")
 
 
 def middle_link() -> Membership:
@@ -67,11 +69,9 @@ def run(size: int, events: int, durability: Durability, folder: Path) -> dict[st
             for frame in frames:
                 core.receive(UP, frame)
             t2 = clock()
-            b"".join(chain_link.encode(d.frame) for d in core.flush_early())
-            t3 = clock()
             store.commit(core.link, 0)
-            core.committed()
-            list(core.flush())
+            t3 = clock()
+            b"".join(chain_link.encode(d.frame) for d in core.flush())
             t4 = clock()
             kill = tuple(range(first, first + size))
             up = chain_link.encode(Forward(0, ChainAck(first + size - 1))) + chain_link.encode(
@@ -82,10 +82,9 @@ def run(size: int, events: int, durability: Durability, folder: Path) -> dict[st
             t5 = clock()
             for frame in [chain_link.decode(p) for p in decoder.feed(up)]:
                 core.receive(DOWN, frame)
-            b"".join(chain_link.encode(d.frame) for d in core.flush_early())
+            b"".join(chain_link.encode(d.frame) for d in core.flush_relayed())
             t6 = clock()
             store.commit(core.link, 0)
-            core.committed()
             b"".join(chain_link.encode(d.frame) for d in core.flush())
             t7 = clock()
             for stage, took in zip(

@@ -202,11 +202,6 @@ class Sim:
         self.route(self.order[-1], self.tail.compute(self.app))
 
     def route(self, name: str, outputs: list[Output]) -> None:
-        """Deliver a step's outputs, then commit the link (as its process does after each
-        batch) and deliver the acknowledgements that waited for the commit."""
-        link = self.links[name]
-        link.take_dirty()
-        outputs = [*outputs, *link.committed()]
         i = self.order.index(name)
         for out in outputs:
             if isinstance(out, ToDownstream):

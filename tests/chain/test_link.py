@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from octosync.chain.device import DeviceClient
-from octosync.chain.link import ChainLink, Output, ToDevice, ToDevices, ToDownstream, ToUpstream
+from octosync.chain.link import ChainLink, ToDevice, ToDevices, ToDownstream, ToUpstream
 from octosync.chain.records import (
     BootstrapChainRequest,
     BootstrapComplete,
@@ -28,7 +27,6 @@ from octosync.errors import (
     ReplicationError,
     SequenceGap,
 )
-from octosync.store.chain import LinkStore
 from tests.chain.sim import Sim
 
 
@@ -44,12 +42,6 @@ def consume_all(state: object, events: list[Event]) -> StateChange:
     return StateChange(
         change={"seen": len(events)}, event_kill=tuple(e.chain_sequencer for e in events)
     )
-
-
-def commit(link: ChainLink) -> list[Output]:
-    """What the link's process does after a batch: commit it, then send what waited for it."""
-    link.take_dirty()
-    return link.committed()
 
 
 def head_with(device: str, *events: DeviceEvent) -> ChainLink:
@@ -73,7 +65,6 @@ def test_duplicate_is_not_reappended_and_acked_once_durable() -> None:
     head.receive_device_event("a", DeviceEvent(1, "join", "{}"))
     assert head.receive_device_event("a", DeviceEvent(1, "join", "{}")) == []
     assert len(head.events) == 1
-    commit(head)
     head.on_chain_ack(1)
     again = head.receive_device_event("a", DeviceEvent(1, "join", "{}"))
     assert again == [ToDevice("a", DeviceNotice(acked=(1,)))]
@@ -98,35 +89,17 @@ def test_event_at_or_below_device_trim_is_consumed_not_appended() -> None:
 
 def test_tail_acks_up_and_head_tells_each_device() -> None:
     tail = ChainLink(has_upstream=True)
-    assert tail.ingest(Event("a", 1, 1, "join", "{}")) == []  # not before the tail committed it
-    assert commit(tail) == [ToUpstream(ChainAck(1))]
+    assert tail.ingest(Event("a", 1, 1, "join", "{}")) == [ToUpstream(ChainAck(1))]
     head = ChainLink(has_downstream=True)
     head.receive_device_event("a", DeviceEvent(1, "join", "{}"))
     head.receive_device_event("b", DeviceEvent(4, "join", "{}"))
     head.receive_device_event("a", DeviceEvent(2, "join", "{}"))
-    assert commit(head) == []
     out = head.on_chain_ack(3)
     assert out == [
         ToDevice("a", DeviceNotice(acked=(1, 2))),
         ToDevice("b", DeviceNotice(acked=(4,))),
     ]
     assert head.on_chain_ack(2) == []
-
-
-def test_an_acknowledgement_alone_needs_no_commit(tmp_path: Path) -> None:
-    """A batch that only relays an ack costs no fsync: its value goes with the next commit."""
-    store = LinkStore(tmp_path / "n2.sqlite")
-    middle = ChainLink(has_upstream=True, has_downstream=True)
-    middle.ingest(Event("a", 1, 1, "join", "{}"))
-    assert store.commit(middle, 1)
-    assert middle.committed() == []
-    assert middle.on_chain_ack(1) == [ToUpstream(ChainAck(1))]
-    assert not store.commit(middle, 1)  # nothing to write: no transaction, no fsync
-    assert store.load()[0].acked_through == 0
-    middle.ingest(Event("a", 2, 2, "move", "{}"))
-    assert store.commit(middle, 1)
-    assert store.load()[0].acked_through == 1
-    store.close()
 
 
 def test_ingest_refuses_a_gap_and_ignores_resends() -> None:
@@ -285,7 +258,6 @@ def test_bootstrap_refuses_malformed_requests() -> None:
 def test_bootstrap_acks_duplicates_already_durable() -> None:
     head = ChainLink(has_downstream=True)
     head.receive_device_event("a", DeviceEvent(1, "x", ""))
-    commit(head)
     head.on_chain_ack(1)
     out = head.bootstrap("a", BootstrapChainRequest(2, {1: DeviceEvent(1, "x", "")}))
     assert out[1] == ToDevice("a", DeviceNotice(acked=(1,)))

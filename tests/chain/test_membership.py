@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import settings
@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from octosync.chain.config import ChainConfig, Member
 from octosync.chain.game import compute
 from octosync.chain.link import ChainLink
-from octosync.chain.link_frames import AnyFrame, ForDevice, Forward, FromDevice, PeerHello
+from octosync.chain.link_frames import AnyFrame, ForDevice, Forward, PeerHello
 from octosync.chain.membership import (
     Close,
     Delivery,
@@ -41,7 +41,6 @@ from octosync.chain.membership import (
 from octosync.chain.records import (
     ChainAck,
     ChainStateMachine,
-    DeviceEvent,
     DeviceNotice,
     Event,
     StateChange,
@@ -158,12 +157,10 @@ class World:
                 case Stop():
                     self.kill(name)  # the process exits
                     return
-        for delivery in core.flush_early():  # as the link process does: before its commit
+        for delivery in core.flush_relayed():  # as the link process does: before its commit
             for conn in delivery.conns:
                 self.send(name, conn, delivery.frame)
         core.compute(compute)
-        core.link.take_dirty()  # the commit
-        core.committed()
         for delivery in core.flush():
             for conn in delivery.conns:
                 self.send(name, conn, delivery.frame)
@@ -363,10 +360,7 @@ def linked(link: ChainLink) -> Membership:
 
 def batch(core: Membership) -> tuple[list[Delivery], list[Delivery]]:
     """One batch's deliveries: before the commit, then after it."""
-    early = list(core.flush_early())
-    core.link.take_dirty()  # the commit
-    core.committed()
-    return early, list(core.flush())
+    return list(core.flush_relayed()), list(core.flush())
 
 
 def test_a_middle_link_relays_a_downstream_ack_before_its_commit() -> None:
@@ -400,33 +394,8 @@ def test_an_ack_behind_a_held_frame_keeps_its_place() -> None:
     update = StateUpdate(1, False, {"n": 1}, {"d": (1,)})
     assert late == [
         Delivery((DEVICE,), ForDevice(0, update)),
-        # 1 was consumed before its ack came: it is acknowledged all the same
-        Delivery((DEVICE,), ForDevice(0, DeviceNotice(acked=(1, 2)))),
+        Delivery((DEVICE,), ForDevice(0, DeviceNotice(acked=(2,)))),  # 1 was consumed
     ]
-
-
-def test_a_link_forwards_an_event_before_its_commit_and_acks_it_only_after() -> None:
-    """The links' commits run side by side: the event goes down at once, but an ack for it
-    that arrives before this link committed it waits here for the commit."""
-    core = linked(ChainLink(held(), has_upstream=True, has_downstream=True))
-    event = Event("d", 1, 1, "click", "{}")
-    core.receive(UP, Forward(0, event))
-    core.receive(DOWN, Forward(0, ChainAck(1)))  # the tail was quicker than this link's commit
-    early, late = batch(core)
-    assert early == [Delivery((DOWN,), Forward(0, event))]
-    assert late == [Delivery((UP,), Forward(0, ChainAck(1)))]
-
-
-def test_the_head_acks_devices_only_what_it_committed() -> None:
-    core = linked(ChainLink(held(1), has_downstream=True))
-    core.receive(DEVICE, FromDevice(0, DeviceEvent(2, "click", "{}")))
-    core.receive(DOWN, Forward(0, ChainAck(2)))
-    early, late = batch(core)
-    assert [d.frame for d in early] == [
-        Forward(0, Event("d", 2, 2, "click", "{}")),
-        ForDevice(0, DeviceNotice(acked=(1,))),  # 2 is not committed here yet
-    ]
-    assert late == [Delivery((DEVICE,), ForDevice(0, DeviceNotice(acked=(2,))))]
 
 
 def test_the_tails_own_ack_waits_for_its_commit() -> None:
@@ -436,25 +405,3 @@ def test_the_tails_own_ack_waits_for_its_commit() -> None:
     early, late = batch(core)
     assert early == []
     assert Delivery((UP,), Forward(0, ChainAck(1))) in late
-
-
-def test_a_one_link_chain_acks_an_event_before_the_state_that_consumed_it() -> None:
-    """Head and tail at once: it computes before its commit, yet the device hears that its
-    event is durable before it sees the state that consumed it (and hears both only after)."""
-    core = linked(ChainLink(held()))
-
-    def consume_all(state: object, events: Sequence[Event]) -> StateChange:
-        return StateChange(
-            change={"n": len(events)}, event_kill=tuple(e.chain_sequencer for e in events)
-        )
-
-    core.receive(DEVICE, FromDevice(0, DeviceEvent(1, "click", "{}")))
-    early = list(core.flush_early())
-    core.compute(consume_all)
-    core.link.take_dirty()
-    core.committed()
-    assert early == []
-    assert [d.frame for d in core.flush()] == [
-        ForDevice(0, DeviceNotice(acked=(1,))),
-        ForDevice(0, StateUpdate(1, False, {"n": 1}, {"d": (1,)})),
-    ]

@@ -30,13 +30,10 @@ Decisions where the seed is silent, inverted or unfinished:
 5. **Out-of-order consumption.** ``compute`` may consume any subset of the events it is given;
    the rest stay live and are offered again. ``Trim`` stops at the first live event, so a
    tombstoned event above it stays held (tombstoned) until the prefix catches up.
-6. **Acknowledgement.** An event is durable everywhere once every link has committed it. A
-   link forwards an event down before its own commit (the commits of the links run side by
-   side, not one after another), so an acknowledgement never passes a link beyond what that
-   link has committed (``durable``, advanced by ``committed``): the tail sends
-   ``ChainAck(through)`` up once its commit holds ``through``; each link relays it up once
-   its own does; the head then tells each device which of its sequencers are safe. A link
-   that becomes the tail acknowledges everything it holds, as far as it has committed it.
+6. **Acknowledgement.** An event is durable everywhere once the tail holds it (every link
+   upstream holds a superset). The tail sends ``ChainAck(through)`` up; the head then tells
+   each device which of its sequencers are safe. A link that becomes the tail acknowledges
+   everything it holds.
 7. **Joining links** (the seed's ``Ingest(mine, prior)``). The link nearer the devices is
    authoritative for events, the one nearer compute for state. When an upstream link is
    joined to a downstream one, the downstream sends its ``StateSnapshot`` up and the upstream
@@ -142,16 +139,6 @@ class ChainLink:
         self.state: JsonTree = sm.state
         self.next_state = sm.next_state_sequencer
         self.acked_through = sm.acked_through
-        """The tail holds everything through this (a ``ChainAck`` said so)."""
-        self.durable = sm.next_chain_sequencer - 1
-        """This link has committed every event through this: what it was built from is stored
-        (loaded, or a copy the store wrote before anything is sent)."""
-        self._taken = self.durable
-        self.relayed_through = min(sm.acked_through, self.durable)
-        """Acknowledged up (or to devices, at the head) through this: both of the above."""
-        self._consumed_unacked: dict[int, tuple[str, int]] = {}
-        """Events consumed and dropped before their acknowledgement passed this link (the tail
-        computes before its commit): chain sequencer -> (device, device sequencer)."""
         self.has_upstream = has_upstream
         self.has_downstream = has_downstream
         self.batch_limit = batch_limit
@@ -201,24 +188,12 @@ class ChainLink:
 
     def take_dirty(self) -> Dirty | None:
         """What to persist (one transaction) before the outputs produced so far are sent."""
-        self._taken = self.next_chain - 1
         if not self._changed:
             return None
         dirty = Dirty(self._upserts, self.trim)
         self._upserts = {}
         self._changed = False
         return dirty
-
-    def committed(self) -> list[Output]:
-        """The store committed what the last ``take_dirty`` took: the acknowledgements it
-        held back for that commit go now."""
-        self.durable = max(self.durable, self._taken)
-        return self._relay_acks()
-
-    @property
-    def safe_through(self) -> int:
-        """Every event through this is committed here and at the tail."""
-        return min(self.acked_through, self.durable)
 
     # -- roles -------------------------------------------------------------------------------
 
@@ -237,8 +212,8 @@ class ChainLink:
         """An upstream link joined: it learns this link's state (nearer compute wins) and acks."""
         self.has_upstream = True
         outputs: list[Output] = [ToUpstream(self.snapshot())]
-        if self.safe_through:
-            outputs.append(ToUpstream(ChainAck(self.safe_through)))
+        if self.acked_through:
+            outputs.append(ToUpstream(ChainAck(self.acked_through)))
         return outputs
 
     def detach_upstream(self) -> None:
@@ -254,7 +229,7 @@ class ChainLink:
         d = event.device_sequencer
         if result is Ingested.CONSUMED:
             outputs.append(ToDevice(device, DeviceNotice(consumed=(d,))))
-        elif result is Ingested.DUPLICATE and c <= self.safe_through:
+        elif result is Ingested.DUPLICATE and c <= self.acked_through:
             outputs.append(ToDevice(device, DeviceNotice(acked=(d,))))
         return outputs
 
@@ -286,7 +261,7 @@ class ChainLink:
             result, c = self._ingest_device_event(device, request.events[d], outputs)
             if result is Ingested.CONSUMED:
                 kill.append(d)
-            elif result is Ingested.DUPLICATE and c <= self.safe_through:
+            elif result is Ingested.DUPLICATE and c <= self.acked_through:
                 acked.append(d)
         held = self.by_device.get(device, {})
         next_d = max(
@@ -375,33 +350,18 @@ class ChainLink:
     # -- acks, state and snapshots, up the chain ---------------------------------------------
 
     def on_chain_ack(self, through: int) -> list[Output]:
-        """``ChainAck``: relay it up; at the head, tell each device what is now durable (as
-        far as this link has committed it; ``committed`` relays the rest)."""
+        """``ChainAck``: relay it up; at the head, tell each device what is now durable."""
         if through <= self.acked_through:
             return []
-        # Written with the next commit, not a commit of its own: a lower value read back after
-        # a crash only makes acknowledgements come again later, never too early.
-        self.acked_through = through
-        return self._relay_acks()
-
-    def _relay_acks(self) -> list[Output]:
-        through = self.safe_through
-        if through <= self.relayed_through:
-            return []
-        previous, self.relayed_through = self.relayed_through, through
-        acked: list[tuple[int, str, int]] = []
-        if self._consumed_unacked:
-            for c in [c for c in self._consumed_unacked if c <= through]:
-                acked.append((c, *self._consumed_unacked.pop(c)))
+        previous, self.acked_through = self.acked_through, through
+        self._changed = True
         if self.has_upstream:
             return [ToUpstream(ChainAck(through))]
+        per_device: dict[str, list[int]] = {}
         for c in range(max(previous + 1, self.trim), through + 1):
             e = self.events.get(c)
             if e is not None:
-                acked.append((c, e.device, e.device_sequencer))
-        per_device: dict[str, list[int]] = {}
-        for _, device, d in sorted(acked):
-            per_device.setdefault(device, []).append(d)
+                per_device.setdefault(e.device, []).append(e.device_sequencer)
         return [ToDevice(dev, DeviceNotice(acked=tuple(ds))) for dev, ds in per_device.items()]
 
     def apply_state_change(self, change: StateChange) -> list[Output]:
@@ -469,8 +429,6 @@ class ChainLink:
                 break
             del self.events[self.trim]
             self._upserts.pop(self.trim, None)
-            if self.trim > self.relayed_through:
-                self._consumed_unacked[self.trim] = (e.device, e.device_sequencer)
             per_device = self.by_device[e.device]
             del per_device[e.device_sequencer]
             if not per_device:

@@ -5,8 +5,8 @@ connection that opened or closed, a configuration read from NATS, a probe's answ
 carries out the effects it returns: ``Send`` and ``Close`` on connections, ``Dial`` the
 successor, ``Probe`` a suspect neighbour, ``RemoveMember`` by compare-and-set, ``Refresh``
 the configuration, ``ReplaceReplica`` in the store, ``Stop``. It owns the ``ChainLink``, so
-the chain's outputs of a batch are routed here too: events going down and acknowledgements
-before the store commits the batch (``flush_early``), the rest after (``committed``, ``flush``).
+the chain's outputs of a batch are routed here too (``flush``), after the store committed;
+only an acknowledgement relayed from downstream may leave before (``flush_relayed``).
 
 The rules: the configuration (its epoch and member order) names each link's predecessor and
 successor. The upstream link dials its successor (``PeerHello`` with its epoch); the
@@ -47,12 +47,7 @@ from octosync.chain.link_frames import (
     Status,
     StatusRequest,
 )
-from octosync.chain.records import (
-    BootstrapChainRequest,
-    ChainAck,
-    ChainStateMachine,
-    DeviceNotice,
-)
+from octosync.chain.records import BootstrapChainRequest, ChainAck, ChainStateMachine
 from octosync.errors import NotBootstrapped, OctosyncError, StaleEpoch
 
 ConnId = int
@@ -162,10 +157,10 @@ class Membership:
     peers: dict[ConnId, Peer] = field(default_factory=dict)
     outputs: list[tuple[Output, int]] = field(default_factory=list)
     """The batch's chain outputs with the epoch they go out in (``flush`` routes them)."""
-    computed: list[tuple[Output, int]] = field(default_factory=list)
-    """What the batch's ``compute`` produced, until ``committed``."""
+    relayed: set[int] = field(default_factory=set)
+    """Indexes in ``outputs`` of what a downstream ``ChainAck`` produced (``flush_relayed``)."""
     sent_early: set[int] = field(default_factory=set)
-    """Indexes in ``outputs`` that ``flush_early`` delivered (``flush`` skips them)."""
+    """Indexes in ``outputs`` that ``flush_relayed`` delivered (``flush`` skips them)."""
 
     # -- the configuration --------------------------------------------------------------------
 
@@ -186,6 +181,7 @@ class Membership:
             self.waiting_copy = True
         effects = self.reconfigure(config)
         self.outputs.clear()  # nothing is connected yet
+        self.relayed.clear()
         return effects
 
     def reconfigure(self, config: ChainConfig) -> list[Effect]:
@@ -331,7 +327,11 @@ class Membership:
                     raise StaleEpoch(
                         f"frame of epoch {frame.epoch} on a link of {peer.since_epoch}"
                     )
-                self._emit(self.link.receive(frame.message))
+                produced = self.link.receive(frame.message)
+                if conn == self.down and isinstance(frame.message, ChainAck):
+                    start = len(self.outputs)
+                    self.relayed.update(range(start, start + len(produced)))
+                self._emit(produced)
             case FromDevice():
                 if peer.kind != "device" or self.devices.get(peer.peer) != conn:
                     raise StaleEpoch("device frame on a connection that is not a head's device")
@@ -414,51 +414,41 @@ class Membership:
         self.outputs.extend((out, epoch) for out in produced)
 
     def compute(self, app: Compute) -> None:
-        """At the end of a batch: the tail computes the state of what it ingested. What that
-        produced goes out after the acknowledgements the batch's commit releases, so a device
-        is told an event is durable before it sees a state that consumed it."""
+        """At the end of a batch: the tail computes the state of what it ingested."""
         if not self.waiting_copy:
-            epoch = self.epoch
-            self.computed.extend((out, epoch) for out in self.link.compute(app))
+            self._emit(self.link.compute(app))
 
     @property
     def compute_due(self) -> bool:
         return not self.waiting_copy and self.link.compute_due
 
-    def flush_early(self) -> Iterator[Delivery]:
-        """What may leave before the batch's commit: events going down, and acknowledgements.
+    def flush_relayed(self) -> Iterator[Delivery]:
+        """What may leave before the batch's commit: acknowledgements relayed from downstream.
 
-        An event forwarded before this link commits it is acknowledged by no one until this
-        link has (``ChainLink.durable``), so the links' commits run side by side instead of one
-        after another; and an acknowledgement covers only what this link already committed,
-        so this batch's commit adds nothing to it. State (changes, snapshots, updates,
-        bootstraps, consumed notices) still leaves only once committed. Each frame goes out
-        early only while nothing of the batch is held back before it on the same connection,
-        so every connection receives the batch's frames in their order.
+        A ``ChainAck`` from downstream says the tail holds those events, and every link above
+        it persisted them before forwarding them, this one included; relaying it (up, or to
+        the devices at the head) promises nothing this batch's commit adds. Each goes out only
+        while nothing of the batch is held back before it on the same connection, so every
+        connection still receives the batch's frames in their order. This takes the links'
+        commits off the acknowledgement's way up: only the way down waits for them.
         """
+        if not self.relayed:
+            return
         held: set[ConnId] = set()
         for i, delivery in self._route(self.outputs):
-            if _early(self.outputs[i][0]) and held.isdisjoint(delivery.conns):
+            if i in self.relayed and held.isdisjoint(delivery.conns):
                 self.sent_early.add(i)
                 yield delivery
             else:
                 held.update(delivery.conns)
 
-    def committed(self) -> None:
-        """The store committed the batch: the acknowledgements that waited for it are due,
-        then what the tail computed."""
-        self._emit(self.link.committed())
-        self.outputs.extend(self.computed)
-        self.computed.clear()
-
     def flush(self) -> Iterator[Delivery]:
         """The batch's outputs (once the store committed them), each for the connections it
         goes to: the attached successor, the predecessor, bootstrapped devices; none reaches a
         connection that joined after it was produced (it gets it in its own resend)."""
-        self.outputs.extend(self.computed)  # never dropped, even without ``committed``
-        self.computed.clear()
         outputs, self.outputs = self.outputs, []
         sent, self.sent_early = self.sent_early, set()
+        self.relayed = set()
         for i, delivery in self._route(outputs):
             if i not in sent:
                 yield delivery
@@ -517,14 +507,3 @@ class Membership:
             len(self.devices),
             link.state,
         )
-
-
-def _early(out: Output) -> bool:
-    """Whether ``out`` may leave before its batch is committed (see ``flush_early``)."""
-    if isinstance(out, ToDownstream):
-        return True
-    if isinstance(out, ToUpstream):
-        return isinstance(out.message, ChainAck)
-    if isinstance(out, ToDevice):
-        return isinstance(out.message, DeviceNotice) and not out.message.consumed
-    return False

@@ -3,10 +3,9 @@
 Everything that changes the replica happens in one task (``_process``), one batch at a time:
 take every queued input, feed it to the cores, commit what changed to SQLite in one
 transaction (group commit), and only then write the outputs to sockets, one write per
-connection per batch. Events going down and acknowledgements leave before the commit
-(``Membership.flush_early``): every link's commit then runs beside its neighbours' instead of
-after them, and nothing is acknowledged beyond what every link has committed (an
-acknowledgement waits at each link for that link's commit). State leaves only once committed.
+connection per batch. So nothing is forwarded or acknowledged that a crash could take back.
+Acknowledgements relayed from downstream are the one exception (``flush_relayed``): they
+report commits already made, here and below, so they leave before this batch's commit.
 The commit runs on the loop's own thread: it is one fsync (about 2 ms here), and handing it
 to a worker thread cost more (two thread switches per batch on a busy 2-core machine) than
 the reading it let overlap; the kernel buffers what arrives meanwhile.
@@ -329,10 +328,9 @@ class Node:
                 size += _weight(batch[-1])
             for item in batch:
                 self._perform(item(core))
-            self._send(core.flush_early())
+            self._send(core.flush_relayed())
             core.compute(self.options.app)
             self.store.commit(core.link, core.epoch)  # on this thread: see the docstring
-            core.committed()
             self._send(core.flush())
             if core.compute_due:
                 self.inbox.put_nowait(Membership.tick)  # another batch computes the rest
