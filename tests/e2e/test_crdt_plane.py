@@ -203,6 +203,24 @@ async def test_a_large_document_arrives_in_frames_and_joined_means_all_of_it(
             assert late.map("fields").value == {f"f{i}": i for i in range(30)}
 
 
+async def test_a_document_started_again_is_synced_only_once_its_new_session_joined(
+    tmp_path: Path,
+) -> None:
+    """Closed and started again, a document's ``synced()`` waits for the server's state of
+    the new session: what another writer did meanwhile is there when it resolves."""
+    async with serve(tmp_path) as srv:
+        bob = SharedDocument(srv.ws_url, "again")
+        async with bob:
+            bob.counter("n").add(1)
+            await bob.synced(TIMEOUT)
+        async with SharedDocument(srv.ws_url, "again") as ann:
+            ann.counter("n").add(10)
+            await ann.synced(TIMEOUT)
+        async with bob:
+            await bob.synced(TIMEOUT)
+            assert bob.counter("n").value == 11
+
+
 async def test_node_grants_give_each_writer_its_own_values(tmp_path: Path) -> None:
     secret = "plane-grants-secret-plane-grants-secret!"
     auth = AuthConfig(hs256_secret=secret)

@@ -195,6 +195,8 @@ class SharedDocument:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.connected = False  # a later start() is synced only once its own session joined
+        self._joined = False
 
     async def synced(self, timeout: float = 30.0) -> None:
         """Wait until the server's state arrived and every local edit is acknowledged."""
@@ -325,6 +327,7 @@ class SharedDocument:
             self.reconnects = self._sessions
             self._sessions += 1
             self.connected = True
+            self._joined = False  # until this session's document has arrived
             self._snapshot = set()
             self._probe = None
             self._held = {}
