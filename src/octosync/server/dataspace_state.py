@@ -9,10 +9,9 @@ import logging
 from collections.abc import Callable
 
 from octosync.errors import OctosyncError
-from octosync.server.auth import ClaimGrants
 from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.face_names import FaceName
-from octosync.server.face_state import FaceState
+from octosync.server.face_state import ServedFaceState
 from octosync.server.runtime import Runtime
 from octosync.store.commit_path import Commit
 from octosync.store.dataspace_hook import dataspace_records
@@ -21,9 +20,9 @@ from octosync.syndicate import Relay
 log = logging.getLogger(__name__)
 
 
-class DataspaceState(FaceState):
+class DataspaceState(ServedFaceState):
     def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+        super().__init__(rt)
         self._relay: Relay | None = None
         self.relay_framing: dict[int, Callable[[bytes], bytes]] = {}
         """Each dataspace connection's transport framing (WebSocket message or raw TCP)."""
@@ -61,16 +60,6 @@ class DataspaceState(FaceState):
                 commits.submit(Commit(0, dataspace_records(taken, self.rt.run)))
             except OctosyncError as exc:
                 log.warning("dataspace activity not journaled: %s", exc)
-
-    @property
-    def max_frame(self) -> int:
-        return self.rt.max_frame
-
-    def authenticate(self, token: str | None) -> ClaimGrants:
-        return self.rt.authenticate(token)
-
-    def deliver(self, conn: int, *data: bytes) -> None:
-        self.rt.deliver(conn, *data)
 
 
 def dataspace_state(rt: Runtime) -> DataspaceState:

@@ -19,10 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from octosync.cluster.planes import PlaneStats
 from octosync.hub.crdt_streams import CrdtStreams
-from octosync.server.auth import ClaimGrants
 from octosync.server.durable_acks import DurableListener
 from octosync.server.face_names import FaceName
-from octosync.server.face_state import ClusterJoin, FaceLink, FaceState
+from octosync.server.face_state import ClusterJoin, FaceLink, ServedFaceState
 from octosync.server.held_metrics import HeldView, held_metrics
 from octosync.server.plane import Plane
 from octosync.server.ports import SessionHub
@@ -43,10 +42,10 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class LazilyState(FaceState):
+class LazilyState(ServedFaceState):
     def __init__(self, rt: Runtime) -> None:
         config = rt.config
-        self.rt = rt
+        super().__init__(rt)
         self.held = config.cluster_url is not None and config.cluster_hold == "interest"
         """Documents held by interest in a cluster: loaded from JetStream, not the journal."""
         streams = CrdtStreams(_wall_ms, away_ms=int(config.plane_member_away * 1000))
@@ -64,19 +63,12 @@ class LazilyState(FaceState):
         return self.rt.hub
 
     @property
-    def max_frame(self) -> int:
-        return self.rt.max_frame
-
-    @property
     def journaled(self) -> bool:
         return self.rt.journaled
 
     @property
     def durable_listeners(self) -> MutableMapping[int, DurableListener]:
         return self.rt.durable_listeners
-
-    def authenticate(self, token: str | None) -> ClaimGrants:
-        return self.rt.authenticate(token)
 
     def wake(self, conn: int) -> None:
         self.rt.wake(conn)
