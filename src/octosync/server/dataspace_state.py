@@ -11,8 +11,8 @@ from collections.abc import Callable
 from octosync.errors import OctosyncError
 from octosync.server.dataspace_key import load_or_create_secret
 from octosync.server.face_names import FaceName
-from octosync.server.face_state import ServedFaceState
 from octosync.server.runtime import Runtime
+from octosync.server.served_state import ServedFaceState
 from octosync.store.commit_path import Commit
 from octosync.store.dataspace_hook import dataspace_records
 from octosync.syndicate import Relay

@@ -22,8 +22,6 @@ if TYPE_CHECKING:  # NATS comes with the cluster extra: imported only by a serve
 
     from octosync.links.cluster_link import ClusterLink
     from octosync.links.jetstream_log import LogSettings
-    from octosync.server.auth import ClaimGrants
-    from octosync.server.runtime import Runtime
 
 
 class FaceLink(Protocol):
@@ -72,21 +70,3 @@ class FaceState:
 
     def close(self) -> None:
         """At shutdown, after every connection closed: stop its threads, free its regions."""
-
-
-class ServedFaceState(FaceState):
-    """A face's state whose sessions take the frame limit, token checks and delivery from the
-    runtime they share (the parts of their port every face has alike)."""
-
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-
-    @property
-    def max_frame(self) -> int:
-        return self.rt.max_frame
-
-    def authenticate(self, token: str | None) -> ClaimGrants:
-        return self.rt.authenticate(token)
-
-    def deliver(self, conn: int, *data: bytes) -> None:
-        self.rt.deliver(conn, *data)

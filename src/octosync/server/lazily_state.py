@@ -21,11 +21,12 @@ from octosync.cluster.planes import PlaneStats
 from octosync.hub.crdt_streams import CrdtStreams
 from octosync.server.durable_acks import DurableListener
 from octosync.server.face_names import FaceName
-from octosync.server.face_state import ClusterJoin, FaceLink, ServedFaceState
+from octosync.server.face_state import ClusterJoin, FaceLink
 from octosync.server.held_metrics import HeldView, held_metrics
 from octosync.server.plane import Plane
 from octosync.server.ports import SessionHub
 from octosync.server.runtime import Runtime
+from octosync.server.served_state import ServedFaceState
 from octosync.server.shared_blobs import ServerBlobs
 from octosync.store.journal import Journal
 from octosync.store.recovery import restore_planes

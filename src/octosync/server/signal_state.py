@@ -4,8 +4,8 @@ signal sessions' port (``server.ports.SignalPort``)."""
 from __future__ import annotations
 
 from octosync.server.face_names import FaceName
-from octosync.server.face_state import ServedFaceState
 from octosync.server.runtime import Runtime
+from octosync.server.served_state import ServedFaceState
 from octosync.signaling import SignalingHub
 
 
