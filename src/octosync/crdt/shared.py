@@ -123,6 +123,7 @@ class SharedState:
         changed: set[str] = set()
         texts: dict[str, list[tuple[str, bytes]]] = {}
         watermarks: list[CrdtOp] = []
+        rewrites: dict[str, set[str]] = {}
         for op in ops:
             self._observe(op.stamp)
             if _is_ephemeral(op):
@@ -131,6 +132,9 @@ class SharedState:
                     changed.add(taken)
                 continue
             if self.replica.apply(op):
+                if op.stamp.peer == collect.SERVER_PEER and op.key:  # a compacted text chunk
+                    text, _, rest = op.key.partition("/")
+                    rewrites.setdefault(text, set()).add(rest)
                 if is_gc(op):
                     watermarks.append(op)
                     continue
@@ -142,7 +146,8 @@ class SharedState:
             if gone:
                 changed.add(gone)
         for name, entries in texts.items():  # a batch's text entries at once, runs in order
-            self.text_of(name).receive_many(entries)
+            rewritten = {rest for rest, _ in entries if rest in rewrites.get(name, ())}
+            self.text_of(name).receive_many(entries, rewritten)
         return changed
 
     def _forget(self, dropped: Iterable[CrdtOp]) -> str:

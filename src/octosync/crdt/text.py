@@ -119,6 +119,9 @@ class TextCrdt:
         self._tombs: dict[Id, int] = {}
         """Deletions that came before (some of) their characters, by ``(peer, chunk)``: bit
         ``i`` set deletes the chunk's ``i``-th clock as it arrives."""
+        self._closed: set[Id] = set()
+        """``(peer, chunk)`` the server compacted: every character of it still kept is here,
+        so a deletion of one not held is of a collected character, not one yet to come."""
         self._cb = 0
         self._cs = 0
         """The last block an index lookup ended in, and its first visible index."""
@@ -378,7 +381,9 @@ class TextCrdt:
             end = clock + length
             while clock < end:
                 upto = min(end, (clock // CHUNK + 1) * CHUNK)
-                if self._kill(peer, clock, upto - clock, edits) < upto - clock:
+                if self._kill(peer, clock, upto - clock, edits) < upto - clock and (
+                    (peer, clock // CHUNK) not in self._closed
+                ):
                     self._tomb(peer, clock, upto - clock)
                 clock = upto
         return edits
@@ -411,6 +416,61 @@ class TextCrdt:
             self._cache = None
             self._cb, self._cs = 0, 0
         return known
+
+    def compact(self, peer: int, chunk: int, kept: Iterable[tuple[int, int]]) -> list[TextEdit]:
+        """The server collected chunk ``(peer, chunk)``'s stable tombstones: drop every
+        character of it held here outside ``kept`` (``(clock, length)`` runs; what is gone is
+        deleted, and no kept character names it as its origin, so the order of the rest does
+        not change). A visible one (a replica that had not seen its deletion) is reported as
+        deleted. The chunk is closed: its writer never writes it again."""
+        key = (peer, chunk)
+        self._closed.add(key)
+        self._tombs.pop(key, None)
+        keep = sorted(kept)
+        edits: list[TextEdit] = []
+        for span in list(self._where.get(key, ())):
+            start, end = span.clock, span.clock + len(span.text)
+            cut = start  # drop [cut, next kept start) pieces, left to right
+            for lo, n in [*keep, (end, 0)]:
+                hi = lo + n
+                if hi <= cut:
+                    continue
+                gap_end = min(lo, end)
+                if gap_end > cut:
+                    self._drop(peer, cut, gap_end - cut, edits)
+                cut = max(cut, hi)
+                if cut >= end:
+                    break
+        return edits
+
+    def _drop(self, peer: int, clock: int, length: int, edits: list[TextEdit]) -> None:
+        """Take characters ``clock .. clock + length - 1`` of ``peer`` (all in one span) out."""
+        found = self._find(peer, clock)
+        assert found is not None
+        if clock > found.clock:
+            self._split(found, clock - found.clock)
+            found = self._find(peer, clock)
+            assert found is not None
+        span = found
+        if span.clock + len(span.text) > clock + length:
+            self._split(span, length)
+        block = span.block
+        bi = self._block_index(block)
+        si = block.spans.index(span)
+        if not span.dead:
+            if self.events:
+                edits.append(TextEdit(self._index_of(bi, si), len(span.text), ""))
+            block.size -= len(span.text)
+            self._len -= len(span.text)
+        del block.spans[si]
+        where = self._where[(peer, clock // CHUNK)]
+        where.remove(span)
+        if not where:
+            del self._where[(peer, clock // CHUNK)]
+        if not block.spans and len(self._blocks) > 1:
+            del self._blocks[bi]
+        self._cache = None
+        self._cb, self._cs, self._placed = 0, 0, 0
 
     def _tomb(self, peer: int, clock: int, length: int) -> None:
         key = (peer, clock // CHUNK)

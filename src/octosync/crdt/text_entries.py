@@ -21,6 +21,7 @@ one before it, same chunk, is one run), so every writer encodes one history to t
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -60,10 +61,13 @@ def chunk_segment(segment: str, limit: int, path: str) -> int:
     return int(segment)
 
 
-def decode_runs(value: Any, peer: int, chunk: int, path: str) -> list[RunRow]:
+def decode_runs(
+    value: Any, peer: int, chunk: int, path: str, rewrite: bool = False
+) -> list[RunRow]:
     """A ``tx`` entry's state, strictly: maximal runs by clock inside the chunk, each after
-    its origin (an origin's clock is below the run's, so origins never form a cycle)."""
-    if not isinstance(value, list) or not value or len(value) > CHUNK:
+    its origin (an origin's clock is below the run's, so origins never form a cycle). Only the
+    server's ``rewrite`` of a chunk (``text_collect``) may hold no run."""
+    if not isinstance(value, list) or not (value or rewrite) or len(value) > CHUNK:
         raise CrdtValueError(f"a text chunk holds 1 to {CHUNK} runs", path=path)
     lo, hi = chunk * CHUNK, (chunk + 1) * CHUNK
     out: list[RunRow] = []
@@ -104,9 +108,9 @@ def runs_grow(old: list[RunRow], new: list[RunRow]) -> bool:
     return True
 
 
-def decode_ranges(value: Any, path: str) -> list[RangeRow]:
-    """A ``td`` entry's state, strictly."""
-    if not isinstance(value, list) or not value or len(value) > RANGES_PER_CHUNK:
+def decode_ranges(value: Any, path: str, rewrite: bool = False) -> list[RangeRow]:
+    """A ``td`` entry's state, strictly (only the server's ``rewrite`` may hold no range)."""
+    if not isinstance(value, list) or not (value or rewrite) or len(value) > RANGES_PER_CHUNK:
         raise CrdtValueError(f"a deletion chunk holds 1 to {RANGES_PER_CHUNK} ranges", path=path)
     out: list[RangeRow] = []
     for i, row in enumerate(value):
@@ -255,29 +259,44 @@ class SharedText:
         """Apply one entry's winning state (``tx/PEER/CHUNK`` or ``td/PEER/N``)."""
         self.receive_many([(rest, state)])
 
-    def receive_many(self, entries: list[tuple[str, bytes]]) -> None:
+    def receive_many(
+        self, entries: list[tuple[str, bytes]], rewritten: Collection[str] = ()
+    ) -> None:
         """Apply entries' winning states, runs in clock order (an origin's clock is below its
         run's, so a batch holding both places both at once instead of holding the run). An
-        entry that does not decode is skipped (a server refuses those before storing them)."""
+        entry that does not decode is skipped (a server refuses those before storing them).
+        ``rewritten`` names the entries whose winning write is the server's compaction of a
+        closed chunk (``text_collect``): what such a ``tx`` chunk lacks is collected."""
         runs: list[tuple[int, int, str, int, int]] = []
         deletions: list[RangeRow] = []
+        compacted: list[tuple[int, int, list[RunRow]]] = []
         for rest, state in entries:
+            rewrite = rest in rewritten
             try:
                 tag, peer_s, chunk_s = rest.split("/")
                 peer, chunk = int(peer_s), int(chunk_s)
                 value = _DECODE.decode(state)
                 if tag == "tx":
-                    rows = decode_runs(value, peer, chunk, "state")
+                    rows = decode_runs(value, peer, chunk, "state", rewrite)
                 else:
-                    ranges = decode_ranges(value, "state")
+                    ranges = decode_ranges(value, "state", rewrite)
             except (ValueError, msgspec.DecodeError, CrdtValueError):
                 continue
+            if rewrite:  # a closed chunk: its writer never writes it again
+                if peer == self.peer:
+                    (self._mine if tag == "tx" else self._td).pop(chunk, None)
+                if tag == "tx":
+                    compacted.append((peer, chunk, rows))
             if tag == "tx":
-                if peer == self.peer and runs_grow(self._mine.get(chunk, []), rows):
+                if not rewrite and peer == self.peer and runs_grow(self._mine.get(chunk, []), rows):
                     self._mine[chunk] = rows
                 runs.extend([(c, peer, t, op, oc) for c, t, op, oc in rows])
             else:
-                if peer == self.peer and ranges_grow(self._td.get(chunk, []), ranges):
+                if (
+                    not rewrite
+                    and peer == self.peer
+                    and ranges_grow(self._td.get(chunk, []), ranges)
+                ):
                     self._td[chunk] = list(ranges)
                     self._td_chunk = max(self._td_chunk, chunk)
                 deletions.extend(ranges)
@@ -293,6 +312,10 @@ class SharedText:
                 self.edits.extend(edits)
             if deletions:
                 edits = self.crdt.remove(deletions)
+                if listening and not whole:
+                    self.edits.extend(edits)
+            for peer, chunk, rows in compacted:
+                edits = self.crdt.compact(peer, chunk, [(c, len(t)) for c, t, _, _ in rows])
                 if listening and not whole:
                     self.edits.extend(edits)
         finally:

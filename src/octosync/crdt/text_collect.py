@@ -1,0 +1,216 @@
+"""Collecting a text's tombstones: the server compacts the chunks their writers have left.
+
+A deleted character stays as a tombstone because an edit made without seeing the deletion may
+still name it as its origin. Once every member of the document has seen the deletion (the
+stability watermark of ``collect``), no new edit names it; it may then go, unless a character
+that stays names it (its position would be lost). Runs make that cheap to decide: a character
+inside a run names the one before it, so what goes of a run is always a suffix.
+
+A text's entries only grow while their writer writes them, so the server takes a chunk over
+only once its writer has moved past it (the server holds a higher chunk of the same writer:
+clocks only rise, so the writer never writes the lower one again). It writes the chunk again
+itself, stamped by peer 0 (a *rewrite*): its runs without the collected characters, ``[]``
+when none is left. A deletion chunk its writer has left is rewritten without the ranges whose
+characters are all gone. Every replica that takes a rewrite drops what it lacks
+(``TextCrdt.compact``), so each holds the same characters; a writer's op on a rewritten chunk,
+or naming a collected character as an origin, is refused (``ElementCollected``).
+
+Which characters go, for a run of a left chunk whose entry every member has seen: the longest
+suffix that stably deleted ranges cover and that no kept character names. Runs are visited
+from the highest clock down (a character's namers have higher clocks), so whether a run keeps
+its origin named is known before the origin's own run is visited. Sans-I/O: entries in,
+rewrites out; bounded by the text's size.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
+
+import msgspec
+
+from octosync.crdt import collect
+from octosync.crdt import text_entries as te
+from octosync.crdt.plane import StampKey, stamp_key
+from octosync.crdt.text import CHUNK
+from octosync.errors import CrdtValueError
+from octosync.ipc.messages import CrdtOp, WireStamp
+
+TEXT_TAGS = ("tx", "td")
+_DECODE = msgspec.json.Decoder()
+_JSON = msgspec.json.Encoder()
+
+Interval = tuple[int, int]
+"""``[lo, hi)`` clocks of one peer."""
+
+
+def is_rewrite(op: CrdtOp) -> bool:
+    """``op`` is the server's compaction of a text chunk (stamped by peer 0)."""
+    return op.stamp.peer == collect.SERVER_PEER
+
+
+def _merged(intervals: list[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _covering(intervals: list[Interval], clock: int) -> Interval | None:
+    """The interval of sorted, disjoint ``intervals`` holding ``clock``."""
+    i = bisect.bisect_right(intervals, (clock, 1 << 62)) - 1
+    if i >= 0 and intervals[i][0] <= clock < intervals[i][1]:
+        return intervals[i]
+    return None
+
+
+def _meets(intervals: list[Interval], lo: int, hi: int) -> bool:
+    """Whether ``[lo, hi)`` meets one of sorted, disjoint ``intervals``."""
+    i = bisect.bisect_right(intervals, (hi, -1)) - 1
+    return i >= 0 and intervals[i][1] > lo
+
+
+class _Runs(NamedTuple):
+    op: CrdtOp
+    peer: int
+    number: int
+    rows: list[te.RunRow]
+
+
+class _Ranges(NamedTuple):
+    op: CrdtOp
+    peer: int
+    number: int
+    rows: list[te.RangeRow]
+
+
+def _parse(name: str, ops: Iterable[CrdtOp]) -> tuple[list[_Runs], list[_Ranges]]:
+    """The text's ``tx`` and ``td`` chunks (an unreadable entry is left as it is)."""
+    tx: list[_Runs] = []
+    td: list[_Ranges] = []
+    for op in ops:
+        parts = (op.key or "").split("/")
+        if len(parts) != 4 or parts[0] != name or parts[1] not in TEXT_TAGS:
+            continue
+        try:
+            peer, number = int(parts[2]), int(parts[3])
+            value = _DECODE.decode(op.state) if isinstance(op.state, bytes) else None
+            if parts[1] == "tx":
+                tx.append(_Runs(op, peer, number, te.decode_runs(value, peer, number, "", True)))
+            else:
+                td.append(_Ranges(op, peer, number, te.decode_ranges(value, "", True)))
+        except (ValueError, msgspec.DecodeError, CrdtValueError):
+            continue
+    return tx, td
+
+
+def compact(
+    name: str,
+    ops: Iterable[CrdtOp],
+    mark: Mapping[int, StampKey],
+    after: WireStamp | None,
+    now: int,
+) -> list[CrdtOp]:
+    """The rewrites that collect text ``name``'s stable tombstones (``ops``: the entries the
+    server holds of it; ``mark``: the stability watermark; ``after``: the latest stamp peer 0
+    wrote in the document, the rewrites' stamps go above it and above what they replace)."""
+    tx, td = _parse(name, ops)
+    top_tx: dict[int, int] = {}
+    for c in tx:
+        top_tx[c.peer] = max(top_tx.get(c.peer, -1), c.number)
+    top_td: dict[int, int] = {}
+    for d in td:
+        top_td[d.peer] = max(top_td.get(d.peer, -1), d.number)
+
+    def stable(op: CrdtOp) -> bool:
+        return is_rewrite(op) or collect.covers(mark, stamp_key(op.stamp))
+
+    spans: dict[int, list[Interval]] = {}
+    for d in td:
+        if stable(d.op):
+            for peer, clock, n in d.rows:
+                spans.setdefault(peer, []).append((clock, clock + n))
+    deleted = {peer: _merged(v) for peer, v in spans.items()}
+
+    runs: list[tuple[int, int, str, tuple[int, int], bool]] = []
+    for c in tx:
+        left = c.number < top_tx[c.peer] and stable(c.op)
+        for clock, text, opeer, oclock in c.rows:
+            runs.append((clock, c.peer, text, (opeer, oclock), left))
+    runs.sort(reverse=True)
+    named: set[tuple[int, int]] = set()
+    kept: dict[tuple[int, int], int] = {}
+    for clock, peer, text, origin, left in runs:
+        end = clock + len(text)
+        keep = len(text)
+        if left:
+            gone = _covering(deleted.get(peer, []), end - 1)
+            start = end if gone is None else max(clock, gone[0])
+            keep = start - clock
+            for at in range(end - 1, start - 1, -1):
+                if (peer, at) in named:
+                    keep = at - clock + 1
+                    break
+        kept[(peer, clock)] = keep
+        if keep and origin != (0, 0):
+            named.add(origin)
+
+    out: list[tuple[CrdtOp, bytes]] = []
+    held: dict[int, list[Interval]] = {}
+    for c in tx:
+        rows = [
+            (clock, text[: kept[(c.peer, clock)]], opeer, oclock)
+            for clock, text, opeer, oclock in c.rows
+            if kept[(c.peer, clock)]
+        ]
+        for clock, text, _, _ in rows:
+            held.setdefault(c.peer, []).append((clock, clock + len(text)))
+        if rows != c.rows:
+            out.append((c.op, _JSON.encode(rows)))
+    held = {peer: _merged(v) for peer, v in held.items()}
+    for d in td:
+        if d.number >= top_td[d.peer] or not stable(d.op):
+            continue
+        ranges = [r for r in d.rows if _meets(held.get(r[0], []), r[1], r[1] + r[2])]
+        if ranges != d.rows:
+            out.append((d.op, _JSON.encode(ranges)))
+    if not out:
+        return []
+    top = max([stamp_key(op.stamp) for op, _ in out] + ([stamp_key(after)] if after else []))
+    wall, logical = (now, 0) if now > top[0] else (top[0], top[1] + 1)
+    rewrites = []
+    for op, state in out:
+        stamp = WireStamp(wall_time=wall, logical=logical, peer=collect.SERVER_PEER)
+        rewrites.append(CrdtOp(slot_id=op.slot_id, stamp=stamp, state=state, key=op.key))
+        logical += 1
+    return rewrites
+
+
+def collected_origin(
+    name: str, rows: list[te.RunRow], lookup: Callable[[str], CrdtOp | None]
+) -> int | None:
+    """The index of the first run of ``rows`` whose origin the server collected (its chunk
+    was rewritten without it), else None."""
+    chunks: dict[tuple[int, int], list[Interval] | None] = {}
+    for i, (_, _, opeer, oclock) in enumerate(rows):
+        if opeer == 0:
+            continue
+        key = (opeer, oclock // CHUNK)
+        if key not in chunks:
+            op = lookup(f"{name}/tx/{opeer}/{key[1]}")
+            kept: list[Interval] | None = None
+            if op is not None and is_rewrite(op) and isinstance(op.state, bytes):
+                try:
+                    rewritten = te.decode_runs(_DECODE.decode(op.state), opeer, key[1], "", True)
+                    kept = [(c, c + len(t)) for c, t, _, _ in rewritten]
+                except (msgspec.DecodeError, CrdtValueError):
+                    kept = None
+            chunks[key] = kept
+        kept = chunks[key]
+        if kept is not None and _covering(kept, oclock) is None:
+            return i
+    return None
