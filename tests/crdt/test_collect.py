@@ -4,6 +4,7 @@ away past the bound."""
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -33,6 +34,46 @@ def visible(ops: tuple[CrdtOp, ...]) -> tuple[object, ...]:
     state = SharedState(1, lambda: 0)
     state.receive(ops)
     return state.list_values(LIST)
+
+
+def text_tombstones(ops: tuple[CrdtOp, ...]) -> int:
+    """Deleted characters a replica holding ``ops`` keeps."""
+    state = SharedState(1, lambda: 0)
+    state.receive(ops)
+    return state.text_of(TEXT).crdt.tombstones()
+
+
+def unjustified(ops: tuple[CrdtOp, ...]) -> list[tuple[int, int]]:
+    """Deleted characters held that the rule lets go: in a chunk its writer has left, named by
+    no character held (neither the next one of its run nor a run's origin)."""
+    runs: dict[tuple[int, int], list[tuple[int, str, int, int]]] = {}
+    deleted: set[tuple[int, int]] = set()
+    for op in ops:
+        parts = (op.key or "").split("/")
+        if parts[0] != TEXT or len(parts) != 4:
+            continue
+        rows = json.loads(op.state)
+        if parts[1] == "tx":
+            runs[(int(parts[2]), int(parts[3]))] = rows
+        else:
+            deleted |= {(p, c + i) for p, c, n in rows for i in range(n)}
+    top: dict[int, int] = {}
+    for peer, chunk in runs:
+        top[peer] = max(top.get(peer, -1), chunk)
+    origins = {(op_, oc) for rows in runs.values() for _, _, op_, oc in rows}
+    out = []
+    for (peer, chunk), rows in runs.items():
+        for clock, chars, _, _ in rows:
+            for i in range(len(chars)):
+                c = clock + i
+                if (
+                    (peer, c) in deleted
+                    and chunk < top[peer]
+                    and i == len(chars) - 1
+                    and (peer, c) not in origins
+                ):
+                    out.append((peer, c))
+    return out
 
 
 def text(ops: tuple[CrdtOp, ...]) -> list[object]:
@@ -103,7 +144,13 @@ class CollectMachine(RuleBasedStateMachine):
             r.state.receive(ops)
             self._send(r, ops)
 
-    @rule(i=st.integers(0, 2), at=st.integers(0, 50), word=st.sampled_from(["a", "bc", "déf"]))
+    @rule(
+        i=st.integers(0, 2),
+        at=st.integers(0, 50),
+        word=st.sampled_from(
+            ["a", "bc", "déf", "lorem ipsum dolor sit amet, consectetur adipiscing"]
+        ),
+    )
     def type_text(self, i: int, at: int, word: str) -> None:
         r = self.replicas[i]
         n = len(str(r.state.text_of(TEXT)))
@@ -191,7 +238,9 @@ class CollectMachine(RuleBasedStateMachine):
             assert text(r.state.replica.ops()) == text(held)
             assert str(r.state.text_of(TEXT)) == str(self.replicas[0].state.text_of(TEXT))
             assert tombstones(r.state.replica.ops()) == 0
+            assert r.state.text_of(TEXT).crdt.tombstones() == text_tombstones(held)
         assert tombstones(held) == 0
+        assert unjustified(held) == []  # every text tombstone the rule lets go went
         self.restart_replays_the_journal()
 
 

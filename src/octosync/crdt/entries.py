@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from octosync.bounds import MAX_SAFE_INTEGER
-from octosync.crdt import collect
+from octosync.crdt import collect, text_collect
 from octosync.crdt import text_entries as te
 from octosync.crdt.plane import PlaneReplica, wins
 from octosync.crdt.seq import check_position, id_peer
@@ -294,6 +294,8 @@ def check_op(
     if not isinstance(op.state, bytes):
         raise CrdtValueError("a CRDT op's state must be inline bytes", path=f"{path}.state")
     new = kind.decode(_json(op.state, f"{path}.state"), layout.rest, f"{path}.state")
+    if kind.tag in text_collect.TEXT_TAGS and (held is None or wins(op, held)):
+        _refuse_compacted(layout.name, op, held, new, lookup, path)
     if kind.grows is None or held is None or held == op or not wins(op, held):
         return
     try:
@@ -335,6 +337,33 @@ def _refuse_collected(
         raise ElementCollected(
             f"list element {element!r} of {name!r} was removed and collected; re-take the document",
             path=f"{path}.key",
+        )
+
+
+def _refuse_compacted(
+    name: str,
+    op: CrdtOp,
+    held: CrdtOp | None,
+    new: Any,
+    lookup: Callable[[str], CrdtOp | None] | None,
+    path: str,
+) -> None:
+    """A text chunk the server compacted (its writer had moved past it) is not written again,
+    and a run may not name a character the server collected as its origin: the writer had
+    not seen the deletion every member had, so it re-takes the document instead."""
+    if held is not None and text_collect.is_rewrite(held):
+        raise ElementCollected(
+            f"text chunk {op.key!r} was compacted by the server; re-take the document",
+            path=f"{path}.key",
+        )
+    if lookup is None or op.key is None or op.key.split("/")[1] != "tx":
+        return
+    at = text_collect.collected_origin(name, new, lookup)
+    if at is not None:
+        raise ElementCollected(
+            f"a run of {op.key!r} names a character of {name!r} that was deleted and "
+            f"collected; re-take the document",
+            path=f"{path}.state[{at}]",
         )
 
 

@@ -443,6 +443,21 @@ class TextCrdt:
                     break
         return edits
 
+    def forget_held(self, peer: int, chunk: int) -> None:
+        """Drop the runs of chunk ``(peer, chunk)`` still waiting for their origin: the
+        server's rewrite of the chunk is integrated instead (its runs are what stays, and a
+        run whose origin was collected names the origin it has now)."""
+        for key, waiting in list(self._held.items()):
+            stay = [r for r in waiting if (r.peer, r.clock // CHUNK) != (peer, chunk)]
+            if len(stay) != len(waiting):
+                self._held_chars -= sum(len(r.text) for r in waiting) - sum(
+                    len(r.text) for r in stay
+                )
+                if stay:
+                    self._held[key] = stay
+                else:
+                    del self._held[key]
+
     def _drop(self, peer: int, clock: int, length: int, edits: list[TextEdit]) -> None:
         """Take characters ``clock .. clock + length - 1`` of ``peer`` (all in one span) out."""
         found = self._find(peer, clock)

@@ -108,6 +108,78 @@ def _parse(name: str, ops: Iterable[CrdtOp]) -> tuple[list[_Runs], list[_Ranges]
     return tx, td
 
 
+Id = tuple[int, int]
+START: Id = (0, 0)
+
+
+class _Run:
+    """One run as the pass sees it: how much of it is kept, and its origin (which changes
+    when the characters between it and its origin's origin are all collected)."""
+
+    __slots__ = ("clock", "keep", "left", "origin", "peer", "text")
+
+    def __init__(self, clock: int, peer: int, text: str, origin: Id, left: bool) -> None:
+        self.clock, self.peer, self.text, self.origin, self.left = clock, peer, text, origin, left
+        self.keep = len(text)
+
+
+class _Within:
+    """Whether a character's next clock is in the same run (its implicit child)."""
+
+    def __init__(self, runs: list[_Run]) -> None:
+        spans: dict[int, list[Interval]] = {}
+        for r in runs:
+            spans.setdefault(r.peer, []).append((r.clock, r.clock + len(r.text)))
+        self._spans = {peer: sorted(v) for peer, v in spans.items()}
+
+    def next_of(self, char: Id) -> bool:
+        span = _covering(self._spans.get(char[0], []), char[1])
+        return span is not None and char[1] + 1 < span[1]
+
+
+def _cut(
+    run: _Run, deleted: list[Interval], children: dict[Id, list[_Run]], within: _Within
+) -> None:
+    """Decide how much of ``run`` (of a chunk its writer has left, every member has seen)
+    stays: its longest suffix of stably deleted characters goes when nothing kept names a
+    character of it, or only its last character is named, by runs the server may rewrite,
+    which then name the suffix's parent instead. That keeps the order: the suffix's parent
+    has no kept child ordered before it (a greater id), so its new children, whose ids are
+    greater still, land where the suffix was. Otherwise what is named stays."""
+    end = run.clock + len(run.text)
+    gone = _covering(deleted, end - 1)
+    start = end if gone is None else max(run.clock, gone[0])
+    if start == end:
+        return
+    last = (run.peer, end - 1)
+    named = [at for at in range(start, end - 1) if (run.peer, at) in children]
+    heirs = children.get(last, [])
+    parent = (run.peer, start - 1) if start > run.clock else run.origin
+    first = (start, run.peer)
+    if not named and (
+        not heirs
+        or (
+            all(h.left for h in heirs)
+            and not any((s.clock, s.peer) > first for s in children.get(parent, []))
+            and not (
+                start == run.clock
+                and parent != START
+                and within.next_of(parent)
+                and (parent[1] + 1, parent[0]) > first
+            )
+        )
+    ):
+        run.keep = start - run.clock
+        if heirs:
+            for h in heirs:
+                h.origin = parent
+            children.setdefault(parent, []).extend(heirs)
+            del children[last]
+        return
+    highest = max([at for at in (*named, end - 1) if (run.peer, at) in children], default=None)
+    run.keep = (start if highest is None else highest + 1) - run.clock
+
+
 def compact(
     name: str,
     ops: Iterable[CrdtOp],
@@ -136,37 +208,29 @@ def compact(
                 spans.setdefault(peer, []).append((clock, clock + n))
     deleted = {peer: _merged(v) for peer, v in spans.items()}
 
-    runs: list[tuple[int, int, str, tuple[int, int], bool]] = []
+    runs: list[_Run] = []
     for c in tx:
         left = c.number < top_tx[c.peer] and stable(c.op)
         for clock, text, opeer, oclock in c.rows:
-            runs.append((clock, c.peer, text, (opeer, oclock), left))
-    runs.sort(reverse=True)
-    named: set[tuple[int, int]] = set()
-    kept: dict[tuple[int, int], int] = {}
-    for clock, peer, text, origin, left in runs:
-        end = clock + len(text)
-        keep = len(text)
-        if left:
-            gone = _covering(deleted.get(peer, []), end - 1)
-            start = end if gone is None else max(clock, gone[0])
-            keep = start - clock
-            for at in range(end - 1, start - 1, -1):
-                if (peer, at) in named:
-                    keep = at - clock + 1
-                    break
-        kept[(peer, clock)] = keep
-        if keep and origin != (0, 0):
-            named.add(origin)
+            runs.append(_Run(clock, c.peer, text, (opeer, oclock), left))
+    within = _Within(runs)
+    runs.sort(key=lambda r: (r.clock, r.peer), reverse=True)
+    children: dict[Id, list[_Run]] = {}
+    """A character id -> the kept runs naming it as their origin."""
+    for run in runs:  # namers first: a character's namers have higher clocks
+        if run.left:
+            _cut(run, deleted.get(run.peer, []), children, within)
+        if run.keep:  # the start's children too: they are siblings of what names it
+            children.setdefault(run.origin, []).append(run)
 
+    by_chunk: dict[tuple[int, int], list[_Run]] = {}
+    for run in runs:
+        by_chunk.setdefault((run.peer, run.clock // CHUNK), []).append(run)
     out: list[tuple[CrdtOp, bytes]] = []
     held: dict[int, list[Interval]] = {}
     for c in tx:
-        rows = [
-            (clock, text[: kept[(c.peer, clock)]], opeer, oclock)
-            for clock, text, opeer, oclock in c.rows
-            if kept[(c.peer, clock)]
-        ]
+        now_rows = sorted(by_chunk.get((c.peer, c.number), []), key=lambda r: r.clock)
+        rows = [(r.clock, r.text[: r.keep], *r.origin) for r in now_rows if r.keep]
         for clock, text, _, _ in rows:
             held.setdefault(c.peer, []).append((clock, clock + len(text)))
         if rows != c.rows:

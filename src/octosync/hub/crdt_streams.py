@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from octosync.bounds import MAX_SAFE_INTEGER
-from octosync.crdt import collect
+from octosync.crdt import collect, text_collect
 from octosync.crdt.entries import check_op, is_gc, node_of
 from octosync.crdt.plane import (
     MAX_ENTRIES,
@@ -376,24 +376,48 @@ class CrdtStreams:
                 out.append({})
         return out
 
-    def collect(self, name: str) -> list[CrdtOp]:
-        """The ``NAME/gc`` entries to publish now: one per list with a tombstone that the
-        stability watermark makes collectable (none when nothing would go). Bounded by the
-        document's size; the caller journals them like any op."""
+    def watermark(self, name: str) -> collect.Watermark:
+        """The document's stability watermark now (per peer, the lowest stamp every member
+        has seen from it; see ``members_of``)."""
+        stream = self.streams.get(name)
+        if stream is None:
+            return {}
+        frontier = {p: stamp_key(s) for p, s in stream.replica.frontier()}
+        return collect.watermark(self.members_of(name), frontier)
+
+    def collect(self, name: str, mark: collect.Watermark | None = None) -> list[CrdtOp]:
+        """The ops that collect the tombstones ``mark`` (by default the watermark now) makes
+        collectable: a ``NAME/gc`` entry per list with one, and the rewrites of each text's
+        chunks its writers have left (``text_collect``). None when nothing would go. Bounded
+        by the document's size; the caller journals them like any op."""
         stream = self.streams.get(name)
         if stream is None:
             return []
         replica = stream.replica
-        mark = collect.watermark(
-            self.members_of(name), {p: stamp_key(s) for p, s in replica.frontier()}
-        )
+        if mark is None:
+            mark = self.watermark(name)
         removals: dict[str, list[tuple[str, CrdtOp]]] = {}
+        texts: dict[str, list[CrdtOp]] = {}
+        server_stamp: WireStamp | None = None
         for op in replica.held():
             parts = (op.key or "").split("/")
-            if len(parts) == 3 and parts[1] == "ld" and op.slot_id == node_of(parts[0]):
+            if op.stamp.peer == collect.SERVER_PEER and (
+                server_stamp is None or stamp_key(op.stamp) > stamp_key(server_stamp)
+            ):
+                server_stamp = op.stamp
+            if len(parts) < 3 or op.slot_id != node_of(parts[0]):
+                continue
+            if len(parts) == 3 and parts[1] == "ld":
                 removals.setdefault(parts[0], []).append((parts[2], op))
+            elif len(parts) == 4 and parts[1] in text_collect.TEXT_TAGS:
+                texts.setdefault(parts[0], []).append(op)
         out = []
         now = self._clock()
+        for text_name, ops in sorted(texts.items()):
+            rewrites = text_collect.compact(text_name, ops, mark, server_stamp, now)
+            if rewrites:
+                out.extend(rewrites)
+                server_stamp = rewrites[-1].stamp
         for list_name, held in sorted(removals.items()):
             node = node_of(list_name)
             old = replica.get(node, f"{list_name}/{collect.GC_TAG}")
@@ -406,6 +430,7 @@ class CrdtStreams:
                 collect.collectable(held, published)
                 and len(published) <= collect.MAX_WATERMARK_PEERS
             ):
-                stamp = None if old is None else old.stamp
-                out.append(collect.gc_op(node, list_name, published, stamp, now))
+                gc = collect.gc_op(node, list_name, published, server_stamp, now)
+                out.append(gc)
+                server_stamp = gc.stamp  # every op the server writes goes above the last
         return out

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from octosync.cluster.planes import PlaneStats
+from octosync.crdt.collect import Watermark
 from octosync.crdt.plane import PlaneReplica
 from octosync.errors import (
     DocumentUnavailable,
@@ -375,10 +376,20 @@ class Plane:
         self._collecting[stream] = loop.call_later(COLLECT_GAP, self._collect, stream)
 
     def _collect(self, stream: str) -> None:
-        """Journal and publish the ``NAME/gc`` entries the watermark allows: like a writer's
-        ops, merged (which drops the tombstones) and fanned out only once committed."""
+        """Journal and publish what the watermark lets go (``NAME/gc`` entries, compacted text
+        chunks): like a writer's ops, merged and fanned out only once committed. The watermark
+        is taken now, and the ops computed once everything queued before is merged: an op a
+        member sent before its report may still be committing, and what it names must stay."""
         del self._collecting[stream]
-        ops = tuple(self.core.collect(stream))
+        mark = self.core.watermark(stream)
+        commits = self.rt.commits
+        if not commits.journaled:
+            self._collect_under(stream, mark)
+            return
+        commits.submit(Commit(0, (), (lambda: self._collect_under(stream, mark),)))
+
+    def _collect_under(self, stream: str, mark: Watermark) -> None:
+        ops = tuple(self.core.collect(stream, mark))
         if not ops:
             return
         checked = Checked(0, stream, ops)

@@ -1,0 +1,79 @@
+"""Collected text tombstones over a real server: two writers typing and deleting in one text
+for many rounds leave entries that hold the text and the deletions still named, not every
+character ever typed; a late joiner, and a restart after ``kill -9`` (journal replay), give
+the same text and the same compacted entries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from octosync.client.shared import SharedDocument
+from octosync.crdt.shared import SharedState
+from tests.e2e.helpers import TIMEOUT, spawn_server
+
+ROUNDS = 40
+LINE = "the quick brown fox jumps over the lazy dog. "
+
+
+def typed(doc: SharedDocument) -> int:
+    """Characters the text's run entries hold (deleted ones included)."""
+    total = 0
+    for op in doc.cells.state.replica.ops():
+        if "/tx/" in (op.key or "") and isinstance(op.state, bytes):
+            total += sum(len(run[1]) for run in json.loads(op.state))
+    return total
+
+
+def tombstones(doc: SharedDocument) -> int:
+    return doc.cells.state.text_of("notes").crdt.tombstones()
+
+
+async def test_a_long_edited_text_stays_bounded_and_survives_restart(tmp_path: Path) -> None:
+    async with spawn_server(tmp_path) as srv:
+        ann = SharedDocument(srv.url, "doc", report_every=0.05)
+        bob = SharedDocument(srv.url, "doc", report_every=0.05)
+        async with ann, bob:
+            for i in range(ROUNDS):  # ann types a line at the end, bob deletes the first one
+                notes = ann.text("notes")
+                notes.insert(len(notes.value), f"{i:02} {LINE}")
+                await ann.synced(TIMEOUT)
+                want = f"{i:02} {LINE}"
+                await bob.wait_until(lambda w=want: bob.text("notes").value.endswith(w), TIMEOUT)
+                if i >= 2:
+                    bob.text("notes").delete(0, len(want))
+                await bob.synced(TIMEOUT)
+            final = bob.text("notes").value
+            await ann.wait_until(lambda: ann.text("notes").value == final, TIMEOUT)
+            # once both writers have reported seeing every deletion, the server compacts the
+            # chunks the writers have left: what stays is the text, plus at most each
+            # writer's open chunk of 64 clocks
+            written = ROUNDS * len(f"00 {LINE}")
+            await ann.wait_until(lambda: typed(ann) <= len(final) + 64, TIMEOUT)
+            await bob.wait_until(lambda: typed(bob) <= len(final) + 64, TIMEOUT)
+            assert ann.text("notes").value == bob.text("notes").value == final
+            assert tombstones(ann) <= 64
+            assert tombstones(bob) <= 64
+        assert len(final) == 2 * len(f"00 {LINE}")
+        assert written > 10 * len(final)
+        late = SharedDocument(srv.url, "doc")
+        async with late:
+            await late.synced(TIMEOUT)
+            held = late.cells.state.replica.ops()
+            assert late.text("notes").value == final
+            assert typed(late) <= len(final) + 64
+        srv.proc.kill()  # kill -9: the journal is all a restart has
+        srv.proc.wait()
+    async with spawn_server(tmp_path) as again:
+        fresh = SharedDocument(again.url, "doc", report_every=0.05)
+        async with fresh:
+            await fresh.synced(TIMEOUT)
+            assert fresh.text("notes").value == final
+            assert fresh.cells.state.replica.ops() == held
+            fresh.text("notes").insert(0, "after the restart: ")  # the text takes edits still
+            await fresh.synced(TIMEOUT)
+        state = SharedState(99, lambda: 0)
+        async with SharedDocument(again.url, "doc") as reader:
+            await reader.synced(TIMEOUT)
+            state.receive(reader.cells.state.replica.ops())
+        assert str(state.text_of("notes")) == "after the restart: " + final
