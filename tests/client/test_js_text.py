@@ -444,3 +444,25 @@ def test_a_writer_drops_its_record_of_a_chunk_the_server_rewrote() -> None:
     assert got["text"] == "ZZZZZ" + "a" * 58 + "!"
     assert (got["chunks"], got["tombstones"]) == ([1], 0)
     assert got["writes"] == [["tx/1/1", '[[64,"ZZZZZ",0,0],[69,"!",1,58]]']]
+
+
+def test_a_run_waiting_for_its_origin_keeps_only_what_the_server_kept() -> None:
+    """A replica holding a run whose origin has not come yet (a joiner's frames in key order)
+    takes the run's compaction before the origin: when the origin comes, the run is placed
+    without the characters the server collected, as every other replica holds it."""
+    room = Room((1, 2))
+    room.insert(2, 0, "xyz")
+    room.sync(1)
+    room.insert(1, 1, "a" * 60)  # after writer 2's x: waits for it on a replica without it
+    room.insert(1, 0, "ZZZZZ")
+    room.sync(2)
+    room.delete(2, 61, 5)
+    original = room.held["t/tx/1/0"]
+    rewrites = room.collect()
+    assert [op.key for op in rewrites] == ["t/tx/1/0"]
+    later = [room.held["t/td/2/0"], room.held["t/tx/2/0"], room.held["t/tx/1/1"]]
+    got = js_observe([[original], rewrites, later])
+    room.sync(1)
+    writer = room.writers[1].text_of("t").crdt
+    assert str(writer) == "ZZZZZx" + "a" * 55 + "yz"
+    assert (got[-1]["text"], got[-1]["tombstones"]) == (str(writer), writer.tombstones())
