@@ -230,6 +230,10 @@ export class TextCrdt {
   delete(index: number, count?: number): [number, number, number][];
   integrate(run: { peer: number; clock: number; text: string; origin: [number, number] }): TextEdit[];
   remove(ranges: [number, number, number][]): TextEdit[];
+  /** The server collected `peer`'s chunk `chunk`: drop what of it is outside the `kept` [clock, length] runs. */
+  compact(peer: number, chunk: number, kept: [number, number][]): TextEdit[];
+  /** Deleted characters still held. */
+  tombstones(): number;
 }
 
 /** A text's replica and the chunk entries (`tx/PEER/CHUNK`, `td/PEER/N`: key rest, JSON) its edits write. */
@@ -238,7 +242,8 @@ export class TextEntries {
   readonly crdt: TextCrdt;
   insert(index: number, text: string): [string, string][];
   delete(index: number, count?: number): [string, string][];
-  receive(rest: string, value: unknown): void;
+  /** `rewrite`: the entry's winning write is the server's (stamped by peer 0) compaction of a closed chunk. */
+  receive(rest: string, value: unknown, rewrite?: boolean): void;
 }
 
 /** One value of a shared document. */

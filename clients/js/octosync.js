@@ -2095,7 +2095,8 @@ export class SharedDocument extends Channel {
     const rest = key.slice(slash + 1);
     if (TEXT_TAGS.has(rest.split("/")[0]) && op.slot_id === nodeOf(name)) {
       const parsed = feed ? parseState(op) : { ok: false };
-      if (parsed.ok) this.textEntries(name).receive(rest, parsed.value);
+      // stamped by peer 0: the server's rewrite of a closed chunk (its tombstones collected)
+      if (parsed.ok) this.textEntries(name).receive(rest, parsed.value, op.stamp.peer === 0);
       return name;
     }
     if (rest === "gc" && op.slot_id === nodeOf(name)) return this.#collect(name, op) ? name : null;
@@ -2478,6 +2479,9 @@ export class TextCrdt {
     this.held = new Map(); // origin peer -> (origin clock -> runs waiting for it)
     this.heldChars = 0;
     this.tombs = new Map(); // "peer:chunk" -> [clock, length] deletions of unseen characters
+    // "peer:chunk" the server compacted (crdt/text_collect.py): every character of it still kept
+    // is here, so a deletion of one not held is of a collected character, not one yet to come
+    this.closed = new Set();
     this.length = 0;
     this.cache = "";
     this.cursor = { i: 0, start: 0 };
@@ -2497,6 +2501,13 @@ export class TextCrdt {
   toString() {
     if (this.cache === null) this.cache = this.spans.filter((s) => !s.dead).map((s) => s.text).join("");
     return this.cache;
+  }
+
+  /** Deleted characters still held (what collecting tombstones takes away). */
+  tombstones() {
+    let n = 0;
+    for (const s of this.spans) if (s.dead) n += s.len;
+    return n;
   }
 
   #find(peer, clock) {
@@ -2714,8 +2725,8 @@ export class TextCrdt {
       const end = first + length;
       while (clock < end) {
         const upto = Math.min(end, (Math.floor(clock / TEXT_CHUNK) + 1) * TEXT_CHUNK);
-        if (this.#kill(peer, clock, upto - clock, edits) < upto - clock) {
-          const key = `${peer}:${Math.floor(clock / TEXT_CHUNK)}`;
+        const key = `${peer}:${Math.floor(clock / TEXT_CHUNK)}`;
+        if (this.#kill(peer, clock, upto - clock, edits) < upto - clock && !this.closed.has(key)) {
           if (!this.tombs.has(key)) this.tombs.set(key, []);
           const held = this.tombs.get(key);
           if (!held.some(([c, n]) => c === clock && n === upto - clock)) held.push([clock, upto - clock]);
@@ -2724,6 +2735,71 @@ export class TextCrdt {
       }
     }
     return edits;
+  }
+
+  /** The server collected chunk `chunk` of `peer`'s stable tombstones: drop every character of
+   * it held here outside `kept` ([clock, length] runs). What goes is deleted and no kept
+   * character names it as its origin, so the rest keeps its order; a visible one (this replica
+   * had not seen its deletion) is reported deleted (edits as `integrate`). The chunk is closed:
+   * its writer never writes it again, so a deletion of a character of it not held here is of a
+   * collected one and is not remembered. */
+  compact(peer, chunk, kept, quiet = false) {
+    const edits = quiet ? null : [];
+    const key = `${peer}:${chunk}`;
+    this.closed.add(key);
+    this.tombs.delete(key);
+    const keep = [...kept].sort((a, b) => a[0] - b[0]);
+    let cut = chunk * TEXT_CHUNK;
+    for (const [clock, n] of [...keep, [(chunk + 1) * TEXT_CHUNK, 0]]) {
+      if (clock > cut) this.#drop(key, cut, Math.min(clock, (chunk + 1) * TEXT_CHUNK), edits);
+      cut = Math.max(cut, clock + n);
+    }
+    // runs of the chunk waiting for their origin keep only what the server kept of them
+    for (const [originPeer, byClock] of this.held) {
+      for (const [at, waiting] of byClock) {
+        const left = [];
+        for (const w of waiting) {
+          const n = cpLength(w.text);
+          if (w.peer !== peer || Math.floor(w.clock / TEXT_CHUNK) !== chunk) {
+            left.push(w);
+            continue;
+          }
+          const run = keep.find(([c, k]) => c <= w.clock && w.clock < c + k);
+          const len = run ? Math.min(n, run[0] + run[1] - w.clock) : 0;
+          this.heldChars -= n - len;
+          if (len) left.push({ ...w, text: cpSlice(w.text, 0, len) });
+        }
+        if (left.length) byClock.set(at, left);
+        else byClock.delete(at);
+      }
+      if (!byClock.size) this.held.delete(originPeer);
+    }
+    return edits;
+  }
+
+  // Take the characters of `key` ("peer:chunk") with clocks lo..hi-1 out of the text.
+  #drop(key, lo, hi, edits) {
+    for (let s of [...(this.where.get(key) ?? [])]) {
+      const a = Math.max(lo, s.clock);
+      const b = Math.min(hi, s.clock + s.len);
+      if (a >= b) continue;
+      let i = this.#indexNear(s);
+      if (a > s.clock) {
+        this.#split(i, a - s.clock);
+        s = this.spans[(i += 1)];
+      }
+      if (s.clock + s.len > b) this.#split(i, b - s.clock);
+      if (!s.dead) {
+        this.length -= s.len;
+        edits?.push({ index: this.#indexOf(i), delete: s.len, insert: "" });
+      }
+      this.spans.splice(i, 1);
+      const where = this.where.get(key);
+      where.splice(where.indexOf(s), 1);
+      if (!where.length) this.where.delete(key);
+      this.cache = null;
+      this.cursor = { i: 0, start: 0 };
+    }
   }
 
   #kill(peer, clock, length, edits) {
@@ -2855,20 +2931,28 @@ export class TextEntries {
     return [...touched].map((c) => [`td/${this.peer}/${c}`, JSON.stringify(this.td.get(c))]);
   }
 
-  /** Apply one entry's winning state (the server checked its shape; a malformed one is skipped). */
-  receive(rest, value) {
+  /** Apply one entry's winning state (the server checked its shape; a malformed one is skipped).
+   * `rewrite`: the winning write is stamped by peer 0, the server's compaction of a closed chunk
+   * (crdt/text_collect.py); what such a `tx` chunk lacks was collected, and its writer drops its
+   * own record of the chunk (it never writes it again). */
+  receive(rest, value, rewrite = false) {
     const [tag, peerText, chunkText] = rest.split("/");
     const peer = Number(peerText);
     const chunk = Number(chunkText);
     if (!Array.isArray(value) || !Number.isSafeInteger(peer) || !Number.isSafeInteger(chunk)) return;
     if (tag === "tx") {
       if (!value.every((r) => Array.isArray(r) && r.length === 4 && typeof r[1] === "string")) return;
-      if (peer === this.peer && runsGrow(this.mine.get(chunk) ?? [], value)) this.mine.set(chunk, value.map((r) => [...r]));
+      if (rewrite) {
+        if (peer === this.peer) this.mine.delete(chunk);
+      } else if (peer === this.peer && runsGrow(this.mine.get(chunk) ?? [], value)) this.mine.set(chunk, value.map((r) => [...r]));
       const quiet = this.#quiet(value.length);
       for (const [clock, text, op, oc] of value) this.#changed(this.crdt.integrate({ peer, clock, text, origin: [op, oc] }, quiet));
+      if (rewrite) this.#changed(this.crdt.compact(peer, chunk, value.map(([clock, text]) => [clock, cpLength(text)]), quiet));
     } else {
       if (!value.every((r) => Array.isArray(r) && r.length === 3)) return;
-      if (peer === this.peer && rangesGrow(this.td.get(chunk) ?? [], value)) {
+      if (rewrite) {
+        if (peer === this.peer) this.td.delete(chunk);
+      } else if (peer === this.peer && rangesGrow(this.td.get(chunk) ?? [], value)) {
         this.td.set(chunk, value.map((r) => [...r]));
         this.tdChunk = Math.max(this.tdChunk, chunk);
       }
