@@ -42,7 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from _harness import NodeUnavailable, cpu_seconds, node_folder  # noqa: E402
+from octosync.crdt import text_collect  # noqa: E402
 from octosync.crdt.entries import node_of  # noqa: E402
+from octosync.crdt.plane import stamp_key  # noqa: E402
 from octosync.crdt.replicated import Replicated  # noqa: E402
 from octosync.crdt.shared import SharedState  # noqa: E402
 from octosync.crdt.text import TextCrdt  # noqa: E402
@@ -205,6 +207,26 @@ def join_ops(entries: dict[str, bytes]) -> list[CrdtOp]:
         CrdtOp(node_of("t"), WireStamp(1_800_000_000_000, i, 1), state, key=f"t/{rest}")
         for i, (rest, state) in enumerate(sorted(entries.items()))
     ]
+
+
+def compact_all(ops: list[CrdtOp]) -> list[CrdtOp]:
+    """The entries once the server collected every tombstone it may (one writer, who has
+    seen everything: the watermark is its latest stamp), passes repeated until none goes."""
+    held = {op.key: op for op in ops}
+    mark = {1: max(stamp_key(op.stamp) for op in ops)}
+    after = None
+    while True:
+        rewrites = text_collect.compact("t", list(held.values()), mark, after, 1_900_000_000_000)
+        if not rewrites:
+            return sorted(held.values(), key=lambda op: op.key or "")
+        for op in rewrites:
+            held[op.key] = op
+        after = rewrites[-1].stamp
+
+
+def _runs(op: CrdtOp) -> list[list[Any]]:
+    runs: list[list[Any]] = json.loads(op.state) if isinstance(op.state, bytes) else []
+    return runs
 
 
 def join_frames(ops: list[CrdtOp]) -> list[bytes]:
@@ -553,6 +575,20 @@ def main() -> None:
         f" of them {t_send * 1000:.1f} ms"
     )
 
+    t_compact, kept = timed(compact_all, ops)
+    kept_frames = join_frames(kept)
+    kept_wire = sum(len(f) for f in kept_frames)
+    t_kept, joined = timed(late_join, kept_frames)
+    assert joined == text
+    typed = sum(len(run[1]) for op in ops if "/tx/" in (op.key or "") for run in _runs(op))
+    held = sum(len(run[1]) for op in kept if "/tx/" in (op.key or "") for run in _runs(op))
+    print(
+        f"tombstones collected (every member has seen every deletion): the entries hold"
+        f" {held:,} characters of the {typed:,} typed ({len(text):,} visible),"
+        f" {sum(len(op.state) for op in kept if isinstance(op.state, bytes)):,} bytes of state;"
+        f" the server's pass {t_compact * 1000:.0f} ms; a late joiner {t_kept * 1000:.1f} ms,"
+        f" {kept_wire:,} bytes"
+    )
     y = yjs(args.trace, len(edits))
     print(f"load {os.getloadavg()[0]:.2f}")
     if isinstance(y, str):
@@ -569,6 +605,7 @@ def main() -> None:
         f" {y['bytes']:,} bytes of update"
     )
     assert y["jsSame"]
+    print(f"bytes to a late joiner after collection: {kept_wire / y['bytes']:.2f}x Yjs's update")
     print(
         f"octosync.js in the same Node: the trace with its entries {y['js']:.2f} s,"
         f" a late joiner {y['jsJoin']:.0f} ms"

@@ -2479,9 +2479,9 @@ export class TextCrdt {
     this.held = new Map(); // origin peer -> (origin clock -> runs waiting for it)
     this.heldChars = 0;
     this.tombs = new Map(); // "peer:chunk" -> [clock, length] deletions of unseen characters
-    // "peer:chunk" the server compacted (crdt/text_collect.py): every character of it still kept
-    // is here, so a deletion of one not held is of a collected character, not one yet to come
-    this.closed = new Set();
+    // "peer:chunk" the server compacted (crdt/text_collect.py) -> the [clock, length] runs it
+    // kept: a deletion of any other character of it is of a collected one, never to come again
+    this.closed = new Map();
     this.length = 0;
     this.cache = "";
     this.cursor = { i: 0, start: 0 };
@@ -2726,10 +2726,12 @@ export class TextCrdt {
       while (clock < end) {
         const upto = Math.min(end, (Math.floor(clock / TEXT_CHUNK) + 1) * TEXT_CHUNK);
         const key = `${peer}:${Math.floor(clock / TEXT_CHUNK)}`;
-        if (this.#kill(peer, clock, upto - clock, edits) < upto - clock && !this.closed.has(key)) {
-          if (!this.tombs.has(key)) this.tombs.set(key, []);
-          const held = this.tombs.get(key);
-          if (!held.some(([c, n]) => c === clock && n === upto - clock)) held.push([clock, upto - clock]);
+        if (this.#kill(peer, clock, upto - clock, edits) < upto - clock) {
+          for (const [c, n] of this.#mayCome(key, clock, upto - clock)) {
+            if (!this.tombs.has(key)) this.tombs.set(key, []);
+            const held = this.tombs.get(key);
+            if (!held.some(([c2, n2]) => c2 === c && n2 === n)) held.push([c, n]);
+          }
         }
         clock = upto;
       }
@@ -2746,35 +2748,47 @@ export class TextCrdt {
   compact(peer, chunk, kept, quiet = false) {
     const edits = quiet ? null : [];
     const key = `${peer}:${chunk}`;
-    this.closed.add(key);
-    this.tombs.delete(key);
     const keep = [...kept].sort((a, b) => a[0] - b[0]);
+    this.closed.set(key, keep);
+    // remembered deletions of kept characters stay: those may still be on their way
+    const tombs = (this.tombs.get(key) ?? []).flatMap(([c, n]) => this.#mayCome(key, c, n));
+    if (tombs.length) this.tombs.set(key, tombs);
+    else this.tombs.delete(key);
     let cut = chunk * TEXT_CHUNK;
     for (const [clock, n] of [...keep, [(chunk + 1) * TEXT_CHUNK, 0]]) {
       if (clock > cut) this.#drop(key, cut, Math.min(clock, (chunk + 1) * TEXT_CHUNK), edits);
       cut = Math.max(cut, clock + n);
     }
-    // runs of the chunk waiting for their origin keep only what the server kept of them
+    return edits;
+  }
+
+  // The parts of clocks clock..clock+length-1 of `key` that may still arrive: all of them,
+  // unless the server compacted the chunk (then only what it kept).
+  #mayCome(key, clock, length) {
+    const keep = this.closed.get(key);
+    if (!keep) return [[clock, length]];
+    const out = [];
+    for (const [c, n] of keep) {
+      const lo = Math.max(c, clock);
+      const hi = Math.min(c + n, clock + length);
+      if (lo < hi) out.push([lo, hi - lo]);
+    }
+    return out;
+  }
+
+  /** Drop the runs of chunk `chunk` of `peer` still waiting for their origin: the server's
+   * rewrite of the chunk is integrated instead (its runs are what stays, and a run whose origin
+   * was collected names the origin it has now). */
+  forgetHeld(peer, chunk) {
     for (const [originPeer, byClock] of this.held) {
       for (const [at, waiting] of byClock) {
-        const left = [];
-        for (const w of waiting) {
-          const n = cpLength(w.text);
-          if (w.peer !== peer || Math.floor(w.clock / TEXT_CHUNK) !== chunk) {
-            left.push(w);
-            continue;
-          }
-          const run = keep.find(([c, k]) => c <= w.clock && w.clock < c + k);
-          const len = run ? Math.min(n, run[0] + run[1] - w.clock) : 0;
-          this.heldChars -= n - len;
-          if (len) left.push({ ...w, text: cpSlice(w.text, 0, len) });
-        }
+        const left = waiting.filter((w) => w.peer !== peer || Math.floor(w.clock / TEXT_CHUNK) !== chunk);
+        for (const w of waiting) if (!left.includes(w)) this.heldChars -= cpLength(w.text);
         if (left.length) byClock.set(at, left);
         else byClock.delete(at);
       }
       if (!byClock.size) this.held.delete(originPeer);
     }
-    return edits;
   }
 
   // Take the characters of `key` ("peer:chunk") with clocks lo..hi-1 out of the text.
@@ -2944,6 +2958,7 @@ export class TextEntries {
       if (!value.every((r) => Array.isArray(r) && r.length === 4 && typeof r[1] === "string")) return;
       if (rewrite) {
         if (peer === this.peer) this.mine.delete(chunk);
+        this.crdt.forgetHeld(peer, chunk);
       } else if (peer === this.peer && runsGrow(this.mine.get(chunk) ?? [], value)) this.mine.set(chunk, value.map((r) => [...r]));
       const quiet = this.#quiet(value.length);
       for (const [clock, text, op, oc] of value) this.#changed(this.crdt.integrate({ peer, clock, text, origin: [op, oc] }, quiet));

@@ -78,6 +78,16 @@ def fold(ops: Iterable[CrdtOp]) -> SharedState:
     return state
 
 
+def join_in_frames(ops: Iterable[CrdtOp], size: int) -> str:
+    """What a late joiner shows once it took ``ops`` in key order, ``size`` ops a frame (runs
+    may come before their origins, deletions before their characters)."""
+    held = sorted(ops, key=lambda op: op.key or "")
+    state = SharedState(98, lambda: 0)
+    for i in range(0, len(held), size):
+        state.receive(tuple(held[i : i + size]))
+    return str(state.text_of(TEXT))
+
+
 def typed(ops: Iterable[CrdtOp]) -> int:
     """Characters the run entries hold, deleted ones included."""
     return sum(
@@ -104,6 +114,7 @@ def test_a_text_typed_at_its_end_and_trimmed_at_its_start_keeps_only_its_text() 
     # text and the writer's open chunk (at most 63 clocks of it) are left
     assert typed(held) <= len(final) + 63
     assert str(fold(held).text_of(TEXT)) == room.text(1) == room.text(2) == final
+    assert join_in_frames(held, 2) == final  # the deletions come before their characters
     for w in room.writers.values():
         assert w.text_of(TEXT).crdt.tombstones() <= 63
     room.insert(2, 3, "and more ")  # edits go on, on the compacted text
@@ -190,7 +201,9 @@ def test_collection_never_changes_the_text_and_the_entries_fold_to_it(
     room.deliver()
     room.collect()
     texts = {room.text(p) for p in room.writers}
-    assert texts == {str(fold(room.server.state_of(DOC)).text_of(TEXT))}
+    held = room.server.state_of(DOC)
+    assert texts == {str(fold(held).text_of(TEXT))}
+    assert texts == {join_in_frames(held, 1), join_in_frames(held, 3)}
 
 
 # --- late writes ----------------------------------------------------------------------------
@@ -277,3 +290,25 @@ def test_a_deletion_of_a_collected_character_is_not_kept_for_later() -> None:
     crdt.integrate_sorted([(10, 8, "z", 0, 0)])
     assert str(crdt) == "z"
     assert crdt._tombs == {}
+
+
+def joiner_before_origins() -> tuple[list[CrdtOp], str]:
+    """A compacted chunk whose kept runs wait, at a joiner taking entries one at a time in key
+    order, for origins of a later entry, while the deletions came first: among them, those of
+    kept characters (a tombstone a kept character names) must still apply when they land."""
+    room = Room(1, 2)
+    room.insert(2, 0, "xy")  # (2, 1..2): the entry t/tx/2/0 comes last in key order
+    room.insert(1, 1, "A" * 60)  # (1, 3..62) after x
+    room.insert(1, 62, "B" * 10)  # (1, 63..72) after y: chunk 0 is left
+    room.delete(2, 11, 3)  # A's inside the run: kept (the next A names them)
+    room.delete(1, 56, 5)  # the run's last 5 A's: nothing names them, they go
+    want = room.text(1)
+    assert room.collect()
+    held = room.server.state_of(DOC)
+    assert [op.key for op in held if text_collect.is_rewrite(op)] == [f"{TEXT}/tx/1/0"]
+    return held, want
+
+
+def test_a_joiner_taking_a_compacted_chunk_before_its_origins_keeps_its_deletions() -> None:
+    held, want = joiner_before_origins()
+    assert join_in_frames(held, 1) == want

@@ -1,7 +1,8 @@
 """Collected text tombstones over a real server: two writers typing and deleting in one text
 for many rounds leave entries that hold the text and the deletions still named, not every
 character ever typed; a late joiner, and a restart after ``kill -9`` (journal replay), give
-the same text and the same compacted entries."""
+the same text and the same compacted entries; octosync.js (under Node) reports what it has
+seen and takes the compaction like the Python client."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 from octosync.client.shared import SharedDocument
 from octosync.crdt.shared import SharedState
+from tests.browser.support import JS_CLIENT
 from tests.e2e.helpers import TIMEOUT, spawn_server
+from tests.e2e.test_shared_lists import run_node
 
 ROUNDS = 40
 LINE = "the quick brown fox jumps over the lazy dog. "
@@ -77,3 +80,52 @@ async def test_a_long_edited_text_stays_bounded_and_survives_restart(tmp_path: P
             await reader.synced(TIMEOUT)
             state.receive(reader.cells.state.replica.ops())
         assert str(state.text_of("notes")) == "after the restart: " + final
+
+
+JS_WRITER = """
+import {{ connect }} from {module};
+const client = connect({url});
+const doc = client.openDocument("mixed", {{ peer: 41, reportEvery: 50 }});
+await doc.synced();
+const notes = doc.text("notes");
+const line = (i) => `${{String(i).padStart(2, "0")}} {line}`;
+for (let i = 0; i < 30; i += 1) {{  // type a line at the end, drop the first but two
+  notes.insert(notes.length, line(i));
+  if (i >= 2) notes.delete(0, line(i).length);
+  await doc.synced();
+}}
+const chars = (op) => JSON.parse(new TextDecoder().decode(op.bytes))
+  .reduce((m, r) => m + [...r[1]].length, 0);
+const typed = () => [...doc.entries.values()]
+  .filter((op) => op.key.includes("/tx/"))
+  .reduce((n, op) => n + chars(op), 0);
+for (let i = 0; i < 400 && typed() > notes.length + 64; i += 1) {{
+  await new Promise((r) => setTimeout(r, 50));
+}}
+const tombstones = doc.textEntries("notes").crdt.tombstones();
+console.log(JSON.stringify({{ value: notes.value, typed: typed(), tombstones }}));
+client.close();
+process.exit(0);
+"""
+
+
+async def test_a_javascript_writer_reports_and_takes_the_compaction_too(tmp_path: Path) -> None:
+    async with spawn_server(tmp_path) as srv:
+        py = SharedDocument(srv.url, "mixed", report_every=0.05)
+        async with py:
+            await py.synced(TIMEOUT)
+            js = await run_node(
+                tmp_path,
+                JS_WRITER.format(
+                    module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
+                    url=json.dumps(srv.url),
+                    line=LINE,
+                ),
+            )
+            want = f"28 {LINE}29 {LINE}"
+            assert js["value"] == want
+            # 30 lines typed: what the JavaScript replica holds is the text and its open chunk
+            assert js["typed"] <= len(want) + 64
+            assert js["tombstones"] <= 64
+            await py.wait_until(lambda: py.text("notes").value == want, TIMEOUT)
+            await py.wait_until(lambda: typed(py) <= len(want) + 64, TIMEOUT)

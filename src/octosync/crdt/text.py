@@ -119,9 +119,9 @@ class TextCrdt:
         self._tombs: dict[Id, int] = {}
         """Deletions that came before (some of) their characters, by ``(peer, chunk)``: bit
         ``i`` set deletes the chunk's ``i``-th clock as it arrives."""
-        self._closed: set[Id] = set()
-        """``(peer, chunk)`` the server compacted: every character of it still kept is here,
-        so a deletion of one not held is of a collected character, not one yet to come."""
+        self._closed: dict[Id, int] = {}
+        """``(peer, chunk)`` the server compacted -> the bits of the clocks it kept: a
+        deletion of any other character of it is of a collected one, never to come again."""
         self._cb = 0
         self._cs = 0
         """The last block an index lookup ended in, and its first visible index."""
@@ -381,9 +381,7 @@ class TextCrdt:
             end = clock + length
             while clock < end:
                 upto = min(end, (clock // CHUNK + 1) * CHUNK)
-                if self._kill(peer, clock, upto - clock, edits) < upto - clock and (
-                    (peer, clock // CHUNK) not in self._closed
-                ):
+                if self._kill(peer, clock, upto - clock, edits) < upto - clock:
                     self._tomb(peer, clock, upto - clock)
                 clock = upto
         return edits
@@ -424,9 +422,14 @@ class TextCrdt:
         not change). A visible one (a replica that had not seen its deletion) is reported as
         deleted. The chunk is closed: its writer never writes it again."""
         key = (peer, chunk)
-        self._closed.add(key)
-        self._tombs.pop(key, None)
         keep = sorted(kept)
+        mask = 0
+        for lo, n in keep:
+            mask |= ((1 << n) - 1) << (lo % CHUNK)
+        self._closed[key] = mask
+        tombs = self._tombs.pop(key, 0) & mask  # kept characters may still be on their way
+        if tombs:
+            self._tombs[key] = tombs
         edits: list[TextEdit] = []
         for span in list(self._where.get(key, ())):
             start, end = span.clock, span.clock + len(span.text)
@@ -489,7 +492,10 @@ class TextCrdt:
 
     def _tomb(self, peer: int, clock: int, length: int) -> None:
         key = (peer, clock // CHUNK)
-        self._tombs[key] = self._tombs.get(key, 0) | ((1 << length) - 1) << (clock % CHUNK)
+        bits = ((1 << length) - 1) << (clock % CHUNK)
+        bits &= self._closed.get(key, -1)  # of a compacted chunk, only what it kept may come
+        if bits:
+            self._tombs[key] = self._tombs.get(key, 0) | bits
 
     # --- structure ----------------------------------------------------------------------------
 

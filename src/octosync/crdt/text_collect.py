@@ -254,6 +254,17 @@ def compact(
     return rewrites
 
 
+def signature(ops: Iterable[CrdtOp], mark: Mapping[int, StampKey]) -> int:
+    """What a compaction pass of a text's entries ``ops`` depends on, in one number: the
+    entries every member has seen (what can go) and each writer's highest chunk (which chunks
+    are left). Cheap: stamps and keys only, no state decoded."""
+    seen: list[tuple[str, StampKey | None]] = []
+    for op in ops:
+        stable = is_rewrite(op) or collect.covers(mark, stamp_key(op.stamp))
+        seen.append((op.key or "", stamp_key(op.stamp) if stable else None))
+    return hash(tuple(sorted(seen, key=lambda e: e[0])))
+
+
 def collected_origin(
     name: str, rows: list[te.RunRow], lookup: Callable[[str], CrdtOp | None]
 ) -> int | None:

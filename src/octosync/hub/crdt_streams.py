@@ -104,6 +104,9 @@ class PlaneStream:
     """Writing peers' reports, for the stability watermark (``crdt/collect.py``)."""
     collected: int = 0
     """Entries of collected tombstones dropped so far."""
+    compacted: dict[str, int] = field(default_factory=dict)
+    """Each text's stable entries when a compaction pass last looked (``text_collect.
+    signature``): a text whose stable entries did not change since is not looked at again."""
 
     def audience(self) -> Audience:
         """Its readers, sorted by what they may read; kept until a member joins or leaves
@@ -414,8 +417,13 @@ class CrdtStreams:
         out = []
         now = self._clock()
         for text_name, ops in sorted(texts.items()):
+            seen = text_collect.signature(ops, mark)
+            if stream.compacted.get(text_name) == seen:
+                continue  # nothing became stable since a look that found nothing to collect
             rewrites = text_collect.compact(text_name, ops, mark, server_stamp, now)
-            if rewrites:
+            if not rewrites:
+                stream.compacted[text_name] = seen
+            else:
                 out.extend(rewrites)
                 server_stamp = rewrites[-1].stamp
         for list_name, held in sorted(removals.items()):
