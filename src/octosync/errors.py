@@ -164,7 +164,9 @@ class CrdtValueError(RemoteProtocolError):
 
 class ElementCollected(CrdtValueError):
     """An op on a list element whose tombstone was collected (every member had seen it
-    removed): the writer had not, so it re-takes the document instead of recreating it."""
+    removed), over a text chunk the server compacted, or naming a collected character as a
+    run's origin: the writer had not seen what every member had, so it re-takes the document
+    instead of bringing back what went."""
 
     name = "ElementCollected"
     code = 73

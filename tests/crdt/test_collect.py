@@ -241,6 +241,10 @@ class CollectMachine(RuleBasedStateMachine):
             assert r.state.text_of(TEXT).crdt.tombstones() == text_tombstones(held)
         assert tombstones(held) == 0
         assert unjustified(held) == []  # every text tombstone the rule lets go went
+        joiner = SharedState(50, lambda: 0)  # one entry a frame, in key order
+        for op in sorted(held, key=lambda o: o.key or ""):
+            joiner.receive((op,))
+        assert str(joiner.text_of(TEXT)) == str(self.replicas[0].state.text_of(TEXT))
         self.restart_replays_the_journal()
 
 
