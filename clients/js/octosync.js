@@ -2478,6 +2478,7 @@ export class TextCrdt {
     this.where = new Map(); // "peer:chunk" -> spans with clocks in that chunk
     this.held = new Map(); // origin peer -> (origin clock -> runs waiting for it)
     this.heldChars = 0;
+    this.heldOf = new Map(); // "peer:chunk" -> how many runs of that chunk wait
     this.tombs = new Map(); // "peer:chunk" -> [clock, length] deletions of unseen characters
     // "peer:chunk" the server compacted (crdt/text_collect.py) -> the [clock, length] runs it
     // kept: a deletion of any other character of it is of a collected one, never to come again
@@ -2656,7 +2657,7 @@ export class TextCrdt {
         const waiting = byClock.get(at);
         if (!waiting) continue;
         byClock.delete(at);
-        for (const w of waiting) this.heldChars -= cpLength(w.text);
+        for (const w of waiting) this.#unhold(w);
         todo.push(...waiting);
       }
       if (!byClock.size) this.held.delete(peer);
@@ -2685,6 +2686,8 @@ export class TextCrdt {
       if (!byClock.has(origin[1])) byClock.set(origin[1], []);
       byClock.get(origin[1]).push({ peer, clock, text, origin });
       this.heldChars += n;
+      const chunkKey = `${peer}:${Math.floor(clock / TEXT_CHUNK)}`;
+      this.heldOf.set(chunkKey, (this.heldOf.get(chunkKey) ?? 0) + 1);
       return null;
     }
     this.cache = null;
@@ -2780,15 +2783,25 @@ export class TextCrdt {
    * rewrite of the chunk is integrated instead (its runs are what stays, and a run whose origin
    * was collected names the origin it has now). */
   forgetHeld(peer, chunk) {
+    if (!this.heldOf.get(`${peer}:${chunk}`)) return; // a joiner's usual case: nothing of it waits
     for (const [originPeer, byClock] of this.held) {
       for (const [at, waiting] of byClock) {
         const left = waiting.filter((w) => w.peer !== peer || Math.floor(w.clock / TEXT_CHUNK) !== chunk);
-        for (const w of waiting) if (!left.includes(w)) this.heldChars -= cpLength(w.text);
+        for (const w of waiting) if (!left.includes(w)) this.#unhold(w);
         if (left.length) byClock.set(at, left);
         else byClock.delete(at);
       }
       if (!byClock.size) this.held.delete(originPeer);
     }
+  }
+
+  // A held run no longer waits (placed, or replaced by its chunk's rewrite).
+  #unhold(w) {
+    this.heldChars -= cpLength(w.text);
+    const key = `${w.peer}:${Math.floor(w.clock / TEXT_CHUNK)}`;
+    const n = (this.heldOf.get(key) ?? 1) - 1;
+    if (n) this.heldOf.set(key, n);
+    else this.heldOf.delete(key);
   }
 
   // Take the characters of `key` ("peer:chunk") with clocks lo..hi-1 out of the text.

@@ -446,12 +446,15 @@ class TextCrdt:
                     break
         return edits
 
-    def forget_held(self, peer: int, chunk: int) -> None:
-        """Drop the runs of chunk ``(peer, chunk)`` still waiting for their origin: the
-        server's rewrite of the chunk is integrated instead (its runs are what stays, and a
-        run whose origin was collected names the origin it has now)."""
+    def forget_held(self, chunks: set[Id]) -> None:
+        """Drop the runs of the chunks ``(peer, chunk)`` still waiting for their origin: the
+        server's rewrites of the chunks are integrated instead (their runs are what stays, and
+        a run whose origin was collected names the origin it has now). One pass over what is
+        held, whatever the number of chunks."""
+        if not self._held or not chunks:
+            return
         for key, waiting in list(self._held.items()):
-            stay = [r for r in waiting if (r.peer, r.clock // CHUNK) != (peer, chunk)]
+            stay = [r for r in waiting if (r.peer, r.clock // CHUNK) not in chunks]
             if len(stay) != len(waiting):
                 self._held_chars -= sum(len(r.text) for r in waiting) - sum(
                     len(r.text) for r in stay

@@ -307,8 +307,7 @@ class SharedText:
         if whole:  # a joiner's batch: one edit for the whole change, not one per run
             self.crdt.events = False
         try:
-            for peer, chunk, _ in compacted:
-                self.crdt.forget_held(peer, chunk)
+            self.crdt.forget_held({(peer, chunk) for peer, chunk, _ in compacted})
             edits = self.crdt.integrate_sorted(runs)
             if listening and not whole:
                 self.edits.extend(edits)
