@@ -39,6 +39,8 @@ from octosync.ipc.messages import CrdtOp, WireStamp
 
 TEXT_TAGS = ("tx", "td")
 _DECODE = msgspec.json.Decoder()
+_RUNS = msgspec.json.Decoder(list[tuple[int, str, int, int]])
+_RANGES = msgspec.json.Decoder(list[tuple[int, int, int]])
 _JSON = msgspec.json.Encoder()
 
 Interval = tuple[int, int]
@@ -96,14 +98,15 @@ def _parse(name: str, ops: Iterable[CrdtOp]) -> tuple[list[_Runs], list[_Ranges]
         parts = (op.key or "").split("/")
         if len(parts) != 4 or parts[0] != name or parts[1] not in TEXT_TAGS:
             continue
-        try:
+        if not isinstance(op.state, bytes):
+            continue
+        try:  # what the server holds passed its write check: only the shape is read here
             peer, number = int(parts[2]), int(parts[3])
-            value = _DECODE.decode(op.state) if isinstance(op.state, bytes) else None
             if parts[1] == "tx":
-                tx.append(_Runs(op, peer, number, te.decode_runs(value, peer, number, "", True)))
+                tx.append(_Runs(op, peer, number, _RUNS.decode(op.state)))
             else:
-                td.append(_Ranges(op, peer, number, te.decode_ranges(value, "", True)))
-        except (ValueError, msgspec.DecodeError, CrdtValueError):
+                td.append(_Ranges(op, peer, number, _RANGES.decode(op.state)))
+        except (ValueError, msgspec.DecodeError):
             continue
     return tx, td
 
