@@ -122,6 +122,28 @@ def test_a_text_typed_at_its_end_and_trimmed_at_its_start_keeps_only_its_text() 
     assert room.text(1) == room.text(2) == str(fold(room.server.state_of(DOC)).text_of(TEXT))
 
 
+def test_a_word_deleted_inside_a_run_goes_and_the_rest_of_the_run_names_what_preceded_it() -> None:
+    room = Room(1, 2)
+    room.insert(1, 0, "the quick brown fox jumps over the lazy dog and runs away from it")
+    room.insert(1, len(room.text(1)), " " + LINE)  # into a second chunk: the first is left
+    room.delete(2, 4, 6)  # "quick " from the middle of the first run
+    room.delete(1, 29, 5)  # "lazy " too, by the other writer
+    want = room.text(1)
+    assert room.collect()
+    held = room.server.state_of(DOC)
+    state = next(op.state for op in held if op.key == f"{TEXT}/tx/1/0")
+    rows = json.loads(state)  # type: ignore[arg-type]
+    assert [row[1] for row in rows] == [
+        "the ",
+        "brown fox jumps over the ",
+        "dog and runs away from ",
+    ]
+    assert [row[2:] for row in rows] == [[0, 0], [1, 4], [1, 35]]  # each names what preceded
+    assert typed(held) == len(want)  # the deleted words went
+    assert str(fold(held).text_of(TEXT)) == want == room.text(2)
+    assert join_in_frames(held, 1) == want
+
+
 def test_nothing_goes_until_every_member_has_seen_the_deletion() -> None:
     room = Room(1, 2)
     room.insert(1, 0, LINE * 2)
@@ -145,14 +167,14 @@ def test_a_writers_open_chunk_is_left_as_it_is() -> None:
 def test_a_deletion_named_by_a_run_in_an_open_chunk_stays() -> None:
     room = Room(1, 2)
     room.insert(1, 0, "a" * 60)
-    room.insert(2, 60, "tail")  # peer 2's open chunk names the last a
+    room.insert(2, 60, "ta")  # (2, 61..62): peer 2's open chunk names the last a
     room.insert(1, 0, "b" * 10)  # peer 1 moves past its first chunk
     room.delete(1, 10, 60)
     room.collect()
     held = room.server.state_of(DOC)
-    assert str(fold(held).text_of(TEXT)) == "b" * 10 + "tail" == room.text(2)
+    assert str(fold(held).text_of(TEXT)) == "b" * 10 + "ta" == room.text(2)
     tx = {op.key: json.loads(op.state) for op in held if "/tx/1/0" in (op.key or "")}
-    # the a that "tail" names stays (and the run before it: a run keeps a prefix)
+    # the a that "ta" names stays, and the a's before it (each names the one before)
     assert tx[f"{TEXT}/tx/1/0"][0][1] == "a" * 60
 
 

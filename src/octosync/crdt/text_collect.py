@@ -2,9 +2,10 @@
 
 A deleted character stays as a tombstone because an edit made without seeing the deletion may
 still name it as its origin. Once every member of the document has seen the deletion (the
-stability watermark of ``collect``), no new edit names it; it may then go, unless a character
-that stays names it (its position would be lost). Runs make that cheap to decide: a character
-inside a run names the one before it, so what goes of a run is always a suffix.
+stability watermark of ``collect``), no new edit names it; it may then go, once what names it
+names something else that keeps its place. A character inside a run names the one before it,
+so what names a deleted stretch of a run is the rest of the run and the runs typed after its
+last character: they are renamed to the stretch's parent when the order allows (``_cut``).
 
 A text's entries only grow while their writer writes them, so the server takes a chunk over
 only once its writer has moved past it (the server holds a higher chunk of the same writer:
@@ -15,11 +16,10 @@ characters are all gone. Every replica that takes a rewrite drops what it lacks
 (``TextCrdt.compact``), so each holds the same characters; a writer's op on a rewritten chunk,
 or naming a collected character as an origin, is refused (``ElementCollected``).
 
-Which characters go, for a run of a left chunk whose entry every member has seen: the longest
-suffix that stably deleted ranges cover and that no kept character names. Runs are visited
-from the highest clock down (a character's namers have higher clocks), so whether a run keeps
-its origin named is known before the origin's own run is visited. Sans-I/O: entries in,
-rewrites out; bounded by the text's size.
+Runs of left chunks whose entry every member has seen are cut; runs are visited from the
+highest clock down (a character's namers have higher clocks), so what names a character is
+settled before the character's own run is visited. Sans-I/O: entries in, rewrites out;
+bounded by the text's size.
 """
 
 from __future__ import annotations
@@ -116,14 +116,29 @@ START: Id = (0, 0)
 
 
 class _Run:
-    """One run as the pass sees it: how much of it is kept, and its origin (which changes
-    when the characters between it and its origin's origin are all collected)."""
+    """One run as the pass sees it, and what stays of it: ``pieces``, the kept stretches in
+    clock order, each with its origin (the run's own for the first, unless its start went)."""
 
-    __slots__ = ("clock", "keep", "left", "origin", "peer", "text")
+    __slots__ = ("clock", "left", "origin", "peer", "pieces", "text")
 
     def __init__(self, clock: int, peer: int, text: str, origin: Id, left: bool) -> None:
         self.clock, self.peer, self.text, self.origin, self.left = clock, peer, text, origin, left
-        self.keep = len(text)
+        self.pieces = [_Piece(peer, clock, len(text), origin, left)]
+
+
+class _Piece:
+    """A kept stretch of a run; its origin changes when what it named is collected."""
+
+    __slots__ = ("clock", "left", "length", "origin", "peer")
+
+    def __init__(self, peer: int, clock: int, length: int, origin: Id, left: bool) -> None:
+        self.peer, self.clock, self.length, self.origin, self.left = (
+            peer,
+            clock,
+            length,
+            origin,
+            left,
+        )
 
 
 class _Within:
@@ -140,47 +155,65 @@ class _Within:
         return span is not None and char[1] + 1 < span[1]
 
 
+def _stretches(deleted: list[Interval], lo: int, hi: int) -> list[Interval]:
+    """The stably deleted stretches of clocks ``lo .. hi - 1``, from the highest down."""
+    i = max(bisect.bisect_right(deleted, (lo, 1 << 62)) - 1, 0)
+    out = []
+    while i < len(deleted) and deleted[i][0] < hi:
+        a, b = deleted[i]
+        if b > lo:
+            out.append((max(a, lo), min(b, hi)))
+        i += 1
+    return out[::-1]
+
+
 def _cut(
-    run: _Run, deleted: list[Interval], children: dict[Id, list[_Run]], within: _Within
+    run: _Run, deleted: list[Interval], children: dict[Id, list[_Piece]], within: _Within
 ) -> None:
-    """Decide how much of ``run`` (of a chunk its writer has left, every member has seen)
-    stays: its longest suffix of stably deleted characters goes when nothing kept names a
-    character of it, or only its last character is named, by runs the server may rewrite,
-    which then name the suffix's parent instead. That keeps the order: the suffix's parent
-    has no kept child ordered before it (a greater id), so its new children, whose ids are
-    greater still, land where the suffix was. Otherwise what is named stays."""
-    end = run.clock + len(run.text)
-    gone = _covering(deleted, end - 1)
-    start = end if gone is None else max(run.clock, gone[0])
-    if start == end:
-        return
-    last = (run.peer, end - 1)
-    named = [at for at in range(start, end - 1) if (run.peer, at) in children]
-    heirs = children.get(last, [])
-    parent = (run.peer, start - 1) if start > run.clock else run.origin
-    first = (start, run.peer)
-    if not named and (
-        not heirs
-        or (
-            all(h.left for h in heirs)
-            and not any((s.clock, s.peer) > first for s in children.get(parent, []))
-            and not (
-                start == run.clock
-                and parent != START
-                and within.next_of(parent)
-                and (parent[1] + 1, parent[0]) > first
-            )
-        )
-    ):
-        run.keep = start - run.clock
+    """Decide what stays of ``run`` (of a chunk its writer has left, every member has seen),
+    a stably deleted stretch at a time from its end. A stretch ``[a, b)`` goes when nothing
+    kept names a character of it but its last, ``b - 1``; what named that (the next character
+    of the run, a piece of its own from then on, and runs the server may rewrite) then names
+    the stretch's *parent* instead (the character before it, or the run's origin). That keeps
+    the order as long as no kept child of the parent has an id between the stretch's first
+    and the greatest of the renamed: siblings are ordered by descending id, so the renamed
+    land exactly where the stretch was. When a character inside the stretch is named, what
+    precedes it is a stretch of its own."""
+    peer, end = run.peer, run.clock + len(run.text)
+    pieces: list[_Piece] = []
+    top = end  # what is kept of the run so far ends here
+    todo = _stretches(deleted, run.clock, end)[::-1]  # popped from the highest down
+    while todo:
+        a, b = todo.pop()
+        named = [at for at in range(a, b - 1) if (peer, at) in children]
+        if named:  # what precedes the last named character is a stretch of its own
+            if named[-1] > a:
+                todo.append((a, named[-1]))
+            a = named[-1] + 1
+        heirs = children.get((peer, b - 1), [])
+        parent = (peer, a - 1) if a > run.clock else run.origin
+        first = (a, peer)
+        keys = [(h.clock, h.peer) for h in heirs] + ([(b, peer)] if b < top else [])
+        if keys:  # something is renamed: no child of the parent may come between
+            last = max(keys)
+            siblings = [(s.clock, s.peer) for s in children.get(parent, [])]
+            if a == run.clock and parent != START and within.next_of(parent):
+                siblings.append((parent[1] + 1, parent[0]))
+            if not all(h.left for h in heirs) or any(first < k < last for k in siblings):
+                continue
+        if b < top:  # the rest of the run after the stretch: a piece naming the parent
+            piece = _Piece(peer, b, top - b, parent, True)
+            pieces.append(piece)
+            children.setdefault(parent, []).append(piece)
+        for h in heirs:
+            h.origin = parent
         if heirs:
-            for h in heirs:
-                h.origin = parent
             children.setdefault(parent, []).extend(heirs)
-            del children[last]
-        return
-    highest = max([at for at in (*named, end - 1) if (run.peer, at) in children], default=None)
-    run.keep = (start if highest is None else highest + 1) - run.clock
+            del children[(peer, b - 1)]
+        top = a
+    if top > run.clock:
+        pieces.append(_Piece(peer, run.clock, top - run.clock, run.origin, True))
+    run.pieces = pieces[::-1]
 
 
 def compact(
@@ -218,13 +251,14 @@ def compact(
             runs.append(_Run(clock, c.peer, text, (opeer, oclock), left))
     within = _Within(runs)
     runs.sort(key=lambda r: (r.clock, r.peer), reverse=True)
-    children: dict[Id, list[_Run]] = {}
-    """A character id -> the kept runs naming it as their origin."""
+    children: dict[Id, list[_Piece]] = {}
+    """A character id -> the kept pieces naming it as their origin (the start's too: they are
+    siblings of what names it)."""
     for run in runs:  # namers first: a character's namers have higher clocks
         if run.left:
             _cut(run, deleted.get(run.peer, []), children, within)
-        if run.keep:  # the start's children too: they are siblings of what names it
-            children.setdefault(run.origin, []).append(run)
+        if run.pieces and run.pieces[0].clock == run.clock:
+            children.setdefault(run.origin, []).append(run.pieces[0])
 
     by_chunk: dict[tuple[int, int], list[_Run]] = {}
     for run in runs:
@@ -233,7 +267,11 @@ def compact(
     held: dict[int, list[Interval]] = {}
     for c in tx:
         now_rows = sorted(by_chunk.get((c.peer, c.number), []), key=lambda r: r.clock)
-        rows = [(r.clock, r.text[: r.keep], *r.origin) for r in now_rows if r.keep]
+        rows = [
+            (p.clock, r.text[p.clock - r.clock : p.clock - r.clock + p.length], *p.origin)
+            for r in now_rows
+            for p in r.pieces
+        ]
         for clock, text, _, _ in rows:
             held.setdefault(c.peer, []).append((clock, clock + len(text)))
         if rows != c.rows:
