@@ -295,7 +295,7 @@ def check_op(
         raise CrdtValueError("a CRDT op's state must be inline bytes", path=f"{path}.state")
     new = kind.decode(_json(op.state, f"{path}.state"), layout.rest, f"{path}.state")
     if kind.tag in text_collect.TEXT_TAGS and (held is None or wins(op, held)):
-        _refuse_compacted(layout.name, op, held, new, lookup, path)
+        _refuse_compacted(layout.name, kind.tag, op, held, new, lookup, path)
     if kind.grows is None or held is None or held == op or not wins(op, held):
         return
     try:
@@ -342,6 +342,7 @@ def _refuse_collected(
 
 def _refuse_compacted(
     name: str,
+    tag: str,
     op: CrdtOp,
     held: CrdtOp | None,
     new: Any,
@@ -356,7 +357,7 @@ def _refuse_compacted(
             f"text chunk {op.key!r} was compacted by the server; re-take the document",
             path=f"{path}.key",
         )
-    if lookup is None or op.key is None or op.key.split("/")[1] != "tx":
+    if lookup is None or tag != "tx":
         return
     at = text_collect.collected_origin(name, new, lookup)
     if at is not None:

@@ -50,6 +50,7 @@ from octosync.crdt.entries import EPHEMERAL_KINDS, is_gc, node_of
 from octosync.crdt.entries import KINDS as ENTRY_KINDS
 from octosync.crdt.plane import PlaneReplica, stamp_key
 from octosync.crdt.seq import Element, Position, check_position, mint_id, place
+from octosync.crdt.text_collect import is_rewrite
 from octosync.crdt.text_entries import SharedText
 from octosync.errors import CrdtValueError
 from octosync.ipc.messages import MAX_SAFE_ID, CrdtOp, WireStamp
@@ -132,7 +133,7 @@ class SharedState:
                     changed.add(taken)
                 continue
             if self.replica.apply(op):
-                if op.stamp.peer == collect.SERVER_PEER and op.key:  # a compacted text chunk
+                if is_rewrite(op) and op.key:  # a compacted text chunk (or a list's gc entry)
                     text, _, rest = op.key.partition("/")
                     rewrites.setdefault(text, set()).add(rest)
                 if is_gc(op):

@@ -34,11 +34,9 @@ from octosync.crdt import collect
 from octosync.crdt import text_entries as te
 from octosync.crdt.plane import StampKey, stamp_key
 from octosync.crdt.text import CHUNK
-from octosync.errors import CrdtValueError
 from octosync.ipc.messages import CrdtOp, WireStamp
 
 TEXT_TAGS = ("tx", "td")
-_DECODE = msgspec.json.Decoder()
 _RUNS = msgspec.json.Decoder(list[tuple[int, str, int, int]])
 _RANGES = msgspec.json.Decoder(list[tuple[int, int, int]])
 _JSON = msgspec.json.Encoder()
@@ -50,6 +48,11 @@ Interval = tuple[int, int]
 def is_rewrite(op: CrdtOp) -> bool:
     """``op`` is the server's compaction of a text chunk (stamped by peer 0)."""
     return op.stamp.peer == collect.SERVER_PEER
+
+
+def _stable(op: CrdtOp, mark: Mapping[int, StampKey]) -> bool:
+    """Every member has seen ``op``'s entry (a rewrite only holds what every member had)."""
+    return is_rewrite(op) or collect.covers(mark, stamp_key(op.stamp))
 
 
 def _merged(intervals: list[Interval]) -> list[Interval]:
@@ -234,19 +237,16 @@ def compact(
     for d in td:
         top_td[d.peer] = max(top_td.get(d.peer, -1), d.number)
 
-    def stable(op: CrdtOp) -> bool:
-        return is_rewrite(op) or collect.covers(mark, stamp_key(op.stamp))
-
     spans: dict[int, list[Interval]] = {}
     for d in td:
-        if stable(d.op):
+        if _stable(d.op, mark):
             for peer, clock, n in d.rows:
                 spans.setdefault(peer, []).append((clock, clock + n))
     deleted = {peer: _merged(v) for peer, v in spans.items()}
 
     runs: list[_Run] = []
     for c in tx:
-        left = c.number < top_tx[c.peer] and stable(c.op)
+        left = c.number < top_tx[c.peer] and _stable(c.op, mark)
         for clock, text, opeer, oclock in c.rows:
             runs.append(_Run(clock, c.peer, text, (opeer, oclock), left))
     within = _Within(runs)
@@ -278,7 +278,7 @@ def compact(
             out.append((c.op, _JSON.encode(rows)))
     held = {peer: _merged(v) for peer, v in held.items()}
     for d in td:
-        if d.number >= top_td[d.peer] or not stable(d.op):
+        if d.number >= top_td[d.peer] or not _stable(d.op, mark):
             continue
         ranges = [r for r in d.rows if _meets(held.get(r[0], []), r[1], r[1] + r[2])]
         if ranges != d.rows:
@@ -301,8 +301,7 @@ def signature(ops: Iterable[CrdtOp], mark: Mapping[int, StampKey]) -> int:
     are left). Cheap: stamps and keys only, no state decoded."""
     seen: list[tuple[str, StampKey | None]] = []
     for op in ops:
-        stable = is_rewrite(op) or collect.covers(mark, stamp_key(op.stamp))
-        seen.append((op.key or "", stamp_key(op.stamp) if stable else None))
+        seen.append((op.key or "", stamp_key(op.stamp) if _stable(op, mark) else None))
     return hash(tuple(sorted(seen, key=lambda e: e[0])))
 
 
@@ -320,10 +319,9 @@ def collected_origin(
             op = lookup(f"{name}/tx/{opeer}/{key[1]}")
             kept: list[Interval] | None = None
             if op is not None and is_rewrite(op) and isinstance(op.state, bytes):
-                try:
-                    rewritten = te.decode_runs(_DECODE.decode(op.state), opeer, key[1], "", True)
-                    kept = [(c, c + len(t)) for c, t, _, _ in rewritten]
-                except (msgspec.DecodeError, CrdtValueError):
+                try:  # the server's own rewrite: only its shape is read
+                    kept = [(c, c + len(t)) for c, t, _, _ in _RUNS.decode(op.state)]
+                except msgspec.DecodeError:
                     kept = None
             chunks[key] = kept
         kept = chunks[key]

@@ -382,11 +382,8 @@ class Plane:
         member sent before its report may still be committing, and what it names must stay."""
         del self._collecting[stream]
         mark = self.core.watermark(stream)
-        commits = self.rt.commits
-        if not commits.journaled:
-            self._collect_under(stream, mark)
-            return
-        commits.submit(Commit(0, (), (lambda: self._collect_under(stream, mark),)))
+        # a barrier: its effect runs once everything queued before it is merged (now, unjournaled)
+        self.rt.commits.submit(Commit(0, (), (lambda: self._collect_under(stream, mark),)))
 
     def _collect_under(self, stream: str, mark: Watermark) -> None:
         ops = tuple(self.core.collect(stream, mark))
