@@ -22,6 +22,23 @@ from octosync.ipc.messages import CrdtOp, WireStamp
 from tests.browser.support import JS_CLIENT, node_command
 from tests.conftest import trace_file
 
+
+def node_json(script: str, *, stdin: str | None = None, timeout: int = 60, **fields: str) -> Any:
+    """What ``script`` (formatted with octosync.js's URL as ``module`` and ``fields``) prints
+    as JSON when run by Node as an ES module, ``stdin`` on its standard input."""
+    module = json.dumps((JS_CLIENT / "octosync.js").as_uri())
+    done = subprocess.run(
+        [*node_command(), "--input-type=module", "-e", script.format(module=module, **fields)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 HARNESS = """
 import {{ TextEntries }} from {module};
 const steps = JSON.parse(await new Promise((ok) => {{
@@ -87,17 +104,7 @@ def python_run(steps: list[tuple[str, int, Any, Any]]) -> dict[str, Any]:
 @settings(max_examples=15, deadline=None)
 @given(st.lists(STEP, min_size=1, max_size=40))
 def test_js_and_python_texts_write_the_same_entries(steps: list[tuple[str, int, Any, Any]]) -> None:
-    module = json.dumps((JS_CLIENT / "octosync.js").as_uri())
-    done = subprocess.run(
-        [*node_command(), "--input-type=module", "-e", HARNESS.format(module=module)],
-        input=json.dumps(steps),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout)
+    got = node_json(HARNESS, stdin=json.dumps(steps))
     shown = got.pop("shown")
     assert got == python_run(steps)
     assert shown == got["texts"]  # the change events, applied in turn, give the text
@@ -134,21 +141,8 @@ console.log(JSON.stringify({{ ok, entries: entries.size }}));
 @pytest.mark.slow
 def test_js_text_types_the_automerge_paper_and_a_late_joiner_gets_it() -> None:
     trace = trace_file("automerge-paper.json.gz")
-    module = json.dumps((JS_CLIENT / "octosync.js").as_uri())
-    done = subprocess.run(
-        [
-            *node_command(),
-            "--input-type=module",
-            "-e",
-            TRACE.format(module=module, trace=json.dumps(str(trace))),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == {"ok": True, "entries": 2960}
+    got = node_json(TRACE, timeout=300, trace=json.dumps(str(trace)))
+    assert got == {"ok": True, "entries": 2960}
 
 
 SWAP = """
@@ -173,16 +167,7 @@ console.log(JSON.stringify(out));
 
 
 def test_a_batchs_one_edit_keeps_surrogate_pairs_whole() -> None:
-    module = json.dumps((JS_CLIENT / "octosync.js").as_uri())
-    done = subprocess.run(
-        [*node_command(), "--input-type=module", "-e", SWAP.format(module=module)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == [
+    assert node_json(SWAP) == [
         [{"index": 1, "delete": 1, "insert": "\U0001f603"}],
         [{"index": 1, "delete": 1, "insert": "\U0001f200"}],
     ]
@@ -233,17 +218,9 @@ def wire(op: CrdtOp) -> dict[str, Any]:
 
 def js_observe(frames: list[list[CrdtOp]]) -> list[dict[str, Any]]:
     """What a JS document shows after each of ``frames`` (text, tombstones, events)."""
-    module = json.dumps((JS_CLIENT / "octosync.js").as_uri())
-    done = subprocess.run(
-        [*node_command(), "--input-type=module", "-e", OBSERVE.format(module=module)],
-        input=json.dumps([[wire(op) for op in frame] for frame in frames]),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    out: list[dict[str, Any]] = node_json(
+        OBSERVE, stdin=json.dumps([[wire(op) for op in frame] for frame in frames])
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    out: list[dict[str, Any]] = json.loads(done.stdout)
     return out
 
 
@@ -439,21 +416,7 @@ def test_a_writer_drops_its_record_of_a_chunk_the_server_rewrote() -> None:
     """The writer of a compacted chunk never writes it again: it keeps no copy of it, and its
     text drops what the server collected like any replica's."""
     _, rewrites, _ = collected_tail()
-    module = json.dumps((JS_CLIENT / "octosync.js").as_uri())
-    done = subprocess.run(
-        [
-            *node_command(),
-            "--input-type=module",
-            "-e",
-            OWN.format(module=module, rewrite=rewrites[0].state.decode()),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout)
+    got = node_json(OWN, rewrite=rewrites[0].state.decode())
     assert got["text"] == "ZZZZZ" + "a" * 58 + "!"
     assert (got["chunks"], got["tombstones"]) == ([1], 0)
     assert got["writes"] == [["tx/1/1", '[[64,"ZZZZZ",0,0],[69,"!",1,58]]']]

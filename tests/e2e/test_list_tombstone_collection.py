@@ -11,7 +11,6 @@ from pathlib import Path
 
 from octosync.client.shared import SharedDocument
 from octosync.errors import ElementCollected
-from tests.browser.support import JS_CLIENT
 from tests.e2e.helpers import TIMEOUT, spawn_server
 from tests.e2e.test_shared_lists import run_node
 
@@ -90,13 +89,7 @@ async def test_a_javascript_writer_reports_and_collects_too(tmp_path: Path) -> N
             await py.synced(TIMEOUT)
             # the JavaScript writer is a member: nothing it has not seen goes, and its own
             # reports are what let its 39 deletions go
-            js = await run_node(
-                tmp_path,
-                JS_WRITER.format(
-                    module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
-                    url=json.dumps(srv.url),
-                ),
-            )
+            js = await run_node(tmp_path, JS_WRITER, url=json.dumps(srv.url))
             assert js["removals"] == 0
             assert sorted(js["value"]) == ["js39", "py"]
             assert js["entries"] == 2 * 2 + 1  # two live elements and the watermark

@@ -93,10 +93,14 @@ def python_scripted() -> SharedState:
     return state
 
 
-async def run_node(tmp_path: Path, source: str) -> dict[str, Any]:
+async def run_node(tmp_path: Path, template: str, **fields: object) -> dict[str, Any]:
+    """The last JSON line Node prints running ``template``, formatted with octosync.js's URL
+    as ``module`` and with ``fields``."""
     node = node_command()
     script = tmp_path / "lists.mjs"
-    script.write_text(source)
+    script.write_text(
+        template.format(module=json.dumps((JS_CLIENT / "octosync.js").as_uri()), **fields)
+    )
     proc = await asyncio.create_subprocess_exec(
         *node, str(script), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -112,13 +116,11 @@ async def test_js_and_python_write_the_same_entries_for_the_same_list_edits(
     async with serve(tmp_path) as srv:
         js = await run_node(
             tmp_path,
-            JS_SCRIPTED.format(
-                module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
-                script=json.dumps(SCRIPT),
-                start=START,
-                url=json.dumps(srv.ws_url),
-                stream=json.dumps("lists"),
-            ),
+            JS_SCRIPTED,
+            script=json.dumps(SCRIPT),
+            start=START,
+            url=json.dumps(srv.ws_url),
+            stream=json.dumps("lists"),
         )
         ours = python_scripted()
         # byte for byte, stamp for stamp
@@ -164,13 +166,13 @@ process.exit(0);
 async def test_js_and_python_editing_one_list_at_once_converge(tmp_path: Path) -> None:
     total = 30 - 4 + 30 - 5  # each side: 30 pushes, minus its deletes
     async with serve(tmp_path) as srv:
-        source = JS_EDITOR.format(
-            module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
+        node = run_node(
+            tmp_path,
+            JS_EDITOR,
             url=json.dumps(srv.ws_url),
             stream=json.dumps("together"),
             total=total,
         )
-        node = run_node(tmp_path, source)
         async with SharedDocument(srv.ws_url, "together", peer=32) as doc:
             await doc.synced(TIMEOUT)
             js_task = asyncio.ensure_future(node)

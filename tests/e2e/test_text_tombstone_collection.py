@@ -11,7 +11,6 @@ from pathlib import Path
 
 from octosync.client.shared import SharedDocument
 from octosync.crdt.shared import SharedState
-from tests.browser.support import JS_CLIENT
 from tests.e2e.helpers import TIMEOUT, spawn_server
 from tests.e2e.test_shared_lists import run_node
 
@@ -114,14 +113,7 @@ async def test_a_javascript_writer_reports_and_takes_the_compaction_too(tmp_path
         py = SharedDocument(srv.url, "mixed", report_every=0.05)
         async with py:
             await py.synced(TIMEOUT)
-            js = await run_node(
-                tmp_path,
-                JS_WRITER.format(
-                    module=json.dumps((JS_CLIENT / "octosync.js").as_uri()),
-                    url=json.dumps(srv.url),
-                    line=LINE,
-                ),
-            )
+            js = await run_node(tmp_path, JS_WRITER, url=json.dumps(srv.url), line=LINE)
             want = f"28 {LINE}29 {LINE}"
             assert js["value"] == want
             # 30 lines typed: what the JavaScript replica holds is the text and its open chunk
